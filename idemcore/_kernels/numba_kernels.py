@@ -1,0 +1,46 @@
+"""The reference kernels compiled with Numba.
+
+There is no second copy of the rules here: every function of
+:mod:`idemcore._kernels.reference` is re-bound to a namespace in which its
+helpers are the compiled versions, then compiled with ``@njit``. So the
+interpreted and the compiled backend run one source; the tests compare them
+anyway, because Numba's integer typing differs from Python's.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numba
+
+from . import reference
+
+#: One place for JIT options: integer code, so no fastmath; cached on disk.
+JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True}
+
+# Helpers first: a function is compiled on first call, looking its helpers up
+# in the shared namespace, which by then holds their compiled versions.
+_FUNCTIONS = (
+    "seq_add", "seq_sub", "in_sequence", "producer_hash", "partition_hash",
+    "producer_slot", "partition_slot", "metadata_error", "find_duplicate",
+    "newest_last_seq", "sequence_error", "ring_push",
+    "rebuild_producer_index", "rebuild_partition_index", "validate_batches",
+)
+
+
+def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...]) -> dict:
+    namespace = dict(vars(module))
+    for name in names:
+        source = getattr(module, name)
+        rebound = types.FunctionType(source.__code__, namespace, name, source.__defaults__, source.__closure__)
+        rebound.__module__ = module.__name__
+        rebound.__qualname__ = source.__qualname__
+        namespace[name] = numba.jit(**JIT_OPTIONS)(rebound)
+    return {name: namespace[name] for name in names}
+
+
+_compiled = _compile_module_functions(reference, _FUNCTIONS)
+
+validate_batches = _compiled["validate_batches"]
+rebuild_producer_index = _compiled["rebuild_producer_index"]
+rebuild_partition_index = _compiled["rebuild_partition_index"]

@@ -1,0 +1,119 @@
+"""validate(): SPEC §2 over a stream of batch metadata, through the selected kernel backend."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._kernels import Backend, get_backend
+from ._kernels import reference as rules
+from .batches import BatchMetadata
+from .constants import ErrorCode, Origin, Status
+from .state import ProducerStateTable
+
+
+@dataclass(frozen=True)
+class CompletedTxns:
+    """Transactions closed by a marker: one entry per COMMIT/ABORT that ended an open transaction."""
+
+    partition: np.ndarray  # int32
+    producer_id: np.ndarray  # int64
+    first_offset: np.ndarray  # int64, first offset of the transaction's data
+    last_offset: np.ndarray  # int64, offset of the marker
+    aborted: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+    @classmethod
+    def empty(cls, size: int) -> CompletedTxns:
+        return cls(np.zeros(size, np.int32), np.zeros(size, np.int64), np.zeros(size, np.int64),
+                   np.zeros(size, np.int64), np.zeros(size, np.bool_))
+
+    def head(self, size: int) -> CompletedTxns:
+        return CompletedTxns(*(getattr(self, name)[:size] for name in self.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The outcome of every batch, in input order.
+
+    ``status`` (int8, :class:`idemcore.Status`), ``error_code`` (int16, Kafka's
+    numbers), ``base_offset``/``last_offset`` (int64: the assigned offsets, the
+    original ones for a duplicate, -1 when rejected), ``completed_txns``.
+    """
+
+    status: np.ndarray
+    error_code: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    completed_txns: CompletedTxns
+    backend: str
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+    def counts(self) -> dict[str, int]:
+        """How many batches were appended, duplicates, and rejected with each error."""
+        result = {
+            "appended": int(np.count_nonzero(self.status == Status.APPENDED)),
+            "duplicate": int(np.count_nonzero(self.status == Status.DUPLICATE)),
+        }
+        rejected = Counter(self.error_code[self.status == Status.REJECTED].tolist())
+        for code, number in sorted(rejected.items()):
+            result[ErrorCode(code).name] = number
+        return result
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        """The per-batch columns by name."""
+        return {"status": self.status, "error_code": self.error_code,
+                "base_offset": self.base_offset, "last_offset": self.last_offset}
+
+
+def validate(
+    batches: Any,
+    state: ProducerStateTable | None = None,
+    origin: str | Origin = "client",
+    backend: str | Backend | None = None,
+) -> Verdicts:
+    """Apply Kafka's producer-state rules (SPEC §2) to every batch, in order.
+
+    ``batches``: a mapping of arrays, pandas DataFrame or pyarrow Table with the
+    columns of :data:`idemcore.batches.COLUMNS`. ``state``: a
+    :class:`ProducerStateTable` carried across calls (updated in place); None
+    starts from empty state. ``origin``: ``"client"``, ``"coordinator"`` or
+    ``"replication"``; it applies to data batches, control batches are always
+    checked as markers written by the coordinator. ``backend``: ``"cython"``,
+    ``"numba"``, ``"python"``, ``"auto"`` or None (``$IDEMCORE_BACKEND``).
+    """
+    packed = BatchMetadata.coerce(batches)
+    origin = Origin.parse(origin)
+    kernel = get_backend(backend)
+    if state is None:
+        state = ProducerStateTable()
+    elif not isinstance(state, ProducerStateTable):
+        raise TypeError(f"state must be a ProducerStateTable, not {type(state).__name__}")
+
+    n = len(packed)
+    status = np.empty(n, dtype=np.int8)
+    error_code = np.empty(n, dtype=np.int16)
+    base_offset = np.empty(n, dtype=np.int64)
+    last_offset = np.empty(n, dtype=np.int64)
+    completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
+    txn_buffers = (completed.partition, completed.producer_id, completed.first_offset,
+                   completed.last_offset, completed.aborted.view(np.uint8))
+    columns = packed.kernel_columns()
+
+    state.counters[rules.N_COMPLETED] = 0
+    start = 0
+    while True:
+        start = kernel.validate_batches(*columns, int(origin), start, *state.kernel_arrays(),
+                                        status, error_code, base_offset, last_offset, *txn_buffers)
+        if start >= n:
+            break
+        state.grow(kernel)
+    return Verdicts(status, error_code, base_offset, last_offset,
+                    completed.head(int(state.counters[rules.N_COMPLETED])), kernel.name)
