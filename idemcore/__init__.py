@@ -5,19 +5,25 @@ from .batches import COLUMNS, BatchMetadata
 from .constants import ControlType, ErrorCode, Origin, Status
 from .errors import BackendUnavailableError, IdemcoreError
 from .state import ProducerStateTable
+from .state_manager import AppendResult, CompletedTxn, MarkerResult, ProducerEntry, ProducerStateManager
 from .validate import CompletedTxns, Verdicts, validate
 
 __version__ = "0.1.0"
 
 __all__ = [
     "COLUMNS",
+    "AppendResult",
     "BackendUnavailableError",
     "BatchMetadata",
+    "CompletedTxn",
     "CompletedTxns",
     "ControlType",
     "ErrorCode",
     "IdemcoreError",
+    "MarkerResult",
     "Origin",
+    "ProducerEntry",
+    "ProducerStateManager",
     "ProducerStateTable",
     "Status",
     "Verdicts",

@@ -17,6 +17,10 @@ from . import reference
 
 #: One place for JIT options: integer code, so no fastmath; cached on disk.
 JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True}
+#: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
+#: pay reference counting on every batch.
+HELPER_OPTIONS = {**JIT_OPTIONS, "inline": "always"}
+_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
@@ -35,7 +39,8 @@ def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...]) 
         rebound = types.FunctionType(source.__code__, namespace, name, source.__defaults__, source.__closure__)
         rebound.__module__ = module.__name__
         rebound.__qualname__ = source.__qualname__
-        namespace[name] = numba.jit(**JIT_OPTIONS)(rebound)
+        options = JIT_OPTIONS if name in _ENTRY_POINTS else HELPER_OPTIONS
+        namespace[name] = numba.jit(**options)(rebound)
     return {name: namespace[name] for name in names}
 
 
