@@ -68,7 +68,7 @@ class Origin(enum.IntEnum):
     REPLICATION = 2
 
     @classmethod
-    def parse(cls, origin: "str | Origin") -> "Origin":
+    def parse(cls, origin: str | Origin) -> Origin:
         """Accept ``"client"``, ``"coordinator"``, ``"replication"`` or an :class:`Origin`."""
         if isinstance(origin, Origin):
             return origin

@@ -114,7 +114,7 @@ class ProducerStateTable:
             raise ValueError(f"remove must have one flag per producer row ({n}), got shape {remove.shape}")
         keep = ~remove
         kept = int(keep.sum())
-        for name, array in self._rows().items():
+        for array in self._rows().values():
             array[:kept] = array[:n][keep]
         self.counters[rules.N_ROWS] = kept
         self._reindex(get_backend(backend))

@@ -84,3 +84,88 @@ def synthetic_stream(
     columns["control_type"] = np.full(n, -1, np.int8)
     columns["coordinator_epoch"] = np.zeros(n, np.int32)
     return {name: columns[name] for name in COLUMNS}
+
+
+#: The anomalies inject_anomalies() plants, and the verdict each one must get (client origin).
+ANOMALY_VERDICTS = {
+    "retry_in_window": "duplicate",
+    "zombie_epoch": "INVALID_PRODUCER_EPOCH",
+    "duplicate_beyond_window": "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    "sequence_gap": "OUT_OF_ORDER_SEQUENCE_NUMBER",
+}
+
+
+def _is_retry_copy(columns: dict[str, np.ndarray]) -> np.ndarray:
+    pid, base = columns["producer_id"], columns["base_sequence"]
+    part = columns["partition"]
+    copy = np.zeros(len(pid), dtype=bool)
+    copy[1:] = (pid[1:] == pid[:-1]) & (base[1:] == base[:-1]) & (part[1:] == part[:-1])
+    return copy
+
+
+def inject_anomalies(
+    columns: dict[str, np.ndarray], *, zombies: int = 3, beyond_window: int = 3, gaps: int = 3, seed: int = 0
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Plant anomalies into a :func:`synthetic_stream` stream (single epoch, one partition per producer pair).
+
+    Each anomaly touches its own (partition, producer) stream, so each yields
+    exactly one rejection: a *zombie* bumps the producer's epoch halfway (its
+    later batches restart at sequence 0) and then writes once more with the old
+    epoch; a *duplicate beyond window* resends a batch after six newer ones; a
+    *sequence gap* sends a batch ten sequences ahead. The retries already in
+    the stream are the in-window duplicates. Returns the new columns and the
+    ground truth: how many of each anomaly were planted.
+    """
+    rng = np.random.default_rng(seed)
+    columns = {name: column.copy() for name, column in columns.items()}
+    pair = columns["producer_id"].astype(np.uint64) * np.uint64(1_000_003) + columns["partition"].astype(np.uint64)
+    originals = ~_is_retry_copy(columns)
+    # Streams long enough to plant in, each used once.
+    keys, counts = np.unique(pair[originals], return_counts=True)
+    wanted = zombies + beyond_window + gaps
+    candidates = keys[counts >= 16]
+    if len(candidates) < wanted:
+        raise ValueError(f"the stream has {len(candidates)} producer streams of 16+ batches; {wanted} are needed")
+    chosen = rng.choice(candidates, size=wanted, replace=False)
+    inserts: list[tuple[int, dict]] = []
+
+    def row_at(i: int, **changes) -> dict:
+        return {**{name: column[i] for name, column in columns.items()}, **changes}
+
+    for key in chosen[:zombies]:
+        rows = np.flatnonzero((pair == key) & originals)
+        cut = rows[len(rows) // 2]
+        later = np.flatnonzero((pair == key) & (np.arange(len(pair)) >= cut))
+        restart = int(columns["base_sequence"][cut])
+        columns["producer_epoch"][later] += 1
+        for name in ("base_sequence", "last_sequence"):
+            columns[name][later] = (columns[name][later].astype(np.int64) - restart) % (INT32_MAX + 1)
+        inserts.append((int(rows[-1]) + 1, row_at(int(cut), producer_epoch=columns["producer_epoch"][cut] - 1,
+                                                  base_sequence=restart,
+                                                  last_sequence=restart + int(columns["record_count"][cut]) - 1)))
+    for key in chosen[zombies:zombies + beyond_window]:
+        rows = np.flatnonzero((pair == key) & originals)
+        j = int(rng.integers(0, len(rows) - 8))
+        inserts.append((int(rows[j + 7]) + 1, row_at(int(rows[j]))))
+    for key in chosen[zombies + beyond_window:]:
+        rows = np.flatnonzero((pair == key) & originals)
+        j = int(rng.integers(0, len(rows) - 1))
+        ahead = (int(columns["last_sequence"][rows[j]]) + 11) % (INT32_MAX + 1)
+        count = int(columns["record_count"][rows[j]])
+        inserts.append((int(rows[j]) + 1, row_at(int(rows[j]), base_sequence=ahead,
+                                                 last_sequence=(ahead + count - 1) % (INT32_MAX + 1))))
+
+    inserts.sort(key=lambda item: item[0])
+    positions = [position for position, _ in inserts]
+    for name in columns:
+        values = np.array([row[name] for _, row in inserts], dtype=columns[name].dtype)
+        columns[name] = np.insert(columns[name], positions, values)
+    n = len(columns["partition"])
+    columns["max_timestamp"] = 1_700_000_000_000 + np.arange(n, dtype=np.int64)
+    truth = {
+        "retry_in_window": int(np.count_nonzero(_is_retry_copy(columns))),
+        "zombie_epoch": zombies,
+        "duplicate_beyond_window": beyond_window,
+        "sequence_gap": gaps,
+    }
+    return columns, truth

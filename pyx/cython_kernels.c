@@ -14,7 +14,7 @@
             "-O3"
         ],
         "include_dirs": [
-            "/tmp/pip-build-env-wfkglo8u/overlay/lib/python3.11/site-packages/numpy/_core/include"
+            "/tmp/pip-build-env-dwk8voly/overlay/lib/python3.11/site-packages/numpy/_core/include"
         ],
         "name": "idemcore._kernels.cython_kernels",
         "sources": [

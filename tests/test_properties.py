@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +19,8 @@ from .oracle import OracleLog
 
 INT32_MAX = 2**31 - 1
 PIDS = [0, 1, 7, 2**40 + 3, 2**62 + 11, 123456789]
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 @st.composite
@@ -64,7 +67,8 @@ def streams(draw):
             row = {"partition": part, "producer_id": -1, "producer_epoch": -1, "base_sequence": -1,
                    "last_sequence": -1, "record_count": draw(st.integers(1, 3)), "max_timestamp": ts}
         elif kind == "raw":
-            row = {"partition": draw(st.integers(-1, partitions)), "producer_id": draw(st.sampled_from([-2, -1, *pids])),
+            row = {"partition": draw(st.integers(-1, partitions)),
+                   "producer_id": draw(st.sampled_from([-2, -1, *pids])),
                    "producer_epoch": draw(st.integers(-2, 2)), "base_sequence": draw(st.integers(-2, 6)),
                    "last_sequence": draw(st.integers(-2, 8)), "record_count": draw(st.integers(0, 3)),
                    "base_offset": draw(st.sampled_from([-2, -1, 1000])), "is_transactional": draw(st.booleans()),
@@ -140,10 +144,10 @@ def test_chunked_equals_whole(backend, rows, origin, cuts):
     packed = idemcore.BatchMetadata.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, partition_capacity=1)
-    parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend) for a, b in zip(bounds, bounds[1:])]
+    parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend) for a, b in itertools.pairwise(bounds)]
     for name, column in whole.to_dict().items():
         np.testing.assert_array_equal(np.concatenate([getattr(p, name) for p in parts]), column, err_msg=name)
-    assert sum((_txn_rows(p) for p in parts), []) == _txn_rows(whole)
+    assert [txn for p in parts for txn in _txn_rows(p)] == _txn_rows(whole)
     assert_same_state(state, whole_state)
 
 
@@ -153,7 +157,7 @@ def chaotic_stream(n: int, seed: int) -> dict[str, np.ndarray]:
     columns = synthetic_stream(n, n_producers=300, n_partitions=5, retry_fraction=0.05,
                                first_sequence=INT32_MAX - 40, seed=seed)
     swap = np.flatnonzero(rng.random(len(columns["partition"]) - 1) < 0.02)
-    for name, column in columns.items():
+    for column in columns.values():
         column[swap], column[swap + 1] = column[swap + 1].copy(), column[swap].copy()
     bump = rng.random(len(columns["partition"])) < 0.01
     columns["producer_epoch"][bump] += rng.integers(-1, 2, bump.sum()).astype(np.int16)

@@ -22,8 +22,8 @@ import functools
 import importlib
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import BackendUnavailableError
 

@@ -1,0 +1,41 @@
+"""validate() per backend on 20M batches, beside a NumPy sum over the same bytes (the memory-streaming ceiling).
+
+Run: scripts/dev bench
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from idemcore import validate
+
+STREAMS = ["a-1-partition", "b-64-partitions"]
+PYTHON_SUBSET = 200_000  # the interpreted reference is ~1000x slower; timed on a prefix
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def bench_memory_baseline(benchmark, streams, record, stream):
+    packed = streams[stream]
+    # The same number of bytes as the twelve input columns, summed as int64.
+    nbytes = sum(column.nbytes for column in packed.kernel_columns())
+    flat = np.ones(nbytes // 8, dtype=np.int64)
+    benchmark.pedantic(flat.sum, rounds=5, iterations=1, warmup_rounds=1)
+    record(f"baseline numpy-sum {stream}", benchmark, len(packed))
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("backend", ["cython", "numba"])
+def bench_validate(benchmark, streams, record, backend, stream):
+    packed = streams[stream]
+    validate(packed.slice(0, 10_000), backend=backend)  # compile / warm caches outside the timing
+    verdicts = benchmark.pedantic(validate, args=(packed,), kwargs={"backend": backend}, rounds=3, iterations=1)
+    assert verdicts.counts()["duplicate"] > 0
+    record(f"validate {backend} {stream}", benchmark, len(packed))
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def bench_validate_python_reference(benchmark, streams, record, stream):
+    packed = streams[stream].slice(0, PYTHON_SUBSET)
+    benchmark.pedantic(validate, args=(packed,), kwargs={"backend": "python"}, rounds=1, iterations=1)
+    record(f"validate python(200k) {stream}", benchmark, len(packed))

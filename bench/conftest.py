@@ -1,0 +1,46 @@
+"""Benchmark fixtures: the streams are generated once per run; a summary prints M batches/s and ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+from idemcore.batches import BatchMetadata
+from idemcore.streams import synthetic_stream
+
+BATCHES = 20_000_000
+_results: dict[str, tuple[float, int]] = {}
+
+
+@pytest.fixture(scope="session")
+def streams() -> dict[str, BatchMetadata]:
+    """(a) one partition and (b) 64 partitions: 20M batches, 10,000 random 64-bit producer ids, ~1% retried."""
+    return {
+        "a-1-partition": BatchMetadata.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=1, seed=1)),
+        "b-64-partitions": BatchMetadata.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=64,
+                                                                 seed=2)),
+    }
+
+
+@pytest.fixture
+def record():
+    """record(label, benchmark, batches): keep the best time of a benchmark for the summary."""
+    def _record(label: str, benchmark, batches: int) -> None:
+        _results[label] = (benchmark.stats.stats.min, batches)
+    return _record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _results:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("idemcore throughput (best round; M batches/s; ratio to the memory-streaming baseline of the same stream)")
+    baselines = {label.split(" ")[-1]: seconds for label, (seconds, _) in _results.items()
+                 if label.startswith("baseline")}
+    for label, (seconds, batches) in sorted(_results.items()):
+        rate = batches / seconds / 1e6
+        stream = label.split(" ")[-1]
+        ratio = ""
+        if not label.startswith("baseline") and stream in baselines:
+            ratio = f"  {baselines[stream] / seconds * 100:6.1f}% of baseline speed"
+        write(f"  {label:<32} {rate:9.1f} M batches/s{ratio}")
