@@ -153,6 +153,8 @@ def _coerce_column(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
         raise ValueError(f"column {name!r} must be one-dimensional, got shape {array.shape}")
     if array.dtype == dtype:
         return np.ascontiguousarray(array)
+    if array.size == 0:  # an empty list arrives as float64; nothing to lose
+        return np.empty(0, dtype=dtype)
     source = array.dtype
     if dtype == np.bool_:
         if source.kind in "iu" and (array.size == 0 or (array.min() >= 0 and array.max() <= 1)):
