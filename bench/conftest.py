@@ -35,12 +35,11 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     write("")
     write("idemcore throughput (best round; M batches/s; ratio to the memory-streaming baseline of the same stream)")
-    baselines = {label.split(" ")[-1]: seconds for label, (seconds, _) in _results.items()
-                 if label.startswith("baseline")}
-    for label, (seconds, batches) in sorted(_results.items()):
-        rate = batches / seconds / 1e6
+    rates = {label: batches / seconds / 1e6 for label, (seconds, batches) in _results.items()}
+    baselines = {label.split(" ")[-1]: rate for label, rate in rates.items() if label.startswith("baseline")}
+    for label, rate in sorted(rates.items()):
         stream = label.split(" ")[-1]
         ratio = ""
         if not label.startswith("baseline") and stream in baselines:
-            ratio = f"  {baselines[stream] / seconds * 100:6.1f}% of baseline speed"
-        write(f"  {label:<32} {rate:9.1f} M batches/s{ratio}")
+            ratio = f"  {rate / baselines[stream] * 100:6.2f}% of baseline speed"
+        write(f"  {label:<36} {rate:9.2f} M batches/s{ratio}")
