@@ -156,14 +156,14 @@ def validate_batches(
             timestamp = max_timestamp[i]
             transactional = is_transactional[i] != 0
             control = is_control[i] != 0
-            out_base_offset[i] = -1
-            out_last_offset[i] = -1
 
             error = metadata_error(part, pid, epoch, first_seq, last_seq, given_offset, count,
                                    transactional, control, control_type[i], origin)
             if error != E_NONE:
                 out_status[i] = REJECTED
                 out_error_code[i] = error
+                out_base_offset[i] = -1
+                out_last_offset[i] = -1
                 continue
 
             row = -1
@@ -217,6 +217,8 @@ def validate_batches(
             if error != E_NONE:
                 out_status[i] = REJECTED
                 out_error_code[i] = error
+                out_base_offset[i] = -1
+                out_last_offset[i] = -1
                 continue
 
             if row >= 0:

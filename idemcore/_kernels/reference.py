@@ -255,13 +255,13 @@ def validate_batches(
         transactional = bool(is_transactional[i])
         control = bool(is_control[i])
 
-        out_base_offset[i] = -1
-        out_last_offset[i] = -1
         error = metadata_error(part, pid, epoch, first_seq, last_seq, given_offset, count,
                                transactional, control, int(control_type[i]), origin)
         if error != NONE:
             out_status[i] = REJECTED
             out_error_code[i] = error
+            out_base_offset[i] = -1
+            out_last_offset[i] = -1
             continue
 
         # The producer's entry (row), if it has one on this partition.
@@ -306,6 +306,8 @@ def validate_batches(
         if error != NONE:
             out_status[i] = REJECTED
             out_error_code[i] = error
+            out_base_offset[i] = -1
+            out_last_offset[i] = -1
             continue
 
         # Accepted: find the partition's log end and assign offsets.
