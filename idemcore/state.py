@@ -120,6 +120,11 @@ class ProducerStateTable:
         self._reindex(get_backend(backend))
         return n - kept
 
+    def expired_rows(self, now_ms: int, expiration_ms: int) -> np.ndarray:
+        """Rows with no open transaction whose last write is ``expiration_ms`` or more before ``now_ms``."""
+        n = self.n_producers
+        return (self.row_txn_first_offset[:n] < 0) & (now_ms - self.row_last_timestamp[:n] >= expiration_ms)
+
     def kernel_arrays(self) -> tuple[np.ndarray, ...]:
         """Index, row, ring and partition arrays plus counters, in kernel order."""
         return (

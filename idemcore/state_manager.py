@@ -228,12 +228,7 @@ class ProducerStateManager:
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers with no open transaction idle for ``producer_id_expiration_ms``; return how many."""
         now_ms = _require_int("now_ms", now_ms)
-        n = self.table.n_producers
-        expired = (
-            self._rows()
-            & (self.table.row_txn_first_offset[:n] < 0)
-            & (now_ms - self.table.row_last_timestamp[:n] >= self.producer_id_expiration_ms)
-        )
+        expired = self._rows() & self.table.expired_rows(now_ms, self.producer_id_expiration_ms)
         return self.table.remove_rows(expired, self.backend) if expired.any() else 0
 
     def first_unstable_offset(self) -> int | None:

@@ -1,0 +1,8 @@
+"""The broker side: partition logs and produce handling over the producer-state kernel."""
+
+from .broker import Broker
+from .log import LogCorruptionError, PartitionLog
+from .protocol import InitProducerIdResponse, PartitionResponse, ProduceRequest, ProduceResponse, RecordBatch
+
+__all__ = ["Broker", "InitProducerIdResponse", "LogCorruptionError", "PartitionLog", "PartitionResponse",
+           "ProduceRequest", "ProduceResponse", "RecordBatch"]

@@ -1,0 +1,153 @@
+"""A partition's log: the batches it holds, in offset order, optionally persisted to an append-only file.
+
+File format (little-endian), one frame per batch::
+
+    u32 length of the rest of the frame after this field and the CRC
+    u32 CRC-32 of those bytes
+    i64 base_offset, i64 producer_id, i16 producer_epoch, i32 base_sequence,
+    i32 record_count, i64 max_timestamp, u8 flags (1: transactional)
+    per record: i32 key length (-1: no key), key, i32 value length, value
+
+A frame cut short or failing its CRC can only be the tail of a write the
+broker never acknowledged (it syncs before answering), so recovery drops it
+and truncates the file there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from ..errors import IdemcoreError
+from .protocol import RecordBatch
+
+log = logging.getLogger(__name__)
+
+_PREFIX = struct.Struct("<II")
+_HEADER = struct.Struct("<qqhiiqB")
+_LENGTH = struct.Struct("<i")
+_TRANSACTIONAL = 1
+
+
+class LogCorruptionError(IdemcoreError):
+    """A log file holds something that is neither a valid frame nor a torn tail."""
+
+
+class StoredBatch(NamedTuple):
+    base_offset: int
+    batch: RecordBatch
+
+
+def encode_frame(base_offset: int, batch: RecordBatch) -> bytes:
+    """The bytes of one batch frame."""
+    parts = [_HEADER.pack(base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                          batch.record_count, batch.max_timestamp, _TRANSACTIONAL if batch.is_transactional else 0)]
+    keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+    for key, value in zip(keys, batch.values, strict=True):
+        if key is None:
+            parts.append(_LENGTH.pack(-1))
+        else:
+            parts += (_LENGTH.pack(len(key)), key)
+        parts += (_LENGTH.pack(len(value)), value)
+    body = b"".join(parts)
+    return _PREFIX.pack(len(body), zlib.crc32(body)) + body
+
+
+def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
+    base_offset, producer_id, epoch, base_sequence, count, max_timestamp, flags = _HEADER.unpack_from(body)
+    position = _HEADER.size
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    for _ in range(count):
+        (size,) = _LENGTH.unpack_from(body, position)
+        position += 4
+        keys.append(None if size < 0 else body[position:position + size])
+        position += max(size, 0)
+        (size,) = _LENGTH.unpack_from(body, position)
+        position += 4
+        values.append(body[position:position + size])
+        position += size
+    if position != len(body):
+        raise LogCorruptionError(f"{topic}-{partition}: frame at offset {base_offset} has {len(body) - position} "
+                                 "bytes after its records")
+    has_keys = any(key is not None for key in keys)
+    return StoredBatch(base_offset, RecordBatch(topic, partition, values, keys if has_keys else None, producer_id,
+                                                epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
+
+
+class PartitionLog:
+    """Batches of one topic-partition; with ``directory``, also written to ``directory/log``."""
+
+    def __init__(self, topic: str, partition: int, directory: Path | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.batches: list[StoredBatch] = []
+        self.log_start_offset = 0
+        self.truncated_bytes = 0
+        self._file: BinaryIO | None = None
+        self._dirty = False
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / "log"
+            self.batches, valid_bytes = self._read(path) if path.exists() else ([], 0)
+            self._file = open(path, "ab")
+            if self._file.tell() != valid_bytes:
+                self.truncated_bytes = self._file.tell() - valid_bytes
+                log.warning("%s-%d: dropping a torn tail of %d bytes", topic, partition, self.truncated_bytes)
+                self._file.truncate(valid_bytes)
+                self._file.seek(valid_bytes)
+
+    def _read(self, path: Path) -> tuple[list[StoredBatch], int]:
+        data = path.read_bytes()
+        batches: list[StoredBatch] = []
+        position = 0
+        while position + _PREFIX.size <= len(data):
+            length, crc = _PREFIX.unpack_from(data, position)
+            end = position + _PREFIX.size + length
+            body = data[position + _PREFIX.size:end]
+            if end > len(data) or zlib.crc32(body) != crc or length < _HEADER.size:
+                break  # torn tail
+            batches.append(_decode_body(self.topic, self.partition, body))
+            position = end
+        return batches, position
+
+    @property
+    def log_end_offset(self) -> int:
+        if not self.batches:
+            return self.log_start_offset
+        last = self.batches[-1]
+        return last.base_offset + last.batch.record_count
+
+    def append(self, base_offset: int, batch: RecordBatch) -> None:
+        """Add a batch the producer-state check accepted at ``base_offset``."""
+        if base_offset < self.log_end_offset:
+            raise IdemcoreError(f"{self.topic}-{self.partition}: append at offset {base_offset} below the log end "
+                                f"offset {self.log_end_offset}")
+        self.batches.append(StoredBatch(base_offset, batch))
+        if self._file is not None:
+            self._file.write(encode_frame(base_offset, batch))
+            self._dirty = True
+
+    def sync(self) -> None:
+        """Make every appended batch durable (flush and fsync)."""
+        if self._file is not None and self._dirty:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._dirty = False
+
+    def close(self) -> None:
+        if self._file is not None:
+            self.sync()
+            self._file.close()
+            self._file = None
+
+    def records(self):
+        """Every record as ``(offset, key, value, batch)``, in offset order."""
+        for base_offset, batch in self.batches:
+            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
+                yield base_offset + index, key, value, batch
