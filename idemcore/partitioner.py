@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import struct
 
 _SEED = 0x9747B28C
@@ -40,18 +39,27 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 
 class Partitioner:
-    """Explicit partition wins; a key picks by murmur2; otherwise round-robin per topic."""
+    """Explicit partition wins; a key picks by murmur2; otherwise sticky: one partition until
+    ``sticky_bytes`` were sent to it, then the next (Kafka's built-in partitioner, without load weighting)."""
 
-    def __init__(self) -> None:
-        self._round_robin: dict[str, itertools.count] = {}
+    def __init__(self, sticky_bytes: int = 16_384) -> None:
+        self.sticky_bytes = max(1, sticky_bytes)
+        self._sticky: dict[str, list[int]] = {}  # topic -> [partition, bytes sent to it]
 
-    def partition(self, topic: str, num_partitions: int, key: bytes | None, partition: int | None) -> int:
+    def partition(self, topic: str, num_partitions: int, key: bytes | None, partition: int | None,
+                  size: int = 0) -> int:
         if partition is not None:
-            if not 0 <= partition < num_partitions:
-                raise ValueError(f"partition {partition} out of range for topic {topic!r} "
+            if not isinstance(partition, int) or not 0 <= partition < num_partitions:
+                raise ValueError(f"partition {partition!r} out of range for topic {topic!r} "
                                  f"with {num_partitions} partitions")
             return partition
         if key is not None:
             return partition_for_key(key, num_partitions)
-        counter = self._round_robin.setdefault(topic, itertools.count())
-        return next(counter) % num_partitions
+        sticky = self._sticky.get(topic)
+        if sticky is None:
+            sticky = self._sticky[topic] = [0, 0]
+        if sticky[1] >= self.sticky_bytes:
+            sticky[0] = (sticky[0] + 1) % num_partitions
+            sticky[1] = 0
+        sticky[1] += size
+        return sticky[0] % num_partitions

@@ -1,6 +1,6 @@
 """The kernel contract and backend selection (the one place that picks a backend).
 
-Every backend module provides the same three functions over plain arrays:
+Every backend provides the same four functions over plain arrays:
 
 ``validate_batches(<12 batch columns>, origin, start, <state arrays>, counters,
 <4 verdict columns>, <5 completed-transaction columns>) -> int``
@@ -9,6 +9,9 @@ Every backend module provides the same three functions over plain arrays:
     as ``uint8`` views. See :mod:`idemcore._kernels.reference` for the rules.
 ``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
     refill the open-addressing indexes after the table grows or drops rows.
+``drain_partitions(...) -> int``
+    one send round of the producer: which head batches to take and their
+    sequences (see :mod:`idemcore._kernels.drain_reference`).
 
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
 with ``@njit``) and ``python`` (the reference, interpreted). Choose one with a
@@ -30,9 +33,9 @@ from ..errors import BackendUnavailableError
 #: Fastest first: the order ``auto`` tries (measured by bench/bench_validate.py).
 PREFERENCE = ("cython", "numba", "python")
 _MODULES = {
-    "cython": "idemcore._kernels.cython_kernels",
-    "numba": "idemcore._kernels.numba_kernels",
-    "python": "idemcore._kernels.reference",
+    "cython": ("idemcore._kernels.cython_kernels", "idemcore._kernels.cython_drain"),
+    "numba": ("idemcore._kernels.numba_kernels",),
+    "python": ("idemcore._kernels.reference", "idemcore._kernels.drain_reference"),
 }
 ENV_VAR = "IDEMCORE_BACKEND"
 
@@ -45,6 +48,7 @@ class Backend:
     validate_batches: Callable[..., int]
     rebuild_producer_index: Callable[..., None]
     rebuild_partition_index: Callable[..., None]
+    drain_partitions: Callable[..., int]
 
 
 @functools.cache
@@ -52,11 +56,15 @@ def load_backend(name: str) -> Backend:
     """Load the backend called ``name``; raise BackendUnavailableError if it cannot be loaded."""
     if name not in _MODULES:
         raise ValueError(f"unknown backend {name!r}; expected one of 'auto', {', '.join(map(repr, PREFERENCE))}")
-    try:
-        module = importlib.import_module(_MODULES[name])
-    except ImportError as exc:
-        raise BackendUnavailableError(f"backend {name!r} is not available: {exc}") from exc
-    return Backend(name, module.validate_batches, module.rebuild_producer_index, module.rebuild_partition_index)
+    functions = {}
+    for module_name in _MODULES[name]:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise BackendUnavailableError(f"backend {name!r} is not available: {exc}") from exc
+        functions.update(vars(module))
+    return Backend(name, functions["validate_batches"], functions["rebuild_producer_index"],
+                   functions["rebuild_partition_index"], functions["drain_partitions"])
 
 
 @functools.cache

@@ -1,7 +1,7 @@
 """The reference kernels compiled with Numba.
 
 There is no second copy of the rules here: every function of
-:mod:`idemcore._kernels.reference` is re-bound to a namespace in which its
+:mod:`idemcore._kernels.reference` (and of ``drain_reference``) is re-bound to a namespace in which its
 helpers are the compiled versions, then compiled with ``@njit``. So the
 interpreted and the compiled backend run one source; the tests compare them
 anyway, because Numba's integer typing differs from Python's.
@@ -13,14 +13,14 @@ import types
 
 import numba
 
-from . import reference
+from . import drain_reference, reference
 
 #: One place for JIT options: integer code, so no fastmath; cached on disk.
 JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True}
 #: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
 #: pay reference counting on every batch.
 HELPER_OPTIONS = {**JIT_OPTIONS, "inline": "always"}
-_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches")
+_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches", "drain_partitions")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
@@ -46,6 +46,9 @@ def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...]) 
 
 _compiled = _compile_module_functions(reference, _FUNCTIONS)
 
+_compiled_drain = _compile_module_functions(drain_reference, ("next_in_sequence", "drain_partitions"))
+
 validate_batches = _compiled["validate_batches"]
+drain_partitions = _compiled_drain["drain_partitions"]
 rebuild_producer_index = _compiled["rebuild_producer_index"]
 rebuild_partition_index = _compiled["rebuild_partition_index"]

@@ -2,7 +2,14 @@
 
 from .broker import Broker
 from .log import LogCorruptionError, PartitionLog
-from .protocol import InitProducerIdResponse, PartitionResponse, ProduceRequest, ProduceResponse, RecordBatch
+from .protocol import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    PartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    RecordBatch,
+)
 
-__all__ = ["Broker", "InitProducerIdResponse", "LogCorruptionError", "PartitionLog", "PartitionResponse",
-           "ProduceRequest", "ProduceResponse", "RecordBatch"]
+__all__ = ["Broker", "InitProducerIdRequest", "InitProducerIdResponse", "LogCorruptionError", "PartitionLog",
+           "PartitionResponse", "ProduceRequest", "ProduceResponse", "RecordBatch"]

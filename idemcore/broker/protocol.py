@@ -59,6 +59,11 @@ class ProduceResponse:
 
 
 @dataclass(slots=True, frozen=True)
+class InitProducerIdRequest:
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
 class InitProducerIdResponse:
     error_code: int
     producer_id: int = NO_PRODUCER_ID
