@@ -50,6 +50,8 @@ class Broker:
     produce request with acks=all) and, on start, rebuild producer state by
     replaying the logs with REPLICATION origin. ``producer_ids``: the id
     allocator; by default one over a SQLite store in ``data_dir`` (or in memory).
+    ``fsync=False`` keeps writes in the OS page cache only: they survive a
+    crash of this process (what the simulation injects), not of the machine.
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class Broker:
         producer_ids: ProducerIdManager | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         backend: str | Backend | None = None,
+        fsync: bool = True,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -74,6 +77,7 @@ class Broker:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.backend = get_backend(backend)
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.fsync = fsync
         if producer_ids is None:
             store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
             if self.data_dir is not None:
@@ -87,7 +91,7 @@ class Broker:
             for partition in range(self.topics[name]):
                 directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
                 self._index[(name, partition)] = len(self._logs)
-                self._logs.append(PartitionLog(name, partition, directory))
+                self._logs.append(PartitionLog(name, partition, directory, fsync))
         self.state = ProducerStateTable()
         self._recover()
 

@@ -82,7 +82,7 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
 class PartitionLog:
     """Batches of one topic-partition; with ``directory``, also written to ``directory/log``."""
 
-    def __init__(self, topic: str, partition: int, directory: Path | None = None) -> None:
+    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.batches: list[StoredBatch] = []
@@ -90,6 +90,7 @@ class PartitionLog:
         self.truncated_bytes = 0
         self._file: BinaryIO | None = None
         self._dirty = False
+        self._fsync = fsync
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / "log"
@@ -133,10 +134,11 @@ class PartitionLog:
             self._dirty = True
 
     def sync(self) -> None:
-        """Make every appended batch durable (flush and fsync)."""
+        """Hand every appended batch to the OS, and fsync it unless the log was opened with fsync=False."""
         if self._file is not None and self._dirty:
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if self._fsync:
+                os.fsync(self._file.fileno())
             self._dirty = False
 
     def close(self) -> None:

@@ -115,6 +115,16 @@ class IdempotenceManager:
         elif adjust_sequences:
             self.request_epoch_bump(batch.index)
 
+    def is_superseded(self, batch: ProducerBatch, error_code: int) -> bool:
+        """Beyond Kafka: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose sequences lie at or before the last
+        acknowledged one under the same epoch. The broker took a later batch first (as the opening batch of
+        a producer it did not know, after this one was lost or overtaken), so this batch can never be written
+        in order: it fails at once instead of being retried until its delivery timeout. No epoch bump: the
+        sequences that follow are intact. (Sequence wrap-around is not considered here.)"""
+        return (error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not batch.sequence_reset
+                and 0 <= batch.base_sequence <= int(self.partitions.last_acked_sequence[batch.index])
+                and batch.producer_epoch == self.partitions.partition_epoch[batch.index])
+
     def can_retry(self, batch: ProducerBatch, error_code: int) -> bool:
         """Kafka's TransactionManager.canRetry for an idempotent (non-transactional) producer."""
         number = batch.index

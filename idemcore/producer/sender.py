@@ -121,6 +121,10 @@ class Sender:
             batch.complete(base_offset if error_code == ErrorCode.NONE else NO_OFFSET)
             if idem is not None:
                 idem.handle_completed_batch(batch)
+        elif idem is not None and idem.is_superseded(batch, error_code):
+            self.stats.failed_batches += 1
+            batch.fail(error_code, "a later batch was written first; this one can no longer keep its order")
+            idem.remove_inflight(batch)
         elif self._can_retry(batch, error_code, now):
             self.stats.retries += 1
             log.debug("retrying %r after %s", batch, ErrorCode(error_code).name)

@@ -1,0 +1,183 @@
+"""A deterministic simulated network between producers and one broker (seeded RNG, virtual clock).
+
+Every fault is decided by the RNG as a request is sent or handled, so a seed
+reproduces a run exactly. Time is virtual: :meth:`tick` advances it by one
+millisecond and delivers what is due.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..broker import Broker, InitProducerIdRequest, PartitionResponse, ProduceRequest, ProduceResponse
+from ..constants import ErrorCode
+from ..transport import Request, UnknownTopicError
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Probabilities per request (or per response) and the crash schedule."""
+
+    drop_request: float = 0.0  # the request never reaches the broker
+    drop_response: float = 0.0  # the broker handles it, the answer is lost
+    reorder: float = 0.0  # the request is held back and overtaken by later ones
+    duplicate: float = 0.0  # the broker receives the request twice
+    retriable_error: float = 0.0  # NOT_LEADER_OR_FOLLOWER before appending, or REQUEST_TIMED_OUT after it
+    crash_every: int = 0  # crash and restart the broker after this many records written (0: never)
+    latency_ms: int = 1
+    reorder_delay_ms: int = 20
+    restart_ms: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("drop_request", "drop_response", "reorder", "duplicate", "retriable_error"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
+        for name in ("crash_every", "latency_ms", "reorder_delay_ms", "restart_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+
+
+@dataclass
+class NetworkStats:
+    requests: int = 0
+    dropped_requests: int = 0
+    dropped_responses: int = 0
+    reordered: int = 0
+    duplicated: int = 0
+    retriable_errors: int = 0
+    crashes: int = 0
+    records_written: int = 0
+
+
+class SimulatedNetwork:
+    """The transport of :mod:`idemcore.transport` with faults; ``broker_factory`` (re)starts the broker."""
+
+    def __init__(self, broker_factory: Callable[[], Broker], faults: Faults = Faults(), seed: int = 0) -> None:
+        self.broker_factory = broker_factory
+        self.broker: Broker | None = broker_factory()
+        self.topics = dict(self.broker.topics)
+        self.faults = faults
+        self.rng = np.random.default_rng(seed)
+        self.now = 0
+        self.stats = NetworkStats()
+        self._events: list[tuple[int, int, str, str, int, Request, object]] = []
+        self._order = itertools.count()
+        self._connection: dict[str, int] = defaultdict(int)  # bumped by disconnect: older answers are lost
+        self._inbox: dict[str, list[tuple[Request, object]]] = defaultdict(list)
+        self._restart_at: int | None = None
+        self._written_since_crash = 0
+
+    # ------------------------------------------------------------ transport interface
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def partition_count(self, topic: str) -> int:
+        try:
+            return self.topics[topic]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic {topic!r}") from None
+
+    def send(self, client: str, request: Request) -> None:
+        self.stats.requests += 1
+        faults = self.faults
+        if self.rng.random() < faults.drop_request:
+            self.stats.dropped_requests += 1
+            return
+        delay = faults.latency_ms
+        if self.rng.random() < faults.reorder:
+            self.stats.reordered += 1
+            delay += int(self.rng.integers(1, max(2, faults.reorder_delay_ms)))
+        self._schedule(self.now + delay, "request", client, request, None)
+        if self.rng.random() < faults.duplicate:
+            self.stats.duplicated += 1
+            self._schedule(self.now + delay + int(self.rng.integers(0, 1 + faults.reorder_delay_ms)),
+                           "request", client, request, None)
+
+    def poll(self, client: str) -> list[tuple[Request, object]]:
+        return self._inbox.pop(client, None) or []
+
+    def disconnect(self, client: str) -> None:
+        self._connection[client] += 1
+        self._inbox.pop(client, None)
+
+    def tick(self) -> None:
+        """Advance the clock by 1 ms and deliver everything due."""
+        self.now += 1
+        if self._restart_at is not None and self.now >= self._restart_at:
+            self.broker = self.broker_factory()  # recovers producer state from its logs
+            self._restart_at = None
+        while self._events and self._events[0][0] <= self.now:
+            _, _, kind, client, connection, request, response = heapq.heappop(self._events)
+            if kind == "request":
+                self._handle(client, connection, request)
+            elif connection == self._connection[client]:
+                self._inbox[client].append((request, response))
+
+    # ------------------------------------------------------------ inside
+
+    def _schedule(self, at: int, kind: str, client: str, request: Request, response: object) -> None:
+        heapq.heappush(self._events, (at, next(self._order), kind, client, self._connection[client], request,
+                                      response))
+
+    def _handle(self, client: str, connection: int, request: Request) -> None:
+        broker = self.broker
+        if broker is None:
+            return  # the broker is down: the request is lost
+        faults = self.faults
+        if isinstance(request, InitProducerIdRequest):
+            response: object = broker.init_producer_id()
+        else:
+            retriable = self.rng.random() < faults.retriable_error
+            before = retriable and self.rng.random() < 0.5
+            if retriable:
+                self.stats.retriable_errors += 1
+            if before:
+                response = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            else:
+                before_end = _records_held(broker)
+                response = broker.produce(request)
+                written = _records_held(broker) - before_end  # duplicates answer NONE but add nothing
+                self.stats.records_written += written
+                self._written_since_crash += written
+                if retriable:  # appended, but the answer says the replication wait timed out
+                    response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
+        if self.rng.random() < faults.drop_response:
+            self.stats.dropped_responses += 1
+        else:
+            heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
+                                          connection, request, response))
+        if faults.crash_every and self._written_since_crash >= faults.crash_every:
+            self._crash()
+
+    def _crash(self) -> None:
+        self.stats.crashes += 1
+        self._written_since_crash = 0
+        self.broker.close()
+        self.broker = None
+        self._events = [e for e in self._events if e[2] == "request"]  # answers of a dead broker never come
+        heapq.heapify(self._events)
+        self._restart_at = self.now + max(1, self.faults.restart_ms)
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+
+
+def _records_held(broker: Broker) -> int:
+    return sum(partition_log.log_end_offset for partition_log in broker.logs())
+
+
+def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse:
+    return ProduceResponse(request.request_id, tuple(
+        PartitionResponse(b.topic, b.partition, error_code) for b in request.batches))
+
+
+__all__ = ["Faults", "NetworkStats", "SimulatedNetwork"]
