@@ -44,7 +44,7 @@ def simulate(
     producers: int = 8,
     partitions: int = 16,
     records: int = 100_000,
-    faults: Faults = Faults(),
+    faults: Faults | None = None,
     seed: int = 7,
     idempotence: bool = True,
     records_per_tick: int = 32,
@@ -59,6 +59,7 @@ def simulate(
     """
     if producers < 1 or partitions < 1 or records < 1:
         raise ValueError("producers, partitions and records must be at least 1")
+    faults = faults or Faults()
     data_dir = Path(tempfile.mkdtemp(prefix="idemcore-sim-")) if faults.crash_every else None
     started = time.perf_counter()
     try:
@@ -87,7 +88,7 @@ def simulate(
                 break
             network.tick()
         if progress is not None:
-            progress(sum(resolved) % 1000 if False else sum(r % 1000 for r in resolved))
+            progress(sum(r % 1000 for r in resolved))
         sent = {i: [_outcome(f) for f in futures[i]] for i in range(producers)}
         while network.broker is None:  # the run may end while the broker restarts
             network.tick()
