@@ -12,7 +12,7 @@ cdef int64_t SEQ_MAX = 2147483647
 cdef inline bint may_take(Py_ssize_t p, int64_t seq, bint idempotent, int64_t producer_id, int64_t producer_epoch,
                           const int64_t[::1] partition_producer_id, const int16_t[::1] partition_epoch,
                           const int32_t[::1] inflight_count, const int32_t[::1] first_inflight_sequence,
-                          const unsigned char[::1] unresolved) noexcept nogil:
+                          const unsigned char[::1] unresolved, const int32_t[::1] last_acked_sequence) noexcept nogil:
     # SPEC §3 retry gating: False stops the whole round, as in Kafka.
     if not idempotent:
         return True
@@ -20,7 +20,9 @@ cdef inline bint may_take(Py_ssize_t p, int64_t seq, bint idempotent, int64_t pr
         return False
     cdef bint stale = partition_producer_id[p] != producer_id or partition_epoch[p] != producer_epoch
     if seq < 0:
-        return not ((inflight_count[p] > 0 and stale) or unresolved[p] != 0)
+        # New batch: not behind old-epoch batches, not before anything of this epoch is acknowledged
+        # (beyond Kafka: an unknown producer's first sequence is taken as is), not while unresolved.
+        return not (inflight_count[p] > 0 and (stale or last_acked_sequence[p] < 0) or unresolved[p] != 0)
     return inflight_count[p] == 0 or seq == first_inflight_sequence[p]
 
 
@@ -56,7 +58,7 @@ def drain_partitions(
                 break
             seq = head_sequence[p]
             if not may_take(p, seq, idempotent, producer_id, producer_epoch, partition_producer_id,
-                            partition_epoch, inflight_count, first_inflight_sequence, unresolved):
+                            partition_epoch, inflight_count, first_inflight_sequence, unresolved, last_acked_sequence):
                 break
             reset = False
             if idempotent and seq < 0:

@@ -4,7 +4,10 @@ One call is one send round to one broker (Kafka's
 ``RecordAccumulator.drainBatchesForOneNode``). Partitions are visited
 round-robin from a cursor; each contributes at most its head batch. A batch
 gets its sequence when it is *first* drained, never at ``send()``; a retried
-batch keeps the sequence it has. Written in the subset of Python Numba
+batch keeps the sequence it has. Beyond Kafka: until a batch of the
+current epoch is acknowledged on a partition, only one is in flight there
+(a broker that does not know the producer accepts any first sequence, so a
+batch overtaking a lost one would be written ahead of it). Written in the subset of Python Numba
 compiles; ``numba_kernels`` compiles this source, ``cython_drain`` is an
 independent implementation. Kernels never raise or allocate.
 
@@ -81,6 +84,10 @@ def drain_partitions(
                         int(partition_epoch[here]) != producer_epoch
                     if seq < 0 and in_flight > 0 and stale:
                         break  # batches of an older epoch still in flight: a new one must wait
+                    if seq < 0 and in_flight > 0 and int(last_acked_sequence[here]) < 0:
+                        # Beyond Kafka: nothing acknowledged yet in this epoch, so the broker may not know
+                        # the producer and would take any sequence first; one batch at a time until it does.
+                        break
                     if seq < 0 and unresolved[here] != 0:
                         break  # earlier sequences are unresolved: nothing new until they are
                     if seq >= 0 and in_flight > 0 and seq != int(first_inflight_sequence[here]):

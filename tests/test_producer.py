@@ -1,0 +1,193 @@
+"""The idempotent producer against a hand-answered transport: Kafka's client cases (SPEC §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from idemcore.broker import Broker
+from idemcore.constants import ErrorCode
+from idemcore.producer import ConfigError, DeliveryError, Producer
+from idemcore.producer.config import ProducerConfig
+
+from .scripted import ScriptedTransport, sent_batches
+
+
+def one_batch_per_record(transport, **config) -> Producer:
+    # batch_size=1: every record fills a batch of its own; linger 0: sent as soon as possible.
+    return Producer(transport, batch_size=1, linger_ms=0, retry_backoff_ms=0, **config)
+
+
+def pump(producer: Producer, rounds: int = 10) -> None:
+    for _ in range(rounds):
+        producer.poll()
+
+
+@pytest.mark.parametrize("setting", [{"acks": 1}, {"acks": 0}, {"retries": 0},
+                                     {"max_in_flight_requests_per_connection": 6}])
+def test_explicit_idempotence_rejects_conflicting_settings(setting):
+    with pytest.raises(ConfigError):
+        ProducerConfig.from_kwargs(enable_idempotence=True, **setting)
+
+
+def test_implicit_idempotence_is_turned_off_by_conflicting_settings():
+    assert ProducerConfig.from_kwargs(acks=1).enable_idempotence is False
+    assert ProducerConfig.from_kwargs().enable_idempotence is True
+
+
+@pytest.mark.parametrize("setting", [{"linger_ms": -1}, {"acks": "two"}, {"bogus": 1}, {"batch_size": 1.5},
+                                     {"delivery_timeout_ms": 1000, "request_timeout_ms": 30_000}])
+def test_bad_settings_raise_config_error(setting):
+    with pytest.raises(ConfigError):
+        Producer(ScriptedTransport(), **setting)
+
+
+def test_sequences_are_assigned_at_first_drain_and_five_in_flight_at_most():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    futures = [producer.send("t", b"r%d" % i) for i in range(8)]
+    pump(producer)
+    # Beyond Kafka: until the broker has acknowledged a batch of this epoch, one at a time.
+    assert sent_batches(transport) == [(0, 0, 1)]
+    transport.reply(transport.produce_requests[0], base_offset=0)
+    pump(producer)
+    assert sent_batches(transport) == [(i, 0, 1) for i in range(6)]  # then five in flight, the rest wait
+    for offset, request in enumerate(transport.produce_requests[1:], start=1):
+        transport.reply(request, base_offset=offset)
+    pump(producer)
+    assert sent_batches(transport)[6:] == [(6, 0, 1), (7, 0, 1)]
+    for offset, request in enumerate(transport.produce_requests[6:], start=6):
+        transport.reply(request, base_offset=offset)
+    pump(producer)
+    assert [f.result().offset for f in futures] == list(range(8))
+
+
+def acknowledged_start(transport, producer) -> None:
+    """Send and acknowledge one record, so that the partition may have five batches in flight."""
+    future = producer.send("t", b"start")
+    pump(producer)
+    transport.reply(transport.produce_requests[-1], base_offset=0)
+    pump(producer)
+    assert future.result().offset == 0
+    transport.produce_requests.clear()
+
+
+def test_unknown_producer_id_bumps_epoch_and_resends_from_sequence_zero():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    acknowledged_start(transport, producer)  # batch 0 of Kafka's case, acknowledged
+    futures = [producer.send("t", b"r%d" % i) for i in range(4)]
+    pump(producer)
+    in_flight = list(transport.produce_requests)
+    assert sent_batches(transport) == [(i, 0, 1) for i in range(1, 5)]
+    transport.reply(in_flight[0], ErrorCode.UNKNOWN_PRODUCER_ID)
+    pump(producer, 1)
+    for request in in_flight[1:]:
+        transport.reply(request, ErrorCode.UNKNOWN_PRODUCER_ID)
+    resent = []
+    for offset in range(1, 5):  # retries go one at a time, oldest first
+        pump(producer, 3)
+        request = transport.produce_requests[-1]
+        resent.append((request.batches[0].base_sequence, request.batches[0].producer_epoch))
+        transport.reply(request, base_offset=offset)
+    pump(producer, 3)
+    assert resent == [(0, 1), (1, 1), (2, 1), (3, 1)]  # batches 2..5 of the case as sequences 0..3, epoch 1
+    assert producer.idempotence.producer_epoch == 1
+    assert [f.result().offset for f in futures] == [1, 2, 3, 4]
+
+
+def test_duplicate_sequence_number_is_success_without_offset():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    future = producer.send("t", b"x")
+    pump(producer)
+    transport.reply(transport.produce_requests[0], ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+    pump(producer)
+    assert future.result().offset == -1
+
+
+def test_out_of_order_for_a_batch_after_a_failed_one_is_retried_without_bump():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    acknowledged_start(transport, producer)
+    futures = [producer.send("t", b"r%d" % i) for i in range(2)]
+    pump(producer)
+    first, second = transport.produce_requests
+    transport.reply(first, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    transport.reply(second, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    pump(producer, 3)
+    assert sent_batches(transport)[2] == (1, 0, 1)  # the failed one first, same sequence and epoch
+    transport.reply(transport.produce_requests[2], base_offset=1)
+    pump(producer, 3)
+    assert sent_batches(transport)[3] == (2, 0, 1)
+    transport.reply(transport.produce_requests[3], base_offset=2)
+    pump(producer)
+    assert producer.idempotence.epoch_bumps == 0
+    assert [f.result().offset for f in futures] == [1, 2]
+
+
+def test_expiry_of_every_sent_batch_leaves_sequences_unresolved_then_bumps_the_epoch():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport, delivery_timeout_ms=1000, request_timeout_ms=900)
+    acknowledged_start(transport, producer)
+    futures = [producer.send("t", b"r%d" % i) for i in range(3)]
+    pump(producer)
+    assert sent_batches(transport) == [(1, 0, 1), (2, 0, 1), (3, 0, 1)]
+    transport.now = 1000  # past the delivery timeout, no answer ever came
+    pump(producer, 2)
+    for future in futures:
+        with pytest.raises(DeliveryError):
+            future.result()
+    assert producer.idempotence.epoch_bumps == 1
+    later = producer.send("t", b"later")
+    pump(producer)
+    assert sent_batches(transport)[-1] == (0, 1, 1)  # new epoch, sequence 0
+    transport.reply(transport.produce_requests[-1], base_offset=4)
+    pump(producer)
+    assert later.result().offset == 4
+
+
+def test_non_retriable_error_fails_the_record():
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    future = producer.send("t", b"x")
+    pump(producer)
+    transport.reply(transport.produce_requests[0], ErrorCode.INVALID_RECORD)
+    pump(producer)
+    with pytest.raises(DeliveryError) as raised:
+        future.result()
+    assert raised.value.error_code == ErrorCode.INVALID_RECORD
+
+
+def test_producer_against_broker_keyed_records_keep_order_per_partition():
+    broker = Broker({"t": 4})
+    producer = Producer(broker, batch_size=64)
+    keys = [b"k%d" % (i % 10) for i in range(500)]
+    futures = [producer.send("t", b"v%d" % i, key=k) for i, k in enumerate(keys)]
+    producer.flush()
+    results = [f.result() for f in futures]
+    from idemcore.partitioner import partition_for_key
+    assert [r.partition for r in results] == [partition_for_key(k, 4) for k in keys]
+    for partition_log in broker.logs():
+        values = [int(v[1:]) for _, _, v, _ in partition_log.records()]
+        assert values == sorted(values)
+    assert sum(log.log_end_offset for log in broker.logs()) == 500
+
+
+def test_send_batch_offsets_match_the_log():
+    broker = Broker({"t": 3})
+    producer = Producer(broker, batch_size=100)
+    values = [b"%05d" % i for i in range(1000)]
+    offsets = producer.send_batch("t", values, keys=values).result()
+    assert len(offsets) == 1000 and (offsets >= 0).all()
+    stored = {v: (p.partition, o) for p in broker.logs() for o, _, v, _ in p.records()}
+    assert len(stored) == 1000
+
+
+def test_send_rejects_non_bytes_and_unknown_topics():
+    producer = Producer(Broker({"t": 1}))
+    with pytest.raises(TypeError):
+        producer.send("t", "text")
+    with pytest.raises(KeyError):
+        producer.send("nope", b"x")
+    with pytest.raises(ValueError):
+        producer.send("t", b"x", partition=3)
