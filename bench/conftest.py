@@ -34,7 +34,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     write = terminalreporter.write_line
     write("")
-    write("idemcore throughput (best round; M batches/s; ratio to the memory-streaming baseline of the same stream)")
+    write("idemcore throughput (best round; M items/s: batches for validate, records for producers; ratios below)")
     rates = {label: batches / seconds / 1e6 for label, (seconds, batches) in _results.items()}
     baselines = {label.split(" ")[-1]: rate for label, rate in rates.items() if label.startswith("baseline")}
     for label, rate in sorted(rates.items()):
@@ -42,4 +42,9 @@ def pytest_terminal_summary(terminalreporter):
         ratio = ""
         if not label.startswith("baseline") and stream in baselines:
             ratio = f"  {rate / baselines[stream] * 100:6.2f}% of baseline speed"
-        write(f"  {label:<36} {rate:9.2f} M batches/s{ratio}")
+        write(f"  {label:<36} {rate:9.3f} M/s{ratio}")
+    reference = rates.get("records confluent-kafka mock")
+    if reference:
+        for label in ("records idemcore send", "records idemcore send_batch"):
+            if label in rates:
+                write(f"  {label} / confluent-kafka: {rates[label] / reference:.2f}x")
