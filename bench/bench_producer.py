@@ -12,11 +12,13 @@ from idemcore.broker import Broker
 from idemcore.producer import Producer
 
 RECORDS = 200_000
+#: librdkafka's defaults (batch.size 1,000,000 bytes, linger.ms 5), given to idemcore too.
+SETTINGS = {"batch_size": 1_000_000, "linger_ms": 5}
 VALUES = [b"%0100d" % i for i in range(RECORDS)]  # 100-byte records
 
 
 def idemcore_send():
-    producer = Producer(Broker({"bench": 1}), linger_ms=5)
+    producer = Producer(Broker({"bench": 1}), **SETTINGS)
     for value in VALUES:
         producer.send("bench", value)
     producer.flush()
@@ -24,7 +26,7 @@ def idemcore_send():
 
 
 def idemcore_send_batch():
-    producer = Producer(Broker({"bench": 1}), linger_ms=5)
+    producer = Producer(Broker({"bench": 1}), **SETTINGS)
     offsets = producer.send_batch("bench", VALUES).result()
     assert offsets[-1] == RECORDS - 1
 

@@ -42,9 +42,13 @@ class BatchSendFuture:
     def __init__(self, batches: list[ProducerBatch], drive: Callable[[Callable[[], bool]], None]) -> None:
         self._batches = batches
         self._drive = drive
+        self._first_open = 0  # batches before this one are done (they finish roughly in order)
 
     def done(self) -> bool:
-        return all(b.done for b in self._batches)
+        batches = self._batches
+        while self._first_open < len(batches) and batches[self._first_open].done:
+            self._first_open += 1
+        return self._first_open == len(batches)
 
     def result(self) -> np.ndarray:
         """Offsets of the records (-1 where the broker reported a duplicate); raises DeliveryError on failure."""
