@@ -95,14 +95,19 @@ def test_unknown_producer_id_bumps_epoch_and_resends_from_sequence_zero():
     assert [f.result().offset for f in futures] == [1, 2, 3, 4]
 
 
-def test_duplicate_sequence_number_is_success_without_offset():
+def send_one_answered(error_code: int):
+    """A fresh producer's first record, answered with ``error_code``: its future."""
     transport = ScriptedTransport()
     producer = one_batch_per_record(transport)
     future = producer.send("t", b"x")
     pump(producer)
-    transport.reply(transport.produce_requests[0], ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+    transport.reply(transport.produce_requests[0], error_code)
     pump(producer)
-    assert future.result().offset == -1
+    return future
+
+
+def test_duplicate_sequence_number_is_success_without_offset():
+    assert send_one_answered(ErrorCode.DUPLICATE_SEQUENCE_NUMBER).result().offset == -1
 
 
 def test_out_of_order_for_a_batch_after_a_failed_one_is_retried_without_bump():
@@ -147,12 +152,7 @@ def test_expiry_of_every_sent_batch_leaves_sequences_unresolved_then_bumps_the_e
 
 
 def test_non_retriable_error_fails_the_record():
-    transport = ScriptedTransport()
-    producer = one_batch_per_record(transport)
-    future = producer.send("t", b"x")
-    pump(producer)
-    transport.reply(transport.produce_requests[0], ErrorCode.INVALID_RECORD)
-    pump(producer)
+    future = send_one_answered(ErrorCode.INVALID_RECORD)
     with pytest.raises(DeliveryError) as raised:
         future.result()
     assert raised.value.error_code == ErrorCode.INVALID_RECORD
@@ -191,3 +191,19 @@ def test_send_rejects_non_bytes_and_unknown_topics():
         producer.send("nope", b"x")
     with pytest.raises(ValueError):
         producer.send("t", b"x", partition=3)
+
+
+def test_out_of_order_for_a_sequence_already_passed_counts_as_delivered():
+    # Batch 1's answer is lost; batch 2 is acknowledged; batch 1's retry has left the broker's window.
+    transport = ScriptedTransport()
+    producer = one_batch_per_record(transport)
+    acknowledged_start(transport, producer)
+    futures = [producer.send("t", b"r%d" % i) for i in range(2)]
+    pump(producer)
+    first, second = transport.produce_requests
+    transport.reply(second, base_offset=2)
+    transport.reply(first, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    pump(producer)
+    assert futures[0].result().offset == -1  # delivered, offset unknown
+    assert futures[1].result().offset == 2
+    assert producer.idempotence.epoch_bumps == 0 and len(transport.produce_requests) == 2  # nothing resent

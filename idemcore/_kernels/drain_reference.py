@@ -29,16 +29,7 @@ batch taken; returns how many were taken.
 
 from __future__ import annotations
 
-INT32_MAX = 2147483647
-SEQUENCE_SPACE = 2147483648
-
-
-def next_in_sequence(seq, count):
-    """``seq + count`` wrapping from 2147483647 to 0 (Kafka's incrementSequence)."""
-    s = seq + count
-    if s > INT32_MAX:
-        s -= SEQUENCE_SPACE
-    return s
+from .reference import seq_add
 
 
 def drain_partitions(
@@ -101,7 +92,7 @@ def drain_partitions(
                             partition_epoch[here] = producer_epoch
                             reset = 1
                         seq = int(next_sequence[here])
-                        next_sequence[here] = next_in_sequence(seq, int(head_record_count[here]))
+                        next_sequence[here] = seq_add(seq, int(head_record_count[here]))
                         if in_flight == 0:
                             first_inflight_sequence[here] = seq
                         inflight_count[here] = in_flight + 1

@@ -32,8 +32,8 @@ _FUNCTIONS = (
 )
 
 
-def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...]) -> dict:
-    namespace = dict(vars(module))
+def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...], compiled: dict | None = None) -> dict:
+    namespace = {**vars(module), **(compiled or {})}  # helpers compiled already, shared across modules
     for name in names:
         source = getattr(module, name)
         rebound = types.FunctionType(source.__code__, namespace, name, source.__defaults__, source.__closure__)
@@ -46,7 +46,7 @@ def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...]) 
 
 _compiled = _compile_module_functions(reference, _FUNCTIONS)
 
-_compiled_drain = _compile_module_functions(drain_reference, ("next_in_sequence", "drain_partitions"))
+_compiled_drain = _compile_module_functions(drain_reference, ("drain_partitions",), {"seq_add": _compiled["seq_add"]})
 
 validate_batches = _compiled["validate_batches"]
 drain_partitions = _compiled_drain["drain_partitions"]

@@ -50,11 +50,19 @@ class RecordAccumulator:
         self._dirty.add(number)
         return batch, len(batch.values) - 1
 
-    def append_batch(self, batch: ProducerBatch) -> None:
-        """Queue a batch built whole (``send_batch``)."""
-        _, queue = self.queue(batch.topic, batch.partition)
+    def append_records(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None] | None,
+                       now_ms: int) -> ProducerBatch:
+        """Queue many records as one batch of their own (``send_batch``), sized as ``append`` sizes them."""
+        number, queue = self.queue(topic, partition)
+        batch = ProducerBatch(topic, partition, number, now_ms)
+        batch.values = values
+        batch.keys = keys
+        batch.timestamps = [now_ms] * len(values)
+        key_bytes = sum(len(k) for k in keys if k is not None) if keys is not None else 0
+        batch.size = sum(map(len, values)) + key_bytes + RECORD_OVERHEAD * len(values)
         queue.append(batch)
-        self._dirty.add(batch.index)
+        self._dirty.add(number)
+        return batch
 
     def has_queued(self) -> bool:
         return any(self.queues)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from .._kernels.reference import seq_add
 from ..broker.protocol import RecordBatch
 from ..constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ErrorCode
 from ..errors import IdemcoreError
@@ -78,7 +79,7 @@ class ProducerBatch:
 
     @property
     def last_sequence(self) -> int:
-        return (self.base_sequence + len(self.values) - 1) % (1 << 31) if self.base_sequence >= 0 else NO_SEQUENCE
+        return seq_add(self.base_sequence, len(self.values) - 1) if self.base_sequence >= 0 else NO_SEQUENCE
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         self.producer_id = producer_id

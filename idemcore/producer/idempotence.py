@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 
+from .._kernels.reference import seq_add
 from ..constants import INT16_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, RETRIABLE_ERRORS, ErrorCode
 from .batch import ProducerBatch
 from .partitions import PartitionArrays
 
 log = logging.getLogger(__name__)
-_SEQUENCE_SPACE = 1 << 31
 
 
 class IdempotenceManager:
@@ -68,7 +68,7 @@ class IdempotenceManager:
         for batch in self.inflight.get(number, ()):
             batch.set_producer_state(self.producer_id, self.producer_epoch, sequence)
             batch.sequence_reset = True
-            sequence = (sequence + batch.record_count) % _SEQUENCE_SPACE
+            sequence = seq_add(sequence, batch.record_count)
         p.next_sequence[number] = sequence
         p.last_acked_sequence[number] = -1
         p.partition_producer_id[number] = self.producer_id
@@ -108,19 +108,18 @@ class IdempotenceManager:
 
     def handle_failed_batch(self, batch: ProducerBatch, error_code: int, adjust_sequences: bool) -> None:
         self.remove_inflight(batch)
-        if error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
-            self.request_epoch_bump(batch.index)  # a gap in the log: restart the partition's sequences
-        elif error_code == ErrorCode.UNKNOWN_PRODUCER_ID:
-            self.request_epoch_bump(batch.index)
-        elif adjust_sequences:
+        # A gap in the log, lost broker state, or a batch that failed for good: restart the sequences.
+        if adjust_sequences or error_code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
             self.request_epoch_bump(batch.index)
 
-    def is_superseded(self, batch: ProducerBatch, error_code: int) -> bool:
+    def is_already_written(self, batch: ProducerBatch, error_code: int) -> bool:
         """Beyond Kafka: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose sequences lie at or before the last
-        acknowledged one under the same epoch. The broker took a later batch first (as the opening batch of
-        a producer it did not know, after this one was lost or overtaken), so this batch can never be written
-        in order: it fails at once instead of being retried until its delivery timeout. No epoch bump: the
-        sequences that follow are intact. (Sequence wrap-around is not considered here.)"""
+        acknowledged one under the same epoch means it was written earlier (its answer was lost) and has
+        since left the broker's five-batch window. The broker's sequences of an epoch are contiguous from
+        the first acknowledged batch (the drain kernel sends one batch until then), so a later sequence
+        acknowledged implies this one is in the log: delivered, offset unknown, as with
+        DUPLICATE_SEQUENCE_NUMBER. Kafka retries it until the delivery timeout instead. Not covered: the
+        broker expiring the producer mid-stream, and sequences wrapping past 2147483647."""
         return (error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not batch.sequence_reset
                 and 0 <= batch.base_sequence <= int(self.partitions.last_acked_sequence[batch.index])
                 and batch.producer_epoch == self.partitions.partition_epoch[batch.index])

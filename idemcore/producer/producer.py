@@ -138,16 +138,8 @@ class Producer:
                 index = np.flatnonzero(chosen == p).tolist()
                 part_values, part_keys = [values[i] for i in index], [key_list[i] for i in index]
                 targets += [(int(p), v, k) for v, k in _chunks(part_values, part_keys, self.config.batch_size)]
-        batches = []
-        for target, chunk_values, chunk_keys in targets:
-            number, _ = self.accumulator.queue(topic, target)
-            batch = ProducerBatch(topic, target, number, now)
-            batch.values = chunk_values
-            batch.keys = chunk_keys
-            batch.timestamps = [now] * len(chunk_values)
-            batch.size = sum(map(len, chunk_values)) + RECORD_OVERHEAD * len(chunk_values)
-            self.accumulator.append_batch(batch)
-            batches.append(batch)
+        batches = [self.accumulator.append_records(topic, target, chunk_values, chunk_keys, now)
+                   for target, chunk_values, chunk_keys in targets]
         if len(batches) > 1:
             self.sender.run_once()
         return BatchSendFuture(batches, self._drive)

@@ -116,15 +116,12 @@ class Sender:
 
     def _complete_batch(self, batch: ProducerBatch, error_code: int, base_offset: int, now: int) -> None:
         idem = self.idempotence
-        if error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-            # DUPLICATE_SEQUENCE_NUMBER (older brokers): written before, offset unknown.
+        if error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER) or \
+                (idem is not None and idem.is_already_written(batch, error_code)):
+            # Older brokers' DUPLICATE_SEQUENCE_NUMBER, or a sequence already passed: written, offset unknown.
             batch.complete(base_offset if error_code == ErrorCode.NONE else NO_OFFSET)
             if idem is not None:
                 idem.handle_completed_batch(batch)
-        elif idem is not None and idem.is_superseded(batch, error_code):
-            self.stats.failed_batches += 1
-            batch.fail(error_code, "a later batch was written first; this one can no longer keep its order")
-            idem.remove_inflight(batch)
         elif self._can_retry(batch, error_code, now):
             self.stats.retries += 1
             log.debug("retrying %r after %s", batch, ErrorCode(error_code).name)

@@ -79,16 +79,15 @@ def simulate(
                 for _ in range(min(records_per_tick, quota[i] - len(mine))):
                     mine.append(client.send(TOPIC, encode_value(i, len(mine))))
                 client.poll()
+                before = resolved[i]
                 while resolved[i] < len(mine) and mine[resolved[i]].done():
                     resolved[i] += 1
-                    if progress is not None and resolved[i] % 1000 == 0:
-                        progress(1000)
+                if progress is not None and resolved[i] > before:
+                    progress(resolved[i] - before)
                 busy = busy or len(mine) < quota[i] or client.sender.has_pending_work()
             if not busy:
                 break
             network.tick()
-        if progress is not None:
-            progress(sum(r % 1000 for r in resolved))
         sent = {i: [_outcome(f) for f in futures[i]] for i in range(producers)}
         while network.broker is None:  # the run may end while the broker restarts
             network.tick()
@@ -105,8 +104,8 @@ def simulate(
 
 
 def _outcome(future: RecordFuture) -> SentRecord:
-    batch = future._batch
-    if batch.error is not None:
-        return SentRecord(f"{batch.topic}-{batch.partition}", None)
+    # Every future is done here; a failed record counts as not acknowledged.
+    if future.exception() is not None:
+        return SentRecord("", None)
     metadata = future.result()
     return SentRecord(f"{metadata.topic}-{metadata.partition}", metadata.offset)
