@@ -2,7 +2,7 @@
 
 from ._kernels import available_backends, get_backend
 from .batches import COLUMNS, BatchMetadata
-from .constants import ControlType, ErrorCode, Origin, Status
+from .constants import ControlType, ErrorCode, Finding, Origin, Status
 from .errors import BackendUnavailableError, IdemcoreError
 from .state import ProducerStateTable
 from .state_manager import AppendResult, CompletedTxn, MarkerResult, ProducerEntry, ProducerStateManager
@@ -19,6 +19,7 @@ __all__ = [
     "CompletedTxns",
     "ControlType",
     "ErrorCode",
+    "Finding",
     "IdemcoreError",
     "MarkerResult",
     "Origin",

@@ -70,6 +70,39 @@ class Status(enum.IntEnum):
     REJECTED = 2
 
 
+class Finding(enum.IntEnum):
+    """What an audit says about a batch (SPEC §5); ``NONE`` for a batch simply appended.
+
+    The kernels set every per-batch finding; ``HANGING_TRANSACTION`` is found
+    only at the end of a stream, by the audit.
+    """
+
+    NONE = 0
+    DUPLICATE = 1  # a retry caught within the five-batch window
+    DUPLICATE_BEYOND_WINDOW = 2  # same epoch, range already written, older than the window
+    SEQUENCE_GAP = 3  # sequences missing before this batch
+    OUT_OF_ORDER = 4  # range straddles the last written sequence
+    EPOCH_REGRESSION = 5  # an idempotent zombie writing with an old epoch
+    FENCED = 6  # a transactional zombie, or a marker with an old producer or coordinator epoch
+    INVALID_TXN_STATE = 7  # a non-transactional write while a transaction is open
+    INVALID_RECORD = 8  # metadata no real batch can carry
+    HANGING_TRANSACTION = 9  # open longer than the bound when the stream ends
+
+    @property
+    def label(self) -> str:
+        """The SPEC §5 name: ``"duplicate_beyond_window"``; ``""`` for NONE."""
+        return "" if self is Finding.NONE else self.name.lower()
+
+    @classmethod
+    def parse(cls, label: str) -> Finding:
+        """The finding called ``label`` (``"sequence_gap"``)."""
+        try:
+            return cls[label.strip().upper()]
+        except KeyError:
+            names = ", ".join(f.label for f in cls if f is not cls.NONE)
+            raise ValueError(f"unknown finding {label!r}; expected one of {names}") from None
+
+
 class Origin(enum.IntEnum):
     """Who appends (Kafka's AppendOrigin); decides which checks apply to data batches."""
 

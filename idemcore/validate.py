@@ -11,7 +11,7 @@ import numpy as np
 from ._kernels import Backend, get_backend
 from ._kernels import reference as rules
 from .batches import BatchMetadata
-from .constants import ErrorCode, Origin, Status
+from .constants import ErrorCode, Finding, Origin, Status
 from .state import ProducerStateTable
 
 
@@ -43,13 +43,20 @@ class Verdicts:
 
     ``status`` (int8, :class:`idemcore.Status`), ``error_code`` (int16, Kafka's
     numbers), ``base_offset``/``last_offset`` (int64: the assigned offsets, the
-    original ones for a duplicate, -1 when rejected), ``completed_txns``.
+    original ones for a duplicate, -1 when rejected), ``finding`` (int8,
+    :class:`idemcore.Finding`), ``expected`` (int64: what the batch
+    contradicted — the expected first sequence for sequence findings, the
+    current epoch for an old epoch, the current coordinator epoch for a fenced
+    marker, the open transaction's first offset for INVALID_TXN_STATE; else
+    -1), ``completed_txns``.
     """
 
     status: np.ndarray
     error_code: np.ndarray
     base_offset: np.ndarray
     last_offset: np.ndarray
+    finding: np.ndarray
+    expected: np.ndarray
     completed_txns: CompletedTxns
     backend: str
 
@@ -67,10 +74,15 @@ class Verdicts:
             result[ErrorCode(code).name] = number
         return result
 
+    def finding_counts(self) -> dict[str, int]:
+        """How many batches got each finding, by SPEC §5 name (findings that occurred only)."""
+        counts = np.bincount(self.finding, minlength=len(Finding))
+        return {Finding(code).label: int(number) for code, number in enumerate(counts) if code and number}
+
     def to_dict(self) -> dict[str, np.ndarray]:
         """The per-batch columns by name."""
-        return {"status": self.status, "error_code": self.error_code,
-                "base_offset": self.base_offset, "last_offset": self.last_offset}
+        return {"status": self.status, "error_code": self.error_code, "base_offset": self.base_offset,
+                "last_offset": self.last_offset, "finding": self.finding, "expected": self.expected}
 
 
 def validate(
@@ -102,6 +114,8 @@ def validate(
     error_code = np.empty(n, dtype=np.int16)
     base_offset = np.empty(n, dtype=np.int64)
     last_offset = np.empty(n, dtype=np.int64)
+    finding = np.empty(n, dtype=np.int8)
+    expected = np.empty(n, dtype=np.int64)
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txn_buffers = (completed.partition, completed.producer_id, completed.first_offset,
                    completed.last_offset, completed.aborted.view(np.uint8))
@@ -111,9 +125,10 @@ def validate(
     start = 0
     while True:
         start = kernel.validate_batches(*columns, int(origin), start, *state.kernel_arrays(),
-                                        status, error_code, base_offset, last_offset, *txn_buffers)
+                                        status, error_code, base_offset, last_offset, finding, expected,
+                                        *txn_buffers)
         if start >= n:
             break
         state.grow(kernel)
-    return Verdicts(status, error_code, base_offset, last_offset,
+    return Verdicts(status, error_code, base_offset, last_offset, finding, expected,
                     completed.head(int(state.counters[rules.N_COMPLETED])), kernel.name)

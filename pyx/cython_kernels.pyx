@@ -24,9 +24,19 @@ cdef enum:
     N_ROWS = 0
     N_PARTITIONS = 1
     N_COMPLETED = 2
+    F_NONE = 0
+    F_DUPLICATE = 1
+    F_DUPLICATE_BEYOND_WINDOW = 2
+    F_SEQUENCE_GAP = 3
+    F_OUT_OF_ORDER = 4
+    F_EPOCH_REGRESSION = 5
+    F_FENCED = 6
+    F_INVALID_TXN_STATE = 7
+    F_INVALID_RECORD = 8
 
 cdef int64_t SEQ_MAX = 2147483647
 cdef int64_t SEQ_SPACE = 2147483648
+cdef int64_t SEQ_HALF = 1073741824
 
 
 cdef inline int64_t wrap_seq(int64_t s) noexcept nogil:
@@ -111,6 +121,20 @@ cdef inline int metadata_error(int64_t part, int64_t pid, int64_t epoch, int64_t
     return E_NONE
 
 
+cdef inline int classify_sequence(int64_t stored_epoch, int64_t stored_last, int64_t epoch, int64_t first_seq,
+                                   int64_t last_seq, int64_t *expected) noexcept nogil:
+    # Why a sequence was refused: gap (missing before it), already written (behind), or straddling.
+    if epoch != stored_epoch or stored_last == -1:
+        expected[0] = 0
+        return F_SEQUENCE_GAP
+    expected[0] = wrap_seq(stored_last + 1)
+    if wrap_seq(first_seq - expected[0]) < SEQ_HALF:
+        return F_SEQUENCE_GAP
+    if wrap_seq(stored_last - last_seq) < SEQ_HALF:
+        return F_DUPLICATE_BEYOND_WINDOW
+    return F_OUT_OF_ORDER
+
+
 def validate_batches(
     const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
@@ -127,6 +151,7 @@ def validate_batches(
     int64_t[::1] partition_next_offset,
     int64_t[::1] counters,
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
+    int8_t[::1] out_finding, int64_t[::1] out_expected,
     int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
     int64_t[::1] txn_last_offset, unsigned char[::1] txn_aborted,
 ):
@@ -137,9 +162,9 @@ def validate_batches(
     cdef Py_ssize_t i, slot, pslot, row, k, pos, head, length
     cdef int64_t part, pid, epoch, first_seq, last_seq, given_offset, count, timestamp
     cdef int64_t stored_epoch, stored_coord, txn_first, stored_last, log_end, first_offset, last_offset
-    cdef int64_t part_index
+    cdef int64_t part_index, expected
     cdef bint transactional, control
-    cdef int error
+    cdef int error, finding
     cdef Py_ssize_t stopped = n
     with nogil:
         for i in range(start, n):
@@ -164,6 +189,8 @@ def validate_batches(
                 out_error_code[i] = error
                 out_base_offset[i] = -1
                 out_last_offset[i] = -1
+                out_finding[i] = F_INVALID_RECORD
+                out_expected[i] = -1
                 continue
 
             row = -1
@@ -179,11 +206,17 @@ def validate_batches(
                 stored_coord = row_coordinator_epoch[row]
                 txn_first = row_txn_first_offset[row]
 
+            finding = F_NONE
+            expected = -1
             if control:
                 if epoch < stored_epoch:
                     error = E_INVALID_PRODUCER_EPOCH
+                    finding = F_FENCED
+                    expected = stored_epoch
                 elif coordinator_epoch[i] < stored_coord:
                     error = E_TRANSACTION_COORDINATOR_FENCED
+                    finding = F_FENCED
+                    expected = stored_coord
             elif pid >= 0:
                 if origin == ORIGIN_CLIENT and row >= 0 and epoch == stored_epoch:
                     # Duplicate: same epoch and exactly the range of a retained batch.
@@ -199,26 +232,36 @@ def validate_batches(
                         out_error_code[i] = E_NONE
                         out_last_offset[i] = ring_last_offset[row, pos]
                         out_base_offset[i] = ring_last_offset[row, pos] - ring_offset_delta[row, pos]
+                        out_finding[i] = F_DUPLICATE
+                        out_expected[i] = -1
                         continue
                 if epoch < stored_epoch and origin != ORIGIN_REPLICATION:
                     error = E_INVALID_PRODUCER_EPOCH
+                    finding = F_FENCED if transactional else F_EPOCH_REGRESSION
+                    expected = stored_epoch
                 elif origin == ORIGIN_CLIENT:
+                    stored_last = -1
+                    if row >= 0 and ring_len[row] > 0:
+                        stored_last = ring_last_seq[row, (ring_head[row] + ring_len[row] - 1) % RING]
                     if epoch != stored_epoch:
                         if first_seq != 0 and stored_epoch != -1:
                             error = E_OUT_OF_ORDER_SEQUENCE_NUMBER
                     elif stored_epoch != -1:
-                        stored_last = -1
-                        if row >= 0 and ring_len[row] > 0:
-                            stored_last = ring_last_seq[row, (ring_head[row] + ring_len[row] - 1) % RING]
                         if not (first_seq == stored_last + 1 or (first_seq == 0 and stored_last == SEQ_MAX)):
                             error = E_OUT_OF_ORDER_SEQUENCE_NUMBER
+                    if error != E_NONE:
+                        finding = classify_sequence(stored_epoch, stored_last, epoch, first_seq, last_seq, &expected)
                 if error == E_NONE and txn_first >= 0 and not transactional:
                     error = E_INVALID_TXN_STATE
+                    finding = F_INVALID_TXN_STATE
+                    expected = txn_first
             if error != E_NONE:
                 out_status[i] = REJECTED
                 out_error_code[i] = error
                 out_base_offset[i] = -1
                 out_last_offset[i] = -1
+                out_finding[i] = finding
+                out_expected[i] = expected
                 continue
 
             if row >= 0:
@@ -242,6 +285,8 @@ def validate_batches(
             out_error_code[i] = E_NONE
             out_base_offset[i] = first_offset
             out_last_offset[i] = last_offset
+            out_finding[i] = F_NONE
+            out_expected[i] = -1
             if pid < 0:
                 continue
 

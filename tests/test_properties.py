@@ -92,13 +92,13 @@ def _oracle_run(rows, origin):
     log = OracleLog()
     code = {"client": 0, "coordinator": 1, "replication": 2}[origin]
     results = [log.append(row, code) for row in rows]
-    completed = [r[4] for r in results if r[4] is not None]
-    return [r[:4] for r in results], completed
+    completed = [r[6] for r in results if r[6] is not None]
+    return [r[:6] for r in results], completed
 
 
 def _verdict_rows(v):
     return list(zip(v.status.tolist(), v.error_code.tolist(), v.base_offset.tolist(), v.last_offset.tolist(),
-                    strict=True))
+                    v.finding.tolist(), v.expected.tolist(), strict=True))
 
 
 def _txn_rows(v):
@@ -175,6 +175,8 @@ def test_backends_agree_on_large_chaotic_stream(backend, origin):
     if origin == "client":  # the stream really exercises duplicates and every kind of rejection
         assert counts["duplicate"] > 100 and counts["OUT_OF_ORDER_SEQUENCE_NUMBER"] > 100
         assert counts["INVALID_PRODUCER_EPOCH"] > 0 and counts["INVALID_TXN_STATE"] > 0
+        assert {"duplicate", "sequence_gap", "epoch_regression", "fenced", "invalid_txn_state"} <= set(
+            reference.finding_counts())
     else:  # replication never deduplicates nor checks sequences
         assert counts["duplicate"] == 0 and "OUT_OF_ORDER_SEQUENCE_NUMBER" not in counts
     for name, column in reference.to_dict().items():

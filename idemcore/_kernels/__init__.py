@@ -3,7 +3,7 @@
 Every backend provides the same four functions over plain arrays:
 
 ``validate_batches(<12 batch columns>, origin, start, <state arrays>, counters,
-<4 verdict columns>, <5 completed-transaction columns>) -> int``
+<6 verdict columns>, <5 completed-transaction columns>) -> int``
     SPEC §2 for batches ``start..n-1``; returns the first index not processed
     (``n`` unless the state table ran out of rows). Boolean columns are passed
     as ``uint8`` views. See :mod:`idemcore._kernels.reference` for the rules.

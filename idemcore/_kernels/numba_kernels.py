@@ -27,7 +27,7 @@ _ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_
 _FUNCTIONS = (
     "seq_add", "seq_sub", "in_sequence", "producer_hash", "partition_hash",
     "producer_slot", "partition_slot", "metadata_error", "find_duplicate",
-    "newest_last_seq", "sequence_error", "ring_push",
+    "newest_last_seq", "sequence_error", "sequence_finding", "ring_push",
     "rebuild_producer_index", "rebuild_partition_index", "validate_batches",
 )
 

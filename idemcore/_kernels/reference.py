@@ -39,6 +39,18 @@ INVALID_RECORD = 87
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
+# Findings (SPEC §5; mirror idemcore.findings.Finding): why a batch was not simply appended.
+F_NONE = 0
+F_DUPLICATE = 1
+F_DUPLICATE_BEYOND_WINDOW = 2
+F_SEQUENCE_GAP = 3
+F_OUT_OF_ORDER = 4
+F_EPOCH_REGRESSION = 5
+F_FENCED = 6
+F_INVALID_TXN_STATE = 7
+F_INVALID_RECORD = 8
+HALF_SEQUENCE_SPACE = 1073741824  # a sequence less than this far ahead (wrapping) counts as "ahead"
+
 RING_SIZE = 5
 INT32_MAX = 2147483647
 SEQUENCE_SPACE = 2147483648  # sequences live in [0, INT32_MAX] and wrap
@@ -197,6 +209,24 @@ def sequence_error(stored_epoch, stored_last_seq, epoch, first_seq):
     return OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+def sequence_finding(stored_epoch, stored_last_seq, epoch, first_seq, last_seq):
+    """Why an OUT_OF_ORDER_SEQUENCE_NUMBER: ``(finding, expected first sequence)``.
+
+    Sequences missing before ``first_seq`` are a gap; a range wholly at or
+    before the last written sequence of the same epoch was already written
+    (a duplicate older than the five-batch window); a range straddling it is
+    out of order.
+    """
+    if epoch != stored_epoch or stored_last_seq == -1:
+        return F_SEQUENCE_GAP, 0  # a new epoch (or an entry without batches) must start at 0
+    expected = seq_add(stored_last_seq, 1)
+    if seq_sub(first_seq, expected) < HALF_SEQUENCE_SPACE:
+        return F_SEQUENCE_GAP, expected
+    if seq_sub(stored_last_seq, last_seq) < HALF_SEQUENCE_SPACE:
+        return F_DUPLICATE_BEYOND_WINDOW, expected
+    return F_OUT_OF_ORDER, expected
+
+
 def ring_push(ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
               row, last_seq, last_offset, offset_delta, timestamp):
     """Remember one batch; the oldest of five is dropped."""
@@ -227,7 +257,7 @@ def validate_batches(
     ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
-    out_status, out_error_code, out_base_offset, out_last_offset,
+    out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
     txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted,
 ):
     """Apply SPEC §2 to batches ``start..n-1`` in order; return the first index not processed.
@@ -237,6 +267,12 @@ def validate_batches(
     again from there. Completed transactions are appended at
     ``counters[N_COMPLETED]``; the caller sizes the ``txn_*`` arrays for one
     per control batch.
+
+    ``out_finding`` explains each batch (``F_*``); ``out_expected`` gives the
+    value the batch contradicted: the expected first sequence for sequence
+    findings, the current producer epoch for an old epoch, the current
+    coordinator epoch for a fenced marker, the open transaction's first offset
+    for INVALID_TXN_STATE, else -1.
     """
     n = partition.shape[0]
     row_capacity = row_epoch.shape[0]
@@ -262,6 +298,8 @@ def validate_batches(
             out_error_code[i] = error
             out_base_offset[i] = -1
             out_last_offset[i] = -1
+            out_finding[i] = F_INVALID_RECORD
+            out_expected[i] = -1
             continue
 
         # The producer's entry (row), if it has one on this partition.
@@ -278,12 +316,18 @@ def validate_batches(
             stored_coordinator_epoch = int(row_coordinator_epoch[row])
             txn_first = int(row_txn_first_offset[row])
 
+        finding = F_NONE
+        expected = -1
         if control:
             # Transaction marker, always checked as written by the coordinator.
             if epoch < stored_epoch:
                 error = INVALID_PRODUCER_EPOCH
+                finding = F_FENCED
+                expected = stored_epoch
             elif int(coordinator_epoch[i]) < stored_coordinator_epoch:
                 error = TRANSACTION_COORDINATOR_FENCED
+                finding = F_FENCED
+                expected = stored_coordinator_epoch
         elif pid >= 0:
             if origin == ORIGIN_CLIENT and row >= 0 and epoch == stored_epoch:
                 pos = find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq)
@@ -293,21 +337,32 @@ def validate_batches(
                     out_error_code[i] = NONE
                     out_base_offset[i] = original_last - int(ring_offset_delta[row, pos])
                     out_last_offset[i] = original_last
+                    out_finding[i] = F_DUPLICATE
+                    out_expected[i] = -1
                     continue
             if epoch < stored_epoch and origin != ORIGIN_REPLICATION:
                 error = INVALID_PRODUCER_EPOCH
+                # A transactional zombie is fenced by its successor; an idempotent one just regresses.
+                finding = F_FENCED if transactional else F_EPOCH_REGRESSION
+                expected = stored_epoch
             elif origin == ORIGIN_CLIENT:
                 stored_last = -1
                 if row >= 0:
                     stored_last = newest_last_seq(ring_last_seq, ring_head, ring_len, row)
                 error = sequence_error(stored_epoch, stored_last, epoch, first_seq)
+                if error != NONE:
+                    finding, expected = sequence_finding(stored_epoch, stored_last, epoch, first_seq, last_seq)
             if error == NONE and txn_first >= 0 and not transactional:
                 error = INVALID_TXN_STATE
+                finding = F_INVALID_TXN_STATE
+                expected = txn_first
         if error != NONE:
             out_status[i] = REJECTED
             out_error_code[i] = error
             out_base_offset[i] = -1
             out_last_offset[i] = -1
+            out_finding[i] = finding
+            out_expected[i] = expected
             continue
 
         # Accepted: find the partition's log end and assign offsets.
@@ -332,6 +387,8 @@ def validate_batches(
         out_error_code[i] = NONE
         out_base_offset[i] = first_offset
         out_last_offset[i] = last_offset
+        out_finding[i] = F_NONE
+        out_expected[i] = -1
         if pid < 0:
             continue  # no producer id: nothing to remember
 
