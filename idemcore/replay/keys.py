@@ -1,0 +1,88 @@
+"""StreamKeys: (topic, partition) pairs as dense int32 ids, the kernel's partition numbers within a task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_PARTITION_BITS = 32
+
+
+class StreamKeys:
+    """Gives every (topic, partition) seen by one task a dense id 0, 1, 2, ... in order of first sight.
+
+    Ids are stable across calls, so kernel state carried across Arrow batches
+    keeps meaning the same stream. Sorted input costs one pass (runs of equal
+    keys); interleaved input costs a sort of the batch.
+    """
+
+    def __init__(self) -> None:
+        self._topic_codes: dict[str, int] = {}
+        self._ids: dict[int, int] = {}
+        self.topics: list[str] = []  # by topic code
+        self.topic_code: list[int] = []  # by id
+        self.partition: list[int] = []  # by id
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+    def encode(self, topic: Any, partition: np.ndarray) -> np.ndarray:
+        """Dense ids (int32) for rows with these topics (Arrow string or dictionary array) and partitions."""
+        codes = self._topic_codes_of(topic)
+        partition = np.asarray(partition, dtype=np.int64)
+        if len(partition) and (partition.min() < 0 or partition.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"column 'partition' has values outside [0, 2147483647]: "
+                             f"[{partition.min()}, {partition.max()}]")
+        key = (codes << _PARTITION_BITS) | partition
+        n = len(key)
+        if n == 0:
+            return np.empty(0, dtype=np.int32)
+        starts = np.flatnonzero(key[1:] != key[:-1]) + 1
+        if len(starts) < n // 8:  # long runs (sorted or clustered input): look up each run once
+            starts = np.r_[0, starts]
+            ids = np.array([self._id_of(int(k)) for k in key[starts]], dtype=np.int32)
+            return np.repeat(ids, np.diff(np.r_[starts, n]))
+        unique, inverse = np.unique(key, return_inverse=True)
+        ids = np.array([self._id_of(int(k)) for k in unique], dtype=np.int32)
+        return ids[inverse.ravel()]
+
+    def _topic_codes_of(self, topic: Any) -> np.ndarray:
+        if isinstance(topic, pa.ChunkedArray):
+            topic = topic.combine_chunks()
+        if not isinstance(topic, pa.Array):
+            topic = pa.array(topic, type=pa.string())
+        if topic.null_count:
+            raise ValueError(f"column 'topic' contains {topic.null_count} null value(s)")
+        if not pa.types.is_dictionary(topic.type):
+            if not (pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type)):
+                raise ValueError(f"column 'topic' must be a string; got {topic.type}")
+            topic = pc.dictionary_encode(topic)
+        names = topic.dictionary.to_pylist()
+        mapping = np.array([self._topic_code(name) for name in names], dtype=np.int64)
+        return mapping[topic.indices.to_numpy(zero_copy_only=False)]
+
+    def _topic_code(self, name: str) -> int:
+        code = self._topic_codes.get(name)
+        if code is None:
+            code = self._topic_codes[name] = len(self.topics)
+            self.topics.append(name)
+        return code
+
+    def _id_of(self, key: int) -> int:
+        dense = self._ids.get(key)
+        if dense is None:
+            dense = self._ids[key] = len(self.partition)
+            self.topic_code.append(key >> _PARTITION_BITS)
+            self.partition.append(key & ((1 << _PARTITION_BITS) - 1))
+        return dense
+
+    def decode(self, ids: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        """Topic (Arrow string array) and partition (int32) of each id."""
+        ids = np.asarray(ids, dtype=np.int64)
+        topic_names = np.array(self.topics, dtype=object)
+        codes = np.asarray(self.topic_code, dtype=np.int64)
+        topics = pa.array(topic_names[codes[ids]] if len(ids) else [], type=pa.string())
+        return topics, np.asarray(self.partition, dtype=np.int32)[ids]

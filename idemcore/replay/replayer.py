@@ -1,0 +1,230 @@
+"""StreamReplayer: the kernel over the batches of one task, state carried from batch to batch.
+
+A task owns whole (topic, partition) streams and sees each stream's batches in
+order; that is what makes the answer independent of how the rows were cut
+into Arrow batches. The replayer returns each batch's verdicts (for
+``spark.validate``) and keeps what an audit needs: the batches with findings,
+counts per partition, and the transactions still open at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .._kernels import Backend, get_backend
+from ..batches import COLUMNS, BatchMetadata
+from ..constants import Finding, Origin, Status
+from ..state import ProducerStateTable
+from ..validate import Verdicts, validate
+from .columns import TOPIC, required_columns
+from .keys import StreamKeys
+
+#: Finding code -> SPEC §5 name (None for a batch simply appended).
+FINDING_LABELS = np.array([f.label or None for f in Finding], dtype=object)
+#: Per (topic, partition) counters an audit keeps.
+PARTITION_COUNTERS = ("batches", "appended", "duplicates", "rejected", "records", "committed_txns", "aborted_txns")
+#: Rows fed to the kernel at a time (bounds the verdict arrays of a big task).
+FEED_ROWS = 1 << 20
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one task found: findings, per-partition counts, open transactions, and the time span seen."""
+
+    findings: pa.Table
+    partitions: pa.Table
+    open_txns: pa.Table
+    batches: int
+    min_timestamp: int
+    max_timestamp: int
+
+    #: The Spark schema of :meth:`to_row` (a DDL string).
+    SPARK_SCHEMA = ("findings binary, partitions binary, open_txns binary, batches long, "
+                    "min_timestamp long, max_timestamp long")
+
+    def to_row(self) -> dict[str, Any]:
+        """One row for the JVM: the three tables as Arrow IPC streams plus the scalars."""
+        return {"findings": _ipc(self.findings), "partitions": _ipc(self.partitions),
+                "open_txns": _ipc(self.open_txns), "batches": self.batches,
+                "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp}
+
+    @classmethod
+    def from_row(cls, row: Any) -> TaskResult:
+        return cls(_from_ipc(row["findings"]), _from_ipc(row["partitions"]), _from_ipc(row["open_txns"]),
+                   int(row["batches"]), int(row["min_timestamp"]), int(row["max_timestamp"]))
+
+
+class StreamReplayer:
+    """Feed a task's batches in stream order; read verdicts per feed and a :class:`TaskResult` at the end."""
+
+    def __init__(self, origin: str | Origin = "client", order_by: str = "seq_no",
+                 backend: str | Backend | None = None, collect: bool = True):
+        self.origin = Origin.parse(origin)
+        self.order_by = order_by
+        self.backend = get_backend(backend)
+        self.collect = collect
+        self.keys = StreamKeys()
+        self.state = ProducerStateTable()
+        self.batches = 0
+        self.min_timestamp = np.iinfo(np.int64).max
+        self.max_timestamp = np.iinfo(np.int64).min
+        self._counters = {name: np.zeros(0, dtype=np.int64) for name in PARTITION_COUNTERS}
+        self._findings: list[pa.Table] = []
+
+    def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
+        """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
+        names = table.schema.names
+        if ids is None:
+            ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
+        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}
+        columns["partition"] = ids
+        verdicts = validate(columns, self.state, origin=self.origin, backend=self.backend)
+        self.batches += len(verdicts)
+        if self.collect and len(verdicts):
+            self._count(ids, table, verdicts)
+            self._keep_findings(table, ids, verdicts)
+        return verdicts
+
+    def _count(self, ids: np.ndarray, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
+        size = len(self.keys)
+        for name, array in self._counters.items():
+            if len(array) < size:
+                self._counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
+        counters = self._counters
+        status = verdicts.status
+        appended = status == Status.APPENDED
+        counters["batches"] += np.bincount(ids, minlength=size)
+        counters["appended"] += np.bincount(ids, weights=appended, minlength=size).astype(np.int64)
+        counters["duplicates"] += np.bincount(ids, weights=status == Status.DUPLICATE, minlength=size).astype(np.int64)
+        counters["rejected"] += np.bincount(ids, weights=status == Status.REJECTED, minlength=size).astype(np.int64)
+        records = np.where(appended, verdicts.last_offset - verdicts.base_offset + 1, 0)
+        counters["records"] += np.bincount(ids, weights=records, minlength=size).astype(np.int64)
+        txns = verdicts.completed_txns
+        counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
+        counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
+        if "max_timestamp" in table.schema.names:
+            timestamps = _numpy(table.column("max_timestamp"), "max_timestamp")
+            self.min_timestamp = min(self.min_timestamp, int(timestamps.min()))
+            self.max_timestamp = max(self.max_timestamp, int(timestamps.max()))
+
+    def _keep_findings(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray, verdicts: Verdicts) -> None:
+        rows = np.flatnonzero(verdicts.finding)
+        if not len(rows):
+            return
+        names = [name for name in table.schema.names if name in COLUMNS or name in (TOPIC, self.order_by)]
+        found = pa.Table.from_batches([table.select(names)]) if isinstance(table, pa.RecordBatch) \
+            else table.select(names)
+        found = found.take(rows)
+        extra = {
+            "finding": pa.array(FINDING_LABELS[verdicts.finding[rows]], type=pa.string()),
+            "error_code": verdicts.error_code[rows],
+            "expected": verdicts.expected[rows],
+            "assigned_base_offset": verdicts.base_offset[rows],
+            "assigned_last_offset": verdicts.last_offset[rows],
+        }
+        for name, values in extra.items():
+            found = found.append_column(name, pa.array(values) if not isinstance(values, pa.Array) else values)
+        self._findings.append(_standard_findings(found, self.order_by))
+
+    def finish(self) -> TaskResult:
+        """Everything the task found. Open transactions are those without a marker when the stream ends."""
+        state = self.state
+        p = state.n_partitions
+        log_end = np.zeros(len(self.keys), dtype=np.int64)
+        log_end[state.partition_id[:p]] = state.partition_next_offset[:p]
+        ids = np.arange(len(self.keys))
+        topics, partitions = self.keys.decode(ids)
+        counters = {name: np.pad(array, (0, len(ids) - len(array))) for name, array in self._counters.items()}
+        partition_table = pa.table({TOPIC: topics, "partition": partitions, **counters, "log_end_offset": log_end})
+
+        n = state.n_producers
+        open_rows = np.flatnonzero(state.row_txn_first_offset[:n] >= 0)
+        open_topics, open_partitions = self.keys.decode(state.row_partition[open_rows])
+        open_txns = pa.table({
+            TOPIC: open_topics, "partition": open_partitions,
+            "producer_id": state.row_producer_id[open_rows], "producer_epoch": state.row_epoch[open_rows],
+            "first_offset": state.row_txn_first_offset[open_rows],
+            "last_timestamp": state.row_last_timestamp[open_rows],
+        })
+        findings = pa.concat_tables(self._findings) if self._findings else empty_findings(self.order_by)
+        empty = self.batches == 0 or self.min_timestamp > self.max_timestamp
+        return TaskResult(findings, partition_table, open_txns, self.batches,
+                          0 if empty else self.min_timestamp, 0 if empty else self.max_timestamp)
+
+
+def findings_schema(order_by: str) -> pa.Schema:
+    """The columns of a findings table: the batch, its finding and what it contradicted."""
+    fields = [pa.field(TOPIC, pa.string())]
+    fields += [pa.field(name, pa.from_numpy_dtype(dtype)) for name, dtype in COLUMNS.items()]
+    if order_by not in COLUMNS:
+        fields.append(pa.field(order_by, pa.int64()))
+    fields += [pa.field("finding", pa.string()), pa.field("error_code", pa.int16()), pa.field("expected", pa.int64()),
+               pa.field("assigned_base_offset", pa.int64()), pa.field("assigned_last_offset", pa.int64())]
+    return pa.schema(fields)
+
+
+def empty_findings(order_by: str) -> pa.Table:
+    return findings_schema(order_by).empty_table()
+
+
+def _standard_findings(found: pa.Table, order_by: str) -> pa.Table:
+    # Same columns and types whatever the source had: missing optional columns take their defaults.
+    packed = BatchMetadata.coerce(found.select([name for name in found.schema.names if name in COLUMNS]))
+    schema = findings_schema(order_by)
+    columns = []
+    for field in schema:
+        if field.name in COLUMNS:
+            columns.append(pa.array(packed[field.name]))
+        else:
+            columns.append(found.column(field.name).cast(field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _numpy(values: Any, name: str) -> np.ndarray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError(f"column {name!r} contains {values.null_count} null value(s)")
+    return values.to_numpy(zero_copy_only=False)
+
+
+def in_stream_order(ids: np.ndarray, order: np.ndarray) -> np.ndarray | None:
+    """None when every stream's rows are already in order, else the stable permutation that orders them."""
+    if len(order) < 2:
+        return None
+    if np.all(order[1:] >= order[:-1]):
+        return None  # globally ordered (arrival order over all streams)
+    same = ids[1:] == ids[:-1]
+    if np.all(ids[1:] >= ids[:-1]) and np.all(order[1:][same] >= order[:-1][same]):
+        return None  # clustered by stream, each in order
+    return np.lexsort((order, ids))
+
+
+def replay_table(table: pa.Table, origin: str | Origin = "client", order_by: str | None = None,
+                 backend: str | Backend | None = None, replayer: StreamReplayer | None = None) -> TaskResult:
+    """Audit a table holding whole (topic, partition) streams: ordered per stream, fed in slices."""
+    names, order = required_columns(table.schema.names, order_by)
+    table = table.select(names)
+    replayer = replayer or StreamReplayer(origin, order, backend)
+    ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
+    permutation = in_stream_order(ids, _numpy(table.column(order), order))
+    if permutation is not None:
+        table, ids = table.take(permutation), ids[permutation]
+    for start in range(0, table.num_rows, FEED_ROWS):
+        replayer.feed(table.slice(start, FEED_ROWS), ids[start:start + FEED_ROWS])
+    return replayer.finish()
