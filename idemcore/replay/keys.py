@@ -50,8 +50,9 @@ class StreamKeys:
         return ids[inverse.ravel()]
 
     def _topic_codes_of(self, topic: Any) -> np.ndarray:
-        if isinstance(topic, pa.ChunkedArray):
-            topic = topic.combine_chunks()
+        if isinstance(topic, pa.ChunkedArray):  # chunks may carry different dictionaries: one at a time
+            parts = [self._topic_codes_of(chunk) for chunk in topic.chunks]
+            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         if not isinstance(topic, pa.Array):
             topic = pa.array(topic, type=pa.string())
         if topic.null_count:

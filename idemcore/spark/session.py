@@ -1,0 +1,50 @@
+"""One place that builds (or reuses) the Spark session idemcore runs in."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+#: Settings for a session idemcore creates: Arrow on, no UI, few shuffle partitions, workers on this Python.
+LOCAL_SETTINGS = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.memory": "4g",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def import_pyspark() -> Any:
+    try:
+        import pyspark
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError("idemcore.spark needs pyspark: pip install 'idemcore[spark]'") from exc
+    return pyspark
+
+
+def get_session(master: str | None = None, spark: Any = None, config: dict[str, str] | None = None) -> Any:
+    """``spark`` if given; else the active session; else a new one on ``master`` (default ``local[*]``).
+
+    A new session runs its Python workers on this interpreter, so they import
+    the same installed idemcore.
+    """
+    if spark is not None:
+        return spark
+    import_pyspark()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master or "local[*]").appName("idemcore")
+    for key, value in {**LOCAL_SETTINGS, **(config or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
