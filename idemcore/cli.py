@@ -5,17 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 
 from tqdm import tqdm
 
 from . import __version__
 from ._kernels import PREFERENCE, available_backends, get_backend
-from .batches import BatchMetadata
-from .state import ProducerStateTable
-from .streams import ANOMALY_VERDICTS, inject_anomalies, synthetic_stream
-from .validate import validate
+from .cli_audit import add_commands, print_error
 
 
 def _positive(text: str) -> int:
@@ -23,71 +19,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def _validate_with_progress(packed: BatchMetadata, backend: str, chunk: int, quiet: bool) -> dict[str, int]:
-    # Chunks carry state through one table, so the result equals one call over everything.
-    state = ProducerStateTable()
-    totals: dict[str, int] = {}
-    with tqdm(total=len(packed), unit="batch", unit_scale=True, disable=quiet, file=sys.stderr,
-              desc="validating") as bar:
-        for start in range(0, len(packed), chunk):
-            part = validate(packed.slice(start, start + chunk), state, backend=backend)
-            for name, count in part.counts().items():
-                totals[name] = totals.get(name, 0) + count
-            bar.update(len(part))
-    return totals
-
-
-def _throughput(packed: BatchMetadata, backend: str, repeats: int = 3) -> float:
-    validate(packed.slice(0, 1000), backend=backend)  # compile/warm up outside the timing
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        validate(packed, backend=backend)
-        best = min(best, time.perf_counter() - start)
-    return len(packed) / best
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    quiet = args.json
-    columns = synthetic_stream(args.batches, n_producers=args.producers, n_partitions=args.partitions,
-                               retry_fraction=args.retry_fraction, seed=args.seed)
-    columns, truth = inject_anomalies(columns, seed=args.seed)
-    packed = BatchMetadata.coerce(columns)
-    backend = get_backend(args.backend).name
-    found = _validate_with_progress(packed, backend, chunk=250_000, quiet=quiet)
-
-    expected: dict[str, int] = {"appended": len(packed) - sum(truth.values())}
-    for anomaly, count in truth.items():
-        verdict = ANOMALY_VERDICTS[anomaly]
-        expected[verdict] = expected.get(verdict, 0) + count
-    verdicts = sorted(set(expected) | set(found), key=lambda v: (v != "appended", v != "duplicate", v))
-    rows = [(v, expected.get(v, 0), found.get(v, 0)) for v in verdicts]
-    matches = all(e == f for _, e, f in rows)
-    compiled = [name for name in available_backends() if name != "python"] or ["python"]
-    speeds = {name: _throughput(packed, name) for name in compiled}
-
-    if args.json:
-        print(json.dumps({
-            "batches": len(packed), "producers": args.producers, "partitions": args.partitions, "seed": args.seed,
-            "planted": truth, "expected": expected, "found": found, "matches_ground_truth": matches,
-            "backend": backend, "batches_per_s": {name: round(speed) for name, speed in speeds.items()},
-        }))
-        return 0 if matches else 1
-
-    print(f"idemcore demo: {len(packed):,} produce attempts from {args.producers:,} producers over "
-          f"{args.partitions} partitions (seed {args.seed}), validated with the {backend} backend\n")
-    print("planted: " + ", ".join(f"{count:,} {name.replace('_', ' ')}" for name, count in truth.items()) + "\n")
-    width = max(len(v) for v in verdicts)
-    print(f"{'verdict':<{width}}  {'expected':>12}  {'found':>12}")
-    for verdict, want, got in rows:
-        print(f"{verdict:<{width}}  {want:>12,}  {got:>12,}  {'ok' if want == got else 'MISMATCH'}")
-    print("\nthroughput (whole stream, one call, best of 3):")
-    for name, speed in speeds.items():
-        print(f"  {name:<8} {speed / 1e6:8.1f} M batches/s")
-    print("\nevery planted anomaly found, nothing else" if matches else "\nMISMATCH against the ground truth")
-    return 0 if matches else 1
 
 
 def _probability(text: str) -> float:
@@ -141,20 +72,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"idemcore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser(
-        "demo", help="validate a generated stream with retries, duplicates, gaps and a zombie epoch",
-        description="Generate produce attempts with retries (in-window duplicates), duplicates beyond the "
-                    "five-batch window, sequence gaps and zombie writes from a fenced epoch; validate them; "
-                    "print what was found against the ground truth, and the throughput of each compiled backend.")
-    demo.add_argument("--batches", type=_positive, default=2_000_000, help="produce attempts (default 2,000,000)")
-    demo.add_argument("--producers", type=_positive, default=1_000, help="producers (default 1,000)")
-    demo.add_argument("--partitions", type=_positive, default=8, help="partitions (default 8)")
-    demo.add_argument("--retry-fraction", type=float, default=0.01, help="batches resent at once (default 0.01)")
-    demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    demo.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
-    demo.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    demo.set_defaults(run=run_demo)
-
     sim = commands.add_parser(
         "simulate", help="producers -> faulty network -> crashing broker, then check exactly-once",
         description="Run idempotent producers against one broker through a deterministic simulated network "
@@ -179,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(run=run_simulate)
 
+    add_commands(commands, _positive)
+
     backends = commands.add_parser("backends", help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)
     return parser
@@ -188,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, TypeError) as exc:
-        print(f"idemcore: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as exc:
+        print_error(exc)
         return 2
 
 

@@ -95,10 +95,12 @@ START_TIMESTAMP = 1_700_000_000_000
 
 
 def _is_retry_copy(columns: dict[str, np.ndarray]) -> np.ndarray:
-    pid, base = columns["producer_id"], columns["base_sequence"]
-    part = columns["partition"]
-    copy = np.zeros(len(pid), dtype=bool)
-    copy[1:] = (pid[1:] == pid[:-1]) & (base[1:] == base[:-1]) & (part[1:] == part[:-1])
+    """Rows that repeat the row before exactly (same partition, producer, epoch and sequence range)."""
+    copy = np.zeros(len(columns["producer_id"]), dtype=bool)
+    same = np.ones(max(len(copy) - 1, 0), dtype=bool)
+    for name in ("partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence"):
+        same &= columns[name][1:] == columns[name][:-1]
+    copy[1:] = same
     return copy
 
 
@@ -195,10 +197,9 @@ def inject_anomalies(
         columns["producer_epoch"][later] += 1
         for name in ("base_sequence", "last_sequence"):
             columns[name][later] = (columns[name][later].astype(np.int64) - restart) % (INT32_MAX + 1)
-        inserts.append((after(int(rows[-1])), row_at(int(cut), producer_epoch=columns["producer_epoch"][cut] - 1,
-                                                     base_sequence=restart,
-                                                     last_sequence=seq(restart + int(columns["record_count"][cut]) - 1)),
-                        "epoch_regression"))
+        zombie = row_at(int(cut), producer_epoch=columns["producer_epoch"][cut] - 1, base_sequence=restart,
+                        last_sequence=seq(restart + int(columns["record_count"][cut]) - 1))
+        inserts.append((after(int(rows[-1])), zombie, "epoch_regression"))
 
     # Transactional producers: fresh ids, each on one partition, positions spread over a window of the stream.
     # A generator of its own: seeded like the stream's, it would draw the stream's producer ids again.

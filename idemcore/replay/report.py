@@ -122,8 +122,10 @@ class AuditReport:
         base = gaps.column("base_sequence").to_numpy().astype(np.int64)
         missing_last = (base - 1) % (INT32_MAX + 1)
         return pa.table({**{name: gaps.column(name) for name in [*_STREAM, "producer_epoch"]},
-                         "missing_first": gaps.column("expected"), "missing_last": pa.array(missing_last, pa.int64()),
-                         "found_base_sequence": gaps.column("base_sequence"), self.order_by: gaps.column(self.order_by)})
+                         "missing_first": gaps.column("expected"),
+                         "missing_last": pa.array(missing_last, pa.int64()),
+                         "found_base_sequence": gaps.column("base_sequence"),
+                         self.order_by: gaps.column(self.order_by)})
 
     def zombie_writes(self) -> pa.Table:
         """Writes with an old epoch (``epoch_regression`` and ``fenced``): the zombie's and the current epoch."""
