@@ -239,6 +239,8 @@ def inject_anomalies(
         pid, partition = int(next(fresh)), int(rng.integers(0, n_partitions))
         place(txn_rows(pid, partition, 0, 0, 2, None), 0.99, 1.0)
 
+    # Never between a batch and its retry copy: the copy must stay right after it (an in-window duplicate).
+    inserts = [(position + int(position < n and copies[position]), row, finding) for position, row, finding in inserts]
     order = sorted(range(len(inserts)), key=lambda k: inserts[k][0])  # stable: rows at one position keep order
     positions = np.array([inserts[k][0] for k in order], dtype=np.int64)
     for name in columns:

@@ -25,3 +25,25 @@ def pytest_sessionstart(session):
 def backend(request):
     """Name of each expected backend in turn."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one Spark session of the test run: local[2], small shuffles."""
+    from idemcore.spark import get_session
+
+    session = get_session("local[2]", config={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """A generated dataset: 2 topics x 3 partitions, a file per stream, each stream in several row groups."""
+    from idemcore.dataset import generate
+
+    out = tmp_path_factory.mktemp("datasets") / "small"
+    truth = generate(out, topics=2, partitions=3, producers=12, batches=6000, seed=3, partitions_per_file=1,
+                     row_group_rows=700, progress=False, anomalies={"duplicate_beyond_window": 2, "sequence_gap": 2,
+                     "out_of_order": 2, "epoch_regression": 2, "fenced": 2, "hanging_transaction": 2})
+    return out, truth

@@ -45,8 +45,10 @@ class StreamKeys:
             starts = np.r_[0, starts]
             ids = np.array([self._id_of(int(k)) for k in key[starts]], dtype=np.int32)
             return np.repeat(ids, np.diff(np.r_[starts, n]))
-        unique, inverse = np.unique(key, return_inverse=True)
-        ids = np.array([self._id_of(int(k)) for k in unique], dtype=np.int32)
+        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        ids = np.empty(len(unique), dtype=np.int32)
+        for k in np.argsort(first, kind="stable"):  # new keys get ids in order of first sight
+            ids[k] = self._id_of(int(unique[k]))
         return ids[inverse.ravel()]
 
     def _topic_codes_of(self, topic: Any) -> np.ndarray:

@@ -1,0 +1,150 @@
+"""The replay layer without Spark: stream keys, stream order, replaying tables, the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from idemcore import Finding, validate
+from idemcore.dataset import read_truth
+from idemcore.ground_truth import check_against_truth
+from idemcore.replay import AuditReport, StreamKeys, replay_table
+from idemcore.replay.replayer import in_stream_order
+from idemcore.spark.plan import RowGroup, components, plan_tasks
+
+
+def dataset_table(path) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f) for f in sorted((path / "data").glob("*.parquet"))],
+                            promote_options="default")
+
+
+def per_stream_reference(table: pa.Table) -> dict[tuple[str, int, int], tuple]:
+    """Each stream validated on its own with idemcore.validate, keyed by (topic, partition, seq_no)."""
+    frame = table.to_pandas()
+    frame["topic"] = frame["topic"].astype(str)
+    frame = frame.sort_values(["topic", "partition", "seq_no"])
+    out = {}
+    for (topic, partition), rows in frame.groupby(["topic", "partition"], sort=False):
+        v = validate(rows.drop(columns=["topic", "seq_no"]))
+        for k, seq in enumerate(rows["seq_no"].tolist()):
+            out[(topic, partition, seq)] = (int(v.status[k]), int(v.error_code[k]), int(v.base_offset[k]),
+                                            int(v.last_offset[k]), int(v.finding[k]))
+    return out
+
+
+def test_stream_keys_are_dense_stable_and_decode_back():
+    keys = StreamKeys()
+    first = keys.encode(pa.array(["b", "a", "b", "b"]), np.array([5, 5, 5, 0]))
+    assert first.tolist() == [0, 1, 0, 2]
+    again = keys.encode(pa.array(["a", "a", "c"]).dictionary_encode(), np.array([5, 5, 1]))
+    assert again.tolist() == [1, 1, 3]
+    topics, partitions = keys.decode(np.array([0, 1, 2, 3]))
+    assert topics.to_pylist() == ["b", "a", "b", "c"] and partitions.tolist() == [5, 5, 0, 1]
+    sorted_ids = keys.encode(pa.array(["z"] * 50 + ["y"] * 50), np.zeros(100, np.int64))  # long runs
+    assert sorted_ids.tolist() == [4] * 50 + [5] * 50
+
+
+@pytest.mark.parametrize(("topic", "partition", "message"), [
+    (pa.array(["a", None]), [0, 1], "column 'topic' contains 1 null value"),
+    (pa.array([1, 2]), [0, 1], "column 'topic' must be a string; got int64"),
+    (pa.array(["a", "b"]), [0, -1], "column 'partition' has values outside"),
+])
+def test_stream_keys_reject_bad_input(topic, partition, message):
+    with pytest.raises(ValueError, match=message):
+        StreamKeys().encode(topic, np.array(partition))
+
+
+def test_stream_order_is_kept_when_already_ordered_and_restored_otherwise():
+    ids, order = np.array([0, 1, 0, 1]), np.array([1, 2, 3, 4])
+    assert in_stream_order(ids, order) is None  # arrival order over all streams
+    assert in_stream_order(np.array([0, 0, 1, 1]), np.array([5, 9, 1, 2])) is None  # clustered, each in order
+    assert in_stream_order(np.array([0, 1, 0, 1]), np.array([3, 2, 1, 4])).tolist() == [2, 0, 1, 3]
+
+
+def test_replay_equals_each_stream_validated_alone_whatever_the_row_order(small_dataset):
+    path, _ = small_dataset
+    table = dataset_table(path)
+    shuffled = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    reference = per_stream_reference(table)
+    result = replay_table(shuffled)
+    report = AuditReport.from_results([result], order_by="seq_no", seconds=1.0)
+    expected = {key: Finding(v[4]).label for key, v in reference.items() if v[4]}
+    found = {(r["topic"], r["partition"], r["seq_no"]): r["finding"] for r in report.findings.to_pylist()}
+    assert found == expected and len(found) > 50
+    ends = {(r["topic"], r["partition"]): r["log_end_offset"] for r in report.partitions.to_pylist()}
+    for (topic, partition, _), verdict in reference.items():
+        assert verdict[3] < ends[(topic, partition)]
+
+
+def test_in_process_report_matches_the_ground_truth(small_dataset):
+    path, truth = small_dataset
+    report = AuditReport.from_results([replay_table(dataset_table(path))], order_by="seq_no", seconds=1.0)
+    check = check_against_truth(report, read_truth(path))
+    assert check.ok, (check.rows, check.missed, check.unexpected)
+    assert report.finding_counts() == truth["findings"]
+    # Hanging transactions hold the last stable offset at their first offset.
+    lso = report.last_stable_offsets()
+    for txn in report.hanging_transactions().to_pylist():
+        assert lso[(txn["topic"], txn["partition"])] <= txn["first_offset"]
+    assert report.open_txns.num_rows == truth["findings"]["hanging_transaction"] + 1  # plus one recent, not hanging
+
+
+def test_hanging_depends_on_the_bound_and_now(small_dataset):
+    path, _ = small_dataset
+    result = replay_table(dataset_table(path))
+    never = AuditReport.from_results([result], order_by="seq_no", seconds=1.0, hanging_after_ms=10**12)
+    assert never.hanging_transactions().num_rows == 0 and "hanging_transaction" not in never.finding_counts()
+    later = AuditReport.from_results([result], order_by="seq_no", seconds=1.0, now_ms=result.max_timestamp + 10**9)
+    assert later.hanging_transactions().num_rows == later.open_txns.num_rows == 3
+
+
+def test_report_refuses_a_stream_split_across_tasks(small_dataset):
+    path, _ = small_dataset
+    table = dataset_table(path)
+    halves = [replay_table(table.slice(0, 100)), replay_table(table.slice(50, 100))]
+    with pytest.raises(ValueError, match="split across tasks"):
+        AuditReport.from_results(halves, order_by="seq_no", seconds=1.0)
+
+
+def test_report_writes_parquet_and_json(tmp_path, small_dataset):
+    import json
+
+    path, truth = small_dataset
+    report = AuditReport.from_results([replay_table(dataset_table(path))], order_by="seq_no", seconds=2.0)
+    paths = report.write(tmp_path / "out")
+    assert pq.read_table(paths["findings"]).num_rows == report.findings.num_rows
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["findings"] == truth["findings"] and summary["batches"] == truth["batches"]
+    assert len(summary["gaps"]) == 2 and {z["current_epoch"] for z in summary["zombie_writes"]} == {1}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["findings.parquet", "summary.json"]
+
+
+def _group(path, index, low, high, rows=10):
+    return RowGroup(path, index, rows, low, high)
+
+
+def test_overlapping_row_groups_share_a_task():
+    groups = [_group("a", 0, ("t", 0), ("t", 1)), _group("a", 1, ("t", 1), ("t", 2)),
+              _group("b", 0, ("t", 3), ("t", 3)), _group("b", 1, ("u", 0), ("u", 0)),
+              _group("c", 0, ("t", 2), ("t", 2))]  # c's stream t/2 is also in a/1
+    merged = [sorted((g.path, g.index) for g in c) for c in components(groups)]
+    assert merged == [[("a", 0), ("a", 1), ("c", 0)], [("b", 0)], [("b", 1)]]
+    with pytest.warns(RuntimeWarning, match="no topic/partition statistics"):
+        assert len(components([*groups, _group("d", 0, None, None)])) == 1
+
+
+def test_plan_tasks_cover_every_row_group_once_with_whole_streams(small_dataset):
+    path, _ = small_dataset
+    plans = plan_tasks(path / "data", tasks=3)
+    assert len(plans) == 3
+    listed = [(p, i) for plan in plans for p, indexes in plan for i in indexes]
+    assert len(listed) == len(set(listed)) == sum(pq.ParquetFile(f).num_row_groups
+                                                  for f in (path / "data").glob("*.parquet"))
+    seen: dict[tuple, int] = {}
+    for k, plan in enumerate(plans):
+        for p, indexes in plan:
+            table = pq.ParquetFile(p).read_row_groups(indexes, columns=["topic", "partition"])
+            for key in set(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)):
+                assert seen.setdefault(key, k) == k, f"stream {key} in tasks {seen[key]} and {k}"
