@@ -89,6 +89,9 @@ class StreamReplayer:
     def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
         """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
         names = table.schema.names
+        if self.order_by in names and table.column(self.order_by).null_count:
+            raise ValueError(f"column {self.order_by!r} contains {table.column(self.order_by).null_count} "
+                             "null value(s)")
         if ids is None:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
         columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}

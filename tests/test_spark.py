@@ -1,0 +1,158 @@
+"""Spark: validate() and audit() equal the in-process kernel, whatever the partitioning and Arrow batch size.
+
+One local[2] session for the whole run (the ``spark`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from idemcore import Finding
+from idemcore.cli import main
+from idemcore.dataset import read_truth
+from idemcore.ground_truth import check_against_truth
+from idemcore.replay import AuditReport, replay_table
+from idemcore.spark import OUTPUT_COLUMNS, audit, validate
+
+from .test_replay import dataset_table, per_stream_reference
+
+STATUS = ["appended", "duplicate", "rejected"]
+
+
+@pytest.fixture(scope="module")
+def small_table(small_dataset) -> pa.Table:
+    return dataset_table(small_dataset[0])
+
+
+@pytest.fixture(scope="module")
+def reference(small_table):
+    return per_stream_reference(small_table)
+
+
+@pytest.fixture(scope="module")
+def scrambled_frame(spark, small_table):
+    """The dataset as a DataFrame whose rows are in random order across partitions."""
+    shuffled = small_table.take(np.random.default_rng(1).permutation(small_table.num_rows))
+    frame = shuffled.to_pandas()
+    frame["topic"] = frame["topic"].astype(str)
+    return spark.createDataFrame(frame)
+
+
+@pytest.fixture
+def arrow_batch_size(spark, request):
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(request.param))
+    yield request.param
+    spark.conf.set(key, before)
+
+
+@pytest.mark.parametrize("arrow_batch_size", [1, 7, 10000], indirect=True)
+@pytest.mark.parametrize("input_partitions", [1, 5])
+def test_validate_equals_the_in_process_kernel(scrambled_frame, reference, arrow_batch_size, input_partitions):
+    frame = validate(scrambled_frame.repartition(input_partitions), num_partitions=3)
+    assert frame.columns[-len(OUTPUT_COLUMNS):] == list(OUTPUT_COLUMNS)
+    rows = frame.select("topic", "partition", "seq_no", *OUTPUT_COLUMNS).collect()
+    got = {(r.topic, r.partition, r.seq_no): (STATUS.index(r.status), r.error_code, r.assigned_base_offset,
+                                              r.assigned_last_offset, Finding.parse(r.finding) if r.finding else 0)
+           for r in rows}
+    assert got == reference
+
+
+def test_validate_keeps_every_input_column_and_row(scrambled_frame, small_table):
+    frame = validate(scrambled_frame.withColumn("note", scrambled_frame.seq_no * 2))
+    assert frame.columns == [*scrambled_frame.columns, "note", *OUTPUT_COLUMNS]
+    assert frame.count() == small_table.num_rows
+    assert frame.filter("note != seq_no * 2").count() == 0
+
+
+def test_audit_in_path_mode_finds_every_planted_anomaly_and_nothing_else(spark, small_dataset, small_table):
+    path, truth = small_dataset
+    report = audit(path / "data", spark=spark, tasks=3)
+    check = check_against_truth(report, read_truth(path))
+    assert check.ok, (check.rows, check.missed, check.unexpected)
+    in_process = AuditReport.from_results([replay_table(small_table)], order_by="seq_no", seconds=1.0)
+    assert report.findings.equals(in_process.findings)
+    assert report.partitions.equals(in_process.partitions)
+    assert report.open_txns.equals(in_process.open_txns)
+    assert report.batches == truth["batches"]
+
+
+def test_audit_of_a_dataframe_equals_path_mode(spark, small_dataset, scrambled_frame):
+    path, _ = small_dataset
+    from_frame = audit(scrambled_frame.repartition(4), spark=spark, tasks=3)
+    from_paths = audit(path / "data", spark=spark)
+    assert from_frame.findings.equals(from_paths.findings)
+    assert from_frame.partitions.equals(from_paths.partitions)
+    assert from_frame.finding_counts() == read_truth(path)["findings"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda df: df.drop("producer_epoch"), "missing required column(s): producer_epoch"),
+    (lambda df: df.drop("seq_no"), "needs an ordering column"),
+    (lambda df: df.withColumn("producer_id", df.producer_id.cast("double")),
+     "column 'producer_id' must be an integer; got double"),
+    (lambda df: df.withColumn("topic", df.partition), "column 'topic' must be a string; got int"),
+    (lambda df: df.withColumn("is_control", df.topic), "column 'is_control' must be a boolean"),
+])
+def test_bad_columns_are_named_before_any_job(scrambled_frame, change, message):
+    bad = change(scrambled_frame)
+    for run in (validate, audit):
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            run(bad)
+
+
+@pytest.mark.parametrize("column", ["producer_id", "topic", "base_sequence", "seq_no"])
+def test_nulls_in_key_columns_are_named(scrambled_frame, column):
+    from pyspark.sql import functions as F
+
+    bad = scrambled_frame.withColumn(column, F.when(F.col("seq_no") == 17, None).otherwise(F.col(column)))
+    with pytest.raises(ValueError, match=f"column '{column}' contains 1 null value"):
+        audit(bad)
+    with pytest.raises(Exception, match=f"column '{column}' contains 1 null value"):
+        validate(bad).collect()
+
+
+def test_cli_generate_then_audit_json(tmp_path, capsys, spark):
+    out = tmp_path / "ds"
+    assert main(["generate", str(out), "--topics", "2", "--partitions", "2", "--producers", "10",
+                 "--batches", "4000", "--partitions-per-file", "1", "--anomalies", "sequence_gap=2,fenced=1",
+                 "--json"]) == 0
+    generated = json.loads(capsys.readouterr().out)
+    assert generated["findings"]["sequence_gap"] == 2 and generated["files"] == 4
+    assert main(["generate", str(out), "--json"]) == 2  # refuses to overwrite
+    assert "already exists" in capsys.readouterr().err
+
+    assert main(["audit", str(out), "--json", "--out", str(tmp_path / "report"), "--tasks", "2"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"batches", "findings", "seconds", "batches_per_s"} <= result.keys()
+    assert result["batches"] == generated["batches"]
+    assert result["findings"] == read_truth(out)["findings"]
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["findings"] == result["findings"] and len(summary["gaps"]) == 2
+
+
+def test_cli_audit_prints_the_findings_table(tmp_path, capsys, small_dataset, spark):
+    path, truth = small_dataset
+    assert main(["audit", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert f"audited {truth['batches']:,} batches in 6 (topic, partition) streams" in text
+    for name, count in truth["findings"].items():
+        assert f"{name} " in text and f"{count:,}" in text
+    assert "sequence gaps:" in text and "hanging transactions:" in text
+
+
+def test_cli_demo_matches_its_ground_truth(capsys, spark):
+    assert main(["demo", "--batches", "20000", "--producers", "20", "--partitions", "4", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["matches_ground_truth"] and not result["missed"] and not result["unexpected"]
+    assert result["findings"] == result["planted"]
+
+
+def test_cli_audit_of_a_missing_path_fails_clearly(capsys, spark):
+    assert main(["audit", "/nonexistent/idemcore"]) == 2
+    assert "no such file or directory: /nonexistent/idemcore" in capsys.readouterr().err
