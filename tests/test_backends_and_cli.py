@@ -108,30 +108,13 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "idemcore.cli", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_demo_json_finds_exactly_what_was_planted():
-    result = _cli("demo", "--batches", "60000", "--producers", "200", "--partitions", "4", "--seed", "3", "--json")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["matches_ground_truth"] is True
-    assert report["found"] == report["expected"]
-    assert report["found"]["INVALID_PRODUCER_EPOCH"] == report["planted"]["zombie_epoch"] == 3
-    assert report["found"]["duplicate"] == report["planted"]["retry_in_window"] > 0
-    assert set(report["batches_per_s"]) == {"cython", "numba"}
-
-
-def test_demo_table_output():
-    result = _cli("demo", "--batches", "30000", "--producers", "100", "--backend", "numba")
-    assert result.returncode == 0, result.stderr
-    assert "validated with the numba backend" in result.stdout
-    assert "every planted anomaly found, nothing else" in result.stdout
-    assert "MISMATCH" not in result.stdout
-
-
 def test_demo_bad_arguments_fail_clearly():
     result = _cli("demo", "--batches", "-5")
     assert result.returncode == 2 and "must be at least 1" in result.stderr
-    result = _cli("demo", "--batches", "1000", "--producers", "500")
-    assert result.returncode == 2 and "producer streams of 16+ batches" in result.stderr
+    result = _cli("demo", "--batches", "1000", "--producers", "500")  # fails while generating, before Spark starts
+    assert result.returncode == 2 and "(partition, producer) streams of 9+ batches" in result.stderr
+    result = _cli("generate", "/tmp/idemcore-never", "--anomalies", "zombie=3")
+    assert result.returncode == 2 and "unknown anomaly 'zombie'" in result.stderr
 
 
 def test_backends_command_lists_all():

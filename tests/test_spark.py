@@ -153,6 +153,13 @@ def test_cli_demo_matches_its_ground_truth(capsys, spark):
     assert result["findings"] == result["planted"]
 
 
+def test_cli_demo_prints_report_and_comparison(capsys, spark):
+    assert main(["demo", "--batches", "20000", "--producers", "20", "--partitions", "4", "--seed", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "against the ground truth:" in text and "MISMATCH" not in text
+    assert "every planted anomaly found at its batch, nothing else" in text
+
+
 def test_cli_audit_of_a_missing_path_fails_clearly(capsys, spark):
     assert main(["audit", "/nonexistent/idemcore"]) == 2
     assert "no such file or directory: /nonexistent/idemcore" in capsys.readouterr().err
