@@ -43,8 +43,25 @@ def pytest_terminal_summary(terminalreporter):
         if not label.startswith("baseline") and stream in baselines:
             ratio = f"  {rate / baselines[stream] * 100:6.2f}% of baseline speed"
         write(f"  {label:<36} {rate:9.3f} M/s{ratio}")
+    _spark_summary(write, rates)
     reference = rates.get("records confluent-kafka mock")
     if reference:
         for label in ("records idemcore send", "records idemcore send_batch"):
             if label in rates:
                 write(f"  {label} / confluent-kafka: {rates[label] / reference:.2f}x")
+
+
+def _spark_summary(write, rates: dict[str, float]) -> None:
+    identity, validated = rates.get("spark (a) identity mapInArrow"), rates.get("spark (a) validate")
+    path_mode = rates.get("spark (b) path-mode audit")
+    if not (identity or validated or path_mode):
+        return
+    write("Spark, local[2] on 2 cores (M batches/s, best round):")
+    if identity and validated:
+        write(f"  (a) validate(df) {validated:.3f} vs identity mapInArrow {identity:.3f}: "
+              f"ratio {validated / identity:.2f} (aim >= 0.8)")
+    if path_mode:
+        write(f"  (b) path-mode audit {path_mode:.2f} in all = {path_mode / 2:.2f} per core (aim >= 20 per core)")
+    for label in ("spark (c) in-process kernel", "spark (c) in-process read+replay"):
+        if label in rates:
+            write(f"  {label.removeprefix('spark '):<34} {rates[label]:.2f} on one core")

@@ -100,6 +100,10 @@ class BatchMetadata:
         """Batches ``start..stop-1`` as views."""
         return BatchMetadata({name: array[start:stop] for name, array in self._columns.items()})
 
+    def take(self, indices: np.ndarray) -> BatchMetadata:
+        """The batches at ``indices``, in that order (copies)."""
+        return BatchMetadata({name: array[indices] for name, array in self._columns.items()})
+
     def kernel_columns(self) -> tuple[np.ndarray, ...]:
         """The twelve columns in kernel order; booleans as zero-copy uint8 views."""
         return tuple(

@@ -29,6 +29,14 @@ TRUTH_FILE = "truth.json"
 DATA_DIR = "data"
 #: Columns written (base_offset is left out: produce attempts have none; it defaults to -1).
 WRITTEN = [name for name in COLUMNS if name != "base_offset"]
+#: Parquet options measured fastest to read (pyarrow, one thread) at about half snappy's size:
+#: LZ4, delta encoding for the increasing columns, dictionaries only where values repeat.
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "lz4",
+    "use_dictionary": ["topic", "partition", "producer_id", "producer_epoch", "record_count", "is_transactional",
+                       "is_control", "control_type", "coordinator_epoch"],
+    "column_encoding": {"seq_no": "DELTA_BINARY_PACKED", "max_timestamp": "DELTA_BINARY_PACKED"},
+}
 
 
 def topic_name(index: int) -> str:
@@ -83,7 +91,7 @@ def generate(
                 "seq_no": pa.array(columns["seq_no"][rows]),
             })
             name = f"{DATA_DIR}/{topic_name(topic)}-{partition:05d}.parquet"
-            pq.write_table(table, staging / name, row_group_size=row_group_rows)
+            pq.write_table(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
             files.append(name)
         truth_doc = {
             "batches": n, "order_by": "seq_no", "findings": truth,

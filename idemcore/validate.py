@@ -33,6 +33,12 @@ class CompletedTxns:
         return cls(np.zeros(size, np.int32), np.zeros(size, np.int64), np.zeros(size, np.int64),
                    np.zeros(size, np.int64), np.zeros(size, np.bool_))
 
+    @classmethod
+    def concat(cls, parts: list[CompletedTxns]) -> CompletedTxns:
+        if not parts:
+            return cls.empty(0)
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in cls.__dataclass_fields__))
+
     def head(self, size: int) -> CompletedTxns:
         return CompletedTxns(*(getattr(self, name)[:size] for name in self.__dataclass_fields__))
 

@@ -18,10 +18,10 @@ import pyarrow as pa
 from .._kernels import Backend, get_backend
 from ..batches import COLUMNS, BatchMetadata
 from ..constants import Finding, Origin, Status
-from ..state import ProducerStateTable
-from ..validate import Verdicts, validate
+from ..validate import Verdicts
 from .columns import TOPIC, required_columns
 from .keys import StreamKeys
+from .shards import ShardedState
 
 #: Finding code -> SPEC §5 name (None for a batch simply appended).
 FINDING_LABELS = np.array([f.label or None for f in Finding], dtype=object)
@@ -79,7 +79,7 @@ class StreamReplayer:
         self.backend = get_backend(backend)
         self.collect = collect
         self.keys = StreamKeys()
-        self.state = ProducerStateTable()
+        self.state = ShardedState(self.origin, self.backend)
         self.batches = 0
         self.min_timestamp = np.iinfo(np.int64).max
         self.max_timestamp = np.iinfo(np.int64).min
@@ -96,7 +96,7 @@ class StreamReplayer:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
         columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}
         columns["partition"] = ids
-        verdicts = validate(columns, self.state, origin=self.origin, backend=self.backend)
+        verdicts = self.state.validate(BatchMetadata.coerce(columns))
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
             self._count(ids, table, verdicts)
@@ -109,13 +109,13 @@ class StreamReplayer:
             if len(array) < size:
                 self._counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
         counters = self._counters
-        status = verdicts.status
-        appended = status == Status.APPENDED
-        counters["batches"] += np.bincount(ids, minlength=size)
-        counters["appended"] += np.bincount(ids, weights=appended, minlength=size).astype(np.int64)
-        counters["duplicates"] += np.bincount(ids, weights=status == Status.DUPLICATE, minlength=size).astype(np.int64)
-        counters["rejected"] += np.bincount(ids, weights=status == Status.REJECTED, minlength=size).astype(np.int64)
-        records = np.where(appended, verdicts.last_offset - verdicts.base_offset + 1, 0)
+        # One integer pass for the three statuses (APPENDED 0, DUPLICATE 1, REJECTED 2) of every stream.
+        by_status = np.bincount(ids.astype(np.int64) * 3 + verdicts.status, minlength=3 * size).reshape(size, 3)
+        counters["batches"] += by_status.sum(axis=1)
+        counters["appended"] += by_status[:, Status.APPENDED]
+        counters["duplicates"] += by_status[:, Status.DUPLICATE]
+        counters["rejected"] += by_status[:, Status.REJECTED]
+        records = np.where(verdicts.status == Status.APPENDED, verdicts.last_offset - verdicts.base_offset + 1, 0)
         counters["records"] += np.bincount(ids, weights=records, minlength=size).astype(np.int64)
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
@@ -146,24 +146,15 @@ class StreamReplayer:
 
     def finish(self) -> TaskResult:
         """Everything the task found. Open transactions are those without a marker when the stream ends."""
-        state = self.state
-        p = state.n_partitions
-        log_end = np.zeros(len(self.keys), dtype=np.int64)
-        log_end[state.partition_id[:p]] = state.partition_next_offset[:p]
+        log_end = self.state.log_end_offsets(len(self.keys))
         ids = np.arange(len(self.keys))
         topics, partitions = self.keys.decode(ids)
         counters = {name: np.pad(array, (0, len(ids) - len(array))) for name, array in self._counters.items()}
         partition_table = pa.table({TOPIC: topics, "partition": partitions, **counters, "log_end_offset": log_end})
 
-        n = state.n_producers
-        open_rows = np.flatnonzero(state.row_txn_first_offset[:n] >= 0)
-        open_topics, open_partitions = self.keys.decode(state.row_partition[open_rows])
-        open_txns = pa.table({
-            TOPIC: open_topics, "partition": open_partitions,
-            "producer_id": state.row_producer_id[open_rows], "producer_epoch": state.row_epoch[open_rows],
-            "first_offset": state.row_txn_first_offset[open_rows],
-            "last_timestamp": state.row_last_timestamp[open_rows],
-        })
+        txns = self.state.open_transactions()
+        open_topics, open_partitions = self.keys.decode(txns.pop("stream"))
+        open_txns = pa.table({TOPIC: open_topics, "partition": open_partitions, **txns})
         findings = pa.concat_tables(self._findings) if self._findings else empty_findings(self.order_by)
         empty = self.batches == 0 or self.min_timestamp > self.max_timestamp
         return TaskResult(findings, partition_table, open_txns, self.batches,
@@ -228,6 +219,8 @@ def replay_table(table: pa.Table, origin: str | Origin = "client", order_by: str
     permutation = in_stream_order(ids, _numpy(table.column(order), order))
     if permutation is not None:
         table, ids = table.take(permutation), ids[permutation]
-    for start in range(0, table.num_rows, FEED_ROWS):
-        replayer.feed(table.slice(start, FEED_ROWS), ids[start:start + FEED_ROWS])
+    start = 0
+    for batch in table.to_batches(max_chunksize=FEED_ROWS):  # the table's own chunks: columns convert without copies
+        replayer.feed(batch, ids[start:start + batch.num_rows])
+        start += batch.num_rows
     return replayer.finish()

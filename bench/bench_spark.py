@@ -1,0 +1,113 @@
+"""Spark side by side, one run, the same generated data (scripts/dev bench -k spark):
+
+(a) ``idemcore.spark.validate`` on a DataFrame vs an identity ``mapInArrow`` over the same DataFrame;
+(b) path-mode ``audit`` of the whole Parquet dataset in local[2] (batches/s, and per core);
+(c) the in-process kernel on the same data, one core: kernel alone, and reading + replaying.
+
+The dataset (``idemcore generate``: 4 topics x 64 partitions, 1,000 producers, $IDEMCORE_BENCH_BATCHES
+batches, default 20,000,000) is generated once into bench/.data and reused.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from idemcore import validate
+from idemcore.dataset import DATA_DIR, generate
+from idemcore.replay import StreamKeys, replay_table
+from idemcore.spark.plan import parquet_files
+
+BATCHES = int(os.environ.get("IDEMCORE_BENCH_BATCHES", 20_000_000))
+CORES = 2
+FRAME_FILES = 2  # (a) runs over the first files: rows through the JVM-Python hop are the slow part
+
+
+@pytest.fixture(scope="session")
+def dataset() -> Path:
+    path = Path(__file__).parent / ".data" / f"spark-{BATCHES}-seed1"
+    if not (path / "truth.json").exists():
+        generate(path, topics=4, partitions=64, producers=1000, batches=BATCHES, seed=1, overwrite=True)
+    return path / DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from idemcore.spark import get_session
+
+    session = get_session(f"local[{CORES}]")
+    yield session
+    session.stop()
+
+
+def _noop_write(frame) -> None:
+    frame.write.format("noop").mode("overwrite").save()
+
+
+@pytest.fixture(scope="session")
+def frame(spark, dataset):
+    files = parquet_files(dataset)[:FRAME_FILES]
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    return spark.read.parquet(*files), rows
+
+
+def bench_spark_a_identity_map_in_arrow(benchmark, record, frame):
+    df, rows = frame
+
+    def identity_batches(batches):  # local: pickled by value, the workers cannot import this module
+        yield from batches
+    identity = df.mapInArrow(identity_batches, df.schema)
+    _noop_write(identity)  # start the Python workers outside the timing
+    benchmark.pedantic(_noop_write, args=(identity,), rounds=3, iterations=1)
+    record("spark (a) identity mapInArrow", benchmark, rows)
+
+
+def bench_spark_a_validate(benchmark, record, frame):
+    from idemcore.spark import validate as spark_validate
+
+    df, rows = frame
+    validated = spark_validate(df, num_partitions=2 * CORES)
+    _noop_write(validated)
+    benchmark.pedantic(_noop_write, args=(validated,), rounds=3, iterations=1)
+    record("spark (a) validate", benchmark, rows)
+
+
+def bench_spark_b_path_mode_audit(benchmark, record, spark, dataset):
+    from idemcore.spark import audit
+
+    audit(dataset, spark=spark)  # start and warm the Python workers outside the timing
+    report = benchmark.pedantic(audit, args=(dataset,), kwargs={"spark": spark}, rounds=3, iterations=1)
+    assert report.finding_counts()["sequence_gap"] == 3
+    record("spark (b) path-mode audit", benchmark, report.batches)
+
+
+@pytest.fixture(scope="session")
+def tables(dataset):
+    return [pq.read_table(f, use_threads=False) for f in parquet_files(dataset)]
+
+
+def bench_spark_c_in_process_kernel(benchmark, record, tables):
+    # The kernel alone: each file's streams packed once, as a worker's replayer packs them.
+    packed = []
+    for table in tables:
+        columns = {name: table.column(name).to_numpy() for name in table.schema.names if name not in ("topic",)}
+        columns["partition"] = StreamKeys().encode(table.column("topic"), columns["partition"])
+        packed.append(columns)
+    benchmark.pedantic(lambda: [validate(c) for c in packed], rounds=3, iterations=1)
+    record("spark (c) in-process kernel", benchmark, sum(t.num_rows for t in tables))
+
+
+def bench_spark_c_in_process_read_and_replay(benchmark, record, dataset):
+    files = parquet_files(dataset)
+
+    def run():
+        return [replay_table(pq.read_table(f, use_threads=False)) for f in files]
+    results = benchmark.pedantic(run, rounds=3, iterations=1)
+    batches = sum(r.batches for r in results)
+    assert batches == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert np.sum([r.findings.num_rows for r in results]) > 0
+    record("spark (c) in-process read+replay", benchmark, batches)
