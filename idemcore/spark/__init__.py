@@ -3,7 +3,7 @@
 pyspark is imported only when a function here runs (``pip install idemcore[spark]``).
 """
 
-from .audit import audit
+from .audit_job import audit
 from .frame import OUTPUT_COLUMNS, validate
 from .session import get_session
 

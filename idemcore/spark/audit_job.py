@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from .schema import check_input, worker_error
 from .session import get_session
 
 
-def _audit_paths(origin: str, order_by: str | None, backend: str | None):
+def _audit_paths(plans: list, origin: str, order_by: str | None, backend: str | None):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: read this task's row groups directly; only the findings go back.
         import pyarrow as pa
@@ -28,8 +27,8 @@ def _audit_paths(origin: str, order_by: str | None, backend: str | None):
         from idemcore.spark.plan import read_task
 
         for batch in batches:
-            for plan_json in batch.column("plan").to_pylist():
-                plan = json.loads(plan_json)
+            for task in batch.column("id").to_pylist():
+                plan = plans[task]
                 names = pq.ParquetFile(plan[0][0]).schema_arrow.names
                 wanted, order = required_columns(names, order_by)
                 result = replay_table(read_task(plan, wanted), origin, order, backend)
@@ -78,9 +77,9 @@ def audit(
         _, order = required_columns(pq.ParquetFile(files[0]).schema_arrow.names, order_by)
         count = tasks or 2 * session.sparkContext.defaultParallelism
         plans = plan_tasks(files, count)
-        rows = session.sparkContext.parallelize([(k, json.dumps(p)) for k, p in enumerate(plans)], len(plans))
-        frame = session.createDataFrame(rows, "task int, plan string")
-        results = frame.mapInArrow(_audit_paths(origin_name, order, backend), TaskResult.SPARK_SCHEMA)
+        # One row (the task number) per Spark partition; the plans travel with the function.
+        tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
+        results = tasks_frame.mapInArrow(_audit_paths(plans, origin_name, order, backend), TaskResult.SPARK_SCHEMA)
         label = str(source) if not isinstance(source, list | tuple) else f"{len(files)} files"
     else:
         order = check_input(source.schema, order_by)
