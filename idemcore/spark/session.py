@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+#: Log4j 2 settings for the JVM of a session idemcore starts: errors only.
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: Settings for a session idemcore creates: Arrow on, no UI, few shuffle partitions, workers on this Python.
 LOCAL_SETTINGS = {
@@ -40,10 +44,14 @@ def get_session(master: str | None = None, spark: Any = None, config: dict[str, 
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         return active
+    master = master or "local[*]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master or "local[*]").appName("idemcore")
-    for key, value in {**LOCAL_SETTINGS, **(config or {})}.items():
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no need to look for a routable address
+    builder = SparkSession.builder.master(master).appName("idemcore")
+    settings = {**LOCAL_SETTINGS, "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"}
+    for key, value in {**settings, **(config or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
