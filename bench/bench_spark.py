@@ -66,6 +66,20 @@ def bench_spark_a_identity_map_in_arrow(benchmark, record, frame):
     record("spark (a) identity mapInArrow", benchmark, rows)
 
 
+def bench_spark_a_clustered_identity(benchmark, record, frame):
+    # What validate pays before its kernel runs: the shuffle by (topic, partition) and the sort by seq_no.
+    from idemcore.spark.frame import clustered
+
+    df, rows = frame
+
+    def identity_batches(batches):
+        yield from batches
+    identity = clustered(df, "seq_no", 2 * CORES).mapInArrow(identity_batches, df.schema)
+    _noop_write(identity)
+    benchmark.pedantic(_noop_write, args=(identity,), rounds=3, iterations=1)
+    record("spark (a) clustered identity", benchmark, rows)
+
+
 def bench_spark_a_validate(benchmark, record, frame):
     from idemcore.spark import validate as spark_validate
 

@@ -60,6 +60,10 @@ def _spark_summary(write, rates: dict[str, float]) -> None:
     if identity and validated:
         write(f"  (a) validate(df) {validated:.3f} vs identity mapInArrow {identity:.3f}: "
               f"ratio {validated / identity:.2f} (aim >= 0.8)")
+        clustered = rates.get("spark (a) clustered identity")
+        if clustered:
+            write(f"      identity after validate's shuffle + sort: {clustered:.3f}, ratio {clustered / identity:.2f}; "
+                  f"validate / that: {validated / clustered:.2f}")
     if path_mode:
         write(f"  (b) path-mode audit {path_mode:.2f} in all = {path_mode / 2:.2f} per core (aim >= 20 per core)")
     for label in ("spark (c) in-process kernel", "spark (c) in-process read+replay"):

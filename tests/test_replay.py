@@ -84,6 +84,10 @@ def test_in_process_report_matches_the_ground_truth(small_dataset):
     check = check_against_truth(report, read_truth(path))
     assert check.ok, (check.rows, check.missed, check.unexpected)
     assert report.finding_counts() == truth["findings"]
+    for row in report.partitions.to_pylist():  # offsets are assigned from 0: every appended record has one
+        assert row["records"] == row["log_end_offset"] > 0
+        assert row["batches"] == row["appended"] + row["duplicates"] + row["rejected"]
+    assert report.partitions.column("committed_txns").to_numpy().sum() > 0
     # Hanging transactions hold the last stable offset at their first offset.
     lso = report.last_stable_offsets()
     for txn in report.hanging_transactions().to_pylist():

@@ -115,8 +115,13 @@ class StreamReplayer:
         counters["appended"] += by_status[:, Status.APPENDED]
         counters["duplicates"] += by_status[:, Status.DUPLICATE]
         counters["rejected"] += by_status[:, Status.REJECTED]
-        records = np.where(verdicts.status == Status.APPENDED, verdicts.last_offset - verdicts.base_offset + 1, 0)
-        counters["records"] += np.bincount(ids, weights=records, minlength=size).astype(np.int64)
+        # Records appended: all records, less those of the (few) batches not appended.
+        count = _numpy(table.column("record_count"), "record_count") if "record_count" in table.schema.names \
+            else verdicts.last_offset - verdicts.base_offset + 1
+        not_appended = np.flatnonzero(verdicts.status)
+        records = np.bincount(ids, weights=count, minlength=size) \
+            - np.bincount(ids[not_appended], weights=count[not_appended], minlength=size)
+        counters["records"] += records.astype(np.int64)
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
         counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
@@ -201,11 +206,12 @@ def in_stream_order(ids: np.ndarray, order: np.ndarray) -> np.ndarray | None:
     """None when every stream's rows are already in order, else the stable permutation that orders them."""
     if len(order) < 2:
         return None
-    if np.all(order[1:] >= order[:-1]):
+    rising = order[1:] >= order[:-1]
+    if rising.all():
         return None  # globally ordered (arrival order over all streams)
-    same = ids[1:] == ids[:-1]
-    if np.all(ids[1:] >= ids[:-1]) and np.all(order[1:][same] >= order[:-1][same]):
-        return None  # clustered by stream, each in order
+    new_stream = ids[1:] != ids[:-1]
+    if (ids[1:] >= ids[:-1]).all() and (rising | new_stream).all():
+        return None  # clustered by stream (ids are given in order of first sight), each in order
     return np.lexsort((order, ids))
 
 
