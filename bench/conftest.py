@@ -29,6 +29,14 @@ def record():
     return _record
 
 
+@pytest.fixture
+def record_seconds():
+    """record_seconds(label, seconds, items): keep a time measured inside a benchmark for the summary."""
+    def _record(label: str, seconds: float, items: int) -> None:
+        _results[label] = (seconds, items)
+    return _record
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _results:
         return
