@@ -88,14 +88,15 @@ def _audit(args: argparse.Namespace, source: Any) -> AuditReport:
 
     return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
                  origin=getattr(args, "origin", "client"), tasks=args.tasks,
-                 hanging_after_ms=args.hanging_after_ms, out=args.out, backend=args.backend,
+                 hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None), out=args.out,
+                 backend=args.backend,
                  progress=not args.json)
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    source = Path(args.path)
-    if (source / DATA_DIR).is_dir():  # a dataset written by `idemcore generate`
-        source = source / DATA_DIR
+    source: str | Path = args.path
+    if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by `idemcore generate`
+        source = Path(args.path) / DATA_DIR
     report = _audit(args, source)
     if args.json:
         summary = {key: value for key, value in report.summary().items()
@@ -196,10 +197,13 @@ def add_commands(commands: Any, positive: Any) -> None:
         description="Replay every (topic, partition) stream of a Parquet dataset through Kafka's producer-state "
                     "rules with Spark (Python workers read the files; only findings come back) and report "
                     "duplicates, gaps, zombie writes and hanging transactions.")
-    aud.add_argument("path", help="a Parquet file or directory (or a dataset written by `idemcore generate`)")
+    aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
+                                  "or a dataset written by `idemcore generate`")
     aud.add_argument("--out", type=Path, default=None, help="write findings.parquet and summary.json here")
     aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")
     aud.add_argument("--origin", default="client", help="client, coordinator or replication (default client)")
+    aud.add_argument("--now-ms", type=int, default=None,
+                     help="when open transactions are judged, epoch ms (default: the newest batch timestamp)")
     add_audit_options(aud)
     aud.set_defaults(run=run_audit)
 

@@ -82,6 +82,14 @@ def test_audit_in_path_mode_finds_every_planted_anomaly_and_nothing_else(spark, 
     assert report.batches == truth["batches"]
 
 
+def test_audit_reads_uris_and_shows_progress(spark, small_dataset, capsys):
+    path, truth = small_dataset
+    report = audit(f"file://{path}/data", spark=spark, tasks=2, progress=True)
+    assert report.finding_counts() == truth["findings"]
+    progress = capsys.readouterr().err.replace("\r", "\n")
+    assert "auditing" in progress and "2/2" in progress  # tasks done / tasks, from Spark's status tracker
+
+
 def test_audit_of_a_dataframe_equals_path_mode(spark, small_dataset, scrambled_frame):
     path, _ = small_dataset
     from_frame = audit(scrambled_frame.repartition(4), spark=spark, tasks=3)
@@ -134,6 +142,9 @@ def test_cli_generate_then_audit_json(tmp_path, capsys, spark):
     assert result["findings"] == read_truth(out)["findings"]
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["findings"] == result["findings"] and len(summary["gaps"]) == 2
+    assert result["hanging_transactions"] == 0  # the one open transaction is recent
+    assert main(["audit", str(out), "--json", "--now-ms", str(2**62)]) == 0  # ... until much later
+    assert json.loads(capsys.readouterr().out)["hanging_transactions"] == 1
 
 
 def test_cli_audit_prints_the_findings_table(tmp_path, capsys, small_dataset, spark):

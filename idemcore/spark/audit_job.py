@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..constants import Origin
-from ..replay import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
+from ..replay import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult, required_columns
 from .frame import clustered
-from .plan import parquet_files, plan_tasks
+from .plan import open_parquet, parquet_files, plan_tasks
 from .progress import spark_progress
 from .schema import check_input, worker_error
 from .session import get_session
@@ -21,15 +21,14 @@ def _audit_paths(plans: list, origin: str, order_by: str | None, backend: str | 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: read this task's row groups directly; only the findings go back.
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         from idemcore.replay import replay_table, required_columns
-        from idemcore.spark.plan import read_task
+        from idemcore.spark.plan import open_parquet, read_task
 
         for batch in batches:
             for task in batch.column("id").to_pylist():
                 plan = plans[task]
-                names = pq.ParquetFile(plan[0][0]).schema_arrow.names
+                names = open_parquet(plan[0][0]).schema_arrow.names
                 wanted, order = required_columns(names, order_by)
                 result = replay_table(read_task(plan, wanted), origin, order, backend)
                 yield pa.RecordBatch.from_pylist([result.to_row()])
@@ -70,11 +69,7 @@ def audit(
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
         files = parquet_files(source)
-        import pyarrow.parquet as pq
-
-        from ..replay import required_columns
-
-        _, order = required_columns(pq.ParquetFile(files[0]).schema_arrow.names, order_by)
+        _, order = required_columns(open_parquet(files[0]).schema_arrow.names, order_by)
         count = tasks or 2 * session.sparkContext.defaultParallelism
         plans = plan_tasks(files, count)
         # One row (the task number) per Spark partition; the plans travel with the function.

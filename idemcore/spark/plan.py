@@ -28,20 +28,67 @@ class RowGroup:
     high: tuple[str, int] | None
 
 
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _hidden(relative_parts: tuple[str, ...]) -> bool:
+    # Spark's and Hadoop's conventions: _SUCCESS, _temporary/, .crc files and the like are not data.
+    return any(part.startswith((".", "_")) for part in relative_parts)
+
+
 def parquet_files(source: str | os.PathLike | list) -> list[str]:
-    """The Parquet files of ``source``: a file, a directory (searched recursively) or a list of these."""
+    """The Parquet files of ``source``: a file, a directory (searched recursively) or a list of these.
+
+    Local paths, or URIs any pyarrow filesystem understands (``file://``, ``hdfs://``, ``s3://``,
+    ``gs://``): on a cluster every worker must be able to read them.
+    """
     if isinstance(source, list | tuple):
         return [f for item in source for f in parquet_files(item)]
-    path = Path(source)
+    text = os.fspath(source)
+    if _is_uri(text):
+        return _parquet_files_at_uri(text)
+    path = Path(text)
     if path.is_file():
         return [str(path)]
     if path.is_dir():
-        files = sorted(str(p) for p in path.rglob("*.parquet") if not any(part.startswith((".", "_"))
-                                                                            for part in p.relative_to(path).parts))
+        files = sorted(str(p) for p in path.rglob("*.parquet") if not _hidden(p.relative_to(path).parts))
         if not files:
             raise ValueError(f"no Parquet files under {path}")
         return files
     raise FileNotFoundError(f"no such file or directory: {path}")
+
+
+def _parquet_files_at_uri(uri: str) -> list[str]:
+    from pyarrow import fs
+
+    filesystem, root = fs.FileSystem.from_uri(uri)
+    root = root.rstrip("/")
+    base = uri.rstrip("/")
+    if not base.endswith(root):
+        raise ValueError(f"cannot tell the file system part of {uri!r} (pyarrow reads it as {root!r})")
+    prefix = base[:len(base) - len(root)]  # "s3://", "file://", "hdfs://namenode:8020"
+    info = filesystem.get_file_info(root)
+    if info.type == fs.FileType.File:
+        return [uri]
+    if info.type != fs.FileType.Directory:
+        raise FileNotFoundError(f"no such file or directory: {uri}")
+    found = filesystem.get_file_info(fs.FileSelector(root, recursive=True))
+    files = sorted(f.path for f in found if f.type == fs.FileType.File and f.path.endswith(".parquet")
+                   and not _hidden(tuple(f.path[len(root) + 1:].split("/"))))
+    if not files:
+        raise ValueError(f"no Parquet files under {uri}")
+    return [prefix + f for f in files]
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file by local path or URI."""
+    if _is_uri(path):
+        from pyarrow import fs
+
+        filesystem, inner = fs.FileSystem.from_uri(path)
+        return pq.ParquetFile(filesystem.open_input_file(inner))
+    return pq.ParquetFile(path)
 
 
 def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, int]] | None:
@@ -59,7 +106,7 @@ def row_groups(files: list[str]) -> list[RowGroup]:
     """Every row group of ``files`` with its (topic, partition) range; checks the columns are there."""
     groups = []
     for path in files:
-        metadata = pq.ParquetFile(path).metadata
+        metadata = open_parquet(path).metadata
         names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
         for needed in (TOPIC, "partition"):
             if needed not in names:
@@ -119,7 +166,7 @@ def read_task(plan: list[tuple[str, list[int]]], columns: list[str] | None = Non
 
     tables = []
     for path, indexes in plan:
-        parquet = pq.ParquetFile(path)
+        parquet = open_parquet(path)
         wanted = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
         tables.append(parquet.read_row_groups(indexes, columns=wanted, use_threads=False))
     return pa.concat_tables(tables, promote_options="default")
