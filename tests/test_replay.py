@@ -179,3 +179,11 @@ def test_sharded_state_equals_each_stream_alone_for_any_cut(monkeypatch, small_d
     assert got == reference
     tables = len(replayer.state.tables)
     assert tables == {1: 7, 10**9: 1}.get(own_table_run, tables)  # 6 streams: own tables or only the shared one
+
+
+def test_no_batches_make_an_empty_report(tmp_path):
+    report = AuditReport.from_results([], order_by="seq_no", seconds=0.0)
+    assert (report.batches, report.finding_counts(), report.partitions.num_rows, report.open_txns.num_rows) == (
+        0, {}, 0, 0)
+    assert report.summary()["batches_per_s"] == 0
+    assert pq.read_table(report.write(tmp_path)["findings"]).num_rows == 0

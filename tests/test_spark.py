@@ -82,6 +82,12 @@ def test_audit_in_path_mode_finds_every_planted_anomaly_and_nothing_else(spark, 
     assert report.batches == truth["batches"]
 
 
+def test_an_empty_dataframe_gives_an_empty_report(spark, scrambled_frame):
+    report = audit(scrambled_frame.limit(0), spark=spark)
+    assert report.batches == 0 and report.finding_counts() == {} and report.partitions.num_rows == 0
+    assert validate(scrambled_frame.limit(0)).count() == 0
+
+
 def test_audit_reads_uris_and_shows_progress(spark, small_dataset, capsys):
     path, truth = small_dataset
     report = audit(f"file://{path}/data", spark=spark, tasks=2, progress=True)

@@ -64,6 +64,11 @@ class TaskResult:
                 "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp}
 
     @classmethod
+    def empty(cls, order_by: str) -> TaskResult:
+        """The result of a task that saw no batches."""
+        return StreamReplayer(order_by=order_by).finish()
+
+    @classmethod
     def from_row(cls, row: Any) -> TaskResult:
         return cls(_from_ipc(row["findings"]), _from_ipc(row["partitions"]), _from_ipc(row["open_txns"]),
                    int(row["batches"]), int(row["min_timestamp"]), int(row["max_timestamp"]))

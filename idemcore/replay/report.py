@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from ..constants import INT32_MAX, Finding
 from .columns import TOPIC
-from .replayer import TaskResult, empty_findings
+from .replayer import TaskResult
 
 #: Kafka's default ``transaction.max.timeout.ms``: no transaction may legitimately stay open longer.
 DEFAULT_HANGING_AFTER_MS = 900_000
@@ -60,15 +60,13 @@ class AuditReport:
         is hanging, as Kafka's ``kafka-transactions.sh find-hanging`` judges them."""
         if hanging_after_ms < 0:
             raise ValueError(f"hanging_after_ms must be >= 0, got {hanging_after_ms}")
-        results = list(results)
+        results = list(results) or [TaskResult.empty(order_by)]  # no rows at all: an empty report
         batches = sum(r.batches for r in results)
         if now_ms is None:
             now_ms = max((r.max_timestamp for r in results if r.batches), default=0)
-        findings = _concat([r.findings for r in results]) if results else empty_findings(order_by)
-        partitions = _concat([r.partitions for r in results]) if results else None
-        open_txns = _concat([r.open_txns for r in results]) if results else None
-        if partitions is None or open_txns is None:
-            raise ValueError("an audit needs at least one task result")
+        findings = _concat([r.findings for r in results])
+        partitions = _concat([r.partitions for r in results])
+        open_txns = _concat([r.open_txns for r in results])
         duplicated = partitions.group_by([TOPIC, "partition"]).aggregate([("batches", "count")])
         if duplicated.num_rows != partitions.num_rows:
             raise ValueError("a (topic, partition) stream was split across tasks; each task must own whole streams")
