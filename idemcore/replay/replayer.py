@@ -105,7 +105,7 @@ class StreamReplayer:
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
             self._count(ids, table, verdicts)
-            self._keep_findings(table, ids, verdicts)
+            self._keep_findings(table, verdicts)
         return verdicts
 
     def _count(self, ids: np.ndarray, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
@@ -135,7 +135,7 @@ class StreamReplayer:
             self.min_timestamp = min(self.min_timestamp, int(timestamps.min()))
             self.max_timestamp = max(self.max_timestamp, int(timestamps.max()))
 
-    def _keep_findings(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray, verdicts: Verdicts) -> None:
+    def _keep_findings(self, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
         rows = np.flatnonzero(verdicts.finding)
         if not len(rows):
             return
