@@ -48,6 +48,12 @@ cdef inline int64_t wrap_seq(int64_t s) noexcept nogil:
     return s
 
 
+cdef inline Py_ssize_t ring_pos(Py_ssize_t head, Py_ssize_t k) noexcept nogil:
+    # Position k after head in the five-slot ring (head, k < RING): a compare, not a division.
+    cdef Py_ssize_t pos = head + k
+    return pos - RING if pos >= RING else pos
+
+
 cdef inline int64_t hash_producer(int64_t pid, int64_t part) noexcept nogil:
     # Same function as the reference: 31-bit keys and multipliers never overflow.
     cdef int64_t folded = (pid ^ (pid >> 32)) & 0x7FFFFFFF
@@ -159,7 +165,7 @@ def validate_batches(
     cdef Py_ssize_t n = partition.shape[0]
     cdef Py_ssize_t row_capacity = row_epoch.shape[0]
     cdef Py_ssize_t partition_capacity = partition_id.shape[0]
-    cdef Py_ssize_t i, slot, pslot, row, k, pos, head, length
+    cdef Py_ssize_t i, slot, pslot, row, k, pos, rpos, head, length
     cdef int64_t part, pid, epoch, first_seq, last_seq, given_offset, count, timestamp
     cdef int64_t stored_epoch, stored_coord, txn_first, stored_last, log_end, first_offset, last_offset
     cdef int64_t part_index, expected
@@ -223,9 +229,10 @@ def validate_batches(
                     head = ring_head[row]
                     pos = -1
                     for k in range(ring_len[row]):
-                        if ring_last_seq[row, (head + k) % RING] == last_seq and \
-                                wrap_seq(last_seq - ring_offset_delta[row, (head + k) % RING]) == first_seq:
-                            pos = (head + k) % RING
+                        rpos = ring_pos(head, k)
+                        if ring_last_seq[row, rpos] == last_seq and \
+                                wrap_seq(last_seq - ring_offset_delta[row, rpos]) == first_seq:
+                            pos = rpos
                             break
                     if pos >= 0:
                         out_status[i] = DUPLICATE
@@ -242,7 +249,7 @@ def validate_batches(
                 elif origin == ORIGIN_CLIENT:
                     stored_last = -1
                     if row >= 0 and ring_len[row] > 0:
-                        stored_last = ring_last_seq[row, (ring_head[row] + ring_len[row] - 1) % RING]
+                        stored_last = ring_last_seq[row, ring_pos(ring_head[row], ring_len[row] - 1)]
                     if epoch != stored_epoch:
                         if first_seq != 0 and stored_epoch != -1:
                             error = E_OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -326,11 +333,11 @@ def validate_batches(
                 head = ring_head[row]
                 length = ring_len[row]
                 if length < RING:
-                    pos = (head + length) % RING
+                    pos = ring_pos(head, length)
                     ring_len[row] = <int8_t>(length + 1)
                 else:
                     pos = head
-                    ring_head[row] = <int8_t>((head + 1) % RING)
+                    ring_head[row] = <int8_t>ring_pos(head, 1)
                 ring_last_seq[row, pos] = <int32_t>last_seq
                 ring_offset_delta[row, pos] = <int32_t>(count - 1)
                 ring_last_offset[row, pos] = last_offset

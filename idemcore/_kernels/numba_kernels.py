@@ -26,7 +26,7 @@ _ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_
 # in the shared namespace, which by then holds their compiled versions.
 _FUNCTIONS = (
     "seq_add", "seq_sub", "in_sequence", "producer_hash", "partition_hash",
-    "producer_slot", "partition_slot", "metadata_error", "find_duplicate",
+    "producer_slot", "partition_slot", "metadata_error", "ring_pos", "find_duplicate",
     "newest_last_seq", "sequence_error", "sequence_finding", "ring_push",
     "rebuild_producer_index", "rebuild_partition_index", "validate_batches",
 )

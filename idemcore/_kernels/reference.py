@@ -177,11 +177,19 @@ def metadata_error(partition, producer_id, epoch, base_seq, last_seq, base_offse
     return NONE
 
 
+def ring_pos(head, k):
+    """Position ``k`` after ``head`` in the five-slot ring (both below RING_SIZE): no division."""
+    pos = head + k
+    if pos >= RING_SIZE:
+        pos -= RING_SIZE
+    return pos
+
+
 def find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq):
     """Ring position of a retained batch with exactly this sequence range, or -1."""
     head = int(ring_head[row])
     for k in range(int(ring_len[row])):
-        pos = (head + k) % RING_SIZE
+        pos = ring_pos(head, k)
         stored_last = int(ring_last_seq[row, pos])
         if stored_last == last_seq:
             if seq_sub(stored_last, int(ring_offset_delta[row, pos])) == first_seq:
@@ -194,7 +202,7 @@ def newest_last_seq(ring_last_seq, ring_head, ring_len, row):
     length = int(ring_len[row])
     if length == 0:
         return -1
-    return int(ring_last_seq[row, (int(ring_head[row]) + length - 1) % RING_SIZE])
+    return int(ring_last_seq[row, ring_pos(int(ring_head[row]), length - 1)])
 
 
 def sequence_error(stored_epoch, stored_last_seq, epoch, first_seq):
@@ -233,11 +241,11 @@ def ring_push(ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp
     head = int(ring_head[row])
     length = int(ring_len[row])
     if length < RING_SIZE:
-        pos = (head + length) % RING_SIZE
+        pos = ring_pos(head, length)
         ring_len[row] = length + 1
     else:
         pos = head
-        ring_head[row] = (head + 1) % RING_SIZE
+        ring_head[row] = ring_pos(head, 1)
     ring_last_seq[row, pos] = last_seq
     ring_offset_delta[row, pos] = offset_delta
     ring_last_offset[row, pos] = last_offset
