@@ -143,12 +143,13 @@ def test_plan_tasks_cover_every_row_group_once_with_whole_streams(small_dataset)
     path, _ = small_dataset
     plans = plan_tasks(path / "data", tasks=3)
     assert len(plans) == 3
-    listed = [(p, i) for plan in plans for p, indexes in plan for i in indexes]
+    assert all(plan.parts == 1 for plan in plans)  # one stream per file: nothing to slice
+    listed = [(p, i) for plan in plans for p, indexes in plan.groups for i in indexes]
     assert len(listed) == len(set(listed)) == sum(pq.ParquetFile(f).num_row_groups
                                                   for f in (path / "data").glob("*.parquet"))
     seen: dict[tuple, int] = {}
     for k, plan in enumerate(plans):
-        for p, indexes in plan:
+        for p, indexes in plan.groups:
             table = pq.ParquetFile(p).read_row_groups(indexes, columns=["topic", "partition"])
             for key in set(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)):
                 assert seen.setdefault(key, k) == k, f"stream {key} in tasks {seen[key]} and {k}"
@@ -187,3 +188,23 @@ def test_no_batches_make_an_empty_report(tmp_path):
         0, {}, 0, 0)
     assert report.summary()["batches_per_s"] == 0
     assert pq.read_table(report.write(tmp_path)["findings"]).num_rows == 0
+
+
+def test_interleaved_streams_are_sliced_by_stream_across_tasks(tmp_path, small_dataset):
+    from idemcore.spark.plan import read_task
+
+    path, _ = small_dataset
+    table = dataset_table(path).sort_by("seq_no")  # arrival order: every row group holds every stream
+    pq.write_table(table, tmp_path / "interleaved.parquet", row_group_size=500)
+    plans = plan_tasks(tmp_path, tasks=3)
+    assert [(plan.part, plan.parts) for plan in plans] == [(0, 3), (1, 3), (2, 3)]
+    parts = [read_task(plan) for plan in plans]
+    assert sum(part.num_rows for part in parts) == table.num_rows
+    owners: dict[tuple, int] = {}
+    for k, part in enumerate(parts):
+        for key in set(zip(part["topic"].to_pylist(), part["partition"].to_pylist(), strict=True)):
+            assert owners.setdefault(key, k) == k
+    assert len(owners) == 6 and len(set(owners.values())) > 1
+    report = AuditReport.from_results([replay_table(part) for part in parts], order_by="seq_no", seconds=1.0)
+    whole = AuditReport.from_results([replay_table(table)], order_by="seq_no", seconds=1.0)
+    assert report.findings.equals(whole.findings) and report.partitions.equals(whole.partitions)

@@ -96,6 +96,16 @@ def test_audit_reads_uris_and_shows_progress(spark, small_dataset, capsys):
     assert "auditing" in progress and "2/2" in progress  # tasks done / tasks, from Spark's status tracker
 
 
+def test_path_mode_on_streams_interleaved_in_one_file(spark, tmp_path, small_dataset, small_table):
+    import pyarrow.parquet as pq
+
+    path, _ = small_dataset
+    pq.write_table(small_table.sort_by("seq_no"), tmp_path / "arrival-order.parquet", row_group_size=400)
+    report = audit(tmp_path, spark=spark, tasks=2)  # one component, sliced by stream over two tasks
+    check = check_against_truth(report, read_truth(path))
+    assert check.ok, (check.rows, check.missed, check.unexpected)
+
+
 def test_audit_of_a_dataframe_equals_path_mode(spark, small_dataset, scrambled_frame):
     path, _ = small_dataset
     from_frame = audit(scrambled_frame.repartition(4), spark=spark, tasks=3)

@@ -28,7 +28,7 @@ def _audit_paths(plans: list, origin: str, order_by: str | None, backend: str | 
         for batch in batches:
             for task in batch.column("id").to_pylist():
                 plan = plans[task]
-                names = open_parquet(plan[0][0]).schema_arrow.names
+                names = open_parquet(plan.groups[0][0]).schema_arrow.names
                 wanted, order = required_columns(names, order_by)
                 result = replay_table(read_task(plan, wanted), origin, order, backend)
                 yield pa.RecordBatch.from_pylist([result.to_row()])

@@ -11,9 +11,11 @@ from __future__ import annotations
 import heapq
 import os
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from ..replay.columns import TOPIC
@@ -139,34 +141,82 @@ def components(groups: list[RowGroup]) -> list[list[RowGroup]]:
     return merged
 
 
-def plan_tasks(source: str | os.PathLike | list, tasks: int) -> list[list[tuple[str, list[int]]]]:
-    """Up to ``tasks`` tasks, each a list of ``(path, row group indexes)`` owning whole streams."""
+@dataclass(frozen=True)
+class TaskPlan:
+    """What one task reads: ``groups`` (path, row group indexes); of the streams in them, only those in
+    stream slice ``part`` of ``parts`` (a hash of topic and partition), so tasks still own whole streams."""
+
+    groups: list[tuple[str, list[int]]]
+    part: int = 0
+    parts: int = 1
+
+
+def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
+    # A component far bigger than a task's share (streams interleaved over its row groups) is cut into
+    # stream slices: each slice reads the component again but replays only its own streams.
+    units = []
+    for component in groups:
+        rows = sum(g.rows for g in component)
+        single_stream = all(g.low == g.high == component[0].low for g in component)
+        parts = 1 if single_stream else max(1, min(tasks, round(rows / ideal)))
+        units.extend((rows // parts, component, part, parts) for part in range(parts))
+    return units
+
+
+def plan_tasks(source: str | os.PathLike | list, tasks: int) -> list[TaskPlan]:
+    """Up to ``tasks`` tasks, each owning whole streams: components packed by rows, big ones sliced by stream."""
     if tasks < 1:
         raise ValueError(f"tasks must be at least 1, got {tasks}")
     groups = components(row_groups(parquet_files(source)))
-    bins: list[tuple[int, int, list[RowGroup]]] = [(0, k, []) for k in range(min(tasks, len(groups)))]
+    ideal = max(1.0, sum(g.rows for c in groups for g in c) / tasks)
+    units = _units(groups, ideal, tasks)
+    bins: list[tuple[int, int, list]] = [(0, k, []) for k in range(min(tasks, len(units)))]
     heapq.heapify(bins)
-    for component in sorted(groups, key=lambda c: -sum(g.rows for g in c)):
-        load, k, members = heapq.heappop(bins)  # the lightest task takes the next biggest component
-        members.extend(component)
-        heapq.heappush(bins, (load + sum(g.rows for g in component), k, members))
+    for unit in sorted(units, key=lambda u: (-u[0], u[2])):
+        load, k, members = heapq.heappop(bins)  # the lightest task takes the next biggest unit
+        members.append(unit)
+        heapq.heappush(bins, (load + unit[0], k, members))
     plans = []
     for _, _, members in sorted(bins, key=lambda b: b[1]):
-        by_file: dict[str, list[int]] = {}
-        for group in sorted(members, key=lambda g: (g.path, g.index)):
-            by_file.setdefault(group.path, []).append(group.index)
-        if by_file:
-            plans.append(list(by_file.items()))
+        whole = [g for _, component, _, parts in members if parts == 1 for g in component]
+        if whole:
+            plans.append(TaskPlan(_by_file(whole)))
+        plans.extend(TaskPlan(_by_file(component), part, parts) for _, component, part, parts in members if parts > 1)
     return plans
 
 
-def read_task(plan: list[tuple[str, list[int]]], columns: list[str] | None = None):
-    """The rows of one task's row groups, in file and row-group order (a pyarrow Table)."""
+def _by_file(groups: list[RowGroup]) -> list[tuple[str, list[int]]]:
+    by_file: dict[str, list[int]] = {}
+    for group in sorted(groups, key=lambda g: (g.path, g.index)):
+        by_file.setdefault(group.path, []).append(group.index)
+    return list(by_file.items())
+
+
+def stream_slice(topic, partition: np.ndarray, parts: int) -> np.ndarray:
+    """Which of ``parts`` stream slices each row's (topic, partition) falls in: the same on every machine."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    per_row = []
+    for chunk in topic.chunks if isinstance(topic, pa.ChunkedArray) else [topic]:
+        encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+        crc = np.array([zlib.crc32(name.encode()) for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+        per_row.append(crc[encoded.indices.to_numpy(zero_copy_only=False)])
+    topic_hash = np.concatenate(per_row) if per_row else np.empty(0, dtype=np.int64)
+    return (topic_hash * 1_000_003 + np.asarray(partition, dtype=np.int64)) % parts
+
+
+def read_task(plan: TaskPlan, columns: list[str] | None = None):
+    """The rows one task replays: its row groups in file and row-group order, only its stream slice."""
     import pyarrow as pa
 
     tables = []
-    for path, indexes in plan:
+    for path, indexes in plan.groups:
         parquet = open_parquet(path)
         wanted = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
         tables.append(parquet.read_row_groups(indexes, columns=wanted, use_threads=False))
-    return pa.concat_tables(tables, promote_options="default")
+    table = pa.concat_tables(tables, promote_options="default")
+    if plan.parts > 1:
+        mine = stream_slice(table.column(TOPIC), table.column("partition").to_numpy(), plan.parts) == plan.part
+        table = table.filter(pa.array(mine))
+    return table
