@@ -43,6 +43,11 @@ class CompletedTxns:
         return CompletedTxns(*(getattr(self, name)[:size] for name in self.__dataclass_fields__))
 
 
+#: The per-batch verdict columns, in kernel order, and their dtypes.
+VERDICT_DTYPES = {"status": np.dtype(np.int8), "error_code": np.dtype(np.int16), "base_offset": np.dtype(np.int64),
+                  "last_offset": np.dtype(np.int64), "finding": np.dtype(np.int8), "expected": np.dtype(np.int64)}
+
+
 @dataclass(frozen=True)
 class Verdicts:
     """The outcome of every batch, in input order.
@@ -68,6 +73,11 @@ class Verdicts:
 
     def __len__(self) -> int:
         return len(self.status)
+
+    @staticmethod
+    def allocate(size: int) -> dict[str, np.ndarray]:
+        """Empty per-batch columns for ``size`` batches, by name."""
+        return {name: np.empty(size, dtype=dtype) for name, dtype in VERDICT_DTYPES.items()}
 
     def counts(self) -> dict[str, int]:
         """How many batches were appended, duplicates, and rejected with each error."""
@@ -115,26 +125,24 @@ def validate(
     elif not isinstance(state, ProducerStateTable):
         raise TypeError(f"state must be a ProducerStateTable, not {type(state).__name__}")
 
-    n = len(packed)
-    status = np.empty(n, dtype=np.int8)
-    error_code = np.empty(n, dtype=np.int16)
-    base_offset = np.empty(n, dtype=np.int64)
-    last_offset = np.empty(n, dtype=np.int64)
-    finding = np.empty(n, dtype=np.int8)
-    expected = np.empty(n, dtype=np.int64)
+    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)))
+
+
+def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+                  out: dict[str, np.ndarray]) -> Verdicts:
+    """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
+    of bigger ones, of :data:`VERDICT_DTYPES`)."""
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txn_buffers = (completed.partition, completed.producer_id, completed.first_offset,
                    completed.last_offset, completed.aborted.view(np.uint8))
     columns = packed.kernel_columns()
+    outputs = [out[name] for name in VERDICT_DTYPES]
 
     state.counters[rules.N_COMPLETED] = 0
     start = 0
     while True:
-        start = kernel.validate_batches(*columns, int(origin), start, *state.kernel_arrays(),
-                                        status, error_code, base_offset, last_offset, finding, expected,
-                                        *txn_buffers)
-        if start >= n:
+        start = kernel.validate_batches(*columns, int(origin), start, *state.kernel_arrays(), *outputs, *txn_buffers)
+        if start >= len(packed):
             break
         state.grow(kernel)
-    return Verdicts(status, error_code, base_offset, last_offset, finding, expected,
-                    completed.head(int(state.counters[rules.N_COMPLETED])), kernel.name)
+    return Verdicts(*outputs, completed.head(int(state.counters[rules.N_COMPLETED])), kernel.name)

@@ -32,19 +32,21 @@ class StreamKeys:
     def encode(self, topic: Any, partition: np.ndarray) -> np.ndarray:
         """Dense ids (int32) for rows with these topics (Arrow string or dictionary array) and partitions."""
         codes = self._topic_codes_of(topic)
-        partition = np.asarray(partition, dtype=np.int64)
-        if len(partition) and (partition.min() < 0 or partition.max() > np.iinfo(np.int32).max):
-            raise ValueError(f"column 'partition' has values outside [0, 2147483647]: "
-                             f"[{partition.min()}, {partition.max()}]")
-        key = (codes << _PARTITION_BITS) | partition
-        n = len(key)
+        partition = np.asarray(partition)
+        n = len(partition)
         if n == 0:
             return np.empty(0, dtype=np.int32)
-        starts = np.flatnonzero(key[1:] != key[:-1]) + 1
+        low, high = int(partition.min()), int(partition.max())
+        if low < 0 or high > np.iinfo(np.int32).max:
+            raise ValueError(f"column 'partition' has values outside [0, 2147483647]: [{low}, {high}]")
+        # Runs of equal (topic, partition), found on the narrow columns: no 64-bit key per row.
+        starts = np.flatnonzero((codes[1:] != codes[:-1]) | (partition[1:] != partition[:-1])) + 1
         if len(starts) < n // 8:  # long runs (sorted or clustered input): look up each run once
             starts = np.r_[0, starts]
-            ids = np.array([self._id_of(int(k)) for k in key[starts]], dtype=np.int32)
+            keys = (codes[starts].astype(np.int64) << _PARTITION_BITS) | partition[starts].astype(np.int64)
+            ids = np.array([self._id_of(int(k)) for k in keys], dtype=np.int32)
             return np.repeat(ids, np.diff(np.r_[starts, n]))
+        key = (codes.astype(np.int64) << _PARTITION_BITS) | partition.astype(np.int64)
         unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         ids = np.empty(len(unique), dtype=np.int32)
         for k in np.argsort(first, kind="stable"):  # new keys get ids in order of first sight
@@ -54,7 +56,7 @@ class StreamKeys:
     def _topic_codes_of(self, topic: Any) -> np.ndarray:
         if isinstance(topic, pa.ChunkedArray):  # chunks may carry different dictionaries: one at a time
             parts = [self._topic_codes_of(chunk) for chunk in topic.chunks]
-            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
         if not isinstance(topic, pa.Array):
             topic = pa.array(topic, type=pa.string())
         if topic.null_count:
@@ -64,7 +66,7 @@ class StreamKeys:
                 raise ValueError(f"column 'topic' must be a string; got {topic.type}")
             topic = pc.dictionary_encode(topic)
         names = topic.dictionary.to_pylist()
-        mapping = np.array([self._topic_code(name) for name in names], dtype=np.int64)
+        mapping = np.array([self._topic_code(name) for name in names], dtype=np.int32)
         return mapping[topic.indices.to_numpy(zero_copy_only=False)]
 
     def _topic_code(self, name: str) -> int:

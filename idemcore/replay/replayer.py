@@ -114,16 +114,18 @@ class StreamReplayer:
             if len(array) < size:
                 self._counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
         counters = self._counters
-        # One integer pass for the three statuses (APPENDED 0, DUPLICATE 1, REJECTED 2) of every stream.
-        by_status = np.bincount(ids.astype(np.int64) * 3 + verdicts.status, minlength=3 * size).reshape(size, 3)
-        counters["batches"] += by_status.sum(axis=1)
-        counters["appended"] += by_status[:, Status.APPENDED]
+        # Every batch, then the few that were not appended (duplicates and rejections), by stream.
+        batches = np.bincount(ids, minlength=size)
+        not_appended = np.flatnonzero(verdicts.status)
+        by_status = np.bincount(ids[not_appended].astype(np.int64) * 3 + verdicts.status[not_appended],
+                                minlength=3 * size).reshape(size, 3)
+        counters["batches"] += batches
         counters["duplicates"] += by_status[:, Status.DUPLICATE]
         counters["rejected"] += by_status[:, Status.REJECTED]
-        # Records appended: all records, less those of the (few) batches not appended.
+        counters["appended"] += batches - by_status[:, Status.DUPLICATE] - by_status[:, Status.REJECTED]
+        # Records appended: all records, less those of the batches not appended.
         count = _numpy(table.column("record_count"), "record_count") if "record_count" in table.schema.names \
             else verdicts.last_offset - verdicts.base_offset + 1
-        not_appended = np.flatnonzero(verdicts.status)
         records = np.bincount(ids, weights=count, minlength=size) \
             - np.bincount(ids[not_appended], weights=count[not_appended], minlength=size)
         counters["records"] += records.astype(np.int64)

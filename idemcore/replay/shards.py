@@ -15,12 +15,10 @@ from .._kernels import Backend
 from ..batches import BatchMetadata
 from ..constants import Origin
 from ..state import ProducerStateTable
-from ..validate import CompletedTxns, Verdicts, validate
+from ..validate import CompletedTxns, Verdicts, validate, validate_into
 
 #: A stream first seen in a run of at least this many rows gets its own table.
 OWN_TABLE_RUN = 1024
-_OUTPUTS = {"status": np.int8, "error_code": np.int16, "base_offset": np.int64, "last_offset": np.int64,
-            "finding": np.int8, "expected": np.int64}
 
 
 def _runs(values: np.ndarray) -> np.ndarray:
@@ -68,13 +66,12 @@ class ShardedState:
             order = np.argsort(table, kind="stable")
             packed, table = packed.take(order), table[order]
             bounds = _runs(table)
-        out = {name: np.empty(n, dtype=dtype) for name, dtype in _OUTPUTS.items()}
+        out = Verdicts.allocate(n)
         completed = []
         for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            part = validate(packed.slice(start, stop), self.tables[int(table[start])], origin=self.origin,
-                            backend=self.backend)
-            for name in _OUTPUTS:
-                out[name][start:stop] = getattr(part, name)
+            views = {name: column[start:stop] for name, column in out.items()}  # the kernel writes in place
+            part = validate_into(packed.slice(start, stop), self.tables[int(table[start])], self.origin,
+                                 self.backend, views)
             completed.append(part.completed_txns)
         if order is not None:
             for name, grouped in out.items():
