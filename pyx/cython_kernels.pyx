@@ -228,7 +228,12 @@ def validate_batches(
                     # Duplicate: same epoch and exactly the range of a retained batch.
                     head = ring_head[row]
                     pos = -1
-                    for k in range(ring_len[row]):
+                    length = ring_len[row]
+                    if length == RING and ((ring_last_seq[row, 0] == last_seq) | (ring_last_seq[row, 1] == last_seq)
+                                           | (ring_last_seq[row, 2] == last_seq) | (ring_last_seq[row, 3] == last_seq)
+                                           | (ring_last_seq[row, 4] == last_seq)) == 0:
+                        length = 0  # a full ring without this last sequence: no duplicate, skip the ordered scan
+                    for k in range(length):
                         rpos = ring_pos(head, k)
                         if ring_last_seq[row, rpos] == last_seq and \
                                 wrap_seq(last_seq - ring_offset_delta[row, rpos]) == first_seq:

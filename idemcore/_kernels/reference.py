@@ -188,7 +188,14 @@ def ring_pos(head, k):
 def find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq):
     """Ring position of a retained batch with exactly this sequence range, or -1."""
     head = int(ring_head[row])
-    for k in range(int(ring_len[row])):
+    length = int(ring_len[row])
+    if length == RING_SIZE:  # full (the usual case): a quick look for the last sequence before the ordered scan
+        found = False
+        for pos in range(RING_SIZE):
+            found = found or int(ring_last_seq[row, pos]) == last_seq
+        if not found:
+            return -1
+    for k in range(length):
         pos = ring_pos(head, k)
         stored_last = int(ring_last_seq[row, pos])
         if stored_last == last_seq:
