@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _PARTITION_BITS = 32
+#: Largest (topics x partitions) lookup table built for interleaved rows; beyond it, a sort.
+_MAX_TABLE = 1 << 22
 
 
 class StreamKeys:
@@ -46,6 +48,17 @@ class StreamKeys:
             keys = (codes[starts].astype(np.int64) << _PARTITION_BITS) | partition[starts].astype(np.int64)
             ids = np.array([self._id_of(int(k)) for k in keys], dtype=np.int32)
             return np.repeat(ids, np.diff(np.r_[starts, n]))
+        width = high + 1
+        if len(self.topics) * width <= _MAX_TABLE:  # interleaved, few (topic, partition) pairs: a lookup table
+            flat = codes.astype(np.int64) * width + partition
+            first = np.full(len(self.topics) * width, n, dtype=np.int64)
+            first[flat[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each pair's first row
+            present = np.flatnonzero(first < n)
+            table = np.empty(len(first), dtype=np.int32)
+            for pair in present[np.argsort(first[present], kind="stable")].tolist():  # ids in order of first sight
+                code, part = divmod(pair, width)
+                table[pair] = self._id_of((code << _PARTITION_BITS) | part)
+            return table[flat]
         key = (codes.astype(np.int64) << _PARTITION_BITS) | partition.astype(np.int64)
         unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         ids = np.empty(len(unique), dtype=np.int32)
