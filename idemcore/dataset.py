@@ -54,6 +54,10 @@ def generate(
     planted; return the ground truth also written to ``OUT/truth.json``."""
     if topics < 1 or partitions < 1 or partitions_per_file < 1 or row_group_rows < 1:
         raise ValueError("topics, partitions, partitions_per_file and row_group_rows must be at least 1")
+    if partitions % min(partitions_per_file, partitions):
+        raise ValueError(f"partitions_per_file ({partitions_per_file}) must divide partitions ({partitions}): "
+                         "a file holds streams of one topic")
+    partitions_per_file = min(partitions_per_file, partitions)
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; choose another path or overwrite it")
@@ -82,8 +86,6 @@ def generate(
                 continue
             first = int(stream[rows[0]])
             topic, partition = divmod(first, partitions)
-            if (int(stream[rows[-1]]) // partitions) != topic:
-                raise ValueError("partitions_per_file must divide partitions (a file holds streams of one topic)")
             table = pa.table({
                 "topic": pa.array([topic_name(topic)] * len(rows), pa.string()).dictionary_encode(),
                 "partition": pa.array(columns["partition"][rows] % partitions),

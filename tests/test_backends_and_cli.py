@@ -114,6 +114,8 @@ def test_demo_bad_arguments_fail_clearly():
     assert result.returncode == 2 and "(partition, producer) streams of 9+ batches" in result.stderr
     result = _cli("generate", "/tmp/idemcore-never", "--anomalies", "zombie=3")
     assert result.returncode == 2 and "unknown anomaly 'zombie'" in result.stderr
+    result = _cli("generate", "/tmp/idemcore-never", "--partitions", "10", "--partitions-per-file", "4")
+    assert result.returncode == 2 and "partitions_per_file (4) must divide partitions (10)" in result.stderr
 
 
 def test_backends_command_lists_all():
