@@ -59,8 +59,9 @@ def audit(
 
     ``source``: a Parquet file or directory (or a list of them) — *path mode*: Spark distributes row
     groups, Python workers read them with pyarrow, only findings and summaries come back — or a Spark
-    DataFrame, clustered by (topic, partition) and sorted first. ``tasks``: path-mode tasks (default
-    twice Spark's default parallelism). ``hanging_after_ms`` / ``now_ms``: see
+    DataFrame, clustered by (topic, partition) and sorted first. ``tasks``: in path mode, how many
+    tasks (default twice Spark's default parallelism); for a DataFrame, the partitions of its shuffle
+    (default ``spark.sql.shuffle.partitions``). ``hanging_after_ms`` / ``now_ms``: see
     :meth:`AuditReport.from_results`. ``out``: also write ``findings.parquet`` and ``summary.json``
     there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
     """
