@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .constants import Finding
+from .constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, Finding
 from .dataset import DATA_DIR, generate, read_truth
-from .ground_truth import check_against_truth
-from .replay import AuditReport
 from .streams import parse_mix
+
+# pyarrow, pyspark and the modules that need them are imported by the commands that run them, so
+# `idemcore simulate` and `idemcore backends` work on an installation without the extras.
 
 _DETAIL_ROWS = 10
 
@@ -35,8 +36,10 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def print_report(report: AuditReport) -> None:
+def print_report(report: Any) -> None:
     """The findings table, then the details an operator acts on: gaps, zombies, hanging transactions."""
+    import pyarrow.compute as pc
+
     counts = report.finding_counts()
     streams = report.partitions.num_rows
     print(f"audited {report.batches:,} batches in {streams:,} (topic, partition) streams in {report.seconds:.1f} s "
@@ -57,12 +60,17 @@ def print_report(report: AuditReport) -> None:
             print(f"\n{title}{more}:")
             shown = table.slice(0, _DETAIL_ROWS).select(columns).to_pylist()
             print(_table(columns, [[row[c] for c in columns] for row in shown]))
+    totals = {name: int(pc.sum(report.partitions.column(name)).as_py() or 0)
+              for name in ("committed_txns", "aborted_txns", "aborted_records")}
+    print(f"\ntransactions: {totals['committed_txns']:,} committed, {totals['aborted_txns']:,} aborted "
+          f"({totals['aborted_records']:,} records a read_committed consumer skips), "
+          f"{report.open_txns.num_rows:,} still open")
     pinned = report.partitions.filter(_lso_pinned(report))
     if pinned.num_rows:
         print(f"\n{pinned.num_rows} partition(s) with the last stable offset held back by an open transaction")
 
 
-def _lso_pinned(report: AuditReport) -> Any:
+def _lso_pinned(report: Any) -> Any:
     import pyarrow.compute as pc
 
     return pc.less(report.partitions.column("last_stable_offset"), report.partitions.column("log_end_offset"))
@@ -83,7 +91,7 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit(args: argparse.Namespace, source: Any) -> AuditReport:
+def _audit(args: argparse.Namespace, source: Any) -> Any:
     from .spark import audit
 
     return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
@@ -112,6 +120,8 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from .ground_truth import check_against_truth
+
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="idemcore-demo-"))
     dataset = workdir / "dataset"
     try:
@@ -163,14 +173,12 @@ def _non_negative(text: str) -> int:
 
 def add_audit_options(command: argparse.ArgumentParser) -> None:
     """Options shared by ``audit`` and ``demo``."""
-    from .replay import DEFAULT_HANGING_AFTER_MS
-
     command.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     command.add_argument("--tasks", type=int, default=None,
                          help="Spark tasks (default: twice the default parallelism)")
-    command.add_argument("--hanging-after-ms", type=_non_negative, default=DEFAULT_HANGING_AFTER_MS,
+    command.add_argument("--hanging-after-ms", type=_non_negative, default=DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
                          help="an open transaction idle longer than this is hanging "
-                              f"(default {DEFAULT_HANGING_AFTER_MS:,}, Kafka's transaction.max.timeout.ms)")
+                              f"(default {DEFAULT_TRANSACTION_MAX_TIMEOUT_MS:,}, Kafka's transaction.max.timeout.ms)")
     command.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
     command.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 

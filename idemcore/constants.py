@@ -19,6 +19,8 @@ INT16_MAX = 32_767
 PRODUCER_ID_BLOCK_SIZE = 1000
 #: Kafka's default ``producer.id.expiration.ms`` (1 day).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: Kafka's default ``transaction.max.timeout.ms``: no transaction may legitimately stay open longer.
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 
 
 class ErrorCode(enum.IntEnum):

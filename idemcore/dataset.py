@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .batches import COLUMNS
@@ -52,6 +50,9 @@ def generate(
     """Write about ``batches`` produce attempts of ``producers`` idempotent producers over ``topics`` x
     ``partitions`` streams, with ``anomalies`` (name -> count, see :data:`idemcore.streams.ANOMALIES`)
     planted; return the ground truth also written to ``OUT/truth.json``."""
+    import pyarrow as pa  # here, not at import: the CLI imports this module without the arrow extra
+    import pyarrow.parquet as pq
+
     if topics < 1 or partitions < 1 or partitions_per_file < 1 or row_group_rows < 1:
         raise ValueError("topics, partitions, partitions_per_file and row_group_rows must be at least 1")
     if partitions % min(partitions_per_file, partitions):

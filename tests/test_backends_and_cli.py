@@ -123,3 +123,12 @@ def test_backends_command_lists_all():
     assert result.returncode == 0
     assert [line.split()[0] for line in result.stdout.splitlines()[:3]] == ["cython", "numba", "python"]
     assert all(line.split()[1] == "available" for line in result.stdout.splitlines()[:3])
+
+
+def test_the_cli_loads_without_arrow_or_spark():
+    # simulate and backends must work on a base installation: pyarrow and pyspark load only when needed.
+    code = ("import sys, idemcore.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyarrow', 'pyspark', 'pandas'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

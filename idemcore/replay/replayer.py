@@ -19,6 +19,7 @@ from .._kernels import Backend, get_backend
 from ..batches import COLUMNS, BatchMetadata
 from ..constants import Finding, Origin, Status
 from ..validate import Verdicts
+from .aborted import AbortedRecords
 from .columns import TOPIC, required_columns
 from .keys import StreamKeys
 from .shards import ShardedState
@@ -90,6 +91,7 @@ class StreamReplayer:
         self.max_timestamp = np.iinfo(np.int64).min
         self._counters = {name: np.zeros(0, dtype=np.int64) for name in PARTITION_COUNTERS}
         self._findings: list[pa.Table] = []
+        self._aborted = AbortedRecords()
 
     def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
         """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
@@ -129,6 +131,7 @@ class StreamReplayer:
         records = np.bincount(ids, weights=count, minlength=size) \
             - np.bincount(ids[not_appended], weights=count[not_appended], minlength=size)
         counters["records"] += records.astype(np.int64)
+        self._count_aborted_records(ids, table, verdicts, count)
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
         counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
@@ -136,6 +139,19 @@ class StreamReplayer:
             timestamps = _numpy(table.column("max_timestamp"), "max_timestamp")
             self.min_timestamp = min(self.min_timestamp, int(timestamps.min()))
             self.max_timestamp = max(self.max_timestamp, int(timestamps.max()))
+
+    def _count_aborted_records(self, ids: np.ndarray, table: pa.Table | pa.RecordBatch, verdicts: Verdicts,
+                               count: np.ndarray) -> None:
+        names = table.schema.names
+        if "is_transactional" not in names:
+            return  # no transactional data: nothing can be aborted
+        transactional = _numpy(table.column("is_transactional"), "is_transactional").astype(bool)
+        if "is_control" in names:
+            transactional &= ~_numpy(table.column("is_control"), "is_control").astype(bool)
+        rows = np.flatnonzero(transactional & (verdicts.status == Status.APPENDED))
+        producers = _numpy(table.column("producer_id"), "producer_id")
+        self._aborted.add(ids[rows], producers[rows], verdicts.base_offset[rows], count[rows],
+                          verdicts.completed_txns, len(self.keys))
 
     def _keep_findings(self, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
         rows = np.flatnonzero(verdicts.finding)
@@ -162,7 +178,9 @@ class StreamReplayer:
         ids = np.arange(len(self.keys))
         topics, partitions = self.keys.decode(ids)
         counters = {name: np.pad(array, (0, len(ids) - len(array))) for name, array in self._counters.items()}
-        partition_table = pa.table({TOPIC: topics, "partition": partitions, **counters, "log_end_offset": log_end})
+        aborted = np.pad(self._aborted.per_stream, (0, len(ids) - len(self._aborted.per_stream)))
+        partition_table = pa.table({TOPIC: topics, "partition": partitions, **counters, "aborted_records": aborted,
+                                    "log_end_offset": log_end})
 
         txns = self.state.open_transactions()
         open_topics, open_partitions = self.keys.decode(txns.pop("stream"))

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..constants import INT32_MAX, Finding
+from ..constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT32_MAX, Finding
 from .columns import TOPIC
 from .replayer import TaskResult
 
-#: Kafka's default ``transaction.max.timeout.ms``: no transaction may legitimately stay open longer.
-DEFAULT_HANGING_AFTER_MS = 900_000
+#: A transaction open longer than Kafka's default ``transaction.max.timeout.ms`` is hanging.
+DEFAULT_HANGING_AFTER_MS = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
 _STREAM = [TOPIC, "partition", "producer_id"]
 
 
@@ -37,7 +37,9 @@ class AuditReport:
 
     ``findings``: one row per batch with a finding (the batch, ``finding``,
     ``error_code``, ``expected``). ``partitions``: per (topic, partition)
-    counts, ``log_end_offset`` and ``last_stable_offset``. ``open_txns``:
+    counts (batches, appended, duplicates, rejected, records, committed and
+    aborted transactions, ``aborted_records``: data a read_committed consumer
+    skips), ``log_end_offset`` and ``last_stable_offset``. ``open_txns``:
     transactions with no marker at the end, with ``idle_ms`` and ``hanging``.
     """
 
