@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -243,7 +245,7 @@ def test_aborted_records_equal_a_row_by_row_walk_for_any_cut(small_dataset, cuts
     assert sum(expected.values()) > 0
     replayer = StreamReplayer()
     bounds = np.r_[0, np.sort(np.random.default_rng(cuts).choice(table.num_rows, cuts, replace=False)), table.num_rows]
-    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, stop in itertools.pairwise(bounds):
         replayer.feed(table.slice(int(start), int(stop - start)))
     result = replayer.finish()
     got = {(r["topic"], r["partition"]): r["aborted_records"] for r in result.partitions.to_pylist()}
