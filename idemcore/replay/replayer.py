@@ -24,8 +24,18 @@ from .columns import TOPIC, required_columns
 from .keys import StreamKeys
 from .shards import ShardedState
 
-#: Finding code -> SPEC §5 name (None for a batch simply appended).
-FINDING_LABELS = np.array([f.label or None for f in Finding], dtype=object)
+_FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
+_STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
+
+
+def finding_names(codes: np.ndarray) -> pa.Array:
+    """SPEC §5 names of finding codes (null for a batch simply appended)."""
+    return _FINDING_NAMES.take(pa.array(codes))
+
+
+def status_names(codes: np.ndarray) -> pa.Array:
+    """``appended``, ``duplicate`` or ``rejected`` for status codes."""
+    return _STATUS_NAMES.take(pa.array(codes))
 #: Per (topic, partition) counters an audit keeps.
 PARTITION_COUNTERS = ("batches", "appended", "duplicates", "rejected", "records", "committed_txns", "aborted_txns")
 #: Rows fed to the kernel at a time (bounds the verdict arrays of a big task).
@@ -162,7 +172,7 @@ class StreamReplayer:
             else table.select(names)
         found = found.take(rows)
         extra = {
-            "finding": pa.array(FINDING_LABELS[verdicts.finding[rows]], type=pa.string()),
+            "finding": finding_names(verdicts.finding[rows]),
             "error_code": verdicts.error_code[rows],
             "expected": verdicts.expected[rows],
             "assigned_base_offset": verdicts.base_offset[rows],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..constants import Finding, Origin, Status
+from ..constants import Origin
 from ..replay.columns import TOPIC
 from .schema import check_input
 
@@ -17,8 +17,6 @@ OUTPUT_COLUMNS = {
     "assigned_last_offset": "long",
     "finding": "string",
 }
-STATUS_LABELS = [s.name.lower() for s in Status]
-FINDING_LABELS = [f.label or None for f in Finding]
 
 
 def clustered(df: Any, order_by: str, num_partitions: int | None = None) -> Any:
@@ -34,14 +32,13 @@ def _validate_batches(origin: str, order_by: str, backend: str | None):
         import pyarrow as pa
 
         from idemcore.replay import StreamReplayer
+        from idemcore.replay.replayer import finding_names, status_names
 
         replayer = StreamReplayer(origin, order_by, backend, collect=False)
-        status_labels, finding_labels = pa.array(STATUS_LABELS), pa.array(FINDING_LABELS, pa.string())
         for batch in batches:
             verdicts = replayer.feed(batch)
-            added = [status_labels.take(pa.array(verdicts.status)), pa.array(verdicts.error_code),
-                     pa.array(verdicts.base_offset), pa.array(verdicts.last_offset),
-                     finding_labels.take(pa.array(verdicts.finding))]
+            added = [status_names(verdicts.status), pa.array(verdicts.error_code), pa.array(verdicts.base_offset),
+                     pa.array(verdicts.last_offset), finding_names(verdicts.finding)]
             yield pa.RecordBatch.from_arrays([*batch.columns, *added], names=[*batch.schema.names, *OUTPUT_COLUMNS])
     return run
 
