@@ -106,7 +106,8 @@ def test_path_mode_on_streams_interleaved_in_one_file(spark, tmp_path, small_dat
     assert check.ok, (check.rows, check.missed, check.unexpected)
 
 
-def test_audit_of_a_dataframe_equals_path_mode(spark, small_dataset, scrambled_frame):
+@pytest.mark.parametrize("arrow_batch_size", [7, 10000], indirect=True)
+def test_audit_of_a_dataframe_equals_path_mode(spark, small_dataset, scrambled_frame, arrow_batch_size):
     path, _ = small_dataset
     from_frame = audit(scrambled_frame.repartition(4), spark=spark, tasks=3)
     from_paths = audit(path / "data", spark=spark)
