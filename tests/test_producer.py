@@ -71,12 +71,18 @@ def acknowledged_start(transport, producer) -> None:
     transport.produce_requests.clear()
 
 
-def test_unknown_producer_id_bumps_epoch_and_resends_from_sequence_zero():
+def records_in_flight(count: int, **config):
+    """A producer past its first acknowledged record, with ``count`` more records sent one batch each."""
     transport = ScriptedTransport()
-    producer = one_batch_per_record(transport)
-    acknowledged_start(transport, producer)  # batch 0 of Kafka's case, acknowledged
-    futures = [producer.send("t", b"r%d" % i) for i in range(4)]
+    producer = one_batch_per_record(transport, **config)
+    acknowledged_start(transport, producer)
+    futures = [producer.send("t", b"r%d" % i) for i in range(count)]
     pump(producer)
+    return transport, producer, futures
+
+
+def test_unknown_producer_id_bumps_epoch_and_resends_from_sequence_zero():
+    transport, producer, futures = records_in_flight(4)  # batch 0 of Kafka's case acknowledged, 1..4 in flight
     in_flight = list(transport.produce_requests)
     assert sent_batches(transport) == [(i, 0, 1) for i in range(1, 5)]
     transport.reply(in_flight[0], ErrorCode.UNKNOWN_PRODUCER_ID)
@@ -111,11 +117,7 @@ def test_duplicate_sequence_number_is_success_without_offset():
 
 
 def test_out_of_order_for_a_batch_after_a_failed_one_is_retried_without_bump():
-    transport = ScriptedTransport()
-    producer = one_batch_per_record(transport)
-    acknowledged_start(transport, producer)
-    futures = [producer.send("t", b"r%d" % i) for i in range(2)]
-    pump(producer)
+    transport, producer, futures = records_in_flight(2)
     first, second = transport.produce_requests
     transport.reply(first, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     transport.reply(second, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
@@ -131,11 +133,7 @@ def test_out_of_order_for_a_batch_after_a_failed_one_is_retried_without_bump():
 
 
 def test_expiry_of_every_sent_batch_leaves_sequences_unresolved_then_bumps_the_epoch():
-    transport = ScriptedTransport()
-    producer = one_batch_per_record(transport, delivery_timeout_ms=1000, request_timeout_ms=900)
-    acknowledged_start(transport, producer)
-    futures = [producer.send("t", b"r%d" % i) for i in range(3)]
-    pump(producer)
+    transport, producer, futures = records_in_flight(3, delivery_timeout_ms=1000, request_timeout_ms=900)
     assert sent_batches(transport) == [(1, 0, 1), (2, 0, 1), (3, 0, 1)]
     transport.now = 1000  # past the delivery timeout, no answer ever came
     pump(producer, 2)
@@ -195,11 +193,7 @@ def test_send_rejects_non_bytes_and_unknown_topics():
 
 def test_out_of_order_for_a_sequence_already_passed_counts_as_delivered():
     # Batch 1's answer is lost; batch 2 is acknowledged; batch 1's retry has left the broker's window.
-    transport = ScriptedTransport()
-    producer = one_batch_per_record(transport)
-    acknowledged_start(transport, producer)
-    futures = [producer.send("t", b"r%d" % i) for i in range(2)]
-    pump(producer)
+    transport, producer, futures = records_in_flight(2)
     first, second = transport.produce_requests
     transport.reply(second, base_offset=2)
     transport.reply(first, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
