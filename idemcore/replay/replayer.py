@@ -113,14 +113,16 @@ class StreamReplayer:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
         columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}
         columns["partition"] = ids
-        verdicts = self.state.validate(BatchMetadata.coerce(columns))
+        packed = BatchMetadata.coerce(columns)  # checked and converted once; the counts below reuse it
+        verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
-            self._count(ids, table, verdicts)
-            self._keep_findings(table, verdicts)
+            self._count(packed, verdicts, timestamps="max_timestamp" in names)
+            self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
-    def _count(self, ids: np.ndarray, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
+    def _count(self, packed: BatchMetadata, verdicts: Verdicts, timestamps: bool) -> None:
+        ids = packed["partition"]  # stream ids
         size = len(self.keys)
         for name, array in self._counters.items():
             if len(array) < size:
@@ -136,51 +138,35 @@ class StreamReplayer:
         counters["rejected"] += by_status[:, Status.REJECTED]
         counters["appended"] += batches - by_status[:, Status.DUPLICATE] - by_status[:, Status.REJECTED]
         # Records appended: all records, less those of the batches not appended.
-        count = _numpy(table.column("record_count"), "record_count") if "record_count" in table.schema.names \
-            else verdicts.last_offset - verdicts.base_offset + 1
+        count = packed["record_count"]
         records = np.bincount(ids, weights=count, minlength=size) \
             - np.bincount(ids[not_appended], weights=count[not_appended], minlength=size)
         counters["records"] += records.astype(np.int64)
-        self._count_aborted_records(ids, table, verdicts, count)
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
         counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
-        if "max_timestamp" in table.schema.names:
-            timestamps = _numpy(table.column("max_timestamp"), "max_timestamp")
-            self.min_timestamp = min(self.min_timestamp, int(timestamps.min()))
-            self.max_timestamp = max(self.max_timestamp, int(timestamps.max()))
+        transactional_data = packed["is_transactional"] & ~packed["is_control"]
+        rows = np.flatnonzero(transactional_data & (verdicts.status == Status.APPENDED))
+        self._aborted.add(ids[rows], packed["producer_id"][rows], verdicts.base_offset[rows], count[rows], txns, size)
+        if timestamps:
+            self.min_timestamp = min(self.min_timestamp, int(packed["max_timestamp"].min()))
+            self.max_timestamp = max(self.max_timestamp, int(packed["max_timestamp"].max()))
 
-    def _count_aborted_records(self, ids: np.ndarray, table: pa.Table | pa.RecordBatch, verdicts: Verdicts,
-                               count: np.ndarray) -> None:
-        names = table.schema.names
-        if "is_transactional" not in names:
-            return  # no transactional data: nothing can be aborted
-        transactional = _numpy(table.column("is_transactional"), "is_transactional").astype(bool)
-        if "is_control" in names:
-            transactional &= ~_numpy(table.column("is_control"), "is_control").astype(bool)
-        rows = np.flatnonzero(transactional & (verdicts.status == Status.APPENDED))
-        producers = _numpy(table.column("producer_id"), "producer_id")
-        self._aborted.add(ids[rows], producers[rows], verdicts.base_offset[rows], count[rows],
-                          verdicts.completed_txns, len(self.keys))
-
-    def _keep_findings(self, table: pa.Table | pa.RecordBatch, verdicts: Verdicts) -> None:
+    def _keep_findings(self, packed: BatchMetadata, verdicts: Verdicts, order: pa.Array | None) -> None:
         rows = np.flatnonzero(verdicts.finding)
         if not len(rows):
             return
-        names = [name for name in table.schema.names if name in COLUMNS or name in (TOPIC, self.order_by)]
-        found = pa.Table.from_batches([table.select(names)]) if isinstance(table, pa.RecordBatch) \
-            else table.select(names)
-        found = found.take(rows)
-        extra = {
-            "finding": finding_names(verdicts.finding[rows]),
-            "error_code": verdicts.error_code[rows],
-            "expected": verdicts.expected[rows],
-            "assigned_base_offset": verdicts.base_offset[rows],
+        found = packed.take(rows).to_dict()
+        topics, found["partition"] = self.keys.decode(found["partition"])  # stream ids back to the source's
+        if order is not None:
+            found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())
+        found.update({
+            TOPIC: topics, "finding": finding_names(verdicts.finding[rows]), "error_code": verdicts.error_code[rows],
+            "expected": verdicts.expected[rows], "assigned_base_offset": verdicts.base_offset[rows],
             "assigned_last_offset": verdicts.last_offset[rows],
-        }
-        for name, values in extra.items():
-            found = found.append_column(name, pa.array(values) if not isinstance(values, pa.Array) else values)
-        self._findings.append(_standard_findings(found, self.order_by))
+        })
+        schema = findings_schema(self.order_by)
+        self._findings.append(pa.table({field.name: found[field.name] for field in schema}, schema=schema))
 
     def finish(self) -> TaskResult:
         """Everything the task found. Open transactions are those without a marker when the stream ends."""
@@ -214,19 +200,6 @@ def findings_schema(order_by: str) -> pa.Schema:
 
 def empty_findings(order_by: str) -> pa.Table:
     return findings_schema(order_by).empty_table()
-
-
-def _standard_findings(found: pa.Table, order_by: str) -> pa.Table:
-    # Same columns and types whatever the source had: missing optional columns take their defaults.
-    packed = BatchMetadata.coerce(found.select([name for name in found.schema.names if name in COLUMNS]))
-    schema = findings_schema(order_by)
-    columns = []
-    for field in schema:
-        if field.name in COLUMNS:
-            columns.append(pa.array(packed[field.name]))
-        else:
-            columns.append(found.column(field.name).cast(field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _numpy(values: Any, name: str) -> np.ndarray:
