@@ -13,7 +13,7 @@ from typing import Any
 
 from .constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, Finding
 from .dataset import DATA_DIR, generate, read_truth
-from .streams import parse_mix
+from .streams import DEFAULT_MIX, parse_mix
 
 # pyarrow, pyspark and the modules that need them are imported by the commands that run them, so
 # `idemcore simulate` and `idemcore backends` work on an installation without the extras.
@@ -194,7 +194,7 @@ def add_commands(commands: Any, positive: Any) -> None:
     gen.add_argument("--partitions", type=positive, default=64, help="partitions per topic (default 64)")
     gen.add_argument("--producers", type=positive, default=1000, help="idempotent producers (default 1,000)")
     gen.add_argument("--batches", type=positive, default=1_000_000, help="produce attempts (default 1,000,000)")
-    gen.add_argument("--anomalies", default=",".join(f"{name}=3" for name in parse_mix("none")),
+    gen.add_argument("--anomalies", default=",".join(f"{name}={count}" for name, count in DEFAULT_MIX.items()),
                      help="what to plant: name=count,... (default: 3 of each) or 'none'")
     gen.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     gen.add_argument("--retry-fraction", type=float, default=0.01,
