@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.producer import Producer
+from idemcore.client import Producer
 
 RECORDS = 200_000
 #: librdkafka's defaults (batch.size 1,000,000 bytes, linger.ms 5), given to idemcore too.

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from idemcore import BatchMetadata, Origin, get_backend
-from idemcore.dataset import DATA_DIR, generate
-from idemcore.replay import StreamKeys, replay_table
-from idemcore.replay.shards import ShardedState
-from idemcore.spark.plan import parquet_files
+from idemcore.audit import StreamKeys, replay_table
+from idemcore.audit.shards import ShardedState
+from idemcore.audit.spark.plan import parquet_files
+from idemcore.synth.dataset import DATA_DIR, generate
 
 BATCHES = int(os.environ.get("IDEMCORE_BENCH_BATCHES", 20_000_000))
 CORES = 2
@@ -39,7 +39,7 @@ def dataset() -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    from idemcore.spark import get_session
+    from idemcore.audit.spark import get_session
 
     session = get_session(f"local[{CORES}]")
     yield session
@@ -59,8 +59,8 @@ def frame(spark, dataset):
 
 def bench_spark_a_validate_beside_identity(benchmark, record_seconds, frame):
     """Each round runs the three jobs back to back, so a noisy neighbour slows all three alike."""
-    from idemcore.spark import validate as spark_validate
-    from idemcore.spark.frame import clustered
+    from idemcore.audit.spark import validate as spark_validate
+    from idemcore.audit.spark.frame import clustered
 
     df, rows = frame
 
@@ -88,7 +88,7 @@ def bench_spark_a_validate_beside_identity(benchmark, record_seconds, frame):
 
 
 def bench_spark_b_path_mode_audit(benchmark, record, spark, dataset):
-    from idemcore.spark import audit
+    from idemcore.audit.spark import audit
 
     audit(dataset, spark=spark)  # start and warm the Python workers outside the timing
     report = benchmark.pedantic(audit, args=(dataset,), kwargs={"spark": spark}, rounds=3, iterations=1)

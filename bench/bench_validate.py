@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from idemcore import validate
+from idemcore.state import validate
 
 STREAMS = ["a-1-partition", "b-64-partitions"]
 PYTHON_SUBSET = 200_000  # the interpreted reference is ~1000x slower; timed on a prefix

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore.batches import BatchMetadata
-from idemcore.streams import synthetic_stream
+from idemcore.record.columns import BatchMetadata
+from idemcore.synth.streams import synthetic_stream
 
 BATCHES = 20_000_000
 _results: dict[str, tuple[float, int]] = {}

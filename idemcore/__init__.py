@@ -1,28 +1,61 @@
-"""idemcore: Kafka's exactly-once machinery outside the JVM, with a native hot path."""
+"""idemcore: Kafka's exactly-once machinery outside the JVM, with a native hot path.
 
-from ._kernels import available_backends, get_backend
-from .batches import COLUMNS, BatchMetadata
-from .constants import ControlType, ErrorCode, Finding, Origin, Status
-from .errors import BackendUnavailableError, IdemcoreError
-from .state import ProducerStateTable
-from .state_manager import AppendResult, CompletedTxn, MarkerResult, ProducerEntry, ProducerStateManager
-from .validate import CompletedTxns, Verdicts, validate
+The layout, bottom to top (imports point down): ``protocol`` (codes, constants,
+sequence arithmetic), ``findings``, ``record`` (batch metadata columns, the
+batch object), ``kernels`` (the three backends), ``state`` (producer-state
+table, validate = check + commit, ProducerStateManager), ``net`` (messages,
+transports), ``client`` (Producer), ``broker`` (Broker.handle, logs, producer
+ids), ``audit`` (replay, report, Spark), ``synth``, ``sim``, ``cli``.
+"""
+
+from idemcore.client import ConfigError, DeliveryError, Producer
+from idemcore.errors import BackendUnavailableError, IdemcoreError
+from idemcore.findings import FINDINGS, Finding
+from idemcore.kernels import available_backends, get_backend
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
+from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.state import (
+    AppendResult,
+    CompletedTxn,
+    CompletedTxns,
+    MarkerResult,
+    ProducerEntry,
+    ProducerStateManager,
+    ProducerStateTable,
+    Verdicts,
+    validate,
+)
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # The broker is imported on first use, so `import idemcore` for a client or the kernels stays light.
+    if name == "Broker":
+        from idemcore.broker import Broker
+
+        return Broker
+    raise AttributeError(f"module 'idemcore' has no attribute {name!r}")
+
+
 __all__ = [
     "COLUMNS",
+    "FINDINGS",
     "AppendResult",
     "BackendUnavailableError",
     "BatchMetadata",
+    "Broker",
     "CompletedTxn",
     "CompletedTxns",
+    "ConfigError",
     "ControlType",
+    "DeliveryError",
     "ErrorCode",
     "Finding",
     "IdemcoreError",
     "MarkerResult",
     "Origin",
+    "Producer",
     "ProducerEntry",
     "ProducerStateManager",
     "ProducerStateTable",

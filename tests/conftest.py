@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from idemcore._kernels import PREFERENCE, load_backend
+from idemcore.kernels import PREFERENCE, load_backend
 
 EXPECTED = [name.strip() for name in os.environ.get("IDEMCORE_EXPECT_BACKENDS", ",".join(PREFERENCE)).split(",")
             if name.strip()]
@@ -30,7 +30,7 @@ def backend(request):
 @pytest.fixture(scope="session")
 def spark():
     """The one Spark session of the test run: local[2], small shuffles."""
-    from idemcore.spark import get_session
+    from idemcore.audit.spark import get_session
 
     session = get_session("local[2]", config={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
     yield session
@@ -40,7 +40,7 @@ def spark():
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
     """A generated dataset: 2 topics x 3 partitions, a file per stream, each stream in several row groups."""
-    from idemcore.dataset import generate
+    from idemcore.synth.dataset import generate
 
     out = tmp_path_factory.mktemp("datasets") / "small"
     truth = generate(out, topics=2, partitions=3, producers=12, batches=6000, seed=3, partitions_per_file=1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from idemcore.batches import COLUMNS
+from idemcore.record.columns import COLUMNS
 
 
 def batches(rows: list[dict]) -> dict[str, np.ndarray]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from idemcore.broker import (
+from idemcore.net.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     PartitionResponse,
     ProduceRequest,
     ProduceResponse,
 )
-from idemcore.constants import ErrorCode
+from idemcore.protocol.codes import ErrorCode
 
 
 class ScriptedTransport:

@@ -9,8 +9,7 @@ import warnings
 import pytest
 
 import idemcore
-from idemcore import BackendUnavailableError, ProducerStateManager, Status
-from idemcore import _kernels as kernels
+from idemcore import BackendUnavailableError, ProducerStateManager, Status, kernels
 
 from .helpers import batches, data, marker
 

@@ -9,7 +9,7 @@ import pytest
 
 import idemcore
 from idemcore import BatchMetadata, ErrorCode, Status
-from idemcore.batches import COLUMNS
+from idemcore.record.columns import COLUMNS
 
 from .helpers import batches, data
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore.broker import Broker, ProduceRequest, RecordBatch
-from idemcore.constants import ErrorCode
-from idemcore.partitioner import murmur2, partition_for_key
+from idemcore.broker import Broker
+from idemcore.client.partitioner import murmur2, partition_for_key
+from idemcore.net.messages import ProduceRequest
+from idemcore.protocol.codes import ErrorCode
+from idemcore.record.batch import RecordBatch
 
 
 def batch(partition, values, pid=5, epoch=0, seq=0, topic="t"):

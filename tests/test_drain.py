@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemcore._kernels import drain_reference, load_backend, reference
-from idemcore.producer.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
+from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
+from idemcore.kernels import drain_reference, load_backend, reference
 
 
 def test_sequence_increments_wrap():

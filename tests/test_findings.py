@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore import Finding, validate
+from idemcore import Finding
+from idemcore.state import validate
 
 from .helpers import batches, data, marker
 
@@ -71,7 +72,7 @@ def test_finding_names_parse_back():
 
 
 def test_kernel_finding_codes_match_the_enum():
-    from idemcore._kernels import reference
+    from idemcore.kernels import reference
 
     assert {f.name: int(f) for f in Finding if f is not Finding.HANGING_TRANSACTION} == {
         name[2:]: value for name, value in vars(reference).items() if name.startswith("F_")}

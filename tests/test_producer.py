@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.constants import ErrorCode
-from idemcore.producer import ConfigError, DeliveryError, Producer
-from idemcore.producer.config import ProducerConfig
+from idemcore.client import ConfigError, DeliveryError, Producer
+from idemcore.client.config import ProducerConfig
+from idemcore.protocol.codes import ErrorCode
 
 from .scripted import ScriptedTransport, sent_batches
 
@@ -163,7 +163,7 @@ def test_producer_against_broker_keyed_records_keep_order_per_partition():
     futures = [producer.send("t", b"v%d" % i, key=k) for i, k in enumerate(keys)]
     producer.flush()
     results = [f.result() for f in futures]
-    from idemcore.partitioner import partition_for_key
+    from idemcore.client.partitioner import partition_for_key
     assert [r.partition for r in results] == [partition_for_key(k, 4) for k in keys]
     for partition_log in broker.logs():
         values = [int(v[1:]) for _, _, v, _ in partition_log.records()]

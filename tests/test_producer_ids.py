@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from idemcore.producer_ids import (
+from idemcore.broker.producer_ids import (
     INT64_MAX,
     ProducerIdBlock,
     ProducerIdManager,

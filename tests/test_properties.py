@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import idemcore
-from idemcore import ProducerStateTable, validate
-from idemcore.batches import COLUMNS
-from idemcore.streams import synthetic_stream
+from idemcore import ProducerStateTable
+from idemcore.record.columns import COLUMNS
+from idemcore.state import validate
+from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches
 from .oracle import OracleLog

@@ -9,12 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from idemcore import Finding, validate
-from idemcore.dataset import read_truth
-from idemcore.ground_truth import check_against_truth
-from idemcore.replay import AuditReport, StreamKeys, replay_table
-from idemcore.replay.replayer import in_stream_order
-from idemcore.spark.plan import RowGroup, components, plan_tasks
+from idemcore import Finding
+from idemcore.audit import AuditReport, StreamKeys, replay_table
+from idemcore.audit.replayer import in_stream_order
+from idemcore.audit.spark.plan import RowGroup, components, plan_tasks
+from idemcore.state import validate
+from idemcore.synth.dataset import read_truth
+from idemcore.synth.ground_truth import check_against_truth
 
 
 def dataset_table(path) -> pa.Table:
@@ -160,7 +161,7 @@ def test_plan_tasks_cover_every_row_group_once_with_whole_streams(small_dataset)
 @pytest.mark.parametrize("own_table_run", [1, 40, 10**9])  # every stream its own table / some / all shared
 @pytest.mark.parametrize("layout", ["clustered", "interleaved"])
 def test_sharded_state_equals_each_stream_alone_for_any_cut(monkeypatch, small_dataset, own_table_run, layout):
-    from idemcore.replay import StreamReplayer, shards
+    from idemcore.audit import StreamReplayer, shards
 
     monkeypatch.setattr(shards, "OWN_TABLE_RUN", own_table_run)
     path, _ = small_dataset
@@ -193,7 +194,7 @@ def test_no_batches_make_an_empty_report(tmp_path):
 
 
 def test_interleaved_streams_are_sliced_by_stream_across_tasks(tmp_path, small_dataset):
-    from idemcore.spark.plan import read_task
+    from idemcore.audit.spark.plan import read_task
 
     path, _ = small_dataset
     table = dataset_table(path).sort_by("seq_no")  # arrival order: every row group holds every stream
@@ -237,7 +238,7 @@ def brute_force_aborted_records(table: pa.Table) -> dict[tuple[str, int], int]:
 
 @pytest.mark.parametrize("cuts", [0, 7, 60])
 def test_aborted_records_equal_a_row_by_row_walk_for_any_cut(small_dataset, cuts):
-    from idemcore.replay import StreamReplayer
+    from idemcore.audit import StreamReplayer
 
     path, _ = small_dataset
     table = dataset_table(path).sort_by("seq_no")  # interleaved: transactions span many feeds

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 
 from idemcore import Finding
+from idemcore.audit import AuditReport, replay_table
+from idemcore.audit.spark import OUTPUT_COLUMNS, audit, validate
 from idemcore.cli import main
-from idemcore.dataset import read_truth
-from idemcore.ground_truth import check_against_truth
-from idemcore.replay import AuditReport, replay_table
-from idemcore.spark import OUTPUT_COLUMNS, audit, validate
+from idemcore.synth.dataset import read_truth
+from idemcore.synth.ground_truth import check_against_truth
 
 from .test_replay import dataset_table, per_stream_reference
 

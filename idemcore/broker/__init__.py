@@ -1,15 +1,10 @@
-"""The broker side: partition logs and produce handling over the producer-state kernel."""
+"""The broker: one ``Broker.handle`` for every request, partition logs, producer-id blocks.
 
-from .broker import Broker
-from .log import LogCorruptionError, PartitionLog
-from .protocol import (
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    PartitionResponse,
-    ProduceRequest,
-    ProduceResponse,
-    RecordBatch,
-)
+Room for what comes next: ``coordinator/`` (transactions, group offsets) and
+``server`` (Kafka's wire protocol over TCP) call the same ``Broker.handle``.
+"""
 
-__all__ = ["Broker", "InitProducerIdRequest", "InitProducerIdResponse", "LogCorruptionError", "PartitionLog",
-           "PartitionResponse", "ProduceRequest", "ProduceResponse", "RecordBatch"]
+from idemcore.broker.broker import Broker
+from idemcore.broker.log import LogCorruptionError, PartitionLog
+
+__all__ = ["Broker", "LogCorruptionError", "PartitionLog"]

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .._kernels import Backend, get_backend
-from ..constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX, ErrorCode, Status
-from ..errors import IdemcoreError
-from ..producer_ids import ProducerIdManager, ProducerIdsExhaustedError, SqliteBlockStore
-from ..state import ProducerStateTable
-from ..validate import validate
-from .log import LogCorruptionError, PartitionLog
-from .protocol import InitProducerIdResponse, PartitionResponse, ProduceRequest, ProduceResponse, RecordBatch
+from idemcore.broker.log import LogCorruptionError, PartitionLog
+from idemcore.broker.producer_ids import ProducerIdManager, ProducerIdsExhaustedError, SqliteBlockStore
+from idemcore.errors import IdemcoreError
+from idemcore.kernels import Backend, get_backend
+from idemcore.net.messages import InitProducerIdResponse, PartitionResponse, ProduceRequest, ProduceResponse
+from idemcore.protocol.codes import ErrorCode, Status
+from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX
+from idemcore.record.batch import RecordBatch
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import validate
 
 log = logging.getLogger(__name__)
 

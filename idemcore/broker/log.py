@@ -22,8 +22,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from ..errors import IdemcoreError
-from .protocol import RecordBatch
+from idemcore.errors import IdemcoreError
+from idemcore.record.batch import RecordBatch
 
 log = logging.getLogger(__name__)
 

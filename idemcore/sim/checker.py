@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..broker import Broker
+from idemcore.broker import Broker
 
 
 def encode_value(producer: int, number: int, padding: bytes = b"") -> bytes:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..broker import Broker, InitProducerIdRequest, PartitionResponse, ProduceRequest, ProduceResponse
-from ..constants import ErrorCode
-from ..transport import Request, UnknownTopicError
+from idemcore.broker import Broker
+from idemcore.net.messages import InitProducerIdRequest, PartitionResponse, ProduceRequest, ProduceResponse
+from idemcore.net.transport import Request, UnknownTopicError
+from idemcore.protocol.codes import ErrorCode
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..broker import Broker
-from ..producer import Producer
-from ..producer.batch import RecordFuture
-from .checker import CheckReport, SentRecord, check, encode_value
-from .network import Faults, NetworkStats, SimulatedNetwork
+from idemcore.broker import Broker
+from idemcore.client import Producer
+from idemcore.client.batch import RecordFuture
+from idemcore.sim.checker import CheckReport, SentRecord, check, encode_value
+from idemcore.sim.network import Faults, NetworkStats, SimulatedNetwork
 
 TOPIC = "events"
 

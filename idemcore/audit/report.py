@@ -1,0 +1,181 @@
+"""AuditReport: the findings and summaries of an audit, merged from its tasks, written as Parquet + JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from idemcore.audit.columns import TOPIC
+from idemcore.audit.replayer import TaskResult
+from idemcore.findings import Finding
+from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT32_MAX
+
+#: A transaction open longer than Kafka's default ``transaction.max.timeout.ms`` is hanging.
+DEFAULT_HANGING_AFTER_MS = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+_STREAM = [TOPIC, "partition", "producer_id"]
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    return table.to_pylist()
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What an audit found (SPEC §5), over every (topic, partition) stream of the source.
+
+    ``findings``: one row per batch with a finding (the batch, ``finding``,
+    ``error_code``, ``expected``). ``partitions``: per (topic, partition)
+    counts (batches, appended, duplicates, rejected, records, committed and
+    aborted transactions, ``aborted_records``: data a read_committed consumer
+    skips), ``log_end_offset`` and ``last_stable_offset``. ``open_txns``:
+    transactions with no marker at the end, with ``idle_ms`` and ``hanging``.
+    """
+
+    findings: pa.Table
+    partitions: pa.Table
+    open_txns: pa.Table
+    batches: int
+    seconds: float
+    order_by: str
+    hanging_after_ms: int
+    now_ms: int
+    source: str = ""
+
+    @classmethod
+    def from_results(cls, results: Iterable[TaskResult], *, order_by: str, seconds: float,
+                     hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None,
+                     source: str = "") -> AuditReport:
+        """Merge task results. ``now_ms`` (default: the newest batch timestamp seen) is when open
+        transactions are judged: one whose producer last wrote more than ``hanging_after_ms`` before
+        is hanging, as Kafka's ``kafka-transactions.sh find-hanging`` judges them."""
+        if hanging_after_ms < 0:
+            raise ValueError(f"hanging_after_ms must be >= 0, got {hanging_after_ms}")
+        results = list(results) or [TaskResult.empty(order_by)]  # no rows at all: an empty report
+        batches = sum(r.batches for r in results)
+        if now_ms is None:
+            now_ms = max((r.max_timestamp for r in results if r.batches), default=0)
+        findings = _concat([r.findings for r in results])
+        partitions = _concat([r.partitions for r in results])
+        open_txns = _concat([r.open_txns for r in results])
+        duplicated = partitions.group_by([TOPIC, "partition"]).aggregate([("batches", "count")])
+        if duplicated.num_rows != partitions.num_rows:
+            raise ValueError("a (topic, partition) stream was split across tasks; each task must own whole streams")
+
+        idle = now_ms - open_txns.column("last_timestamp").to_numpy()
+        open_txns = open_txns.append_column("idle_ms", pa.array(idle, pa.int64()))
+        open_txns = open_txns.append_column("hanging", pa.array(idle > hanging_after_ms, pa.bool_()))
+        earliest = open_txns.group_by([TOPIC, "partition"]).aggregate([("first_offset", "min")])
+        partitions = partitions.join(earliest, [TOPIC, "partition"], join_type="left outer")
+        first_open = partitions.column("first_offset_min")
+        lso = pc.if_else(pc.is_null(first_open), partitions.column("log_end_offset"),
+                         pc.min_element_wise(first_open, partitions.column("log_end_offset")))
+        partitions = partitions.drop_columns(["first_offset_min"]).append_column("last_stable_offset", lso)
+        partitions = partitions.sort_by([(TOPIC, "ascending"), ("partition", "ascending")])
+        open_txns = open_txns.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), ("first_offset", "ascending")])
+        findings = findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order_by, "ascending")])
+        return cls(findings, partitions, open_txns, batches, seconds, order_by, hanging_after_ms, int(now_ms), source)
+
+    # ------------------------------------------------------------ views
+
+    @property
+    def batches_per_s(self) -> float:
+        return self.batches / self.seconds if self.seconds > 0 else 0.0
+
+    def finding_counts(self) -> dict[str, int]:
+        """Batches per finding name, plus ``hanging_transaction`` (transactions); findings that occurred only."""
+        counts = {row["finding"]: row["finding_count"]
+                  for row in _rows(self.findings.group_by("finding").aggregate([("finding", "count")]))}
+        hanging = self.hanging_transactions().num_rows
+        if hanging:
+            counts[Finding.HANGING_TRANSACTION.label] = hanging
+        return {f.label: counts[f.label] for f in Finding if f.label in counts}
+
+    def counts_by_stream(self) -> pa.Table:
+        """Per topic, partition and producer: how many of each finding (hanging transactions included)."""
+        per_batch = self.findings.group_by([*_STREAM, "finding"]).aggregate([("finding", "count")])
+        per_batch = per_batch.rename_columns([*_STREAM, "finding", "count"])
+        hanging = self.hanging_transactions().group_by(_STREAM).aggregate([("first_offset", "count")])
+        hanging = pa.table({**{name: hanging.column(name) for name in _STREAM},
+                            "finding": pa.array([Finding.HANGING_TRANSACTION.label] * hanging.num_rows, pa.string()),
+                            "count": hanging.column("first_offset_count")})
+        both = _concat([per_batch, hanging.cast(per_batch.schema)])
+        return both.sort_by([(name, "ascending") for name in [*_STREAM, "finding"]])
+
+    def _of(self, *names: str) -> pa.Table:
+        return self.findings.filter(pc.is_in(self.findings.column("finding"), pa.array(names)))
+
+    def gaps(self) -> pa.Table:
+        """Sequence gaps: the missing sequences ``missing_first..missing_last`` before each batch found after them."""
+        gaps = self._of(Finding.SEQUENCE_GAP.label)
+        base = gaps.column("base_sequence").to_numpy().astype(np.int64)
+        missing_last = (base - 1) % (INT32_MAX + 1)
+        return pa.table({**{name: gaps.column(name) for name in [*_STREAM, "producer_epoch"]},
+                         "missing_first": gaps.column("expected"),
+                         "missing_last": pa.array(missing_last, pa.int64()),
+                         "found_base_sequence": gaps.column("base_sequence"),
+                         self.order_by: gaps.column(self.order_by)})
+
+    def zombie_writes(self) -> pa.Table:
+        """Writes with an old epoch (``epoch_regression`` and ``fenced``): the zombie's and the current epoch."""
+        zombies = self._of(Finding.EPOCH_REGRESSION.label, Finding.FENCED.label)
+        return pa.table({**{name: zombies.column(name) for name in _STREAM},
+                         "zombie_epoch": zombies.column("producer_epoch"), "current_epoch": zombies.column("expected"),
+                         "is_control": zombies.column("is_control"),
+                         "coordinator_epoch": zombies.column("coordinator_epoch"), "finding": zombies.column("finding"),
+                         "error_code": zombies.column("error_code"), self.order_by: zombies.column(self.order_by)})
+
+    def hanging_transactions(self) -> pa.Table:
+        """Open transactions idle longer than ``hanging_after_ms``: partition, producer and first offset."""
+        return self.open_txns.filter(self.open_txns.column("hanging"))
+
+    def last_stable_offsets(self) -> dict[tuple[str, int], int]:
+        """Per (topic, partition): the last stable offset (first offset of the earliest open transaction, else
+        the log end offset)."""
+        return {(row[TOPIC], row["partition"]): row["last_stable_offset"]
+                for row in _rows(self.partitions.select([TOPIC, "partition", "last_stable_offset"]))}
+
+    # ------------------------------------------------------------ output
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the per-batch findings, as JSON-ready values."""
+        return {
+            "source": self.source, "order_by": self.order_by, "batches": self.batches,
+            "findings": self.finding_counts(), "seconds": round(self.seconds, 3),
+            "batches_per_s": round(self.batches_per_s), "now_ms": self.now_ms,
+            "hanging_after_ms": self.hanging_after_ms,
+            "counts_by_stream": _rows(self.counts_by_stream()),
+            "gaps": _rows(self.gaps()), "zombie_writes": _rows(self.zombie_writes()),
+            "hanging_transactions": _rows(self.hanging_transactions()),
+            "partitions": _rows(self.partitions),
+        }
+
+    def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+        """Write ``findings.parquet`` and ``summary.json`` into ``out_dir``; each appears whole or not at all."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"findings": out / "findings.parquet", "summary": out / "summary.json"}
+        partial = {name: path.with_name(f".{path.name}.partial") for name, path in paths.items()}
+        pq.write_table(self.findings, partial["findings"])
+        partial["summary"].write_text(json.dumps(self.summary(), indent=1) + "\n")
+        for name, path in paths.items():
+            os.replace(partial[name], path)
+        return paths
+
+    def compare(self, truth: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """``{finding: (expected, found)}`` over the findings of ``truth`` (name -> count) and of this report."""
+        found = self.finding_counts()
+        return {name: (int(truth.get(name, 0)), found.get(name, 0))
+                for name in [f.label for f in Finding if f.label in truth or f.label in found]}

@@ -1,0 +1,99 @@
+"""ShardedState: a task's producer state in small tables, so each stream's index stays in cache.
+
+One table for every stream of a task means an index of every producer of
+every partition: most lookups miss the cache. A stream with many rows in the
+batch it is first seen in gets a table of its own (measured: about 1.4x the
+kernel's speed on 1,000 producers per partition, clustered); streams with few
+rows share one table. Interleaved rows are grouped by table with a stable
+sort first, so each stream is still replayed in its own order, and its table
+stays in cache. A stream never changes table, so its state is in one place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from idemcore.kernels import Backend
+from idemcore.protocol.codes import Origin
+from idemcore.record.columns import BatchMetadata
+from idemcore.state.table import ProducerStateTable
+from idemcore.kernels.abi import VerdictColumns
+from idemcore.state.validate import CompletedTxns, Verdicts, validate, validate_into
+
+#: A stream with at least this many rows in the batch it is first seen in gets its own table.
+OWN_TABLE_RUN = 1024
+
+
+def _runs(values: np.ndarray) -> np.ndarray:
+    """Start of each run of equal values, plus the end."""
+    return np.r_[0, np.flatnonzero(values[1:] != values[:-1]) + 1, len(values)]
+
+
+class ShardedState:
+    """Validate packed batches whose ``partition`` column holds stream ids, state kept per stream."""
+
+    def __init__(self, origin: Origin, backend: Backend):
+        self.origin = origin
+        self.backend = backend
+        self.tables: list[ProducerStateTable] = [ProducerStateTable()]  # 0: shared by short streams
+        self._table_of = np.zeros(0, dtype=np.int32)  # per stream id; -1 until first seen
+
+    def _assign_tables(self, ids: np.ndarray) -> None:
+        top = int(ids.max())
+        if len(self._table_of) <= top:
+            self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
+        rows = np.bincount(ids, minlength=top + 1)
+        for stream in np.flatnonzero((rows > 0) & (self._table_of[:top + 1] < 0)).tolist():
+            if rows[stream] >= OWN_TABLE_RUN:
+                self._table_of[stream] = len(self.tables)
+                self.tables.append(ProducerStateTable(row_capacity=1024, partition_capacity=1))
+            else:
+                self._table_of[stream] = 0
+
+    def validate(self, packed: BatchMetadata) -> Verdicts:
+        """Verdicts for ``packed`` in its order; each stream's rows must come in stream order."""
+        n = len(packed)
+        if n == 0:
+            return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
+        ids = packed["partition"]
+        self._assign_tables(ids)
+        table = self._table_of[ids]
+        bounds = _runs(table)
+        order = None
+        if len(bounds) - 1 > max(64, n // 256):  # rows of different tables interleave: group them, stably
+            narrow = table.astype(np.int16) if len(self.tables) <= np.iinfo(np.int16).max else table
+            order = np.argsort(narrow, kind="stable")  # 16-bit keys: NumPy sorts them by radix
+            packed, table = packed.take(order), table[order]
+            bounds = _runs(table)
+        out = Verdicts.allocate(n)
+        completed = []
+        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            views = VerdictColumns(*(column[start:stop] for column in out))  # the kernel writes in place
+            part = validate_into(packed.slice(start, stop), self.tables[int(table[start])], self.origin,
+                                 self.backend, views)
+            completed.append(part.completed_txns)
+        if order is not None:
+            restored = VerdictColumns(*(np.empty_like(grouped) for grouped in out))
+            for grouped, back in zip(out, restored, strict=True):
+                back[order] = grouped
+            out = restored
+        return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
+
+    def log_end_offsets(self, streams: int) -> np.ndarray:
+        """Next offset per stream id (0 for a stream with nothing appended)."""
+        ends = np.zeros(streams, dtype=np.int64)
+        for state in self.tables:
+            p = state.n_partitions
+            ends[state.partition_id[:p]] = state.partition_next_offset[:p]
+        return ends
+
+    def open_transactions(self) -> dict[str, np.ndarray]:
+        """Entries with an open transaction: stream id, producer id, epoch, first offset, last timestamp."""
+        parts = []
+        for state in self.tables:
+            n = state.n_producers
+            rows = np.flatnonzero(state.row_txn_first_offset[:n] >= 0)
+            parts.append({"stream": state.row_partition[rows], "producer_id": state.row_producer_id[rows],
+                          "producer_epoch": state.row_epoch[rows], "first_offset": state.row_txn_first_offset[rows],
+                          "last_timestamp": state.row_last_timestamp[rows]})
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}

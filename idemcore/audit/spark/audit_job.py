@@ -1,0 +1,98 @@
+"""audit(source): findings and summaries of every stream, from Parquet paths (fast) or a DataFrame."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult, required_columns
+from idemcore.audit.spark.frame import clustered
+from idemcore.audit.spark.plan import open_parquet, parquet_files, plan_tasks
+from idemcore.audit.spark.progress import spark_progress
+from idemcore.audit.spark.schema import check_input, worker_error
+from idemcore.audit.spark.session import get_session
+from idemcore.protocol.codes import Origin
+
+
+def _audit_paths(plans: list, origin: str, order_by: str | None, backend: str | None):
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        # In a Python worker: read this task's row groups directly; only the findings go back.
+        import pyarrow as pa
+
+        from idemcore.audit import replay_table, required_columns
+        from idemcore.audit.spark.plan import open_parquet, read_task
+
+        for batch in batches:
+            for task in batch.column("id").to_pylist():
+                plan = plans[task]
+                names = open_parquet(plan.groups[0][0]).schema_arrow.names
+                wanted, order = required_columns(names, order_by)
+                result = replay_table(read_task(plan, wanted), origin, order, backend)
+                yield pa.RecordBatch.from_pylist([result.to_row()])
+    return run
+
+
+def _audit_rows(origin: str, order_by: str, backend: str | None):
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        # In a Python worker: this task's streams arrive sorted, in Arrow batches; state is carried across them.
+        import pyarrow as pa
+
+        from idemcore.audit import StreamReplayer
+
+        replayer = StreamReplayer(origin, order_by, backend)
+        for batch in batches:
+            replayer.feed(batch)
+        yield pa.RecordBatch.from_pylist([replayer.finish().to_row()])
+    return run
+
+
+def audit(
+    source: Any, *, spark: Any = None, master: str | None = None, origin: str | Origin = "client",
+    order_by: str | None = None, tasks: int | None = None, hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS,
+    now_ms: int | None = None, out: str | os.PathLike | None = None, backend: str | None = None,
+    progress: bool = False,
+) -> AuditReport:
+    """Audit every (topic, partition) stream of ``source`` with Spark; return an :class:`AuditReport`.
+
+    ``source``: a Parquet file or directory (or a list of them) — *path mode*: Spark distributes row
+    groups, Python workers read them with pyarrow, only findings and summaries come back — or a Spark
+    DataFrame, clustered by (topic, partition) and sorted first. ``tasks``: in path mode, how many
+    tasks (default twice Spark's default parallelism); for a DataFrame, the partitions of its shuffle
+    (default ``spark.sql.shuffle.partitions``). ``hanging_after_ms`` / ``now_ms``: see
+    :meth:`AuditReport.from_results`. ``out``: also write ``findings.parquet`` and ``summary.json``
+    there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
+    """
+    session = get_session(master, spark)
+    origin_name = Origin.parse(origin).name.lower()
+    started = time.perf_counter()
+    if isinstance(source, str | os.PathLike | list | tuple):
+        files = parquet_files(source)
+        _, order = required_columns(open_parquet(files[0]).schema_arrow.names, order_by)
+        count = tasks or 2 * session.sparkContext.defaultParallelism
+        plans = plan_tasks(files, count)
+        # One row (the task number) per Spark partition; the plans travel with the function.
+        tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
+        results = tasks_frame.mapInArrow(_audit_paths(plans, origin_name, order, backend), TaskResult.SPARK_SCHEMA)
+        label = str(source) if not isinstance(source, list | tuple) else f"{len(files)} files"
+    else:
+        order = check_input(source.schema, order_by)
+        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin_name, order, backend),
+                                                             TaskResult.SPARK_SCHEMA)
+        label = "DataFrame"
+    try:
+        with spark_progress(session, "auditing", enabled=progress):
+            rows = results.collect()
+    except Exception as exc:
+        error = worker_error(exc)
+        if error is not None:
+            raise error from exc
+        raise
+    report = AuditReport.from_results((TaskResult.from_row(row) for row in rows), order_by=order,
+                                      seconds=time.perf_counter() - started, hanging_after_ms=hanging_after_ms,
+                                      now_ms=now_ms, source=label)
+    if out is not None:
+        report.write(Path(out))
+    return report

@@ -1,0 +1,222 @@
+"""Path mode planning: which Parquet row groups each task reads, so every task owns whole streams.
+
+The driver reads only footers. Each row group's (topic, partition) range comes
+from its column statistics; row groups whose ranges overlap may share a
+stream, so they go to the same task (connected components of overlapping
+ranges). Components are then packed into tasks of similar row counts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from idemcore.audit.columns import TOPIC
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    path: str
+    index: int
+    rows: int
+    low: tuple[str, int] | None  # smallest (topic, partition) in it; None when statistics are missing
+    high: tuple[str, int] | None
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _hidden(relative_parts: tuple[str, ...]) -> bool:
+    # Spark's and Hadoop's conventions: _SUCCESS, _temporary/, .crc files and the like are not data.
+    return any(part.startswith((".", "_")) for part in relative_parts)
+
+
+def parquet_files(source: str | os.PathLike | list) -> list[str]:
+    """The Parquet files of ``source``: a file, a directory (searched recursively) or a list of these.
+
+    Local paths, or URIs any pyarrow filesystem understands (``file://``, ``hdfs://``, ``s3://``,
+    ``gs://``): on a cluster every worker must be able to read them.
+    """
+    if isinstance(source, list | tuple):
+        return [f for item in source for f in parquet_files(item)]
+    text = os.fspath(source)
+    if _is_uri(text):
+        return _parquet_files_at_uri(text)
+    path = Path(text)
+    if path.is_file():
+        return [str(path)]
+    if path.is_dir():
+        files = sorted(str(p) for p in path.rglob("*.parquet") if not _hidden(p.relative_to(path).parts))
+        if not files:
+            raise ValueError(f"no Parquet files under {path}")
+        return files
+    raise FileNotFoundError(f"no such file or directory: {path}")
+
+
+def _parquet_files_at_uri(uri: str) -> list[str]:
+    from pyarrow import fs
+
+    filesystem, root = fs.FileSystem.from_uri(uri)
+    root = root.rstrip("/")
+    base = uri.rstrip("/")
+    if not base.endswith(root):
+        raise ValueError(f"cannot tell the file system part of {uri!r} (pyarrow reads it as {root!r})")
+    prefix = base[:len(base) - len(root)]  # "s3://", "file://", "hdfs://namenode:8020"
+    info = filesystem.get_file_info(root)
+    if info.type == fs.FileType.File:
+        return [uri]
+    if info.type != fs.FileType.Directory:
+        raise FileNotFoundError(f"no such file or directory: {uri}")
+    found = filesystem.get_file_info(fs.FileSelector(root, recursive=True))
+    files = sorted(f.path for f in found if f.type == fs.FileType.File and f.path.endswith(".parquet")
+                   and not _hidden(tuple(f.path[len(root) + 1:].split("/"))))
+    if not files:
+        raise ValueError(f"no Parquet files under {uri}")
+    return [prefix + f for f in files]
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file by local path or URI."""
+    if _is_uri(path):
+        from pyarrow import fs
+
+        filesystem, inner = fs.FileSystem.from_uri(path)
+        return pq.ParquetFile(filesystem.open_input_file(inner))
+    return pq.ParquetFile(path)
+
+
+def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    if stats_topic is None or stats_partition is None:
+        return None
+    if not (stats_topic.has_min_max and stats_partition.has_min_max):
+        return None
+    low_topic, high_topic = stats_topic.min, stats_topic.max
+    if isinstance(low_topic, bytes):
+        low_topic, high_topic = low_topic.decode(), high_topic.decode()
+    return (low_topic, int(stats_partition.min)), (high_topic, int(stats_partition.max))
+
+
+def row_groups(files: list[str]) -> list[RowGroup]:
+    """Every row group of ``files`` with its (topic, partition) range; checks the columns are there."""
+    groups = []
+    for path in files:
+        metadata = open_parquet(path).metadata
+        names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        for needed in (TOPIC, "partition"):
+            if needed not in names:
+                raise ValueError(f"{path} has no column {needed!r} (columns: {', '.join(names)})")
+        topic_col, partition_col = names.index(TOPIC), names.index("partition")
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            bounds = _range(group.column(topic_col).statistics, group.column(partition_col).statistics)
+            low, high = bounds if bounds else (None, None)
+            groups.append(RowGroup(path, index, group.num_rows, low, high))
+    return groups
+
+
+def components(groups: list[RowGroup]) -> list[list[RowGroup]]:
+    """Row groups that may share a stream, together: overlapping (topic, partition) ranges are merged."""
+    if any(g.low is None for g in groups):
+        warnings.warn("some row groups have no topic/partition statistics: the whole source is read by one task",
+                      RuntimeWarning, stacklevel=3)
+        return [groups]
+    ordered = sorted(groups, key=lambda g: (g.low, g.high))
+    merged: list[list[RowGroup]] = []
+    high = None
+    for group in ordered:
+        if merged and group.low <= high:
+            merged[-1].append(group)
+            high = max(high, group.high)
+        else:
+            merged.append([group])
+            high = group.high
+    return merged
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What one task reads: ``groups`` (path, row group indexes); of the streams in them, only those in
+    stream slice ``part`` of ``parts`` (a hash of topic and partition), so tasks still own whole streams."""
+
+    groups: list[tuple[str, list[int]]]
+    part: int = 0
+    parts: int = 1
+
+
+def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
+    # A component far bigger than a task's share (streams interleaved over its row groups) is cut into
+    # stream slices: each slice reads the component again but replays only its own streams.
+    units = []
+    for component in groups:
+        rows = sum(g.rows for g in component)
+        single_stream = all(g.low == g.high == component[0].low for g in component)
+        parts = 1 if single_stream else max(1, min(tasks, round(rows / ideal)))
+        units.extend((rows // parts, component, part, parts) for part in range(parts))
+    return units
+
+
+def plan_tasks(source: str | os.PathLike | list, tasks: int) -> list[TaskPlan]:
+    """Up to ``tasks`` tasks, each owning whole streams: components packed by rows, big ones sliced by stream."""
+    if tasks < 1:
+        raise ValueError(f"tasks must be at least 1, got {tasks}")
+    groups = components(row_groups(parquet_files(source)))
+    ideal = max(1.0, sum(g.rows for c in groups for g in c) / tasks)
+    units = _units(groups, ideal, tasks)
+    bins: list[tuple[int, int, list]] = [(0, k, []) for k in range(min(tasks, len(units)))]
+    heapq.heapify(bins)
+    for unit in sorted(units, key=lambda u: (-u[0], u[2])):
+        load, k, members = heapq.heappop(bins)  # the lightest task takes the next biggest unit
+        members.append(unit)
+        heapq.heappush(bins, (load + unit[0], k, members))
+    plans = []
+    for _, _, members in sorted(bins, key=lambda b: b[1]):
+        whole = [g for _, component, _, parts in members if parts == 1 for g in component]
+        if whole:
+            plans.append(TaskPlan(_by_file(whole)))
+        plans.extend(TaskPlan(_by_file(component), part, parts) for _, component, part, parts in members if parts > 1)
+    return plans
+
+
+def _by_file(groups: list[RowGroup]) -> list[tuple[str, list[int]]]:
+    by_file: dict[str, list[int]] = {}
+    for group in sorted(groups, key=lambda g: (g.path, g.index)):
+        by_file.setdefault(group.path, []).append(group.index)
+    return list(by_file.items())
+
+
+def stream_slice(topic, partition: np.ndarray, parts: int) -> np.ndarray:
+    """Which of ``parts`` stream slices each row's (topic, partition) falls in: the same on every machine."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    per_row = []
+    for chunk in topic.chunks if isinstance(topic, pa.ChunkedArray) else [topic]:
+        encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+        crc = np.array([zlib.crc32(name.encode()) for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+        per_row.append(crc[encoded.indices.to_numpy(zero_copy_only=False)])
+    topic_hash = np.concatenate(per_row) if per_row else np.empty(0, dtype=np.int64)
+    return (topic_hash * 1_000_003 + np.asarray(partition, dtype=np.int64)) % parts
+
+
+def read_task(plan: TaskPlan, columns: list[str] | None = None):
+    """The rows one task replays: its row groups in file and row-group order, only its stream slice."""
+    import pyarrow as pa
+
+    tables = []
+    for path, indexes in plan.groups:
+        parquet = open_parquet(path)
+        wanted = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
+        tables.append(parquet.read_row_groups(indexes, columns=wanted, use_threads=False))
+    table = pa.concat_tables(tables, promote_options="default")
+    if plan.parts > 1:
+        mine = stream_slice(table.column(TOPIC), table.column("partition").to_numpy(), plan.parts) == plan.part
+        table = table.filter(pa.array(mine))
+    return table

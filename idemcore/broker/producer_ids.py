@@ -1,0 +1,171 @@
+"""Producer ids from blocks of 1000 claimed by compare-and-set on a shared store (SPEC §1, §3).
+
+The scheme is Kafka's ZooKeeper one: a node ``/latest_producer_id_block``
+holds ``{"version": 1, "broker": b, "block_start": s, "block_end": e}``. A broker
+that needs ids reads the node, proposes the next block and writes it only if
+the node's version is still the one it read; losing that race means another
+broker took the block, so it reads again and retries. Two stores implement
+the read / compare-and-set pair: SQLite (embedded, the default) and ZooKeeper
+through kazoo.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from idemcore.errors import IdemcoreError
+from idemcore.protocol.constants import PRODUCER_ID_BLOCK_SIZE
+
+BLOCK_NODE = "/latest_producer_id_block"
+INT64_MAX = 2**63 - 1
+#: A version that means "the node does not exist yet": compare-and-set with it creates the node.
+ABSENT = -1
+
+
+class ProducerIdsExhaustedError(IdemcoreError):
+    """No block of producer ids is left below 2**63 - 1."""
+
+
+class BlockStore(Protocol):
+    """A versioned cell: read it, or replace it only if nobody changed it since."""
+
+    def read(self) -> tuple[bytes | None, int]:
+        """The stored bytes and their version, or ``(None, ABSENT)``."""
+
+    def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+        """Store ``data`` if the version is still ``expected_version``; False if another writer won."""
+
+
+class SqliteBlockStore:
+    """The block node in a SQLite database (a file shared by processes, or ``":memory:"``)."""
+
+    def __init__(self, path: str | Path = ":memory:", node: str = BLOCK_NODE, timeout_s: float = 30.0) -> None:
+        self.path = str(path)
+        self.node = node
+        # Autocommit: every statement below is one atomic transaction of its own.
+        self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._db.execute("CREATE TABLE IF NOT EXISTS nodes (path TEXT PRIMARY KEY, data BLOB NOT NULL,"
+                         " version INTEGER NOT NULL)")
+
+    def read(self) -> tuple[bytes | None, int]:
+        with self._lock:
+            row = self._db.execute("SELECT data, version FROM nodes WHERE path = ?", (self.node,)).fetchone()
+        return (None, ABSENT) if row is None else (bytes(row[0]), int(row[1]))
+
+    def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+        with self._lock:
+            if expected_version == ABSENT:
+                cursor = self._db.execute("INSERT OR IGNORE INTO nodes (path, data, version) VALUES (?, ?, 0)",
+                                          (self.node, data))
+            else:
+                cursor = self._db.execute("UPDATE nodes SET data = ?, version = version + 1"
+                                          " WHERE path = ? AND version = ?", (data, self.node, expected_version))
+        return cursor.rowcount == 1
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class ZooKeeperBlockStore:
+    """The block node in ZooKeeper (kazoo); the znode version is the compare-and-set version."""
+
+    def __init__(self, hosts: str, node: str = BLOCK_NODE, timeout_s: float = 10.0) -> None:
+        from kazoo.client import KazooClient  # optional dependency, imported when used
+
+        self.node = node
+        self._client = KazooClient(hosts=hosts, timeout=timeout_s)
+        self._client.start(timeout=timeout_s)
+
+    def read(self) -> tuple[bytes | None, int]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._client.get(self.node)
+        except NoNodeError:
+            return None, ABSENT
+        return data, stat.version
+
+    def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        try:
+            if expected_version == ABSENT:
+                self._client.create(self.node, data, makepath=True)
+            else:
+                self._client.set(self.node, data, version=expected_version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        return True
+
+    def close(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Ids ``block_start..block_end`` (inclusive), claimed by ``broker``."""
+
+    broker: int
+    block_start: int
+    block_end: int
+
+    def encode(self) -> bytes:
+        # Kafka writes the bounds as strings (they may exceed a JSON double's exact range).
+        return json.dumps({"version": 1, "broker": self.broker, "block_start": str(self.block_start),
+                           "block_end": str(self.block_end)}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProducerIdBlock:
+        try:
+            fields = json.loads(data)
+            if fields.get("version") != 1:
+                raise ValueError(f"unsupported version {fields.get('version')!r}")
+            return cls(int(fields["broker"]), int(fields["block_start"]), int(fields["block_end"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IdemcoreError(f"corrupt producer id block node: {data!r} ({exc})") from exc
+
+
+class ProducerIdManager:
+    """Hands out unique producer ids for one broker; thread-safe."""
+
+    def __init__(self, broker_id: int, store: BlockStore, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        self.broker_id = broker_id
+        self.store = store
+        self.block_size = block_size
+        self.cas_failures = 0
+        self._lock = threading.Lock()
+        self._next = 0
+        self._end = -1  # no block yet
+
+    def claim_block(self) -> ProducerIdBlock:
+        """Claim the block after the newest one in the store (retrying lost races)."""
+        while True:
+            data, version = self.store.read()
+            start = 0 if data is None else ProducerIdBlock.decode(data).block_end + 1
+            if start > INT64_MAX - self.block_size:
+                raise ProducerIdsExhaustedError(
+                    f"broker {self.broker_id} cannot claim a producer id block: the next block would start at "
+                    f"{start}, and blocks of {self.block_size} must end below {INT64_MAX}")
+            block = ProducerIdBlock(self.broker_id, start, start + self.block_size - 1)
+            if self.store.compare_and_set(block.encode(), version):
+                return block
+            self.cas_failures += 1  # another broker took it: read the new latest block and retry
+
+    def generate_producer_id(self) -> int:
+        """The next unused producer id."""
+        with self._lock:
+            if self._next > self._end:
+                block = self.claim_block()
+                self._next, self._end = block.block_start, block.block_end
+            producer_id = self._next
+            self._next += 1
+            return producer_id

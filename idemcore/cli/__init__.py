@@ -1,0 +1,114 @@
+"""The ``idemcore`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from tqdm import tqdm
+
+from idemcore import __version__
+from idemcore.cli.audit import add_commands, print_error
+from idemcore.kernels import PREFERENCE, available_backends, get_backend
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1), got {value}")
+    return value
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from idemcore.sim import Faults, simulate
+
+    faults = Faults(drop_request=args.drop_request, drop_response=args.drop_response, reorder=args.reorder,
+                    duplicate=args.duplicate, retriable_error=args.retriable_error, crash_every=args.crash_every)
+    with tqdm(total=args.records, unit="rec", unit_scale=True, disable=args.json, file=sys.stderr,
+              desc="simulating") as bar:
+        report = simulate(args.producers, args.partitions, args.records, faults, args.seed,
+                          idempotence=not args.no_idempotence, backend=args.backend, progress=bar.update)
+    result = report.to_dict()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        mode = "idempotent" if not args.no_idempotence else "NOT idempotent (5 in flight, no sequences)"
+        print(f"idemcore simulate: {args.producers} {mode} producers, {args.partitions} partitions, "
+              f"{args.records:,} records, seed {args.seed}\n")
+        net = result["network"]
+        print(f"faults: {net['dropped_requests']:,} requests lost, {net['dropped_responses']:,} responses lost, "
+              f"{net['reordered']:,} reordered, {net['duplicated']:,} delivered twice, "
+              f"{net['retriable_errors']:,} retriable errors, {net['crashes']} broker crashes\n")
+        for key in ("sent", "acked", "written", "duplicates", "lost_acked", "out_of_order", "wrong_offsets",
+                    "failed_records", "retries", "epoch_bumps"):
+            print(f"  {key:<15} {result[key]:>12,}")
+        print(f"  {'records_per_s':<15} {result['records_per_s']:>12,.0f}  ({result['seconds']} s wall, "
+              f"{result['virtual_ms']:,} ms virtual)")
+        print("\nexactly once: every acknowledged record once, in order" if report.check.exactly_once
+              else "\nexactly once VIOLATED")
+    expected_ok = report.check.exactly_once or args.no_idempotence
+    return 0 if expected_ok else 1
+
+
+def run_backends(args: argparse.Namespace) -> int:
+    loaded = available_backends()
+    for name in PREFERENCE:
+        print(f"{name:<8} {'available' if name in loaded else 'not available'}")
+    print(f"default: {get_backend(None).name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="idemcore", description="Kafka's exactly-once machinery, outside the JVM.")
+    parser.add_argument("--version", action="version", version=f"idemcore {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sim = commands.add_parser(
+        "simulate", help="producers -> faulty network -> crashing broker, then check exactly-once",
+        description="Run idempotent producers against one broker through a deterministic simulated network "
+                    "that loses, delays, reorders and duplicates requests and crashes the broker (which recovers "
+                    "from its logs); then check that every acknowledged record is in the logs exactly once and "
+                    "in send order. Exit status 1 if an idempotent run breaks exactly-once.")
+    sim.add_argument("--producers", type=_positive, default=8, help="producers (default 8)")
+    sim.add_argument("--partitions", type=_positive, default=16, help="partitions (default 16)")
+    sim.add_argument("--records", type=_positive, default=1_000_000, help="records in all (default 1,000,000)")
+    sim.add_argument("--drop-request", type=_probability, default=0.02, help="request loss (default 0.02)")
+    sim.add_argument("--drop-response", type=_probability, default=0.05, help="response loss (default 0.05)")
+    sim.add_argument("--reorder", type=_probability, default=0.05, help="requests held back (default 0.05)")
+    sim.add_argument("--duplicate", type=_probability, default=0.01, help="requests delivered twice (default 0.01)")
+    sim.add_argument("--retriable-error", type=_probability, default=0.01,
+                     help="NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT answers (default 0.01)")
+    sim.add_argument("--crash-every", type=int, default=200_000,
+                     help="crash and restart the broker every N records written; 0: never (default 200,000)")
+    sim.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    sim.add_argument("--no-idempotence", action="store_true",
+                     help="producers without idempotence (5 in flight): duplicates and reordering show up")
+    sim.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    sim.set_defaults(run=run_simulate)
+
+    add_commands(commands, _positive)
+
+    backends = commands.add_parser("backends", help="list the kernel backends this machine can load")
+    backends.set_defaults(run=run_backends)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as exc:
+        print_error(exc)
+        return 2
+
+

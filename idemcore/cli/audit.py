@@ -1,0 +1,241 @@
+"""The dataset and audit commands: ``idemcore generate``, ``idemcore audit`` and ``idemcore demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from idemcore.findings import Finding
+from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+from idemcore.synth.dataset import DATA_DIR, generate, read_truth
+from idemcore.synth.streams import DEFAULT_MIX, parse_mix
+
+# pyarrow, pyspark and the modules that need them are imported by the commands that run them, so
+# `idemcore simulate` and `idemcore backends` work on an installation without the extras.
+
+_DETAIL_ROWS = 10
+
+
+_COUNTS = {"count", "planted", "found", "idle_ms"}
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[f"{v:,}" if h in _COUNTS and isinstance(v, int) else str(v) for h, v in zip(headers, row, strict=True)]
+             for row in rows]
+    widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h) for k, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) if k == 0 else h.rjust(w) for k, (h, w) in enumerate(zip(headers, widths,
+                                                                                          strict=True)))]
+    for row in cells:
+        lines.append("  ".join(c.ljust(w) if k == 0 else c.rjust(w)
+                               for k, (c, w) in enumerate(zip(row, widths, strict=True))))
+    return "\n".join(lines)
+
+
+def print_report(report: Any) -> None:
+    """The findings table, then the details an operator acts on: gaps, zombies, hanging transactions."""
+    import pyarrow.compute as pc
+
+    counts = report.finding_counts()
+    streams = report.partitions.num_rows
+    print(f"audited {report.batches:,} batches in {streams:,} (topic, partition) streams in {report.seconds:.1f} s "
+          f"({report.batches_per_s / 1e6:.2f} M batches/s)\n")
+    rows = [[f.label, counts.get(f.label, 0)] for f in Finding if f is not Finding.NONE]
+    print(_table(["finding", "count"], rows))
+    sections = [
+        ("sequence gaps", report.gaps(), ["topic", "partition", "producer_id", "producer_epoch", "missing_first",
+                                          "missing_last", report.order_by]),
+        ("zombie writes", report.zombie_writes(), ["topic", "partition", "producer_id", "zombie_epoch",
+                                                   "current_epoch", "finding", report.order_by]),
+        ("hanging transactions", report.hanging_transactions(), ["topic", "partition", "producer_id",
+                                                                 "first_offset", "idle_ms"]),
+    ]
+    for title, table, columns in sections:
+        if table.num_rows:
+            more = f" (first {_DETAIL_ROWS} of {table.num_rows:,})" if table.num_rows > _DETAIL_ROWS else ""
+            print(f"\n{title}{more}:")
+            shown = table.slice(0, _DETAIL_ROWS).select(columns).to_pylist()
+            print(_table(columns, [[row[c] for c in columns] for row in shown]))
+    totals = {name: int(pc.sum(report.partitions.column(name)).as_py() or 0)
+              for name in ("committed_txns", "aborted_txns", "aborted_records")}
+    print(f"\ntransactions: {totals['committed_txns']:,} committed, {totals['aborted_txns']:,} aborted "
+          f"({totals['aborted_records']:,} records a read_committed consumer skips), "
+          f"{report.open_txns.num_rows:,} still open")
+    pinned = report.partitions.filter(_lso_pinned(report))
+    if pinned.num_rows:
+        print(f"\n{pinned.num_rows} partition(s) with the last stable offset held back by an open transaction")
+
+
+def _lso_pinned(report: Any) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.less(report.partitions.column("last_stable_offset"), report.partitions.column("log_end_offset"))
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    truth = generate(args.out, topics=args.topics, partitions=args.partitions, producers=args.producers,
+                     batches=args.batches, anomalies=parse_mix(args.anomalies), seed=args.seed,
+                     retry_fraction=args.retry_fraction, partitions_per_file=args.partitions_per_file,
+                     overwrite=args.overwrite, progress=not args.json)
+    if args.json:
+        print(json.dumps({"out": str(args.out), "batches": truth["batches"], "findings": truth["findings"],
+                          "files": len(truth["files"])}))
+    else:
+        print(f"wrote {truth['batches']:,} batches in {len(truth['files'])} Parquet files to {args.out}/{DATA_DIR}")
+        print("planted: " + ", ".join(f"{n:,} {name}" for name, n in truth["findings"].items()))
+        print(f"ground truth: {args.out}/truth.json")
+    return 0
+
+
+def _audit(args: argparse.Namespace, source: Any) -> Any:
+    from idemcore.audit.spark import audit
+
+    return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
+                 origin=getattr(args, "origin", "client"), tasks=args.tasks,
+                 hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None), out=args.out,
+                 backend=args.backend,
+                 progress=not args.json)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    source: str | Path = args.path
+    if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by `idemcore generate`
+        source = Path(args.path) / DATA_DIR
+    report = _audit(args, source)
+    if args.json:
+        summary = {key: value for key, value in report.summary().items()
+                   if key in ("source", "batches", "findings", "seconds", "batches_per_s", "order_by")}
+        summary["hanging_transactions"] = report.hanging_transactions().num_rows
+        summary["out"] = str(args.out) if args.out else None
+        print(json.dumps(summary))
+    else:
+        print_report(report)
+        if args.out:
+            print(f"\nfindings: {args.out}/findings.parquet, summary: {args.out}/summary.json")
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from idemcore.synth.ground_truth import check_against_truth
+
+    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="idemcore-demo-"))
+    dataset = workdir / "dataset"
+    try:
+        started = time.perf_counter()
+        truth = generate(dataset, topics=args.topics, partitions=args.partitions, producers=args.producers,
+                         batches=args.batches, seed=args.seed, overwrite=True, partitions_per_file=args.partitions,
+                         progress=not args.json)
+        generated = time.perf_counter() - started
+        from idemcore.audit.spark.session import get_session, warm_up
+
+        started = time.perf_counter()
+        warm_up(get_session(args.master))  # so the audit's time is the audit's, not the JVM's start-up
+        spark_ready = time.perf_counter() - started
+        args.out = workdir / "report"
+        report = _audit(args, dataset / DATA_DIR)
+        result = check_against_truth(report, read_truth(dataset))
+    finally:
+        if not args.dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"batches": report.batches, "findings": report.finding_counts(),
+                          "planted": truth["findings"], "matches_ground_truth": result.ok,
+                          "missed": result.missed, "unexpected": result.unexpected,
+                          "seconds": round(report.seconds, 3), "batches_per_s": round(report.batches_per_s)}))
+        return 0 if result.ok else 1
+    print(f"\nidemcore demo: generated {truth['batches']:,} produce attempts of {args.producers:,} producers over "
+          f"{args.topics} topics x {args.partitions} partitions in {generated:.1f} s (seed {args.seed}); "
+          f"Spark ({args.master}) and its Python workers started in {spark_ready:.1f} s\n")
+    print_report(report)
+    print("\nagainst the ground truth:")
+    print(_table(["finding", "planted", "found", ""],
+                 [[name, want, got, "ok" if want == got else "MISMATCH"] for name, want, got in result.rows]))
+    for label, items in (("missed", result.missed), ("unexpected", result.unexpected)):
+        for item in items[:_DETAIL_ROWS]:
+            print(f"  {label}: {item}")
+    print("\nevery planted anomaly found at its batch, nothing else" if result.ok
+          else "\nMISMATCH against the ground truth")
+    if args.dir:
+        print(f"dataset: {dataset}, report: {args.out}")
+    return 0 if result.ok else 1
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def add_audit_options(command: argparse.ArgumentParser) -> None:
+    """Options shared by ``audit`` and ``demo``."""
+    command.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    command.add_argument("--tasks", type=int, default=None,
+                         help="Spark tasks (default: twice the default parallelism)")
+    command.add_argument("--hanging-after-ms", type=_non_negative, default=DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+                         help="an open transaction idle longer than this is hanging "
+                              f"(default {DEFAULT_TRANSACTION_MAX_TIMEOUT_MS:,}, Kafka's transaction.max.timeout.ms)")
+    command.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
+    command.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def add_commands(commands: Any, positive: Any) -> None:
+    """Register generate, audit and demo."""
+    gen = commands.add_parser(
+        "generate", help="write a Parquet dataset of batch metadata with planted anomalies and its ground truth",
+        description="Write produce attempts of idempotent and transactional producers as Parquet (OUT/data), "
+                    "with anomalies planted, and the ground truth of what was planted (OUT/truth.json).")
+    gen.add_argument("out", type=Path, help="the dataset directory to create")
+    gen.add_argument("--topics", type=positive, default=4, help="topics (default 4)")
+    gen.add_argument("--partitions", type=positive, default=64, help="partitions per topic (default 64)")
+    gen.add_argument("--producers", type=positive, default=1000, help="idempotent producers (default 1,000)")
+    gen.add_argument("--batches", type=positive, default=1_000_000, help="produce attempts (default 1,000,000)")
+    gen.add_argument("--anomalies", default=",".join(f"{name}={count}" for name, count in DEFAULT_MIX.items()),
+                     help="what to plant: name=count,... (default: 3 of each) or 'none'")
+    gen.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    gen.add_argument("--retry-fraction", type=float, default=0.01,
+                     help="batches resent at once, in-window duplicates (default 0.01)")
+    gen.add_argument("--partitions-per-file", type=positive, default=16,
+                     help="streams of one topic per Parquet file; must divide --partitions (default 16)")
+    gen.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+    gen.set_defaults(run=run_generate)
+
+    aud = commands.add_parser(
+        "audit", help="audit a Parquet dataset of batch metadata with Spark (findings of SPEC §5)",
+        description="Replay every (topic, partition) stream of a Parquet dataset through Kafka's producer-state "
+                    "rules with Spark (Python workers read the files; only findings come back) and report "
+                    "duplicates, gaps, zombie writes and hanging transactions.")
+    aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
+                                  "or a dataset written by `idemcore generate`")
+    aud.add_argument("--out", type=Path, default=None, help="write findings.parquet and summary.json here")
+    aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")
+    aud.add_argument("--origin", default="client", help="client, coordinator or replication (default client)")
+    aud.add_argument("--now-ms", type=int, default=None,
+                     help="when open transactions are judged, epoch ms (default: the newest batch timestamp)")
+    add_audit_options(aud)
+    aud.set_defaults(run=run_audit)
+
+    demo = commands.add_parser(
+        "demo", help="generate a small dataset with anomalies, audit it with Spark, compare with the ground truth",
+        description="Generate produce attempts with planted anomalies of every kind (SPEC §5), audit them with "
+                    "Spark in local mode, print the report and check it against the ground truth, batch by batch. "
+                    "Exit status 1 on any mismatch.")
+    demo.add_argument("--batches", type=positive, default=500_000, help="produce attempts (default 500,000)")
+    demo.add_argument("--topics", type=positive, default=2, help="topics (default 2)")
+    demo.add_argument("--partitions", type=positive, default=8, help="partitions per topic (default 8)")
+    demo.add_argument("--producers", type=positive, default=200, help="idempotent producers (default 200)")
+    demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    demo.add_argument("--dir", default=None, help="keep the dataset and report here (default: a temporary "
+                                                  "directory, removed at the end)")
+    add_audit_options(demo)
+    demo.set_defaults(run=run_demo)
+
+
+def print_error(exc: BaseException) -> None:
+    print(f"idemcore: error: {exc}", file=sys.stderr)

@@ -1,0 +1,8 @@
+"""The idempotent producer: accumulator, drain kernel, sender, retries (SPEC §3)."""
+
+from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
+from idemcore.client.config import ConfigError, ProducerConfig
+from idemcore.client.producer import BatchSendFuture, Producer, ProducerClosedError
+
+__all__ = ["BatchSendFuture", "ConfigError", "DeliveryError", "Producer", "ProducerClosedError", "ProducerConfig",
+           "RecordFuture", "RecordMetadata"]

@@ -1,0 +1,148 @@
+"""RecordAccumulator: per-partition queues of batches, and the drain round through the kernel (SPEC §3)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from idemcore.client.batch import RECORD_OVERHEAD, ProducerBatch
+from idemcore.client.config import ProducerConfig
+from idemcore.client.idempotence import IdempotenceManager
+from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
+from idemcore.kernels import Backend
+
+
+class RecordAccumulator:
+    def __init__(self, config: ProducerConfig, partitions: PartitionArrays, idempotence: IdempotenceManager | None,
+                 backend: Backend) -> None:
+        self.config = config
+        self.partitions = partitions
+        self.idempotence = idempotence
+        self.backend = backend
+        self.queues: list[deque[ProducerBatch]] = []
+        self._dirty: set[int] = set()  # partitions whose queue head may have changed
+        self._cursor = np.zeros(1, dtype=np.int64)
+        self.flushing = False
+
+    def queue(self, topic: str, partition: int) -> tuple[int, deque[ProducerBatch]]:
+        number = self.partitions.number(topic, partition)
+        while len(self.queues) <= number:
+            self.queues.append(deque())
+        return number, self.queues[number]
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp: int,
+               now_ms: int) -> tuple[ProducerBatch, int]:
+        """Add one record; returns its batch and position in it."""
+        number, queue = self.queue(topic, partition)
+        size = len(value) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
+        batch = queue[-1] if queue else None
+        if batch is None or batch.sent or (batch.size + size > self.config.batch_size and batch.values):
+            batch = ProducerBatch(topic, partition, number, now_ms)
+            queue.append(batch)
+        if key is not None and batch.keys is None:
+            batch.keys = [None] * len(batch.values)
+        if batch.keys is not None:
+            batch.keys.append(key)
+        batch.values.append(value)
+        batch.timestamps.append(timestamp)
+        batch.size += size
+        self._dirty.add(number)
+        return batch, len(batch.values) - 1
+
+    def append_records(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None] | None,
+                       now_ms: int) -> ProducerBatch:
+        """Queue many records as one batch of their own (``send_batch``), sized as ``append`` sizes them."""
+        number, queue = self.queue(topic, partition)
+        batch = ProducerBatch(topic, partition, number, now_ms)
+        batch.values = values
+        batch.keys = keys
+        batch.timestamps = [now_ms] * len(values)
+        key_bytes = sum(len(k) for k in keys if k is not None) if keys is not None else 0
+        batch.size = sum(map(len, values)) + key_bytes + RECORD_OVERHEAD * len(values)
+        queue.append(batch)
+        self._dirty.add(number)
+        return batch
+
+    def has_queued(self) -> bool:
+        return any(self.queues)
+
+    def ready(self, now_ms: int) -> bool:
+        """Is some partition worth a request now: a full batch, linger passed, a retry, or a flush."""
+        linger = self.config.linger_ms
+        for queue in self.queues:
+            if queue and (self.flushing or len(queue) > 1 or queue[0].attempts > 0
+                          or queue[0].size >= self.config.batch_size or now_ms - queue[0].created_ms >= linger):
+                return True
+        return False
+
+    def _refresh_heads(self) -> None:
+        p = self.partitions
+        for number in self._dirty:
+            queue = self.queues[number]
+            if queue:
+                head = queue[0]
+                p.head_queued[number] = 1
+                p.head_sequence[number] = head.base_sequence
+                p.head_record_count[number] = len(head.values)
+                p.head_attempts[number] = head.attempts
+                p.head_last_attempt_ms[number] = head.last_attempt_ms
+                p.head_size[number] = head.size
+            else:
+                p.head_queued[number] = 0
+        self._dirty.clear()
+
+    def drain(self, now_ms: int, max_request_size: int) -> list[ProducerBatch]:
+        """One send round: the head batches to put in one request, with their sequences assigned."""
+        self._refresh_heads()
+        n = len(self.partitions)
+        out_partition = np.empty(n, np.int32)
+        out_base_sequence = np.empty(n, np.int32)
+        out_reset = np.empty(n, np.uint8)
+        idem = self.idempotence
+        taken = self.backend.drain_partitions(
+            *self.partitions.kernel_view(HEAD_FIELDS), *self.partitions.kernel_view(BOOKKEEPING_FIELDS),
+            idem is not None, idem.producer_id if idem else -1, idem.producer_epoch if idem else -1,
+            now_ms, self.config.retry_backoff_ms, max_request_size,
+            self._cursor, out_partition, out_base_sequence, out_reset)
+        batches = []
+        for k in range(taken):
+            number = int(out_partition[k])
+            batch = self.queues[number].popleft()
+            batch.sent = True
+            self._dirty.add(number)
+            if idem is not None and batch.base_sequence < 0:
+                batch.set_producer_state(idem.producer_id, idem.producer_epoch, int(out_base_sequence[k]))
+                idem.add_inflight(batch)
+            batches.append(batch)
+        return batches
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+        """Put a batch back for a retry: in sequence order when it has one (idempotence), else first."""
+        batch.attempts += 1
+        batch.last_attempt_ms = now_ms
+        queue = self.queues[batch.index]
+        if batch.base_sequence < 0 or self.idempotence is None:
+            queue.appendleft(batch)
+        else:
+            position = 0
+            while position < len(queue) and 0 <= queue[position].base_sequence < batch.base_sequence:
+                position += 1
+            queue.insert(position, batch)
+        self._dirty.add(batch.index)
+
+    def mark_all_dirty(self) -> None:
+        """Sequences of queued batches changed (epoch bump): re-read every head before the next drain."""
+        self._dirty.update(range(len(self.queues)))
+
+    def expired(self, now_ms: int) -> list[ProducerBatch]:
+        """Remove and return queued batches past their delivery timeout."""
+        timeout = self.config.delivery_timeout_ms
+        expired = []
+        for number, queue in enumerate(self.queues):
+            if queue and now_ms - queue[0].created_ms >= timeout:
+                keep = deque(b for b in queue if now_ms - b.created_ms < timeout)
+                expired += [b for b in queue if now_ms - b.created_ms >= timeout]
+                self.queues[number] = keep
+                self._dirty.add(number)
+        return expired

@@ -1,0 +1,135 @@
+"""A producer batch, the futures of its records and what they resolve to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from idemcore.errors import IdemcoreError
+from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from idemcore.protocol.sequences import seq_add
+from idemcore.record.batch import RecordBatch
+
+#: Bytes counted per record on top of its key and value (Kafka's record framing is about this size).
+RECORD_OVERHEAD = 10
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 when the broker answered DUPLICATE_SEQUENCE_NUMBER (delivered, offset unknown)
+    timestamp: int
+
+
+class DeliveryError(IdemcoreError):
+    """A record could not be delivered; ``error_code`` is the Kafka error that ended its batch."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class ProducerBatch:
+    """Records for one partition that travel together, with their idempotence metadata."""
+
+    __slots__ = (
+        "attempts",
+        "base_offset",
+        "base_sequence",
+        "created_ms",
+        "done",
+        "error",
+        "index",
+        "keys",
+        "last_attempt_ms",
+        "partition",
+        "producer_epoch",
+        "producer_id",
+        "sent",
+        "sequence_reset",
+        "size",
+        "timestamps",
+        "topic",
+        "values",
+    )
+
+    def __init__(self, topic: str, partition: int, index: int, created_ms: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.index = index  # the producer's number for this partition
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] | None = None
+        self.timestamps: list[int] = []
+        self.size = 0
+        self.created_ms = created_ms
+        self.last_attempt_ms = created_ms
+        self.attempts = 0
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.sequence_reset = False  # sequences were rewritten after an epoch bump
+        self.sent = False
+        self.done = False
+        self.base_offset = NO_OFFSET
+        self.error: DeliveryError | None = None
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
+
+    @property
+    def last_sequence(self) -> int:
+        return seq_add(self.base_sequence, len(self.values) - 1) if self.base_sequence >= 0 else NO_SEQUENCE
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+
+    def to_wire(self) -> RecordBatch:
+        """A fresh, immutable copy of what one attempt sends."""
+        return RecordBatch(self.topic, self.partition, self.values, self.keys, self.producer_id, self.producer_epoch,
+                           self.base_sequence, max(self.timestamps), False)
+
+    def complete(self, base_offset: int) -> None:
+        self.done = True
+        self.base_offset = base_offset
+
+    def fail(self, error_code: int, message: str) -> None:
+        self.done = True
+        self.error = DeliveryError(error_code, f"{self.topic}-{self.partition}: {message} "
+                                               f"({ErrorCode(error_code).name})")
+
+    def __repr__(self) -> str:
+        return (f"ProducerBatch({self.topic}-{self.partition}, {len(self.values)} records, pid {self.producer_id} "
+                f"epoch {self.producer_epoch} seq {self.base_sequence}, attempts {self.attempts})")
+
+
+class RecordFuture:
+    """The outcome of one ``send``: ``result()`` waits for delivery and returns :class:`RecordMetadata`."""
+
+    __slots__ = ("_batch", "_drive", "_position")
+
+    def __init__(self, batch: ProducerBatch, position: int, drive: Callable[[Callable[[], bool]], None]) -> None:
+        self._batch = batch
+        self._position = position
+        self._drive = drive
+
+    def done(self) -> bool:
+        return self._batch.done
+
+    def result(self) -> RecordMetadata:
+        """Delivery metadata; raises :class:`DeliveryError` if the record was not delivered."""
+        batch = self._batch
+        if not batch.done:
+            self._drive(lambda: batch.done)
+        if batch.error is not None:
+            raise batch.error
+        offset = batch.base_offset + self._position if batch.base_offset >= 0 else NO_OFFSET
+        return RecordMetadata(batch.topic, batch.partition, offset, batch.timestamps[self._position])
+
+    def exception(self) -> DeliveryError | None:
+        if not self._batch.done:
+            self._drive(lambda: self._batch.done)
+        return self._batch.error

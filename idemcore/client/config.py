@@ -1,0 +1,72 @@
+"""Producer configuration: Kafka's settings in snake_case, checked at construction (SPEC §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from idemcore.errors import IdemcoreError
+from idemcore.protocol.constants import INT32_MAX, MAX_IN_FLIGHT_WITH_IDEMPOTENCE
+
+
+class ConfigError(IdemcoreError, ValueError):
+    """A producer setting is invalid or contradicts another one."""
+
+
+_ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Kafka's producer defaults; ``acks`` is normalised to -1 (all), 0 or 1."""
+
+    enable_idempotence: bool = True
+    acks: int = -1
+    retries: int = INT32_MAX
+    max_in_flight_requests_per_connection: int = 5
+    batch_size: int = 16_384
+    linger_ms: int = 5
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    max_request_size: int = 1_048_576
+    client_id: str = ""
+
+    @classmethod
+    def from_kwargs(cls, **config: Any) -> ProducerConfig:
+        """Check settings the way Kafka's ProducerConfig does; raise ConfigError naming the setting."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ConfigError(f"unknown producer setting(s): {', '.join(unknown)}")
+        explicit_idempotence = "enable_idempotence" in config
+        if "acks" in config:
+            acks = config["acks"]
+            if acks not in _ACKS or isinstance(acks, bool):
+                raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
+            config["acks"] = _ACKS[acks]
+        for name in known - {"enable_idempotence", "client_id", "acks"}:
+            if name in config and (not isinstance(config[name], int) or isinstance(config[name], bool)):
+                raise ConfigError(f"{name} must be an integer, got {config[name]!r}")
+        values = {**{f.name: f.default for f in fields(cls)}, **config}
+        for name, low in (("retries", 0), ("max_in_flight_requests_per_connection", 1), ("batch_size", 0),
+                          ("linger_ms", 0), ("delivery_timeout_ms", 1), ("request_timeout_ms", 1),
+                          ("retry_backoff_ms", 0), ("max_request_size", 1)):
+            if values[name] < low:
+                raise ConfigError(f"{name} must be at least {low}, got {values[name]}")
+        conflicts = []
+        if values["acks"] != -1:
+            conflicts.append(f"acks must be 'all' (got {values['acks']})")
+        if values["retries"] == 0:
+            conflicts.append("retries must be greater than 0")
+        if values["max_in_flight_requests_per_connection"] > MAX_IN_FLIGHT_WITH_IDEMPOTENCE:
+            conflicts.append(f"max_in_flight_requests_per_connection must be at most {MAX_IN_FLIGHT_WITH_IDEMPOTENCE} "
+                             f"(got {values['max_in_flight_requests_per_connection']})")
+        if values["enable_idempotence"] and conflicts:
+            if explicit_idempotence:
+                raise ConfigError("enable_idempotence=True requires: " + "; ".join(conflicts))
+            values["enable_idempotence"] = False  # Kafka turns implicit idempotence off rather than fail
+        if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
+            raise ConfigError(f"delivery_timeout_ms ({values['delivery_timeout_ms']}) must be at least linger_ms + "
+                              f"request_timeout_ms ({values['linger_ms'] + values['request_timeout_ms']})")
+        return cls(**values)

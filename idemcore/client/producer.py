@@ -1,0 +1,219 @@
+"""Producer: Kafka's idempotent producer over a transport (a Broker used directly, or a simulated network)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from idemcore.client.accumulator import RecordAccumulator
+from idemcore.client.batch import RECORD_OVERHEAD, DeliveryError, ProducerBatch, RecordFuture, RecordMetadata
+from idemcore.client.config import ProducerConfig
+from idemcore.client.idempotence import IdempotenceManager
+from idemcore.client.partitioner import Partitioner
+from idemcore.client.partitions import PartitionArrays
+from idemcore.client.sender import Sender
+from idemcore.errors import IdemcoreError
+from idemcore.kernels import Backend, get_backend
+from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
+from idemcore.protocol.constants import NO_OFFSET
+
+_client_ids = itertools.count()
+
+
+class ProducerClosedError(IdemcoreError):
+    """send() after close()."""
+
+
+def _as_bytes(name: str, value: Any) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+class BatchSendFuture:
+    """The outcome of ``send_batch``: ``result()`` returns every record's offset (int64, input order)."""
+
+    def __init__(self, batches: list[ProducerBatch], drive: Callable[[Callable[[], bool]], None]) -> None:
+        self._batches = batches
+        self._drive = drive
+        self._first_open = 0  # batches before this one are done (they finish roughly in order)
+
+    def done(self) -> bool:
+        batches = self._batches
+        while self._first_open < len(batches) and batches[self._first_open].done:
+            self._first_open += 1
+        return self._first_open == len(batches)
+
+    def result(self) -> np.ndarray:
+        """Offsets of the records (-1 where the broker reported a duplicate); raises DeliveryError on failure."""
+        if not self.done():
+            self._drive(self.done)
+        for batch in self._batches:
+            if batch.error is not None:
+                raise batch.error
+        return np.concatenate([
+            np.arange(b.base_offset, b.base_offset + b.record_count, dtype=np.int64) if b.base_offset >= 0
+            else np.full(b.record_count, NO_OFFSET, dtype=np.int64) for b in self._batches])
+
+
+class Producer:
+    """An idempotent (by default) Kafka producer. Settings as Kafka's, in snake_case; see ProducerConfig.
+
+    ``transport``: a :class:`~idemcore.broker.Broker` (used directly) or any
+    :class:`~idemcore.transport.Transport`. There is no background thread:
+    ``send`` runs a sender round when a batch fills, and ``result()``,
+    ``flush()`` and ``poll()`` drive the sender until their work is done.
+    """
+
+    def __init__(self, transport: Transport | RequestHandler, *, backend: str | Backend | None = None,
+                 **config: Any) -> None:
+        self.config = ProducerConfig.from_kwargs(**config)
+        self.transport: Transport = InProcessTransport(transport) if isinstance(transport, RequestHandler) \
+            else transport
+        self.client_id = self.config.client_id or f"producer-{next(_client_ids)}"
+        self.partitions = PartitionArrays()
+        self.idempotence = IdempotenceManager(self.partitions) if self.config.enable_idempotence else None
+        self.accumulator = RecordAccumulator(self.config, self.partitions, self.idempotence, get_backend(backend))
+        self.sender = Sender(self.config, self.accumulator, self.idempotence, self.transport, self.client_id)
+        self.partitioner = Partitioner(self.config.batch_size)
+        self._partition_counts: dict[str, int] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------ sending
+
+    def _partition_count(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            if not isinstance(topic, str):
+                raise TypeError(f"topic must be a string, got {type(topic).__name__}")
+            count = self._partition_counts[topic] = self.transport.partition_count(topic)
+        return count
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
+             timestamp: int | None = None, headers: Sequence[tuple[str, bytes]] | None = None) -> RecordFuture:
+        """Queue one record; the future's ``result()`` gives its :class:`RecordMetadata`."""
+        if self._closed:
+            raise ProducerClosedError("send() on a closed producer")
+        value = _as_bytes("value", value)
+        if key is not None:
+            key = _as_bytes("key", key)
+        if headers:
+            raise ValueError("record headers are not carried by idemcore's wire and log format; pass headers=None")
+        count = self._partition_count(topic)
+        size = len(value) + RECORD_OVERHEAD
+        partition = self.partitioner.partition(topic, count, key, partition, size)
+        now = self.transport.now_ms()
+        batch, position = self.accumulator.append(topic, partition, key, value,
+                                                  now if timestamp is None else int(timestamp), now)
+        if batch.size >= self.config.batch_size:
+            self.sender.run_once()  # a full batch wakes the sender, as in Kafka
+        return RecordFuture(batch, position, self._drive)
+
+    def send_batch(self, topic: str, values: Any, keys: Any = None, partition: int | None = None) -> BatchSendFuture:
+        """Queue many records at once (a list, NumPy array or pyarrow array of bytes); records of one
+        partition keep their input order. Keys pick partitions with murmur2; without keys and partition,
+        records go to one partition per ``batch_size`` bytes, round-robin."""
+        if self._closed:
+            raise ProducerClosedError("send_batch() on a closed producer")
+        values = _bytes_list("values", values)
+        key_list = None if keys is None else _bytes_list("keys", keys)
+        if key_list is not None and len(key_list) != len(values):
+            raise ValueError(f"{len(key_list)} keys for {len(values)} values")
+        count = self._partition_count(topic)
+        now = self.transport.now_ms()
+        if key_list is None:
+            # One partition per chunk: explicit, or sticky (each full chunk moves to the next partition).
+            targets = [(self.partitioner.partition(topic, count, None, partition, self.config.batch_size),
+                        chunk_values, None) for chunk_values, _ in _chunks(values, None, self.config.batch_size)]
+        else:
+            chosen = np.fromiter((self.partitioner.partition(topic, count, k, partition) for k in key_list),
+                                 np.int64, len(key_list))
+            targets = []
+            for p in np.unique(chosen):
+                index = np.flatnonzero(chosen == p).tolist()
+                part_values, part_keys = [values[i] for i in index], [key_list[i] for i in index]
+                targets += [(int(p), v, k) for v, k in _chunks(part_values, part_keys, self.config.batch_size)]
+        batches = [self.accumulator.append_records(topic, target, chunk_values, chunk_keys, now)
+                   for target, chunk_values, chunk_keys in targets]
+        if len(batches) > 1:
+            self.sender.run_once()
+        return BatchSendFuture(batches, self._drive)
+
+    # ------------------------------------------------------------ driving the sender
+
+    def _drive(self, until: Callable[[], bool]) -> None:
+        """Run sender rounds (treating everything as ready) until ``until()`` holds."""
+        accumulator = self.accumulator
+        accumulator.flushing = True
+        try:
+            while not until():
+                if self.sender.fatal_error is not None and not self.sender.has_pending_work():
+                    raise IdemcoreError(self.sender.fatal_error)
+                self.sender.run_once()
+                if until():
+                    break
+                self.transport.tick()
+        finally:
+            accumulator.flushing = False
+
+    def poll(self) -> None:
+        """Run one sender round: send what is ready, handle responses that arrived."""
+        self.sender.run_once()
+
+    def flush(self) -> None:
+        """Send everything queued and wait until each record is delivered or has failed."""
+        self._drive(lambda: not self.sender.has_pending_work())
+
+    def close(self) -> None:
+        """Flush, then refuse further sends."""
+        if not self._closed:
+            self.flush()
+            self._closed = True
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        stats = self.sender.stats
+        return {"requests": stats.requests, "retries": stats.retries, "failed_batches": stats.failed_batches,
+                "expired_batches": stats.expired_batches, "request_timeouts": stats.request_timeouts,
+                "epoch_bumps": self.idempotence.epoch_bumps if self.idempotence else 0}
+
+
+def _bytes_list(name: str, values: Any) -> list[bytes]:
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind != "S" and values.dtype != object:
+            raise TypeError(f"{name} must hold bytes, got a NumPy array of {values.dtype}")
+        values = values.tolist()
+    elif hasattr(values, "to_pylist"):  # pyarrow Array / ChunkedArray of binary
+        values = values.to_pylist()
+    elif not isinstance(values, list):
+        values = list(values)
+    if not all(type(v) is bytes for v in values):
+        raise TypeError(f"every element of {name} must be bytes")
+    return values
+
+
+def _chunks(values: list[bytes], keys: list[bytes | None] | None, batch_size: int):
+    """Split records into runs of at most ``batch_size`` bytes (at least one record each)."""
+    start, size = 0, 0
+    for index, value in enumerate(values):
+        record = len(value) + RECORD_OVERHEAD
+        if index > start and size + record > batch_size:
+            yield values[start:index], None if keys is None else keys[start:index]
+            start, size = index, 0
+        size += record
+    if start < len(values):
+        yield values[start:], None if keys is None else keys[start:]
+
+
+__all__ = ["BatchSendFuture", "DeliveryError", "Producer", "ProducerClosedError", "RecordMetadata"]

@@ -1,0 +1,118 @@
+"""The kernel contract and backend selection (the one place that picks a backend).
+
+Every backend provides the same functions over plain arrays; their
+parameters are named in :mod:`idemcore.kernels.abi`:
+
+``validate_batches(...) -> int``
+    check and commit batches ``start..stop-1`` one after the other; returns
+    the first index not processed (``stop`` unless the state table ran out of
+    rows). Boolean columns are passed as ``uint8`` views.
+``check_batches(...) -> int``
+    prepare: the verdicts of ``start..stop-1`` against the state as it
+    stands, writing no state (at most one batch per (partition, producer)).
+``commit_batches(...) -> int``
+    commit the batches ``check_batches`` accepted (after the log write).
+``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
+    refill the open-addressing indexes after the table grows or drops rows.
+``drain_partitions(...) -> int``
+    one send round of the producer: which head batches to take and their
+    sequences (see :mod:`idemcore.kernels.drain_reference`).
+
+The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
+Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
+with ``@njit``) and ``python`` (the reference, interpreted). Choose one with a
+``backend=`` argument or ``IDEMCORE_BACKEND``; ``auto`` (the default) takes the
+fastest that loads and warns once when it had to fall back.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import warnings
+from collections.abc import Callable
+import dataclasses
+from dataclasses import dataclass
+
+from idemcore.errors import BackendUnavailableError
+
+#: Fastest first: the order ``auto`` tries (measured by bench/bench_validate.py).
+PREFERENCE = ("cython", "numba", "python")
+_MODULES = {
+    "cython": ("idemcore.kernels.cython_kernels", "idemcore.kernels.cython_drain"),
+    "numba": ("idemcore.kernels.numba_kernels",),
+    "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference"),
+}
+ENV_VAR = "IDEMCORE_BACKEND"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of the kernel contract."""
+
+    name: str
+    validate_batches: Callable[..., int]
+    check_batches: Callable[..., int]
+    commit_batches: Callable[..., int]
+    rebuild_producer_index: Callable[..., None]
+    rebuild_partition_index: Callable[..., None]
+    drain_partitions: Callable[..., int]
+
+
+@functools.cache
+def load_backend(name: str) -> Backend:
+    """Load the backend called ``name``; raise BackendUnavailableError if it cannot be loaded."""
+    if name not in _MODULES:
+        raise ValueError(f"unknown backend {name!r}; expected one of 'auto', {', '.join(map(repr, PREFERENCE))}")
+    functions = {}
+    for module_name in _MODULES[name]:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise BackendUnavailableError(f"backend {name!r} is not available: {exc}") from exc
+        functions.update(vars(module))
+    return Backend(name, *(functions[field.name] for field in dataclasses.fields(Backend)[1:]))
+
+
+@functools.cache
+def _auto_backend() -> Backend:
+    failures = []
+    for name in PREFERENCE:
+        try:
+            backend = load_backend(name)
+        except BackendUnavailableError as exc:
+            failures.append(str(exc))
+            continue
+        if failures:
+            warnings.warn(
+                f"idemcore falls back to the {name!r} backend ({'; '.join(failures)})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return backend
+    raise BackendUnavailableError("no idemcore backend could be loaded: " + "; ".join(failures))
+
+
+def get_backend(name: str | Backend | None = None) -> Backend:
+    """Resolve a backend: a :class:`Backend`, a name, ``"auto"``, or None for ``$IDEMCORE_BACKEND`` (else auto)."""
+    if isinstance(name, Backend):
+        return name
+    if name is None:
+        name = os.environ.get(ENV_VAR, "auto") or "auto"
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
+    name = name.strip().lower()
+    return _auto_backend() if name == "auto" else load_backend(name)
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that load on this machine, fastest first."""
+    names = []
+    for name in PREFERENCE:
+        try:
+            load_backend(name)
+        except BackendUnavailableError:
+            continue
+        names.append(name)
+    return names

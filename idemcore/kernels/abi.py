@@ -1,0 +1,101 @@
+"""The kernels' argument groups, by name: no call site depends on the order of ~50 positional arguments.
+
+Each group is a NamedTuple whose field order is the kernel's parameter order;
+call sites build a group by keyword (or from a table, see ``state.table``) and
+splat it. ``tests/test_seams.py`` checks that every backend's parameters are
+these names in this order.
+
+``validate_batches(*BatchColumns, origin, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
+``check_batches``    same arguments (prepare: verdicts, no state written)
+``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class BatchColumns(NamedTuple):
+    """The packed batch metadata (``record.columns.COLUMNS``; booleans as uint8 views)."""
+
+    partition: np.ndarray
+    producer_id: np.ndarray
+    producer_epoch: np.ndarray
+    base_sequence: np.ndarray
+    last_sequence: np.ndarray
+    base_offset: np.ndarray
+    record_count: np.ndarray
+    max_timestamp: np.ndarray
+    is_transactional: np.ndarray
+    is_control: np.ndarray
+    control_type: np.ndarray
+    coordinator_epoch: np.ndarray
+
+
+class StateArrays(NamedTuple):
+    """A :class:`idemcore.ProducerStateTable`: producer index, rows, rings, partitions, counters."""
+
+    slot_producer_id: np.ndarray
+    slot_partition: np.ndarray
+    slot_row: np.ndarray
+    row_partition: np.ndarray
+    row_producer_id: np.ndarray
+    row_partition_index: np.ndarray
+    row_epoch: np.ndarray
+    row_coordinator_epoch: np.ndarray
+    row_last_timestamp: np.ndarray
+    row_txn_first_offset: np.ndarray
+    ring_last_seq: np.ndarray
+    ring_offset_delta: np.ndarray
+    ring_last_offset: np.ndarray
+    ring_timestamp: np.ndarray
+    ring_head: np.ndarray
+    ring_len: np.ndarray
+    pslot_partition: np.ndarray
+    pslot_index: np.ndarray
+    partition_id: np.ndarray
+    partition_next_offset: np.ndarray
+    counters: np.ndarray
+
+
+class VerdictColumns(NamedTuple):
+    """One verdict per batch (``state.validate.VERDICT_DTYPES``)."""
+
+    out_status: np.ndarray
+    out_error_code: np.ndarray
+    out_base_offset: np.ndarray
+    out_last_offset: np.ndarray
+    out_finding: np.ndarray
+    out_expected: np.ndarray
+
+
+class TxnColumns(NamedTuple):
+    """Transactions completed by markers, appended at ``counters[N_COMPLETED]``."""
+
+    txn_partition: np.ndarray
+    txn_producer_id: np.ndarray
+    txn_first_offset: np.ndarray
+    txn_last_offset: np.ndarray
+    txn_aborted: np.ndarray
+
+
+class CommitVerdicts(NamedTuple):
+    """What ``commit_batches`` reads of the verdicts: which batches to commit, at which offsets."""
+
+    out_status: np.ndarray
+    out_base_offset: np.ndarray
+    out_last_offset: np.ndarray
+
+
+#: Parameter names of each entry point, in order (checked against every backend by the tests).
+SCALARS_CHECK = ("origin", "start", "stop")
+SCALARS_COMMIT = ("start", "stop")
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "validate_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+                         *TxnColumns._fields),
+    "check_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+                      *TxnColumns._fields),
+    "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
+}

@@ -1,0 +1,90 @@
+"""How a client reaches a broker: the transport interface and the in-process transport.
+
+A transport carries requests (:mod:`idemcore.net.messages`) from a client to
+whatever handles them (``Broker.handle``) and their responses back. Responses
+are collected with :meth:`Transport.poll`; :meth:`Transport.disconnect` drops
+everything a client has in flight (its late responses are lost, as after a
+broken connection). The simulated network (:mod:`idemcore.sim`) implements the
+same interface; a TCP server will be the third. None of them looks inside a
+request: they only carry it to ``handle``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from idemcore.errors import IdemcoreError
+from idemcore.net.messages import Request, Response
+
+
+class UnknownTopicError(IdemcoreError, KeyError):
+    """The cluster has no topic of that name."""
+
+
+@runtime_checkable
+class RequestHandler(Protocol):
+    """What a transport delivers requests to (a :class:`idemcore.Broker`)."""
+
+    topics: Mapping[str, int]
+
+    def handle(self, request: Request) -> Response | None:
+        """Answer one request; None when no answer is sent (a produce request with acks=0)."""
+
+
+class Transport(Protocol):
+    def now_ms(self) -> int:
+        """The clock producers use (wall clock, or the simulation's virtual clock)."""
+
+    def partition_count(self, topic: str) -> int:
+        """Number of partitions of ``topic``; raises UnknownTopicError."""
+
+    def send(self, client: str, request: Request) -> None:
+        """Put a request on its way."""
+
+    def poll(self, client: str) -> list[tuple[Request, Response]]:
+        """``(request, response)`` pairs whose responses have reached ``client``."""
+
+    def disconnect(self, client: str) -> None:
+        """Forget ``client``'s requests in flight; their responses will never arrive."""
+
+    def tick(self) -> None:
+        """Let time pass while a caller waits for responses."""
+
+
+def partition_count(topics: Mapping[str, int], topic: str) -> int:
+    """``topics[topic]``, or UnknownTopicError naming the topics there are."""
+    try:
+        return topics[topic]
+    except KeyError:
+        raise UnknownTopicError(f"unknown topic {topic!r}; the broker has {sorted(topics)}") from None
+
+
+class InProcessTransport:
+    """Calls ``handler.handle`` in process: every request is answered at once and no answer is lost."""
+
+    def __init__(self, handler: RequestHandler) -> None:
+        self.handler = handler
+        self._responses: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def partition_count(self, topic: str) -> int:
+        return partition_count(self.handler.topics, topic)
+
+    def send(self, client: str, request: Request) -> None:
+        response = self.handler.handle(request)
+        if response is not None:
+            self._responses[client].append((request, response))
+
+    def poll(self, client: str) -> list[tuple[Request, Response]]:
+        return self._responses.pop(client, None) or []
+
+    def disconnect(self, client: str) -> None:
+        self._responses.pop(client, None)
+
+    def tick(self) -> None:
+        pass

@@ -1,0 +1,84 @@
+"""Kafka's protocol error codes, and the small int enums the kernels share with Python: status, origin,
+control type."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka protocol error codes (exact protocol numbers)."""
+
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    NETWORK_EXCEPTION = 13  # client side: the connection broke with the request in flight
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    NOT_ENOUGH_REPLICAS = 19
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    UNKNOWN_PRODUCER_ID = 59
+    INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 120
+
+
+#: Errors after which the same request may succeed (Kafka's RetriableException subclasses).
+RETRIABLE_ERRORS = frozenset({
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+})
+
+
+class Status(enum.IntEnum):
+    """What happened to one batch."""
+
+    APPENDED = 0
+    DUPLICATE = 1
+    REJECTED = 2
+
+
+class Origin(enum.IntEnum):
+    """Who appends (Kafka's AppendOrigin); decides which checks apply to data batches."""
+
+    CLIENT = 0
+    COORDINATOR = 1
+    REPLICATION = 2
+
+    @classmethod
+    def parse(cls, origin: str | Origin) -> Origin:
+        """Accept ``"client"``, ``"coordinator"``, ``"replication"`` or an :class:`Origin`."""
+        if isinstance(origin, Origin):
+            return origin
+        if isinstance(origin, str):
+            try:
+                return cls[origin.strip().upper()]
+            except KeyError:
+                pass
+        names = ", ".join(repr(o.name.lower()) for o in cls)
+        raise ValueError(f"unknown origin {origin!r}; expected one of {names}")
+
+
+class ControlType(enum.IntEnum):
+    """Control record type of a transaction marker (Kafka's ControlRecordType)."""
+
+    NONE = -1
+    ABORT = 0
+    COMMIT = 1

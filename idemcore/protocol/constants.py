@@ -1,0 +1,19 @@
+"""Kafka's constants for idempotence and transactions (see docs/rules.md, "Constants")."""
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_OFFSET = -1
+
+#: Batches remembered per producer per partition for duplicate detection.
+NUM_BATCHES_TO_RETAIN = 5
+#: Upper bound on in-flight requests per connection when idempotence is on.
+MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5
+INT32_MAX = 2_147_483_647
+INT16_MAX = 32_767
+#: Producer ids are allocated in blocks of this size.
+PRODUCER_ID_BLOCK_SIZE = 1000
+#: Kafka's default ``producer.id.expiration.ms`` (1 day).
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: Kafka's default ``transaction.max.timeout.ms``: no transaction may legitimately stay open longer.
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000

@@ -1,0 +1,38 @@
+"""The batch object shared by the wire and the disk: one partition's records with the producer's metadata.
+
+The same object travels in a produce request, is stored in a partition log and
+is replayed on recovery; its producer metadata is what the kernels check
+(``record.columns`` packs many of them into columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+
+
+@dataclass(slots=True, frozen=True)
+class RecordBatch:
+    """One partition's records in a produce request, with the producer's metadata.
+
+    A producer builds a fresh one for every attempt, so what a broker stored
+    never changes when the producer later re-stamps a retried batch.
+    """
+
+    topic: str
+    partition: int
+    values: Sequence[bytes]
+    keys: Sequence[bytes | None] | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    max_timestamp: int = 0
+    is_transactional: bool = False
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
+
+

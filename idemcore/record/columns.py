@@ -1,0 +1,169 @@
+"""Packed batch metadata: one NumPy array per field, checked and coerced once at the edge.
+
+Accepts a mapping of arrays, a pandas DataFrame, or a pyarrow Table/RecordBatch.
+Columns whose dtype already matches are used without a copy; integer columns
+of another width are cast when every value fits; anything else (floats,
+strings, nulls, values out of range) raises ``ValueError`` naming the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from idemcore.kernels.abi import BatchColumns
+from idemcore.protocol.sequences import last_sequences, record_counts
+
+#: Field name -> dtype, in the order the kernels take them.
+COLUMNS: dict[str, np.dtype] = {
+    "partition": np.dtype(np.int32),
+    "producer_id": np.dtype(np.int64),
+    "producer_epoch": np.dtype(np.int16),
+    "base_sequence": np.dtype(np.int32),
+    "last_sequence": np.dtype(np.int32),
+    "base_offset": np.dtype(np.int64),
+    "record_count": np.dtype(np.int32),
+    "max_timestamp": np.dtype(np.int64),
+    "is_transactional": np.dtype(np.bool_),
+    "is_control": np.dtype(np.bool_),
+    "control_type": np.dtype(np.int8),
+    "coordinator_epoch": np.dtype(np.int32),
+}
+REQUIRED = ("producer_id", "producer_epoch", "base_sequence")
+#: Defaults of optional columns. last_sequence and record_count derive from each other.
+DEFAULTS: dict[str, int | bool] = {
+    "partition": 0,
+    "base_offset": -1,
+    "max_timestamp": 0,
+    "is_transactional": False,
+    "is_control": False,
+    "control_type": -1,
+    "coordinator_epoch": 0,
+}
+
+
+class BatchMetadata:
+    """Validated, packed batch metadata: ``batches["producer_id"]`` is an int64 array, and so on."""
+
+    __slots__ = ("_columns", "_length")
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        # Internal: use BatchMetadata.coerce(); this trusts that columns are complete and typed.
+        self._columns = columns
+        self._length = len(columns["producer_id"])
+
+    @classmethod
+    def coerce(cls, data: Any) -> BatchMetadata:
+        """Check and pack ``data`` (mapping, pandas DataFrame, pyarrow Table/RecordBatch, BatchMetadata)."""
+        if isinstance(data, BatchMetadata):
+            return data
+        raw = _columns_of(data)
+        missing = [name for name in REQUIRED if name not in raw]
+        if "last_sequence" not in raw and "record_count" not in raw:
+            missing.append("last_sequence (or record_count)")
+        if missing:
+            raise ValueError(f"batch metadata is missing required column(s): {', '.join(missing)}")
+        present = [name for name in COLUMNS if name in raw]
+        columns = {name: _coerce_column(name, raw[name], COLUMNS[name]) for name in present}
+        length = len(columns[present[0]])
+        for name in present:
+            if len(columns[name]) != length:
+                raise ValueError(
+                    f"column {name!r} has {len(columns[name])} values but {present[0]!r} has {length}; "
+                    "all columns must have the same length"
+                )
+        if "last_sequence" not in columns:
+            columns["last_sequence"] = last_sequences(columns["base_sequence"], columns["record_count"])
+        if "record_count" not in columns:
+            columns["record_count"] = record_counts(columns["base_sequence"], columns["last_sequence"])
+        for name, value in DEFAULTS.items():
+            if name not in columns:
+                columns[name] = np.full(length, value, dtype=COLUMNS[name])
+        return cls({name: columns[name] for name in COLUMNS})
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._columns[name]
+
+    def __repr__(self) -> str:
+        return f"BatchMetadata({self._length} batches)"
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        """The columns, by name (the arrays themselves, not copies)."""
+        return dict(self._columns)
+
+    def slice(self, start: int, stop: int) -> BatchMetadata:
+        """Batches ``start..stop-1`` as views."""
+        return BatchMetadata({name: array[start:stop] for name, array in self._columns.items()})
+
+    def take(self, indices: np.ndarray) -> BatchMetadata:
+        """The batches at ``indices``, in that order (copies)."""
+        return BatchMetadata({name: array[indices] for name, array in self._columns.items()})
+
+    def kernel_columns(self) -> BatchColumns:
+        """The twelve columns as the kernels take them; booleans as zero-copy uint8 views."""
+        return BatchColumns(*(
+            array.view(np.uint8) if array.dtype == np.bool_ else array for array in self._columns.values()
+        ))
+
+
+def _columns_of(data: Any) -> Mapping[str, Any]:
+    module = type(data).__module__
+    if isinstance(data, Mapping):
+        return data
+    if module.startswith("pandas"):
+        return {str(name): data[name] for name in data.columns}
+    if module.startswith("pyarrow"):
+        return {name: data.column(name) for name in data.schema.names}
+    raise TypeError(
+        "batch metadata must be a mapping of arrays, a pandas DataFrame or a pyarrow Table/RecordBatch, "
+        f"not {type(data).__name__}"
+    )
+
+
+def _to_numpy(name: str, values: Any) -> np.ndarray:
+    module = type(values).__module__
+    if module.startswith("pyarrow"):
+        if values.null_count:
+            raise ValueError(f"column {name!r} contains {values.null_count} null value(s)")
+        chunks = values.chunks if hasattr(values, "chunks") else [values]
+        if len(chunks) == 1:
+            return chunks[0].to_numpy(zero_copy_only=False)
+        return values.to_numpy()
+    if module.startswith("pandas"):
+        if not isinstance(values.dtype, np.dtype) and values.isna().any():
+            raise ValueError(f"column {name!r} contains {int(values.isna().sum())} null value(s)")
+        return values.to_numpy()
+    return np.asarray(values)
+
+
+def _coerce_column(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
+    array = _to_numpy(name, values)
+    if array.ndim != 1:
+        raise ValueError(f"column {name!r} must be one-dimensional, got shape {array.shape}")
+    if array.dtype == dtype:
+        return np.ascontiguousarray(array)
+    if array.size == 0:  # an empty list arrives as float64; nothing to lose
+        return np.empty(0, dtype=dtype)
+    source = array.dtype
+    if dtype == np.bool_:
+        if source.kind in "iu" and (array.size == 0 or (array.min() >= 0 and array.max() <= 1)):
+            return array.astype(np.bool_)
+        raise ValueError(f"column {name!r} must be boolean; got dtype {source} that cannot be cast safely")
+    if source == np.bool_:
+        return array.astype(dtype)
+    if source.kind in "iu":
+        if array.size:
+            info = np.iinfo(dtype)
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:
+                raise ValueError(
+                    f"column {name!r} has values in [{low}, {high}], outside the range of {dtype} "
+                    f"[{info.min}, {info.max}]"
+                )
+        return array.astype(dtype)
+    raise ValueError(f"column {name!r} must be {dtype}; got dtype {source} that cannot be cast safely")

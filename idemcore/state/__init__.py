@@ -1,0 +1,16 @@
+"""Producer state: the table the kernels read and write, validate (check + commit), and the per-partition
+``ProducerStateManager``."""
+
+from idemcore.state.manager import (
+    AppendResult,
+    BatchRecord,
+    CompletedTxn,
+    MarkerResult,
+    ProducerEntry,
+    ProducerStateManager,
+)
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import CompletedTxns, Verdicts, validate
+
+__all__ = ["AppendResult", "BatchRecord", "CompletedTxn", "CompletedTxns", "MarkerResult", "ProducerEntry",
+           "ProducerStateManager", "ProducerStateTable", "Verdicts", "validate"]

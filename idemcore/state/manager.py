@@ -1,0 +1,244 @@
+"""ProducerStateManager: one partition's producer state, as a broker uses it (Kafka's class of that name).
+
+A thin object over the same kernel as :func:`idemcore.validate`: each call
+packs one batch and validates it. Protocol outcomes come back as results;
+misuse (wrong types, unknown origin) raises.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from idemcore.kernels import Backend, get_backend
+from idemcore.kernels import reference as rules
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
+from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import validate
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Outcome of one data batch: offsets are the assigned ones, the original ones for a duplicate, -1 if rejected."""
+
+    status: Status
+    error_code: ErrorCode
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction ended by a marker: its first data offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+@dataclass(frozen=True)
+class MarkerResult:
+    """Outcome of a COMMIT/ABORT marker."""
+
+    error_code: ErrorCode
+    offset: int
+    completed_txn: CompletedTxn | None
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One retained batch of an entry."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class ProducerEntry:
+    """A producer's state on a partition (Kafka's ProducerStateEntry); sequences -1 when no batch is retained."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    last_timestamp: int
+    current_txn_first_offset: int | None
+    batches: tuple[BatchRecord, ...]
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+
+def _require_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def _require_optional_int(name: str, value: object, default: int) -> int:
+    return default if value is None else _require_int(name, value)
+
+
+def _require_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
+class ProducerStateManager:
+    """Producer state of one partition: validates appends and markers, expires idle producers.
+
+    ``table`` lets several managers (one per partition of a broker) share one
+    :class:`ProducerStateTable`, so a whole produce request can be validated
+    in one kernel call.
+    """
+
+    def __init__(
+        self,
+        partition: int = 0,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        backend: str | Backend | None = None,
+        table: ProducerStateTable | None = None,
+    ):
+        self.partition = _require_int("partition", partition)
+        if self.partition < 0:
+            raise ValueError(f"partition must be >= 0, got {self.partition}")
+        self.producer_id_expiration_ms = _require_int("producer_id_expiration_ms", producer_id_expiration_ms)
+        if self.producer_id_expiration_ms < 0:
+            raise ValueError(f"producer_id_expiration_ms must be >= 0, got {self.producer_id_expiration_ms}")
+        self.backend = get_backend(backend)
+        if table is not None and not isinstance(table, ProducerStateTable):
+            raise TypeError(f"table must be a ProducerStateTable, not {type(table).__name__}")
+        self.table = table if table is not None else ProducerStateTable(row_capacity=64, partition_capacity=1)
+
+    def __repr__(self) -> str:
+        return f"ProducerStateManager(partition={self.partition}, backend={self.backend.name!r})"
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended batch gets."""
+        return self.table.next_offset(self.partition)
+
+    def _validate_one(self, columns: dict, origin: Origin):
+        single = {name: np.asarray([value]) for name, value in columns.items()}
+        single["partition"] = np.asarray([self.partition], dtype=np.int32)
+        return validate(single, self.table, origin=origin, backend=self.backend)
+
+    def append(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        last_sequence: int,
+        *,
+        base_offset: int | None = None,
+        record_count: int | None = None,
+        timestamp: int = 0,
+        is_transactional: bool = False,
+        origin: str | Origin = "client",
+    ) -> AppendResult:
+        """Validate and (if accepted) record one data batch; ``base_offset`` None appends at the log end."""
+        first_seq = _require_int("base_sequence", base_sequence)
+        last_seq = _require_int("last_sequence", last_sequence)
+        if record_count is None:
+            record_count = 1 if first_seq < 0 else (last_seq - first_seq) % (rules.INT32_MAX + 1) + 1
+        verdicts = self._validate_one({
+            "producer_id": _require_int("producer_id", producer_id),
+            "producer_epoch": _require_int("producer_epoch", producer_epoch),
+            "base_sequence": first_seq,
+            "last_sequence": last_seq,
+            "record_count": _require_int("record_count", record_count),
+            "base_offset": _require_optional_int("base_offset", base_offset, -1),
+            "max_timestamp": _require_int("timestamp", timestamp),
+            "is_transactional": _require_bool("is_transactional", is_transactional),
+        }, Origin.parse(origin))
+        return AppendResult(Status(int(verdicts.status[0])), ErrorCode(int(verdicts.error_code[0])),
+                            int(verdicts.base_offset[0]), int(verdicts.last_offset[0]))
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        base_offset: int | None = None,
+        coordinator_epoch: int = 0,
+        timestamp: int = 0,
+    ) -> MarkerResult:
+        """Write a COMMIT (``commit=True``) or ABORT marker; ends the producer's open transaction, if any."""
+        control = ControlType.COMMIT if _require_bool("commit", commit) else ControlType.ABORT
+        verdicts = self._validate_one({
+            "producer_id": _require_int("producer_id", producer_id),
+            "producer_epoch": _require_int("producer_epoch", producer_epoch),
+            "base_sequence": -1,
+            "last_sequence": -1,
+            "record_count": 1,
+            "base_offset": _require_optional_int("base_offset", base_offset, -1),
+            "max_timestamp": _require_int("timestamp", timestamp),
+            "is_transactional": True,
+            "is_control": True,
+            "control_type": int(control),
+            "coordinator_epoch": _require_int("coordinator_epoch", coordinator_epoch),
+        }, Origin.COORDINATOR)
+        txns = verdicts.completed_txns
+        completed = None
+        if len(txns):
+            completed = CompletedTxn(int(txns.producer_id[0]), int(txns.first_offset[0]),
+                                     int(txns.last_offset[0]), bool(txns.aborted[0]))
+        return MarkerResult(ErrorCode(int(verdicts.error_code[0])), int(verdicts.base_offset[0]), completed)
+
+    def last_entry(self, producer_id: int) -> ProducerEntry | None:
+        """The producer's entry on this partition, or None if it has none (never wrote, or expired)."""
+        row = self.table.row_of(self.partition, _require_int("producer_id", producer_id))
+        if row is None:
+            return None
+        t = self.table
+        batches = tuple(
+            BatchRecord(rules.seq_sub(last_seq, delta), last_seq, last_offset - delta, last_offset, timestamp)
+            for last_seq, delta, last_offset, timestamp in t.ring(row)
+        )
+        txn_first = int(t.row_txn_first_offset[row])
+        return ProducerEntry(
+            producer_id=int(t.row_producer_id[row]),
+            producer_epoch=int(t.row_epoch[row]),
+            coordinator_epoch=int(t.row_coordinator_epoch[row]),
+            last_timestamp=int(t.row_last_timestamp[row]),
+            current_txn_first_offset=txn_first if txn_first >= 0 else None,
+            batches=batches,
+        )
+
+    def _rows(self) -> np.ndarray:
+        n = self.table.n_producers
+        return self.table.row_partition[:n] == self.partition
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers with no open transaction idle for ``producer_id_expiration_ms``; return how many."""
+        now_ms = _require_int("now_ms", now_ms)
+        expired = self._rows() & self.table.expired_rows(now_ms, self.producer_id_expiration_ms)
+        return self.table.remove_rows(expired, self.backend) if expired.any() else 0
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction on this partition, None when none is open."""
+        n = self.table.n_producers
+        open_txn = self.table.row_txn_first_offset[:n][self._rows() & (self.table.row_txn_first_offset[:n] >= 0)]
+        return int(open_txn.min()) if len(open_txn) else None
+
+    def active_producers(self) -> list[int]:
+        """Producer ids with an entry on this partition."""
+        n = self.table.n_producers
+        return sorted(int(pid) for pid in self.table.row_producer_id[:n][self._rows()])

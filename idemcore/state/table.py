@@ -1,0 +1,203 @@
+"""ProducerStateTable: the producer state of many partitions, as columns.
+
+One row per (partition, producer_id) that has written: epoch, coordinator
+epoch, last timestamp, open-transaction first offset and the ring of the last
+five batches ``(last_seq, offset_delta, last_offset, timestamp)``. Rows are
+found through an open-addressing index held in arrays, so the kernels never
+touch a Python object. Partitions have their own small index and carry the
+log end offset (the next offset to assign).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from idemcore.kernels import Backend, get_backend
+from idemcore.kernels.abi import StateArrays
+from idemcore.kernels import reference as rules
+from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
+
+_ROW_FIELDS = {
+    "row_partition": np.int32,
+    "row_producer_id": np.int64,
+    "row_partition_index": np.int32,
+    "row_epoch": np.int16,
+    "row_coordinator_epoch": np.int32,
+    "row_last_timestamp": np.int64,
+    "row_txn_first_offset": np.int64,
+}
+_RING_FIELDS = {
+    "ring_last_seq": np.int32,
+    "ring_offset_delta": np.int32,
+    "ring_last_offset": np.int64,
+    "ring_timestamp": np.int64,
+}
+_RING_POSITION_FIELDS = {"ring_head": np.int8, "ring_len": np.int8}
+_PARTITION_FIELDS = {"partition_id": np.int32, "partition_next_offset": np.int64}
+#: Every per-row array, in kernel order after the producer index.
+ROW_ARRAYS = (*_ROW_FIELDS, *_RING_FIELDS, *_RING_POSITION_FIELDS)
+
+
+def _slots_for(capacity: int) -> int:
+    # Index at most half full: a power of two at least twice the capacity.
+    return 1 << max(4, (2 * capacity - 1).bit_length())
+
+
+class ProducerStateTable:
+    """Producer state for any number of partitions, held in NumPy arrays; grows as needed.
+
+    Pass the same table to successive :func:`idemcore.validate` calls to carry
+    state across chunks of a stream.
+    """
+
+    def __init__(self, row_capacity: int = 1024, partition_capacity: int = 16):
+        if row_capacity < 1 or partition_capacity < 1:
+            raise ValueError("capacities must be at least 1")
+        self.counters = np.zeros(3, dtype=np.int64)  # n_rows, n_partitions, completed txns of a call
+        self._arrays: StateArrays | None = None
+        self._allocate_rows(row_capacity)
+        self._allocate_partitions(partition_capacity)
+
+    # ------------------------------------------------------------ allocation
+
+    def _allocate_rows(self, capacity: int, keep: int = 0, old: dict | None = None) -> None:
+        self._arrays = None
+        for name, dtype in {**_ROW_FIELDS, **_RING_POSITION_FIELDS}.items():
+            array = np.zeros(capacity, dtype=dtype)
+            if old is not None:
+                array[:keep] = old[name][:keep]
+            setattr(self, name, array)
+        for name, dtype in _RING_FIELDS.items():
+            array = np.zeros((capacity, NUM_BATCHES_TO_RETAIN), dtype=dtype)
+            if old is not None:
+                array[:keep] = old[name][:keep]
+            setattr(self, name, array)
+        slots = _slots_for(capacity)
+        self.slot_producer_id = np.zeros(slots, dtype=np.int64)
+        self.slot_partition = np.zeros(slots, dtype=np.int32)
+        self.slot_row = np.full(slots, -1, dtype=np.int32)
+
+    def _allocate_partitions(self, capacity: int, keep: int = 0, old: dict | None = None) -> None:
+        self._arrays = None
+        for name, dtype in _PARTITION_FIELDS.items():
+            array = np.zeros(capacity, dtype=dtype)
+            if old is not None:
+                array[:keep] = old[name][:keep]
+            setattr(self, name, array)
+        slots = _slots_for(capacity)
+        self.pslot_partition = np.zeros(slots, dtype=np.int32)
+        self.pslot_index = np.full(slots, -1, dtype=np.int32)
+
+    def _rows(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in ROW_ARRAYS}
+
+    def _reindex(self, backend: Backend) -> None:
+        backend.rebuild_producer_index(
+            self.slot_producer_id, self.slot_partition, self.slot_row,
+            self.row_producer_id, self.row_partition, self.n_producers,
+        )
+        backend.rebuild_partition_index(self.pslot_partition, self.pslot_index, self.partition_id, self.n_partitions)
+
+    def grow(self, backend: Backend | str | None = None) -> None:
+        """Double whichever of rows or partitions is full (the kernel stopped for room)."""
+        backend = get_backend(backend)
+        if self.n_producers >= len(self.row_epoch):
+            self._allocate_rows(2 * len(self.row_epoch), self.n_producers, self._rows())
+        if self.n_partitions >= len(self.partition_id):
+            old = {name: getattr(self, name) for name in _PARTITION_FIELDS}
+            self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
+        self._reindex(backend)
+
+    def remove_rows(self, remove: np.ndarray, backend: Backend | str | None = None) -> int:
+        """Drop the rows where ``remove`` (bool, one per producer row) is true; return how many."""
+        n = self.n_producers
+        remove = np.asarray(remove, dtype=bool)
+        if remove.shape != (n,):
+            raise ValueError(f"remove must have one flag per producer row ({n}), got shape {remove.shape}")
+        keep = ~remove
+        kept = int(keep.sum())
+        for array in self._rows().values():
+            array[:kept] = array[:n][keep]
+        self.counters[rules.N_ROWS] = kept
+        self._reindex(get_backend(backend))
+        return n - kept
+
+    def expired_rows(self, now_ms: int, expiration_ms: int) -> np.ndarray:
+        """Rows with no open transaction whose last write is ``expiration_ms`` or more before ``now_ms``."""
+        n = self.n_producers
+        return (self.row_txn_first_offset[:n] < 0) & (now_ms - self.row_last_timestamp[:n] >= expiration_ms)
+
+    def kernel_arrays(self) -> StateArrays:
+        """Index, row, ring and partition arrays plus counters, as the kernels take them (kept until the
+        table reallocates)."""
+        if self._arrays is None:
+            self._arrays = StateArrays(**{name: getattr(self, name) for name in StateArrays._fields})
+        return self._arrays
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def n_producers(self) -> int:
+        """Number of (partition, producer_id) entries."""
+        return int(self.counters[rules.N_ROWS])
+
+    @property
+    def n_partitions(self) -> int:
+        """Number of partitions that have had a batch appended."""
+        return int(self.counters[rules.N_PARTITIONS])
+
+    def row_of(self, partition: int, producer_id: int) -> int | None:
+        """Row number of a producer's entry on a partition, or None."""
+        if producer_id < 0:
+            return None
+        slot = rules.producer_slot(self.slot_producer_id, self.slot_partition, self.slot_row,
+                                   int(producer_id), int(partition))
+        row = int(self.slot_row[slot])
+        return row if row >= 0 else None
+
+    def next_offset(self, partition: int) -> int:
+        """The offset the next batch appended to ``partition`` gets (0 for an unseen partition)."""
+        index = int(self.pslot_index[rules.partition_slot(self.pslot_partition, self.pslot_index, int(partition))])
+        return int(self.partition_next_offset[index]) if index >= 0 else 0
+
+    def ring(self, row: int) -> Iterator[tuple[int, int, int, int]]:
+        """Retained batches of a row, oldest first: ``(last_seq, offset_delta, last_offset, timestamp)``."""
+        head, length = int(self.ring_head[row]), int(self.ring_len[row])
+        for k in range(length):
+            pos = (head + k) % NUM_BATCHES_TO_RETAIN
+            yield (int(self.ring_last_seq[row, pos]), int(self.ring_offset_delta[row, pos]),
+                   int(self.ring_last_offset[row, pos]), int(self.ring_timestamp[row, pos]))
+
+    def canonical(self) -> dict[str, np.ndarray]:
+        """The whole state, independent of row order and ring rotation (for comparing tables).
+
+        Rows are sorted by (partition, producer_id); each ring is rotated so its
+        oldest batch comes first and unused positions are zero.
+        """
+        n = self.n_producers
+        order = np.lexsort((self.row_producer_id[:n], self.row_partition[:n]))
+        state = {name: getattr(self, name)[:n][order] for name in (*_ROW_FIELDS, "ring_len")}
+        del state["row_partition_index"]  # an internal pointer, not state
+        positions = (self.ring_head[:n, None].astype(np.int64) + np.arange(NUM_BATCHES_TO_RETAIN)) \
+            % NUM_BATCHES_TO_RETAIN
+        used = np.arange(NUM_BATCHES_TO_RETAIN) < self.ring_len[:n, None]
+        for name in _RING_FIELDS:
+            rotated = np.take_along_axis(getattr(self, name)[:n], positions, axis=1)
+            state[name] = np.where(used, rotated, 0)[order]
+        p = self.n_partitions
+        porder = np.argsort(self.partition_id[:p])
+        state["partition_id"] = self.partition_id[:p][porder]
+        state["partition_next_offset"] = self.partition_next_offset[:p][porder]
+        return state
+
+    def copy(self) -> ProducerStateTable:
+        """An independent copy."""
+        clone = object.__new__(ProducerStateTable)
+        for name, value in vars(self).items():
+            setattr(clone, name, value.copy() if isinstance(value, np.ndarray) else None)
+        return clone
+
+    def __repr__(self) -> str:
+        return f"ProducerStateTable({self.n_producers} producer entries, {self.n_partitions} partitions)"

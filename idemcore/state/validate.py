@@ -1,0 +1,228 @@
+"""validate, check and commit: the producer-state rules (docs/rules.md) over batch metadata, through the
+selected kernel backend.
+
+``validate`` checks and commits each batch in turn (a stream replayed in
+order: the audit, recovery). A broker splits the two, as Kafka does
+(ProducerAppendInfo, log append, ProducerStateManager.update): ``check``
+computes the verdicts without touching the state, the broker writes the log,
+and ``commit`` records only the batches whose write succeeded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from idemcore.findings import Finding
+from idemcore.kernels import Backend, get_backend
+from idemcore.kernels import reference as rules
+from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.protocol.codes import ErrorCode, Origin, Status
+from idemcore.record.columns import BatchMetadata
+from idemcore.state.table import ProducerStateTable
+
+
+@dataclass(frozen=True)
+class CompletedTxns:
+    """Transactions closed by a marker: one entry per COMMIT/ABORT that ended an open transaction."""
+
+    partition: np.ndarray  # int32
+    producer_id: np.ndarray  # int64
+    first_offset: np.ndarray  # int64, first offset of the transaction's data
+    last_offset: np.ndarray  # int64, offset of the marker
+    aborted: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+    @classmethod
+    def empty(cls, size: int) -> CompletedTxns:
+        return cls(np.zeros(size, np.int32), np.zeros(size, np.int64), np.zeros(size, np.int64),
+                   np.zeros(size, np.int64), np.zeros(size, np.bool_))
+
+    @classmethod
+    def concat(cls, parts: list[CompletedTxns]) -> CompletedTxns:
+        if not parts:
+            return cls.empty(0)
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in cls.__dataclass_fields__))
+
+    def kernel_columns(self) -> TxnColumns:
+        """The columns as the kernels write them (``aborted`` as a uint8 view)."""
+        return TxnColumns(self.partition, self.producer_id, self.first_offset, self.last_offset,
+                          self.aborted.view(np.uint8))
+
+    def head(self, size: int) -> CompletedTxns:
+        return CompletedTxns(*(getattr(self, name)[:size] for name in self.__dataclass_fields__))
+
+
+#: The per-batch verdict columns, in kernel order, and their dtypes.
+VERDICT_DTYPES = {"status": np.dtype(np.int8), "error_code": np.dtype(np.int16), "base_offset": np.dtype(np.int64),
+                  "last_offset": np.dtype(np.int64), "finding": np.dtype(np.int8), "expected": np.dtype(np.int64)}
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The outcome of every batch, in input order.
+
+    ``status`` (int8, :class:`idemcore.Status`), ``error_code`` (int16, Kafka's
+    numbers), ``base_offset``/``last_offset`` (int64: the assigned offsets, the
+    original ones for a duplicate, -1 when rejected), ``finding`` (int8,
+    :class:`idemcore.Finding`), ``expected`` (int64: what the batch
+    contradicted — the expected first sequence for sequence findings, the
+    current epoch for an old epoch, the current coordinator epoch for a fenced
+    marker, the open transaction's first offset for INVALID_TXN_STATE; else
+    -1), ``completed_txns``.
+    """
+
+    status: np.ndarray
+    error_code: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    finding: np.ndarray
+    expected: np.ndarray
+    completed_txns: CompletedTxns
+    backend: str
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+    @staticmethod
+    def allocate(size: int) -> VerdictColumns:
+        """Empty per-batch columns for ``size`` batches, as the kernels take them."""
+        return VerdictColumns(*(np.empty(size, dtype=dtype) for dtype in VERDICT_DTYPES.values()))
+
+    def counts(self) -> dict[str, int]:
+        """How many batches were appended, duplicates, and rejected with each error."""
+        result = {
+            "appended": int(np.count_nonzero(self.status == Status.APPENDED)),
+            "duplicate": int(np.count_nonzero(self.status == Status.DUPLICATE)),
+        }
+        rejected = Counter(self.error_code[self.status == Status.REJECTED].tolist())
+        for code, number in sorted(rejected.items()):
+            result[ErrorCode(code).name] = number
+        return result
+
+    def finding_counts(self) -> dict[str, int]:
+        """How many batches got each finding, by SPEC §5 name (findings that occurred only)."""
+        counts = np.bincount(self.finding, minlength=len(Finding))
+        return {Finding(code).label: int(number) for code, number in enumerate(counts) if code and number}
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        """The per-batch columns by name."""
+        return {"status": self.status, "error_code": self.error_code, "base_offset": self.base_offset,
+                "last_offset": self.last_offset, "finding": self.finding, "expected": self.expected}
+
+
+def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origin, backend: str | Backend | None
+             ) -> tuple[BatchMetadata, ProducerStateTable, Origin, Backend]:
+    packed = BatchMetadata.coerce(batches)
+    if state is None:
+        state = ProducerStateTable()
+    elif not isinstance(state, ProducerStateTable):
+        raise TypeError(f"state must be a ProducerStateTable, not {type(state).__name__}")
+    return packed, state, Origin.parse(origin), get_backend(backend)
+
+
+def validate(
+    batches: Any,
+    state: ProducerStateTable | None = None,
+    origin: str | Origin = "client",
+    backend: str | Backend | None = None,
+) -> Verdicts:
+    """Apply Kafka's producer-state rules to every batch, in order, committing each accepted one.
+
+    ``batches``: a mapping of arrays, pandas DataFrame or pyarrow Table with the
+    columns of :data:`idemcore.record.COLUMNS`. ``state``: a
+    :class:`ProducerStateTable` carried across calls (updated in place); None
+    starts from empty state. ``origin``: ``"client"``, ``"coordinator"`` or
+    ``"replication"``; it applies to data batches, control batches are always
+    checked as markers written by the coordinator. ``backend``: ``"cython"``,
+    ``"numba"``, ``"python"``, ``"auto"`` or None (``$IDEMCORE_BACKEND``).
+    """
+    packed, state, origin, kernel = _prepare(batches, state, origin, backend)
+    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)))
+
+
+def check(
+    batches: Any,
+    state: ProducerStateTable,
+    origin: str | Origin = "client",
+    backend: str | Backend | None = None,
+) -> Verdicts:
+    """Prepare: the verdict of every batch against ``state`` as it stands, changing nothing.
+
+    Every batch sees the same state, so no two may belong to one (partition,
+    producer id): a produce request carries one batch per partition. Record
+    the batches once they are written with :func:`commit`.
+    """
+    packed, state, origin, kernel = _prepare(batches, state, origin, backend)
+    keyed = packed["producer_id"] >= 0
+    keys = np.stack([packed["partition"][keyed].astype(np.int64), packed["producer_id"][keyed]], axis=1)
+    if len(np.unique(keys, axis=0)) != len(keys):
+        raise ValueError("check() takes at most one batch per (partition, producer_id); use validate() for a stream")
+    out = Verdicts.allocate(len(packed))
+    txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
+    completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, out, txns.kernel_columns())
+    return Verdicts(*out, txns.head(completed), kernel.name)
+
+
+def commit(
+    batches: Any,
+    verdicts: Verdicts,
+    state: ProducerStateTable,
+    written: np.ndarray | None = None,
+    backend: str | Backend | None = None,
+) -> None:
+    """Record in ``state`` the batches :func:`check` accepted (``written``: a mask of those whose log write
+    succeeded; by default all of them)."""
+    packed, state, _, kernel = _prepare(batches, state, "client", backend)
+    if len(verdicts) != len(packed):
+        raise ValueError(f"{len(verdicts)} verdicts for {len(packed)} batches")
+    status = verdicts.status
+    if written is not None:
+        written = np.asarray(written, dtype=bool)
+        if written.shape != status.shape:
+            raise ValueError(f"written must have one flag per batch ({len(status)}), got shape {written.shape}")
+        status = np.where(written, status, Status.REJECTED).astype(np.int8)
+    commit_into(kernel, packed.kernel_columns(), 0, len(packed), state,
+                CommitVerdicts(status, verdicts.base_offset, verdicts.last_offset))
+
+
+def check_into(kernel: Backend, columns: BatchColumns, origin: Origin, start: int, stop: int,
+               state: ProducerStateTable, out: VerdictColumns, txns: TxnColumns) -> int:
+    """The kernel's check_batches over checked, packed input; returns the number of completed transactions
+    written to ``txns``."""
+    state.counters[rules.N_COMPLETED] = 0
+    kernel.check_batches(*columns, int(origin), start, stop, *state.kernel_arrays(), *out, *txns)
+    return int(state.counters[rules.N_COMPLETED])
+
+
+def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, state: ProducerStateTable,
+                verdicts: CommitVerdicts) -> None:
+    """The kernel's commit_batches, growing the table when it runs out of room."""
+    while True:
+        start = kernel.commit_batches(*columns, start, stop, *state.kernel_arrays(), *verdicts)
+        if start >= stop:
+            return
+        state.grow(kernel)
+
+
+def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+                  out: VerdictColumns) -> Verdicts:
+    """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
+    of bigger ones, of :data:`VERDICT_DTYPES`)."""
+    completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
+    txns = completed.kernel_columns()
+    columns = packed.kernel_columns()
+    n = len(packed)
+    state.counters[rules.N_COMPLETED] = 0
+    start = 0
+    while True:
+        start = kernel.validate_batches(*columns, int(origin), start, n, *state.kernel_arrays(), *out, *txns)
+        if start >= n:
+            break
+        state.grow(kernel)
+    return Verdicts(*out, completed.head(int(state.counters[rules.N_COMPLETED])), kernel.name)

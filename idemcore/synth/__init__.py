@@ -1,0 +1,1 @@
+"""Synthetic data: batch streams, planted anomalies (one planter per finding), datasets and their ground truth."""
