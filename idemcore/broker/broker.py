@@ -1,9 +1,16 @@
-"""Broker: partitions as logs, producer state checked by the kernel once per produce request (SPEC §2)."""
+"""Broker: every request through one ``handle``; produce requests checked, written, then committed.
+
+A produce request follows Kafka's order (``UnifiedLog.append``): the kernel
+checks every batch against the producer state as it stands (prepare), the
+accepted batches are written to their partition logs, and only the batches
+whose write succeeded are committed to the producer state. A failed write
+leaves the state as it was, so the producer's retry is appended once.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +19,24 @@ from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.producer_ids import ProducerIdManager, ProducerIdsExhaustedError, SqliteBlockStore
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
-from idemcore.net.messages import InitProducerIdResponse, PartitionResponse, ProduceRequest, ProduceResponse
-from idemcore.protocol.codes import ErrorCode, Status
+from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
+from idemcore.net.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    PartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+)
+from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX
+from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
+from idemcore.record.columns import COLUMNS
+from idemcore.state.explain import rejection_message
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import validate
+from idemcore.state.validate import Verdicts, check_into, commit_into, validate
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +58,53 @@ def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
             return ErrorCode.CORRUPT_MESSAGE, "every record key must be bytes or None"
     if len(values) == 0 or len(values) > INT32_MAX:
         return ErrorCode.INVALID_RECORD, f"a batch must hold 1..{INT32_MAX} records, not {len(values)}"
-    if not (-1 <= batch.producer_epoch <= INT16_MAX) or not (-1 <= batch.base_sequence <= INT32_MAX):
-        return ErrorCode.INVALID_RECORD, (f"producer epoch {batch.producer_epoch} or base sequence "
-                                          f"{batch.base_sequence} out of range")
+    if not (-1 <= batch.producer_id < 2**63) or not (-1 <= batch.producer_epoch <= INT16_MAX) \
+            or not (-1 <= batch.base_sequence <= INT32_MAX):
+        return ErrorCode.INVALID_RECORD, (f"producer id {batch.producer_id}, epoch {batch.producer_epoch} or base "
+                                          f"sequence {batch.base_sequence} out of range")
     return None
+
+
+class _RequestColumns:
+    """Batch metadata, verdict and transaction columns for one produce request, allocated once per broker and
+    filled in place: a request packs its metadata once, straight into the arrays the kernel reads."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.batch = BatchColumns(*(np.zeros(capacity, np.uint8 if dtype == np.bool_ else dtype)
+                                    for dtype in COLUMNS.values()))
+        self.batch.base_offset[:] = -1
+        self.batch.control_type[:] = -1
+        self.verdicts = Verdicts.allocate(capacity)
+        self.txns = TxnColumns(np.zeros(capacity, np.int32), np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+                               np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8))
+        self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
+                                     self.verdicts.out_last_offset)
+
+    def put(self, k: int, number: int, batch: RecordBatch) -> None:
+        """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``."""
+        b = self.batch
+        count = len(batch.values)
+        b.partition[k] = number
+        b.producer_id[k] = batch.producer_id
+        b.producer_epoch[k] = batch.producer_epoch
+        b.base_sequence[k] = batch.base_sequence
+        b.last_sequence[k] = seq_add(batch.base_sequence, count - 1) if batch.base_sequence >= 0 else -1
+        b.record_count[k] = count
+        b.max_timestamp[k] = batch.max_timestamp
+        b.is_transactional[k] = batch.is_transactional
 
 
 class Broker:
     """A single broker leading every partition of ``topics`` (``{"name": partition_count}``).
 
-    ``data_dir``: persist each partition to an append-only file (fsync'd per
-    produce request with acks=all) and, on start, rebuild producer state by
-    replaying the logs with REPLICATION origin. ``producer_ids``: the id
-    allocator; by default one over a SQLite store in ``data_dir`` (or in memory).
-    ``fsync=False`` keeps writes in the OS page cache only: they survive a
-    crash of this process (what the simulation injects), not of the machine.
+    Every request goes through :meth:`handle`. ``data_dir``: persist each
+    partition to an append-only file (fsync'd per produce request with
+    acks=all) and, on start, rebuild producer state by replaying the logs with
+    REPLICATION origin. ``producer_ids``: the id allocator; by default one over
+    a SQLite store in ``data_dir`` (or in memory). ``fsync=False`` keeps writes
+    in the OS page cache only: they survive a crash of this process (what the
+    simulation injects), not of the machine.
     """
 
     def __init__(
@@ -94,8 +145,20 @@ class Broker:
                 directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
                 self._index[(name, partition)] = len(self._logs)
                 self._logs.append(PartitionLog(name, partition, directory, fsync))
-        self.state = ProducerStateTable()
+        self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
+        self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
+        self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
+                                                InitProducerIdRequest: self._init_producer_id}
         self._recover()
+
+    # ------------------------------------------------------------ the one request path
+
+    def handle(self, request: Request) -> Response | None:
+        """Answer one request (every transport calls this); None for a produce request with acks=0."""
+        handler = self._handlers.get(type(request))
+        if handler is None:
+            raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
+        return handler(request)
 
     # ------------------------------------------------------------ recovery
 
@@ -104,9 +167,12 @@ class Broker:
                   for base_offset, batch in partition_log.batches]
         if not stored:
             return
-        columns = self._columns([(number, batch) for number, _, batch in stored])
-        columns["base_offset"] = np.fromiter((base for _, base, _ in stored), np.int64, len(stored))
-        verdicts = validate(columns, self.state, origin="replication", backend=self.backend)
+        columns = _RequestColumns(len(stored))
+        for k, (number, base_offset, batch) in enumerate(stored):
+            columns.put(k, number, batch)
+            columns.batch.base_offset[k] = base_offset
+        verdicts = validate({name: column for name, column in zip(COLUMNS, columns.batch, strict=True)},
+                            self.state, origin=Origin.REPLICATION, backend=self.backend)
         bad = np.flatnonzero(verdicts.status != Status.APPENDED)
         if len(bad):
             number, base_offset, _ = stored[int(bad[0])]
@@ -115,38 +181,31 @@ class Broker:
                                      f"offset {base_offset} does not replay ({reason})")
         log.info("broker %d recovered %d batches from %s", self.broker_id, len(stored), self.data_dir)
 
-    @staticmethod
-    def _columns(batches: list[tuple[int, RecordBatch]]) -> dict[str, np.ndarray]:
-        n = len(batches)
-        return {
-            "partition": np.fromiter((number for number, _ in batches), np.int32, n),
-            "producer_id": np.fromiter((b.producer_id for _, b in batches), np.int64, n),
-            "producer_epoch": np.fromiter((b.producer_epoch for _, b in batches), np.int16, n),
-            "base_sequence": np.fromiter((b.base_sequence for _, b in batches), np.int32, n),
-            "record_count": np.fromiter((b.record_count for _, b in batches), np.int32, n),
-            "max_timestamp": np.fromiter((b.max_timestamp for _, b in batches), np.int64, n),
-            "is_transactional": np.fromiter((b.is_transactional for _, b in batches), np.bool_, n),
-        }
-
     # ------------------------------------------------------------ handlers
 
-    def init_producer_id(self) -> InitProducerIdResponse:
+    def _init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
         """A fresh producer id at epoch 0 for an idempotent producer."""
         try:
-            return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0)
-        except ProducerIdsExhaustedError:
+            return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0,
+                                          request_id=request.request_id)
+        except ProducerIdsExhaustedError as exc:
             log.exception("producer ids exhausted")
-            return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR)
+            return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
+                                          error_message=str(exc))
 
-    def produce(self, request: ProduceRequest) -> ProduceResponse | None:
-        """Append a request's batches (one kernel call for all of them); None for acks=0."""
+    def _produce(self, request: ProduceRequest) -> ProduceResponse | None:
+        """Check every batch (one kernel call), write the accepted ones, commit those written."""
         if request.acks not in _ACKS:
             raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
-        answers: list[PartitionResponse | None] = [None] * len(request.batches)
-        checked: list[tuple[int, RecordBatch]] = []
+        batches = request.batches
+        answers: list[PartitionResponse | None] = [None] * len(batches)
+        if len(batches) > self._columns.capacity:
+            self._columns = _RequestColumns(2 * len(batches))
+        columns = self._columns
+        numbers: list[int] = []
         positions: list[int] = []
         seen: set[int] = set()
-        for position, batch in enumerate(request.batches):
+        for position, batch in enumerate(batches):
             number = self._index.get((batch.topic, batch.partition))
             problem = None
             if number is None:
@@ -159,25 +218,70 @@ class Broker:
                 answers[position] = PartitionResponse(batch.topic, batch.partition, problem[0],
                                                       error_message=problem[1])
                 continue
+            columns.put(len(numbers), number, batch)
             seen.add(number)
-            checked.append((number, batch))
+            numbers.append(number)
             positions.append(position)
-        if checked:
-            verdicts = validate(self._columns(checked), self.state, origin="client", backend=self.backend)
-            status, error_code, base_offset = verdicts.status, verdicts.error_code, verdicts.base_offset
-            for k, (number, batch) in enumerate(checked):
-                partition_log = self._logs[number]
-                if status[k] == Status.APPENDED:
-                    partition_log.append(int(base_offset[k]), batch)
-                answers[positions[k]] = PartitionResponse(
-                    batch.topic, batch.partition, int(error_code[k]), int(base_offset[k]),
-                    log_start_offset=partition_log.log_start_offset)
-            if request.acks == -1 and self.data_dir is not None:
-                for number in seen:
-                    self._logs[number].sync()
+        k = len(numbers)
+        if k:
+            verdicts = columns.verdicts
+            check_into(self.backend, columns.batch, Origin.CLIENT, 0, k, self.state, verdicts, columns.txns)
+            status = verdicts.out_status
+            appended = [j for j in range(k) if status[j] == Status.APPENDED]
+            failed = self._write(appended, numbers, batches, positions, verdicts.out_base_offset,
+                                 request.acks == -1)
+            for j in failed:
+                status[j] = Status.REJECTED  # not written: not committed, the retry will be appended
+            commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+            for j in range(k):
+                batch = batches[positions[j]]
+                partition_log = self._logs[numbers[j]]
+                if j in failed:
+                    answers[positions[j]] = PartitionResponse(
+                        batch.topic, batch.partition, ErrorCode.KAFKA_STORAGE_ERROR,
+                        log_start_offset=partition_log.log_start_offset, error_message=failed[j])
+                    continue
+                error = int(verdicts.out_error_code[j])
+                answers[positions[j]] = PartitionResponse(
+                    batch.topic, batch.partition, error, int(verdicts.out_base_offset[j]),
+                    log_start_offset=partition_log.log_start_offset,
+                    error_message=self._explain(j, batch) if error else None)
         if request.acks == 0:
             return None
         return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]
+
+    def _write(self, appended: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
+               positions: list[int], base_offset: np.ndarray, sync: bool) -> dict[int, str]:
+        """Append the accepted batches to their logs (and sync them for acks=all); the rows whose write
+        failed, with why. A failed partition's log is left as it was before this request."""
+        failed: dict[int, str] = {}
+        written: list[int] = []
+        for j in appended:
+            partition_log = self._logs[numbers[j]]
+            try:
+                partition_log.append(int(base_offset[j]), batches[positions[j]])
+            except OSError as exc:
+                failed[j] = f"writing {partition_log.name} at offset {int(base_offset[j])} failed: {exc}"
+                log.error("%s", failed[j])
+                continue
+            written.append(j)
+        if sync and self.data_dir is not None:
+            for j in written:
+                partition_log = self._logs[numbers[j]]
+                try:
+                    partition_log.sync()
+                except OSError as exc:
+                    partition_log.rollback_last()
+                    failed[j] = f"syncing {partition_log.name} failed: {exc}"
+                    log.error("%s", failed[j])
+        return failed
+
+    def _explain(self, j: int, batch: RecordBatch) -> str:
+        b, v = self._columns.batch, self._columns.verdicts
+        return rejection_message(f"{batch.topic}-{batch.partition}", int(b.producer_id[j]),
+                                 int(b.producer_epoch[j]), int(b.base_sequence[j]), int(b.last_sequence[j]),
+                                 int(b.record_count[j]), int(b.coordinator_epoch[j]), bool(b.is_control[j]),
+                                 int(v.out_error_code[j]), int(v.out_finding[j]), int(v.out_expected[j]))
 
     # ------------------------------------------------------------ reading and housekeeping
 

@@ -90,6 +90,7 @@ class PartitionLog:
         self.truncated_bytes = 0
         self._file: BinaryIO | None = None
         self._dirty = False
+        self._last_position = 0
         self._fsync = fsync
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -123,15 +124,39 @@ class PartitionLog:
         last = self.batches[-1]
         return last.base_offset + last.batch.record_count
 
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
     def append(self, base_offset: int, batch: RecordBatch) -> None:
-        """Add a batch the producer-state check accepted at ``base_offset``."""
+        """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when the write
+        raises, the file is cut back to where it was and the batch is not added."""
         if base_offset < self.log_end_offset:
-            raise IdemcoreError(f"{self.topic}-{self.partition}: append at offset {base_offset} below the log end "
+            raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
-        self.batches.append(StoredBatch(base_offset, batch))
         if self._file is not None:
-            self._file.write(encode_frame(base_offset, batch))
+            position = self._file.tell()
+            try:
+                self._file.write(encode_frame(base_offset, batch))
+            except BaseException:
+                self._cut(position)
+                raise
+            self._last_position = position
             self._dirty = True
+        self.batches.append(StoredBatch(base_offset, batch))
+
+    def rollback_last(self) -> None:
+        """Take back the batch appended last (its sync failed): the log is as it was before that append."""
+        self.batches.pop()
+        if self._file is not None:
+            self._cut(self._last_position)
+
+    def _cut(self, position: int) -> None:
+        try:
+            self._file.seek(position)
+            self._file.truncate(position)
+        except OSError:
+            log.exception("%s: could not cut the log back to byte %d", self.name, position)
 
     def sync(self) -> None:
         """Hand every appended batch to the OS, and fsync it unless the log was opened with fsync=False."""

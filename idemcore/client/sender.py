@@ -104,7 +104,8 @@ class Sender:
             if response.error_code == ErrorCode.NONE:
                 self.idempotence.set_producer_id_and_epoch(response.producer_id, response.producer_epoch)
             elif response.error_code not in RETRIABLE_ERRORS:
-                self.fatal_error = f"InitProducerId failed: {ErrorCode(response.error_code).name}"
+                self.fatal_error = f"InitProducerId failed: {ErrorCode(response.error_code).name}" + \
+                    (f" ({response.error_message})" if response.error_message else "")
                 self._fail_everything(response.error_code, self.fatal_error)
             return
         assert isinstance(response, ProduceResponse)
@@ -113,9 +114,10 @@ class Sender:
             return  # the request timed out earlier; this late answer is ignored
         for batch, answer in zip(entry.batches, response.responses, strict=True):
             if not batch.done:
-                self._complete_batch(batch, answer.error_code, answer.base_offset, now)
+                self._complete_batch(batch, answer.error_code, answer.base_offset, now, answer.error_message)
 
-    def _complete_batch(self, batch: ProducerBatch, error_code: int, base_offset: int, now: int) -> None:
+    def _complete_batch(self, batch: ProducerBatch, error_code: int, base_offset: int, now: int,
+                        message: str | None = None) -> None:
         idem = self.idempotence
         if error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER) or \
                 (idem is not None and idem.is_already_written(batch, error_code)):
@@ -125,11 +127,11 @@ class Sender:
                 idem.handle_completed_batch(batch)
         elif self._can_retry(batch, error_code, now):
             self.stats.retries += 1
-            log.debug("retrying %r after %s", batch, ErrorCode(error_code).name)
+            log.debug("retrying %r after %s", batch, message or ErrorCode(error_code).name)
             self.accumulator.reenqueue(batch, now)
         else:
             self.stats.failed_batches += 1
-            batch.fail(error_code, "the broker rejected the batch")
+            batch.fail(error_code, message or "the broker rejected the batch")
             if idem is not None:
                 idem.handle_failed_batch(batch, error_code, adjust_sequences=True)
 

@@ -72,7 +72,12 @@ def load_backend(name: str) -> Backend:
         except ImportError as exc:
             raise BackendUnavailableError(f"backend {name!r} is not available: {exc}") from exc
         functions.update(vars(module))
-    return Backend(name, *(functions[field.name] for field in dataclasses.fields(Backend)[1:]))
+    names = [field.name for field in dataclasses.fields(Backend)[1:]]
+    missing = [function for function in names if function not in functions]
+    if missing:  # a stale build of the extensions
+        raise BackendUnavailableError(f"backend {name!r} is not available: it lacks {', '.join(missing)} "
+                                      "(rebuild the extensions: pip install -e .)")
+    return Backend(name, *(functions[function] for function in names))
 
 
 @functools.cache

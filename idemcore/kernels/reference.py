@@ -255,8 +255,9 @@ def check_txn_state(transactional, txn_first):
     return NONE, F_NONE, -1
 
 
-def log_end(row, part, row_partition_index, pslot_partition, pslot_index, partition_next_offset):
+def log_end(row, part, row_partition_index, parts):
     """The partition's next offset (0 for a partition never appended to)."""
+    pslot_partition, pslot_index, _partition_id, partition_next_offset = parts
     if row >= 0:
         return int(partition_next_offset[int(row_partition_index[row])])
     index = int(pslot_index[partition_slot(pslot_partition, pslot_index, part)])
@@ -265,9 +266,9 @@ def log_end(row, part, row_partition_index, pslot_partition, pslot_index, partit
     return int(partition_next_offset[index])
 
 
-def emit(out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-         i, status, error, base_offset, last_offset, finding, expected):
+def emit(out, i, status, error, base_offset, last_offset, finding, expected):
     """Write batch ``i``'s verdict."""
+    out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected = out
     out_status[i] = status
     out_error_code[i] = error
     out_base_offset[i] = base_offset
@@ -276,18 +277,19 @@ def emit(out_status, out_error_code, out_base_offset, out_last_offset, out_findi
     out_expected[i] = expected
 
 
-def check_batch(
-    i, partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
-    record_count, is_transactional, is_control, control_type, coordinator_epoch, origin,
-    slot_producer_id, slot_partition, slot_row, row_partition_index, row_epoch, row_coordinator_epoch,
-    row_txn_first_offset, ring_last_seq, ring_offset_delta, ring_last_offset, ring_head, ring_len,
-    pslot_partition, pslot_index, partition_next_offset, counters,
-    out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted,
-):
+def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns):
     """Prepare batch ``i`` against the state as it stands (Kafka's ProducerAppendInfo): writes its verdict
     and, for a marker that ends a transaction, the completed transaction; changes no state. Returns the
-    producer's index slot (-1 without a producer id) for :func:`commit_batch`."""
+    producer's index slot (-1 without a producer id) for :func:`commit_batch`. Arguments come in the groups
+    of :mod:`idemcore.kernels.abi`, as tuples: Python compiles a call of more than 30 arguments as a
+    ``*args`` call, which Numba cannot inline."""
+    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+     _max_timestamp, is_transactional, is_control, control_type, coordinator_epoch) = batch
+    slot_producer_id, slot_partition, slot_row = index
+    (_row_partition, _row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch, _row_last_timestamp,
+     row_txn_first_offset) = rows
+    ring_last_seq, ring_offset_delta, ring_last_offset, _ring_timestamp, ring_head, ring_len = ring
+    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted = txns
     part = int(partition[i])
     pid = int(producer_id[i])
     epoch = int(producer_epoch[i])
@@ -302,8 +304,7 @@ def check_batch(
     error = metadata_error(part, pid, epoch, first_seq, last_seq, given_offset, count,
                            transactional, control, marker_type, origin)
     if error != NONE:
-        emit(out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-             i, REJECTED, error, -1, -1, F_INVALID_RECORD, -1)
+        emit(out, i, REJECTED, error, -1, -1, F_INVALID_RECORD, -1)
         return -1
 
     slot = -1
@@ -329,8 +330,7 @@ def check_batch(
             pos = find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq)
             if pos >= 0:  # a retry: answer with the original offsets, write nothing
                 original_last = int(ring_last_offset[row, pos])
-                emit(out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-                     i, DUPLICATE, NONE, original_last - int(ring_offset_delta[row, pos]), original_last,
+                emit(out, i, DUPLICATE, NONE, original_last - int(ring_offset_delta[row, pos]), original_last,
                      F_DUPLICATE, -1)
                 return slot
         error, finding, expected = check_epoch(epoch, stored_epoch, transactional, origin)
@@ -342,16 +342,14 @@ def check_batch(
         if error == NONE:
             error, finding, expected = check_txn_state(transactional, txn_first)
     if error != NONE:
-        emit(out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-             i, REJECTED, error, -1, -1, finding, expected)
+        emit(out, i, REJECTED, error, -1, -1, finding, expected)
         return slot
 
     # Accepted: offsets from the log end, unless the log gave them (replication, recovery).
     first_offset = given_offset
     if first_offset < 0:
-        first_offset = log_end(row, part, row_partition_index, pslot_partition, pslot_index, partition_next_offset)
-    emit(out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-         i, APPENDED, NONE, first_offset, first_offset + count - 1, F_NONE, -1)
+        first_offset = log_end(row, part, row_partition_index, parts)
+    emit(out, i, APPENDED, NONE, first_offset, first_offset + count - 1, F_NONE, -1)
     if control and txn_first >= 0:
         k = int(counters[N_COMPLETED])
         counters[N_COMPLETED] = k + 1
@@ -380,19 +378,18 @@ def ring_push(ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp
     ring_timestamp[row, pos] = timestamp
 
 
-def commit_batch(
-    i, slot, partition, producer_id, producer_epoch, last_sequence, record_count, max_timestamp,
-    is_transactional, is_control, coordinator_epoch,
-    slot_producer_id, slot_partition, slot_row,
-    row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-    row_last_timestamp, row_txn_first_offset,
-    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-    pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
-    out_base_offset, out_last_offset,
-):
+def commit_batch(i, slot, batch, index, rows, ring, parts, counters, out):
     """Commit appended batch ``i`` (Kafka's ProducerStateManager.update): advance the partition's log end,
     create or update the producer's entry. ``slot``: the producer's index slot as :func:`check_batch`
     returned it, with no row inserted since. The caller has made room for one row and one partition."""
+    (partition, producer_id, producer_epoch, _base_sequence, last_sequence, _base_offset, record_count,
+     max_timestamp, is_transactional, is_control, _control_type, coordinator_epoch) = batch
+    slot_producer_id, slot_partition, slot_row = index
+    (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp,
+     row_txn_first_offset) = rows
+    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len = ring
+    pslot_partition, pslot_index, partition_id, partition_next_offset = parts
+    _out_status, out_base_offset, out_last_offset = out
     part = int(partition[i])
     pid = int(producer_id[i])
     first_offset = int(out_base_offset[i])
@@ -480,29 +477,24 @@ def validate_batches(
     coordinator epoch for a fenced marker, the open transaction's first offset
     for INVALID_TXN_STATE, else -1.
     """
+    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+             max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
+    index = (slot_producer_id, slot_partition, slot_row)
+    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
+            row_last_timestamp, row_txn_first_offset)
+    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
+    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
+    committed = (out_status, out_base_offset, out_last_offset)
     row_capacity = row_epoch.shape[0]
     partition_capacity = partition_id.shape[0]
     for i in range(start, stop):
         if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
             return i
-        slot = check_batch(
-            i, partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
-            record_count, is_transactional, is_control, control_type, coordinator_epoch, origin,
-            slot_producer_id, slot_partition, slot_row, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_txn_first_offset, ring_last_seq, ring_offset_delta, ring_last_offset, ring_head, ring_len,
-            pslot_partition, pslot_index, partition_next_offset, counters,
-            out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-            txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
+        slot = check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
         if out_status[i] == APPENDED:
-            commit_batch(
-                i, slot, partition, producer_id, producer_epoch, last_sequence, record_count, max_timestamp,
-                is_transactional, is_control, coordinator_epoch,
-                slot_producer_id, slot_partition, slot_row,
-                row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-                row_last_timestamp, row_txn_first_offset,
-                ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-                pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
-                out_base_offset, out_last_offset)
+            commit_batch(i, slot, batch, index, rows, ring, parts, counters, committed)
     return stop
 
 
@@ -522,15 +514,17 @@ def check_batches(
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, changing no state
     (the broker commits them with :func:`commit_batches` once the log write succeeded). Every batch sees
     the same state, so no two may belong to one (partition, producer id). Returns ``stop``."""
+    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+             max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
+    index = (slot_producer_id, slot_partition, slot_row)
+    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
+            row_last_timestamp, row_txn_first_offset)
+    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
+    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
     for i in range(start, stop):
-        check_batch(
-            i, partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
-            record_count, is_transactional, is_control, control_type, coordinator_epoch, origin,
-            slot_producer_id, slot_partition, slot_row, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_txn_first_offset, ring_last_seq, ring_offset_delta, ring_last_offset, ring_head, ring_len,
-            pslot_partition, pslot_index, partition_next_offset, counters,
-            out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-            txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
+        check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
     return stop
 
 
@@ -549,6 +543,14 @@ def commit_batches(
     """Commit the batches of ``start..stop-1`` whose ``out_status`` is APPENDED (as :func:`check_batches`
     left it, or after the caller set a failed write to REJECTED); return the first index not processed,
     ``stop`` unless the table ran out of room (grow it and call again from there)."""
+    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+             max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
+    index = (slot_producer_id, slot_partition, slot_row)
+    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
+            row_last_timestamp, row_txn_first_offset)
+    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    committed = (out_status, out_base_offset, out_last_offset)
     row_capacity = row_epoch.shape[0]
     partition_capacity = partition_id.shape[0]
     for i in range(start, stop):
@@ -560,13 +562,5 @@ def commit_batches(
         pid = int(producer_id[i])
         if pid >= 0:
             slot = producer_slot(slot_producer_id, slot_partition, slot_row, pid, int(partition[i]))
-        commit_batch(
-            i, slot, partition, producer_id, producer_epoch, last_sequence, record_count, max_timestamp,
-            is_transactional, is_control, coordinator_epoch,
-            slot_producer_id, slot_partition, slot_row,
-            row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_last_timestamp, row_txn_first_offset,
-            ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-            pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
-            out_base_offset, out_last_offset)
+        commit_batch(i, slot, batch, index, rows, ring, parts, counters, committed)
     return stop

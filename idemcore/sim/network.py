@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from idemcore.broker import Broker
-from idemcore.net.messages import InitProducerIdRequest, PartitionResponse, ProduceRequest, ProduceResponse
-from idemcore.net.transport import Request, UnknownTopicError
+from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request
+from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
 
 
@@ -81,10 +81,7 @@ class SimulatedNetwork:
         return self.now
 
     def partition_count(self, topic: str) -> int:
-        try:
-            return self.topics[topic]
-        except KeyError:
-            raise UnknownTopicError(f"unknown topic {topic!r}") from None
+        return partition_count(self.topics, topic)
 
     def send(self, client: str, request: Request) -> None:
         self.stats.requests += 1
@@ -133,8 +130,8 @@ class SimulatedNetwork:
         if broker is None:
             return  # the broker is down: the request is lost
         faults = self.faults
-        if isinstance(request, InitProducerIdRequest):
-            response: object = broker.init_producer_id()
+        if not isinstance(request, ProduceRequest):
+            response = broker.handle(request)
         else:
             retriable = self.rng.random() < faults.retriable_error
             before = retriable and self.rng.random() < 0.5
@@ -144,13 +141,15 @@ class SimulatedNetwork:
                 response = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
                 before_end = _records_held(broker)
-                response = broker.produce(request)
+                response = broker.handle(request)
                 written = _records_held(broker) - before_end  # duplicates answer NONE but add nothing
                 self.stats.records_written += written
                 self._written_since_crash += written
                 if retriable:  # appended, but the answer says the replication wait timed out
                     response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
-        if self.rng.random() < faults.drop_response:
+        if response is None:
+            pass  # acks=0: nothing comes back
+        elif self.rng.random() < faults.drop_response:
             self.stats.dropped_responses += 1
         else:
             heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
