@@ -46,12 +46,15 @@ def pytest_terminal_summary(terminalreporter):
     rates = {label: batches / seconds / 1e6 for label, (seconds, batches) in _results.items()}
     baselines = {label.split(" ")[-1]: rate for label, rate in rates.items() if label.startswith("baseline")}
     for label, rate in sorted(rates.items()):
+        if label.startswith("produce requests"):
+            continue
         stream = label.split(" ")[-1]
         ratio = ""
         if not label.startswith("baseline") and stream in baselines:
             ratio = f"  {rate / baselines[stream] * 100:6.2f}% of baseline speed"
         write(f"  {label:<36} {rate:9.3f} M/s{ratio}")
     _spark_summary(write, rates)
+    _broker_summary(write)
     reference = rates.get("records confluent-kafka mock")
     if reference:
         for label in ("records idemcore send", "records idemcore send_batch"):
@@ -77,3 +80,19 @@ def _spark_summary(write, rates: dict[str, float]) -> None:
     for label in ("spark (c) in-process kernel", "spark (c) in-process read+replay"):
         if label in rates:
             write(f"  {label.removeprefix('spark '):<34} {rates[label]:.2f} on one core")
+
+
+def _broker_summary(write) -> None:
+    times = {label.removeprefix("produce requests "): seconds for label, (seconds, _) in _results.items()
+             if label.startswith("produce requests ")}
+    if not times:
+        return
+    write("Broker produce path (us per request, best round):")
+    for shape in sorted({label.split()[-1] for label in times}):
+        now, before = times.get(f"now {shape}"), times.get(f"before {shape}")
+        line = f"  {shape}: now {now * 1e6:.1f}" if now else f"  {shape}:"
+        if before:
+            line += f", before {before * 1e6:.1f}"
+            if now:
+                line += f", now/before {now / before:.2f}"
+        write(line)

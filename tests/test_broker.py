@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from idemcore.broker import Broker
+from idemcore.broker import Broker, PartitionLog
+from idemcore.client import DeliveryError, Producer
 from idemcore.client.partitioner import murmur2, partition_for_key
 from idemcore.net.messages import InitProducerIdRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
@@ -89,7 +92,79 @@ def test_expired_producers_are_forgotten():
 
 
 def test_bad_topics_and_acks_raise():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="topic 't' needs a positive partition count, got 0"):
         Broker({"t": 0})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="acks must be one of"):
         Broker({"t": 1}).handle(ProduceRequest((batch(0, [b"a"]),), acks=2))
+    with pytest.raises(TypeError, match="cannot handle a str"):
+        Broker({"t": 1}).handle("produce")
+
+
+def _fail_once(monkeypatch, owner, name: str) -> list[int]:
+    """Make ``owner.name`` raise OSError on its next call only; returns the list of calls that raised."""
+    original = getattr(owner, name)
+    raised: list[int] = []
+
+    def failing(*args, **kwargs):
+        if not raised:
+            raised.append(1)
+            raise OSError(28, "No space left on device")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, failing)
+    return raised
+
+
+def test_a_failed_log_write_commits_no_state_and_the_retry_is_appended_once(backend, monkeypatch):
+    broker = Broker({"t": 2}, backend=backend)
+    request = ProduceRequest((batch(0, [b"a", b"b"]), batch(1, [b"c"])))
+    raised = _fail_once(monkeypatch, PartitionLog, "append")
+    first = broker.handle(request)
+    assert raised
+    assert codes(first) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1), (0, 0)]  # only partition 0's write failed
+    assert "writing t-0 at offset 0 failed" in first.responses[0].error_message
+    assert broker.log("t", 0).log_end_offset == 0 and broker.state.next_offset(0) == 0
+    assert broker.state.row_of(0, 5) is None  # nothing of the failed batch reached the producer state
+    retry = broker.handle(request)
+    # The retry is appended on partition 0, and a duplicate with its original offset on partition 1.
+    assert codes(retry) == [(0, 0), (0, 0)]
+    assert broker.log("t", 0).log_end_offset == 2 and broker.log("t", 1).log_end_offset == 1
+    assert codes(broker.handle(request)) == [(0, 0), (0, 0)]  # and only once
+    assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a", b"b"]
+
+
+def test_a_failed_sync_takes_the_batch_back_from_the_file(tmp_path, monkeypatch):
+    request = ProduceRequest((batch(0, [b"a"]),))
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        raised = _fail_once(monkeypatch, os, "fsync")
+        assert codes(broker.handle(request)) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] and raised
+        assert (tmp_path / "t-0" / "log").stat().st_size == 0
+        assert codes(broker.handle(request)) == [(0, 0)]
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:  # what the disk holds: the batch, once
+        assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a"]
+        assert codes(broker.handle(request)) == [(0, 0)]
+
+
+def test_a_producer_gets_its_records_written_once_through_a_failed_write(backend, monkeypatch):
+    broker = Broker({"t": 1}, backend=backend)
+    producer = Producer(broker, backend=backend, retry_backoff_ms=0)
+    raised = _fail_once(monkeypatch, PartitionLog, "append")
+    assert producer.send("t", b"a", partition=0).result().offset == 0
+    assert producer.send("t", b"b", partition=0).result().offset == 1
+    assert raised and producer.metrics["retries"] == 1
+    assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a", b"b"]
+
+
+def test_rejections_name_every_value(backend):
+    broker = Broker({"t": 1}, backend=backend)
+    broker.handle(ProduceRequest((batch(0, [b"a"] * 3, pid=42, epoch=2, seq=0),)))
+    gap = broker.handle(ProduceRequest((batch(0, [b"x"] * 2, pid=42, epoch=2, seq=7),))).responses[0]
+    assert gap.error_message == ("OUT_OF_ORDER_SEQUENCE_NUMBER: producer 42 epoch 2 on t-0: incoming sequence 7..8, "
+                                 "expected 3 (sequence_gap)")
+    old = broker.handle(ProduceRequest((batch(0, [b"x"], pid=42, epoch=1, seq=3),))).responses[0]
+    assert old.error_message == ("INVALID_PRODUCER_EPOCH: producer 42 epoch 1 on t-0: epoch 1 is older than the "
+                                 "current epoch 2 (epoch_regression)")
+    producer = Producer(broker, backend=backend)
+    producer.idempotence.set_producer_id_and_epoch(42, 1)  # a zombie of producer 42: its exception says why
+    with pytest.raises(DeliveryError, match=r"producer 42 epoch 1 on t-0: epoch 1 is older than the current epoch 2"):
+        producer.send("t", b"y", partition=0).result()

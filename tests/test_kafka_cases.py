@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore import ErrorCode, ProducerStateManager, Status
+from idemcore import CompletedTxn, ErrorCode, ProducerStateManager, Status
 
 E = ErrorCode
 PID = 1
@@ -143,3 +143,27 @@ def test_commit_yields_completed_transaction(manager):
     assert result.offset == 3
     assert manager.first_unstable_offset() is None
     assert manager.last_entry(PID).batches[-1].last_seq == 2  # same epoch: retained batches stay
+
+
+def test_prepared_update_changes_nothing_until_committed(manager):
+    """Kafka's prepareUpdate / log append / update: a batch checked but never written leaves no trace."""
+    manager.append(1, 0, 0, 0)
+    prepared = manager.prepare_update(1, 0, 1, 1)
+    assert prepared.result.status == Status.APPENDED and prepared.result.base_offset == 1
+    assert manager.last_entry(1).last_seq == 0 and manager.log_end_offset == 1  # the write failed: no update
+    again = manager.prepare_update(1, 0, 1, 1)  # the producer's retry is checked afresh, not as a duplicate
+    assert again.result.status == Status.APPENDED and again.result.base_offset == 1
+    manager.update(again)
+    assert manager.last_entry(1).last_seq == 1 and manager.log_end_offset == 2
+    assert manager.append(1, 0, 1, 1).status == Status.DUPLICATE  # and now it is one
+
+
+def test_prepared_marker_closes_the_transaction_only_when_committed(manager):
+    manager.append(1, 0, 0, 0, is_transactional=True)
+    prepared = manager.prepare_marker(1, 0, commit=False)
+    assert prepared.marker_result.completed_txn == CompletedTxn(1, 0, 1, True)
+    assert manager.first_unstable_offset() == 0  # still open: the marker is not in the log yet
+    manager.update(prepared)
+    assert manager.first_unstable_offset() is None
+    with pytest.raises(TypeError, match="update takes a PreparedAppend, not AppendResult"):
+        manager.update(manager.append(1, 0, 1, 1))

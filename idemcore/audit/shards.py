@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from idemcore.kernels import Backend
+from idemcore.kernels.abi import VerdictColumns
 from idemcore.protocol.codes import Origin
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
-from idemcore.kernels.abi import VerdictColumns
 from idemcore.state.validate import CompletedTxns, Verdicts, validate, validate_into
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.

@@ -27,12 +27,12 @@ fastest that loads and warns once when it had to fall back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
 import warnings
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 
 from idemcore.errors import BackendUnavailableError

@@ -6,7 +6,7 @@ Built by setup.py into idemcore.kernels.cython_drain.
 
 from libc.stdint cimport int16_t, int32_t, int64_t
 
-cdef int64_t SEQ_MAX = 2147483647
+from kernel_defs cimport *
 
 
 cdef inline bint may_take(Py_ssize_t p, int64_t seq, bint idempotent, int64_t producer_id, int64_t producer_epoch,
@@ -41,7 +41,7 @@ def drain_partitions(
     cdef Py_ssize_t visited, p, start
     cdef Py_ssize_t taken = 0
     cdef int64_t size = 0
-    cdef int64_t seq, following
+    cdef int64_t seq
     cdef bint reset
     if n == 0:
         return 0
@@ -69,8 +69,7 @@ def drain_partitions(
                     partition_producer_id[p] = producer_id
                     partition_epoch[p] = <int16_t>producer_epoch
                 seq = next_sequence[p]
-                following = seq + head_record_count[p]
-                next_sequence[p] = <int32_t>(following - SEQ_MAX - 1 if following > SEQ_MAX else following)
+                next_sequence[p] = <int32_t>seq_add(seq, head_record_count[p])
                 if inflight_count[p] == 0:
                     first_inflight_sequence[p] = <int32_t>seq
                 inflight_count[p] += 1

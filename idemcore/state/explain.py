@@ -26,7 +26,8 @@ def rejection_message(where: str, producer_id: int, producer_epoch: int, base_se
                   f"batches retained (expected {expected})")
     elif kind is Finding.OUT_OF_ORDER:
         detail = f"incoming sequence {seqs} straddles the last written sequence, expected {expected}"
-    elif kind is Finding.EPOCH_REGRESSION or (kind is Finding.FENCED and error_code == ErrorCode.INVALID_PRODUCER_EPOCH):
+    elif kind is Finding.EPOCH_REGRESSION or (kind is Finding.FENCED
+                                              and error_code == ErrorCode.INVALID_PRODUCER_EPOCH):
         detail = f"epoch {producer_epoch} is older than the current epoch {expected}"
     elif kind is Finding.FENCED:
         detail = f"coordinator epoch {coordinator_epoch} is older than the current coordinator epoch {expected}"

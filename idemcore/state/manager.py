@@ -1,8 +1,10 @@
 """ProducerStateManager: one partition's producer state, as a broker uses it (Kafka's class of that name).
 
-A thin object over the same kernel as :func:`idemcore.validate`: each call
-packs one batch and validates it. Protocol outcomes come back as results;
-misuse (wrong types, unknown origin) raises.
+Kafka's order, prepare then commit: :meth:`ProducerStateManager.prepare_update` checks a batch against the
+state without changing it, the caller writes the log, :meth:`ProducerStateManager.update` commits.
+:meth:`ProducerStateManager.append` does both. A thin object over the same kernel as
+:func:`idemcore.validate`: each call packs one batch. Protocol outcomes come back as results; misuse
+(wrong types, unknown origin) raises.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from idemcore.kernels import Backend, get_backend
-from idemcore.kernels import reference as rules
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from idemcore.protocol.sequences import seq_sub
+from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import validate
+from idemcore.state.validate import Verdicts, check, commit
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,29 @@ def _require_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
+@dataclass(frozen=True)
+class PreparedAppend:
+    """One batch checked against the state (Kafka's ProducerAppendInfo): its verdict, not yet committed."""
+
+    batch: BatchMetadata
+    verdicts: Verdicts
+
+    @property
+    def result(self) -> AppendResult:
+        v = self.verdicts
+        return AppendResult(Status(int(v.status[0])), ErrorCode(int(v.error_code[0])), int(v.base_offset[0]),
+                            int(v.last_offset[0]))
+
+    @property
+    def marker_result(self) -> MarkerResult:
+        v, txns = self.verdicts, self.verdicts.completed_txns
+        completed = None
+        if len(txns):
+            completed = CompletedTxn(int(txns.producer_id[0]), int(txns.first_offset[0]), int(txns.last_offset[0]),
+                                     bool(txns.aborted[0]))
+        return MarkerResult(ErrorCode(int(v.error_code[0])), int(v.base_offset[0]), completed)
+
+
 class ProducerStateManager:
     """Producer state of one partition: validates appends and markers, expires idle producers.
 
@@ -134,10 +160,74 @@ class ProducerStateManager:
         """The offset the next appended batch gets."""
         return self.table.next_offset(self.partition)
 
-    def _validate_one(self, columns: dict, origin: Origin):
+    def _prepare(self, columns: dict, origin: Origin) -> PreparedAppend:
         single = {name: np.asarray([value]) for name, value in columns.items()}
         single["partition"] = np.asarray([self.partition], dtype=np.int32)
-        return validate(single, self.table, origin=origin, backend=self.backend)
+        packed = BatchMetadata.coerce(single)
+        return PreparedAppend(packed, check(packed, self.table, origin=origin, backend=self.backend))
+
+    def prepare_update(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        last_sequence: int,
+        *,
+        base_offset: int | None = None,
+        record_count: int | None = None,
+        timestamp: int = 0,
+        is_transactional: bool = False,
+        origin: str | Origin = "client",
+    ) -> PreparedAppend:
+        """Check one data batch against the state as it stands, changing nothing (Kafka's
+        ``prepareUpdate``): write it to the log if ``result`` is APPENDED, then :meth:`update`."""
+        first_seq = _require_int("base_sequence", base_sequence)
+        last_seq = _require_int("last_sequence", last_sequence)
+        if record_count is None:
+            record_count = 1 if first_seq < 0 else seq_sub(last_seq, first_seq) + 1
+        return self._prepare({
+            "producer_id": _require_int("producer_id", producer_id),
+            "producer_epoch": _require_int("producer_epoch", producer_epoch),
+            "base_sequence": first_seq,
+            "last_sequence": last_seq,
+            "record_count": _require_int("record_count", record_count),
+            "base_offset": _require_optional_int("base_offset", base_offset, -1),
+            "max_timestamp": _require_int("timestamp", timestamp),
+            "is_transactional": _require_bool("is_transactional", is_transactional),
+        }, Origin.parse(origin))
+
+    def prepare_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        base_offset: int | None = None,
+        coordinator_epoch: int = 0,
+        timestamp: int = 0,
+    ) -> PreparedAppend:
+        """Check a COMMIT (``commit=True``) or ABORT marker, changing nothing; then :meth:`update`."""
+        control = ControlType.COMMIT if _require_bool("commit", commit) else ControlType.ABORT
+        return self._prepare({
+            "producer_id": _require_int("producer_id", producer_id),
+            "producer_epoch": _require_int("producer_epoch", producer_epoch),
+            "base_sequence": -1,
+            "last_sequence": -1,
+            "record_count": 1,
+            "base_offset": _require_optional_int("base_offset", base_offset, -1),
+            "max_timestamp": _require_int("timestamp", timestamp),
+            "is_transactional": True,
+            "is_control": True,
+            "control_type": int(control),
+            "coordinator_epoch": _require_int("coordinator_epoch", coordinator_epoch),
+        }, Origin.COORDINATOR)
+
+    def update(self, prepared: PreparedAppend) -> None:
+        """Commit a prepared batch once it is in the log (Kafka's ``update``); a rejected or duplicate batch
+        changes nothing. Commit each prepared batch at most once, in the order they were prepared."""
+        if not isinstance(prepared, PreparedAppend):
+            raise TypeError(f"update takes a PreparedAppend, not {type(prepared).__name__}")
+        commit(prepared.batch, prepared.verdicts, self.table, backend=self.backend)
 
     def append(
         self,
@@ -152,23 +242,13 @@ class ProducerStateManager:
         is_transactional: bool = False,
         origin: str | Origin = "client",
     ) -> AppendResult:
-        """Validate and (if accepted) record one data batch; ``base_offset`` None appends at the log end."""
-        first_seq = _require_int("base_sequence", base_sequence)
-        last_seq = _require_int("last_sequence", last_sequence)
-        if record_count is None:
-            record_count = 1 if first_seq < 0 else (last_seq - first_seq) % (rules.INT32_MAX + 1) + 1
-        verdicts = self._validate_one({
-            "producer_id": _require_int("producer_id", producer_id),
-            "producer_epoch": _require_int("producer_epoch", producer_epoch),
-            "base_sequence": first_seq,
-            "last_sequence": last_seq,
-            "record_count": _require_int("record_count", record_count),
-            "base_offset": _require_optional_int("base_offset", base_offset, -1),
-            "max_timestamp": _require_int("timestamp", timestamp),
-            "is_transactional": _require_bool("is_transactional", is_transactional),
-        }, Origin.parse(origin))
-        return AppendResult(Status(int(verdicts.status[0])), ErrorCode(int(verdicts.error_code[0])),
-                            int(verdicts.base_offset[0]), int(verdicts.last_offset[0]))
+        """:meth:`prepare_update` and :meth:`update` in one: validate and (if accepted) record one data batch;
+        ``base_offset`` None appends at the log end."""
+        prepared = self.prepare_update(producer_id, producer_epoch, base_sequence, last_sequence,
+                                       base_offset=base_offset, record_count=record_count, timestamp=timestamp,
+                                       is_transactional=is_transactional, origin=origin)
+        self.update(prepared)
+        return prepared.result
 
     def append_end_txn_marker(
         self,
@@ -180,27 +260,12 @@ class ProducerStateManager:
         coordinator_epoch: int = 0,
         timestamp: int = 0,
     ) -> MarkerResult:
-        """Write a COMMIT (``commit=True``) or ABORT marker; ends the producer's open transaction, if any."""
-        control = ControlType.COMMIT if _require_bool("commit", commit) else ControlType.ABORT
-        verdicts = self._validate_one({
-            "producer_id": _require_int("producer_id", producer_id),
-            "producer_epoch": _require_int("producer_epoch", producer_epoch),
-            "base_sequence": -1,
-            "last_sequence": -1,
-            "record_count": 1,
-            "base_offset": _require_optional_int("base_offset", base_offset, -1),
-            "max_timestamp": _require_int("timestamp", timestamp),
-            "is_transactional": True,
-            "is_control": True,
-            "control_type": int(control),
-            "coordinator_epoch": _require_int("coordinator_epoch", coordinator_epoch),
-        }, Origin.COORDINATOR)
-        txns = verdicts.completed_txns
-        completed = None
-        if len(txns):
-            completed = CompletedTxn(int(txns.producer_id[0]), int(txns.first_offset[0]),
-                                     int(txns.last_offset[0]), bool(txns.aborted[0]))
-        return MarkerResult(ErrorCode(int(verdicts.error_code[0])), int(verdicts.base_offset[0]), completed)
+        """:meth:`prepare_marker` and :meth:`update` in one: write a COMMIT or ABORT marker; it ends the
+        producer's open transaction, if any."""
+        prepared = self.prepare_marker(producer_id, producer_epoch, commit, base_offset=base_offset,
+                                       coordinator_epoch=coordinator_epoch, timestamp=timestamp)
+        self.update(prepared)
+        return prepared.marker_result
 
     def last_entry(self, producer_id: int) -> ProducerEntry | None:
         """The producer's entry on this partition, or None if it has none (never wrote, or expired)."""
@@ -209,7 +274,7 @@ class ProducerStateManager:
             return None
         t = self.table
         batches = tuple(
-            BatchRecord(rules.seq_sub(last_seq, delta), last_seq, last_offset - delta, last_offset, timestamp)
+            BatchRecord(seq_sub(last_seq, delta), last_seq, last_offset - delta, last_offset, timestamp)
             for last_seq, delta, last_offset, timestamp in t.ring(row)
         )
         txn_first = int(t.row_txn_first_offset[row])

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from idemcore.kernels import Backend, get_backend
-from idemcore.kernels.abi import StateArrays
 from idemcore.kernels import reference as rules
+from idemcore.kernels.abi import StateArrays
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 
 _ROW_FIELDS = {

@@ -1,0 +1,94 @@
+"""Broker produce path: the cost of one produce request, now beside an earlier checkout in the same run.
+
+Request shapes: one idempotent producer sending in sequence, (1) one batch of 16 records of 100 bytes to one
+partition, (4) four such batches to four partitions; in memory (no data_dir). The earlier checkout is any
+git revision built in place and named by IDEMCORE_BEFORE (its package is loaded as ``idemcore_before``):
+
+    git worktree add /tmp/idemcore-before REV && (cd /tmp/idemcore-before && ../../work/main/.venv/bin/python
+        setup.py build_ext --inplace)        # setuptools>=77 and Cython in the venv
+    IDEMCORE_BEFORE=/tmp/idemcore-before scripts/dev bench -k broker
+
+Without IDEMCORE_BEFORE only the current code is measured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import os
+import sys
+
+import pytest
+
+from idemcore.broker import Broker
+from idemcore.net.messages import ProduceRequest
+from idemcore.record.batch import RecordBatch
+
+VALUES = [b"%0100d" % i for i in range(16)]
+
+
+def _before():
+    """The earlier checkout's package, loaded under another name, or None."""
+    root = os.environ.get("IDEMCORE_BEFORE")
+    if not root:
+        return None
+    name = "idemcore_before"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, f"{root}/idemcore/__init__.py",
+                                                      submodule_search_locations=[f"{root}/idemcore"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    for kernels in ("_kernels", "kernels"):  # the backend table names its modules absolutely
+        try:
+            table = importlib.import_module(f"{name}.{kernels}")
+        except ImportError:
+            continue
+        table._MODULES = {k: tuple(m.replace("idemcore.", f"{name}.", 1) for m in v) for k, v in table._MODULES.items()}
+        break
+    return sys.modules[name]
+
+
+def _now(partitions: int):
+    broker = Broker({"bench": partitions})
+    sequence = itertools.count(0, len(VALUES))
+
+    def one():
+        seq = next(sequence)
+        request = ProduceRequest(tuple(RecordBatch("bench", p, VALUES, None, 7, 0, seq) for p in range(partitions)))
+        response = broker.handle(request)
+        assert response.responses[0].error_code == 0
+    return one
+
+
+def _earlier(partitions: int):
+    old = _before()
+    if old is None:
+        pytest.skip("IDEMCORE_BEFORE names no earlier checkout")
+    modules = {name: importlib.import_module(f"idemcore_before.{name}") for name in ("broker",)}
+    broker_module = modules["broker"]
+    messages = broker_module  # the earlier layout exported its messages from broker/
+    broker = broker_module.Broker({"bench": partitions})
+    handle = getattr(broker, "handle", None) or broker.produce
+    sequence = itertools.count(0, len(VALUES))
+    record_batch = getattr(messages, "RecordBatch", None) or \
+        importlib.import_module("idemcore_before.record").RecordBatch
+    produce_request = getattr(messages, "ProduceRequest", None) or \
+        importlib.import_module("idemcore_before.net").ProduceRequest
+
+    def one():
+        seq = next(sequence)
+        request = produce_request(tuple(record_batch("bench", p, VALUES, None, 7, 0, seq) for p in range(partitions)))
+        assert handle(request).responses[0].error_code == 0
+    return one
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+@pytest.mark.parametrize("version", ["before", "now"])
+def bench_broker_produce(benchmark, record_seconds, version, partitions):
+    one = _now(partitions) if version == "now" else _earlier(partitions)
+    one()
+    benchmark.pedantic(one, rounds=20, iterations=500, warmup_rounds=2)
+    record_seconds(f"produce requests {version} {partitions}p", benchmark.stats.stats.min / 500, 1)
+
