@@ -23,6 +23,8 @@ from idemcore.state import (
     ProducerStateManager,
     ProducerStateTable,
     Verdicts,
+    check,
+    commit,
     validate,
 )
 
@@ -63,6 +65,8 @@ __all__ = [
     "Verdicts",
     "__version__",
     "available_backends",
+    "check",
+    "commit",
     "get_backend",
     "validate",
 ]

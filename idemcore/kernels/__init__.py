@@ -9,7 +9,7 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     rows). Boolean columns are passed as ``uint8`` views.
 ``check_batches(...) -> int``
     prepare: the verdicts of ``start..stop-1`` against the state as it
-    stands, writing no state (at most one batch per (partition, producer)).
+    stands, writing no state (at most one batch per partition).
 ``commit_batches(...) -> int``
     commit the batches ``check_batches`` accepted (after the log write).
 ``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``

@@ -513,7 +513,7 @@ def check_batches(
 ):
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, changing no state
     (the broker commits them with :func:`commit_batches` once the log write succeeded). Every batch sees
-    the same state, so no two may belong to one (partition, producer id). Returns ``stop``."""
+    the same state, so no two may be for one partition (each gets the partition's log end). Returns ``stop``."""
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     index = (slot_producer_id, slot_partition, slot_row)

@@ -6,11 +6,12 @@ from idemcore.state.manager import (
     BatchRecord,
     CompletedTxn,
     MarkerResult,
+    PreparedAppend,
     ProducerEntry,
     ProducerStateManager,
 )
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts, validate
+from idemcore.state.validate import CompletedTxns, Verdicts, check, commit, validate
 
 __all__ = ["AppendResult", "BatchRecord", "CompletedTxn", "CompletedTxns", "MarkerResult", "ProducerEntry",
-           "ProducerStateManager", "ProducerStateTable", "Verdicts", "validate"]
+           "PreparedAppend", "ProducerStateManager", "ProducerStateTable", "Verdicts", "check", "commit", "validate"]

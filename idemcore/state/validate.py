@@ -154,15 +154,14 @@ def check(
 ) -> Verdicts:
     """Prepare: the verdict of every batch against ``state`` as it stands, changing nothing.
 
-    Every batch sees the same state, so no two may belong to one (partition,
-    producer id): a produce request carries one batch per partition. Record
-    the batches once they are written with :func:`commit`.
+    Every batch sees the same state, so no two may be for one partition (each
+    is given the partition's log end): a produce request carries one batch per
+    partition. Record the batches once they are written with :func:`commit`.
     """
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    keyed = packed["producer_id"] >= 0
-    keys = np.stack([packed["partition"][keyed].astype(np.int64), packed["producer_id"][keyed]], axis=1)
-    if len(np.unique(keys, axis=0)) != len(keys):
-        raise ValueError("check() takes at most one batch per (partition, producer_id); use validate() for a stream")
+    if len(np.unique(packed["partition"])) != len(packed):
+        raise ValueError("check() takes at most one batch per partition (each is given the partition's log end); "
+                         "use validate() for a stream")
     out = Verdicts.allocate(len(packed))
     txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, out, txns.kernel_columns())
