@@ -11,21 +11,8 @@ from tqdm import tqdm
 
 from idemcore import __version__
 from idemcore.cli.audit import add_commands, print_error
+from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, non_negative, positive, probability
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1), got {value}")
-    return value
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -78,25 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "that loses, delays, reorders and duplicates requests and crashes the broker (which recovers "
                     "from its logs); then check that every acknowledged record is in the logs exactly once and "
                     "in send order. Exit status 1 if an idempotent run breaks exactly-once.")
-    sim.add_argument("--producers", type=_positive, default=8, help="producers (default 8)")
-    sim.add_argument("--partitions", type=_positive, default=16, help="partitions (default 16)")
-    sim.add_argument("--records", type=_positive, default=1_000_000, help="records in all (default 1,000,000)")
-    sim.add_argument("--drop-request", type=_probability, default=0.02, help="request loss (default 0.02)")
-    sim.add_argument("--drop-response", type=_probability, default=0.05, help="response loss (default 0.05)")
-    sim.add_argument("--reorder", type=_probability, default=0.05, help="requests held back (default 0.05)")
-    sim.add_argument("--duplicate", type=_probability, default=0.01, help="requests delivered twice (default 0.01)")
-    sim.add_argument("--retriable-error", type=_probability, default=0.01,
+    sim.add_argument("--producers", type=positive, default=8, help="producers (default 8)")
+    sim.add_argument("--partitions", type=positive, default=16, help="partitions (default 16)")
+    sim.add_argument("--records", type=positive, default=1_000_000, help="records in all (default 1,000,000)")
+    sim.add_argument("--drop-request", type=probability, default=0.02, help="request loss (default 0.02)")
+    sim.add_argument("--drop-response", type=probability, default=0.05, help="response loss (default 0.05)")
+    sim.add_argument("--reorder", type=probability, default=0.05, help="requests held back (default 0.05)")
+    sim.add_argument("--duplicate", type=probability, default=0.01, help="requests delivered twice (default 0.01)")
+    sim.add_argument("--retriable-error", type=probability, default=0.01,
                      help="NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT answers (default 0.01)")
     sim.add_argument("--crash-every", type=int, default=200_000,
                      help="crash and restart the broker every N records written; 0: never (default 200,000)")
-    sim.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    sim.add_argument("--seed", type=non_negative, default=7, help="random seed (default 7)")
     sim.add_argument("--no-idempotence", action="store_true",
                      help="producers without idempotence (5 in flight): duplicates and reordering show up")
-    sim.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
+    sim.add_argument("--backend", default=None, choices=BACKEND_CHOICES, help=BACKEND_HELP)
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(run=run_simulate)
 
-    add_commands(commands, _positive)
+    add_commands(commands)
 
     backends = commands.add_parser("backends", help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)

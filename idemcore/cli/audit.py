@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, non_negative, positive
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
 from idemcore.synth.dataset import DATA_DIR, generate, read_truth
@@ -165,26 +166,19 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
 def add_audit_options(command: argparse.ArgumentParser) -> None:
     """Options shared by ``audit`` and ``demo``."""
     command.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    command.add_argument("--tasks", type=int, default=None,
+    command.add_argument("--tasks", type=positive, default=None,
                          help="Spark tasks (default: twice the default parallelism)")
-    command.add_argument("--hanging-after-ms", type=_non_negative, default=DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    command.add_argument("--hanging-after-ms", type=non_negative, default=DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
                          help="an open transaction idle longer than this is hanging "
                               f"(default {DEFAULT_TRANSACTION_MAX_TIMEOUT_MS:,}, Kafka's transaction.max.timeout.ms)")
-    command.add_argument("--backend", default=None, help="cython, numba, python or auto (default: $IDEMCORE_BACKEND)")
+    command.add_argument("--backend", default=None, choices=BACKEND_CHOICES, help=BACKEND_HELP)
     command.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def add_commands(commands: Any, positive: Any) -> None:
+def add_commands(commands: Any) -> None:
     """Register generate, audit and demo."""
     gen = commands.add_parser(
         "generate", help="write a Parquet dataset of batch metadata with planted anomalies and its ground truth",
@@ -197,7 +191,7 @@ def add_commands(commands: Any, positive: Any) -> None:
     gen.add_argument("--batches", type=positive, default=1_000_000, help="produce attempts (default 1,000,000)")
     gen.add_argument("--anomalies", default=",".join(f"{name}={count}" for name, count in DEFAULT_MIX.items()),
                      help="what to plant: name=count,... (default: 3 of each) or 'none'")
-    gen.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    gen.add_argument("--seed", type=non_negative, default=1, help="random seed (default 1)")
     gen.add_argument("--retry-fraction", type=float, default=0.01,
                      help="batches resent at once, in-window duplicates (default 0.01)")
     gen.add_argument("--partitions-per-file", type=positive, default=16,
@@ -215,7 +209,8 @@ def add_commands(commands: Any, positive: Any) -> None:
                                   "or a dataset written by `idemcore generate`")
     aud.add_argument("--out", type=Path, default=None, help="write findings.parquet and summary.json here")
     aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")
-    aud.add_argument("--origin", default="client", help="client, coordinator or replication (default client)")
+    aud.add_argument("--origin", default="client", choices=ORIGIN_CHOICES,
+                     help="who appended the batches: the checks that apply (default client)")
     aud.add_argument("--now-ms", type=int, default=None,
                      help="when open transactions are judged, epoch ms (default: the newest batch timestamp)")
     add_audit_options(aud)
@@ -230,7 +225,7 @@ def add_commands(commands: Any, positive: Any) -> None:
     demo.add_argument("--topics", type=positive, default=2, help="topics (default 2)")
     demo.add_argument("--partitions", type=positive, default=8, help="partitions per topic (default 8)")
     demo.add_argument("--producers", type=positive, default=200, help="idempotent producers (default 200)")
-    demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    demo.add_argument("--seed", type=non_negative, default=7, help="random seed (default 7)")
     demo.add_argument("--dir", default=None, help="keep the dataset and report here (default: a temporary "
                                                   "directory, removed at the end)")
     add_audit_options(demo)

@@ -103,11 +103,16 @@ def get_backend(name: str | Backend | None = None) -> Backend:
     """Resolve a backend: a :class:`Backend`, a name, ``"auto"``, or None for ``$IDEMCORE_BACKEND`` (else auto)."""
     if isinstance(name, Backend):
         return name
+    source = "backend="
     if name is None:
         name = os.environ.get(ENV_VAR, "auto") or "auto"
+        source = f"${ENV_VAR}="
     if not isinstance(name, str):
         raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
     name = name.strip().lower()
+    if name != "auto" and name not in _MODULES:
+        names = ", ".join(map(repr, PREFERENCE))
+        raise ValueError(f"unknown backend {source}{name!r}; expected one of 'auto', {names}")
     return _auto_backend() if name == "auto" else load_backend(name)
 
 

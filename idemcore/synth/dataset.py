@@ -37,6 +37,12 @@ PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def topic_name(index: int) -> str:
     return f"topic-{index:03d}"
 
@@ -76,6 +82,7 @@ def generate(
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the dataset gets the mode a mkdir would give it
     try:
         (staging / DATA_DIR).mkdir()
         sorted_stream = stream[order]
