@@ -1,8 +1,8 @@
 """idemcore: Kafka's exactly-once machinery outside the JVM, with a native hot path.
 
 The layout, bottom to top (imports point down): ``protocol`` (codes, constants,
-sequence arithmetic), ``findings``, ``record`` (batch metadata columns, the
-batch object), ``kernels`` (the three backends), ``state`` (producer-state
+sequence arithmetic), ``findings``, ``kernels`` (the three backends, their
+ABI), ``record`` (batch metadata columns, the batch object), ``state`` (producer-state
 table, validate = check + commit, ProducerStateManager), ``net`` (messages,
 transports), ``client`` (Producer), ``broker`` (Broker.handle, logs, producer
 ids), ``audit`` (replay, report, Spark), ``synth``, ``sim``, ``cli``.

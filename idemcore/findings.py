@@ -5,7 +5,7 @@ kernels write into ``out_finding``), its name in reports, what it means, what
 the verdict's ``expected`` column holds for it, and the report section that
 shows it. Adding a finding is this entry, one branch in each kernel twin
 (``kernels/reference.py``, ``kernels/cython_kernels.pyx``), one planter in
-``synth/anomalies.py`` and one rule in the test oracle. The rules behind each
+``synth/streams.py`` (``inject_anomalies``) and one rule in the test oracle (``tests/oracle.py``). The rules behind each
 finding are in ``docs/rules.md`` ("What an audit reports").
 """
 
@@ -70,8 +70,9 @@ class FindingInfo:
 _ENTRIES = (
     FindingInfo(Finding.DUPLICATE, "a retry caught within the five-batch window; answered with the original "
                 "offsets, nothing written", ""),
-    FindingInfo(Finding.DUPLICATE_BEYOND_WINDOW, "same epoch, sequence range already written but older than the "
-                "five-batch window; Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER", "the expected first sequence"),
+    FindingInfo(Finding.DUPLICATE_BEYOND_WINDOW, "same epoch, a sequence range wholly at or before the last "
+                "written sequence that is not one of the five batches retained (a retry older than the window, or "
+                "a partial overlap); Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER", "the expected first sequence"),
     FindingInfo(Finding.SEQUENCE_GAP, "sequences missing before this batch: data lost between two writes of one "
                 "producer epoch, or a new epoch not starting at 0", "the expected first sequence", "gaps"),
     FindingInfo(Finding.OUT_OF_ORDER, "a sequence range straddling the last written sequence",

@@ -1,4 +1,4 @@
-"""A deliberately different model of SPEC §2: objects, dicts and a deque(maxlen=5).
+"""A deliberately different model of the rules of docs/rules.md §2: objects, dicts and a deque(maxlen=5).
 
 It shares no code with the kernels; the property tests check the reference
 kernel against it, then every backend against the reference.
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 SEQ_SPACE = 2**31
 APPENDED, DUPLICATE, REJECTED = 0, 1, 2
-# Findings, by their SPEC §5 names.
+# Findings, by their names (docs/rules.md §5).
 FINDING = {name: code for code, name in enumerate(
     ["", "duplicate", "duplicate_beyond_window", "sequence_gap", "out_of_order", "epoch_regression", "fenced",
      "invalid_txn_state", "invalid_record"])}

@@ -1,4 +1,4 @@
-"""Broker: one kernel call per produce request, persisted logs, recovery by replay (SPEC §2)."""
+"""Broker: one kernel call per produce request, persisted logs, recovery by replay (docs/rules.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The drain kernel: every backend takes the same batches and assigns the same sequences (SPEC §3)."""
+"""The drain kernel: every backend takes the same batches and assigns the same sequences (docs/rules.md §3)."""
 
 from __future__ import annotations
 

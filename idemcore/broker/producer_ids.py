@@ -1,4 +1,4 @@
-"""Producer ids from blocks of 1000 claimed by compare-and-set on a shared store (SPEC §1, §3).
+"""Producer ids from blocks of 1000 claimed by compare-and-set on a shared store (docs/rules.md §1, §3).
 
 The scheme is Kafka's ZooKeeper one: a node ``/latest_producer_id_block``
 holds ``{"version": 1, "broker": b, "block_start": s, "block_end": e}``. A broker

@@ -201,7 +201,7 @@ def add_commands(commands: Any) -> None:
     gen.set_defaults(run=run_generate)
 
     aud = commands.add_parser(
-        "audit", help="audit a Parquet dataset of batch metadata with Spark (findings of SPEC §5)",
+        "audit", help="audit a Parquet dataset of batch metadata with Spark (findings: docs/rules.md §5)",
         description="Replay every (topic, partition) stream of a Parquet dataset through Kafka's producer-state "
                     "rules with Spark (Python workers read the files; only findings come back) and report "
                     "duplicates, gaps, zombie writes and hanging transactions.")
@@ -218,7 +218,7 @@ def add_commands(commands: Any) -> None:
 
     demo = commands.add_parser(
         "demo", help="generate a small dataset with anomalies, audit it with Spark, compare with the ground truth",
-        description="Generate produce attempts with planted anomalies of every kind (SPEC §5), audit them with "
+        description="Generate produce attempts with planted anomalies of every kind (docs/rules.md §5), audit them with "
                     "Spark in local mode, print the report and check it against the ground truth, batch by batch. "
                     "Exit status 1 on any mismatch.")
     demo.add_argument("--batches", type=positive, default=500_000, help="produce attempts (default 500,000)")

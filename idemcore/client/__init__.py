@@ -1,4 +1,4 @@
-"""The idempotent producer: accumulator, drain kernel, sender, retries (SPEC §3)."""
+"""The idempotent producer: accumulator, drain kernel, sender, retries (docs/rules.md §3)."""
 
 from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
 from idemcore.client.config import ConfigError, ProducerConfig

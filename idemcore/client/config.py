@@ -1,4 +1,4 @@
-"""Producer configuration: Kafka's settings in snake_case, checked at construction (SPEC §3)."""
+"""Producer configuration: Kafka's settings in snake_case, checked at construction (docs/rules.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kafka's default partitioning of keyed records: murmur2 of the key bytes (SPEC §3)."""
+"""Kafka's default partitioning of keyed records: murmur2 of the key bytes (docs/rules.md §3)."""
 
 from __future__ import annotations
 

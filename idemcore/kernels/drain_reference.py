@@ -1,4 +1,4 @@
-"""The reference drain kernel: which queued batches one produce request takes, and their sequences (SPEC §3).
+"""The reference drain kernel: which queued batches one produce request takes, and their sequences (docs/rules.md §3).
 
 One call is one send round to one broker (Kafka's
 ``RecordAccumulator.drainBatchesForOneNode``). Partitions are visited

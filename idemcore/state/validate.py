@@ -106,7 +106,7 @@ class Verdicts:
         return result
 
     def finding_counts(self) -> dict[str, int]:
-        """How many batches got each finding, by SPEC §5 name (findings that occurred only)."""
+        """How many batches got each finding, by name (docs/rules.md §5) (findings that occurred only)."""
         counts = np.bincount(self.finding, minlength=len(Finding))
         return {Finding(code).label: int(number) for code, number in enumerate(counts) if code and number}
 

@@ -86,7 +86,7 @@ def synthetic_stream(
     return {name: columns[name] for name in COLUMNS}
 
 
-#: What inject_anomalies() can plant, by the finding each must produce (SPEC §5 names).
+#: What inject_anomalies() can plant, by the finding each must produce (names in docs/rules.md §5).
 ANOMALIES = ("duplicate_beyond_window", "sequence_gap", "out_of_order", "epoch_regression", "fenced",
              "hanging_transaction")
 DEFAULT_MIX = dict.fromkeys(ANOMALIES, 3)
