@@ -15,7 +15,8 @@ from .helpers import batches, data, marker
 
 
 def test_unknown_backend_name_raises():
-    with pytest.raises(ValueError, match="unknown backend 'fortran'"):
+    with pytest.raises(ValueError, match=r"^unknown backend backend='fortran'; expected one of 'auto', 'cython', "
+                                         r"'numba', 'python'$"):
         idemcore.validate(batches([data(1, 0, 0)]), backend="fortran")
 
 

@@ -22,10 +22,15 @@ def pump(producer: Producer, rounds: int = 10) -> None:
         producer.poll()
 
 
-@pytest.mark.parametrize("setting", [{"acks": 1}, {"acks": 0}, {"retries": 0},
-                                     {"max_in_flight_requests_per_connection": 6}])
-def test_explicit_idempotence_rejects_conflicting_settings(setting):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"acks": 1}, r"acks must be 'all' \(got 1\)"),
+    ({"acks": 0}, r"acks must be 'all' \(got 0\)"),
+    ({"retries": 0}, "retries must be greater than 0"),
+    ({"max_in_flight_requests_per_connection": 6},
+     r"max_in_flight_requests_per_connection must be at most 5 \(got 6\)"),
+])
+def test_explicit_idempotence_rejects_conflicting_settings(setting, message):
+    with pytest.raises(ConfigError, match=f"^enable_idempotence=True requires: {message}$"):
         ProducerConfig.from_kwargs(enable_idempotence=True, **setting)
 
 
@@ -34,10 +39,16 @@ def test_implicit_idempotence_is_turned_off_by_conflicting_settings():
     assert ProducerConfig.from_kwargs().enable_idempotence is True
 
 
-@pytest.mark.parametrize("setting", [{"linger_ms": -1}, {"acks": "two"}, {"bogus": 1}, {"batch_size": 1.5},
-                                     {"delivery_timeout_ms": 1000, "request_timeout_ms": 30_000}])
-def test_bad_settings_raise_config_error(setting):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"linger_ms": -1}, "linger_ms must be at least 0, got -1"),
+    ({"acks": "two"}, "acks must be 'all', -1, 0 or 1, got 'two'"),
+    ({"bogus": 1}, r"unknown producer setting\(s\): bogus"),
+    ({"batch_size": 1.5}, r"batch_size must be an integer, got 1\.5"),
+    ({"delivery_timeout_ms": 1000, "request_timeout_ms": 30_000},
+     r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms \(30005\)"),
+])
+def test_bad_settings_raise_config_error(setting, message):
+    with pytest.raises(ConfigError, match=message):
         Producer(ScriptedTransport(), **setting)
 
 
@@ -138,7 +149,7 @@ def test_expiry_of_every_sent_batch_leaves_sequences_unresolved_then_bumps_the_e
     transport.now = 1000  # past the delivery timeout, no answer ever came
     pump(producer, 2)
     for future in futures:
-        with pytest.raises(DeliveryError):
+        with pytest.raises(DeliveryError, match=r"^t-0: .*\(NETWORK_EXCEPTION\)$"):
             future.result()
     assert producer.idempotence.epoch_bumps == 1
     later = producer.send("t", b"later")
@@ -151,7 +162,7 @@ def test_expiry_of_every_sent_batch_leaves_sequences_unresolved_then_bumps_the_e
 
 def test_non_retriable_error_fails_the_record():
     future = send_one_answered(ErrorCode.INVALID_RECORD)
-    with pytest.raises(DeliveryError) as raised:
+    with pytest.raises(DeliveryError, match=r"^t-0: .*\(INVALID_RECORD\)$") as raised:
         future.result()
     assert raised.value.error_code == ErrorCode.INVALID_RECORD
 
@@ -183,11 +194,11 @@ def test_send_batch_offsets_match_the_log():
 
 def test_send_rejects_non_bytes_and_unknown_topics():
     producer = Producer(Broker({"t": 1}))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="value must be bytes, got str"):
         producer.send("t", "text")
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"unknown topic 'nope'; the broker has \['t'\]"):
         producer.send("nope", b"x")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="partition 3 out of range for topic 't' with 1 partitions"):
         producer.send("t", b"x", partition=3)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -158,7 +159,7 @@ def test_plan_tasks_cover_every_row_group_once_with_whole_streams(small_dataset)
                 assert seen.setdefault(key, k) == k, f"stream {key} in tasks {seen[key]} and {k}"
 
 
-@pytest.mark.parametrize("own_table_run", [1, 40, 10**9])  # every stream its own table / some / all shared
+@pytest.mark.parametrize("own_table_run", [1, 25, 10**9])  # every stream its own table / some / all shared
 @pytest.mark.parametrize("layout", ["clustered", "interleaved"])
 def test_sharded_state_equals_each_stream_alone_for_any_cut(monkeypatch, small_dataset, own_table_run, layout):
     from idemcore.audit import StreamReplayer, shards
@@ -181,8 +182,19 @@ def test_sharded_state_equals_each_stream_alone_for_any_cut(monkeypatch, small_d
             got[key] = (int(v.status[k]), int(v.error_code[k]), int(v.base_offset[k]), int(v.last_offset[k]),
                         int(v.finding[k]))
     assert got == reference
-    tables = len(replayer.state.tables)
-    assert tables == {1: 7, 10**9: 1}.get(own_table_run, tables)  # 6 streams: own tables or only the shared one
+    # Independently of the replayer: a stream gets a table of its own when it has at least OWN_TABLE_RUN rows
+    # in the slice it is first seen in; the other streams share table 0.
+    first_run: dict[tuple[str, int], int] = {}
+    for start, stop in zip(np.r_[0, cuts], np.r_[cuts, table.num_rows], strict=True):
+        part = table.slice(start, stop - start)
+        for key, run in Counter(zip(part["topic"].to_pylist(), part["partition"].to_pylist(), strict=True)).items():
+            first_run.setdefault(key, run)
+    own = {key for key, run in first_run.items() if run >= own_table_run}
+    assert len(own) == {1: 6, 10**9: 0}[own_table_run] if own_table_run != 25 else 0 < len(own) < 6
+    assert len(replayer.state.tables) == 1 + len(own)
+    for key in first_run:
+        (stream,) = replayer.keys.encode(pa.array([key[0]]), np.array([key[1]]))
+        assert (replayer.state._table_of[stream] > 0) == (key in own), key
 
 
 def test_no_batches_make_an_empty_report(tmp_path):
@@ -251,3 +263,146 @@ def test_aborted_records_equal_a_row_by_row_walk_for_any_cut(small_dataset, cuts
     result = replayer.finish()
     got = {(r["topic"], r["partition"]): r["aborted_records"] for r in result.partitions.to_pylist()}
     assert got == expected
+
+
+class _NoJob(Exception):
+    pass
+
+
+class _PathModeSpark:
+    """Stands in for Spark in path mode: records the one job audit() would start, and starts none."""
+
+    def __init__(self):
+        self.tasks: int | None = None
+        self.function = None
+
+    def range(self, start, end, numPartitions):
+        assert start == 0 and numPartitions == end
+        self.tasks = end
+        return self
+
+    def mapInArrow(self, function, schema):
+        self.function = function
+        raise _NoJob("audit() started its job")
+
+    def run_tasks(self) -> list:
+        """Each task's function on this process, as a Python worker would run it."""
+        from idemcore.audit import TaskResult
+
+        return [TaskResult.from_row(row) for task in range(self.tasks)
+                for batch in self.function(iter([pa.record_batch({"id": pa.array([task], pa.int64())})]))
+                for row in batch.to_pylist()]
+
+
+def _count_footer_reads(monkeypatch) -> Counter:
+    """Count, per path, every read of a Parquet footer (a ParquetFile opened, metadata or schema read)."""
+    reads: Counter = Counter()
+    for name in ("ParquetFile", "read_metadata", "read_schema"):
+        real = getattr(pq, name)
+
+        def counted(where, *args, _real=real, **kwargs):
+            reads[str(where)] += 1
+            return _real(where, *args, **kwargs)
+
+        monkeypatch.setattr(pq, name, counted)
+    return reads
+
+
+def test_path_mode_reads_each_footer_once_on_the_driver_and_once_per_task(monkeypatch, small_dataset):
+    from idemcore.audit.spark import audit
+    from idemcore.protocol.codes import Origin
+
+    path, _ = small_dataset
+    files = sorted(str(f) for f in (path / "data").glob("*.parquet"))
+    reads = _count_footer_reads(monkeypatch)
+    spark = _PathModeSpark()
+    with pytest.raises(_NoJob, match=r"audit\(\) started its job"):
+        audit(path / "data", spark=spark, tasks=3, origin="replication")
+    assert reads == dict.fromkeys(files, 1)  # planning and checking: each footer once
+    closure = dict(zip(spark.function.__code__.co_freevars, (c.cell_contents for c in spark.function.__closure__),
+                       strict=True))
+    assert closure["origin"] is Origin.REPLICATION  # the enum travels to the workers, not its name
+
+    reads.clear()
+    results = spark.run_tasks()  # the workers: each reads the footers of its own files, once
+    assert spark.tasks == len(results) == 3 and reads == dict.fromkeys(files, 1)
+    table = dataset_table(path)
+    report = AuditReport.from_results(results, order_by="seq_no", seconds=1.0)
+    whole = AuditReport.from_results([replay_table(table, "replication")], order_by="seq_no", seconds=1.0)
+    assert report.findings.equals(whole.findings) and report.partitions.equals(whole.partitions)
+    client = AuditReport.from_results([replay_table(table)], order_by="seq_no", seconds=1.0)
+    assert report.finding_counts() != client.finding_counts()  # the origin reached the kernel
+
+
+def _rewrite(table: pa.Table, change: str) -> pa.Table:
+    if change == "no producer_epoch":
+        return table.drop_columns(["producer_epoch"])
+    if change == "no seq_no":
+        return table.drop_columns(["seq_no"])
+    if change == "double producer_id":
+        return table.set_column(table.schema.get_field_index("producer_id"), "producer_id",
+                                table["producer_id"].cast(pa.float64(), safe=False))
+    if change == "int topic":
+        return table.set_column(0, "topic", table["partition"])
+    if change == "string is_control":
+        return table.set_column(table.schema.get_field_index("is_control"), "is_control",
+                                table["is_control"].cast(pa.string()))
+    if change == "float seq_no":
+        return table.set_column(table.schema.get_field_index("seq_no"), "seq_no", table["seq_no"].cast(pa.float32()))
+    raise AssertionError(change)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("no producer_epoch", r"missing required column\(s\): producer_epoch \(in .*/part-1\.parquet\)"),
+    ("no seq_no", r"needs an ordering column: 'seq_no' \(arrival order\) .* \(in .*/part-1\.parquet\)"),
+    ("double producer_id", r"column 'producer_id' must be an integer; got double \(in .*/part-1\.parquet\)"),
+    ("int topic", r"column 'topic' must be a string; got int32 \(in .*/part-1\.parquet\)"),
+    ("string is_control", r"column 'is_control' must be a boolean \(or 0/1 integer\); got string"),
+    ("float seq_no", r"column 'seq_no' must be an integer; got float"),
+])
+def test_path_mode_names_a_bad_column_before_any_job(tmp_path, small_dataset, change, message):
+    from idemcore.audit.spark import audit
+
+    table = dataset_table(small_dataset[0])
+    pq.write_table(table.slice(0, 3000), tmp_path / "part-0.parquet")
+    pq.write_table(_rewrite(table.slice(3000), change), tmp_path / "part-1.parquet")
+    spark = _PathModeSpark()
+    with pytest.raises(ValueError, match=message):
+        audit(tmp_path, spark=spark, tasks=2)
+    assert spark.tasks is None  # no job started
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t.drop_columns(["max_timestamp"]),
+     r"column 'max_timestamp' is in .*/part-0\.parquet but not in .*/part-1\.parquet; every file must have"),
+    (lambda t: t.append_column("base_offset", pa.array(np.arange(t.num_rows))),
+     r"column 'base_offset' is in .*/part-1\.parquet but not in .*/part-0\.parquet"),
+    (lambda t: t.drop_columns(["seq_no"]).append_column("base_offset", pa.array(np.arange(t.num_rows))),
+     r"column 'seq_no' is in .*/part-0\.parquet but not in .*/part-1\.parquet"),  # ordered otherwise
+    (lambda t: t.set_column(t.schema.get_field_index("producer_id"), "producer_id",
+                            t["producer_id"].cast(pa.int32(), safe=False)),
+     r"column 'producer_id' is int64 in .*/part-0\.parquet but int32 in .*/part-1\.parquet"),
+])
+def test_path_mode_files_must_agree_on_the_columns_read(tmp_path, small_dataset, change, message):
+    from idemcore.audit.spark import audit
+
+    table = dataset_table(small_dataset[0])
+    pq.write_table(table.slice(0, 3000), tmp_path / "part-0.parquet")
+    pq.write_table(change(table.slice(3000)), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError, match=message):
+        audit(tmp_path, spark=_PathModeSpark(), tasks=2)
+
+
+def test_path_mode_workers_still_name_null_values(tmp_path, small_dataset):
+    from idemcore.audit.spark import audit
+
+    table = dataset_table(small_dataset[0])
+    ids = table["producer_id"].to_pylist()
+    ids[17] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("producer_id"), "producer_id",
+                                    pa.array(ids, pa.int64())), tmp_path / "nulls.parquet")
+    spark = _PathModeSpark()
+    with pytest.raises(_NoJob, match=r"audit\(\) started its job"):
+        audit(tmp_path, spark=spark, tasks=1)
+    with pytest.raises(ValueError, match=r"column 'producer_id' contains 1 null value\(s\)"):
+        spark.run_tasks()

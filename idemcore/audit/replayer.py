@@ -228,8 +228,13 @@ def replay_table(table: pa.Table, origin: str | Origin = "client", order_by: str
                  backend: str | Backend | None = None, replayer: StreamReplayer | None = None) -> TaskResult:
     """Audit a table holding whole (topic, partition) streams: ordered per stream, fed in slices."""
     names, order = required_columns(table.schema.names, order_by)
-    table = table.select(names)
-    replayer = replayer or StreamReplayer(origin, order, backend)
+    return replay_checked(table.select(names), replayer or StreamReplayer(origin, order, backend))
+
+
+def replay_checked(table: pa.Table, replayer: StreamReplayer) -> TaskResult:
+    """:func:`replay_table` of a table whose column names the caller checked (path mode: on the driver);
+    ``replayer.order_by`` is the ordering column. Nulls and values out of range still raise ValueError."""
+    order = replayer.order_by
     ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
     permutation = in_stream_order(ids, _numpy(table.column(order), order))
     if permutation is not None:

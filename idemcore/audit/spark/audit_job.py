@@ -8,34 +8,32 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult, required_columns
+from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
 from idemcore.audit.spark.frame import clustered
-from idemcore.audit.spark.plan import open_parquet, parquet_files, plan_tasks
+from idemcore.audit.spark.plan import TaskPlan, plan_row_groups, read_footers
 from idemcore.audit.spark.progress import spark_progress
-from idemcore.audit.spark.schema import check_input, worker_error
+from idemcore.audit.spark.schema import check_arrow_schemas, check_input, worker_error
 from idemcore.audit.spark.session import get_session
 from idemcore.protocol.codes import Origin
 
 
-def _audit_paths(plans: list, origin: str, order_by: str | None, backend: str | None):
+def _audit_paths(plans: list[TaskPlan], origin: Origin, columns: list[str], order: str, backend: str | None):
+    # Names and types were checked on the driver: a worker reads the columns and replays them.
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: read this task's row groups directly; only the findings go back.
         import pyarrow as pa
 
-        from idemcore.audit import replay_table, required_columns
-        from idemcore.audit.spark.plan import open_parquet, read_task
+        from idemcore.audit.replayer import StreamReplayer, replay_checked
+        from idemcore.audit.spark.plan import read_task
 
         for batch in batches:
             for task in batch.column("id").to_pylist():
-                plan = plans[task]
-                names = open_parquet(plan.groups[0][0]).schema_arrow.names
-                wanted, order = required_columns(names, order_by)
-                result = replay_table(read_task(plan, wanted), origin, order, backend)
+                result = replay_checked(read_task(plans[task], columns), StreamReplayer(origin, order, backend))
                 yield pa.RecordBatch.from_pylist([result.to_row()])
     return run
 
 
-def _audit_rows(origin: str, order_by: str, backend: str | None):
+def _audit_rows(origin: Origin, order_by: str, backend: str | None):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: this task's streams arrive sorted, in Arrow batches; state is carried across them.
         import pyarrow as pa
@@ -47,6 +45,13 @@ def _audit_rows(origin: str, order_by: str, backend: str | None):
             replayer.feed(batch)
         yield pa.RecordBatch.from_pylist([replayer.finish().to_row()])
     return run
+
+
+def _session(master: str | None, spark: Any, started: float) -> tuple[Any, float]:
+    # The session, and the audit's start moved later by the time Spark took to start: not the audit's time.
+    before = time.perf_counter()
+    session = get_session(master, spark)
+    return session, started + time.perf_counter() - before
 
 
 def audit(
@@ -65,21 +70,23 @@ def audit(
     :meth:`AuditReport.from_results`. ``out``: also write ``findings.parquet`` and ``summary.json``
     there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
     """
-    session = get_session(master, spark)
-    origin_name = Origin.parse(origin).name.lower()
+    origin = Origin.parse(origin)  # the enum travels to the workers
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
-        files = parquet_files(source)
-        _, order = required_columns(open_parquet(files[0]).schema_arrow.names, order_by)
+        # On the driver, before any job: each footer read once, names and types checked once.
+        footers = read_footers(source)
+        columns, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
+        session, started = _session(master, spark, started)
         count = tasks or 2 * session.sparkContext.defaultParallelism
-        plans = plan_tasks(files, count)
+        plans = plan_row_groups([group for footer in footers for group in footer.groups], count)
         # One row (the task number) per Spark partition; the plans travel with the function.
         tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
-        results = tasks_frame.mapInArrow(_audit_paths(plans, origin_name, order, backend), TaskResult.SPARK_SCHEMA)
-        label = str(source) if not isinstance(source, list | tuple) else f"{len(files)} files"
+        results = tasks_frame.mapInArrow(_audit_paths(plans, origin, columns, order, backend), TaskResult.SPARK_SCHEMA)
+        label = str(source) if not isinstance(source, list | tuple) else f"{len(footers)} files"
     else:
+        session, started = _session(master, spark, started)
         order = check_input(source.schema, order_by)
-        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin_name, order, backend),
+        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend),
                                                              TaskResult.SPARK_SCHEMA)
         label = "DataFrame"
     try:

@@ -26,7 +26,7 @@ def clustered(df: Any, order_by: str, num_partitions: int | None = None) -> Any:
     return shuffled.sortWithinPartitions(*keys, order_by)
 
 
-def _validate_batches(origin: str, order_by: str, backend: str | None):
+def _validate_batches(origin: Origin, order_by: str, backend: str | None):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # Runs in a Python worker: idemcore comes from the installed package, imported (and compiled) once.
         import pyarrow as pa
@@ -59,8 +59,8 @@ def validate(df: Any, origin: str | Origin = "client", *, order_by: str | None =
     from pyspark.sql.types import LongType, ShortType, StringType, StructField, StructType
 
     order = check_input(df.schema, order_by)
-    origin_name = Origin.parse(origin).name.lower()
+    origin = Origin.parse(origin)  # the enum travels to the workers
     types = {"string": StringType(), "short": ShortType(), "long": LongType()}
     out_schema = StructType([*df.schema.fields,
                              *(StructField(name, types[kind], True) for name, kind in OUTPUT_COLUMNS.items())])
-    return clustered(df, order, num_partitions).mapInArrow(_validate_batches(origin_name, order, backend), out_schema)
+    return clustered(df, order, num_partitions).mapInArrow(_validate_batches(origin, order, backend), out_schema)

@@ -1,6 +1,7 @@
 """Path mode planning: which Parquet row groups each task reads, so every task owns whole streams.
 
-The driver reads only footers. Each row group's (topic, partition) range comes
+The driver reads only footers, each file's once (:func:`read_footers`): its Arrow schema, for the
+column checks, and its row groups, for the plan. Each row group's (topic, partition) range comes
 from its column statistics; row groups whose ranges overlap may share a
 stream, so they go to the same task (connected components of overlapping
 ranges). Components are then packed into tasks of similar row counts.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from idemcore.audit.columns import TOPIC
@@ -104,22 +106,36 @@ def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, in
     return (low_topic, int(stats_partition.min)), (high_topic, int(stats_partition.max))
 
 
-def row_groups(files: list[str]) -> list[RowGroup]:
-    """Every row group of ``files`` with its (topic, partition) range; checks the columns are there."""
+@dataclass(frozen=True)
+class Footer:
+    """What the driver keeps of one Parquet file's footer: its Arrow schema and its row groups."""
+
+    path: str
+    schema: pa.Schema
+    groups: tuple[RowGroup, ...]
+
+
+def read_footer(path: str) -> Footer:
+    """One file's footer, read once: the schema, and every row group with its (topic, partition) range."""
+    parquet = open_parquet(path)
+    metadata = parquet.metadata
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    has_keys = TOPIC in names and "partition" in names  # else no ranges; the column checks name what is missing
     groups = []
-    for path in files:
-        metadata = open_parquet(path).metadata
-        names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
-        for needed in (TOPIC, "partition"):
-            if needed not in names:
-                raise ValueError(f"{path} has no column {needed!r} (columns: {', '.join(names)})")
-        topic_col, partition_col = names.index(TOPIC), names.index("partition")
-        for index in range(metadata.num_row_groups):
-            group = metadata.row_group(index)
-            bounds = _range(group.column(topic_col).statistics, group.column(partition_col).statistics)
-            low, high = bounds if bounds else (None, None)
-            groups.append(RowGroup(path, index, group.num_rows, low, high))
-    return groups
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        bounds = None
+        if has_keys:
+            bounds = _range(group.column(names.index(TOPIC)).statistics,
+                            group.column(names.index("partition")).statistics)
+        low, high = bounds if bounds else (None, None)
+        groups.append(RowGroup(path, index, group.num_rows, low, high))
+    return Footer(path, parquet.schema_arrow, tuple(groups))
+
+
+def read_footers(source: str | os.PathLike | list) -> list[Footer]:
+    """The footer of every Parquet file of ``source`` (see :func:`parquet_files`), each read once."""
+    return [read_footer(path) for path in parquet_files(source)]
 
 
 def components(groups: list[RowGroup]) -> list[list[RowGroup]]:
@@ -164,10 +180,15 @@ def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple
 
 
 def plan_tasks(source: str | os.PathLike | list, tasks: int) -> list[TaskPlan]:
+    """Up to ``tasks`` tasks over the Parquet files of ``source``, each owning whole streams."""
+    return plan_row_groups([group for footer in read_footers(source) for group in footer.groups], tasks)
+
+
+def plan_row_groups(row_groups: list[RowGroup], tasks: int) -> list[TaskPlan]:
     """Up to ``tasks`` tasks, each owning whole streams: components packed by rows, big ones sliced by stream."""
     if tasks < 1:
         raise ValueError(f"tasks must be at least 1, got {tasks}")
-    groups = components(row_groups(parquet_files(source)))
+    groups = components(row_groups)
     ideal = max(1.0, sum(g.rows for c in groups for g in c) / tasks)
     units = _units(groups, ideal, tasks)
     bins: list[tuple[int, int, list]] = [(0, k, []) for k in range(min(tasks, len(units)))]
@@ -194,7 +215,6 @@ def _by_file(groups: list[RowGroup]) -> list[tuple[str, list[int]]]:
 
 def stream_slice(topic, partition: np.ndarray, parts: int) -> np.ndarray:
     """Which of ``parts`` stream slices each row's (topic, partition) falls in: the same on every machine."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     per_row = []
@@ -207,14 +227,12 @@ def stream_slice(topic, partition: np.ndarray, parts: int) -> np.ndarray:
 
 
 def read_task(plan: TaskPlan, columns: list[str] | None = None):
-    """The rows one task replays: its row groups in file and row-group order, only its stream slice."""
-    import pyarrow as pa
+    """The rows one task replays: its row groups in file and row-group order, only its stream slice.
 
-    tables = []
-    for path, indexes in plan.groups:
-        parquet = open_parquet(path)
-        wanted = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
-        tables.append(parquet.read_row_groups(indexes, columns=wanted, use_threads=False))
+    ``columns``: those to read, which every file must have (path mode checks that on the driver).
+    """
+    tables = [open_parquet(path).read_row_groups(indexes, columns=columns, use_threads=False)
+              for path, indexes in plan.groups]
     table = pa.concat_tables(tables, promote_options="default")
     if plan.parts > 1:
         mine = stream_slice(table.column(TOPIC), table.column("partition").to_numpy(), plan.parts) == plan.part
