@@ -1,4 +1,4 @@
-"""Backend selection, a few SPEC rules not covered by Kafka's cases, and the CLI end to end."""
+"""Backend selection, a few rules (docs/rules.md) not covered by Kafka's cases, and the CLI end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-batch findings (SPEC §5): each kind, and the value the batch contradicted, on every backend."""
+"""Per-batch findings (docs/rules.md §5): each kind, and the value the batch contradicted, on every backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The idempotent producer against a hand-answered transport: Kafka's client cases (SPEC §3)."""
+"""The idempotent producer against a hand-answered transport: Kafka's client cases (docs/rules.md §3)."""
 
 from __future__ import annotations
 

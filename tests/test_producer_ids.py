@@ -1,4 +1,4 @@
-"""Producer-id blocks claimed by compare-and-set, on SQLite and on a real ZooKeeper (SPEC §1, §3)."""
+"""Producer-id blocks claimed by compare-and-set, on SQLite and on a real ZooKeeper (docs/rules.md §1, §3)."""
 
 from __future__ import annotations
 

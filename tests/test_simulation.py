@@ -1,4 +1,4 @@
-"""Exactly-once under injected faults, and the checker failing without idempotence (SPEC §2-3)."""
+"""Exactly-once under injected faults, and the checker failing without idempotence (docs/rules.md §2-3)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
 
 
 def finding_names(codes: np.ndarray) -> pa.Array:
-    """SPEC §5 names of finding codes (null for a batch simply appended)."""
+    """Report names of finding codes (docs/rules.md §5) (null for a batch simply appended)."""
     return _FINDING_NAMES.take(pa.array(codes))
 
 

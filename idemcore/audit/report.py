@@ -34,7 +34,7 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What an audit found (SPEC §5), over every (topic, partition) stream of the source.
+    """What an audit found (docs/rules.md §5), over every (topic, partition) stream of the source.
 
     ``findings``: one row per batch with a finding (the batch, ``finding``,
     ``error_code``, ``expected``). ``partitions``: per (topic, partition)

@@ -46,7 +46,7 @@ def _validate_batches(origin: Origin, order_by: str, backend: str | None):
 def validate(df: Any, origin: str | Origin = "client", *, order_by: str | None = None,
              num_partitions: int | None = None, backend: str | None = None) -> Any:
     """The rows of ``df`` plus ``status``, ``error_code``, ``assigned_base_offset``, ``assigned_last_offset``
-    and ``finding`` (SPEC §5 name, null when the batch was simply appended).
+    and ``finding`` (its name in docs/rules.md §5, null when the batch was simply appended).
 
     ``df`` has the batch-metadata columns (:data:`idemcore.COLUMNS`; ``topic``, ``partition``,
     ``producer_id``, ``producer_epoch``, ``base_sequence`` and ``last_sequence`` or ``record_count``
