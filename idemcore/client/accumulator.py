@@ -11,6 +11,7 @@ from idemcore.client.config import ProducerConfig
 from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
 from idemcore.kernels import Backend
+from idemcore.protocol.sequences import seq_at_or_before
 
 
 class RecordAccumulator:
@@ -118,7 +119,8 @@ class RecordAccumulator:
         return batches
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
-        """Put a batch back for a retry: in sequence order when it has one (idempotence), else first."""
+        """Put a batch back for a retry: in sequence order when it has one (idempotence; 2147483647 comes before
+        0), else first."""
         batch.attempts += 1
         batch.last_attempt_ms = now_ms
         queue = self.queues[batch.index]
@@ -126,7 +128,8 @@ class RecordAccumulator:
             queue.appendleft(batch)
         else:
             position = 0
-            while position < len(queue) and 0 <= queue[position].base_sequence < batch.base_sequence:
+            sequence = batch.base_sequence
+            while position < len(queue) and _before(queue[position].base_sequence, sequence):
                 position += 1
             queue.insert(position, batch)
         self._dirty.add(batch.index)
@@ -146,3 +149,8 @@ class RecordAccumulator:
                 self.queues[number] = keep
                 self._dirty.add(number)
         return expired
+
+
+def _before(sequence: int, reference: int) -> bool:
+    """``sequence`` (-1: none yet) comes strictly before ``reference`` in sequence order, across the wrap."""
+    return 0 <= sequence != reference and seq_at_or_before(sequence, reference)

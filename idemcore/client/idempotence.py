@@ -15,7 +15,7 @@ from idemcore.client.batch import ProducerBatch
 from idemcore.client.partitions import PartitionArrays
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ErrorCode
 from idemcore.protocol.constants import INT16_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from idemcore.protocol.sequences import seq_add
+from idemcore.protocol.sequences import in_sequence, seq_add, seq_at_or_before
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,16 @@ class IdempotenceManager:
     # ------------------------------------------------------------ outcomes
 
     def _is_next_sequence(self, number: int, sequence: int) -> bool:
-        return sequence - int(self.partitions.last_acked_sequence[number]) == 1
+        """Does ``sequence`` directly follow the last acknowledged one (0 when none is, wrapping after 2147483647)?"""
+        return in_sequence(int(self.partitions.last_acked_sequence[number]), sequence)
 
     def handle_completed_batch(self, batch: ProducerBatch) -> None:
+        """Advance the last acknowledged sequence, in sequence order: to this batch's last sequence when nothing
+        was acknowledged yet, or when it lies ahead of the last acknowledged one (less than half the sequence
+        space ahead, wrapping after 2147483647). An answer arriving late for an earlier batch leaves it."""
         last = batch.last_sequence
-        if last > self.partitions.last_acked_sequence[batch.index]:
+        last_acked = int(self.partitions.last_acked_sequence[batch.index])
+        if last >= 0 and (last_acked < 0 or (last != last_acked and seq_at_or_before(last_acked, last))):
             self.partitions.last_acked_sequence[batch.index] = last
         self.remove_inflight(batch)
 
@@ -119,11 +124,15 @@ class IdempotenceManager:
         since left the broker's five-batch window. The broker's sequences of an epoch are contiguous from
         the first acknowledged batch (the drain kernel sends one batch until then), so a later sequence
         acknowledged implies this one is in the log: delivered, offset unknown, as with
-        DUPLICATE_SEQUENCE_NUMBER. Kafka retries it until the delivery timeout instead. Not covered: the
-        broker expiring the producer mid-stream, and sequences wrapping past 2147483647."""
+        DUPLICATE_SEQUENCE_NUMBER. Kafka retries it until the delivery timeout instead. "At or before" is
+        in sequence order across the wrap (2147483647 is before 0): the batch's last sequence is the last
+        acknowledged one or less than half the sequence space behind it; nothing acknowledged (-1) means
+        nothing is known written. Not covered: the broker expiring the producer mid-stream."""
+        last_acked = int(self.partitions.last_acked_sequence[batch.index])
         return (error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not batch.sequence_reset
-                and 0 <= batch.base_sequence <= int(self.partitions.last_acked_sequence[batch.index])
-                and batch.producer_epoch == self.partitions.partition_epoch[batch.index])
+                and last_acked >= 0 and batch.base_sequence >= 0
+                and seq_at_or_before(batch.last_sequence, last_acked)
+                and batch.producer_epoch == int(self.partitions.partition_epoch[batch.index]))
 
     def can_retry(self, batch: ProducerBatch, error_code: int) -> bool:
         """Kafka's TransactionManager.canRetry for an idempotent (non-transactional) producer."""
@@ -144,8 +153,11 @@ class IdempotenceManager:
     # ------------------------------------------------------------ unresolved sequences
 
     def mark_unresolved(self, batch: ProducerBatch) -> None:
-        following = batch.last_sequence + 1
-        self.unresolved_next[batch.index] = max(self.unresolved_next.get(batch.index, following), following)
+        """Remember the sequence after an expired batch's last; of several, the latest in sequence order."""
+        following = seq_add(batch.last_sequence, 1)
+        earlier = self.unresolved_next.get(batch.index)
+        if earlier is None or not seq_at_or_before(following, earlier):
+            self.unresolved_next[batch.index] = following
         self.partitions.unresolved[batch.index] = 1
 
     def _clear_unresolved(self, number: int) -> None:
