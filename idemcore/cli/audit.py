@@ -218,9 +218,9 @@ def add_commands(commands: Any) -> None:
 
     demo = commands.add_parser(
         "demo", help="generate a small dataset with anomalies, audit it with Spark, compare with the ground truth",
-        description="Generate produce attempts with planted anomalies of every kind (docs/rules.md §5), audit them with "
-                    "Spark in local mode, print the report and check it against the ground truth, batch by batch. "
-                    "Exit status 1 on any mismatch.")
+        description="Generate produce attempts with planted anomalies of every kind (docs/rules.md §5), audit "
+                    "them with Spark in local mode, print the report and check it against the ground truth, "
+                    "batch by batch. Exit status 1 on any mismatch.")
     demo.add_argument("--batches", type=positive, default=500_000, help="produce attempts (default 500,000)")
     demo.add_argument("--topics", type=positive, default=2, help="topics (default 2)")
     demo.add_argument("--partitions", type=positive, default=8, help="partitions per topic (default 8)")

@@ -1,4 +1,4 @@
-"""Stub of the compiled module built from pyx/cython_drain.pyx."""
+"""Stub of the compiled module built from idemcore/kernels/cython_drain.pyx."""
 
 import numpy as np
 

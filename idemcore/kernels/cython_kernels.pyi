@@ -1,16 +1,63 @@
-"""Stub of the compiled module built from pyx/cython_kernels.pyx (see idemcore.kernels for the contract)."""
+"""Stub of the compiled module built from idemcore/kernels/cython_kernels.pyx (see idemcore.kernels for the
+contract, idemcore.kernels.abi for the argument groups, idemcore.kernels.reference for the rules)."""
 
 import numpy as np
 
-def validate_batches(*arrays_and_scalars: np.ndarray | int) -> int: ...
+#: The codes compiled in, by the names of idemcore.kernels.reference's module globals.
+KERNEL_CODES: dict[str, int]
+
+def validate_batches(
+    partition: np.ndarray, producer_id: np.ndarray, producer_epoch: np.ndarray, base_sequence: np.ndarray,
+    last_sequence: np.ndarray, base_offset: np.ndarray, record_count: np.ndarray, max_timestamp: np.ndarray,
+    is_transactional: np.ndarray, is_control: np.ndarray, control_type: np.ndarray, coordinator_epoch: np.ndarray,
+    origin: int, start: int, stop: int,
+    slot_producer_id: np.ndarray, slot_partition: np.ndarray, slot_row: np.ndarray,
+    row_partition: np.ndarray, row_producer_id: np.ndarray, row_partition_index: np.ndarray, row_epoch: np.ndarray,
+    row_coordinator_epoch: np.ndarray, row_last_timestamp: np.ndarray, row_txn_first_offset: np.ndarray,
+    ring_last_seq: np.ndarray, ring_offset_delta: np.ndarray, ring_last_offset: np.ndarray,
+    ring_timestamp: np.ndarray, ring_head: np.ndarray, ring_len: np.ndarray,
+    pslot_partition: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray,
+    partition_next_offset: np.ndarray, counters: np.ndarray,
+    out_status: np.ndarray, out_error_code: np.ndarray, out_base_offset: np.ndarray, out_last_offset: np.ndarray,
+    out_finding: np.ndarray, out_expected: np.ndarray,
+    txn_partition: np.ndarray, txn_producer_id: np.ndarray, txn_first_offset: np.ndarray,
+    txn_last_offset: np.ndarray, txn_aborted: np.ndarray,
+) -> int: ...
+def check_batches(
+    partition: np.ndarray, producer_id: np.ndarray, producer_epoch: np.ndarray, base_sequence: np.ndarray,
+    last_sequence: np.ndarray, base_offset: np.ndarray, record_count: np.ndarray, max_timestamp: np.ndarray,
+    is_transactional: np.ndarray, is_control: np.ndarray, control_type: np.ndarray, coordinator_epoch: np.ndarray,
+    origin: int, start: int, stop: int,
+    slot_producer_id: np.ndarray, slot_partition: np.ndarray, slot_row: np.ndarray,
+    row_partition: np.ndarray, row_producer_id: np.ndarray, row_partition_index: np.ndarray, row_epoch: np.ndarray,
+    row_coordinator_epoch: np.ndarray, row_last_timestamp: np.ndarray, row_txn_first_offset: np.ndarray,
+    ring_last_seq: np.ndarray, ring_offset_delta: np.ndarray, ring_last_offset: np.ndarray,
+    ring_timestamp: np.ndarray, ring_head: np.ndarray, ring_len: np.ndarray,
+    pslot_partition: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray,
+    partition_next_offset: np.ndarray, counters: np.ndarray,
+    out_status: np.ndarray, out_error_code: np.ndarray, out_base_offset: np.ndarray, out_last_offset: np.ndarray,
+    out_finding: np.ndarray, out_expected: np.ndarray,
+    txn_partition: np.ndarray, txn_producer_id: np.ndarray, txn_first_offset: np.ndarray,
+    txn_last_offset: np.ndarray, txn_aborted: np.ndarray,
+) -> int: ...
+def commit_batches(
+    partition: np.ndarray, producer_id: np.ndarray, producer_epoch: np.ndarray, base_sequence: np.ndarray,
+    last_sequence: np.ndarray, base_offset: np.ndarray, record_count: np.ndarray, max_timestamp: np.ndarray,
+    is_transactional: np.ndarray, is_control: np.ndarray, control_type: np.ndarray, coordinator_epoch: np.ndarray,
+    start: int, stop: int,
+    slot_producer_id: np.ndarray, slot_partition: np.ndarray, slot_row: np.ndarray,
+    row_partition: np.ndarray, row_producer_id: np.ndarray, row_partition_index: np.ndarray, row_epoch: np.ndarray,
+    row_coordinator_epoch: np.ndarray, row_last_timestamp: np.ndarray, row_txn_first_offset: np.ndarray,
+    ring_last_seq: np.ndarray, ring_offset_delta: np.ndarray, ring_last_offset: np.ndarray,
+    ring_timestamp: np.ndarray, ring_head: np.ndarray, ring_len: np.ndarray,
+    pslot_partition: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray,
+    partition_next_offset: np.ndarray, counters: np.ndarray,
+    out_status: np.ndarray, out_base_offset: np.ndarray, out_last_offset: np.ndarray,
+) -> int: ...
 def rebuild_producer_index(
-    slot_pid: np.ndarray,
-    slot_part: np.ndarray,
-    slot_row: np.ndarray,
-    row_pid: np.ndarray,
-    row_part: np.ndarray,
-    n_rows: int,
+    slot_producer_id: np.ndarray, slot_partition: np.ndarray, slot_row: np.ndarray,
+    row_producer_id: np.ndarray, row_partition: np.ndarray, n_rows: int,
 ) -> None: ...
 def rebuild_partition_index(
-    pslot_part: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray, n_partitions: int
+    pslot_partition: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray, n_partitions: int,
 ) -> None: ...

@@ -13,5 +13,18 @@ from idemcore.state.manager import (
 from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import CompletedTxns, Verdicts, check, commit, validate
 
-__all__ = ["AppendResult", "BatchRecord", "CompletedTxn", "CompletedTxns", "MarkerResult", "ProducerEntry",
-           "PreparedAppend", "ProducerStateManager", "ProducerStateTable", "Verdicts", "check", "commit", "validate"]
+__all__ = [
+    "AppendResult",
+    "BatchRecord",
+    "CompletedTxn",
+    "CompletedTxns",
+    "MarkerResult",
+    "PreparedAppend",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "ProducerStateTable",
+    "Verdicts",
+    "check",
+    "commit",
+    "validate",
+]
