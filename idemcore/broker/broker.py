@@ -41,6 +41,11 @@ from idemcore.state.validate import Verdicts, check_into, commit_into, validate
 log = logging.getLogger(__name__)
 
 _ACKS = (0, 1, -1)
+# Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
+_APPENDED = int(Status.APPENDED)
+_REJECTED = int(Status.REJECTED)
+_BYTES = frozenset((bytes,))
+_KEY_TYPES = frozenset((bytes, type(None)))
 
 
 def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
@@ -49,12 +54,12 @@ def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
     if isinstance(values, np.ndarray):
         if values.dtype.kind != "S" and not (values.dtype == object and all(type(v) is bytes for v in values)):
             return ErrorCode.CORRUPT_MESSAGE, f"record values of dtype {values.dtype} are not bytes"
-    elif not all(type(v) is bytes for v in values):
+    elif values and not set(map(type, values)) <= _BYTES:
         return ErrorCode.CORRUPT_MESSAGE, "every record value must be bytes"
     if batch.keys is not None:
         if len(batch.keys) != len(values):
             return ErrorCode.CORRUPT_MESSAGE, f"{len(batch.keys)} keys for {len(values)} records"
-        if not all(k is None or type(k) is bytes for k in batch.keys):
+        if not set(map(type, batch.keys)) <= _KEY_TYPES:
             return ErrorCode.CORRUPT_MESSAGE, "every record key must be bytes or None"
     if len(values) == 0 or len(values) > INT32_MAX:
         return ErrorCode.INVALID_RECORD, f"a batch must hold 1..{INT32_MAX} records, not {len(values)}"
@@ -227,11 +232,11 @@ class Broker:
             verdicts = columns.verdicts
             check_into(self.backend, columns.batch, Origin.CLIENT, 0, k, self.state, verdicts, columns.txns)
             status = verdicts.out_status
-            appended = [j for j in range(k) if status[j] == Status.APPENDED]
+            appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
             failed = self._write(appended, numbers, batches, positions, verdicts.out_base_offset,
                                  request.acks == -1)
             for j in failed:
-                status[j] = Status.REJECTED  # not written: not committed, the retry will be appended
+                status[j] = _REJECTED  # not written: not committed, the retry will be appended
             commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
             for j in range(k):
                 batch = batches[positions[j]]
