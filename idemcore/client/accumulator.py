@@ -1,4 +1,4 @@
-"""RecordAccumulator: per-partition queues of batches, and the drain round through the kernel (SPEC §3)."""
+"""RecordAccumulator: per-partition queues of batches, and the drain round through the kernel (docs/rules.md §3)."""
 
 from __future__ import annotations
 

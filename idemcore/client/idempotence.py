@@ -1,4 +1,4 @@
-"""The idempotent producer's bookkeeping (the idempotence half of Kafka's TransactionManager, SPEC §3).
+"""The idempotent producer's bookkeeping (the idempotence half of Kafka's TransactionManager, docs/rules.md §3).
 
 It owns the producer id and epoch, each partition's in-flight batches in
 sequence order, the last acknowledged sequence, unresolved sequences after

@@ -13,7 +13,7 @@ cdef inline bint may_take(Py_ssize_t p, int64_t seq, bint idempotent, int64_t pr
                           const int64_t[::1] partition_producer_id, const int16_t[::1] partition_epoch,
                           const int32_t[::1] inflight_count, const int32_t[::1] first_inflight_sequence,
                           const unsigned char[::1] unresolved, const int32_t[::1] last_acked_sequence) noexcept nogil:
-    # SPEC §3 retry gating: False stops the whole round, as in Kafka.
+    # Retry gating (docs/rules.md §3): False stops the whole round, as in Kafka.
     if not idempotent:
         return True
     if producer_epoch < 0:
