@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -168,3 +170,22 @@ def test_rejections_name_every_value(backend):
     producer.idempotence.set_producer_id_and_epoch(42, 1)  # a zombie of producer 42: its exception says why
     with pytest.raises(DeliveryError, match=r"producer 42 epoch 1 on t-0: epoch 1 is older than the current epoch 2"):
         producer.send("t", b"y", partition=0).result()
+
+
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_records_acknowledged_with_any_acks_survive_the_process_dying(tmp_path, acks):
+    """Kafka's acks=1 means "in the leader's log" (the OS page cache), not "buffered in the process"."""
+    script = (
+        "import os, sys\n"
+        "from idemcore import Broker, Producer\n"
+        f"broker = Broker({{'t': 1}}, data_dir={str(tmp_path)!r})\n"
+        f"producer = Producer(broker, acks={acks}, enable_idempotence={acks == -1})\n"
+        "for i in range(10):\n"
+        "    producer.send('t', b'v%d' % i, partition=0).result()\n"
+        "print('acknowledged', flush=True)\n"
+        "os._exit(0)  # no close, no flush: the process just ends\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "acknowledged", result.stderr
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"v%d" % i for i in range(10)]

@@ -119,3 +119,11 @@ def test_imports_point_down_the_layers():
             if layer is not None and layer > own:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
     assert wrong == []
+
+
+def test_column_lists_are_the_abi_groups():
+    from idemcore.record.columns import COLUMNS
+    from idemcore.state.validate import VERDICT_DTYPES
+
+    assert tuple(COLUMNS) == abi.BatchColumns._fields
+    assert tuple(f"out_{name}" for name in VERDICT_DTYPES) == abi.VerdictColumns._fields

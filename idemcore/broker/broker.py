@@ -33,10 +33,10 @@ from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import COLUMNS
+from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.state.explain import rejection_message
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import Verdicts, check_into, commit_into, validate
+from idemcore.state.validate import Verdicts, check_into, commit_into, validate_into
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,11 @@ class _RequestColumns:
         b.record_count[k] = count
         b.max_timestamp[k] = batch.max_timestamp
         b.is_transactional[k] = batch.is_transactional
+
+    def packed(self, k: int) -> BatchMetadata:
+        """Rows ``0..k-1`` as :class:`BatchMetadata` (views; the kernels' uint8 flags seen as booleans)."""
+        return BatchMetadata({name: column[:k].view(np.bool_) if COLUMNS[name] == np.bool_ else column[:k]
+                              for name, column in zip(COLUMNS, self.batch, strict=True)})
 
 
 class Broker:
@@ -176,8 +181,8 @@ class Broker:
         for k, (number, base_offset, batch) in enumerate(stored):
             columns.put(k, number, batch)
             columns.batch.base_offset[k] = base_offset
-        verdicts = validate({name: column for name, column in zip(COLUMNS, columns.batch, strict=True)},
-                            self.state, origin=Origin.REPLICATION, backend=self.backend)
+        verdicts = validate_into(columns.packed(len(stored)), self.state, Origin.REPLICATION, self.backend,
+                                 columns.verdicts)
         bad = np.flatnonzero(verdicts.status != Status.APPENDED)
         if len(bad):
             number, base_offset, _ = stored[int(bad[0])]

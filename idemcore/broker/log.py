@@ -96,7 +96,9 @@ class PartitionLog:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / "log"
             self.batches, valid_bytes = self._read(path) if path.exists() else ([], 0)
-            self._file = open(path, "ab")
+            # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the
+            # acks; acks=all also fsyncs (sync()).
+            self._file = open(path, "ab", buffering=0)
             if self._file.tell() != valid_bytes:
                 self.truncated_bytes = self._file.tell() - valid_bytes
                 log.warning("%s-%d: dropping a torn tail of %d bytes", topic, partition, self.truncated_bytes)
@@ -137,7 +139,9 @@ class PartitionLog:
         if self._file is not None:
             position = self._file.tell()
             try:
-                self._file.write(encode_frame(base_offset, batch))
+                frame = memoryview(encode_frame(base_offset, batch))
+                while frame:
+                    frame = frame[self._file.write(frame):]  # a raw write may take only part of the bytes
             except BaseException:
                 self._cut(position)
                 raise
@@ -159,9 +163,9 @@ class PartitionLog:
             log.exception("%s: could not cut the log back to byte %d", self.name, position)
 
     def sync(self) -> None:
-        """Hand every appended batch to the OS, and fsync it unless the log was opened with fsync=False."""
+        """Make every appended batch durable: fsync, unless the log was opened with fsync=False (appends are
+        in the OS already)."""
         if self._file is not None and self._dirty:
-            self._file.flush()
             if self._fsync:
                 os.fsync(self._file.fileno())
             self._dirty = False

@@ -96,10 +96,12 @@ class ProducerBatch:
         self.done = True
         self.base_offset = base_offset
 
-    def fail(self, error_code: int, message: str) -> None:
+    def fail(self, error_code: int, message: str, *, from_broker: bool = False) -> None:
+        """End the batch with an error; a broker's ``error_message`` already names the partition and code."""
         self.done = True
-        self.error = DeliveryError(error_code, f"{self.topic}-{self.partition}: {message} "
-                                               f"({ErrorCode(error_code).name})")
+        if not from_broker:
+            message = f"{self.topic}-{self.partition}: {message} ({ErrorCode(error_code).name})"
+        self.error = DeliveryError(error_code, message)
 
     def __repr__(self) -> str:
         return (f"ProducerBatch({self.topic}-{self.partition}, {len(self.values)} records, pid {self.producer_id} "

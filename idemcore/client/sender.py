@@ -114,10 +114,11 @@ class Sender:
             return  # the request timed out earlier; this late answer is ignored
         for batch, answer in zip(entry.batches, response.responses, strict=True):
             if not batch.done:
-                self._complete_batch(batch, answer.error_code, answer.base_offset, now, answer.error_message)
+                self._complete_batch(batch, answer.error_code, answer.base_offset, now, answer.error_message,
+                                     from_broker=answer.error_message is not None)
 
     def _complete_batch(self, batch: ProducerBatch, error_code: int, base_offset: int, now: int,
-                        message: str | None = None) -> None:
+                        message: str | None = None, from_broker: bool = False) -> None:
         idem = self.idempotence
         if error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER) or \
                 (idem is not None and idem.is_already_written(batch, error_code)):
@@ -131,7 +132,7 @@ class Sender:
             self.accumulator.reenqueue(batch, now)
         else:
             self.stats.failed_batches += 1
-            batch.fail(error_code, message or "the broker rejected the batch")
+            batch.fail(error_code, message or "the broker rejected the batch", from_broker=from_broker)
             if idem is not None:
                 idem.handle_failed_batch(batch, error_code, adjust_sequences=True)
 
@@ -154,7 +155,8 @@ class Sender:
             for entry in entries:
                 for batch in entry.batches:
                     if not batch.done:
-                        self._complete_batch(batch, ErrorCode.NETWORK_EXCEPTION, NO_OFFSET, now)
+                        self._complete_batch(batch, ErrorCode.NETWORK_EXCEPTION, NO_OFFSET, now,
+                                             f"no answer within request_timeout_ms={self.config.request_timeout_ms}")
         timeout = self.config.delivery_timeout_ms
         expired = self.accumulator.expired(now)
         for entry in self.inflight.values():

@@ -60,11 +60,19 @@ class Backend:
     drain_partitions: Callable[..., int]
 
 
+def _known(name: str, source: str = "") -> str:
+    """``name`` if it names a backend (or ``auto``); else ValueError naming where it came from."""
+    if name != "auto" and name not in _MODULES:
+        names = ", ".join(map(repr, PREFERENCE))
+        raise ValueError(f"unknown backend {source}{name!r}; expected one of 'auto', {names}")
+    return name
+
+
 @functools.cache
 def load_backend(name: str) -> Backend:
     """Load the backend called ``name``; raise BackendUnavailableError if it cannot be loaded."""
-    if name not in _MODULES:
-        raise ValueError(f"unknown backend {name!r}; expected one of 'auto', {', '.join(map(repr, PREFERENCE))}")
+    if _known(name) == "auto":
+        raise ValueError("load_backend takes a backend's name; use get_backend('auto') for the fastest")
     functions = {}
     for module_name in _MODULES[name]:
         try:
@@ -109,10 +117,7 @@ def get_backend(name: str | Backend | None = None) -> Backend:
         source = f"${ENV_VAR}="
     if not isinstance(name, str):
         raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
-    name = name.strip().lower()
-    if name != "auto" and name not in _MODULES:
-        names = ", ".join(map(repr, PREFERENCE))
-        raise ValueError(f"unknown backend {source}{name!r}; expected one of 'auto', {names}")
+    name = _known(name.strip().lower(), source)
     return _auto_backend() if name == "auto" else load_backend(name)
 
 
