@@ -11,6 +11,7 @@ import pytest
 from idemcore.broker import Broker, PartitionLog
 from idemcore.client import DeliveryError, Producer
 from idemcore.client.partitioner import murmur2, partition_for_key
+from idemcore.errors import IdemcoreError
 from idemcore.net.messages import InitProducerIdRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
@@ -189,3 +190,28 @@ def test_records_acknowledged_with_any_acks_survive_the_process_dying(tmp_path, 
     assert result.stdout.strip() == "acknowledged", result.stderr
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"v%d" % i for i in range(10)]
+
+
+def test_a_second_broker_on_the_same_directory_is_refused(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as first:
+        with pytest.raises(IdemcoreError, match=rf"{tmp_path} is in use by another broker \(process {os.getpid()}\)"):
+            Broker({"t": 1}, data_dir=tmp_path)
+        code = f"from idemcore import Broker; Broker({{'t': 1}}, data_dir={str(tmp_path)!r})"
+        other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert other.returncode != 0 and "is in use by another broker" in other.stderr
+        assert codes(first.handle(ProduceRequest((batch(0, [b"a"]),)))) == [(0, 0)]
+    with Broker({"t": 1}, data_dir=tmp_path) as again:  # released on close
+        assert again.log("t", 0).log_end_offset == 1
+
+
+def test_producer_ids_in_the_logs_are_not_handed_out_again_when_the_id_store_is_lost(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        old = broker.handle(InitProducerIdRequest()).producer_id
+        broker.handle(ProduceRequest((batch(0, [b"old"], pid=old),)))
+    (tmp_path / "producer_ids.sqlite").unlink()
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        new = broker.handle(InitProducerIdRequest()).producer_id
+        assert new > old
+        producer = Producer(broker)
+        assert producer.send("t", b"new", partition=0).result().offset == 1  # written, not taken for a duplicate
+        assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"old", b"new"]

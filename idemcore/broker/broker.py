@@ -9,9 +9,12 @@ leaves the state as it was, so the producer's retry is appended once.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -68,6 +71,26 @@ def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
         return ErrorCode.INVALID_RECORD, (f"producer id {batch.producer_id}, epoch {batch.producer_epoch} or base "
                                           f"sequence {batch.base_sequence} out of range")
     return None
+
+
+def _lock_data_dir(data_dir: Path) -> IO[str]:
+    """Hold ``data_dir/.lock`` for this broker's lifetime (released when it closes or its process dies): two
+    brokers on one directory would hand out the same offsets."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock_file = open(data_dir / ".lock", "a+")  # held open until the broker closes
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.seek(0)
+        holder = lock_file.read().strip() or "unknown"
+        lock_file.close()
+        raise IdemcoreError(f"{data_dir} is in use by another broker (process {holder}); "
+                            "one directory serves one broker at a time") from None
+    lock_file.seek(0)
+    lock_file.truncate()
+    lock_file.write(str(os.getpid()))
+    lock_file.flush()
+    return lock_file
 
 
 class _RequestColumns:
@@ -141,25 +164,28 @@ class Broker:
         self.backend = get_backend(backend)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
-        if producer_ids is None:
-            store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
-            if self.data_dir is not None:
-                self.data_dir.mkdir(parents=True, exist_ok=True)
-            producer_ids = ProducerIdManager(broker_id, SqliteBlockStore(store_path))
-        self.producer_ids = producer_ids
-        # Partitions of all topics share one state table under a broker-wide partition number.
-        self._index: dict[tuple[str, int], int] = {}
+        self._lock_file = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
-        for name in sorted(self.topics):
-            for partition in range(self.topics[name]):
-                directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
-                self._index[(name, partition)] = len(self._logs)
-                self._logs.append(PartitionLog(name, partition, directory, fsync))
-        self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
-        self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
-        self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
-                                                InitProducerIdRequest: self._init_producer_id}
-        self._recover()
+        try:
+            if producer_ids is None:
+                store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
+                producer_ids = ProducerIdManager(broker_id, SqliteBlockStore(store_path))
+            self.producer_ids = producer_ids
+            # Partitions of all topics share one state table under a broker-wide partition number.
+            self._index: dict[tuple[str, int], int] = {}
+            for name in sorted(self.topics):
+                for partition in range(self.topics[name]):
+                    directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
+                    self._index[(name, partition)] = len(self._logs)
+                    self._logs.append(PartitionLog(name, partition, directory, fsync))
+            self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
+            self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
+            self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
+                                                    InitProducerIdRequest: self._init_producer_id}
+            self._recover()
+        except BaseException:
+            self.close()  # release the logs and the directory's lock
+            raise
 
     # ------------------------------------------------------------ the one request path
 
@@ -189,6 +215,9 @@ class Broker:
             reason = ErrorCode(int(verdicts.error_code[bad[0]])).name
             raise LogCorruptionError(f"{self._logs[number].topic}-{self._logs[number].partition}: the batch at "
                                      f"offset {base_offset} does not replay ({reason})")
+        rows = self.state.n_producers
+        if rows:  # ids in the logs are never handed out again, even if the id store was lost
+            self.producer_ids.skip_through(int(self.state.row_producer_id[:rows].max()))
         log.info("broker %d recovered %d batches from %s", self.broker_id, len(stored), self.data_dir)
 
     # ------------------------------------------------------------ handlers
@@ -313,9 +342,13 @@ class Broker:
     def close(self) -> None:
         for partition_log in self._logs:
             partition_log.close()
-        close_store = getattr(self.producer_ids.store, "close", None)
+        ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
+        close_store = getattr(getattr(ids, "store", None), "close", None)
         if close_store is not None:
             close_store()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     def __enter__(self) -> Broker:
         return self

@@ -145,12 +145,21 @@ class ProducerIdManager:
         self._lock = threading.Lock()
         self._next = 0
         self._end = -1  # no block yet
+        self._floor = -1  # every id handed out is above this
+
+    def skip_through(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or any id below it: the broker's logs hold writes of those ids (the
+        store may have been lost or replaced while the logs survived)."""
+        with self._lock:
+            self._floor = max(self._floor, producer_id)
 
     def claim_block(self) -> ProducerIdBlock:
         """Claim the block after the newest one in the store (retrying lost races)."""
         while True:
             data, version = self.store.read()
             start = 0 if data is None else ProducerIdBlock.decode(data).block_end + 1
+            if start <= self._floor:  # the store is behind the logs: continue after the highest id they hold
+                start = (self._floor // self.block_size + 1) * self.block_size
             if start > INT64_MAX - self.block_size:
                 raise ProducerIdsExhaustedError(
                     f"broker {self.broker_id} cannot claim a producer id block: the next block would start at "
@@ -163,6 +172,7 @@ class ProducerIdManager:
     def generate_producer_id(self) -> int:
         """The next unused producer id."""
         with self._lock:
+            self._next = max(self._next, self._floor + 1)
             if self._next > self._end:
                 block = self.claim_block()
                 self._next, self._end = block.block_start, block.block_end
