@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from idemcore.broker import Broker, PartitionLog
+from idemcore.broker import Broker, LogCorruptionError, PartitionLog
 from idemcore.client import DeliveryError, Producer
 from idemcore.client.partitioner import murmur2, partition_for_key
 from idemcore.errors import IdemcoreError
@@ -79,6 +80,7 @@ def test_torn_tail_is_truncated_on_recovery(tmp_path):
         broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
     path = tmp_path / "t-0" / "log"
     path.write_bytes(path.read_bytes()[:-3])  # the last frame lost its end in a crash
+    (tmp_path / "log-end-offsets.json").unlink()  # ... and a crash writes no clean-shutdown checkpoint
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1
         assert broker.log("t", 0).truncated_bytes > 0
@@ -215,3 +217,41 @@ def test_producer_ids_in_the_logs_are_not_handed_out_again_when_the_id_store_is_
         producer = Producer(broker)
         assert producer.send("t", b"new", partition=0).result().offset == 1  # written, not taken for a duplicate
         assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"old", b"new"]
+
+
+def _two_batches(tmp_path) -> Path:
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        broker.handle(ProduceRequest((batch(0, [b"a"]),)))
+        broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
+    return tmp_path / "t-0" / "log"
+
+
+def test_a_flipped_byte_in_the_middle_of_a_log_is_refused_not_truncated(tmp_path):
+    path = _two_batches(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0xFF  # inside the first frame: the second frame is intact
+    path.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptionError, match=r"t-0: .* is corrupt at byte 0 .* a valid batch follows"):
+        Broker({"t": 1}, data_dir=tmp_path)
+    assert path.read_bytes() == bytes(data)  # nothing cut
+    data[12] ^= 0xFF  # repaired: the lock was released, the directory opens again
+    path.write_bytes(bytes(data))
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        assert broker.log("t", 0).log_end_offset == 2
+
+
+@pytest.mark.parametrize("damage", ["delete", "empty", "cut"])
+def test_a_log_shorter_than_at_the_last_clean_shutdown_is_refused(tmp_path, damage):
+    path = _two_batches(tmp_path)
+    if damage == "delete":
+        path.unlink()
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])  # one whole frame, then a torn one
+    with pytest.raises(LogCorruptionError, match=r"t-0: the log ends at offset [01], but it held 2 at the last clean "
+                                                 r"shutdown"):
+        Broker({"t": 1}, data_dir=tmp_path)
+    (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        assert broker.log("t", 0).log_end_offset in (0, 1)

@@ -10,6 +10,7 @@ leaves the state as it was, so the producer's retry is appended once.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -44,6 +45,8 @@ from idemcore.state.validate import Verdicts, check_into, commit_into, validate_
 log = logging.getLogger(__name__)
 
 _ACKS = (0, 1, -1)
+#: In data_dir: each partition's log end offset at the last clean shutdown.
+LOG_END_CHECKPOINT = "log-end-offsets.json"
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
@@ -166,6 +169,7 @@ class Broker:
         self.fsync = fsync
         self._lock_file = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
+        self._started = False  # until recovery succeeded: a failed start writes no shutdown checkpoint
         try:
             if producer_ids is None:
                 store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
@@ -182,7 +186,9 @@ class Broker:
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
                                                     InitProducerIdRequest: self._init_producer_id}
+            self._check_against_last_shutdown()
             self._recover()
+            self._started = True
         except BaseException:
             self.close()  # release the logs and the directory's lock
             raise
@@ -197,6 +203,33 @@ class Broker:
         return handler(request)
 
     # ------------------------------------------------------------ recovery
+
+    def _check_against_last_shutdown(self) -> None:
+        """Refuse logs shorter than they were at the last clean shutdown: deleted, emptied or cut outside the
+        broker. Offsets would otherwise start again below ones already acknowledged."""
+        if self.data_dir is None or not (self.data_dir / LOG_END_CHECKPOINT).exists():
+            return
+        path = self.data_dir / LOG_END_CHECKPOINT
+        try:
+            ends = json.loads(path.read_text())
+            shorter = [(p.name, p.log_end_offset, int(ends[p.name])) for p in self._logs
+                       if p.log_end_offset < int(ends.get(p.name, 0))]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
+                from None
+        if shorter:
+            name, end, expected = shorter[0]
+            raise LogCorruptionError(
+                f"{name}: the log ends at offset {end}, but it held {expected} at the last clean shutdown: it was "
+                f"deleted or cut outside the broker. Restore it, or remove {path} to accept the loss")
+
+    def _write_shutdown_checkpoint(self) -> None:
+        path = self.data_dir / LOG_END_CHECKPOINT
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps({p.name: p.log_end_offset for p in self._logs}))
+        with open(partial, "rb") as written:
+            os.fsync(written.fileno())
+        os.replace(partial, path)
 
     def _recover(self) -> None:
         stored = [(number, base_offset, batch) for number, partition_log in enumerate(self._logs)
@@ -342,6 +375,8 @@ class Broker:
     def close(self) -> None:
         for partition_log in self._logs:
             partition_log.close()
+        if self._lock_file is not None and self._started:
+            self._write_shutdown_checkpoint()  # a clean shutdown: every log is synced and closed
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
         if close_store is not None:

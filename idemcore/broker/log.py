@@ -8,9 +8,11 @@ File format (little-endian), one frame per batch::
     i32 record_count, i64 max_timestamp, u8 flags (1: transactional)
     per record: i32 key length (-1: no key), key, i32 value length, value
 
-A frame cut short or failing its CRC can only be the tail of a write the
-broker never acknowledged (it syncs before answering), so recovery drops it
-and truncates the file there.
+A frame cut short or failing its CRC at the end of the file is the tail of a
+write the broker never acknowledged (it writes, and syncs for acks=all, before
+answering): recovery drops it and truncates the file there. A bad frame with
+valid frames after it is corruption, not a torn write: recovery refuses to
+start (``LogCorruptionError``) rather than drop acknowledged batches.
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
                                                 epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
 
 
+def _next_frame(data: bytes, start: int) -> int:
+    """Position of the first frame at or after ``start`` whose length fits and whose CRC holds, or -1. A torn
+    tail (the end of the last write missing) has none; corruption in the middle of a log does."""
+    for position in range(start, len(data) - _PREFIX.size - _HEADER.size + 1):
+        length, crc = _PREFIX.unpack_from(data, position)
+        end = position + _PREFIX.size + length
+        if _HEADER.size <= length and end <= len(data) and zlib.crc32(data[position + _PREFIX.size:end]) == crc:
+            return position
+    return -1
+
+
 class PartitionLog:
     """Batches of one topic-partition; with ``directory``, also written to ``directory/log``."""
 
@@ -114,10 +127,19 @@ class PartitionLog:
             end = position + _PREFIX.size + length
             body = data[position + _PREFIX.size:end]
             if end > len(data) or zlib.crc32(body) != crc or length < _HEADER.size:
-                break  # torn tail
+                break  # a torn tail, unless valid frames follow (checked below)
             batches.append(_decode_body(self.topic, self.partition, body))
             position = end
+        following = _next_frame(data, position + 1)
+        if following >= 0:
+            raise LogCorruptionError(
+                f"{self.name}: {path} is corrupt at byte {position} (after offset {self._end_of(batches)}), and "
+                f"a valid batch follows at byte {following}; refusing to drop acknowledged batches. Restore the "
+                "file from a copy, or cut it at that byte yourself to accept the loss")
         return batches, position
+
+    def _end_of(self, batches: list[StoredBatch]) -> int:
+        return batches[-1].base_offset + batches[-1].batch.record_count - 1 if batches else -1
 
     @property
     def log_end_offset(self) -> int:
