@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -241,7 +242,7 @@ def test_a_flipped_byte_in_the_middle_of_a_log_is_refused_not_truncated(tmp_path
 
 
 @pytest.mark.parametrize("damage", ["delete", "empty", "cut"])
-def test_a_log_shorter_than_at_the_last_clean_shutdown_is_refused(tmp_path, damage):
+def test_a_log_shorter_than_at_the_last_start_or_close_is_refused(tmp_path, damage):
     path = _two_batches(tmp_path)
     if damage == "delete":
         path.unlink()
@@ -249,9 +250,90 @@ def test_a_log_shorter_than_at_the_last_clean_shutdown_is_refused(tmp_path, dama
         path.write_bytes(b"")
     else:
         path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])  # one whole frame, then a torn one
-    with pytest.raises(LogCorruptionError, match=r"t-0: the log ends at offset [01], but it held 2 at the last clean "
-                                                 r"shutdown"):
+    with pytest.raises(LogCorruptionError, match=r"t-0: the log ends at offset [01], but it held 2 when the broker "
+                                                 r"last started or closed"):
         Broker({"t": 1}, data_dir=tmp_path)
     (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset in (0, 1)
+
+
+def test_a_closed_broker_acknowledges_nothing(tmp_path):
+    broker = Broker({"t": 1}, data_dir=tmp_path)
+    producer = Producer(broker)
+    assert producer.send("t", b"one", partition=0).result().offset == 0
+    broker.close()
+    with pytest.raises(IdemcoreError, match="broker 0 is closed"):
+        producer.send("t", b"two", partition=0).result()
+    with Broker({"t": 1}, data_dir=tmp_path) as again:
+        assert [v for _, _, v, _ in again.log("t", 0).records()] == [b"one"]
+
+
+@pytest.mark.parametrize("field, value, code", [
+    ("max_timestamp", 1.5, ErrorCode.INVALID_RECORD), ("producer_id", 5.0, ErrorCode.INVALID_RECORD),
+    ("producer_epoch", None, ErrorCode.INVALID_RECORD), ("max_timestamp", 2**64, ErrorCode.INVALID_RECORD),
+    ("values", None, ErrorCode.CORRUPT_MESSAGE), ("values", b"abc", ErrorCode.CORRUPT_MESSAGE),
+    ("is_transactional", "yes", ErrorCode.INVALID_RECORD), ("topic", ["t"], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+])
+def test_a_malformed_batch_is_answered_and_does_not_wedge_its_neighbour(tmp_path, field, value, code):
+    """Malformed metadata is refused before anything is written, so the good batch beside it is committed."""
+    with Broker({"t": 2}, data_dir=tmp_path) as broker:
+        bad = dataclasses.replace(batch(1, [b"x"], pid=9), **{field: value})
+        response = broker.handle(ProduceRequest((batch(0, [b"a"]), bad)))
+        assert codes(response) == [(0, 0), (code, -1)]
+        assert codes(broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))) == [(0, 1)]  # not wedged
+        assert codes(broker.handle(ProduceRequest((batch(0, [b"a"]),)))) == [(0, 0)]  # the first is committed
+
+
+def test_an_unexpected_error_while_writing_still_commits_what_was_written(monkeypatch):
+    broker = Broker({"t": 2})
+    original = PartitionLog.append
+
+    def append(self, base_offset, stored):
+        if self.partition == 1:
+            raise RuntimeError("disk controller on fire")
+        return original(self, base_offset, stored)
+
+    monkeypatch.setattr(PartitionLog, "append", append)
+    with pytest.raises(RuntimeError, match="on fire"):
+        broker.handle(ProduceRequest((batch(0, [b"a"]), batch(1, [b"b"]))))
+    monkeypatch.setattr(PartitionLog, "append", original)
+    # t-0 was written and committed: its retry is a duplicate; t-1 was not: its retry is appended.
+    assert codes(broker.handle(ProduceRequest((batch(0, [b"a"]), batch(1, [b"b"]))))) == [(0, 0), (0, 0)]
+    assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 1).log_end_offset == 1
+
+
+def test_a_made_up_huge_producer_id_does_not_exhaust_the_allocator(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        broker.handle(ProduceRequest((batch(0, [b"x"], pid=2**63 - 1),)))
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        response = broker.handle(InitProducerIdRequest())
+        assert response.error_code == 0 and response.producer_id < 2**62
+
+
+def test_a_log_whose_offsets_go_backwards_is_refused(tmp_path):
+    path = _two_batches(tmp_path)
+    path.write_bytes(path.read_bytes() * 2)  # every frame valid, offsets 0, 1, 0, 1
+    with pytest.raises(LogCorruptionError, match=r"t-0: .* holds offset 0 at byte \d+, after offset 1: offsets must "
+                                                 r"grow"):
+        Broker({"t": 1}, data_dir=tmp_path)
+
+
+def test_a_frame_inside_the_torn_write_is_not_taken_for_corruption(tmp_path):
+    """A record whose bytes hold a whole frame (here, a copy of the log itself) is cut by a crash mid-write."""
+    inner = _two_batches(tmp_path / "inner").read_bytes()
+    with Broker({"t": 1}, data_dir=tmp_path / "b") as broker:
+        broker.handle(ProduceRequest((batch(0, [b"a"]),)))
+        broker.handle(ProduceRequest((batch(0, [b"x" * 40 + inner], seq=1),)))
+    path = tmp_path / "b" / "t-0" / "log"
+    path.write_bytes(path.read_bytes()[:-5])  # torn in a crash, with no checkpoint of the run
+    (tmp_path / "b" / "log-end-offsets.json").write_text('{"t-0": 1}')
+    with Broker({"t": 1}, data_dir=tmp_path / "b") as broker:
+        assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 0).truncated_bytes > 0
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs", ".", "..", "a b", "x" * 250, ""])
+def test_illegal_topic_names_are_refused(tmp_path, name):
+    with pytest.raises(ValueError, match="is not legal"):
+        Broker({name: 1}, data_dir=tmp_path / "d")
+    assert not (tmp_path / "escape-0").exists()

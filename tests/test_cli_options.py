@@ -48,3 +48,11 @@ def test_the_generated_dataset_gets_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "ds").stat().st_mode) == 0o750
+
+
+def test_generate_overwrite_of_a_user_directory_fails_in_one_line(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    result = cli("generate", str(tmp_path), "--topics", "1", "--partitions", "2", "--producers", "10",
+                 "--batches", "3000", "--partitions-per-file", "2", "--overwrite")
+    assert result.returncode == 2 and "refusing to replace it" in result.stderr and "Traceback" not in result.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep me"

@@ -12,15 +12,22 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import numbers
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
 from idemcore.broker.log import LogCorruptionError, PartitionLog
-from idemcore.broker.producer_ids import ProducerIdManager, ProducerIdsExhaustedError, SqliteBlockStore
+from idemcore.broker.producer_ids import (
+    REACHABLE,
+    ProducerIdManager,
+    ProducerIdsExhaustedError,
+    SqliteBlockStore,
+)
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
@@ -45,7 +52,8 @@ from idemcore.state.validate import Verdicts, check_into, commit_into, validate_
 log = logging.getLogger(__name__)
 
 _ACKS = (0, 1, -1)
-#: In data_dir: each partition's log end offset at the last clean shutdown.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+#: In data_dir: each partition's log end offset when the broker last started or closed cleanly.
 LOG_END_CHECKPOINT = "log-end-offsets.json"
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
@@ -57,6 +65,19 @@ _KEY_TYPES = frozenset((bytes, type(None)))
 def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
     """Why a batch cannot be appended at all, or None. Checked before the producer-state rules."""
     values = batch.values
+    for name in ("producer_id", "producer_epoch", "base_sequence", "max_timestamp"):
+        value = getattr(batch, name)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            return ErrorCode.INVALID_RECORD, f"{name} must be an integer, not {type(value).__name__}"
+    if not isinstance(batch.is_transactional, bool | np.bool_):
+        return ErrorCode.INVALID_RECORD, f"is_transactional must be a bool, not {type(batch.is_transactional).__name__}"
+    if not -2**63 <= batch.max_timestamp < 2**63:
+        return ErrorCode.INVALID_RECORD, f"max_timestamp {batch.max_timestamp} is out of the int64 range"
+    if not isinstance(values, Sequence | np.ndarray) or isinstance(values, str | bytes):
+        return ErrorCode.CORRUPT_MESSAGE, f"record values must be a sequence of bytes, not {type(values).__name__}"
+    keys = batch.keys
+    if keys is not None and (not isinstance(keys, Sequence | np.ndarray) or isinstance(keys, str | bytes)):
+        return ErrorCode.CORRUPT_MESSAGE, f"record keys must be a sequence, not {type(batch.keys).__name__}"
     if isinstance(values, np.ndarray):
         if values.dtype.kind != "S" and not (values.dtype == object and all(type(v) is bytes for v in values)):
             return ErrorCode.CORRUPT_MESSAGE, f"record values of dtype {values.dtype} are not bytes"
@@ -157,8 +178,9 @@ class Broker:
         if not topics:
             raise ValueError("a broker needs at least one topic")
         for name, count in topics.items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"topic names must be non-empty strings, got {name!r}")
+            if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+                raise ValueError(f"topic name {name!r} is not legal: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-' "
+                                 "(Kafka's rule; a topic names a directory)")
             if not isinstance(count, int) or count < 1:
                 raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
         self.broker_id = broker_id
@@ -169,6 +191,7 @@ class Broker:
         self.fsync = fsync
         self._lock_file = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
+        self._closed = False
         self._started = False  # until recovery succeeded: a failed start writes no shutdown checkpoint
         try:
             if producer_ids is None:
@@ -186,9 +209,11 @@ class Broker:
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
                                                     InitProducerIdRequest: self._init_producer_id}
-            self._check_against_last_shutdown()
+            self._check_against_checkpoint()
             self._recover()
             self._started = True
+            if self.data_dir is not None:
+                self._write_log_end_checkpoint()  # the floor from now on: what recovery found
         except BaseException:
             self.close()  # release the logs and the directory's lock
             raise
@@ -197,6 +222,8 @@ class Broker:
 
     def handle(self, request: Request) -> Response | None:
         """Answer one request (every transport calls this); None for a produce request with acks=0."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
         handler = self._handlers.get(type(request))
         if handler is None:
             raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
@@ -204,9 +231,9 @@ class Broker:
 
     # ------------------------------------------------------------ recovery
 
-    def _check_against_last_shutdown(self) -> None:
-        """Refuse logs shorter than they were at the last clean shutdown: deleted, emptied or cut outside the
-        broker. Offsets would otherwise start again below ones already acknowledged."""
+    def _check_against_checkpoint(self) -> None:
+        """Refuse logs shorter than the checkpoint (written at every start and clean close): deleted, emptied or
+        cut outside the broker. Offsets would otherwise start again below ones already acknowledged."""
         if self.data_dir is None or not (self.data_dir / LOG_END_CHECKPOINT).exists():
             return
         path = self.data_dir / LOG_END_CHECKPOINT
@@ -220,10 +247,10 @@ class Broker:
         if shorter:
             name, end, expected = shorter[0]
             raise LogCorruptionError(
-                f"{name}: the log ends at offset {end}, but it held {expected} at the last clean shutdown: it was "
-                f"deleted or cut outside the broker. Restore it, or remove {path} to accept the loss")
+                f"{name}: the log ends at offset {end}, but it held {expected} when the broker last started or "
+                f"closed: it was deleted or cut outside the broker. Restore it, or remove {path} to accept the loss")
 
-    def _write_shutdown_checkpoint(self) -> None:
+    def _write_log_end_checkpoint(self) -> None:
         path = self.data_dir / LOG_END_CHECKPOINT
         partial = path.with_suffix(".partial")
         partial.write_text(json.dumps({p.name: p.log_end_offset for p in self._logs}))
@@ -250,7 +277,10 @@ class Broker:
                                      f"offset {base_offset} does not replay ({reason})")
         rows = self.state.n_producers
         if rows:  # ids in the logs are never handed out again, even if the id store was lost
-            self.producer_ids.skip_through(int(self.state.row_producer_id[:rows].max()))
+            ids = self.state.row_producer_id[:rows]
+            reachable = ids[ids < REACHABLE]
+            if len(reachable):
+                self.producer_ids.skip_through(int(reachable.max()))
         log.info("broker %d recovered %d batches from %s", self.broker_id, len(stored), self.data_dir)
 
     # ------------------------------------------------------------ handlers
@@ -278,7 +308,8 @@ class Broker:
         positions: list[int] = []
         seen: set[int] = set()
         for position, batch in enumerate(batches):
-            number = self._index.get((batch.topic, batch.partition))
+            known = isinstance(batch.topic, str) and isinstance(batch.partition, int)
+            number = self._index.get((batch.topic, batch.partition)) if known else None
             problem = None
             if number is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
@@ -300,11 +331,14 @@ class Broker:
             check_into(self.backend, columns.batch, Origin.CLIENT, 0, k, self.state, verdicts, columns.txns)
             status = verdicts.out_status
             appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
-            failed = self._write(appended, numbers, batches, positions, verdicts.out_base_offset,
-                                 request.acks == -1)
-            for j in failed:
-                status[j] = _REJECTED  # not written: not committed, the retry will be appended
-            commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+            written: list[int] = []
+            try:
+                failed = self._write(appended, written, numbers, batches, positions, verdicts.out_base_offset,
+                                     request.acks == -1)
+            finally:  # whatever happened, the state records exactly the batches that are in the logs
+                for j in set(appended).difference(written):
+                    status[j] = _REJECTED  # not written: not committed, the retry will be appended
+                commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
             for j in range(k):
                 batch = batches[positions[j]]
                 partition_log = self._logs[numbers[j]]
@@ -322,12 +356,12 @@ class Broker:
             return None
         return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]
 
-    def _write(self, appended: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
+    def _write(self, appended: list[int], written: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
                positions: list[int], base_offset: np.ndarray, sync: bool) -> dict[int, str]:
-        """Append the accepted batches to their logs (and sync them for acks=all); the rows whose write
-        failed, with why. A failed partition's log is left as it was before this request."""
+        """Append the accepted batches to their logs (and sync them for acks=all), adding the rows now in a log
+        to ``written``; returns the rows whose write failed, with why. A failed partition's log is left as it
+        was before this request."""
         failed: dict[int, str] = {}
-        written: list[int] = []
         for j in appended:
             partition_log = self._logs[numbers[j]]
             try:
@@ -338,12 +372,13 @@ class Broker:
                 continue
             written.append(j)
         if sync and self.data_dir is not None:
-            for j in written:
+            for j in list(written):
                 partition_log = self._logs[numbers[j]]
                 try:
                     partition_log.sync()
                 except OSError as exc:
                     partition_log.rollback_last()
+                    written.remove(j)
                     failed[j] = f"syncing {partition_log.name} failed: {exc}"
                     log.error("%s", failed[j])
         return failed
@@ -373,10 +408,13 @@ class Broker:
         return self.state.remove_rows(expired, self.backend) if expired.any() else 0
 
     def close(self) -> None:
+        """Sync and close the logs, write the clean-shutdown checkpoint, release the directory; then every
+        request raises."""
+        self._closed = True
         for partition_log in self._logs:
             partition_log.close()
         if self._lock_file is not None and self._started:
-            self._write_shutdown_checkpoint()  # a clean shutdown: every log is synced and closed
+            self._write_log_end_checkpoint()  # every log is synced and closed
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
         if close_store is not None:

@@ -81,14 +81,21 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
                                                 epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
 
 
-def _next_frame(data: bytes, start: int) -> int:
-    """Position of the first frame at or after ``start`` whose length fits and whose CRC holds, or -1. A torn
-    tail (the end of the last write missing) has none; corruption in the middle of a log does."""
+def _next_frame(topic: str, partition: int, data: bytes, start: int, next_offset: int) -> int:
+    """Position of the first whole frame at or after ``start`` (its length fits, its CRC holds, it decodes)
+    holding offsets at or after ``next_offset``; -1 when there is none. A torn tail (the end of the last write
+    missing) has none; corruption in the middle of a log does. The offset condition keeps a frame that merely
+    appears inside the torn write's record bytes from counting, unless it was crafted with future offsets."""
     for position in range(start, len(data) - _PREFIX.size - _HEADER.size + 1):
         length, crc = _PREFIX.unpack_from(data, position)
         end = position + _PREFIX.size + length
         if _HEADER.size <= length and end <= len(data) and zlib.crc32(data[position + _PREFIX.size:end]) == crc:
-            return position
+            try:
+                stored = _decode_body(topic, partition, data[position + _PREFIX.size:end])
+            except (LogCorruptionError, struct.error):
+                continue
+            if stored.base_offset >= next_offset:
+                return position
     return -1
 
 
@@ -104,6 +111,7 @@ class PartitionLog:
         self._file: BinaryIO | None = None
         self._dirty = False
         self._last_position = 0
+        self._closed = False
         self._fsync = fsync
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -128,9 +136,13 @@ class PartitionLog:
             body = data[position + _PREFIX.size:end]
             if end > len(data) or zlib.crc32(body) != crc or length < _HEADER.size:
                 break  # a torn tail, unless valid frames follow (checked below)
-            batches.append(_decode_body(self.topic, self.partition, body))
+            stored = _decode_body(self.topic, self.partition, body)
+            if stored.base_offset <= self._end_of(batches):
+                raise LogCorruptionError(f"{self.name}: {path} holds offset {stored.base_offset} at byte {position}, "
+                                         f"after offset {self._end_of(batches)}: offsets must grow")
+            batches.append(stored)
             position = end
-        following = _next_frame(data, position + 1)
+        following = _next_frame(self.topic, self.partition, data, position + 1, self._end_of(batches) + 1)
         if following >= 0:
             raise LogCorruptionError(
                 f"{self.name}: {path} is corrupt at byte {position} (after offset {self._end_of(batches)}), and "
@@ -155,6 +167,8 @@ class PartitionLog:
     def append(self, base_offset: int, batch: RecordBatch) -> None:
         """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when the write
         raises, the file is cut back to where it was and the batch is not added."""
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
@@ -193,6 +207,7 @@ class PartitionLog:
             self._dirty = False
 
     def close(self) -> None:
+        self._closed = True
         if self._file is not None:
             self.sync()
             self._file.close()

@@ -23,6 +23,8 @@ from idemcore.protocol.constants import PRODUCER_ID_BLOCK_SIZE
 
 BLOCK_NODE = "/latest_producer_id_block"
 INT64_MAX = 2**63 - 1
+#: Allocators hand out ids in blocks from 0: none ever reaches this far (2**62 would take 4.6e15 blocks).
+REACHABLE = 2**62
 #: A version that means "the node does not exist yet": compare-and-set with it creates the node.
 ABSENT = -1
 
@@ -149,7 +151,11 @@ class ProducerIdManager:
 
     def skip_through(self, producer_id: int) -> None:
         """Never hand out ``producer_id`` or any id below it: the broker's logs hold writes of those ids (the
-        store may have been lost or replaced while the logs survived)."""
+        store may have been lost or replaced while the logs survived). Ids from ``REACHABLE`` up were never
+        handed out by any allocator (blocks grow from 0); a client that made one up does not move the floor,
+        or one request could exhaust every id."""
+        if producer_id >= REACHABLE:
+            return
         with self._lock:
             self._floor = max(self._floor, producer_id)
 

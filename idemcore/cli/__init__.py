@@ -12,6 +12,7 @@ from tqdm import tqdm
 from idemcore import __version__
 from idemcore.cli.audit import add_commands, print_error
 from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, non_negative, positive, probability
+from idemcore.errors import IdemcoreError
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
 
 
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError, IdemcoreError) as exc:  # a user's mistake: one line, no traceback
         print_error(exc)
         return 2
 

@@ -40,9 +40,13 @@ class ProducerConfig:
         if unknown:
             raise ConfigError(f"unknown producer setting(s): {', '.join(unknown)}")
         explicit_idempotence = "enable_idempotence" in config
+        if explicit_idempotence and not isinstance(config["enable_idempotence"], bool):
+            raise ConfigError(f"enable_idempotence must be True or False, got {config['enable_idempotence']!r}")
+        if "client_id" in config and not isinstance(config["client_id"], str):
+            raise ConfigError(f"client_id must be a string, got {config['client_id']!r}")
         if "acks" in config:
             acks = config["acks"]
-            if acks not in _ACKS or isinstance(acks, bool):
+            if not isinstance(acks, int | str) or isinstance(acks, bool) or acks not in _ACKS:
                 raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
             config["acks"] = _ACKS[acks]
         for name in known - {"enable_idempotence", "client_id", "acks"}:

@@ -56,9 +56,9 @@ class BatchSendFuture:
         for batch in self._batches:
             if batch.error is not None:
                 raise batch.error
-        return np.concatenate([
+        return np.concatenate([np.empty(0, np.int64), *(
             np.arange(b.base_offset, b.base_offset + b.record_count, dtype=np.int64) if b.base_offset >= 0
-            else np.full(b.record_count, NO_OFFSET, dtype=np.int64) for b in self._batches])
+            else np.full(b.record_count, NO_OFFSET, dtype=np.int64) for b in self._batches)])
 
 
 class Producer:

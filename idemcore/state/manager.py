@@ -10,13 +10,14 @@ state without changing it, the caller writes the log, :meth:`ProducerStateManage
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
-from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX
 from idemcore.protocol.sequences import seq_sub
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
@@ -109,6 +110,8 @@ class PreparedAppend:
 
     batch: BatchMetadata
     verdicts: Verdicts
+    manager: ProducerStateManager = field(repr=False, compare=False)
+    generation: int = field(repr=False, compare=False)  # the manager's state version it was checked against
 
     @property
     def result(self) -> AppendResult:
@@ -142,8 +145,9 @@ class ProducerStateManager:
         table: ProducerStateTable | None = None,
     ):
         self.partition = _require_int("partition", partition)
-        if self.partition < 0:
-            raise ValueError(f"partition must be >= 0, got {self.partition}")
+        if not 0 <= self.partition <= INT32_MAX:
+            raise ValueError(f"partition must be in [0, {INT32_MAX}], got {self.partition}")
+        self._generation = 0  # bumped by every change of state: a batch checked before it is stale
         self.producer_id_expiration_ms = _require_int("producer_id_expiration_ms", producer_id_expiration_ms)
         if self.producer_id_expiration_ms < 0:
             raise ValueError(f"producer_id_expiration_ms must be >= 0, got {self.producer_id_expiration_ms}")
@@ -164,7 +168,8 @@ class ProducerStateManager:
         single = {name: np.asarray([value]) for name, value in columns.items()}
         single["partition"] = np.asarray([self.partition], dtype=np.int32)
         packed = BatchMetadata.coerce(single)
-        return PreparedAppend(packed, check(packed, self.table, origin=origin, backend=self.backend))
+        verdicts = check(packed, self.table, origin=origin, backend=self.backend)
+        return PreparedAppend(packed, verdicts, self, self._generation)
 
     def prepare_update(
         self,
@@ -224,10 +229,19 @@ class ProducerStateManager:
 
     def update(self, prepared: PreparedAppend) -> None:
         """Commit a prepared batch once it is in the log (Kafka's ``update``); a rejected or duplicate batch
-        changes nothing. Commit each prepared batch at most once, in the order they were prepared."""
+        changes nothing. A batch checked before the state last changed (an update twice, two batches prepared
+        together) raises IdemcoreError: check it again."""
         if not isinstance(prepared, PreparedAppend):
             raise TypeError(f"update takes a PreparedAppend, not {type(prepared).__name__}")
-        commit(prepared.batch, prepared.verdicts, self.table, backend=self.backend)
+        if prepared.manager is not self:
+            raise ValueError(f"the batch was prepared by the manager of partition {prepared.manager.partition}, "
+                             f"not by this one (partition {self.partition})")
+        if prepared.generation != self._generation:
+            raise IdemcoreError(f"partition {self.partition}: the state changed since this batch was checked "
+                                "(another update, or an expiry); check it again")
+        if prepared.verdicts.status[0] == Status.APPENDED:
+            commit(prepared.batch, prepared.verdicts, self.table, backend=self.backend)
+            self._generation += 1
 
     def append(
         self,
@@ -295,7 +309,10 @@ class ProducerStateManager:
         """Forget producers with no open transaction idle for ``producer_id_expiration_ms``; return how many."""
         now_ms = _require_int("now_ms", now_ms)
         expired = self._rows() & self.table.expired_rows(now_ms, self.producer_id_expiration_ms)
-        return self.table.remove_rows(expired, self.backend) if expired.any() else 0
+        if not expired.any():
+            return 0
+        self._generation += 1
+        return self.table.remove_rows(expired, self.backend)
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction on this partition, None when none is open."""

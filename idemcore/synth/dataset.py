@@ -37,6 +37,27 @@ PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 
+def _check_replaceable(out: Path) -> None:
+    """Only a dataset this function wrote (``truth.json`` and ``data/*.parquet``) or an empty directory may be
+    replaced: never a user's own files, never the working directory or one above it."""
+    if out.is_symlink() or not out.is_dir():
+        raise FileExistsError(f"{out} is not a directory; refusing to replace it")
+    resolved = out.resolve()
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
+        raise FileExistsError(f"{out} is the working directory or holds it; refusing to replace it")
+    foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in (DATA_DIR, TRUTH_FILE))
+    data = out / DATA_DIR
+    if data.is_dir():
+        foreign += sorted(f"{DATA_DIR}/{entry.name}" for entry in data.iterdir() if entry.suffix != ".parquet"
+                          or not entry.is_file())
+    elif data.exists():
+        foreign.append(DATA_DIR)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise FileExistsError(f"{out} is not a dataset written by generate (it holds {shown}); refusing to "
+                              "replace it")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -66,62 +87,70 @@ def generate(
                          "a file holds streams of one topic")
     partitions_per_file = min(partitions_per_file, partitions)
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; choose another path or overwrite it")
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise FileExistsError(f"{out} already exists; choose another path or overwrite it")
+        _check_replaceable(out)
     bar = tqdm(total=4, desc="generating", unit="step", disable=not progress, file=sys.stderr)
-    columns = synthetic_stream(batches, n_producers=producers, n_partitions=topics * partitions,
-                               retry_fraction=retry_fraction, seed=seed)
-    bar.update()
-    columns, truth, planted = inject_anomalies(columns, anomalies, duration_ms=duration_ms, seed=seed)
-    n = len(columns["partition"])
-    columns["seq_no"] = np.arange(n, dtype=np.int64)
-    bar.update()
-    stream = columns["partition"]  # global stream number: topic * partitions + partition
-    order = np.argsort(stream, kind="stable")  # clustered by stream, arrival order within
-    bar.update()
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the dataset gets the mode a mkdir would give it
     try:
-        (staging / DATA_DIR).mkdir()
-        sorted_stream = stream[order]
-        bounds = np.searchsorted(sorted_stream, np.arange(0, topics * partitions + 1, partitions_per_file))
-        files = []
-        for k in range(len(bounds) - 1):
-            rows = order[bounds[k]:bounds[k + 1]]
-            if not len(rows):
-                continue
-            first = int(stream[rows[0]])
-            topic, partition = divmod(first, partitions)
-            table = pa.table({
-                "topic": pa.array([topic_name(topic)] * len(rows), pa.string()).dictionary_encode(),
-                "partition": pa.array(columns["partition"][rows] % partitions),
-                **{name: pa.array(columns[name][rows]) for name in WRITTEN if name != "partition"},
-                "seq_no": pa.array(columns["seq_no"][rows]),
-            })
-            name = f"{DATA_DIR}/{topic_name(topic)}-{partition:05d}.parquet"
-            pq.write_table(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
-            files.append(name)
-        truth_doc = {
-            "batches": n, "order_by": "seq_no", "findings": truth,
-            "planted": [{"topic": topic_name(p["partition"] // partitions), "partition": p["partition"] % partitions,
-                         "producer_id": p["producer_id"], "seq_no": p["position"], "finding": p["finding"]}
-                        for p in planted],
-            "parameters": {"topics": topics, "partitions": partitions, "producers": producers, "batches": batches,
-                           "anomalies": anomalies, "seed": seed, "retry_fraction": retry_fraction,
-                           "duration_ms": duration_ms},
-            "files": files,
-        }
-        (staging / TRUTH_FILE).write_text(json.dumps(truth_doc, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    bar.update()
-    bar.close()
+        columns = synthetic_stream(batches, n_producers=producers, n_partitions=topics * partitions,
+                                   retry_fraction=retry_fraction, seed=seed)
+        bar.update()
+        columns, truth, planted = inject_anomalies(columns, anomalies, duration_ms=duration_ms, seed=seed)
+        n = len(columns["partition"])
+        columns["seq_no"] = np.arange(n, dtype=np.int64)
+        bar.update()
+        stream = columns["partition"]  # global stream number: topic * partitions + partition
+        order = np.argsort(stream, kind="stable")  # clustered by stream, arrival order within
+        bar.update()
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        staging.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the dataset gets the mode a mkdir would give it
+        try:
+            (staging / DATA_DIR).mkdir()
+            sorted_stream = stream[order]
+            bounds = np.searchsorted(sorted_stream, np.arange(0, topics * partitions + 1, partitions_per_file))
+            files = []
+            for k in range(len(bounds) - 1):
+                rows = order[bounds[k]:bounds[k + 1]]
+                if not len(rows):
+                    continue
+                first = int(stream[rows[0]])
+                topic, partition = divmod(first, partitions)
+                table = pa.table({
+                    "topic": pa.array([topic_name(topic)] * len(rows), pa.string()).dictionary_encode(),
+                    "partition": pa.array(columns["partition"][rows] % partitions),
+                    **{name: pa.array(columns[name][rows]) for name in WRITTEN if name != "partition"},
+                    "seq_no": pa.array(columns["seq_no"][rows]),
+                })
+                name = f"{DATA_DIR}/{topic_name(topic)}-{partition:05d}.parquet"
+                pq.write_table(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
+                files.append(name)
+            truth_doc = {
+                "batches": n, "order_by": "seq_no", "findings": truth,
+                "planted": [{"topic": topic_name(p["partition"] // partitions),
+                             "partition": p["partition"] % partitions, "producer_id": p["producer_id"],
+                             "seq_no": p["position"], "finding": p["finding"]} for p in planted],
+                "parameters": {"topics": topics, "partitions": partitions, "producers": producers, "batches": batches,
+                               "anomalies": anomalies, "seed": seed, "retry_fraction": retry_fraction,
+                               "duration_ms": duration_ms},
+                "files": files,
+            }
+            (staging / TRUTH_FILE).write_text(json.dumps(truth_doc, indent=1) + "\n")
+            if out.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+                os.replace(out, old / out.name)  # out is replaced in one rename; the old dataset goes after it
+                os.replace(staging, out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(staging, out)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        bar.update()
+    finally:
+        bar.close()  # also on an error, so the message is not drawn into the bar
     return truth_doc
 
 

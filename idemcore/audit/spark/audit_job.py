@@ -54,6 +54,20 @@ def _session(master: str | None, spark: Any, started: float) -> tuple[Any, float
     return session, started + time.perf_counter() - before
 
 
+def _check_out(out: Path, source: Any) -> None:
+    """``out`` must be a directory (or not exist yet) outside every audited path: the findings written
+    there would otherwise be read as input by the next audit."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"out={out} exists and is not a directory")
+    sources = source if isinstance(source, list | tuple) else [source]
+    for path in sources:
+        if isinstance(path, str | os.PathLike) and "://" not in str(path):
+            audited = Path(path).resolve()
+            if out.resolve() == audited or audited in out.resolve().parents:
+                raise ValueError(f"out={out} is inside the audited path {path}: the next audit would read its "
+                                 "findings as input; write the report elsewhere")
+
+
 def audit(
     source: Any, *, spark: Any = None, master: str | None = None, origin: str | Origin = "client",
     order_by: str | None = None, tasks: int | None = None, hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS,
@@ -71,6 +85,8 @@ def audit(
     there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
     """
     origin = Origin.parse(origin)  # the enum travels to the workers
+    if out is not None:
+        _check_out(Path(out), source)  # before the job, not after it
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
         # On the driver, before any job: each footer read once, names and types checked once.
