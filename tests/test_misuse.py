@@ -77,3 +77,10 @@ def test_audit_out_is_checked_before_any_job(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(FileExistsError, match="exists and is not a directory"):
         audit(tmp_path / "ds", out=tmp_path / "afile", spark=object())
+
+
+def test_a_simulation_that_cannot_progress_stops_with_a_reason():
+    from idemcore.sim import Faults, simulate
+
+    with pytest.raises(IdemcoreError, match=r"no progress: the broker crashed \d+ times for 50 records"):
+        simulate(producers=1, partitions=1, records=50, faults=Faults(crash_every=10), idempotence=False)

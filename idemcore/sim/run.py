@@ -12,6 +12,7 @@ from pathlib import Path
 from idemcore.broker import Broker
 from idemcore.client import Producer
 from idemcore.client.batch import RecordFuture
+from idemcore.errors import IdemcoreError
 from idemcore.sim.checker import CheckReport, SentRecord, check, encode_value
 from idemcore.sim.network import Faults, NetworkStats, SimulatedNetwork
 
@@ -72,6 +73,8 @@ def simulate(
         quota = [records // producers + (1 if i < records % producers else 0) for i in range(producers)]
         futures: list[list[RecordFuture]] = [[] for _ in range(producers)]
         resolved = [0] * producers
+        # Every crash must let some records through: far more crashes than that means none get through.
+        max_crashes = 100 + 10 * records // max(faults.crash_every, 1)
         while True:
             busy = False
             for i, client in enumerate(clients):
@@ -87,6 +90,11 @@ def simulate(
                 busy = busy or len(mine) < quota[i] or client.sender.has_pending_work()
             if not busy:
                 break
+            if network.stats.crashes > max_crashes:
+                raise IdemcoreError(
+                    f"no progress: the broker crashed {network.stats.crashes} times for {records} records; with "
+                    f"crash_every={faults.crash_every} a request's records are rewritten after every crash "
+                    "(raise crash_every, or turn idempotence on)")
             network.tick()
         sent = {i: [_outcome(f) for f in futures[i]] for i in range(producers)}
         while network.broker is None:  # the run may end while the broker restarts
