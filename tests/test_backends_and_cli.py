@@ -91,7 +91,7 @@ def test_manager_rejects_misuse():
         manager.append(7, 0, 0, 0, is_transactional=1)
     with pytest.raises(ValueError, match="unknown origin 'leader'"):
         manager.append(7, 0, 0, 0, origin="leader")
-    with pytest.raises(ValueError, match="partition must be >= 0"):
+    with pytest.raises(ValueError, match=r"partition must be in \[0, 2147483647\], got -1"):
         ProducerStateManager(partition=-1)
 
 
