@@ -60,24 +60,38 @@ _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
 _BYTES = frozenset((bytes,))
 _KEY_TYPES = frozenset((bytes, type(None)))
+_CONTAINERS = frozenset((list, tuple))
 
 
-def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
-    """Why a batch cannot be appended at all, or None. Checked before the producer-state rules."""
-    values = batch.values
+def _metadata_types(batch: RecordBatch) -> tuple[int, str] | None:
+    """Metadata and containers of the wrong type (checked apart: the common, well-typed case is one test)."""
     for name in ("producer_id", "producer_epoch", "base_sequence", "max_timestamp"):
         value = getattr(batch, name)
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             return ErrorCode.INVALID_RECORD, f"{name} must be an integer, not {type(value).__name__}"
     if not isinstance(batch.is_transactional, bool | np.bool_):
         return ErrorCode.INVALID_RECORD, f"is_transactional must be a bool, not {type(batch.is_transactional).__name__}"
+    for name in ("values", "keys"):
+        value = getattr(batch, name)
+        if (value is not None or name == "values") and \
+                (not isinstance(value, Sequence | np.ndarray) or isinstance(value, str | bytes)):
+            return ErrorCode.CORRUPT_MESSAGE, f"record {name} must be a sequence, not {type(value).__name__}"
+    return None
+
+
+def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
+    """Why a batch cannot be appended at all, or None. Checked before the producer-state rules."""
+    values = batch.values
+    well_typed = (type(batch.producer_id) is int and type(batch.producer_epoch) is int
+                  and type(batch.base_sequence) is int and type(batch.max_timestamp) is int
+                  and type(batch.is_transactional) is bool and type(values) in _CONTAINERS
+                  and (batch.keys is None or type(batch.keys) in _CONTAINERS))
+    if not well_typed:
+        problem = _metadata_types(batch)
+        if problem is not None:
+            return problem
     if not -2**63 <= batch.max_timestamp < 2**63:
         return ErrorCode.INVALID_RECORD, f"max_timestamp {batch.max_timestamp} is out of the int64 range"
-    if not isinstance(values, Sequence | np.ndarray) or isinstance(values, str | bytes):
-        return ErrorCode.CORRUPT_MESSAGE, f"record values must be a sequence of bytes, not {type(values).__name__}"
-    keys = batch.keys
-    if keys is not None and (not isinstance(keys, Sequence | np.ndarray) or isinstance(keys, str | bytes)):
-        return ErrorCode.CORRUPT_MESSAGE, f"record keys must be a sequence, not {type(batch.keys).__name__}"
     if isinstance(values, np.ndarray):
         if values.dtype.kind != "S" and not (values.dtype == object and all(type(v) is bytes for v in values)):
             return ErrorCode.CORRUPT_MESSAGE, f"record values of dtype {values.dtype} are not bytes"
