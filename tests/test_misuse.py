@@ -84,3 +84,73 @@ def test_a_simulation_that_cannot_progress_stops_with_a_reason():
 
     with pytest.raises(IdemcoreError, match=r"no progress: the broker crashed \d+ times for 50 records"):
         simulate(producers=1, partitions=1, records=50, faults=Faults(crash_every=10), idempotence=False)
+
+
+def test_two_managers_sharing_a_table_cannot_both_commit_a_stale_check():
+    from idemcore import ProducerStateTable
+
+    table = ProducerStateTable()
+    first, second = ProducerStateManager(0, table=table), ProducerStateManager(0, table=table)
+    a, b = first.prepare_update(1, 0, 0, 0), second.prepare_update(2, 0, 0, 0)
+    assert a.result.base_offset == b.result.base_offset == 0  # both checked against the same log end
+    first.update(a)
+    with pytest.raises(IdemcoreError, match="the state changed since this batch was checked"):
+        second.update(b)
+    assert first.log_end_offset == 1
+
+
+def test_producer_misuse_is_refused_at_the_call():
+    broker = Broker({"t": 2})
+    with pytest.raises(TypeError, match=r"transport must be a Broker or a Transport, not NoneType"):
+        Producer(None)
+    producer = Producer(broker, max_request_size=100)
+    with pytest.raises(ValueError, match="a record of 210 bytes is larger than max_request_size=100"):
+        producer.send("t", b"x" * 200)
+    with pytest.raises(ValueError, match="larger than max_request_size=100"):
+        producer.send_batch("t", [b"ok", b"x" * 200])
+    with pytest.raises(TypeError, match="timestamp must be an integer"):
+        producer.send("t", b"v", timestamp=1.7)
+    with pytest.raises(TypeError, match="partition must be an integer, not str"):
+        producer.send("t", b"v", partition="0")
+    import numpy as np
+
+    assert producer.send("t", b"v", partition=np.int64(1)).result().partition == 1
+
+
+def test_the_broker_keeps_its_own_copy_of_a_request_s_records(tmp_path):
+    from idemcore.net.messages import ProduceRequest
+    from idemcore.record.batch import RecordBatch
+
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        values = [b"original"]
+        broker.handle(ProduceRequest((RecordBatch("t", 0, values, None, 5, 0, 0),)))
+        values[0] = b"changed"
+        values.append(b"extra")
+        assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"original"]
+        assert broker.handle(ProduceRequest((RecordBatch("t", 0, [b"next"], None, 5, 0, 1),))).responses[0] \
+            .base_offset == 1
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        assert broker.log("t", 0).log_end_offset == 2
+
+
+@pytest.mark.parametrize("request_batches, message", [
+    (None, "ProduceRequest.batches must be a tuple of RecordBatch"),
+    (({"topic": "t"},), "ProduceRequest.batches must be a tuple of RecordBatch"),
+])
+def test_a_malformed_request_is_refused_by_type(request_batches, message):
+    from idemcore.net.messages import ProduceRequest
+
+    with pytest.raises(TypeError, match=message):
+        Broker({"t": 1}).handle(ProduceRequest(request_batches))
+    with pytest.raises(ValueError, match="acks must be one of"):
+        Broker({"t": 1}).handle(ProduceRequest((), acks=True))
+
+
+def test_overwrite_looks_at_what_the_entries_are_not_only_their_names(tmp_path):
+    generate(tmp_path / "ds", **SMALL)
+    (tmp_path / "ds" / "truth.json").unlink()
+    (tmp_path / "ds" / "truth.json").mkdir()
+    (tmp_path / "ds" / "truth.json" / "user.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match=r"it holds truth.json/"):
+        generate(tmp_path / "ds", overwrite=True, **SMALL)
+    assert (tmp_path / "ds" / "truth.json" / "user.txt").read_text() == "keep"

@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
@@ -111,24 +110,36 @@ def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
     return None
 
 
-def _lock_data_dir(data_dir: Path) -> IO[str]:
-    """Hold ``data_dir/.lock`` for this broker's lifetime (released when it closes or its process dies): two
-    brokers on one directory would hand out the same offsets."""
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an exclusive lock on ``data_dir`` itself for this broker's lifetime (released when it closes or its
+    process dies): two brokers on one directory would hand out the same offsets. Locking the directory, not a
+    file in it, means no file can be deleted to get round it. ``.lock`` names the holder, for messages."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    lock_file = open(data_dir / ".lock", "a+")  # held open until the broker closes
+    descriptor = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        lock_file.seek(0)
-        holder = lock_file.read().strip() or "unknown"
-        lock_file.close()
-        raise IdemcoreError(f"{data_dir} is in use by another broker (process {holder}); "
+        os.close(descriptor)
+        raise IdemcoreError(f"{data_dir} is in use by another broker (process {_lock_holder(data_dir)}); "
                             "one directory serves one broker at a time") from None
-    lock_file.seek(0)
-    lock_file.truncate()
-    lock_file.write(str(os.getpid()))
-    lock_file.flush()
-    return lock_file
+    try:  # O_NOFOLLOW: never write through a symlink someone put there
+        holder = os.open(data_dir / ".lock", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        os.write(holder, str(os.getpid()).encode())
+        os.close(holder)
+    except OSError:
+        pass  # only a name for messages
+    return descriptor
+
+
+def _lock_holder(data_dir: Path) -> str:
+    try:
+        descriptor = os.open(data_dir / ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return "unknown"
+    try:
+        return os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(descriptor)
 
 
 class _RequestColumns:
@@ -203,9 +214,10 @@ class Broker:
         self.backend = get_backend(backend)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
-        self._lock_file = None if self.data_dir is None else _lock_data_dir(self.data_dir)
+        self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
+        self._checkpoint: dict[str, int] = {}
         self._started = False  # until recovery succeeded: a failed start writes no shutdown checkpoint
         try:
             if producer_ids is None:
@@ -214,16 +226,17 @@ class Broker:
             self.producer_ids = producer_ids
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
+            self._checkpoint = self._recovery_points()
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
                     directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
                     self._index[(name, partition)] = len(self._logs)
-                    self._logs.append(PartitionLog(name, partition, directory, fsync))
+                    point = self._checkpoint.get(f"{name}-{partition}", 0)
+                    self._logs.append(PartitionLog(name, partition, directory, fsync, point))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
                                                     InitProducerIdRequest: self._init_producer_id}
-            self._check_against_checkpoint()
             self._recover()
             self._started = True
             if self.data_dir is not None:
@@ -245,32 +258,38 @@ class Broker:
 
     # ------------------------------------------------------------ recovery
 
-    def _check_against_checkpoint(self) -> None:
-        """Refuse logs shorter than the checkpoint (written at every start and clean close): deleted, emptied or
-        cut outside the broker. Offsets would otherwise start again below ones already acknowledged."""
-        if self.data_dir is None or not (self.data_dir / LOG_END_CHECKPOINT).exists():
-            return
+    def _recovery_points(self) -> dict[str, int]:
+        """Each partition's log end when the broker last started or closed cleanly (none: all 0)."""
+        if self.data_dir is None or not (self.data_dir / LOG_END_CHECKPOINT).is_file():
+            return {}
         path = self.data_dir / LOG_END_CHECKPOINT
         try:
             ends = json.loads(path.read_text())
-            shorter = [(p.name, p.log_end_offset, int(ends[p.name])) for p in self._logs
-                       if p.log_end_offset < int(ends.get(p.name, 0))]
-        except (ValueError, TypeError, AttributeError) as exc:
+            return {str(name): int(end) for name, end in ends.items()}
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
-        if shorter:
-            name, end, expected = shorter[0]
-            raise LogCorruptionError(
-                f"{name}: the log ends at offset {end}, but it held {expected} when the broker last started or "
-                f"closed: it was deleted or cut outside the broker. Restore it, or remove {path} to accept the loss")
 
     def _write_log_end_checkpoint(self) -> None:
+        """Record every log's end, after making the logs durable: the checkpoint never counts data a power
+        loss could take back. Partitions this broker does not serve keep their entries."""
+        for partition_log in self._logs:
+            partition_log.sync(force=True)
+        self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
         path = self.data_dir / LOG_END_CHECKPOINT
         partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps({p.name: p.log_end_offset for p in self._logs}))
-        with open(partial, "rb") as written:
-            os.fsync(written.fileno())
+        with open(partial, "w") as out:
+            out.write(json.dumps(self._checkpoint))
+            out.flush()
+            if self.fsync:
+                os.fsync(out.fileno())
         os.replace(partial, path)
+        if self.fsync:
+            directory = os.open(self.data_dir, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the rename itself
+            finally:
+                os.close(directory)
 
     def _recover(self) -> None:
         stored = [(number, base_offset, batch) for number, partition_log in enumerate(self._logs)
@@ -311,9 +330,11 @@ class Broker:
 
     def _produce(self, request: ProduceRequest) -> ProduceResponse | None:
         """Check every batch (one kernel call), write the accepted ones, commit those written."""
-        if request.acks not in _ACKS:
+        if type(request.acks) is not int or request.acks not in _ACKS:
             raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
         batches = request.batches
+        if not isinstance(batches, tuple | list) or not all(type(b) is RecordBatch for b in batches):
+            raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
         answers: list[PartitionResponse | None] = [None] * len(batches)
         if len(batches) > self._columns.capacity:
             self._columns = _RequestColumns(2 * len(batches))
@@ -322,8 +343,10 @@ class Broker:
         positions: list[int] = []
         seen: set[int] = set()
         for position, batch in enumerate(batches):
-            known = isinstance(batch.topic, str) and isinstance(batch.partition, int)
-            number = self._index.get((batch.topic, batch.partition)) if known else None
+            partition = batch.partition
+            known = isinstance(batch.topic, str) and isinstance(partition, int | np.integer) \
+                and not isinstance(partition, bool | np.bool_)
+            number = self._index.get((batch.topic, int(partition))) if known else None
             problem = None
             if number is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
@@ -427,15 +450,15 @@ class Broker:
         self._closed = True
         for partition_log in self._logs:
             partition_log.close()
-        if self._lock_file is not None and self._started:
+        if self._lock_descriptor is not None and self._started:
             self._write_log_end_checkpoint()  # every log is synced and closed
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
         if close_store is not None:
             close_store()
-        if self._lock_file is not None:
-            self._lock_file.close()  # releases the lock
-            self._lock_file = None
+        if self._lock_descriptor is not None:
+            os.close(self._lock_descriptor)  # releases the lock
+            self._lock_descriptor = None
 
     def __enter__(self) -> Broker:
         return self

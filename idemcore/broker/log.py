@@ -8,15 +8,16 @@ File format (little-endian), one frame per batch::
     i32 record_count, i64 max_timestamp, u8 flags (1: transactional)
     per record: i32 key length (-1: no key), key, i32 value length, value
 
-A frame cut short or failing its CRC at the end of the file is the tail of a
-write the broker never acknowledged (it writes, and syncs for acks=all, before
-answering): recovery drops it and truncates the file there. A bad frame with
-valid frames after it is corruption, not a torn write: recovery refuses to
+Offsets are contiguous from 0. A frame cut short or failing its CRC beyond the
+recovery point (see :class:`PartitionLog`) is the tail of a write cut short by
+a crash: recovery truncates the file there. Below it, or a log ending below it,
+or offsets that skip or repeat, is damage from outside: recovery refuses to
 start (``LogCorruptionError``) rather than drop acknowledged batches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -28,6 +29,9 @@ from idemcore.errors import IdemcoreError
 from idemcore.record.batch import RecordBatch
 
 log = logging.getLogger(__name__)
+
+#: Where the broker keeps the recovery points (named in messages; see ``broker.LOG_END_CHECKPOINT``).
+CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json"
 
 _PREFIX = struct.Struct("<II")
 _HEADER = struct.Struct("<qqhiiqB")
@@ -81,28 +85,16 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
                                                 epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
 
 
-def _next_frame(topic: str, partition: int, data: bytes, start: int, next_offset: int) -> int:
-    """Position of the first whole frame at or after ``start`` (its length fits, its CRC holds, it decodes)
-    holding offsets at or after ``next_offset``; -1 when there is none. A torn tail (the end of the last write
-    missing) has none; corruption in the middle of a log does. The offset condition keeps a frame that merely
-    appears inside the torn write's record bytes from counting, unless it was crafted with future offsets."""
-    for position in range(start, len(data) - _PREFIX.size - _HEADER.size + 1):
-        length, crc = _PREFIX.unpack_from(data, position)
-        end = position + _PREFIX.size + length
-        if _HEADER.size <= length and end <= len(data) and zlib.crc32(data[position + _PREFIX.size:end]) == crc:
-            try:
-                stored = _decode_body(topic, partition, data[position + _PREFIX.size:end])
-            except (LogCorruptionError, struct.error):
-                continue
-            if stored.base_offset >= next_offset:
-                return position
-    return -1
-
-
 class PartitionLog:
-    """Batches of one topic-partition; with ``directory``, also written to ``directory/log``."""
+    """Batches of one topic-partition; with ``directory``, also written to ``directory/log``.
 
-    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True) -> None:
+    ``recovery_point``: the log end when the broker last started or closed cleanly (its checkpoint). A log
+    that ends below it was damaged outside the broker and is refused; a bad frame beyond it is the torn tail
+    of a crash and is cut (Kafka's recovery point plays the same part).
+    """
+
+    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
+                 recovery_point: int = 0) -> None:
         self.topic = topic
         self.partition = partition
         self.batches: list[StoredBatch] = []
@@ -116,17 +108,22 @@ class PartitionLog:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / "log"
-            self.batches, valid_bytes = self._read(path) if path.exists() else ([], 0)
+            self.batches, valid_bytes = self._read(path, recovery_point) if path.exists() else ([], 0)
+            if not path.exists() and recovery_point > 0:
+                raise LogCorruptionError(
+                    f"{self.name}: {path} is missing, but held offsets up to {recovery_point - 1} when the broker "
+                    f"last started or closed. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
             # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the
             # acks; acks=all also fsyncs (sync()).
             self._file = open(path, "ab", buffering=0)
             if self._file.tell() != valid_bytes:
                 self.truncated_bytes = self._file.tell() - valid_bytes
-                log.warning("%s-%d: dropping a torn tail of %d bytes", topic, partition, self.truncated_bytes)
+                log.warning("%s: dropping a torn tail of %d bytes after offset %d (a write cut short by a crash)",
+                            self.name, self.truncated_bytes, self.log_end_offset - 1)
                 self._file.truncate(valid_bytes)
                 self._file.seek(valid_bytes)
 
-    def _read(self, path: Path) -> tuple[list[StoredBatch], int]:
+    def _read(self, path: Path, recovery_point: int) -> tuple[list[StoredBatch], int]:
         data = path.read_bytes()
         batches: list[StoredBatch] = []
         position = 0
@@ -135,19 +132,21 @@ class PartitionLog:
             end = position + _PREFIX.size + length
             body = data[position + _PREFIX.size:end]
             if end > len(data) or zlib.crc32(body) != crc or length < _HEADER.size:
-                break  # a torn tail, unless valid frames follow (checked below)
+                break  # a torn tail if it lies beyond the recovery point (checked below)
             stored = _decode_body(self.topic, self.partition, body)
-            if stored.base_offset <= self._end_of(batches):
-                raise LogCorruptionError(f"{self.name}: {path} holds offset {stored.base_offset} at byte {position}, "
-                                         f"after offset {self._end_of(batches)}: offsets must grow")
+            expected = self._end_of(batches) + 1
+            if stored.base_offset != expected:
+                raise LogCorruptionError(f"{self.name}: {path} holds offset {stored.base_offset} at byte {position} "
+                                         f"where offset {expected} belongs: batches are missing or repeated")
             batches.append(stored)
             position = end
-        following = _next_frame(self.topic, self.partition, data, position + 1, self._end_of(batches) + 1)
-        if following >= 0:
+        end_offset = self._end_of(batches) + 1
+        if end_offset < recovery_point:
+            what = f"is corrupt at byte {position}" if position < len(data) else "is shorter"
             raise LogCorruptionError(
-                f"{self.name}: {path} is corrupt at byte {position} (after offset {self._end_of(batches)}), and "
-                f"a valid batch follows at byte {following}; refusing to drop acknowledged batches. Restore the "
-                "file from a copy, or cut it at that byte yourself to accept the loss")
+                f"{self.name}: {path} {what}: it ends at offset {end_offset}, but held {recovery_point} when the "
+                "broker last started or closed (deleted, cut or damaged outside the broker). Restore it, or "
+                f"remove {CHECKPOINT_HINT} to accept the loss")
         return batches, position
 
     def _end_of(self, batches: list[StoredBatch]) -> int:
@@ -169,6 +168,10 @@ class PartitionLog:
         raises, the file is cut back to where it was and the batch is not added."""
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
+        if type(batch.values) is not tuple or not (batch.keys is None or type(batch.keys) is tuple):
+            # The log keeps its own immutable copy: a caller changing its list later changes nothing here.
+            batch = dataclasses.replace(batch, values=tuple(batch.values),
+                                        keys=None if batch.keys is None else tuple(batch.keys))
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
@@ -198,10 +201,10 @@ class PartitionLog:
         except OSError:
             log.exception("%s: could not cut the log back to byte %d", self.name, position)
 
-    def sync(self) -> None:
+    def sync(self, force: bool = False) -> None:
         """Make every appended batch durable: fsync, unless the log was opened with fsync=False (appends are
-        in the OS already)."""
-        if self._file is not None and self._dirty:
+        in the OS already). ``force``: also what an earlier process appended (after a crash)."""
+        if self._file is not None and (self._dirty or force):
             if self._fsync:
                 os.fsync(self._file.fileno())
             self._dirty = False

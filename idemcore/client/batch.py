@@ -89,7 +89,8 @@ class ProducerBatch:
 
     def to_wire(self) -> RecordBatch:
         """A fresh, immutable copy of what one attempt sends."""
-        return RecordBatch(self.topic, self.partition, self.values, self.keys, self.producer_id, self.producer_epoch,
+        return RecordBatch(self.topic, self.partition, tuple(self.values),
+                           None if self.keys is None else tuple(self.keys), self.producer_id, self.producer_epoch,
                            self.base_sequence, max(self.timestamps), False)
 
     def complete(self, base_offset: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import struct
 
 _SEED = 0x9747B28C
@@ -49,10 +50,12 @@ class Partitioner:
     def partition(self, topic: str, num_partitions: int, key: bytes | None, partition: int | None,
                   size: int = 0) -> int:
         if partition is not None:
-            if not isinstance(partition, int) or not 0 <= partition < num_partitions:
-                raise ValueError(f"partition {partition!r} out of range for topic {topic!r} "
+            if not isinstance(partition, numbers.Integral) or isinstance(partition, bool):
+                raise TypeError(f"partition must be an integer, not {type(partition).__name__}")
+            if not 0 <= partition < num_partitions:
+                raise ValueError(f"partition {partition} out of range for topic {topic!r} "
                                  f"with {num_partitions} partitions")
-            return partition
+            return int(partition)
         if key is not None:
             return partition_for_key(key, num_partitions)
         sticky = self._sticky.get(topic)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,8 +74,14 @@ class Producer:
     def __init__(self, transport: Transport | RequestHandler, *, backend: str | Backend | None = None,
                  **config: Any) -> None:
         self.config = ProducerConfig.from_kwargs(**config)
-        self.transport: Transport = InProcessTransport(transport) if isinstance(transport, RequestHandler) \
-            else transport
+        if isinstance(transport, RequestHandler):
+            transport = InProcessTransport(transport)
+        missing = [name for name in ("now_ms", "partition_count", "send", "poll", "disconnect", "tick")
+                   if not callable(getattr(transport, name, None))]
+        if missing:
+            raise TypeError(f"transport must be a Broker or a Transport, not {type(transport).__name__} "
+                            f"(it has no {', '.join(missing)})")
+        self.transport: Transport = transport
         self.client_id = self.config.client_id or f"producer-{next(_client_ids)}"
         self.partitions = PartitionArrays()
         self.idempotence = IdempotenceManager(self.partitions) if self.config.enable_idempotence else None
@@ -106,13 +113,19 @@ class Producer:
             raise ValueError("record headers are not carried by idemcore's wire and log format; pass headers=None")
         count = self._partition_count(topic)
         size = len(value) + RECORD_OVERHEAD
+        self._check_record_size(size + (len(key) if key is not None else 0))
         partition = self.partitioner.partition(topic, count, key, partition, size)
         now = self.transport.now_ms()
         batch, position = self.accumulator.append(topic, partition, key, value,
-                                                  now if timestamp is None else int(timestamp), now)
+                                                  now if timestamp is None else _timestamp(timestamp), now)
         if batch.size >= self.config.batch_size:
             self.sender.run_once()  # a full batch wakes the sender, as in Kafka
         return RecordFuture(batch, position, self._drive)
+
+    def _check_record_size(self, size: int) -> None:
+        """Kafka's RecordTooLargeException, at send: a record no request could carry."""
+        if size > self.config.max_request_size:
+            raise ValueError(f"a record of {size} bytes is larger than max_request_size={self.config.max_request_size}")
 
     def send_batch(self, topic: str, values: Any, keys: Any = None, partition: int | None = None) -> BatchSendFuture:
         """Queue many records at once (a list, NumPy array or pyarrow array of bytes); records of one
@@ -124,6 +137,10 @@ class Producer:
         key_list = None if keys is None else _bytes_list("keys", keys)
         if key_list is not None and len(key_list) != len(values):
             raise ValueError(f"{len(key_list)} keys for {len(values)} values")
+        if values:
+            largest = max(map(len, values)) if key_list is None else \
+                max(len(v) + (len(k) if k is not None else 0) for v, k in zip(values, key_list, strict=True))
+            self._check_record_size(largest + RECORD_OVERHEAD)
         count = self._partition_count(topic)
         now = self.transport.now_ms()
         if key_list is None:
@@ -187,6 +204,12 @@ class Producer:
         return {"requests": stats.requests, "retries": stats.retries, "failed_batches": stats.failed_batches,
                 "expired_batches": stats.expired_batches, "request_timeouts": stats.request_timeouts,
                 "epoch_bumps": self.idempotence.epoch_bumps if self.idempotence else 0}
+
+
+def _timestamp(value: Any) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"timestamp must be an integer (ms since the epoch), not {type(value).__name__}")
+    return int(value)
 
 
 def _bytes_list(name: str, values: Any) -> list[bytes]:

@@ -111,7 +111,7 @@ class PreparedAppend:
     batch: BatchMetadata
     verdicts: Verdicts
     manager: ProducerStateManager = field(repr=False, compare=False)
-    generation: int = field(repr=False, compare=False)  # the manager's state version it was checked against
+    generation: int = field(repr=False, compare=False)  # the table's generation it was checked against
 
     @property
     def result(self) -> AppendResult:
@@ -147,7 +147,6 @@ class ProducerStateManager:
         self.partition = _require_int("partition", partition)
         if not 0 <= self.partition <= INT32_MAX:
             raise ValueError(f"partition must be in [0, {INT32_MAX}], got {self.partition}")
-        self._generation = 0  # bumped by every change of state: a batch checked before it is stale
         self.producer_id_expiration_ms = _require_int("producer_id_expiration_ms", producer_id_expiration_ms)
         if self.producer_id_expiration_ms < 0:
             raise ValueError(f"producer_id_expiration_ms must be >= 0, got {self.producer_id_expiration_ms}")
@@ -169,7 +168,7 @@ class ProducerStateManager:
         single["partition"] = np.asarray([self.partition], dtype=np.int32)
         packed = BatchMetadata.coerce(single)
         verdicts = check(packed, self.table, origin=origin, backend=self.backend)
-        return PreparedAppend(packed, verdicts, self, self._generation)
+        return PreparedAppend(packed, verdicts, self, self.table.generation)
 
     def prepare_update(
         self,
@@ -236,12 +235,11 @@ class ProducerStateManager:
         if prepared.manager is not self:
             raise ValueError(f"the batch was prepared by the manager of partition {prepared.manager.partition}, "
                              f"not by this one (partition {self.partition})")
-        if prepared.generation != self._generation:
+        if prepared.generation != self.table.generation:
             raise IdemcoreError(f"partition {self.partition}: the state changed since this batch was checked "
                                 "(another update, or an expiry); check it again")
         if prepared.verdicts.status[0] == Status.APPENDED:
             commit(prepared.batch, prepared.verdicts, self.table, backend=self.backend)
-            self._generation += 1
 
     def append(
         self,
@@ -309,10 +307,7 @@ class ProducerStateManager:
         """Forget producers with no open transaction idle for ``producer_id_expiration_ms``; return how many."""
         now_ms = _require_int("now_ms", now_ms)
         expired = self._rows() & self.table.expired_rows(now_ms, self.producer_id_expiration_ms)
-        if not expired.any():
-            return 0
-        self._generation += 1
-        return self.table.remove_rows(expired, self.backend)
+        return self.table.remove_rows(expired, self.backend) if expired.any() else 0
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction on this partition, None when none is open."""

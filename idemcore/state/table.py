@@ -57,6 +57,8 @@ class ProducerStateTable:
             raise ValueError("capacities must be at least 1")
         self.counters = np.zeros(3, dtype=np.int64)  # n_rows, n_partitions, completed txns of a call
         self._arrays: StateArrays | None = None
+        #: Bumped by every change of state (commit, validate, removal): a check made before it is stale.
+        self.generation = 0
         self._allocate_rows(row_capacity)
         self._allocate_partitions(partition_capacity)
 
@@ -121,6 +123,7 @@ class ProducerStateTable:
         for array in self._rows().values():
             array[:kept] = array[:n][keep]
         self.counters[rules.N_ROWS] = kept
+        self.generation += 1
         self._reindex(get_backend(backend))
         return n - kept
 
@@ -196,7 +199,9 @@ class ProducerStateTable:
         """An independent copy."""
         clone = object.__new__(ProducerStateTable)
         for name, value in vars(self).items():
-            setattr(clone, name, value.copy() if isinstance(value, np.ndarray) else None)
+            if isinstance(value, np.ndarray):
+                value = value.copy()
+            setattr(clone, name, None if name == "_arrays" else value)  # the kernel view is rebuilt on use
         return clone
 
     def __repr__(self) -> str:

@@ -202,6 +202,7 @@ def check_into(kernel: Backend, columns: BatchColumns, origin: Origin, start: in
 def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, state: ProducerStateTable,
                 verdicts: CommitVerdicts) -> None:
     """The kernel's commit_batches, growing the table when it runs out of room."""
+    state.generation += 1
     while True:
         start = kernel.commit_batches(*columns, start, stop, *state.kernel_arrays(), *verdicts)
         if start >= stop:
@@ -218,6 +219,7 @@ def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Orig
     columns = packed.kernel_columns()
     n = len(packed)
     state.counters[rules.N_COMPLETED] = 0
+    state.generation += 1
     start = 0
     while True:
         start = kernel.validate_batches(*columns, int(origin), start, n, *state.kernel_arrays(), *out, *txns)

@@ -45,13 +45,19 @@ def _check_replaceable(out: Path) -> None:
     resolved = out.resolve()
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
         raise FileExistsError(f"{out} is the working directory or holds it; refusing to replace it")
-    foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in (DATA_DIR, TRUTH_FILE))
-    data = out / DATA_DIR
-    if data.is_dir():
-        foreign += sorted(f"{DATA_DIR}/{entry.name}" for entry in data.iterdir() if entry.suffix != ".parquet"
-                          or not entry.is_file())
-    elif data.exists():
-        foreign.append(DATA_DIR)
+    # A dataset holds a truth.json file and a data/ directory of .parquet files; symlinks count as the entry
+    # itself (removing a tree unlinks them, never what they point to).
+    foreign = []
+    for entry in sorted(out.iterdir()):
+        if entry.is_symlink() and entry.name in (DATA_DIR, TRUTH_FILE):
+            continue
+        if entry.name == TRUTH_FILE and entry.is_file():
+            continue
+        if entry.name == DATA_DIR and entry.is_dir():
+            foreign += [f"{DATA_DIR}/{inner.name}" for inner in sorted(entry.iterdir())
+                        if not (inner.is_symlink() or (inner.is_file() and inner.suffix == ".parquet"))]
+            continue
+        foreign.append(entry.name + ("/" if entry.is_dir() else ""))
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise FileExistsError(f"{out} is not a dataset written by generate (it holds {shown}); refusing to "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,19 @@ def _check_out(out: Path, source: Any) -> None:
         raise FileExistsError(f"out={out} exists and is not a directory")
     sources = source if isinstance(source, list | tuple) else [source]
     for path in sources:
-        if isinstance(path, str | os.PathLike) and "://" not in str(path):
-            audited = Path(path).resolve()
-            if out.resolve() == audited or audited in out.resolve().parents:
-                raise ValueError(f"out={out} is inside the audited path {path}: the next audit would read its "
-                                 "findings as input; write the report elsewhere")
+        if not isinstance(path, str | os.PathLike):
+            continue
+        text = str(path)
+        if text.startswith("file://"):
+            text = urllib.parse.urlparse(text).path
+        elif "://" in text:
+            continue  # another file system: out (a local path) cannot be inside it
+        audited = Path(text).resolve()
+        if audited.is_file():
+            audited = audited.parent  # a report beside the file would be read when its directory is audited
+        if out.resolve() == audited or audited in out.resolve().parents:
+            raise ValueError(f"out={out} is inside the audited path {path}: the next audit would read its "
+                             "findings as input; write the report elsewhere")
 
 
 def audit(
