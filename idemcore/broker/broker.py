@@ -376,19 +376,18 @@ class Broker:
                 for j in set(appended).difference(written):
                     status[j] = _REJECTED  # not written: not committed, the retry will be appended
                 commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
-            for j in range(k):
-                batch = batches[positions[j]]
-                partition_log = self._logs[numbers[j]]
+            errors, offsets = verdicts.out_error_code[:k].tolist(), verdicts.out_base_offset[:k].tolist()
+            for j, (position, error, offset) in enumerate(zip(positions, errors, offsets, strict=True)):
+                batch = batches[position]
+                log_start = self._logs[numbers[j]].log_start_offset
                 if j in failed:
-                    answers[positions[j]] = PartitionResponse(
-                        batch.topic, batch.partition, ErrorCode.KAFKA_STORAGE_ERROR,
-                        log_start_offset=partition_log.log_start_offset, error_message=failed[j])
-                    continue
-                error = int(verdicts.out_error_code[j])
-                answers[positions[j]] = PartitionResponse(
-                    batch.topic, batch.partition, error, int(verdicts.out_base_offset[j]),
-                    log_start_offset=partition_log.log_start_offset,
-                    error_message=self._explain(j, batch) if error else None)
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, ErrorCode.KAFKA_STORAGE_ERROR,
+                                                          log_start_offset=log_start, error_message=failed[j])
+                elif error:
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, error, offset, -1, log_start,
+                                                          self._explain(j, batch))
+                else:
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
         if request.acks == 0:
             return None
         return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]

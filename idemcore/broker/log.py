@@ -17,7 +17,6 @@ start (``LogCorruptionError``) rather than drop acknowledged batches.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import struct
@@ -170,8 +169,10 @@ class PartitionLog:
             raise IdemcoreError(f"{self.name}: the log is closed")
         if type(batch.values) is not tuple or not (batch.keys is None or type(batch.keys) is tuple):
             # The log keeps its own immutable copy: a caller changing its list later changes nothing here.
-            batch = dataclasses.replace(batch, values=tuple(batch.values),
-                                        keys=None if batch.keys is None else tuple(batch.keys))
+            batch = RecordBatch(batch.topic, batch.partition, tuple(batch.values),
+                                None if batch.keys is None else tuple(batch.keys), batch.producer_id,
+                                batch.producer_epoch, batch.base_sequence, batch.max_timestamp,
+                                batch.is_transactional)
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
