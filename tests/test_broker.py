@@ -378,3 +378,35 @@ def test_the_directory_lock_cannot_be_removed_or_redirected(tmp_path):
         (data / ".lock").unlink()
         with pytest.raises(IdemcoreError, match="is in use by another broker"):
             Broker({"t": 1}, data_dir=data)
+
+
+def test_a_batch_above_message_max_bytes_is_refused_and_its_neighbours_are_written():
+    broker = Broker({"t": 2}, message_max_bytes=200)
+    small, large = batch(0, [b"a" * 50]), batch(1, [b"b" * 60, b"c" * 60])  # 61 + 50 + 10; 61 + 120 + 20
+    answers = broker.handle(ProduceRequest((small, large))).responses
+    assert [(a.error_code, a.base_offset) for a in answers] == [(0, 0), (ErrorCode.MESSAGE_TOO_LARGE, -1)]
+    assert answers[1].error_message == "a batch of 201 bytes is larger than message_max_bytes=200"
+    assert broker.log("t", 1).log_end_offset == 0
+    # Refused before the producer-state check: the same sequence, made small enough, is appended.
+    retry = broker.handle(ProduceRequest((batch(1, [b"b"]),))).responses[0]
+    assert (retry.error_code, retry.base_offset) == (0, 0)
+    with pytest.raises(ValueError, match="message_max_bytes must be a positive integer, got 0"):
+        Broker({"t": 1}, message_max_bytes=0)
+
+
+def test_a_producer_told_message_too_large_fails_the_batch_with_the_broker_s_words():
+    producer = Producer(Broker({"t": 1}, message_max_bytes=100), batch_size=1000)
+    future = producer.send("t", b"x" * 80, partition=0)
+    with pytest.raises(DeliveryError, match="a batch of 151 bytes is larger than message_max_bytes=100") as caught:
+        future.result()
+    assert caught.value.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert producer.send("t", b"y", partition=0).result().offset == 0  # the sequences were adjusted
+
+
+def test_a_record_above_max_request_size_is_refused_at_send():
+    from idemcore.client import RecordTooLargeError
+
+    producer = Producer(Broker({"t": 1}), max_request_size=100)
+    with pytest.raises(RecordTooLargeError, match="a record of 101 bytes is larger than max_request_size=100"):
+        producer.send("t", b"x" * 91, partition=0)
+    assert RecordTooLargeError.error_code == ErrorCode.MESSAGE_TOO_LARGE

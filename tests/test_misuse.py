@@ -55,13 +55,20 @@ def test_a_prepared_batch_is_committed_at_most_once_and_only_by_its_manager():
 
 
 @pytest.mark.parametrize("setting, message", [
-    ({"enable_idempotence": "false"}, "enable_idempotence must be True or False, got 'false'"),
+    ({"enable_idempotence": "no"}, "enable_idempotence must be True, False, 'true' or 'false', got 'no'"),
+    ({"enable_idempotence": 1}, "enable_idempotence must be True, False, 'true' or 'false', got 1"),
     ({"acks": 1.0}, "acks must be 'all', -1, 0 or 1, got 1.0"),
     ({"client_id": 5}, "client_id must be a string, got 5"),
 ])
 def test_producer_settings_of_the_wrong_type_are_refused(setting, message):
     with pytest.raises(ConfigError, match=message):
         Producer(Broker({"t": 1}), **setting)
+
+
+@pytest.mark.parametrize("text, expected", [("false", False), ("FALSE", False), ("true", True), (" True ", True)])
+def test_boolean_settings_parse_true_and_false_strings_as_kafka_does(text, expected):
+    # The string "false" is truthy in Python: it must still turn idempotence off.
+    assert Producer(Broker({"t": 1}), enable_idempotence=text).config.enable_idempotence is expected
 
 
 def test_an_empty_send_batch_gives_no_offsets():

@@ -40,7 +40,12 @@ from idemcore.net.messages import (
     Response,
 )
 from idemcore.protocol.codes import ErrorCode, Origin, Status
-from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX
+from idemcore.protocol.constants import (
+    DEFAULT_MESSAGE_MAX_BYTES,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    INT16_MAX,
+    INT32_MAX,
+)
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import COLUMNS, BatchMetadata
@@ -184,9 +189,12 @@ class Broker:
     partition to an append-only file (fsync'd per produce request with
     acks=all) and, on start, rebuild producer state by replaying the logs with
     REPLICATION origin. ``producer_ids``: the id allocator; by default one over
-    a SQLite store in ``data_dir`` (or in memory). ``fsync=False`` keeps writes
-    in the OS page cache only: they survive a crash of this process (what the
-    simulation injects), not of the machine.
+    a SQLite store in ``data_dir`` (or in memory). ``fsync=False`` keeps the
+    writes of acks=all requests in the OS page cache too: they survive a crash of
+    this process, not of the machine (the logs are still fsync'd at start and
+    close, before their recovery points are written). ``message_max_bytes``:
+    the largest batch accepted (Kafka's ``message.max.bytes``); a larger one is
+    answered MESSAGE_TOO_LARGE.
     """
 
     def __init__(
@@ -199,6 +207,7 @@ class Broker:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         backend: str | Backend | None = None,
         fsync: bool = True,
+        message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -208,6 +217,9 @@ class Broker:
                                  "(Kafka's rule; a topic names a directory)")
             if not isinstance(count, int) or count < 1:
                 raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
+        if type(message_max_bytes) is not int or message_max_bytes < 1:
+            raise ValueError(f"message_max_bytes must be a positive integer, got {message_max_bytes!r}")
+        self.message_max_bytes = message_max_bytes
         self.broker_id = broker_id
         self.topics = dict(topics)
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -271,25 +283,24 @@ class Broker:
                 from None
 
     def _write_log_end_checkpoint(self) -> None:
-        """Record every log's end, after making the logs durable: the checkpoint never counts data a power
-        loss could take back. Partitions this broker does not serve keep their entries."""
+        """Record every log's end, after making the logs durable (whatever ``fsync`` says, as Kafka flushes
+        before moving a recovery point): the checkpoint never counts data a power loss could take back.
+        Partitions this broker does not serve keep their entries."""
         for partition_log in self._logs:
-            partition_log.sync(force=True)
+            partition_log.flush()
         self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
         path = self.data_dir / LOG_END_CHECKPOINT
         partial = path.with_suffix(".partial")
         with open(partial, "w") as out:
             out.write(json.dumps(self._checkpoint))
             out.flush()
-            if self.fsync:
-                os.fsync(out.fileno())
+            os.fsync(out.fileno())
         os.replace(partial, path)
-        if self.fsync:
-            directory = os.open(self.data_dir, os.O_RDONLY)
-            try:
-                os.fsync(directory)  # the rename itself
-            finally:
-                os.close(directory)
+        directory = os.open(self.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself
+        finally:
+            os.close(directory)
 
     def _recover(self) -> None:
         stored = [(number, base_offset, batch) for number, partition_log in enumerate(self._logs)
@@ -354,6 +365,9 @@ class Broker:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
                 problem = _malformed(batch)
+                if problem is None and batch.size_in_bytes() > self.message_max_bytes:
+                    problem = ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {batch.size_in_bytes()} bytes is larger than "
+                                                            f"message_max_bytes={self.message_max_bytes}")
             if problem is not None:
                 answers[position] = PartitionResponse(batch.topic, batch.partition, problem[0],
                                                       error_message=problem[1])
@@ -458,6 +472,15 @@ class Broker:
         if self._lock_descriptor is not None:
             os.close(self._lock_descriptor)  # releases the lock
             self._lock_descriptor = None
+
+    def kill(self) -> None:
+        """Stop as a killed process does (for simulations and fault tests): the files are closed without a
+        flush and without the shutdown checkpoint, and the directory's lock is released; nothing else."""
+        self._closed = True
+        for partition_log in self._logs:
+            partition_log.abandon()
+        self._started = False  # close() after this writes no checkpoint
+        self.close()
 
     def __enter__(self) -> Broker:
         return self

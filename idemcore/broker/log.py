@@ -102,6 +102,8 @@ class PartitionLog:
         self._file: BinaryIO | None = None
         self._dirty = False
         self._last_position = 0
+        #: Bytes of the file known to be on disk (fsync'd): what a power loss cannot take back.
+        self.synced_bytes = 0
         self._closed = False
         self._fsync = fsync
         if directory is not None:
@@ -162,6 +164,23 @@ class PartitionLog:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def path(self) -> Path | None:
+        """The log file, or None for a log kept in memory."""
+        return None if self._file is None else Path(self._file.name)
+
+    @property
+    def last_append_position(self) -> int:
+        """The byte at which the last appended frame starts (a crash mid-write tears from there)."""
+        return self._last_position
+
+    def abandon(self) -> None:
+        """Close the file as a dying process does: no flush; what reached the OS stays, nothing more."""
+        self._closed = True
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def append(self, base_offset: int, batch: RecordBatch) -> None:
         """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when the write
         raises, the file is cut back to where it was and the batch is not added."""
@@ -202,18 +221,25 @@ class PartitionLog:
         except OSError:
             log.exception("%s: could not cut the log back to byte %d", self.name, position)
 
-    def sync(self, force: bool = False) -> None:
-        """Make every appended batch durable: fsync, unless the log was opened with fsync=False (appends are
-        in the OS already). ``force``: also what an earlier process appended (after a crash)."""
-        if self._file is not None and (self._dirty or force):
-            if self._fsync:
-                os.fsync(self._file.fileno())
+    def sync(self) -> None:
+        """Make the batches appended since the last sync durable (acks=all): fsync, unless the log was opened
+        with fsync=False (the appends are in the OS already)."""
+        if self._dirty and self._fsync:
+            self.flush()
+        self._dirty = False
+
+    def flush(self) -> None:
+        """fsync the whole file whatever the fsync setting, and what an earlier process appended: before a
+        recovery point counts these batches, and at close (Kafka flushes at shutdown too)."""
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+            self.synced_bytes = self._file.tell()
             self._dirty = False
 
     def close(self) -> None:
         self._closed = True
         if self._file is not None:
-            self.sync()
+            self.flush()
             self._file.close()
             self._file = None
 

@@ -2,7 +2,7 @@
 
 from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
 from idemcore.client.config import ConfigError, ProducerConfig
-from idemcore.client.producer import BatchSendFuture, Producer, ProducerClosedError
+from idemcore.client.producer import BatchSendFuture, Producer, ProducerClosedError, RecordTooLargeError
 
 __all__ = ["BatchSendFuture", "ConfigError", "DeliveryError", "Producer", "ProducerClosedError", "ProducerConfig",
-           "RecordFuture", "RecordMetadata"]
+           "RecordFuture", "RecordMetadata", "RecordTooLargeError"]

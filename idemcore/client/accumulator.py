@@ -6,12 +6,13 @@ from collections import deque
 
 import numpy as np
 
-from idemcore.client.batch import RECORD_OVERHEAD, ProducerBatch
+from idemcore.client.batch import ProducerBatch
 from idemcore.client.config import ProducerConfig
 from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
 from idemcore.kernels import Backend
 from idemcore.protocol.sequences import seq_at_or_before
+from idemcore.record.batch import RECORD_OVERHEAD
 
 
 class RecordAccumulator:

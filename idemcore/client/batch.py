@@ -11,9 +11,6 @@ from idemcore.protocol.constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCE
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 
-#: Bytes counted per record on top of its key and value (Kafka's record framing is about this size).
-RECORD_OVERHEAD = 10
-
 
 class RecordMetadata(NamedTuple):
     topic: str

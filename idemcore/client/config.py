@@ -14,6 +14,8 @@ class ConfigError(IdemcoreError, ValueError):
 
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
+#: Kafka's boolean settings take only true/false (any case), as its ConfigDef parses them.
+_BOOLEANS = {"true": True, "false": False}
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,8 @@ class ProducerConfig:
         if unknown:
             raise ConfigError(f"unknown producer setting(s): {', '.join(unknown)}")
         explicit_idempotence = "enable_idempotence" in config
-        if explicit_idempotence and not isinstance(config["enable_idempotence"], bool):
-            raise ConfigError(f"enable_idempotence must be True or False, got {config['enable_idempotence']!r}")
+        if explicit_idempotence:
+            config["enable_idempotence"] = _boolean("enable_idempotence", config["enable_idempotence"])
         if "client_id" in config and not isinstance(config["client_id"], str):
             raise ConfigError(f"client_id must be a string, got {config['client_id']!r}")
         if "acks" in config:
@@ -74,3 +76,13 @@ class ProducerConfig:
             raise ConfigError(f"delivery_timeout_ms ({values['delivery_timeout_ms']}) must be at least linger_ms + "
                               f"request_timeout_ms ({values['linger_ms'] + values['request_timeout_ms']})")
         return cls(**values)
+
+
+def _boolean(name: str, value: Any) -> bool:
+    """A boolean setting: True/False, or the strings "true"/"false" in any case (never truthiness: the
+    string "false" is not True)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _BOOLEANS:
+        return _BOOLEANS[value.strip().lower()]
+    raise ConfigError(f"{name} must be True, False, 'true' or 'false', got {value!r}")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from idemcore.client.accumulator import RecordAccumulator
-from idemcore.client.batch import RECORD_OVERHEAD, DeliveryError, ProducerBatch, RecordFuture, RecordMetadata
+from idemcore.client.batch import DeliveryError, ProducerBatch, RecordFuture, RecordMetadata
 from idemcore.client.config import ProducerConfig
 from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitioner import Partitioner
@@ -19,13 +19,21 @@ from idemcore.client.sender import Sender
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
+from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
+from idemcore.record.batch import RECORD_OVERHEAD
 
 _client_ids = itertools.count()
 
 
 class ProducerClosedError(IdemcoreError):
     """send() after close()."""
+
+
+class RecordTooLargeError(IdemcoreError, ValueError):
+    """Kafka's RecordTooLargeException at send: a record larger than ``max_request_size``."""
+
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 def _as_bytes(name: str, value: Any) -> bytes:
@@ -125,7 +133,8 @@ class Producer:
     def _check_record_size(self, size: int) -> None:
         """Kafka's RecordTooLargeException, at send: a record no request could carry."""
         if size > self.config.max_request_size:
-            raise ValueError(f"a record of {size} bytes is larger than max_request_size={self.config.max_request_size}")
+            raise RecordTooLargeError(f"a record of {size} bytes is larger than "
+                                      f"max_request_size={self.config.max_request_size}")
 
     def send_batch(self, topic: str, values: Any, keys: Any = None, partition: int | None = None) -> BatchSendFuture:
         """Queue many records at once (a list, NumPy array or pyarrow array of bytes); records of one

@@ -17,3 +17,6 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 #: Kafka's default ``transaction.max.timeout.ms``: no transaction may legitimately stay open longer.
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
+#: Kafka's default ``message.max.bytes``: the largest record batch a broker accepts (1 MiB plus the 12 bytes of
+#: log overhead).
+DEFAULT_MESSAGE_MAX_BYTES = 1_048_588

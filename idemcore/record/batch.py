@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
+#: Bytes counted per record on top of its key and value (Kafka's record framing is about this size).
+RECORD_OVERHEAD = 10
+#: Bytes of a v2 RecordBatch header (Kafka's ``RECORD_BATCH_OVERHEAD``).
+BATCH_OVERHEAD = 61
+
 
 @dataclass(slots=True, frozen=True)
 class RecordBatch:
@@ -34,5 +39,14 @@ class RecordBatch:
     @property
     def record_count(self) -> int:
         return len(self.values)
+
+    def size_in_bytes(self) -> int:
+        """The batch's size as the broker's ``message_max_bytes`` counts it: header, and per record its key,
+        value and framing (Kafka's v2 encoding is within a few bytes of this, uncompressed)."""
+        values = self.values
+        size = sum(map(len, values))
+        if self.keys is not None:
+            size += sum(len(key) for key in self.keys if key is not None)
+        return BATCH_OVERHEAD + size + RECORD_OVERHEAD * len(values)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from idemcore.broker import Broker
 from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request
 from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
+
+CRASH_KINDS = ("process", "machine")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,10 @@ class Faults:
     duplicate: float = 0.0  # the broker receives the request twice
     retriable_error: float = 0.0  # NOT_LEADER_OR_FOLLOWER before appending, or REQUEST_TIMED_OUT after it
     crash_every: int = 0  # crash and restart the broker after this many records written (0: never)
+    #: "process": the broker's process dies (what reached the OS survives); "machine": the machine loses power
+    #: (each log keeps what was fsync'd and a random part of the rest, what the OS had written back).
+    crash_kind: str = "process"
+    tear_writes: bool = True  # the crash cuts the request being written: its last frame is torn, no answer
     latency_ms: int = 1
     reorder_delay_ms: int = 20
     restart_ms: int = 50
@@ -40,6 +47,8 @@ class Faults:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
+        if self.crash_kind not in CRASH_KINDS:
+            raise ValueError(f"crash_kind must be one of {', '.join(CRASH_KINDS)}, got {self.crash_kind!r}")
         for name in ("crash_every", "latency_ms", "reorder_delay_ms", "restart_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -54,6 +63,8 @@ class NetworkStats:
     duplicated: int = 0
     retriable_errors: int = 0
     crashes: int = 0
+    torn_writes: int = 0  # frames cut short by a crash
+    bytes_lost: int = 0  # bytes of the logs a crash took back (torn frames; unsynced data on a machine crash)
     records_written: int = 0
 
 
@@ -140,11 +151,17 @@ class SimulatedNetwork:
             if before:
                 response = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
-                before_end = _records_held(broker)
+                before = _log_ends(broker)
                 response = broker.handle(request)
-                written = _records_held(broker) - before_end  # duplicates answer NONE but add nothing
+                after = _log_ends(broker)
+                written = sum(after) - sum(before)  # duplicates answer NONE but add nothing
                 self.stats.records_written += written
                 self._written_since_crash += written
+                if faults.crash_every and self._written_since_crash >= faults.crash_every:
+                    # The process dies while writing this request: no answer goes out.
+                    grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
+                    self._crash(grown[-1] if grown and faults.tear_writes else None)
+                    return
                 if retriable:  # appended, but the answer says the replication wait timed out
                     response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
         if response is None:
@@ -154,14 +171,30 @@ class SimulatedNetwork:
         else:
             heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
                                           connection, request, response))
-        if faults.crash_every and self._written_since_crash >= faults.crash_every:
-            self._crash()
 
-    def _crash(self) -> None:
+    def _crash(self, torn: int | None) -> None:
+        """The broker dies: ``torn`` (a log's number) was being written; its last frame is cut at a random byte.
+        A machine crash also takes back from every log what was not fsync'd."""
         self.stats.crashes += 1
         self._written_since_crash = 0
-        self.broker.close()
+        logs = self.broker.logs()
+        paths = [(partition_log.path, partition_log.last_append_position, partition_log.synced_bytes)
+                 for partition_log in logs]
+        self.broker.kill()
         self.broker = None
+        for k, (path, last_frame, synced) in enumerate(paths):
+            if path is None:
+                continue
+            size = keep = path.stat().st_size
+            if k == torn and size > last_frame:
+                keep = last_frame + int(self.rng.integers(0, size - last_frame))
+                self.stats.torn_writes += 1
+            if self.faults.crash_kind == "machine" and keep > synced:
+                # The OS had written back some of the page cache, a prefix of what was not fsync'd.
+                keep = synced + int(self.rng.integers(0, keep - synced + 1))
+            if keep < size:
+                os.truncate(path, keep)
+                self.stats.bytes_lost += size - keep
         self._events = [e for e in self._events if e[2] == "request"]  # answers of a dead broker never come
         heapq.heapify(self._events)
         self._restart_at = self.now + max(1, self.faults.restart_ms)
@@ -171,8 +204,8 @@ class SimulatedNetwork:
             self.broker.close()
 
 
-def _records_held(broker: Broker) -> int:
-    return sum(partition_log.log_end_offset for partition_log in broker.logs())
+def _log_ends(broker: Broker) -> list[int]:
+    return [partition_log.log_end_offset for partition_log in broker.logs()]
 
 
 def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse:
@@ -180,4 +213,4 @@ def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse
         PartitionResponse(b.topic, b.partition, error_code) for b in request.batches))
 
 
-__all__ = ["Faults", "NetworkStats", "SimulatedNetwork"]
+__all__ = ["CRASH_KINDS", "Faults", "NetworkStats", "SimulatedNetwork"]
