@@ -15,6 +15,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOPIC_OR_PARTITION = 3
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10  # a batch above the broker's message_max_bytes (Kafka's RecordTooLargeException)
     NETWORK_EXCEPTION = 13  # client side: the connection broke with the request in flight
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
