@@ -394,13 +394,34 @@ def test_a_batch_above_message_max_bytes_is_refused_and_its_neighbours_are_writt
         Broker({"t": 1}, message_max_bytes=0)
 
 
-def test_a_producer_told_message_too_large_fails_the_batch_with_the_broker_s_words():
+def test_a_producer_told_message_too_large_fails_a_single_record_with_the_broker_s_words():
     producer = Producer(Broker({"t": 1}, message_max_bytes=100), batch_size=1000)
     future = producer.send("t", b"x" * 80, partition=0)
     with pytest.raises(DeliveryError, match="a batch of 151 bytes is larger than message_max_bytes=100") as caught:
         future.result()
     assert caught.value.error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert producer.send("t", b"y", partition=0).result().offset == 0  # the sequences were adjusted
+
+
+@pytest.mark.parametrize("how, idempotent", [("send", True), ("send_batch", True), ("send", False)])
+def test_a_batch_the_broker_finds_too_large_is_split_and_every_record_delivered_once_in_order(how, idempotent):
+    broker = Broker({"t": 1}, message_max_bytes=400)
+    producer = Producer(broker, batch_size=100_000, linger_ms=1000, enable_idempotence=idempotent)
+    values = [b"r%03d" % i + b"." * 36 for i in range(40)]  # 50 bytes each: 40 records are 2,061 bytes
+    keys = [b"k%d" % i if i % 3 or how == "send_batch" else None for i in range(40)]  # send_batch: all or none
+    if how == "send":
+        futures = [producer.send("t", value, key, partition=0) for value, key in zip(values, keys, strict=True)]
+        offsets = [future.result().offset for future in futures]
+    else:
+        offsets = producer.send_batch("t", values, keys, partition=0).result().tolist()
+    assert offsets == list(range(40))
+    records = list(broker.log("t", 0).records())
+    assert [(key, value) for _, key, value, _ in records] == list(zip(keys, values, strict=True))
+    if not idempotent:
+        return
+    assert producer.metrics["split_batches"] >= 3 and producer.metrics["failed_batches"] == 0
+    sequences = [(b.base_sequence, b.record_count) for _, b in broker.log("t", 0).batches]
+    assert all(base == sum(c for _, c in sequences[:k]) for k, (base, _) in enumerate(sequences))
 
 
 def test_a_record_above_max_request_size_is_refused_at_send():

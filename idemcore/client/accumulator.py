@@ -12,7 +12,7 @@ from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
 from idemcore.kernels import Backend
 from idemcore.protocol.sequences import seq_at_or_before
-from idemcore.record.batch import RECORD_OVERHEAD
+from idemcore.record.batch import RECORD_OVERHEAD, records_size
 
 
 class RecordAccumulator:
@@ -60,8 +60,7 @@ class RecordAccumulator:
         batch.values = values
         batch.keys = keys
         batch.timestamps = [now_ms] * len(values)
-        key_bytes = sum(len(k) for k in keys if k is not None) if keys is not None else 0
-        batch.size = sum(map(len, values)) + key_bytes + RECORD_OVERHEAD * len(values)
+        batch.size = records_size(values, keys)
         queue.append(batch)
         self._dirty.add(number)
         return batch
@@ -119,11 +118,12 @@ class RecordAccumulator:
             batches.append(batch)
         return batches
 
-    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+    def reenqueue(self, batch: ProducerBatch, now_ms: int, attempt: bool = True) -> None:
         """Put a batch back for a retry: in sequence order when it has one (idempotence; 2147483647 comes before
-        0), else first."""
-        batch.attempts += 1
-        batch.last_attempt_ms = now_ms
+        0), else first. ``attempt=False``: a split batch's half, sent as if never tried (no backoff)."""
+        if attempt:
+            batch.attempts += 1
+            batch.last_attempt_ms = now_ms
         queue = self.queues[batch.index]
         if batch.base_sequence < 0 or self.idempotence is None:
             queue.appendleft(batch)

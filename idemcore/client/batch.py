@@ -9,7 +9,7 @@ from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from idemcore.protocol.sequences import seq_add
-from idemcore.record.batch import RecordBatch
+from idemcore.record.batch import RecordBatch, records_size
 
 
 class RecordMetadata(NamedTuple):
@@ -41,6 +41,7 @@ class ProducerBatch:
         "keys",
         "last_attempt_ms",
         "partition",
+        "parts",
         "producer_epoch",
         "producer_id",
         "sent",
@@ -70,6 +71,7 @@ class ProducerBatch:
         self.done = False
         self.base_offset = NO_OFFSET
         self.error: DeliveryError | None = None
+        self.parts: tuple[ProducerBatch, ProducerBatch] | None = None  # the halves it was split into
 
     @property
     def record_count(self) -> int:
@@ -83,6 +85,34 @@ class ProducerBatch:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
+
+    def split(self) -> tuple[ProducerBatch, ProducerBatch]:
+        """Halve a batch the broker found too large (MESSAGE_TOO_LARGE): two batches of the same records, in
+        order, keeping their sequences (Kafka's ProducerBatch.split), sent as if never tried. Kafka splits
+        by batch.size, which need not shrink the batch; halving always ends, at single records."""
+        middle = len(self.values) // 2
+        halves = []
+        for start, stop in ((0, middle), (middle, len(self.values))):
+            half = ProducerBatch(self.topic, self.partition, self.index, self.created_ms)
+            half.values = self.values[start:stop]
+            half.keys = None if self.keys is None else self.keys[start:stop]
+            half.timestamps = self.timestamps[start:stop]
+            half.size = records_size(half.values, half.keys)
+            if self.base_sequence >= 0:
+                half.set_producer_state(self.producer_id, self.producer_epoch, seq_add(self.base_sequence, start))
+            half.sequence_reset = self.sequence_reset
+            halves.append(half)
+        self.parts = (halves[0], halves[1])
+        return self.parts
+
+    def leaf(self, position: int) -> tuple[ProducerBatch, int]:
+        """The batch that now carries record ``position`` of this one (itself unless it was split)."""
+        batch = self
+        while batch.parts is not None:
+            first = batch.parts[0]
+            batch, position = (first, position) if position < len(first.values) else \
+                (batch.parts[1], position - len(first.values))
+        return batch, position
 
     def to_wire(self) -> RecordBatch:
         """A fresh, immutable copy of what one attempt sends."""
@@ -117,19 +147,25 @@ class RecordFuture:
         self._drive = drive
 
     def done(self) -> bool:
-        return self._batch.done
+        return self._follow().done
+
+    def _follow(self) -> ProducerBatch:
+        # A split batch hands its records to its halves: follow this record there.
+        if self._batch.parts is not None:
+            self._batch, self._position = self._batch.leaf(self._position)
+        return self._batch
 
     def result(self) -> RecordMetadata:
         """Delivery metadata; raises :class:`DeliveryError` if the record was not delivered."""
-        batch = self._batch
-        if not batch.done:
-            self._drive(lambda: batch.done)
+        if not self.done():
+            self._drive(self.done)
+        batch = self._follow()
         if batch.error is not None:
             raise batch.error
         offset = batch.base_offset + self._position if batch.base_offset >= 0 else NO_OFFSET
         return RecordMetadata(batch.topic, batch.partition, offset, batch.timestamps[self._position])
 
     def exception(self) -> DeliveryError | None:
-        if not self._batch.done:
-            self._drive(lambda: self._batch.done)
-        return self._batch.error
+        if not self.done():
+            self._drive(self.done)
+        return self._follow().error

@@ -82,6 +82,14 @@ class IdempotenceManager:
         """Track a batch the drain kernel just gave a sequence (the kernel already counted it)."""
         self.inflight.setdefault(batch.index, []).append(batch)
 
+    def replace_inflight(self, batch: ProducerBatch, parts: tuple[ProducerBatch, ...]) -> None:
+        """A split batch's halves take its place, in sequence order."""
+        batches = self.inflight.get(batch.index)
+        if batches and batch in batches:
+            where = batches.index(batch)
+            batches[where:where + 1] = parts
+            self._sync_inflight(batch.index)
+
     def remove_inflight(self, batch: ProducerBatch) -> None:
         batches = self.inflight.get(batch.index)
         if batches and batch in batches:

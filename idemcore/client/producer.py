@@ -54,8 +54,14 @@ class BatchSendFuture:
 
     def done(self) -> bool:
         batches = self._batches
-        while self._first_open < len(batches) and batches[self._first_open].done:
-            self._first_open += 1
+        while self._first_open < len(batches):
+            batch = batches[self._first_open]
+            if batch.parts is not None:  # split: its halves carry its records, in order
+                batches[self._first_open:self._first_open + 1] = batch.parts
+            elif batch.done:
+                self._first_open += 1
+            else:
+                break
         return self._first_open == len(batches)
 
     def result(self) -> np.ndarray:
@@ -212,6 +218,7 @@ class Producer:
         stats = self.sender.stats
         return {"requests": stats.requests, "retries": stats.retries, "failed_batches": stats.failed_batches,
                 "expired_batches": stats.expired_batches, "request_timeouts": stats.request_timeouts,
+                "split_batches": stats.split_batches,
                 "epoch_bumps": self.idempotence.epoch_bumps if self.idempotence else 0}
 
 

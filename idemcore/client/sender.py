@@ -25,6 +25,7 @@ class SenderStats:
     failed_batches: int = 0
     expired_batches: int = 0
     request_timeouts: int = 0
+    split_batches: int = 0  # halved after MESSAGE_TOO_LARGE
 
 
 @dataclass
@@ -126,6 +127,14 @@ class Sender:
             batch.complete(base_offset if error_code == ErrorCode.NONE else NO_OFFSET)
             if idem is not None:
                 idem.handle_completed_batch(batch)
+        elif error_code == ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
+            # Kafka splits a batch the broker finds too large and sends the halves, sequences kept.
+            self.stats.split_batches += 1
+            parts = batch.split()
+            if idem is not None:
+                idem.replace_inflight(batch, parts)
+            for part in reversed(parts):
+                self.accumulator.reenqueue(part, now, attempt=False)
         elif self._can_retry(batch, error_code, now):
             self.stats.retries += 1
             log.debug("retrying %r after %s", batch, message or ErrorCode(error_code).name)

@@ -41,12 +41,14 @@ class RecordBatch:
         return len(self.values)
 
     def size_in_bytes(self) -> int:
-        """The batch's size as the broker's ``message_max_bytes`` counts it: header, and per record its key,
-        value and framing (Kafka's v2 encoding is within a few bytes of this, uncompressed)."""
-        values = self.values
-        size = sum(map(len, values))
-        if self.keys is not None:
-            size += sum(len(key) for key in self.keys if key is not None)
-        return BATCH_OVERHEAD + size + RECORD_OVERHEAD * len(values)
+        """The batch's size as the broker's ``message_max_bytes`` counts it: the v2 header and the records
+        (Kafka's v2 encoding is within a few bytes of this, uncompressed)."""
+        return BATCH_OVERHEAD + records_size(self.values, self.keys)
 
 
+def records_size(values: Sequence[bytes], keys: Sequence[bytes | None] | None) -> int:
+    """Bytes of records as batches count them: each key and value, and RECORD_OVERHEAD of framing each."""
+    size = sum(map(len, values)) + RECORD_OVERHEAD * len(values)
+    if keys is not None:
+        size += sum(len(key) for key in keys if key is not None)
+    return size
