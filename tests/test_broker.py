@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from idemcore.broker import Broker, LogCorruptionError, PartitionLog
+from idemcore.broker.written_ends import rewind_written_end
 from idemcore.client import DeliveryError, Producer
 from idemcore.client.partitioner import murmur2, partition_for_key
 from idemcore.errors import IdemcoreError
@@ -82,6 +83,7 @@ def test_torn_tail_is_truncated_on_recovery(tmp_path):
     path = tmp_path / "t-0" / "log"
     path.write_bytes(path.read_bytes()[:-3])  # the last frame lost its end in a crash
     (tmp_path / "log-end-offsets.json").unlink()  # ... and a crash writes no clean-shutdown checkpoint
+    rewind_written_end(tmp_path, "t-0", 1)  # ... nor the end of the write it died in
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1
         assert broker.log("t", 0).truncated_bytes > 0
@@ -233,7 +235,7 @@ def test_a_flipped_byte_in_the_middle_of_a_log_is_refused_not_truncated(tmp_path
     data[12] ^= 0xFF  # inside the first frame: the second frame is intact
     path.write_bytes(bytes(data))
     with pytest.raises(LogCorruptionError, match=r"t-0: .* is corrupt at byte 0: it ends at offset 0, but held 2 "
-                                                 r"when the broker last started or closed"):
+                                                 r"when the broker last started, closed or wrote it"):
         Broker({"t": 1}, data_dir=tmp_path)
     assert path.read_bytes() == bytes(data)  # nothing cut
     data[12] ^= 0xFF  # repaired: the lock was released, the directory opens again
@@ -254,9 +256,10 @@ def test_a_log_shorter_than_at_the_last_start_or_close_is_refused(tmp_path, dama
     message = {"delete": r"is missing, but held offsets up to 1",
                "empty": r"is shorter: it ends at offset 0, but held 2",
                "cut": r"is corrupt at byte \d+: it ends at offset 1, but held 2"}[damage]
-    with pytest.raises(LogCorruptionError, match=rf"t-0: .*{message} when the broker last started or closed"):
+    with pytest.raises(LogCorruptionError, match=rf"t-0: .*{message} when the broker last started, closed or wrote it"):
         Broker({"t": 1}, data_dir=tmp_path)
-    (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss
+    (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss, as the message says
+    (tmp_path / "written-log-ends").unlink()
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset in (0, 1)
 
@@ -330,6 +333,7 @@ def test_a_frame_inside_the_torn_write_is_not_taken_for_corruption(tmp_path):
     path = tmp_path / "b" / "t-0" / "log"
     path.write_bytes(path.read_bytes()[:-5])  # torn in a crash, with no checkpoint of the run
     (tmp_path / "b" / "log-end-offsets.json").write_text('{"t-0": 1}')
+    rewind_written_end(tmp_path / "b", "t-0", 1)
     with Broker({"t": 1}, data_dir=tmp_path / "b") as broker:
         assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 0).truncated_bytes > 0
 
@@ -363,6 +367,7 @@ def test_a_torn_write_of_crafted_bytes_never_blocks_a_restart(tmp_path):
     path = tmp_path / "t-0" / "log"
     path.write_bytes(path.read_bytes()[:-100])  # the crash tore the big write; no close after it
     (tmp_path / "log-end-offsets.json").write_text('{"t-0": 1}')  # as the start before it left it
+    rewind_written_end(tmp_path, "t-0", 1)
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1
 
@@ -431,3 +436,20 @@ def test_a_record_above_max_request_size_is_refused_at_send():
     with pytest.raises(RecordTooLargeError, match="a record of 101 bytes is larger than max_request_size=100"):
         producer.send("t", b"x" * 91, partition=0)
     assert RecordTooLargeError.error_code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_written_ends_speak_only_for_the_boot_they_were_written_in(tmp_path, monkeypatch):
+    import idemcore.broker.written_ends as written_ends
+
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        broker.handle(ProduceRequest((batch(0, [b"a"]),)))
+        broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
+        broker.kill()  # the process dies: the written ends (2) are the only record of the second batch
+    path = tmp_path / "t-0" / "log"
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(LogCorruptionError, match="it ends at offset 1, but held 2"):
+        Broker({"t": 1}, data_dir=tmp_path)
+    # After a reboot the page cache is gone, and a cut tail may be what the crash left: it is cut.
+    monkeypatch.setattr(written_ends, "boot_id", lambda: "another-boot")
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 0).truncated_bytes > 0

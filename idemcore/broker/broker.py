@@ -9,6 +9,7 @@ leaves the state as it was, so the producer's retry is appended once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -23,10 +24,12 @@ import numpy as np
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.producer_ids import (
     REACHABLE,
+    BlockStoreError,
     ProducerIdManager,
     ProducerIdsExhaustedError,
     SqliteBlockStore,
 )
+from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
@@ -127,12 +130,17 @@ def _lock_data_dir(data_dir: Path) -> int:
         os.close(descriptor)
         raise IdemcoreError(f"{data_dir} is in use by another broker (process {_lock_holder(data_dir)}); "
                             "one directory serves one broker at a time") from None
-    try:  # O_NOFOLLOW: never write through a symlink someone put there
-        holder = os.open(data_dir / ".lock", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    named = data_dir / f".lock.{os.getpid()}"
+    try:  # renamed over .lock: never written through a symlink, whatever mode the old one had
+        holder = os.open(named, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         os.write(holder, str(os.getpid()).encode())
         os.close(holder)
-    except OSError:
-        pass  # only a name for messages
+        os.replace(named, data_dir / ".lock")
+    except OSError:  # only a name for messages; a stale one would name a dead process
+        with contextlib.suppress(OSError):
+            os.unlink(named)
+        with contextlib.suppress(OSError):
+            os.unlink(data_dir / ".lock")
     return descriptor
 
 
@@ -143,6 +151,8 @@ def _lock_holder(data_dir: Path) -> str:
         return "unknown"
     try:
         return os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+    except OSError:  # a directory, say
+        return "unknown"
     finally:
         os.close(descriptor)
 
@@ -230,7 +240,8 @@ class Broker:
         self._logs: list[PartitionLog] = []
         self._closed = False
         self._checkpoint: dict[str, int] = {}
-        self._started = False  # until recovery succeeded: a failed start writes no shutdown checkpoint
+        self._written_ends: WrittenEnds | None = None
+        self._started = False  # until the first checkpoint is written: a failed start writes none
         try:
             if producer_ids is None:
                 store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
@@ -239,20 +250,23 @@ class Broker:
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
+            written = self._ends_written_in_this_boot()
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
                     directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
                     self._index[(name, partition)] = len(self._logs)
-                    point = self._checkpoint.get(f"{name}-{partition}", 0)
+                    key = f"{name}-{partition}"
+                    point = max(self._checkpoint.get(key, 0), written.get(key, 0))
                     self._logs.append(PartitionLog(name, partition, directory, fsync, point))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
                                                     InitProducerIdRequest: self._init_producer_id}
             self._recover()
-            self._started = True
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
+                self._written_ends = WrittenEnds(self.data_dir, {p.name: p.log_end_offset for p in self._logs})
+            self._started = True
         except BaseException:
             self.close()  # release the logs and the directory's lock
             raise
@@ -272,15 +286,26 @@ class Broker:
 
     def _recovery_points(self) -> dict[str, int]:
         """Each partition's log end when the broker last started or closed cleanly (none: all 0)."""
-        if self.data_dir is None or not (self.data_dir / LOG_END_CHECKPOINT).is_file():
+        if self.data_dir is None or not os.path.lexists(self.data_dir / LOG_END_CHECKPOINT):
             return {}
         path = self.data_dir / LOG_END_CHECKPOINT
         try:
             ends = json.loads(path.read_text())
             return {str(name): int(end) for name, end in ends.items()}
+        except OSError as exc:
+            raise LogCorruptionError(f"{path} cannot be read ({exc.strerror}); remove it to start anyway") from None
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
+
+    def _ends_written_in_this_boot(self) -> dict[str, int]:
+        """What the last broker here had written to each log, if it ran in this boot (else {})."""
+        if self.data_dir is None:
+            return {}
+        try:
+            return read_written_ends(self.data_dir)
+        except WrittenEndsError as exc:
+            raise LogCorruptionError(str(exc)) from None
 
     def _write_log_end_checkpoint(self) -> None:
         """Record every log's end, after making the logs durable (whatever ``fsync`` says, as Kafka flushes
@@ -291,11 +316,16 @@ class Broker:
         self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
         path = self.data_dir / LOG_END_CHECKPOINT
         partial = path.with_suffix(".partial")
-        with open(partial, "w") as out:
-            out.write(json.dumps(self._checkpoint))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, path)
+        try:
+            with open(partial, "w") as out:
+                out.write(json.dumps(self._checkpoint))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
         directory = os.open(self.data_dir, os.O_RDONLY)
         try:
             os.fsync(directory)  # the rename itself
@@ -334,8 +364,8 @@ class Broker:
         try:
             return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0,
                                           request_id=request.request_id)
-        except ProducerIdsExhaustedError as exc:
-            log.exception("producer ids exhausted")
+        except (ProducerIdsExhaustedError, BlockStoreError) as exc:
+            log.error("no producer id: %s", exc)
             return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
                                           error_message=str(exc))
 
@@ -431,6 +461,10 @@ class Broker:
                     written.remove(j)
                     failed[j] = f"syncing {partition_log.name} failed: {exc}"
                     log.error("%s", failed[j])
+        if self._written_ends is not None:
+            for j in written:  # after the appends: a kill in between leaves the log longer, never shorter
+                partition_log = self._logs[numbers[j]]
+                self._written_ends.update(partition_log.name, partition_log.log_end_offset)
         return failed
 
     def _explain(self, j: int, batch: RecordBatch) -> str:
@@ -461,17 +495,28 @@ class Broker:
         """Sync and close the logs, write the clean-shutdown checkpoint, release the directory; then every
         request raises."""
         self._closed = True
-        for partition_log in self._logs:
-            partition_log.close()
-        if self._lock_descriptor is not None and self._started:
-            self._write_log_end_checkpoint()  # every log is synced and closed
+        try:
+            for partition_log in self._logs:
+                partition_log.close()
+            if self._lock_descriptor is not None and self._started:
+                self._write_log_end_checkpoint()  # every log is synced and closed
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Close the written-ends file and the id store, and release the directory's lock."""
+        if self._written_ends is not None:
+            self._written_ends.close()
+            self._written_ends = None
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
-        if close_store is not None:
-            close_store()
-        if self._lock_descriptor is not None:
-            os.close(self._lock_descriptor)  # releases the lock
-            self._lock_descriptor = None
+        try:
+            if close_store is not None:
+                close_store()
+        finally:
+            if self._lock_descriptor is not None:
+                os.close(self._lock_descriptor)  # releases the lock
+                self._lock_descriptor = None
 
     def kill(self) -> None:
         """Stop as a killed process does (for simulations and fault tests): the files are closed without a
@@ -479,8 +524,7 @@ class Broker:
         self._closed = True
         for partition_log in self._logs:
             partition_log.abandon()
-        self._started = False  # close() after this writes no checkpoint
-        self.close()
+        self._release()
 
     def __enter__(self) -> Broker:
         return self

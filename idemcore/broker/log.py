@@ -30,7 +30,7 @@ from idemcore.record.batch import RecordBatch
 log = logging.getLogger(__name__)
 
 #: Where the broker keeps the recovery points (named in messages; see ``broker.LOG_END_CHECKPOINT``).
-CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json"
+CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json and <data_dir>/written-log-ends"
 
 _PREFIX = struct.Struct("<II")
 _HEADER = struct.Struct("<qqhiiqB")
@@ -87,7 +87,8 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
 class PartitionLog:
     """Batches of one topic-partition; with ``directory``, also written to ``directory/log``.
 
-    ``recovery_point``: the log end when the broker last started or closed cleanly (its checkpoint). A log
+    ``recovery_point``: the log end when the broker last started or closed cleanly (its checkpoint), or when
+    it last wrote the log in this boot (its written ends: a killed process's writes stay in the OS). A log
     that ends below it was damaged outside the broker and is refused; a bad frame beyond it is the torn tail
     of a crash and is cut (Kafka's recovery point plays the same part).
     """
@@ -113,7 +114,7 @@ class PartitionLog:
             if not path.exists() and recovery_point > 0:
                 raise LogCorruptionError(
                     f"{self.name}: {path} is missing, but held offsets up to {recovery_point - 1} when the broker "
-                    f"last started or closed. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+                    f"last started, closed or wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
             # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the
             # acks; acks=all also fsyncs (sync()).
             self._file = open(path, "ab", buffering=0)
@@ -146,7 +147,7 @@ class PartitionLog:
             what = f"is corrupt at byte {position}" if position < len(data) else "is shorter"
             raise LogCorruptionError(
                 f"{self.name}: {path} {what}: it ends at offset {end_offset}, but held {recovery_point} when the "
-                "broker last started or closed (deleted, cut or damaged outside the broker). Restore it, or "
+                "broker last started, closed or wrote it (deleted, cut or damaged outside the broker). Restore it, or "
                 f"remove {CHECKPOINT_HINT} to accept the loss")
         return batches, position
 

@@ -11,9 +11,11 @@ through kazoo.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +35,10 @@ class ProducerIdsExhaustedError(IdemcoreError):
     """No block of producer ids is left below 2**63 - 1."""
 
 
+class BlockStoreError(IdemcoreError):
+    """The store of producer-id blocks cannot be read or written."""
+
+
 class BlockStore(Protocol):
     """A versioned cell: read it, or replace it only if nobody changed it since."""
 
@@ -49,19 +55,43 @@ class SqliteBlockStore:
     def __init__(self, path: str | Path = ":memory:", node: str = BLOCK_NODE, timeout_s: float = 30.0) -> None:
         self.path = str(path)
         self.node = node
-        # Autocommit: every statement below is one atomic transaction of its own.
-        self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
-        self._db.execute("CREATE TABLE IF NOT EXISTS nodes (path TEXT PRIMARY KEY, data BLOB NOT NULL,"
-                         " version INTEGER NOT NULL)")
+        self._db: sqlite3.Connection | None = None
+        with self._errors_named():
+            # Autocommit: every statement below is one atomic transaction of its own.
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS nodes (path TEXT PRIMARY KEY, data BLOB NOT NULL,"
+                             " version INTEGER NOT NULL)")
+            data, _ = self.read()
+            if data is not None:
+                ProducerIdBlock.decode(data)
+            # At start, not at the first InitProducerId: a store that cannot take a write (read-only file or
+            # directory) is named now. BEGIN IMMEDIATE alone does not write; the probe row does, then rolls back.
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT OR REPLACE INTO nodes (path, data, version) VALUES ('/probe', x'', 0)")
+            finally:
+                self._db.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        try:
+            yield
+        except BlockStoreError:
+            raise
+        except (sqlite3.Error, IdemcoreError) as exc:
+            if self._db is not None and not self._db.in_transaction:
+                self._db.close()
+            raise BlockStoreError(f"producer id store {self.path}: {exc}. Remove it to start a fresh store "
+                                  "(ids found in the logs are never handed out again)") from None
 
     def read(self) -> tuple[bytes | None, int]:
-        with self._lock:
+        with self._lock, self._errors_named():
             row = self._db.execute("SELECT data, version FROM nodes WHERE path = ?", (self.node,)).fetchone()
         return (None, ABSENT) if row is None else (bytes(row[0]), int(row[1]))
 
     def compare_and_set(self, data: bytes, expected_version: int) -> bool:
-        with self._lock:
+        with self._lock, self._errors_named():
             if expected_version == ABSENT:
                 cursor = self._db.execute("INSERT OR IGNORE INTO nodes (path, data, version) VALUES (?, ?, 0)",
                                           (self.node, data))
@@ -71,7 +101,8 @@ class SqliteBlockStore:
         return cursor.rowcount == 1
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 class ZooKeeperBlockStore:

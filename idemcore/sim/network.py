@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from idemcore.broker import Broker
+from idemcore.broker.written_ends import FILE_NAME as WRITTEN_ENDS
+from idemcore.broker.written_ends import rewind_written_end
 from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request
 from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
@@ -160,7 +162,10 @@ class SimulatedNetwork:
                 if faults.crash_every and self._written_since_crash >= faults.crash_every:
                     # The process dies while writing this request: no answer goes out.
                     grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
-                    self._crash(grown[-1] if grown and faults.tear_writes else None)
+                    if grown and faults.tear_writes:
+                        self._crash(grown[-1], before[grown[-1]])
+                    else:
+                        self._crash(None)
                     return
                 if retriable:  # appended, but the answer says the replication wait timed out
                     response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
@@ -172,7 +177,7 @@ class SimulatedNetwork:
             heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
                                           connection, request, response))
 
-    def _crash(self, torn: int | None) -> None:
+    def _crash(self, torn: int | None, torn_from: int = 0) -> None:
         """The broker dies: ``torn`` (a log's number) was being written; its last frame is cut at a random byte.
         A machine crash also takes back from every log what was not fsync'd."""
         self.stats.crashes += 1
@@ -189,12 +194,17 @@ class SimulatedNetwork:
             if k == torn and size > last_frame:
                 keep = last_frame + int(self.rng.integers(0, size - last_frame))
                 self.stats.torn_writes += 1
+                # Killed mid-write: the broker had not yet recorded this write's end.
+                rewind_written_end(path.parent.parent, logs[k].name, torn_from)
             if self.faults.crash_kind == "machine" and keep > synced:
                 # The OS had written back some of the page cache, a prefix of what was not fsync'd.
                 keep = synced + int(self.rng.integers(0, keep - synced + 1))
             if keep < size:
                 os.truncate(path, keep)
                 self.stats.bytes_lost += size - keep
+        if self.faults.crash_kind == "machine" and paths and paths[0][0] is not None:
+            # A reboot: what the broker had written in the old boot is no longer known to be in the OS.
+            (paths[0][0].parent.parent / WRITTEN_ENDS).unlink(missing_ok=True)
         self._events = [e for e in self._events if e[2] == "request"]  # answers of a dead broker never come
         heapq.heapify(self._events)
         self._restart_at = self.now + max(1, self.faults.restart_ms)
