@@ -70,7 +70,7 @@ _KEY_TYPES = frozenset((bytes, type(None)))
 _CONTAINERS = frozenset((list, tuple))
 
 
-def _metadata_types(batch: RecordBatch) -> tuple[int, str] | None:
+def _metadata_types(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
     """Metadata and containers of the wrong type (checked apart: the common, well-typed case is one test)."""
     for name in ("producer_id", "producer_epoch", "base_sequence", "max_timestamp"):
         value = getattr(batch, name)
@@ -86,7 +86,7 @@ def _metadata_types(batch: RecordBatch) -> tuple[int, str] | None:
     return None
 
 
-def _malformed(batch: RecordBatch) -> tuple[int, str] | None:
+def _malformed(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
     """Why a batch cannot be appended at all, or None. Checked before the producer-state rules."""
     values = batch.values
     well_typed = (type(batch.producer_id) is int and type(batch.producer_epoch) is int
@@ -311,6 +311,8 @@ class Broker:
         """Record every log's end, after making the logs durable (whatever ``fsync`` says, as Kafka flushes
         before moving a recovery point): the checkpoint never counts data a power loss could take back.
         Partitions this broker does not serve keep their entries."""
+        # Both callers run it only with a data_dir (close: a lock descriptor is held only with one).
+        assert self.data_dir is not None
         for partition_log in self._logs:
             partition_log.flush()
         self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
@@ -388,7 +390,7 @@ class Broker:
             known = isinstance(batch.topic, str) and isinstance(partition, int | np.integer) \
                 and not isinstance(partition, bool | np.bool_)
             number = self._index.get((batch.topic, int(partition))) if known else None
-            problem = None
+            problem: tuple[ErrorCode, str] | None
             if number is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
             elif number in seen:
@@ -398,14 +400,13 @@ class Broker:
                 if problem is None and batch.size_in_bytes() > self.message_max_bytes:
                     problem = ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {batch.size_in_bytes()} bytes is larger than "
                                                             f"message_max_bytes={self.message_max_bytes}")
-            if problem is not None:
-                answers[position] = PartitionResponse(batch.topic, batch.partition, problem[0],
-                                                      error_message=problem[1])
-                continue
-            columns.put(len(numbers), number, batch)
-            seen.add(number)
-            numbers.append(number)
-            positions.append(position)
+                if problem is None:  # accepted for the state check (here, where number is known to be an int)
+                    columns.put(len(numbers), number, batch)
+                    seen.add(number)
+                    numbers.append(number)
+                    positions.append(position)
+                    continue
+            answers[position] = PartitionResponse(batch.topic, batch.partition, problem[0], error_message=problem[1])
         k = len(numbers)
         if k:
             verdicts = columns.verdicts
@@ -434,7 +435,7 @@ class Broker:
                     answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
         if request.acks == 0:
             return None
-        return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]
+        return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered above
 
     def _write(self, appended: list[int], written: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
                positions: list[int], base_offset: np.ndarray, sync: bool) -> dict[int, str]:

@@ -203,7 +203,7 @@ class PartitionLog:
                 while frame:
                     frame = frame[self._file.write(frame):]  # a raw write may take only part of the bytes
             except BaseException:
-                self._cut(position)
+                self._cut(self._file, position)
                 raise
             self._last_position = position
             self._dirty = True
@@ -213,12 +213,12 @@ class PartitionLog:
         """Take back the batch appended last (its sync failed): the log is as it was before that append."""
         self.batches.pop()
         if self._file is not None:
-            self._cut(self._last_position)
+            self._cut(self._file, self._last_position)
 
-    def _cut(self, position: int) -> None:
+    def _cut(self, file: BinaryIO, position: int) -> None:
         try:
-            self._file.seek(position)
-            self._file.truncate(position)
+            file.seek(position)
+            file.truncate(position)
         except OSError:
             log.exception("%s: could not cut the log back to byte %d", self.name, position)
 

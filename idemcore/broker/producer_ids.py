@@ -86,11 +86,13 @@ class SqliteBlockStore:
                                   "(ids found in the logs are never handed out again)") from None
 
     def read(self) -> tuple[bytes | None, int]:
+        assert self._db is not None  # set in __init__ before any read (None only until connect succeeds)
         with self._lock, self._errors_named():
             row = self._db.execute("SELECT data, version FROM nodes WHERE path = ?", (self.node,)).fetchone()
         return (None, ABSENT) if row is None else (bytes(row[0]), int(row[1]))
 
     def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+        assert self._db is not None  # set in __init__ (None only until connect succeeds)
         with self._lock, self._errors_named():
             if expected_version == ABSENT:
                 cursor = self._db.execute("INSERT OR IGNORE INTO nodes (path, data, version) VALUES (?, ?, 0)",

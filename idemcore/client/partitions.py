@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 _FIELDS = {
     # head batch of each partition's queue (refreshed by the accumulator)
@@ -27,6 +28,21 @@ BOOKKEEPING_FIELDS = tuple(name for name in _FIELDS if not name.startswith("head
 
 class PartitionArrays:
     """One array per field over the producer's partitions, numbered 0..n-1 in order of first use."""
+
+    # Set by name (setattr) in _grow, dtypes as in _FIELDS; declared here for the type checker only.
+    head_queued: npt.NDArray[np.uint8]
+    head_sequence: npt.NDArray[np.int32]
+    head_record_count: npt.NDArray[np.int32]
+    head_attempts: npt.NDArray[np.int32]
+    head_last_attempt_ms: npt.NDArray[np.int64]
+    head_size: npt.NDArray[np.int64]
+    next_sequence: npt.NDArray[np.int32]
+    last_acked_sequence: npt.NDArray[np.int32]
+    partition_producer_id: npt.NDArray[np.int64]
+    partition_epoch: npt.NDArray[np.int16]
+    inflight_count: npt.NDArray[np.int32]
+    first_inflight_sequence: npt.NDArray[np.int32]
+    unresolved: npt.NDArray[np.uint8]
 
     def __init__(self, capacity: int = 16) -> None:
         self.numbers: dict[tuple[str, int], int] = {}

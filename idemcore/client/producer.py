@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,6 +158,7 @@ class Producer:
             self._check_record_size(largest + RECORD_OVERHEAD)
         count = self._partition_count(topic)
         now = self.transport.now_ms()
+        targets: list[tuple[int, list[bytes], list[bytes | None] | None]]  # (partition, values, keys)
         if key_list is None:
             # One partition per chunk: explicit, or sticky (each full chunk moves to the next partition).
             targets = [(self.partitioner.partition(topic, count, None, partition, self.config.batch_size),
@@ -168,7 +169,8 @@ class Producer:
             targets = []
             for p in np.unique(chosen):
                 index = np.flatnonzero(chosen == p).tolist()
-                part_values, part_keys = [values[i] for i in index], [key_list[i] for i in index]
+                part_values = [values[i] for i in index]
+                part_keys: list[bytes | None] = [key_list[i] for i in index]
                 targets += [(int(p), v, k) for v, k in _chunks(part_values, part_keys, self.config.batch_size)]
         batches = [self.accumulator.append_records(topic, target, chunk_values, chunk_keys, now)
                    for target, chunk_values, chunk_keys in targets]
@@ -242,7 +244,8 @@ def _bytes_list(name: str, values: Any) -> list[bytes]:
     return values
 
 
-def _chunks(values: list[bytes], keys: list[bytes | None] | None, batch_size: int):
+def _chunks(values: list[bytes], keys: list[bytes | None] | None,
+            batch_size: int) -> Iterator[tuple[list[bytes], list[bytes | None] | None]]:
     """Split records into runs of at most ``batch_size`` bytes (at least one record each)."""
     start, size = 0, 0
     for index, value in enumerate(values):

@@ -10,7 +10,14 @@ from idemcore.client.accumulator import RecordAccumulator
 from idemcore.client.batch import ProducerBatch
 from idemcore.client.config import ProducerConfig
 from idemcore.client.idempotence import IdempotenceManager
-from idemcore.net.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from idemcore.net.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+)
 from idemcore.net.transport import Transport
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
@@ -97,11 +104,13 @@ class Sender:
 
     # ------------------------------------------------------------ responses
 
-    def _handle_response(self, request: object, response: object, now: int) -> None:
+    def _handle_response(self, request: Request, response: Response, now: int) -> None:
         if isinstance(response, InitProducerIdResponse):
             if self._init_pending is None or request.request_id != self._init_pending[0]:
                 return  # an answer to a request we gave up on
             self._init_pending = None
+            # Only an idempotent producer sends InitProducerId (run_once asks only when idempotence is set).
+            assert self.idempotence is not None
             if response.error_code == ErrorCode.NONE:
                 self.idempotence.set_producer_id_and_epoch(response.producer_id, response.producer_epoch)
             elif response.error_code not in RETRIABLE_ERRORS:

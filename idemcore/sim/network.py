@@ -19,7 +19,7 @@ import numpy as np
 from idemcore.broker import Broker
 from idemcore.broker.written_ends import FILE_NAME as WRITTEN_ENDS
 from idemcore.broker.written_ends import rewind_written_end
-from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request
+from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request, Response
 from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
 
@@ -81,10 +81,11 @@ class SimulatedNetwork:
         self.rng = np.random.default_rng(seed)
         self.now = 0
         self.stats = NetworkStats()
-        self._events: list[tuple[int, int, str, str, int, Request, object]] = []
+        # (due ms, tie-breaker, "request" or "response", client, connection, request, response or None)
+        self._events: list[tuple[int, int, str, str, int, Request, Response | None]] = []
         self._order = itertools.count()
         self._connection: dict[str, int] = defaultdict(int)  # bumped by disconnect: older answers are lost
-        self._inbox: dict[str, list[tuple[Request, object]]] = defaultdict(list)
+        self._inbox: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
         self._restart_at: int | None = None
         self._written_since_crash = 0
 
@@ -112,7 +113,7 @@ class SimulatedNetwork:
             self._schedule(self.now + delay + int(self.rng.integers(0, 1 + faults.reorder_delay_ms)),
                            "request", client, request, None)
 
-    def poll(self, client: str) -> list[tuple[Request, object]]:
+    def poll(self, client: str) -> list[tuple[Request, Response]]:
         return self._inbox.pop(client, None) or []
 
     def disconnect(self, client: str) -> None:
@@ -130,11 +131,12 @@ class SimulatedNetwork:
             if kind == "request":
                 self._handle(client, connection, request)
             elif connection == self._connection[client]:
+                assert response is not None  # _handle schedules a "response" event only with an answer
                 self._inbox[client].append((request, response))
 
     # ------------------------------------------------------------ inside
 
-    def _schedule(self, at: int, kind: str, client: str, request: Request, response: object) -> None:
+    def _schedule(self, at: int, kind: str, client: str, request: Request, response: Response | None) -> None:
         heapq.heappush(self._events, (at, next(self._order), kind, client, self._connection[client], request,
                                       response))
 
@@ -147,10 +149,10 @@ class SimulatedNetwork:
             response = broker.handle(request)
         else:
             retriable = self.rng.random() < faults.retriable_error
-            before = retriable and self.rng.random() < 0.5
+            fail_before = retriable and self.rng.random() < 0.5
             if retriable:
                 self.stats.retriable_errors += 1
-            if before:
+            if fail_before:
                 response = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
             else:
                 before = _log_ends(broker)
@@ -163,9 +165,9 @@ class SimulatedNetwork:
                     # The process dies while writing this request: no answer goes out.
                     grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
                     if grown and faults.tear_writes:
-                        self._crash(grown[-1], before[grown[-1]])
+                        self._crash(broker, grown[-1], before[grown[-1]])
                     else:
-                        self._crash(None)
+                        self._crash(broker, None)
                     return
                 if retriable:  # appended, but the answer says the replication wait timed out
                     response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
@@ -177,15 +179,15 @@ class SimulatedNetwork:
             heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
                                           connection, request, response))
 
-    def _crash(self, torn: int | None, torn_from: int = 0) -> None:
-        """The broker dies: ``torn`` (a log's number) was being written; its last frame is cut at a random byte.
-        A machine crash also takes back from every log what was not fsync'd."""
+    def _crash(self, broker: Broker, torn: int | None, torn_from: int = 0) -> None:
+        """The broker (``self.broker``) dies: ``torn`` (a log's number) was being written; its last frame is cut
+        at a random byte. A machine crash also takes back from every log what was not fsync'd."""
         self.stats.crashes += 1
         self._written_since_crash = 0
-        logs = self.broker.logs()
+        logs = broker.logs()
         paths = [(partition_log.path, partition_log.last_append_position, partition_log.synced_bytes)
                  for partition_log in logs]
-        self.broker.kill()
+        broker.kill()
         self.broker = None
         for k, (path, last_frame, synced) in enumerate(paths):
             if path is None:

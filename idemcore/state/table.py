@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import reference as rules
@@ -51,6 +52,25 @@ class ProducerStateTable:
     Pass the same table to successive :func:`idemcore.validate` calls to carry
     state across chunks of a stream.
     """
+
+    # The arrays below are set by name (setattr) in _allocate_rows / _allocate_partitions; declared here for
+    # the type checker (annotations only: no class attributes). Dtypes as in _ROW_FIELDS, _RING_FIELDS,
+    # _RING_POSITION_FIELDS and _PARTITION_FIELDS; ring_* (except head and len) are (rows, NUM_BATCHES_TO_RETAIN).
+    row_partition: npt.NDArray[np.int32]
+    row_producer_id: npt.NDArray[np.int64]
+    row_partition_index: npt.NDArray[np.int32]
+    row_epoch: npt.NDArray[np.int16]
+    row_coordinator_epoch: npt.NDArray[np.int32]
+    row_last_timestamp: npt.NDArray[np.int64]
+    row_txn_first_offset: npt.NDArray[np.int64]
+    ring_last_seq: npt.NDArray[np.int32]
+    ring_offset_delta: npt.NDArray[np.int32]
+    ring_last_offset: npt.NDArray[np.int64]
+    ring_timestamp: npt.NDArray[np.int64]
+    ring_head: npt.NDArray[np.int8]
+    ring_len: npt.NDArray[np.int8]
+    partition_id: npt.NDArray[np.int32]
+    partition_next_offset: npt.NDArray[np.int64]
 
     def __init__(self, row_capacity: int = 1024, partition_capacity: int = 16):
         if row_capacity < 1 or partition_capacity < 1:

@@ -229,9 +229,9 @@ def inject_anomalies(
         place(txn_rows(pid, partition, 0, 0, 3, 1 if k % 3 else 0), 0.0, 1.0)
     for _ in range(mix["fenced"]):
         pid, partition = int(next(fresh)), int(rng.integers(0, n_partitions))
-        rows = [*txn_rows(pid, partition, 0, 0, 2, 1), *txn_rows(pid, partition, 1, 0, 1, 1),
-                *txn_rows(pid, partition, 0, 2, 1, None)]
-        place(rows, 0.2, 0.9, [""] * (len(rows) - 1) + ["fenced"])
+        fenced = [*txn_rows(pid, partition, 0, 0, 2, 1), *txn_rows(pid, partition, 1, 0, 1, 1),
+                  *txn_rows(pid, partition, 0, 2, 1, None)]
+        place(fenced, 0.2, 0.9, [""] * (len(fenced) - 1) + ["fenced"])
     for _ in range(mix["hanging_transaction"]):
         pid, partition = int(next(fresh)), int(rng.integers(0, n_partitions))
         place(txn_rows(pid, partition, 0, 0, 2, None), 0.0, 0.1, ["hanging_transaction", ""])
