@@ -28,6 +28,7 @@ class Finding(enum.IntEnum):
     INVALID_TXN_STATE = 7
     INVALID_RECORD = 8
     HANGING_TRANSACTION = 9
+    OFFSET_OVERFLOW = 10
 
     @property
     def label(self) -> str:
@@ -87,6 +88,9 @@ _ENTRIES = (
                 "not match base + count - 1, ...)", ""),
     FindingInfo(Finding.HANGING_TRANSACTION, "a transaction still open longer than the bound when the stream ends: "
                 "it pins the last stable offset", "", "hanging", per_batch=False),
+    FindingInfo(Finding.OFFSET_OVERFLOW, "a batch whose last offset would leave no int64 log end offset after it "
+                "(past 2**63 - 2): refused with UNKNOWN_SERVER_ERROR, never wrapped; Kafka never gets there",
+                "the first offset the batch would have taken"),
 )
 #: Every finding but NONE, by kernel code.
 FINDINGS: dict[Finding, FindingInfo] = {entry.finding: entry for entry in _ENTRIES}

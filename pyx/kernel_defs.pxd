@@ -15,6 +15,7 @@ cdef enum:
     ORIGIN_REPLICATION = 2
     # Kafka error codes (reference: NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, ...).
     E_NONE = 0
+    E_UNKNOWN_SERVER_ERROR = -1  # a batch whose offsets would pass the int64 space (reference: check_offsets)
     E_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     E_INVALID_PRODUCER_EPOCH = 47
     E_INVALID_TXN_STATE = 48
@@ -33,6 +34,7 @@ cdef enum:
     F_FENCED = 6
     F_INVALID_TXN_STATE = 7
     F_INVALID_RECORD = 8
+    F_OFFSET_OVERFLOW = 10  # 9 is HANGING_TRANSACTION, found at the end of a stream, not by the kernels
     # Batches retained per producer (reference: RING_SIZE).
     RING = 5
     # counters[] layout, shared with idemcore.state.table.

@@ -20,9 +20,11 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 
 The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
-with ``@njit``) and ``python`` (the reference, interpreted). Choose one with a
-``backend=`` argument or ``IDEMCORE_BACKEND``; ``auto`` (the default) takes the
-fastest that loads and warns once when it had to fall back.
+with ``@njit``; needs the optional ``numba`` extra) and ``python`` (the
+reference, interpreted). Choose one with a ``backend=`` argument or
+``IDEMCORE_BACKEND``; ``auto`` (the default) takes the fastest that loads and
+warns once when it had to fall back (not when Cython loads: numba missing is
+then no loss).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _MODULES = {
     "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference"),
 }
 ENV_VAR = "IDEMCORE_BACKEND"
+#: Backends that need an optional dependency, and the extra that installs it (numba is optional when the Cython
+#: extension is built: ``auto`` prefers Cython anyway).
+_EXTRAS = {"numba": "numba"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,10 @@ def load_backend(name: str) -> Backend:
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise BackendUnavailableError(f"backend {name!r} is not available: {exc}") from exc
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if name in _EXTRAS:
+                reason += f"; install it with: pip install 'idemcore[{_EXTRAS[name]}]'"
+            raise BackendUnavailableError(f"backend {name!r} is not available: {reason}") from exc
         functions.update(vars(module))
     names = [field.name for field in dataclasses.fields(Backend)[1:]]
     missing = [function for function in names if function not in functions]

@@ -16,7 +16,7 @@ from ``CommitVerdicts`` in commit_batches. (The copies differ in struct layout, 
 them back into one.)
 """
 
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
 
 from kernel_defs cimport *
 
@@ -29,6 +29,7 @@ KERNEL_CODES = {
     "ORIGIN_COORDINATOR": ORIGIN_COORDINATOR,
     "ORIGIN_REPLICATION": ORIGIN_REPLICATION,
     "NONE": E_NONE,
+    "UNKNOWN_SERVER_ERROR": E_UNKNOWN_SERVER_ERROR,
     "OUT_OF_ORDER_SEQUENCE_NUMBER": E_OUT_OF_ORDER_SEQUENCE_NUMBER,
     "INVALID_PRODUCER_EPOCH": E_INVALID_PRODUCER_EPOCH,
     "INVALID_TXN_STATE": E_INVALID_TXN_STATE,
@@ -45,10 +46,12 @@ KERNEL_CODES = {
     "F_FENCED": F_FENCED,
     "F_INVALID_TXN_STATE": F_INVALID_TXN_STATE,
     "F_INVALID_RECORD": F_INVALID_RECORD,
+    "F_OFFSET_OVERFLOW": F_OFFSET_OVERFLOW,
     "RING_SIZE": RING,
     "N_ROWS": N_ROWS,
     "N_PARTITIONS": N_PARTITIONS,
     "N_COMPLETED": N_COMPLETED,
+    "INT64_MAX": INT64_MAX,
 }
 
 
@@ -361,6 +364,14 @@ cdef inline Step check_txn_state(bint transactional, int64_t txn_first) noexcept
     return passed()
 
 
+cdef inline Step check_offsets(int64_t first_offset, int64_t record_count) noexcept nogil:
+    # The offsets step: refused when the last offset first + count - 1 would leave no int64 log end after it.
+    # Compared as first > INT64_MAX - count (1 <= count <= INT32_MAX): no signed overflow.
+    if first_offset > INT64_MAX - record_count:
+        return Step(E_UNKNOWN_SERVER_ERROR, F_OFFSET_OVERFLOW, first_offset)
+    return passed()
+
+
 cdef inline int64_t log_end(const StateView *s, Py_ssize_t row, int64_t partition) noexcept nogil:
     # The partition's next offset (0 for a partition never appended to).
     cdef Py_ssize_t index
@@ -442,8 +453,12 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
         emit(out, i, REJECTED, step.error, -1, -1, step.finding, step.expected)
         return slot
 
-    # Accepted: offsets from the log end, unless the log gave them (replication, recovery).
+    # Offsets from the log end, unless the log gave them (replication, recovery); refused past the int64 space.
     first_offset = given_offset if given_offset >= 0 else log_end(s, row, part)
+    step = check_offsets(first_offset, count)
+    if step.error != E_NONE:
+        emit(out, i, REJECTED, step.error, -1, -1, step.finding, step.expected)
+        return slot
     emit(out, i, APPENDED, E_NONE, first_offset, first_offset + count - 1, F_NONE, -1)
     if control and txn_first >= 0:
         k = done.counters[N_COMPLETED]
@@ -502,7 +517,7 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
             s.pslot_index[pslot] = <int32_t>part_index
             s.partition_id[part_index] = <int32_t>part
             s.partition_next_offset[part_index] = 0
-    if last_offset + 1 > s.partition_next_offset[part_index]:
+    if last_offset + 1 > s.partition_next_offset[part_index]:  # last_offset < INT64_MAX: check_offsets
         s.partition_next_offset[part_index] = last_offset + 1
     if pid < 0:
         return  # no producer id: nothing to remember

@@ -10,7 +10,9 @@ implementation checked against this one.
 Conventions (kept by every backend):
 - every value read from an array is turned into a Python ``int`` before any
   arithmetic, so sums never overflow a narrow dtype; sequence numbers wrap
-  explicitly from 2147483647 to 0;
+  explicitly from 2147483647 to 0; offsets never wrap: a batch whose offsets
+  would pass the int64 space is refused (``check_offsets``), so no offset sum
+  overflows an int64 (Numba, Cython) or raises OverflowError (Python);
 - kernels never raise and never allocate; results go into ``out`` arrays;
 - state lives in the arrays of :class:`idemcore.ProducerStateTable`; a kernel
   that runs out of rows returns the index of the first batch it did not
@@ -32,6 +34,10 @@ ORIGIN_COORDINATOR = 1
 ORIGIN_REPLICATION = 2
 
 NONE = 0
+# A batch whose offsets would pass the partition's offset space (see check_offsets). Kafka never gets there, so it has
+# no code for it: UNKNOWN_SERVER_ERROR, as for the other exhausted int64 space (producer ids), because the batch is
+# fine and the partition is full. It is not retriable, so a producer fails the batch instead of retrying forever.
+UNKNOWN_SERVER_ERROR = -1
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
@@ -51,12 +57,16 @@ F_EPOCH_REGRESSION = 5
 F_FENCED = 6
 F_INVALID_TXN_STATE = 7
 F_INVALID_RECORD = 8
+F_OFFSET_OVERFLOW = 10  # 9 is HANGING_TRANSACTION, found at the end of a stream, not by the kernels
 HALF_SEQUENCE_SPACE = 1073741824  # a sequence less than this far ahead (wrapping) counts as "ahead"
 
 RING_SIZE = 5
 INT32_MAX = 2147483647
 SEQUENCE_SPACE = 2147483648  # sequences live in [0, INT32_MAX] and wrap
 INT16_MAX = 32767
+# Offsets are int64, and so is the log end offset (the next offset, last + 1): the last offset a batch may take is
+# INT64_MAX - 1, so that the log end after it still fits.
+INT64_MAX = 9223372036854775807
 
 # counters[] layout, shared with idemcore.state.table.
 N_ROWS = 0
@@ -255,6 +265,15 @@ def check_txn_state(transactional, txn_first):
     return NONE, F_NONE, -1
 
 
+def check_offsets(first_offset, record_count):
+    """The offsets step: a batch whose last offset ``first + count - 1`` would leave no int64 log end after it
+    (``last + 1 > INT64_MAX``) is refused; ``expected`` is the first offset it would have taken. Written as
+    ``first > INT64_MAX - count`` (``1 <= count <= INT32_MAX``), so it overflows in no backend."""
+    if first_offset > INT64_MAX - record_count:
+        return UNKNOWN_SERVER_ERROR, F_OFFSET_OVERFLOW, first_offset
+    return NONE, F_NONE, -1
+
+
 def log_end(row, part, row_partition_index, parts):
     """The partition's next offset (0 for a partition never appended to)."""
     pslot_partition, pslot_index, _partition_id, partition_next_offset = parts
@@ -345,10 +364,14 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
         emit(out, i, REJECTED, error, -1, -1, finding, expected)
         return slot
 
-    # Accepted: offsets from the log end, unless the log gave them (replication, recovery).
+    # Offsets from the log end, unless the log gave them (replication, recovery); refused past the int64 space.
     first_offset = given_offset
     if first_offset < 0:
         first_offset = log_end(row, part, row_partition_index, parts)
+    error, finding, expected = check_offsets(first_offset, count)
+    if error != NONE:
+        emit(out, i, REJECTED, error, -1, -1, finding, expected)
+        return slot
     emit(out, i, APPENDED, NONE, first_offset, first_offset + count - 1, F_NONE, -1)
     if control and txn_first >= 0:
         k = int(counters[N_COMPLETED])
@@ -409,7 +432,7 @@ def commit_batch(i, slot, batch, index, rows, ring, parts, counters, out):
             pslot_index[pslot] = part_index
             partition_id[part_index] = part
             partition_next_offset[part_index] = 0
-    if last_offset + 1 > int(partition_next_offset[part_index]):
+    if last_offset + 1 > int(partition_next_offset[part_index]):  # last_offset < INT64_MAX: check_offsets
         partition_next_offset[part_index] = last_offset + 1
     if pid < 0:
         return  # no producer id: nothing to remember
@@ -475,7 +498,8 @@ def validate_batches(
     value the batch contradicted: the expected first sequence for sequence
     findings, the current producer epoch for an old epoch, the current
     coordinator epoch for a fenced marker, the open transaction's first offset
-    for INVALID_TXN_STATE, else -1.
+    for INVALID_TXN_STATE, the first offset the batch would have taken for
+    F_OFFSET_OVERFLOW, else -1.
     """
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from idemcore.findings import Finding
+from idemcore.kernels.reference import INT64_MAX
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
+
+#: The last offset a batch may take: the log end offset after it (last + 1) must still be an int64.
+LAST_OFFSET = INT64_MAX - 1
 
 
 def sequences(base_sequence: int, last_sequence: int) -> str:
@@ -33,6 +37,9 @@ def rejection_message(where: str, producer_id: int, producer_epoch: int, base_se
         detail = f"coordinator epoch {coordinator_epoch} is older than the current coordinator epoch {expected}"
     elif kind is Finding.INVALID_TXN_STATE:
         detail = f"a non-transactional batch while the producer's transaction is open since offset {expected}"
+    elif kind is Finding.OFFSET_OVERFLOW:
+        detail = (f"{record_count} record(s) from offset {expected} would end at offset {expected + record_count - 1}, "
+                  f"past the last offset a partition can assign, {LAST_OFFSET} (its log end offset must stay an int64)")
     elif kind is Finding.INVALID_RECORD:
         what = "marker" if is_control else f"sequence {seqs} with {record_count} record(s)"
         detail = f"metadata no batch can carry: {what}"
