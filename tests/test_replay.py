@@ -14,6 +14,7 @@ from idemcore import Finding
 from idemcore.audit import AuditReport, StreamKeys, replay_table
 from idemcore.audit.replayer import in_stream_order
 from idemcore.audit.spark.plan import RowGroup, components, plan_tasks
+from idemcore.audit.spark.schema import InputError
 from idemcore.state import validate
 from idemcore.synth.dataset import read_truth
 from idemcore.synth.ground_truth import check_against_truth
@@ -288,10 +289,13 @@ class _PathModeSpark:
     def run_tasks(self) -> list:
         """Each task's function on this process, as a Python worker would run it."""
         from idemcore.audit import TaskResult
+        from idemcore.audit.spark.audit_job import _raise_errors
 
-        return [TaskResult.from_row(row) for task in range(self.tasks)
+        rows = [row for task in range(self.tasks)
                 for batch in self.function(iter([pa.record_batch({"id": pa.array([task], pa.int64())})]))
                 for row in batch.to_pylist()]
+        _raise_errors(rows)  # the driver's part: a task's data error comes back as its row
+        return [TaskResult.from_row(row) for row in rows]
 
 
 def _count_footer_reads(monkeypatch) -> Counter:
@@ -354,7 +358,7 @@ def _rewrite(table: pa.Table, change: str) -> pa.Table:
 
 @pytest.mark.parametrize(("change", "message"), [
     ("no producer_epoch", r"missing required column\(s\): producer_epoch \(in .*/part-1\.parquet\)"),
-    ("no seq_no", r"needs an ordering column: 'seq_no' \(arrival order\) .* \(in .*/part-1\.parquet\)"),
+    ("no seq_no", r"ordering column 'seq_no' is missing from 1 of 2 files \(first: .*/part-1\.parquet\); every file"),
     ("double producer_id", r"column 'producer_id' must be an integer; got double \(in .*/part-1\.parquet\)"),
     ("int topic", r"column 'topic' must be a string; got int32 \(in .*/part-1\.parquet\)"),
     ("string is_control", r"column 'is_control' must be a boolean \(or 0/1 integer\); got string"),
@@ -372,37 +376,22 @@ def test_path_mode_names_a_bad_column_before_any_job(tmp_path, small_dataset, ch
     assert spark.tasks is None  # no job started
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda t: t.drop_columns(["max_timestamp"]),
-     r"column 'max_timestamp' is in .*/part-0\.parquet but not in .*/part-1\.parquet; every file must have"),
-    (lambda t: t.append_column("base_offset", pa.array(np.arange(t.num_rows))),
-     r"column 'base_offset' is in .*/part-1\.parquet but not in .*/part-0\.parquet"),
-    (lambda t: t.drop_columns(["seq_no"]).append_column("base_offset", pa.array(np.arange(t.num_rows))),
-     r"column 'seq_no' is in .*/part-0\.parquet but not in .*/part-1\.parquet"),  # ordered otherwise
-    (lambda t: t.set_column(t.schema.get_field_index("producer_id"), "producer_id",
-                            t["producer_id"].cast(pa.int32(), safe=False)),
-     r"column 'producer_id' is int64 in .*/part-0\.parquet but int32 in .*/part-1\.parquet"),
-])
-def test_path_mode_files_must_agree_on_the_columns_read(tmp_path, small_dataset, change, message):
-    from idemcore.audit.spark import audit
-
-    table = dataset_table(small_dataset[0])
-    pq.write_table(table.slice(0, 3000), tmp_path / "part-0.parquet")
-    pq.write_table(change(table.slice(3000)), tmp_path / "part-1.parquet")
-    with pytest.raises(ValueError, match=message):
-        audit(tmp_path, spark=_PathModeSpark(), tasks=2)
-
-
 def test_path_mode_workers_still_name_null_values(tmp_path, small_dataset):
     from idemcore.audit.spark import audit
 
     table = dataset_table(small_dataset[0])
     ids = table["producer_id"].to_pylist()
     ids[17] = None
-    pq.write_table(table.set_column(table.schema.get_field_index("producer_id"), "producer_id",
-                                    pa.array(ids, pa.int64())), tmp_path / "nulls.parquet")
+    nulls = table.set_column(table.schema.get_field_index("producer_id"), "producer_id", pa.array(ids, pa.int64()))
+    message = r"column 'producer_id' in .*/nulls\.parquet: null at row 17 \(1 null value\(s\)\)"
+    pq.write_table(nulls, tmp_path / "nulls.parquet")
     spark = _PathModeSpark()
-    with pytest.raises(_NoJob, match=r"audit\(\) started its job"):
+    with pytest.raises(InputError, match=message):  # the footer's statistics show it: no job
         audit(tmp_path, spark=spark, tasks=1)
-    with pytest.raises(ValueError, match=r"column 'producer_id' contains 1 null value\(s\)"):
+    assert spark.tasks is None
+    pq.write_table(nulls, tmp_path / "nulls.parquet", write_statistics=False)  # only a worker can see it
+    with pytest.warns(RuntimeWarning, match="no topic/partition statistics"), \
+            pytest.raises(_NoJob, match=r"audit\(\) started its job"):
+        audit(tmp_path, spark=spark, tasks=1)
+    with pytest.raises(InputError, match=message):
         spark.run_tasks()

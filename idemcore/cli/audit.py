@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import shutil
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, non_negative, positive
+from idemcore.errors import IdemcoreError
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
 from idemcore.synth.dataset import DATA_DIR, generate, read_truth
@@ -21,6 +27,47 @@ from idemcore.synth.streams import DEFAULT_MIX, parse_mix
 # `idemcore simulate` and `idemcore backends` work on an installation without the extras.
 
 _DETAIL_ROWS = 10
+#: The modules of the spark extra.
+_SPARK_EXTRA = ("pyarrow", "pandas", "pyspark")
+
+
+def _missing_extra(command: str, module: str) -> IdemcoreError:
+    return IdemcoreError(f"`idemcore {command}` needs {module}, which is not installed: pip install 'idemcore[spark]'")
+
+
+def _needs_extra(*modules: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """A command that needs ``modules`` of the spark extra: one missing is one line naming the extra, said
+    before any work (``demo`` would otherwise generate its dataset first), not a ModuleNotFoundError."""
+    def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        command = run.__name__.removeprefix("run_")
+
+        @functools.wraps(run)
+        def wrapped(args: argparse.Namespace) -> int:
+            for module in modules:
+                try:
+                    importlib.import_module(module)
+                except ImportError:
+                    raise _missing_extra(command, module) from None
+            try:
+                return run(args)
+            except ImportError as exc:  # another module of the extra (pandas), imported on the way
+                root = (exc.name or "").partition(".")[0]
+                if root in _SPARK_EXTRA:
+                    raise _missing_extra(command, root) from exc
+                raise
+        return wrapped
+    return decorate
+
+
+@contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings (a column filled with its default, ...) as one line each, like the errors."""
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        print(f"idemcore: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 _COUNTS = {"count", "planted", "found", "idle_ms"}
@@ -78,6 +125,7 @@ def _lso_pinned(report: Any) -> Any:
     return pc.less(report.partitions.column("last_stable_offset"), report.partitions.column("log_end_offset"))
 
 
+@_needs_extra("pyarrow")
 def run_generate(args: argparse.Namespace) -> int:
     truth = generate(args.out, topics=args.topics, partitions=args.partitions, producers=args.producers,
                      batches=args.batches, anomalies=parse_mix(args.anomalies), seed=args.seed,
@@ -96,13 +144,14 @@ def run_generate(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace, source: Any) -> Any:
     from idemcore.audit.spark import audit
 
-    return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
-                 origin=getattr(args, "origin", "client"), tasks=args.tasks,
-                 hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None), out=args.out,
-                 backend=args.backend,
-                 progress=not args.json)
+    with _one_line_warnings():
+        return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
+                     origin=getattr(args, "origin", "client"), tasks=args.tasks,
+                     hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None), out=args.out,
+                     backend=args.backend, progress=not args.json)
 
 
+@_needs_extra("pyarrow", "pyspark")
 def run_audit(args: argparse.Namespace) -> int:
     source: str | Path = args.path
     if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by `idemcore generate`
@@ -121,8 +170,12 @@ def run_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+@_needs_extra("pyarrow", "pyspark")
 def run_demo(args: argparse.Namespace) -> int:
+    from idemcore.audit.spark.session import check_master
     from idemcore.synth.ground_truth import check_against_truth
+
+    check_master(args.master)  # before generating the dataset
 
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="idemcore-demo-"))
     dataset = workdir / "dataset"

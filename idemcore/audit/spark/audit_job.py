@@ -5,46 +5,89 @@ from __future__ import annotations
 import os
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
 from idemcore.audit.spark.frame import clustered
-from idemcore.audit.spark.plan import TaskPlan, plan_row_groups, read_footers
+from idemcore.audit.spark.plan import WATCHED, TaskPlan, plan_row_groups, read_footers
 from idemcore.audit.spark.progress import spark_progress
-from idemcore.audit.spark.schema import check_arrow_schemas, check_input, worker_error
-from idemcore.audit.spark.session import get_session
+from idemcore.audit.spark.schema import (
+    InputError,
+    check_arrow_schemas,
+    check_footer_values,
+    check_input,
+    worker_error,
+)
+from idemcore.audit.spark.session import check_master, get_session
 from idemcore.protocol.codes import Origin
 
+#: One row per task: its result, or the data error that stopped it (with an empty result).
+RESULT_SCHEMA = f"{TaskResult.SPARK_SCHEMA}, error string"
+#: The data errors a worker sends back, by name (the most specific first).
+_ERRORS: dict[str, type[Exception]] = {"InputError": InputError, "ValueError": ValueError, "OSError": OSError}
 
-def _audit_paths(plans: list[TaskPlan], origin: Origin, columns: list[str], order: str, backend: str | None):
-    # Names and types were checked on the driver: a worker reads the columns and replays them.
+
+def _result_batch(result: TaskResult, error: str | None = None) -> Any:
+    import pyarrow as pa
+
+    batch = pa.RecordBatch.from_pylist([result.to_row()])
+    return pa.RecordBatch.from_arrays([*batch.columns, pa.array([error], pa.string())],
+                                      names=[*batch.schema.names, "error"])
+
+
+def _error_batch(exc: Exception, order: str, files: Sequence[str] = ()) -> Any:
+    # A data error goes back as a row, not as a failed task: Spark would retry the task in vain and log
+    # the worker's traceback with a Java stack trace; the driver raises it as one line.
+    message = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    if files and not any(path in message for path in files):  # the file is not known: name the task's files
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        message += f" (in the rows of {shown})"
+    kind = next(name for name, kind in _ERRORS.items() if isinstance(exc, kind))
+    return _result_batch(TaskResult.empty(order), f"{kind}: {message}")
+
+
+def _raise_errors(rows: list[Any]) -> None:
+    """Raise the first task's data error as the worker raised it (InputError, ValueError or OSError)."""
+    for row in rows:
+        if row["error"]:
+            kind, _, message = row["error"].partition(": ")
+            raise _ERRORS.get(kind, ValueError)(message)
+
+
+def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str, backend: str | None):
+    # Names and types were checked on the driver: a worker reads its files and gives them the target schema.
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: read this task's row groups directly; only the findings go back.
-        import pyarrow as pa
-
         from idemcore.audit.replayer import StreamReplayer, replay_checked
         from idemcore.audit.spark.plan import read_task
 
         for batch in batches:
             for task in batch.column("id").to_pylist():
-                result = replay_checked(read_task(plans[task], columns), StreamReplayer(origin, order, backend))
-                yield pa.RecordBatch.from_pylist([result.to_row()])
+                plan = plans[task]
+                try:
+                    result = replay_checked(read_task(plan, target), StreamReplayer(origin, order, backend))
+                except (ValueError, OSError) as exc:
+                    yield _error_batch(exc, order, [path for path, _ in plan.groups])
+                else:
+                    yield _result_batch(result)
     return run
 
 
 def _audit_rows(origin: Origin, order_by: str, backend: str | None):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: this task's streams arrive sorted, in Arrow batches; state is carried across them.
-        import pyarrow as pa
-
         from idemcore.audit import StreamReplayer
 
         replayer = StreamReplayer(origin, order_by, backend)
-        for batch in batches:
-            replayer.feed(batch)
-        yield pa.RecordBatch.from_pylist([replayer.finish().to_row()])
+        try:
+            for batch in batches:
+                replayer.feed(batch)
+        except ValueError as exc:
+            yield _error_batch(exc, order_by)
+        else:
+            yield _result_batch(replayer.finish())
     return run
 
 
@@ -87,32 +130,37 @@ def audit(
 
     ``source``: a Parquet file or directory (or a list of them) — *path mode*: Spark distributes row
     groups, Python workers read them with pyarrow, only findings and summaries come back — or a Spark
-    DataFrame, clustered by (topic, partition) and sorted first. ``tasks``: in path mode, how many
+    DataFrame, clustered by (topic, partition) and sorted first. Files may differ in their columns' types
+    and in the optional columns they have (see :func:`~idemcore.audit.spark.schema.check_arrow_schemas`);
+    a null or a value out of range raises ValueError naming the file, column, value and row, before
+    Spark starts where the files' statistics show it. ``tasks``: in path mode, how many
     tasks (default twice Spark's default parallelism); for a DataFrame, the partitions of its shuffle
     (default ``spark.sql.shuffle.partitions``). ``hanging_after_ms`` / ``now_ms``: see
     :meth:`AuditReport.from_results`. ``out``: also write ``findings.parquet`` and ``summary.json``
     there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
     """
     origin = Origin.parse(origin)  # the enum travels to the workers
+    if spark is None and master is not None:
+        check_master(master)  # before reading any footer
     if out is not None:
         _check_out(Path(out), source)  # before the job, not after it
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
-        # On the driver, before any job: each footer read once, names and types checked once.
-        footers = read_footers(source)
-        columns, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
+        # On the driver, before any job: each footer read once; names, types and statistics checked.
+        footers = read_footers(source, WATCHED if order_by in (None, *WATCHED) else (*WATCHED, order_by))
+        target, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
+        check_footer_values(footers, target)
         session, started = _session(master, spark, started)
         count = tasks or 2 * session.sparkContext.defaultParallelism
         plans = plan_row_groups([group for footer in footers for group in footer.groups], count)
         # One row (the task number) per Spark partition; the plans travel with the function.
         tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
-        results = tasks_frame.mapInArrow(_audit_paths(plans, origin, columns, order, backend), TaskResult.SPARK_SCHEMA)
+        results = tasks_frame.mapInArrow(_audit_paths(plans, origin, target, order, backend), RESULT_SCHEMA)
         label = str(source) if not isinstance(source, list | tuple) else f"{len(footers)} files"
     else:
         session, started = _session(master, spark, started)
         order = check_input(source.schema, order_by)
-        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend),
-                                                             TaskResult.SPARK_SCHEMA)
+        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend), RESULT_SCHEMA)
         label = "DataFrame"
     try:
         with spark_progress(session, "auditing", enabled=progress):
@@ -122,6 +170,7 @@ def audit(
         if error is not None:
             raise error from exc
         raise
+    _raise_errors(rows)
     report = AuditReport.from_results((TaskResult.from_row(row) for row in rows), order_by=order,
                                       seconds=time.perf_counter() - started, hanging_after_ms=hanging_after_ms,
                                       now_ms=now_ms, source=label)

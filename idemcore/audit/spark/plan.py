@@ -1,9 +1,9 @@
 """Path mode planning: which Parquet row groups each task reads, so every task owns whole streams.
 
 The driver reads only footers, each file's once (:func:`read_footers`): its Arrow schema, for the
-column checks, and its row groups, for the plan. Each row group's (topic, partition) range comes
-from its column statistics; row groups whose ranges overlap may share a
-stream, so they go to the same task (connected components of overlapping
+column checks, its column statistics, for the value checks, and its row groups, for the plan. Each
+row group's (topic, partition) range comes from its column statistics; row groups whose ranges
+overlap may share a stream, so they go to the same task (connected components of overlapping
 ranges). Components are then packed into tasks of similar row counts.
 """
 
@@ -13,14 +13,18 @@ import heapq
 import os
 import warnings
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from idemcore.audit.columns import TOPIC
+from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
+from idemcore.audit.spark.schema import conform
+from idemcore.record.columns import COLUMNS
 
 
 @dataclass(frozen=True)
@@ -106,36 +110,66 @@ def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, in
     return (low_topic, int(stats_partition.min)), (high_topic, int(stats_partition.max))
 
 
+#: Columns whose statistics a footer summarises (:attr:`Footer.stats`): those an audit may read.
+WATCHED = (TOPIC, *COLUMNS, *ORDER_COLUMNS)
+
+
 @dataclass(frozen=True)
 class Footer:
-    """What the driver keeps of one Parquet file's footer: its Arrow schema and its row groups."""
+    """What the driver keeps of one Parquet file's footer: its Arrow schema, its row groups, and per
+    watched column its statistics over all row groups: (nulls, min, max), each None where a row group
+    has none (min and max only for integer and boolean columns)."""
 
     path: str
     schema: pa.Schema
     groups: tuple[RowGroup, ...]
+    stats: dict[str, tuple[int | None, int | None, int | None]] = field(default_factory=dict)
 
 
-def read_footer(path: str) -> Footer:
-    """One file's footer, read once: the schema, and every row group with its (topic, partition) range."""
-    parquet = open_parquet(path)
-    metadata = parquet.metadata
+def _summary(chunks: list[Any], numeric: bool) -> tuple[int | None, int | None, int | None]:
+    """(nulls, min, max) of one column over the statistics of its chunks (one per row group)."""
+    stats = [chunk.statistics for chunk in chunks]
+    nulls = None if any(s is None or not s.has_null_count for s in stats) else sum(s.null_count for s in stats)
+    if not numeric or not stats or any(s is None or not s.has_min_max for s in stats):
+        return nulls, None, None
+    return nulls, min(int(s.min) for s in stats), max(int(s.max) for s in stats)
+
+
+def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
+    """One file's footer, read once: the schema, every row group with its (topic, partition) range, and
+    the statistics of the ``watched`` columns it has. An unreadable footer raises naming the file."""
+    try:
+        parquet = open_parquet(path)
+        metadata = parquet.metadata
+        arrow_schema = parquet.schema_arrow
+    except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
+        raise type(exc)(f"{path} is not a readable Parquet file: {exc}") from None
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     has_keys = TOPIC in names and "partition" in names  # else no ranges; the column checks name what is missing
     groups = []
-    for index in range(metadata.num_row_groups):
-        group = metadata.row_group(index)
+    row_groups = [metadata.row_group(index) for index in range(metadata.num_row_groups)]
+    for index, group in enumerate(row_groups):
         bounds = None
         if has_keys:
             bounds = _range(group.column(names.index(TOPIC)).statistics,
                             group.column(names.index("partition")).statistics)
         low, high = bounds if bounds else (None, None)
         groups.append(RowGroup(path, index, group.num_rows, low, high))
-    return Footer(path, parquet.schema_arrow, tuple(groups))
+    stats = {}
+    for name in watched:
+        if name in names and name in arrow_schema.names:
+            data_type = arrow_schema.field(name).type
+            if pa.types.is_dictionary(data_type):
+                data_type = data_type.value_type
+            numeric = pa.types.is_integer(data_type) or pa.types.is_boolean(data_type)
+            column = names.index(name)
+            stats[name] = _summary([group.column(column) for group in row_groups], numeric)
+    return Footer(path, arrow_schema, tuple(groups), stats)
 
 
-def read_footers(source: str | os.PathLike | list) -> list[Footer]:
+def read_footers(source: str | os.PathLike | list, watched: Collection[str] = WATCHED) -> list[Footer]:
     """The footer of every Parquet file of ``source`` (see :func:`parquet_files`), each read once."""
-    return [read_footer(path) for path in parquet_files(source)]
+    return [read_footer(path, watched) for path in parquet_files(source)]
 
 
 def components(groups: list[RowGroup]) -> list[list[RowGroup]]:
@@ -226,13 +260,34 @@ def stream_slice(topic, partition: np.ndarray, parts: int) -> np.ndarray:
     return (topic_hash * 1_000_003 + np.asarray(partition, dtype=np.int64)) % parts
 
 
-def read_task(plan: TaskPlan, columns: list[str] | None = None):
+def _file_row(metadata: Any, indexes: list[int]) -> Callable[[int], int]:
+    # Row k of the row groups ``indexes`` read together, as a row of the file (for error messages).
+    def row(k: int) -> int:
+        for index in indexes:
+            rows = metadata.row_group(index).num_rows
+            if k < rows:
+                return sum(metadata.row_group(i).num_rows for i in range(index)) + k
+            k -= rows
+        return k
+    return row
+
+
+def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
     """The rows one task replays: its row groups in file and row-group order, only its stream slice.
 
-    ``columns``: those to read, which every file must have (path mode checks that on the driver).
+    ``target``: the schema every file's rows are given (see :func:`~idemcore.audit.spark.schema.conform`;
+    path mode computes it on the driver), else every column as the files hold them. A file that cannot
+    be read, a null, or a value out of range raises naming the file.
     """
-    tables = [open_parquet(path).read_row_groups(indexes, columns=columns, use_threads=False)
-              for path, indexes in plan.groups]
+    tables = []
+    for path, indexes in plan.groups:
+        try:
+            parquet = open_parquet(path)
+            columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
+            table = parquet.read_row_groups(indexes, columns=columns, use_threads=False)
+        except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
+            raise type(exc)(f"cannot read {path}: {exc}") from None
+        tables.append(table if target is None else conform(table, target, path, _file_row(parquet.metadata, indexes)))
     table = pa.concat_tables(tables, promote_options="default")
     if plan.parts > 1:
         mine = stream_slice(table.column(TOPIC), table.column("partition").to_numpy(), plan.parts) == plan.part

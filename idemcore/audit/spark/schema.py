@@ -1,23 +1,37 @@
-"""Checks on the input's columns on the driver, before any job runs, with errors that name the column.
+"""Checks on the input's columns, before any job runs, with errors that name the file, column and value.
 
-A DataFrame is checked through its Spark schema; Parquet paths through the Arrow schemas of their
-footers (each distinct schema once). Workers then trust the names and types and check only what a
-schema cannot tell: null values and values out of range.
+A DataFrame is checked through its Spark schema. Parquet files are checked through their footers: each
+distinct Arrow schema once, reconciled to one target schema (:func:`check_arrow_schemas`), then the column
+statistics of every row group (:func:`check_footer_values`). Workers give each file they read the target
+schema (:func:`conform`) and check there what statistics could not tell.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from idemcore.audit.columns import TOPIC, required_columns
-from idemcore.record.columns import COLUMNS
+from idemcore.audit.columns import TOPIC, order_column, required_columns
+from idemcore.protocol.constants import INT32_MAX
+from idemcore.protocol.sequences import last_sequences, record_counts
+from idemcore.record.columns import COLUMNS, DEFAULTS
 
 _INTEGER_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 _SPARK_TYPES = {"string": ("StringType",), "boolean": (*_INTEGER_TYPES, "BooleanType"), "integer": _INTEGER_TYPES}
 _WANTED = {"string": "a string", "boolean": "a boolean (or 0/1 integer)", "integer": "an integer"}
+#: Files whose topic columns differ (plain, large, dictionary) all become this: the stream keys take
+#: a dictionary as it is, so the plain files are encoded once and the dictionary files not decoded.
+TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
+#: The columns derived from each other when a file has only one of them.
+_DERIVED = {"last_sequence": ("record_count", last_sequences), "record_count": ("last_sequence", record_counts)}
+
+
+class InputError(ValueError):
+    """A bad value in the input, in a message that already names its file, column and value."""
 
 
 def _kind_of(name: str, order: str) -> str | None:
@@ -45,53 +59,189 @@ def check_input(schema: Any, order_by: str | None = None) -> str:
     return order
 
 
+def _value_type(data_type: pa.DataType) -> pa.DataType:
+    return data_type.value_type if pa.types.is_dictionary(data_type) else data_type
+
+
 def _arrow_type_fits(kind: str, data_type: pa.DataType) -> bool:
+    data_type = _value_type(data_type)
     if kind == "string":
-        if pa.types.is_dictionary(data_type):
-            data_type = data_type.value_type
         return pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
     return pa.types.is_integer(data_type) or (kind == "boolean" and pa.types.is_boolean(data_type))
 
 
-def check_arrow_schemas(schemas: Iterable[tuple[str, pa.Schema]], order_by: str | None = None) -> tuple[list[str], str]:
-    """Check the (path, Arrow schema) of every file; return the columns to read and the ordering column.
+def value_range(name: str) -> tuple[int, int, str]:
+    """The values column ``name`` may hold (the kernel's type; partitions are not negative), and what a
+    value outside them is."""
+    if name == "partition":
+        return 0, INT32_MAX, f"is outside [0, {INT32_MAX}]"
+    dtype = COLUMNS.get(name, np.dtype(np.int64))  # the ordering column is read as int64
+    if dtype.kind == "b":
+        return 0, 1, "is not a boolean (0 or 1)"
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max), f"is outside {dtype} [{info.min}, {info.max}]"
 
-    Each distinct schema is checked once. Every file must have the columns a replay reads, with the
-    same types (a task may read several files into one table): ValueError names the column and file.
+
+def _target_type(name: str, kind: str, types: set[pa.DataType]) -> pa.DataType:
+    # Columns the kernel reads get its type: a file's wider or other column is cast, values checked, once
+    # (the replay's own narrowing then costs nothing). Topic and the ordering column keep a type every
+    # file agrees on (no cast at all, the common case), else one that holds every file's.
+    if name in COLUMNS:
+        return pa.from_numpy_dtype(COLUMNS[name])
+    if len(types) == 1 and (kind == "string" or pa.types.is_integer(next(iter(types)))):
+        return next(iter(types))
+    return TOPIC_TYPE if kind == "string" else pa.int64()
+
+
+def _files(paths: list[str], total: int) -> str:
+    return f"{len(paths)} of {total} files (first: {paths[0]})"
+
+
+def check_arrow_schemas(schemas: Iterable[tuple[str, pa.Schema]],
+                        order_by: str | None = None) -> tuple[pa.Schema, str]:
+    """Check the (path, Arrow schema) of every file; return the one schema every task's table is given
+    (the columns a replay reads) and the ordering column.
+
+    Each distinct schema is checked once. Every file must have the required columns and the ordering
+    column, of kinds that fit (string; integer; boolean or integer): ValueError names the column and a
+    file. Types may differ between files (see :func:`conform`). An optional column some files lack is
+    filled with its default there, and a warning says so; last_sequence and record_count derive from
+    each other. The ordering column: ``order_by``, else ``seq_no`` if any file has it, else ``base_offset``.
     """
-    first: tuple[str, pa.Schema] | None = None
-    columns: list[str] = []
-    order = ""
-    checked: set[pa.Schema] = set()
+    by_schema: dict[pa.Schema, list[str]] = {}
     for path, schema in schemas:
-        if schema in checked:
-            continue
-        checked.add(schema)
-        where = f" (in {path})"
+        by_schema.setdefault(schema.remove_metadata(), []).append(path)  # pandas metadata differs per file
+    if not by_schema:
+        raise ValueError("no Parquet files to audit")
+    order = order_column(dict.fromkeys(n for schema in by_schema for n in schema.names), order_by)
+    every = [path for paths in by_schema.values() for path in paths]
+    having: dict[str, list[str]] = {}
+    types: dict[str, set[pa.DataType]] = {}
+    for schema, paths in by_schema.items():
+        where = f" (in {paths[0]})"
+        if order not in schema.names:
+            raise ValueError(f"ordering column {order!r} is missing from {_files(paths, len(every))}; "
+                             "every file needs it")
         try:
-            wanted, file_order = required_columns(schema.names, order_by)
+            wanted, _ = required_columns(schema.names, order)
         except ValueError as exc:
             raise ValueError(f"{exc}{where}") from None
         for name in wanted:
             data_type = schema.field(name).type
-            kind = _kind_of(name, file_order)
+            kind = _kind_of(name, order)
             if not _arrow_type_fits(kind, data_type):
                 raise _type_error(name, kind, str(data_type), where)
-        if first is None:
-            first, columns, order = (path, schema), wanted, file_order
+            having.setdefault(name, []).extend(paths)
+            types.setdefault(name, set()).add(data_type)
+    names = [TOPIC, *(name for name in COLUMNS if name in having), *([order] if order not in COLUMNS else [])]
+    for name in names:
+        if len(having[name]) == len(every):
             continue
-        first_path, first_schema = first
-        for name in (*columns, *wanted):
-            if name not in wanted or name not in columns:
-                having, lacking = (first_path, path) if name in columns else (path, first_path)
-                raise ValueError(f"column {name!r} is in {having} but not in {lacking}; "
-                                 "every file must have the same columns")
-            if schema.field(name).type != first_schema.field(name).type:
-                raise ValueError(f"column {name!r} is {first_schema.field(name).type} in {first_path} "
-                                 f"but {schema.field(name).type} in {path}")
+        present = set(having[name])
+        lacking = [path for path in every if path not in present]
+        derived = _DERIVED.get(name)
+        how = f"derived from base_sequence and {derived[0]}" if derived else f"filled with {DEFAULTS[name]}"
+        warnings.warn(f"column {name!r} is missing from {_files(lacking, len(every))}; {how}", UserWarning,
+                      stacklevel=3)
+    target = pa.schema([pa.field(name, _target_type(name, _kind_of(name, order), types[name])) for name in names])
+    return target, order
+
+
+def _first_null(column: pa.ChunkedArray | pa.Array) -> int:
+    return int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+
+
+def _first_outside(column: pa.ChunkedArray | pa.Array, low: int, high: int) -> int | None:
+    values = column.cast(_value_type(column.type)).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero((values < low) | (values > high))
+    return int(bad[0]) if len(bad) else None
+
+
+def bad_value(path: str, name: str, column: pa.ChunkedArray | pa.Array,
+              row: Callable[[int], int] = int) -> InputError | None:
+    """The first null or out-of-range value of ``column`` (of file ``path``) as an error, or None.
+    ``row``: a row of ``column`` to its row in the file."""
+    if column.null_count:
+        first = _first_null(column)
+        return InputError(f"column {name!r} in {path}: null at row {row(first)} "
+                          f"({column.null_count} null value(s)); every batch needs a value")
+    if pa.types.is_string(_value_type(column.type)) or pa.types.is_large_string(_value_type(column.type)):
+        return None
+    low, high, wanted = value_range(name)
+    first = _first_outside(column, low, high)
     if first is None:
-        raise ValueError("no Parquet files to audit")
-    return columns, order
+        return None
+    value = column[first].as_py()
+    return InputError(f"column {name!r} in {path}: {int(value)} at row {row(first)} {wanted}")
+
+
+def conform(table: pa.Table, target: pa.Schema, path: str, row: Callable[[int], int] = int) -> pa.Table:
+    """One file's rows (``table``, read from ``path``) with the ``target`` schema.
+
+    Columns of another type are cast, their values checked; the columns the file lacks are filled with
+    their defaults, or derived (last_sequence, record_count). A null or a value out of range raises
+    :class:`InputError` naming the file, the column, the value and its row (``row`` maps a row of
+    ``table`` to the file's). A file that has the target schema is returned as it is.
+    """
+    for name in table.schema.names:
+        if table.column(name).null_count:
+            raise bad_value(path, name, table.column(name), row)
+    if table.schema.equals(target):  # the common case: every file written alike, nothing to do
+        return table
+    columns: dict[str, Any] = {}
+    for field in target:
+        if field.name in table.schema.names:
+            columns[field.name] = _cast(table.column(field.name), field.type, path, field.name, row)
+    for field in target:
+        if field.name in columns:
+            continue
+        derived = _DERIVED.get(field.name)
+        if derived:
+            other, derive = derived
+            values = derive(columns["base_sequence"].to_numpy(), columns[other].to_numpy())
+        else:
+            values = np.full(table.num_rows, DEFAULTS[field.name], dtype=COLUMNS[field.name])
+        columns[field.name] = pa.array(values, field.type)
+    return pa.table([columns[field.name] for field in target], schema=target)
+
+
+def _cast(column: pa.ChunkedArray, to: pa.DataType, path: str, name: str,
+          row: Callable[[int], int]) -> pa.ChunkedArray:
+    if column.type == to:
+        return column
+    if pa.types.is_boolean(to) and not pa.types.is_boolean(column.type):
+        error = bad_value(path, name, column, row)  # Arrow casts any integer to a boolean: check 0/1 first
+        if error:
+            raise error
+    try:
+        return column.cast(to)  # a safe cast: raises on a value that does not fit
+    except pa.ArrowInvalid:
+        error = bad_value(path, name, column, row)
+        if error is None:
+            raise
+        raise error from None
+
+
+def check_footer_values(footers: Iterable[Any], target: pa.Schema) -> None:
+    """Before any job: a null or a value out of range that a file's column statistics show raises
+    :class:`InputError` naming the file, column, first bad value and row (that column is read to find it)."""
+    for footer in footers:
+        for name in target.names:
+            stats = footer.stats.get(name)
+            if stats is None:
+                continue
+            nulls, low, high = stats
+            lowest, highest, _ = value_range(name)
+            if nulls or (name != TOPIC and low is not None and (low < lowest or high > highest)):
+                raise _locate(footer.path, name)
+
+
+def _locate(path: str, name: str) -> InputError:
+    from idemcore.audit.spark.plan import open_parquet
+
+    error = bad_value(path, name, open_parquet(path).read(columns=[name], use_threads=False).column(name))
+    return error or InputError(f"column {name!r} in {path}: its statistics show a null or a value that "
+                               f"{value_range(name)[2]}, but its values do not")
 
 
 def worker_error(exc: BaseException) -> ValueError | None:

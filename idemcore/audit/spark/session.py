@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from idemcore.errors import IdemcoreError
 
 #: Log4j 2 settings for the JVM of a session idemcore starts: errors only.
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -22,12 +25,41 @@ LOCAL_SETTINGS = {
 }
 
 
+#: The masters Spark accepts: spark-submit's prefixes (yarn, spark, k8s, local) and SparkContext's
+#: forms of a local master; anything else fails in the JVM with a Java stack trace.
+_MASTER = re.compile(r"local(\[([1-9]\d*|\*)(\s*,\s*[1-9]\d*)?\])?|local-cluster\[\s*[1-9]\d*(\s*,\s*[1-9]\d*){2}\s*\]"
+                     r"|yarn|(spark|k8s)://\S+")
+
+
+class MissingExtraError(IdemcoreError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+class SparkStartError(IdemcoreError, RuntimeError):
+    """Spark did not start: the message is the first line of Spark's reason."""
+
+
 def import_pyspark() -> Any:
     try:
         import pyspark
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError("idemcore.spark needs pyspark: pip install 'idemcore[spark]'") from exc
+    except ImportError:
+        raise MissingExtraError("idemcore's Spark audit needs pyspark, which is not installed: "
+                                "pip install 'idemcore[spark]'", name="pyspark") from None
     return pyspark
+
+
+def check_master(master: str) -> None:
+    """ValueError for a master Spark would refuse, before a JVM starts to say so in a stack trace."""
+    if not _MASTER.fullmatch(master):
+        raise ValueError(f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], "
+                         "spark://HOST:PORT, yarn or k8s://HOST:PORT")
+
+
+def _reason(exc: BaseException) -> str:
+    # The Java exception's own line (class: message) rather than py4j's wrapping and stack trace.
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 
 def get_session(master: str | None = None, spark: Any = None, config: dict[str, str] | None = None) -> Any:
@@ -45,6 +77,7 @@ def get_session(master: str | None = None, spark: Any = None, config: dict[str, 
     if active is not None and master is None:
         return active
     master = master or "local[*]"
+    check_master(master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -53,7 +86,10 @@ def get_session(master: str | None = None, spark: Any = None, config: dict[str, 
     settings = {**LOCAL_SETTINGS, "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"}
     for key, value in {**settings, **(config or {})}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # the JVM did not start, or refused the settings: one line, not a stack trace
+        raise SparkStartError(f"Spark did not start on master {master!r}: {_reason(exc)}") from exc
     session.sparkContext.setLogLevel("ERROR")
     return session
 
