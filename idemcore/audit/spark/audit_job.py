@@ -147,7 +147,8 @@ def audit(
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
         # On the driver, before any job: each footer read once; names, types and statistics checked.
-        footers = read_footers(source, WATCHED if order_by in (None, *WATCHED) else (*WATCHED, order_by))
+        watched = WATCHED if order_by is None or order_by in WATCHED else (*WATCHED, order_by)
+        footers = read_footers(source, watched)
         target, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
         check_footer_values(footers, target)
         session, started = _session(master, spark, started)

@@ -45,7 +45,7 @@ def _hidden(relative_parts: tuple[str, ...]) -> bool:
     return any(part.startswith((".", "_")) for part in relative_parts)
 
 
-def parquet_files(source: str | os.PathLike | list) -> list[str]:
+def parquet_files(source: str | os.PathLike | list | tuple) -> list[str]:
     """The Parquet files of ``source``: a file, a directory (searched recursively) or a list of these.
 
     Local paths, or URIs any pyarrow filesystem understands (``file://``, ``hdfs://``, ``s3://``,
@@ -167,7 +167,7 @@ def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
     return Footer(path, arrow_schema, tuple(groups), stats)
 
 
-def read_footers(source: str | os.PathLike | list, watched: Collection[str] = WATCHED) -> list[Footer]:
+def read_footers(source: str | os.PathLike | list | tuple, watched: Collection[str] = WATCHED) -> list[Footer]:
     """The footer of every Parquet file of ``source`` (see :func:`parquet_files`), each read once."""
     return [read_footer(path, watched) for path in parquet_files(source)]
 
@@ -178,16 +178,18 @@ def components(groups: list[RowGroup]) -> list[list[RowGroup]]:
         warnings.warn("some row groups have no topic/partition statistics: the whole source is read by one task",
                       RuntimeWarning, stacklevel=3)
         return [groups]
-    ordered = sorted(groups, key=lambda g: (g.low, g.high))
+    # Every range is known from here on.
+    ranged = sorted(((g.low, g.high, g) for g in groups if g.low is not None and g.high is not None),
+                    key=lambda r: (r[0], r[1]))
     merged: list[list[RowGroup]] = []
-    high = None
-    for group in ordered:
-        if merged and group.low <= high:
+    high: tuple[str, int] | None = None
+    for low, group_high, group in ranged:
+        if merged and high is not None and low <= high:
             merged[-1].append(group)
-            high = max(high, group.high)
+            high = max(high, group_high)
         else:
             merged.append([group])
-            high = group.high
+            high = group_high
     return merged
 
 
@@ -204,7 +206,7 @@ class TaskPlan:
 def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
     # A component far bigger than a task's share (streams interleaved over its row groups) is cut into
     # stream slices: each slice reads the component again but replays only its own streams.
-    units = []
+    units: list[tuple[int, list[RowGroup], int, int]] = []
     for component in groups:
         rows = sum(g.rows for g in component)
         single_stream = all(g.low == g.high == component[0].low for g in component)

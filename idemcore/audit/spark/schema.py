@@ -45,6 +45,14 @@ def _kind_of(name: str, order: str) -> str | None:
     return None
 
 
+def _read_kind(name: str, order: str) -> str:
+    """The kind of a column the replay reads (every one has a kind)."""
+    kind = _kind_of(name, order)
+    if kind is None:
+        raise ValueError(f"column {name!r} is not read by the replay")
+    return kind
+
+
 def _type_error(name: str, kind: str, got: str, where: str = "") -> ValueError:
     return ValueError(f"column {name!r} must be {_WANTED[kind]}; got {got}{where}")
 
@@ -128,7 +136,7 @@ def check_arrow_schemas(schemas: Iterable[tuple[str, pa.Schema]],
             raise ValueError(f"{exc}{where}") from None
         for name in wanted:
             data_type = schema.field(name).type
-            kind = _kind_of(name, order)
+            kind = _read_kind(name, order)
             if not _arrow_type_fits(kind, data_type):
                 raise _type_error(name, kind, str(data_type), where)
             having.setdefault(name, []).extend(paths)
@@ -143,7 +151,7 @@ def check_arrow_schemas(schemas: Iterable[tuple[str, pa.Schema]],
         how = f"derived from base_sequence and {derived[0]}" if derived else f"filled with {DEFAULTS[name]}"
         warnings.warn(f"column {name!r} is missing from {_files(lacking, len(every))}; {how}", UserWarning,
                       stacklevel=3)
-    target = pa.schema([pa.field(name, _target_type(name, _kind_of(name, order), types[name])) for name in names])
+    target = pa.schema([pa.field(name, _target_type(name, _read_kind(name, order), types[name])) for name in names])
     return target, order
 
 
@@ -168,11 +176,11 @@ def bad_value(path: str, name: str, column: pa.ChunkedArray | pa.Array,
     if pa.types.is_string(_value_type(column.type)) or pa.types.is_large_string(_value_type(column.type)):
         return None
     low, high, wanted = value_range(name)
-    first = _first_outside(column, low, high)
-    if first is None:
+    outside = _first_outside(column, low, high)
+    if outside is None:
         return None
-    value = column[first].as_py()
-    return InputError(f"column {name!r} in {path}: {int(value)} at row {row(first)} {wanted}")
+    value = column[outside].as_py()
+    return InputError(f"column {name!r} in {path}: {int(value)} at row {row(outside)} {wanted}")
 
 
 def conform(table: pa.Table, target: pa.Schema, path: str, row: Callable[[int], int] = int) -> pa.Table:
@@ -184,8 +192,9 @@ def conform(table: pa.Table, target: pa.Schema, path: str, row: Callable[[int], 
     ``table`` to the file's). A file that has the target schema is returned as it is.
     """
     for name in table.schema.names:
-        if table.column(name).null_count:
-            raise bad_value(path, name, table.column(name), row)
+        error = bad_value(path, name, table.column(name), row) if table.column(name).null_count else None
+        if error is not None:
+            raise error
     if table.schema.equals(target):  # the common case: every file written alike, nothing to do
         return table
     columns: dict[str, Any] = {}
