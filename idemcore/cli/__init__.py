@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
-
-from tqdm import tqdm
 
 from idemcore import __version__
 from idemcore.cli.audit import add_commands, print_error
-from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, non_negative, positive, probability
+from idemcore.cli.options import (
+    BACKEND_CHOICES,
+    BACKEND_HELP,
+    configure_logging,
+    non_negative,
+    positive,
+    probability,
+    show_progress,
+    verbosity_options,
+)
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
+from idemcore.progress import bar as progress_bar
 from idemcore.sim.network import CRASH_KINDS
 
 
@@ -23,8 +30,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     faults = Faults(drop_request=args.drop_request, drop_response=args.drop_response, reorder=args.reorder,
                     duplicate=args.duplicate, retriable_error=args.retriable_error, crash_every=args.crash_every,
                     crash_kind=args.crash_kind, tear_writes=not args.no_torn_writes)
-    with tqdm(total=args.records, unit="rec", unit_scale=True, disable=args.json, file=sys.stderr,
-              desc="simulating") as bar:
+    with progress_bar(args.records, "simulating", "rec", enabled=show_progress(args), unit_scale=True) as bar:
         report = simulate(args.producers, args.partitions, args.records, faults, args.seed,
                           idempotence=not args.no_idempotence, backend=args.backend, progress=bar.update,
                           fsync=args.fsync)
@@ -68,9 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="idemcore", description="Kafka's exactly-once machinery, outside the JVM.")
     parser.add_argument("--version", action="version", version=f"idemcore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    common = verbosity_options()
 
     sim = commands.add_parser(
-        "simulate", help="producers -> faulty network -> crashing broker, then check exactly-once",
+        "simulate", parents=[common], help="producers -> faulty network -> crashing broker, then check exactly-once",
         description="Run idempotent producers against one broker through a deterministic simulated network "
                     "that loses, delays, reorders and duplicates requests and crashes the broker (which recovers "
                     "from its logs); then check that every acknowledged record is in the logs exactly once and "
@@ -100,15 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(run=run_simulate)
 
-    add_commands(commands)
+    add_commands(commands, common)
 
-    backends = commands.add_parser("backends", help="list the kernel backends this machine can load")
+    backends = commands.add_parser("backends", parents=[common], help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging(args)
     try:
         return args.run(args)
     except (ValueError, TypeError, OSError, IdemcoreError) as exc:  # a user's mistake: one line, no traceback

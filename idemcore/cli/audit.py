@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, non_negative, positive
+from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, non_negative, positive, show_progress
 from idemcore.errors import IdemcoreError
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
@@ -130,7 +130,7 @@ def run_generate(args: argparse.Namespace) -> int:
     truth = generate(args.out, topics=args.topics, partitions=args.partitions, producers=args.producers,
                      batches=args.batches, anomalies=parse_mix(args.anomalies), seed=args.seed,
                      retry_fraction=args.retry_fraction, partitions_per_file=args.partitions_per_file,
-                     overwrite=args.overwrite, progress=not args.json)
+                     overwrite=args.overwrite, progress=show_progress(args))
     if args.json:
         print(json.dumps({"out": str(args.out), "batches": truth["batches"], "findings": truth["findings"],
                           "files": len(truth["files"])}))
@@ -148,7 +148,7 @@ def _audit(args: argparse.Namespace, source: Any) -> Any:
         return audit(source, master=args.master, order_by=getattr(args, "order_by", None),
                      origin=getattr(args, "origin", "client"), tasks=args.tasks,
                      hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None), out=args.out,
-                     backend=args.backend, progress=not args.json)
+                     backend=args.backend, progress=show_progress(args))
 
 
 @_needs_extra("pyarrow", "pyspark")
@@ -183,12 +183,13 @@ def run_demo(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         truth = generate(dataset, topics=args.topics, partitions=args.partitions, producers=args.producers,
                          batches=args.batches, seed=args.seed, overwrite=True, partitions_per_file=args.partitions,
-                         progress=not args.json)
+                         progress=show_progress(args))
         generated = time.perf_counter() - started
         from idemcore.audit.spark.session import get_session, warm_up
 
         started = time.perf_counter()
-        warm_up(get_session(args.master))  # so the audit's time is the audit's, not the JVM's start-up
+        # Started first, so the audit's time is the audit's, not the JVM's start-up.
+        warm_up(get_session(args.master, progress=show_progress(args)))
         spark_ready = time.perf_counter() - started
         args.out = workdir / "report"
         report = _audit(args, dataset / DATA_DIR)
@@ -231,10 +232,11 @@ def add_audit_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register generate, audit and demo."""
     gen = commands.add_parser(
-        "generate", help="write a Parquet dataset of batch metadata with planted anomalies and its ground truth",
+        "generate", parents=[common],
+        help="write a Parquet dataset of batch metadata with planted anomalies and its ground truth",
         description="Write produce attempts of idempotent and transactional producers as Parquet (OUT/data), "
                     "with anomalies planted, and the ground truth of what was planted (OUT/truth.json).")
     gen.add_argument("out", type=Path, help="the dataset directory to create")
@@ -254,7 +256,8 @@ def add_commands(commands: Any) -> None:
     gen.set_defaults(run=run_generate)
 
     aud = commands.add_parser(
-        "audit", help="audit a Parquet dataset of batch metadata with Spark (findings: docs/rules.md §5)",
+        "audit", parents=[common],
+        help="audit a Parquet dataset of batch metadata with Spark (findings: docs/rules.md §5)",
         description="Replay every (topic, partition) stream of a Parquet dataset through Kafka's producer-state "
                     "rules with Spark (Python workers read the files; only findings come back) and report "
                     "duplicates, gaps, zombie writes and hanging transactions.")
@@ -270,7 +273,8 @@ def add_commands(commands: Any) -> None:
     aud.set_defaults(run=run_audit)
 
     demo = commands.add_parser(
-        "demo", help="generate a small dataset with anomalies, audit it with Spark, compare with the ground truth",
+        "demo", parents=[common],
+        help="generate a small dataset with anomalies, audit it with Spark, compare with the ground truth",
         description="Generate produce attempts with planted anomalies of every kind (docs/rules.md §5), audit "
                     "them with Spark in local mode, print the report and check it against the ground truth, "
                     "batch by batch. Exit status 1 on any mismatch.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from idemcore.kernels import ENV_VAR, PREFERENCE
 from idemcore.protocol.codes import Origin
@@ -41,3 +42,33 @@ def probability(text: str) -> float:
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must be a probability in [0, 1), got {value}")
     return value
+
+
+def verbosity_options() -> argparse.ArgumentParser:
+    """-v/--verbose and -q/--quiet, for every command (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("output")
+    group.add_argument("-v", "--verbose", action="count", default=0,
+                       help="say more: -v logs what idemcore does (INFO), -vv also its details (DEBUG)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress, only warnings, errors and the result")
+    return common
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Progress on standard error unless --quiet, or --json (whose output a program reads)."""
+    return not (getattr(args, "quiet", False) or getattr(args, "json", False))
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """idemcore's log records on standard error: WARNING by default, INFO with -v, DEBUG with -vv, ERROR with
+    -q."""
+    verbose = getattr(args, "verbose", 0)
+    level = logging.ERROR if getattr(args, "quiet", False) else \
+        (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("idemcore: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("idemcore")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from idemcore.progress import bar as progress_bar
 from idemcore.record.columns import COLUMNS
 from idemcore.synth.streams import inject_anomalies, synthetic_stream
 
@@ -97,7 +96,8 @@ def generate(
         if not overwrite:
             raise FileExistsError(f"{out} already exists; choose another path or overwrite it")
         _check_replaceable(out)
-    bar = tqdm(total=4, desc="generating", unit="step", disable=not progress, file=sys.stderr)
+    # Three steps in memory, then one per Parquet file written (the longest part on big datasets).
+    bar = progress_bar(3 + -(-topics * partitions // partitions_per_file), "generating", "step", enabled=progress)
     try:
         columns = synthetic_stream(batches, n_producers=producers, n_partitions=topics * partitions,
                                    retry_fraction=retry_fraction, seed=seed)
@@ -133,6 +133,7 @@ def generate(
                 name = f"{DATA_DIR}/{topic_name(topic)}-{partition:05d}.parquet"
                 pq.write_table(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
                 files.append(name)
+                bar.update()
             truth_doc = {
                 "batches": n, "order_by": "seq_no", "findings": truth,
                 "planted": [{"topic": topic_name(p["partition"] // partitions),
@@ -154,7 +155,6 @@ def generate(
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        bar.update()
     finally:
         bar.close()  # also on an error, so the message is not drawn into the bar
     return truth_doc

@@ -91,10 +91,10 @@ def _audit_rows(origin: Origin, order_by: str, backend: str | None):
     return run
 
 
-def _session(master: str | None, spark: Any, started: float) -> tuple[Any, float]:
+def _session(master: str | None, spark: Any, started: float, progress: bool) -> tuple[Any, float]:
     # The session, and the audit's start moved later by the time Spark took to start: not the audit's time.
     before = time.perf_counter()
-    session = get_session(master, spark)
+    session = get_session(master, spark, progress=progress)
     return session, started + time.perf_counter() - before
 
 
@@ -151,7 +151,7 @@ def audit(
         footers = read_footers(source, watched)
         target, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
         check_footer_values(footers, target)
-        session, started = _session(master, spark, started)
+        session, started = _session(master, spark, started, progress)
         count = tasks or 2 * session.sparkContext.defaultParallelism
         plans = plan_row_groups([group for footer in footers for group in footer.groups], count)
         # One row (the task number) per Spark partition; the plans travel with the function.
@@ -159,7 +159,7 @@ def audit(
         results = tasks_frame.mapInArrow(_audit_paths(plans, origin, target, order, backend), RESULT_SCHEMA)
         label = str(source) if not isinstance(source, list | tuple) else f"{len(footers)} files"
     else:
-        session, started = _session(master, spark, started)
+        session, started = _session(master, spark, started, progress)
         order = check_input(source.schema, order_by)
         results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend), RESULT_SCHEMA)
         label = "DataFrame"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tqdm import tqdm
+from idemcore.progress import bar as progress_bar
 
 
 def _task_counts(tracker: Any, group: str) -> tuple[int, int]:
@@ -31,7 +30,7 @@ def spark_progress(spark: Any, description: str, enabled: bool = True, interval:
     group = f"idemcore-{uuid.uuid4().hex[:12]}"
     context.setJobGroup(group, description)
     stop = threading.Event()
-    bar = tqdm(total=0, desc=description, unit="task", disable=not enabled, file=sys.stderr)
+    bar = progress_bar(0, description, "task", enabled=enabled)
 
     def poll() -> None:
         tracker = context.statusTracker()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from idemcore.errors import IdemcoreError
+from idemcore.progress import waiting
 
 #: Log4j 2 settings for the JVM of a session idemcore starts: errors only.
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -62,11 +66,50 @@ def _reason(exc: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 
-def get_session(master: str | None = None, spark: Any = None, config: dict[str, str] | None = None) -> Any:
+#: What the JVM prints on every start, whatever the log configuration: nothing a user can act on.
+_START_CHATTER = (b"WARNING: Using incubator modules", b"Setting default log level to",
+                  b"To adjust logging level use sc.setLogLevel")
+
+
+def _forward(source: int, target: int) -> None:
+    """Copy the JVM's standard error to ``target``, line by line, without its start-up chatter."""
+    pending = b""
+    while chunk := os.read(source, 65536):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        kept = [line for line in lines if not line.startswith(_START_CHATTER)]
+        if kept:
+            os.write(target, b"".join(line + b"\n" for line in kept))
+    if pending:
+        os.write(target, pending)
+    os.close(source)
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered() -> Iterator[TextIO]:
+    """While the JVM starts it inherits standard error: hand it a pipe whose lines are forwarded to ours
+    without the start-up chatter, for the JVM's whole life. Yields our own standard error meanwhile."""
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    ours = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_forward, args=(read_end, ours), name="idemcore-jvm-stderr", daemon=True).start()
+    stream = os.fdopen(os.dup(ours), "w", buffering=1)
+    try:
+        yield stream
+    finally:
+        stream.flush()
+        os.dup2(ours, 2)  # the JVM keeps the pipe; this process writes to its own standard error again
+        stream.close()
+
+
+def get_session(master: str | None = None, spark: Any = None, config: dict[str, str] | None = None,
+                progress: bool = False) -> Any:
     """``spark`` if given; else the active session; else a new one on ``master`` (default ``local[*]``).
 
     A new session runs its Python workers on this interpreter, so they import
-    the same installed idemcore.
+    the same installed idemcore. ``progress``: show the seconds the start takes.
     """
     if spark is not None:
         return spark
@@ -87,7 +130,8 @@ def get_session(master: str | None = None, spark: Any = None, config: dict[str, 
     for key, value in {**settings, **(config or {})}.items():
         builder = builder.config(key, value)
     try:
-        session = builder.getOrCreate()
+        with _jvm_stderr_filtered() as stderr, waiting("starting Spark", enabled=progress, file=stderr):
+            session = builder.getOrCreate()
     except Exception as exc:  # the JVM did not start, or refused the settings: one line, not a stack trace
         raise SparkStartError(f"Spark did not start on master {master!r}: {_reason(exc)}") from exc
     session.sparkContext.setLogLevel("ERROR")
