@@ -1,0 +1,65 @@
+"""RecordBatch v2, Kafka's batch format on the wire and on disk, bytes-exact.
+
+- ``codec``: ``BatchHeader``, ``Record``, ``read_header``, ``iter_batches``, ``verify_crc``,
+  ``decode_batch``, ``encode_batch`` (CRC-32C through ``crc32c``);
+- ``compression``: the records section's codecs as Kafka frames them (through ``cramjam``);
+- ``control``: transaction markers (control records);
+- ``varint``: zig-zag varints;
+- ``errors``: ``CorruptRecordError`` and its ``IncompleteBatchError``.
+"""
+
+from idemcore.record.v2.codec import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_TIMESTAMP,
+    BatchHeader,
+    Record,
+    TimestampType,
+    compute_crc,
+    decode_batch,
+    encode_batch,
+    iter_batches,
+    read_header,
+    set_base_offset,
+    set_partition_leader_epoch,
+    verify_crc,
+)
+from idemcore.record.v2.compression import Compression
+from idemcore.record.v2.control import (
+    EndTxnMarker,
+    control_type_id,
+    encode_end_txn_marker,
+    end_txn_marker_record,
+    parse_end_txn_marker,
+)
+from idemcore.record.v2.errors import CorruptRecordError, IncompleteBatchError, VarintError
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_TIMESTAMP",
+    "BatchHeader",
+    "Compression",
+    "CorruptRecordError",
+    "EndTxnMarker",
+    "IncompleteBatchError",
+    "Record",
+    "TimestampType",
+    "VarintError",
+    "compute_crc",
+    "control_type_id",
+    "decode_batch",
+    "encode_batch",
+    "encode_end_txn_marker",
+    "end_txn_marker_record",
+    "iter_batches",
+    "parse_end_txn_marker",
+    "read_header",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+    "verify_crc",
+]
