@@ -17,6 +17,11 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 ``drain_partitions(...) -> int``
     one send round of the producer: which head batches to take and their
     sequences (see :mod:`idemcore.kernels.drain_reference`).
+``scan_headers(...) -> int``
+    walk a log segment's RecordBatch v2 headers into the batch metadata
+    columns, with file positions and CRC checks; returns the batches decoded
+    and leaves where and why it stopped in ``cursor`` (see
+    :mod:`idemcore.kernels.header_scan_reference`).
 
 The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
@@ -42,9 +47,11 @@ from idemcore.errors import BackendUnavailableError
 #: Fastest first: the order ``auto`` tries (measured by bench/bench_validate.py).
 PREFERENCE = ("cython", "numba", "python")
 _MODULES = {
-    "cython": ("idemcore.kernels.cython_kernels", "idemcore.kernels.cython_drain"),
+    "cython": ("idemcore.kernels.cython_kernels", "idemcore.kernels.cython_drain",
+               "idemcore.kernels.cython_header_scan"),
     "numba": ("idemcore.kernels.numba_kernels",),
-    "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference"),
+    "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference",
+               "idemcore.kernels.header_scan_reference"),
 }
 ENV_VAR = "IDEMCORE_BACKEND"
 #: Backends that need an optional dependency, and the extra that installs it (numba is optional when the Cython
@@ -63,6 +70,7 @@ class Backend:
     rebuild_producer_index: Callable[..., None]
     rebuild_partition_index: Callable[..., None]
     drain_partitions: Callable[..., int]
+    scan_headers: Callable[..., int]
 
 
 def _known(name: str, source: str = "") -> str:

@@ -8,6 +8,7 @@ these names in this order.
 ``validate_batches(*BatchColumns, origin, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
+``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
 from __future__ import annotations
@@ -99,3 +100,61 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                       *TxnColumns._fields),
     "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
 }
+
+
+class HeaderScanColumns(NamedTuple):
+    """What ``scan_headers`` writes, one row per batch of a segment: the batch metadata columns first (the
+    fields of :class:`BatchColumns`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
+    batch lies and what else its header says. ``HEADER_SCAN_DTYPES`` gives each array's dtype."""
+
+    out_partition: np.ndarray
+    out_producer_id: np.ndarray
+    out_producer_epoch: np.ndarray
+    out_base_sequence: np.ndarray
+    out_last_sequence: np.ndarray
+    out_base_offset: np.ndarray
+    out_record_count: np.ndarray
+    out_max_timestamp: np.ndarray
+    out_is_transactional: np.ndarray
+    out_is_control: np.ndarray
+    out_control_type: np.ndarray
+    out_coordinator_epoch: np.ndarray
+    out_position: np.ndarray
+    out_batch_length: np.ndarray
+    out_last_offset: np.ndarray
+    out_leader_epoch: np.ndarray
+    out_compression: np.ndarray
+    out_crc_ok: np.ndarray
+
+    @classmethod
+    def empty(cls, capacity: int) -> HeaderScanColumns:
+        """Room for ``capacity`` batches (uninitialised: a scan writes rows ``0..count-1``)."""
+        return cls(*(np.empty(capacity, dtype=dtype) for dtype in HEADER_SCAN_DTYPES.values()))
+
+
+#: Each output array's dtype (the first twelve are ``record.columns.COLUMNS`` with booleans as uint8).
+HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
+    "out_partition": np.dtype(np.int32),
+    "out_producer_id": np.dtype(np.int64),
+    "out_producer_epoch": np.dtype(np.int16),
+    "out_base_sequence": np.dtype(np.int32),
+    "out_last_sequence": np.dtype(np.int32),
+    "out_base_offset": np.dtype(np.int64),
+    "out_record_count": np.dtype(np.int32),
+    "out_max_timestamp": np.dtype(np.int64),
+    "out_is_transactional": np.dtype(np.uint8),
+    "out_is_control": np.dtype(np.uint8),
+    "out_control_type": np.dtype(np.int8),
+    "out_coordinator_epoch": np.dtype(np.int32),
+    "out_position": np.dtype(np.int64),  # file position of the batch: file_position + its index in data
+    "out_batch_length": np.dtype(np.int32),  # Kafka's batchLength: the bytes after that field
+    "out_last_offset": np.dtype(np.int64),  # base offset + last offset delta
+    "out_leader_epoch": np.dtype(np.int32),  # partition leader epoch
+    "out_compression": np.dtype(np.int8),  # attributes bits 0-2: none, gzip, snappy, lz4, zstd
+    "out_crc_ok": np.dtype(np.uint8),  # CRC_BAD 0, CRC_OK 1, CRC_UNCHECKED 2 (verify_crc off)
+}
+
+#: ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
+#: not in SIGNATURES, whose entry points all live in ``kernels.reference``).
+SCALARS_SCAN = ("data", "file_position", "partition", "verify_crc", "cursor")
+HEADER_SCAN_SIGNATURE: tuple[str, ...] = (*SCALARS_SCAN, *HeaderScanColumns._fields)

@@ -1,28 +1,34 @@
 """The reference kernels compiled with Numba.
 
 There is no second copy of the rules here: every function of
-:mod:`idemcore.kernels.reference` (and of ``drain_reference``) is re-bound to a namespace in which its
-helpers are the compiled versions, then compiled with ``@njit``. So the
+:mod:`idemcore.kernels.reference` (and of ``drain_reference`` and ``header_scan_reference``) is re-bound to
+a namespace in which its helpers are the compiled versions, then compiled with ``@njit``. So the
 interpreted and the compiled backend run one source; the tests compare them
-anyway, because Numba's integer typing differs from Python's.
+anyway, because Numba's integer typing differs from Python's. The header scan swaps two helpers for its own
+(reading a byte as int64, and CRC-32C through a C function), see below.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib
 import types
+from typing import Any
 
 import numba
+import numpy as np
 
-from idemcore.kernels import drain_reference, reference
+from idemcore.kernels import drain_reference, header_scan_reference, reference
 from idemcore.protocol import sequences
 
 #: One place for JIT options: integer code, so no fastmath; cached on disk.
 JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True}
 #: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
 #: pay reference counting on every batch.
-HELPER_OPTIONS = {**JIT_OPTIONS, "inline": "always"}
+HELPER_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "inline": "always"}
 _ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches", "check_batches",
-                 "commit_batches", "drain_partitions")
+                 "commit_batches", "drain_partitions", "scan_batches")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
@@ -58,3 +64,50 @@ commit_batches = _compiled["commit_batches"]
 drain_partitions = _compiled_drain["drain_partitions"]
 rebuild_producer_index = _compiled["rebuild_producer_index"]
 rebuild_partition_index = _compiled["rebuild_partition_index"]
+
+# The header scan: header_scan_reference compiled the same way, except its CRC-32C, which calls a C function
+# (Google's crc32c_extend, see header_scan_reference.crc32c_extend_address) by a symbol bound on first use: by
+# name, not by address, so the compiled scan stays cacheable (an embedded address is a "dynamic global").
+_CRC32C_SYMBOL = "idemcore_crc32c_extend"
+_crc32c_extend = numba.types.ExternalFunction(
+    _CRC32C_SYMBOL, numba.types.uint32(numba.types.uint32, numba.types.uintp, numba.types.uintp))
+
+
+@numba.jit(**HELPER_OPTIONS)
+def _batch_crc(data, start, stop):
+    return _crc32c_extend(0, data.ctypes.data + np.uintp(start), np.uintp(stop - start))
+
+
+if getattr(numba.config, "DISABLE_JIT", False):  # interpreted (coverage runs): Python cannot call an ExternalFunction
+    _batch_crc = header_scan_reference.batch_crc
+
+
+@numba.jit(**HELPER_OPTIONS)
+def _read_u8(data, p):
+    return np.int64(data[p])  # Numba's int() of a uint8 stays uint8 (and its shifts unsigned); Python's is exact
+
+
+@functools.cache
+def _bind_crc32c() -> object:
+    address, _source = header_scan_reference.crc32c_extend_address()
+    stand_in = None
+    if not address:  # no CRC-32C package: a stand-in lets the scan link; prepare_crc32c keeps it from being called
+        stand_in = header_scan_reference.CRC32C_EXTEND(lambda crc, data, size: 0)
+        address = ctypes.cast(stand_in, ctypes.c_void_p).value or 0
+    importlib.import_module("llvmlite.binding").add_symbol(_CRC32C_SYMBOL, address)  # llvmlite comes with numba
+    return stand_in  # kept alive by the cache
+
+
+def _prepare_crc32c(verify_crc) -> None:
+    header_scan_reference.prepare_crc32c(verify_crc)
+    _bind_crc32c()
+
+
+_HEADER_SCAN_FUNCTIONS = ("read_u32", "read_i32", "read_i16", "read_i64", "add_i64", "batch_last_sequence",
+                          "read_varint", "skip_varint", "decode_control", "scan_batches")
+_compiled_scan = _compile_module_functions(header_scan_reference, _HEADER_SCAN_FUNCTIONS,
+                                           {**_compiled_sequences, "read_u8": _read_u8, "batch_crc": _batch_crc})
+# The entry point stays Python (argument checks, binding the CRC); it calls the compiled loop.
+_scan_namespace = {**vars(header_scan_reference), **_compiled_scan, "prepare_crc32c": _prepare_crc32c}
+scan_headers = types.FunctionType(header_scan_reference.scan_headers.__code__, _scan_namespace, "scan_headers")
+scan_headers.__doc__ = header_scan_reference.scan_headers.__doc__
