@@ -127,7 +127,8 @@ def test_report_writes_parquet_and_json(tmp_path, small_dataset):
     summary = json.loads(paths["summary"].read_text())
     assert summary["findings"] == truth["findings"] and summary["batches"] == truth["batches"]
     assert len(summary["gaps"]) == 2 and {z["current_epoch"] for z in summary["zombie_writes"]} == {1}
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["findings.parquet", "summary.json"]
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["findings.parquet", "producers.parquet", "summary.json"]
 
 
 def _group(path, index, low, high, rows=10):

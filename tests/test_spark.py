@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -93,9 +94,10 @@ def test_audit_reads_uris_and_shows_progress(spark, small_dataset, capsys):
     path, truth = small_dataset
     report = audit(f"file://{path}/data", spark=spark, tasks=2, progress=True)
     assert report.finding_counts() == truth["findings"]
-    progress = capsys.readouterr().err.replace("\r", "\n")
-    # The final bar: every one of the 2 tasks done, from Spark's status tracker.
-    assert re.search(r"^auditing: 100%\|[^|\n]*\| 2/2 \[", progress, re.MULTILINE), progress
+    progress = capsys.readouterr().err
+    # Not a terminal: whole lines, the last one with every one of the 2 tasks done (Spark's status tracker).
+    assert "\r" not in progress
+    assert re.search(r"^auditing: 2/2 task \(\d+ s\)$", progress, re.MULTILINE), progress
 
 
 def test_path_mode_on_streams_interleaved_in_one_file(spark, tmp_path, small_dataset, small_table):
@@ -159,8 +161,15 @@ def test_cli_generate_then_audit_json(tmp_path, capsys, spark):
     assert {"batches", "findings", "seconds", "batches_per_s"} <= result.keys()
     assert result["batches"] == generated["batches"]
     assert result["findings"] == read_truth(out)["findings"]
-    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    summary_text = (tmp_path / "report" / "summary.json").read_text()
+    summary = json.loads(summary_text)
     assert summary["findings"] == result["findings"] and len(summary["gaps"]) == 2
+    assert summary_text.count("\n") == 1 and "counts_by_stream" not in summary  # compact; per producer: Parquet
+    assert result["files"] == {name: str(tmp_path / "report" / file) for name, file in
+                               [("findings", "findings.parquet"), ("producers", "producers.parquet"),
+                                ("summary", "summary.json")]}
+    assert all(Path(path).is_file() for path in result["files"].values())
+    assert result["transactions"]["open"] == 1 and result["transactions"]["open_not_hanging"] == 1
     assert result["hanging_transactions"] == 0  # the one open transaction is recent
     assert main(["audit", str(out), "--json", "--now-ms", str(2**62)]) == 0  # ... until much later
     assert json.loads(capsys.readouterr().out)["hanging_transactions"] == 1
@@ -190,7 +199,7 @@ def test_cli_audit_prints_the_findings_table(tmp_path, capsys, small_dataset, sm
     for title, table, columns in [
         ("sequence gaps:", expected.gaps(), ["topic", "partition", "producer_id", "producer_epoch", "missing_first",
                                              "missing_last", "seq_no"]),
-        ("hanging transactions:", expected.hanging_transactions(),
+        ("hanging transactions (idle more than 900,000 ms, --hanging-after-ms):", expected.hanging_transactions(),
          ["topic", "partition", "producer_id", "first_offset", "idle_ms"]),
     ]:
         assert table.num_rows == 2
@@ -208,13 +217,39 @@ def test_cli_demo_matches_its_ground_truth(capsys, spark):
     result = json.loads(capsys.readouterr().out)
     assert result["matches_ground_truth"] and not result["missed"] and not result["unexpected"]
     assert result["findings"] == result["planted"]
+    # Every finding the kernel reports is planted, or said not to occur in this data.
+    assert set(result["planted"]) | set(result["not_planted"]) == {f.label for f in Finding if f is not Finding.NONE}
+    assert list(result["not_planted"]) == ["offset_overflow"]
+    assert result["not_planted"]["offset_overflow"].startswith("not planted, cannot occur in this data: ")
+    txns = result["transactions"]
+    assert txns["open"] == txns["hanging"] + txns["open_not_hanging"] and txns["open_not_hanging"] == 1
+    assert txns["hanging"] == result["planted"]["hanging_transaction"]
+    assert 1 <= result["lso_held_partitions"] <= txns["open"]
+    assert result["kept"] is None and result["removed"] and not Path(result["removed"]).exists()
 
 
-def test_cli_demo_prints_report_and_comparison(capsys, spark):
-    assert main(["demo", "--batches", "20000", "--producers", "20", "--partitions", "4", "--seed", "5"]) == 0
+def test_cli_demo_prints_report_and_comparison(capsys, spark, tmp_path):
+    kept = tmp_path / "demo"
+    assert main(["demo", "--batches", "20000", "--producers", "20", "--partitions", "4", "--seed", "5",
+                 "--dir", str(kept)]) == 0
     text = capsys.readouterr().out
     assert "against the ground truth:" in text and "MISMATCH" not in text
     assert "every planted anomaly found at its batch, nothing else" in text
+    compared = {row[0]: row[1:] for row in _printed_table(text, ["finding", "planted", "found"])}
+    for name in ("invalid_txn_state", "invalid_record", "hanging_transaction"):
+        assert compared[name] == ["3", "3", "ok"], name
+    assert "\noffset_overflow: not planted, cannot occur in this data: produce attempts carry no offsets" in text
+    # The open transactions reconcile; the held partitions are named.
+    assert re.search(r"\d+ still open: \d+ hanging, 1 not hanging\n", text), text
+    assert "\nopen but not hanging (idle at most 900,000 ms, --hanging-after-ms):\n" in text
+    assert re.search(r"\nlast stable offset held back by an open transaction in \d+ of 8 partitions:\n"
+                     r"topic +partition +last_stable_offset +log_end_offset +producer_id +hanging\n", text), text
+    # Where the dataset and report are kept.
+    assert text.rstrip().endswith(f"kept in {kept}: dataset/ (truth.json, data/*.parquet), report/ "
+                                  "(findings.parquet, producers.parquet, summary.json)")
+    assert (kept / "dataset" / "truth.json").is_file() and any((kept / "dataset" / "data").glob("*.parquet"))
+    assert sorted(p.name for p in (kept / "report").iterdir()) == [
+        "findings.parquet", "producers.parquet", "summary.json"]
 
 
 def test_cli_audit_of_a_missing_path_fails_clearly(capsys, spark):

@@ -21,6 +21,11 @@ from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT3
 
 #: A transaction open longer than Kafka's default ``transaction.max.timeout.ms`` is hanging.
 DEFAULT_HANGING_AFTER_MS = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
+#: Rows of each detail list in ``summary.json`` (gaps, zombie writes, open transactions): the rest are in the
+#: Parquet files beside it, so its size depends on the partitions only.
+SUMMARY_ROWS = 10
+#: The files :meth:`AuditReport.write` writes, by name.
+REPORT_FILES = {"findings": "findings.parquet", "producers": "producers.parquet", "summary": "summary.json"}
 _STREAM = [TOPIC, "partition", "producer_id"]
 
 
@@ -141,6 +146,63 @@ class AuditReport:
         """Open transactions idle longer than ``hanging_after_ms``: partition, producer and first offset."""
         return self.open_txns.filter(self.open_txns.column("hanging"))
 
+    def open_not_hanging(self) -> pa.Table:
+        """Open transactions idle ``hanging_after_ms`` or less before ``now_ms``: still open, not (yet) hanging."""
+        return self.open_txns.filter(pc.invert(self.open_txns.column("hanging")))
+
+    def transactions(self) -> dict[str, int]:
+        """Totals: ``committed``, ``aborted``, ``aborted_records`` (skipped by read_committed consumers), ``open``
+        at the end = ``hanging`` + ``open_not_hanging``."""
+        totals = {name: int(pc.sum(self.partitions.column(column)).as_py() or 0)
+                  for name, column in (("committed", "committed_txns"), ("aborted", "aborted_txns"),
+                                       ("aborted_records", "aborted_records"))}
+        hanging = self.hanging_transactions().num_rows
+        return {**totals, "open": self.open_txns.num_rows, "hanging": hanging,
+                "open_not_hanging": self.open_txns.num_rows - hanging}
+
+    def held_partitions(self) -> pa.Table:
+        """Partitions whose last stable offset is held below the log end offset by an open transaction, with
+        the transaction holding it (the earliest open one: its producer, ``idle_ms`` and ``hanging``)."""
+        held = self.partitions.filter(pc.less(self.partitions.column("last_stable_offset"),
+                                              self.partitions.column("log_end_offset")))
+        held = held.select([TOPIC, "partition", "last_stable_offset", "log_end_offset"])
+        holders = self.open_txns.select([TOPIC, "partition", "first_offset", "producer_id", "producer_epoch",
+                                         "idle_ms", "hanging"]).rename_columns(
+            [TOPIC, "partition", "last_stable_offset", "producer_id", "producer_epoch", "idle_ms", "hanging"])
+        # One open transaction per (partition, producer) and distinct first offsets: at most one match each.
+        held = held.join(holders, [TOPIC, "partition", "last_stable_offset"], join_type="left outer")
+        return held.sort_by([(TOPIC, "ascending"), ("partition", "ascending")])
+
+    def producers(self) -> pa.Table:
+        """Per (topic, partition, producer) with a finding or a transaction open at the end: one count column
+        per finding (0 when none), then the open transaction (``open_txn_first_offset``, ``idle_ms``,
+        ``hanging``; null without one). Written as ``producers.parquet``."""
+        counts = self.counts_by_stream()
+        keys = _concat([counts.select(_STREAM), self.open_txns.select(_STREAM)]).group_by(_STREAM).aggregate([])
+        keys = keys.sort_by([(name, "ascending") for name in _STREAM])
+        n = keys.num_rows
+        indexed = keys.append_column("_row", pa.array(np.arange(n, dtype=np.int64)))
+        found = counts.join(indexed, _STREAM)
+        rows, names = found.column("_row").to_numpy(), found.column("finding").to_numpy(zero_copy_only=False)
+        number = found.column("count").to_numpy()
+        columns: dict[str, pa.Array] = {}
+        for finding in Finding:
+            if finding is not Finding.NONE:
+                count = np.zeros(n, np.int64)
+                mine = names == finding.label
+                count[rows[mine]] = number[mine]  # one (stream, finding) row each
+                columns[finding.label] = pa.array(count)
+        opened = self.open_txns.join(indexed, _STREAM)
+        at = opened.column("_row").to_numpy()
+        absent = np.ones(n, bool)
+        absent[at] = False
+        for name, source, dtype in (("open_txn_first_offset", "first_offset", np.int64),
+                                    ("idle_ms", "idle_ms", np.int64), ("hanging", "hanging", np.bool_)):
+            values = np.zeros(n, dtype)
+            values[at] = opened.column(source).to_numpy(zero_copy_only=False)
+            columns[name] = pa.array(values, mask=absent)
+        return pa.table({**{name: keys.column(name) for name in _STREAM}, **columns})
+
     def last_stable_offsets(self) -> dict[tuple[str, int], int]:
         """Per (topic, partition): the last stable offset (first offset of the earliest open transaction, else
         the log end offset)."""
@@ -150,26 +212,49 @@ class AuditReport:
     # ------------------------------------------------------------ output
 
     def summary(self) -> dict[str, Any]:
-        """Everything but the per-batch findings, as JSON-ready values."""
+        """Totals, per-partition summaries and the first :data:`SUMMARY_ROWS` rows of each detail list, as
+        JSON-ready values: bounded by the number of partitions, whatever the batches and producers. The
+        per-batch findings and the per-producer detail are in the Parquet files of ``files``."""
+        per_partition: dict[tuple[str, int], dict[str, int]] = {}
+        by_partition = self.findings.group_by([TOPIC, "partition", "finding"]).aggregate([("finding", "count")])
+        hanging = self.hanging_transactions().group_by([TOPIC, "partition"]).aggregate([("producer_id", "count")])
+        for row in _rows(by_partition):
+            per_partition.setdefault((row[TOPIC], row["partition"]), {})[row["finding"]] = row["finding_count"]
+        for row in _rows(hanging):
+            per_partition.setdefault((row[TOPIC], row["partition"]), {})[Finding.HANGING_TRANSACTION.label] = \
+                row["producer_id_count"]
+        order = [f.label for f in Finding]
+        partitions = [{**row, "findings": dict(sorted(per_partition.get((row[TOPIC], row["partition"]), {}).items(),
+                                                      key=lambda item: order.index(item[0])))}
+                      for row in _rows(self.partitions)]
+
+        def first(table: pa.Table) -> list[dict[str, Any]]:
+            return _rows(table.slice(0, SUMMARY_ROWS))
+
         return {
             "source": self.source, "order_by": self.order_by, "batches": self.batches,
             "findings": self.finding_counts(), "seconds": round(self.seconds, 3),
             "batches_per_s": round(self.batches_per_s), "now_ms": self.now_ms,
-            "hanging_after_ms": self.hanging_after_ms,
-            "counts_by_stream": _rows(self.counts_by_stream()),
-            "gaps": _rows(self.gaps()), "zombie_writes": _rows(self.zombie_writes()),
-            "hanging_transactions": _rows(self.hanging_transactions()),
-            "partitions": _rows(self.partitions),
+            "hanging_after_ms": self.hanging_after_ms, "transactions": self.transactions(),
+            "partitions": partitions, "lso_held": _rows(self.held_partitions()),
+            "detail_rows": SUMMARY_ROWS,
+            "gaps": first(self.gaps()), "zombie_writes": first(self.zombie_writes()),
+            "hanging_transactions": first(self.hanging_transactions()),
+            "open_not_hanging": first(self.open_not_hanging()),
+            "files": {name: file for name, file in REPORT_FILES.items() if name != "summary"},
         }
 
     def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
-        """Write ``findings.parquet`` and ``summary.json`` into ``out_dir``; each appears whole or not at all."""
+        """Write ``findings.parquet`` (every batch with a finding), ``producers.parquet`` (:meth:`producers`)
+        and ``summary.json`` (:meth:`summary`, one compact line) into ``out_dir``; each appears whole or not
+        at all."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"findings": out / "findings.parquet", "summary": out / "summary.json"}
+        paths = {name: out / file for name, file in REPORT_FILES.items()}
         partial = {name: path.with_name(f".{path.name}.partial") for name, path in paths.items()}
         pq.write_table(self.findings, partial["findings"])
-        partial["summary"].write_text(json.dumps(self.summary(), indent=1) + "\n")
+        pq.write_table(self.producers(), partial["producers"])
+        partial["summary"].write_text(json.dumps(self.summary(), separators=(",", ":")) + "\n")
         for name, path in paths.items():
             os.replace(partial[name], path)
         return paths

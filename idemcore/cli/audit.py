@@ -20,8 +20,8 @@ from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, 
 from idemcore.errors import IdemcoreError
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
-from idemcore.synth.dataset import DATA_DIR, generate, read_truth
-from idemcore.synth.streams import DEFAULT_MIX, parse_mix
+from idemcore.synth.dataset import DATA_DIR, TRUTH_FILE, generate, read_truth
+from idemcore.synth.streams import CANNOT_OCCUR, DEFAULT_MIX, parse_mix
 
 # pyarrow, pyspark and the modules that need them are imported by the commands that run them, so
 # `idemcore simulate` and `idemcore backends` work on an installation without the extras.
@@ -85,10 +85,19 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def print_report(report: Any) -> None:
-    """The findings table, then the details an operator acts on: gaps, zombies, hanging transactions."""
-    import pyarrow.compute as pc
+def _detail(title: str, table: Any, columns: list[str], yes_no: tuple[str, ...] = ()) -> None:
+    """A titled table of the first :data:`_DETAIL_ROWS` rows of ``table``, then "... and N more"."""
+    print(f"\n{title}:")
+    shown = table.slice(0, _DETAIL_ROWS).select(columns).to_pylist()
+    print(_table(columns, [[("yes" if row[c] else "no") if c in yes_no else row[c] for c in columns]
+                           for row in shown]))
+    if table.num_rows > _DETAIL_ROWS:
+        print(f"... and {table.num_rows - _DETAIL_ROWS:,} more")
 
+
+def print_report(report: Any) -> None:
+    """The findings table, then the details an operator acts on: gaps, zombies, hanging transactions, the
+    open transactions that are not hanging, and the partitions whose last stable offset is held."""
     counts = report.finding_counts()
     streams = report.partitions.num_rows
     print(f"audited {report.batches:,} batches in {streams:,} (topic, partition) streams in {report.seconds:.1f} s "
@@ -100,29 +109,32 @@ def print_report(report: Any) -> None:
                                           "missing_last", report.order_by]),
         ("zombie writes", report.zombie_writes(), ["topic", "partition", "producer_id", "zombie_epoch",
                                                    "current_epoch", "finding", report.order_by]),
-        ("hanging transactions", report.hanging_transactions(), ["topic", "partition", "producer_id",
-                                                                 "first_offset", "idle_ms"]),
+        (f"hanging transactions (idle more than {report.hanging_after_ms:,} ms, --hanging-after-ms)",
+         report.hanging_transactions(), ["topic", "partition", "producer_id", "first_offset", "idle_ms"]),
     ]
     for title, table, columns in sections:
         if table.num_rows:
-            more = f" (first {_DETAIL_ROWS} of {table.num_rows:,})" if table.num_rows > _DETAIL_ROWS else ""
-            print(f"\n{title}{more}:")
-            shown = table.slice(0, _DETAIL_ROWS).select(columns).to_pylist()
-            print(_table(columns, [[row[c] for c in columns] for row in shown]))
-    totals = {name: int(pc.sum(report.partitions.column(name)).as_py() or 0)
-              for name in ("committed_txns", "aborted_txns", "aborted_records")}
-    print(f"\ntransactions: {totals['committed_txns']:,} committed, {totals['aborted_txns']:,} aborted "
-          f"({totals['aborted_records']:,} records a read_committed consumer skips), "
-          f"{report.open_txns.num_rows:,} still open")
-    pinned = report.partitions.filter(_lso_pinned(report))
-    if pinned.num_rows:
-        print(f"\n{pinned.num_rows} partition(s) with the last stable offset held back by an open transaction")
+            _detail(title, table, columns)
+    txns = report.transactions()
+    print(f"\ntransactions: {txns['committed']:,} committed, {txns['aborted']:,} aborted "
+          f"({txns['aborted_records']:,} records a read_committed consumer skips), {txns['open']:,} still open"
+          + (f": {txns['hanging']:,} hanging, {txns['open_not_hanging']:,} not hanging" if txns["open"] else ""))
+    waiting = report.open_not_hanging()
+    if waiting.num_rows:
+        _detail(f"open but not hanging (idle at most {report.hanging_after_ms:,} ms, --hanging-after-ms)",
+                waiting, ["topic", "partition", "producer_id", "first_offset", "idle_ms"])
+    held = report.held_partitions()
+    if held.num_rows:
+        _detail(f"last stable offset held back by an open transaction in {held.num_rows:,} of {streams:,} "
+                "partitions", held,
+                ["topic", "partition", "last_stable_offset", "log_end_offset", "producer_id", "hanging"],
+                yes_no=("hanging",))
 
 
-def _lso_pinned(report: Any) -> Any:
-    import pyarrow.compute as pc
+def _report_files(out: Path) -> str:
+    from idemcore.audit.report import REPORT_FILES
 
-    return pc.less(report.partitions.column("last_stable_offset"), report.partitions.column("log_end_offset"))
+    return ", ".join(f"{name} {out / file}" for name, file in REPORT_FILES.items())
 
 
 @_needs_extra("pyarrow")
@@ -161,12 +173,18 @@ def run_audit(args: argparse.Namespace) -> int:
         summary = {key: value for key, value in report.summary().items()
                    if key in ("source", "batches", "findings", "seconds", "batches_per_s", "order_by")}
         summary["hanging_transactions"] = report.hanging_transactions().num_rows
+        summary["transactions"] = report.transactions()
+        summary["lso_held_partitions"] = report.held_partitions().num_rows
         summary["out"] = str(args.out) if args.out else None
+        if args.out:
+            from idemcore.audit.report import REPORT_FILES
+
+            summary["files"] = {name: str(args.out / file) for name, file in REPORT_FILES.items()}
         print(json.dumps(summary))
     else:
         print_report(report)
         if args.out:
-            print(f"\nfindings: {args.out}/findings.parquet, summary: {args.out}/summary.json")
+            print(f"\nwritten: {_report_files(args.out)}")
     return 0
 
 
@@ -197,11 +215,22 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         if not args.dir:
             shutil.rmtree(workdir, ignore_errors=True)
+    # The per-batch findings the data cannot hold (planted nowhere, found nowhere), and why.
+    absent = [f.label for f in Finding if f is not Finding.NONE and f.label not in truth["findings"]
+              and f.label not in report.finding_counts()]
+    largest_end = max(report.partitions.column("log_end_offset").to_pylist(), default=0)
+    not_planted = {name: (f"not planted, cannot occur in this data: {CANNOT_OCCUR[name]} (the largest log end "
+                          f"offset here is {largest_end:,})" if name in CANNOT_OCCUR else "not planted")
+                   for name in absent}
+    kept = {"dataset": str(dataset), "report": str(args.out)} if args.dir else None
     if args.json:
         print(json.dumps({"batches": report.batches, "findings": report.finding_counts(),
-                          "planted": truth["findings"], "matches_ground_truth": result.ok,
-                          "missed": result.missed, "unexpected": result.unexpected,
-                          "seconds": round(report.seconds, 3), "batches_per_s": round(report.batches_per_s)}))
+                          "planted": truth["findings"], "not_planted": not_planted,
+                          "matches_ground_truth": result.ok, "missed": result.missed, "unexpected": result.unexpected,
+                          "transactions": report.transactions(),
+                          "lso_held_partitions": report.held_partitions().num_rows,
+                          "seconds": round(report.seconds, 3), "batches_per_s": round(report.batches_per_s),
+                          "kept": kept, "removed": None if args.dir else str(workdir)}))
         return 0 if result.ok else 1
     print(f"\nidemcore demo: generated {truth['batches']:,} produce attempts of {args.producers:,} producers over "
           f"{args.topics} topics x {args.partitions} partitions in {generated:.1f} s (seed {args.seed}); "
@@ -210,13 +239,22 @@ def run_demo(args: argparse.Namespace) -> int:
     print("\nagainst the ground truth:")
     print(_table(["finding", "planted", "found", ""],
                  [[name, want, got, "ok" if want == got else "MISMATCH"] for name, want, got in result.rows]))
+    if not_planted:
+        print()
+    for name, why in not_planted.items():
+        print(f"{name}: {why}")
     for label, items in (("missed", result.missed), ("unexpected", result.unexpected)):
         for item in items[:_DETAIL_ROWS]:
             print(f"  {label}: {item}")
     print("\nevery planted anomaly found at its batch, nothing else" if result.ok
           else "\nMISMATCH against the ground truth")
     if args.dir:
-        print(f"dataset: {dataset}, report: {args.out}")
+        from idemcore.audit.report import REPORT_FILES
+
+        print(f"kept in {workdir}: {dataset.name}/ ({TRUTH_FILE}, {DATA_DIR}/*.parquet), {args.out.name}/ "
+              f"({', '.join(REPORT_FILES.values())})")
+    else:
+        print(f"removed the dataset and report with their temporary directory {workdir}; --dir DIR keeps them")
     return 0 if result.ok else 1
 
 
@@ -263,7 +301,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "duplicates, gaps, zombie writes and hanging transactions.")
     aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
                                   "or a dataset written by `idemcore generate`")
-    aud.add_argument("--out", type=Path, default=None, help="write findings.parquet and summary.json here")
+    aud.add_argument("--out", type=Path, default=None,
+                     help="write findings.parquet, producers.parquet and summary.json here")
     aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")
     aud.add_argument("--origin", default="client", choices=ORIGIN_CHOICES,
                      help="who appended the batches: the checks that apply (default client)")

@@ -88,8 +88,17 @@ def synthetic_stream(
 
 #: What inject_anomalies() can plant, by the finding each must produce (names in docs/rules.md §5).
 ANOMALIES = ("duplicate_beyond_window", "sequence_gap", "out_of_order", "epoch_regression", "fenced",
-             "hanging_transaction")
+             "invalid_txn_state", "invalid_record", "hanging_transaction")
 DEFAULT_MIX = dict.fromkeys(ANOMALIES, 3)
+#: Findings the kernel can report that inject_anomalies() never plants, and why its data cannot hold them. (The
+#: in-window ``duplicate`` is not planted either: it is the stream's own retries.)
+CANNOT_OCCUR = {
+    "offset_overflow": "produce attempts carry no offsets, so the replay assigns each partition's offsets from 0, "
+                       "and a batch would have to reach offset 2**63 - 2",
+}
+#: How each planted invalid_record is malformed, in turn.
+INVALID_RECORDS = ("a last sequence that is not base + count - 1", "a record count of 0",
+                   "no sequence (-1) from an idempotent producer")
 #: Timestamps start here and span ``duration_ms``.
 START_TIMESTAMP = 1_700_000_000_000
 
@@ -133,10 +142,15 @@ def inject_anomalies(
     sequences ahead; a *duplicate beyond window* resends a batch after six
     newer ones; *out of order* sends a range straddling the last written
     sequence; an *epoch regression* bumps a producer's epoch halfway (its later
-    batches restart at 0) and then writes once more with the old epoch.
+    batches restart at 0) and then writes once more with the old epoch. An
+    *invalid record* is a batch of an idempotent stream sent again with its
+    metadata malformed (in turn, :data:`INVALID_RECORDS`): refused before any
+    state is read, so its stream goes on undisturbed.
     Transactional producers (fresh ids) add ``transactions`` committed or
     aborted transactions; a *fenced* one commits at epoch 0 and 1, then its
-    epoch-0 zombie writes again; a *hanging transaction* opens in the first
+    epoch-0 zombie writes again; an *invalid txn state* producer opens a
+    transaction, writes its next sequence without the transactional flag while
+    the transaction is open, then commits; a *hanging transaction* opens in the first
     tenth of the stream and never ends; ``open_recent`` transactions open in
     the last hundredth and are not (yet) hanging. The in-window duplicates
     are the retries already in the stream. Timestamps span ``duration_ms``.
@@ -158,7 +172,8 @@ def inject_anomalies(
     if len(candidates) < wanted:
         raise ValueError(f"the stream has {len(candidates)} (partition, producer) streams of 9+ batches; {wanted} are "
                          "needed to plant the anomalies: use more batches, fewer producers or fewer anomalies")
-    chosen = iter(rng.choice(candidates, size=wanted, replace=False))
+    planted_streams = rng.choice(candidates, size=wanted, replace=False)
+    chosen = iter(planted_streams)
     inserts: list[tuple[int, dict, str]] = []  # (position in the old stream, row, finding or "")
 
     def after(i: int) -> int:  # just after row i and its retry copy, so the copy stays an in-window duplicate
@@ -200,12 +215,24 @@ def inject_anomalies(
         zombie = row_at(int(cut), producer_epoch=columns["producer_epoch"][cut] - 1, base_sequence=restart,
                         last_sequence=seq(restart + int(columns["record_count"][cut]) - 1))
         inserts.append((after(int(rows[-1])), zombie, "epoch_regression"))
+    # Malformed copies of batches of streams no other planter uses (refused before any state is read).
+    untouched = np.flatnonzero(originals & ~np.isin(pair, planted_streams))
+    if len(untouched) < mix["invalid_record"]:
+        raise ValueError(f"the stream has {len(untouched)} batches to copy as invalid records; "
+                         f"{mix['invalid_record']} are needed: use more batches or fewer anomalies")
+    for k, j in enumerate(np.sort(rng.choice(untouched, size=mix["invalid_record"], replace=False))):
+        j, base, count = int(j), int(columns["base_sequence"][j]), int(columns["record_count"][j])
+        malformed = [{"last_sequence": seq(base + count)},  # one past base + count - 1
+                     {"record_count": 0, "last_sequence": seq(base - 1)},
+                     {"base_sequence": -1, "last_sequence": -1}][k % len(INVALID_RECORDS)]
+        inserts.append((after(j), row_at(j, **malformed), "invalid_record"))
 
     # Transactional producers: fresh ids, each on one partition, positions spread over a window of the stream.
     # A generator of its own: seeded like the stream's, it would draw the stream's producer ids again.
     id_rng = np.random.default_rng([seed, 1])
-    fresh = iter(np.setdiff1d(random_producer_ids(transactions + mix["fenced"] + mix["hanging_transaction"]
-                                                  + open_recent + 8, id_rng), columns["producer_id"]))
+    fresh = iter(np.setdiff1d(random_producer_ids(transactions + mix["fenced"] + mix["invalid_txn_state"]
+                                                  + mix["hanging_transaction"] + open_recent + 8, id_rng),
+                              columns["producer_id"]))
     n_partitions = int(columns["partition"].max()) + 1 if n else 1
 
     def txn_rows(pid, partition, epoch, first_seq, batches, marker, coordinator_epoch=0) -> list[dict]:
@@ -232,6 +259,11 @@ def inject_anomalies(
         fenced = [*txn_rows(pid, partition, 0, 0, 2, 1), *txn_rows(pid, partition, 1, 0, 1, 1),
                   *txn_rows(pid, partition, 0, 2, 1, None)]
         place(fenced, 0.2, 0.9, [""] * (len(fenced) - 1) + ["fenced"])
+    for _ in range(mix["invalid_txn_state"]):
+        pid, partition = int(next(fresh)), int(rng.integers(0, n_partitions))
+        misuse = txn_rows(pid, partition, 0, 0, 3, 1)  # sequences 0, 1, 2, then a commit marker
+        misuse[2]["is_transactional"] = False  # the next sequence, without the flag, inside the transaction
+        place(misuse, 0.1, 0.9, ["", "", "invalid_txn_state", ""])
     for _ in range(mix["hanging_transaction"]):
         pid, partition = int(next(fresh)), int(rng.integers(0, n_partitions))
         place(txn_rows(pid, partition, 0, 0, 2, None), 0.0, 0.1, ["hanging_transaction", ""])
