@@ -117,8 +117,8 @@ def get_session(master: str | None = None, spark: Any = None, config: dict[str, 
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
-    if active is not None and master is None:
-        return active
+    if active is not None and (master is None or active.sparkContext.master == master):
+        return active  # already started (the demo starts it first): no second "starting Spark"
     master = master or "local[*]"
     check_master(master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
