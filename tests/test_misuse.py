@@ -161,3 +161,36 @@ def test_overwrite_looks_at_what_the_entries_are_not_only_their_names(tmp_path):
     with pytest.raises(FileExistsError, match=r"it holds truth.json/"):
         generate(tmp_path / "ds", overwrite=True, **SMALL)
     assert (tmp_path / "ds" / "truth.json" / "user.txt").read_text() == "keep"
+
+
+def test_overwrite_needs_generate_s_own_truth_file_listing_every_data_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    user = tmp_path / "user"
+    (user / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), user / "data" / "precious.parquet")  # Parquet alone is anyone's
+    with pytest.raises(FileExistsError, match="no truth.json written by generate"):
+        generate(user, overwrite=True, **SMALL)
+    assert (user / "data" / "precious.parquet").exists()
+    ours = tmp_path / "ours"
+    generate(ours, **SMALL)
+    pq.write_table(pa.table({"x": [1]}), ours / "data" / "added-later.parquet")  # not listed in truth.json
+    with pytest.raises(FileExistsError, match="data/added-later.parquet"):
+        generate(ours, overwrite=True, **SMALL)
+
+
+def test_audit_out_never_replaces_report_files_an_audit_did_not_write(tmp_path):
+    from idemcore.audit.spark import audit
+
+    generate(tmp_path / "ds", **SMALL)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"my": "precious"}')
+    with pytest.raises(FileExistsError, match=r"holds summary.json that an audit did not write"):
+        audit(tmp_path / "ds", out=mine, spark=object())  # refused before any Spark use
+    assert (mine / "summary.json").read_text() == '{"my": "precious"}'
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "findings.parquet").write_text("not ours")
+    with pytest.raises(FileExistsError, match="holds findings.parquet"):
+        audit(tmp_path / "ds", out=tmp_path / "other", spark=object())

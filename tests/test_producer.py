@@ -213,3 +213,49 @@ def test_out_of_order_for_a_sequence_already_passed_counts_as_delivered():
     assert futures[0].result().offset == -1  # delivered, offset unknown
     assert futures[1].result().offset == 2
     assert producer.idempotence.epoch_bumps == 0 and len(transport.produce_requests) == 2  # nothing resent
+
+
+def test_a_record_sent_after_a_split_starts_a_new_batch_and_is_written():
+    """A split half has fixed sequences: a record appended to it would reuse the next batch's sequence."""
+    broker = Broker({"t": 1}, message_max_bytes=300)
+    producer = Producer(broker, linger_ms=60_000)
+    futures = [producer.send("t", letter * 100, partition=0) for letter in (b"A", b"B", b"C")]
+    while producer.metrics["split_batches"] == 0:  # one round: the 3-record batch is refused and split
+        producer.accumulator.flushing = True
+        producer.poll()
+        producer.accumulator.flushing = False
+    futures.append(producer.send("t", b"D" * 10, partition=0))
+    producer.flush()
+    futures.append(producer.send("t", b"E" * 10, partition=0))
+    producer.flush()
+    assert [f.result().offset for f in futures] == [0, 1, 2, 3, 4]
+    assert [v[:1] for _, _, v, _ in broker.log("t", 0).records()] == [b"A", b"B", b"C", b"D", b"E"]
+
+
+def test_send_batch_answers_in_input_order_and_takes_no_later_records():
+    broker = Broker({"t": 2})
+    producer = Producer(broker, linger_ms=60_000)
+    keys = [b"k%d" % i for i in range(8)]
+    first = producer.send_batch("t", [b"v%d" % i for i in range(8)], keys)
+    later = producer.send("t", b"later", partition=0)  # must not join first's batch for partition 0
+    offsets, partitions = first.result(), first.partitions()
+    assert later.result().offset == int((partitions == 0).sum())
+    for i in range(8):
+        assert broker.log("t", int(partitions[i])).batches  # each record at its own partition and offset
+        stored = {offset: value for offset, _, value, _ in broker.log("t", int(partitions[i])).records()}
+        assert stored[int(offsets[i])] == b"v%d" % i
+    assert len(first.result()) == 8
+
+
+def test_a_partly_failed_send_batch_says_which_records_to_send_again():
+    from idemcore.client import BatchDeliveryError
+
+    broker = Broker({"t": 2}, message_max_bytes=100)
+    producer = Producer(broker)
+    values = [b"small", b"x" * 80, b"tiny"]  # the 80-byte record alone is above the broker's limit
+    future = producer.send_batch("t", values, [b"a", b"b", b"c"], partition=None)
+    with pytest.raises(BatchDeliveryError, match=r"^1 of 3 records not delivered: .*message_max_bytes=100") as caught:
+        future.result()
+    assert caught.value.failed.tolist() == [False, True, False]
+    delivered = caught.value.offsets[~caught.value.failed]
+    assert (delivered >= 0).all() and caught.value.offsets[1] == -1

@@ -2,7 +2,13 @@
 
 from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
 from idemcore.client.config import ConfigError, ProducerConfig
-from idemcore.client.producer import BatchSendFuture, Producer, ProducerClosedError, RecordTooLargeError
+from idemcore.client.producer import (
+    BatchDeliveryError,
+    BatchSendFuture,
+    Producer,
+    ProducerClosedError,
+    RecordTooLargeError,
+)
 
-__all__ = ["BatchSendFuture", "ConfigError", "DeliveryError", "Producer", "ProducerClosedError", "ProducerConfig",
-           "RecordFuture", "RecordMetadata", "RecordTooLargeError"]
+__all__ = ["BatchDeliveryError", "BatchSendFuture", "ConfigError", "DeliveryError", "Producer", "ProducerClosedError",
+           "ProducerConfig", "RecordFuture", "RecordMetadata", "RecordTooLargeError"]

@@ -39,7 +39,7 @@ class RecordAccumulator:
         number, queue = self.queue(topic, partition)
         size = len(value) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
         batch = queue[-1] if queue else None
-        if batch is None or batch.sent or (batch.size + size > self.config.batch_size and batch.values):
+        if batch is None or batch.sent or batch.closed or (batch.size + size > self.config.batch_size and batch.values):
             batch = ProducerBatch(topic, partition, number, now_ms)
             queue.append(batch)
         if key is not None and batch.keys is None:
@@ -61,6 +61,7 @@ class RecordAccumulator:
         batch.keys = keys
         batch.timestamps = [now_ms] * len(values)
         batch.size = records_size(values, keys)
+        batch.closed = True  # its records are the caller's batch: a later send() starts a new one
         queue.append(batch)
         self._dirty.add(number)
         return batch

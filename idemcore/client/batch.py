@@ -34,6 +34,7 @@ class ProducerBatch:
         "attempts",
         "base_offset",
         "base_sequence",
+        "closed",
         "created_ms",
         "done",
         "error",
@@ -68,6 +69,7 @@ class ProducerBatch:
         self.base_sequence = NO_SEQUENCE
         self.sequence_reset = False  # sequences were rewritten after an epoch bump
         self.sent = False
+        self.closed = False  # takes no more records (sent once, split, or a send_batch's own batch)
         self.done = False
         self.base_offset = NO_OFFSET
         self.error: DeliveryError | None = None
@@ -101,6 +103,7 @@ class ProducerBatch:
             if self.base_sequence >= 0:
                 half.set_producer_state(self.producer_id, self.producer_epoch, seq_add(self.base_sequence, start))
             half.sequence_reset = self.sequence_reset
+            half.closed = True  # its sequences are fixed: a record added later would reuse one
             halves.append(half)
         self.parts = (halves[0], halves[1])
         return self.parts

@@ -45,35 +45,70 @@ def _as_bytes(name: str, value: Any) -> bytes:
 
 
 class BatchSendFuture:
-    """The outcome of ``send_batch``: ``result()`` returns every record's offset (int64, input order)."""
+    """The outcome of ``send_batch``: ``result()`` returns every record's offset (int64, input order) and
+    ``partitions()`` every record's partition."""
 
-    def __init__(self, batches: list[ProducerBatch], drive: Callable[[Callable[[], bool]], None]) -> None:
-        self._batches = batches
+    def __init__(self, batches: list[tuple[ProducerBatch, np.ndarray]], count: int,
+                 drive: Callable[[Callable[[], bool]], None]) -> None:
+        self._batches = batches  # each batch with the input positions of its records, in batch order
+        self._count = count
         self._drive = drive
         self._first_open = 0  # batches before this one are done (they finish roughly in order)
 
     def done(self) -> bool:
         batches = self._batches
         while self._first_open < len(batches):
-            batch = batches[self._first_open]
+            batch, positions = batches[self._first_open]
             if batch.parts is not None:  # split: its halves carry its records, in order
-                batches[self._first_open:self._first_open + 1] = batch.parts
+                first, second = batch.parts
+                middle = len(first.values)
+                batches[self._first_open:self._first_open + 1] = [(first, positions[:middle]),
+                                                                  (second, positions[middle:])]
             elif batch.done:
                 self._first_open += 1
             else:
                 break
         return self._first_open == len(batches)
 
-    def result(self) -> np.ndarray:
-        """Offsets of the records (-1 where the broker reported a duplicate); raises DeliveryError on failure."""
+    def _wait(self) -> None:
         if not self.done():
             self._drive(self.done)
-        for batch in self._batches:
+
+    def result(self) -> np.ndarray:
+        """Offsets of the records in input order (-1 where the broker reported a duplicate). When some batch
+        failed, raises :class:`BatchDeliveryError` carrying the offsets of those delivered and which failed,
+        so only the failed records need sending again."""
+        self._wait()
+        offsets = np.full(self._count, NO_OFFSET, dtype=np.int64)
+        failed = np.zeros(self._count, dtype=bool)
+        first_error: DeliveryError | None = None
+        for batch, positions in self._batches:
             if batch.error is not None:
-                raise batch.error
-        return np.concatenate([np.empty(0, np.int64), *(
-            np.arange(b.base_offset, b.base_offset + b.record_count, dtype=np.int64) if b.base_offset >= 0
-            else np.full(b.record_count, NO_OFFSET, dtype=np.int64) for b in self._batches)])
+                failed[positions] = True
+                first_error = first_error or batch.error
+            elif batch.base_offset >= 0:
+                offsets[positions] = np.arange(batch.base_offset, batch.base_offset + batch.record_count)
+        if first_error is not None:
+            raise BatchDeliveryError(first_error, offsets, failed)
+        return offsets
+
+    def partitions(self) -> np.ndarray:
+        """The partition of each record, in input order (int32)."""
+        self._wait()
+        partitions = np.empty(self._count, dtype=np.int32)
+        for batch, positions in self._batches:
+            partitions[positions] = batch.partition
+        return partitions
+
+
+class BatchDeliveryError(DeliveryError):
+    """Some records of a ``send_batch`` were not delivered: ``failed`` marks them (input order), ``offsets``
+    holds those of the others; the message is the first failure's."""
+
+    def __init__(self, first: DeliveryError, offsets: np.ndarray, failed: np.ndarray) -> None:
+        super().__init__(first.error_code, f"{int(failed.sum())} of {len(failed)} records not delivered: {first}")
+        self.offsets = offsets
+        self.failed = failed
 
 
 class Producer:
@@ -158,25 +193,33 @@ class Producer:
             self._check_record_size(largest + RECORD_OVERHEAD)
         count = self._partition_count(topic)
         now = self.transport.now_ms()
-        targets: list[tuple[int, list[bytes], list[bytes | None] | None]]  # (partition, values, keys)
+        # (partition, values, keys, the records' input positions)
+        targets: list[tuple[int, list[bytes], list[bytes | None] | None, np.ndarray]]
         if key_list is None:
             # One partition per chunk: explicit, or sticky (each full chunk moves to the next partition).
-            targets = [(self.partitioner.partition(topic, count, None, partition, self.config.batch_size),
-                        chunk_values, None) for chunk_values, _ in _chunks(values, None, self.config.batch_size)]
+            targets = []
+            start = 0
+            for chunk_values, _ in _chunks(values, None, self.config.batch_size):
+                target = self.partitioner.partition(topic, count, None, partition, self.config.batch_size)
+                targets.append((target, chunk_values, None, np.arange(start, start + len(chunk_values))))
+                start += len(chunk_values)
         else:
             chosen = np.fromiter((self.partitioner.partition(topic, count, k, partition) for k in key_list),
                                  np.int64, len(key_list))
             targets = []
             for p in np.unique(chosen):
-                index = np.flatnonzero(chosen == p).tolist()
+                index = np.flatnonzero(chosen == p)
                 part_values = [values[i] for i in index]
                 part_keys: list[bytes | None] = [key_list[i] for i in index]
-                targets += [(int(p), v, k) for v, k in _chunks(part_values, part_keys, self.config.batch_size)]
-        batches = [self.accumulator.append_records(topic, target, chunk_values, chunk_keys, now)
-                   for target, chunk_values, chunk_keys in targets]
+                start = 0
+                for v, k in _chunks(part_values, part_keys, self.config.batch_size):
+                    targets.append((int(p), v, k, index[start:start + len(v)]))
+                    start += len(v)
+        batches = [(self.accumulator.append_records(topic, target, chunk_values, chunk_keys, now), positions)
+                   for target, chunk_values, chunk_keys, positions in targets]
         if len(batches) > 1:
             self.sender.run_once()
-        return BatchSendFuture(batches, self._drive)
+        return BatchSendFuture(batches, len(values), self._drive)
 
     # ------------------------------------------------------------ driving the sender
 

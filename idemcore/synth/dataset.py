@@ -57,10 +57,31 @@ def _check_replaceable(out: Path) -> None:
                         if not (inner.is_symlink() or (inner.is_file() and inner.suffix == ".parquet"))]
             continue
         foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+    if not foreign and any(out.iterdir()):
+        # Parquet files alone could be anyone's: the truth file generate writes is the mark, and it lists
+        # every data file generate wrote there.
+        listed = _files_listed_in_truth(out / TRUTH_FILE)
+        if listed is None:
+            foreign.append(f"no {TRUTH_FILE} written by generate")
+        elif (out / DATA_DIR).is_dir():
+            foreign += [f"{DATA_DIR}/{inner.name}" for inner in sorted((out / DATA_DIR).iterdir())
+                        if f"{DATA_DIR}/{inner.name}" not in listed]
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise FileExistsError(f"{out} is not a dataset written by generate (it holds {shown}); refusing to "
                               "replace it")
+
+
+def _files_listed_in_truth(path: Path) -> set[str] | None:
+    """The data files a truth file written by generate lists; None if ``path`` is not such a file."""
+    try:
+        truth = json.loads(path.read_text())
+        files = truth["files"]
+        if not (isinstance(truth, dict) and {"batches", "order_by", "findings"} <= truth.keys()):
+            return None
+        return {str(name) for name in files}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _umask() -> int:

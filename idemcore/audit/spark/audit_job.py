@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.parse
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
+from idemcore.audit.report import REPORT_FILES
 from idemcore.audit.spark.frame import clustered
 from idemcore.audit.spark.plan import WATCHED, TaskPlan, plan_row_groups, read_footers
 from idemcore.audit.spark.progress import spark_progress
@@ -103,6 +105,8 @@ def _check_out(out: Path, source: Any) -> None:
     there would otherwise be read as input by the next audit."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"out={out} exists and is not a directory")
+    if out.is_dir():
+        _check_previous_report(out)
     sources = source if isinstance(source, list | tuple) else [source]
     for path in sources:
         if not isinstance(path, str | os.PathLike):
@@ -118,6 +122,22 @@ def _check_out(out: Path, source: Any) -> None:
         if out.resolve() == audited or audited in out.resolve().parents:
             raise ValueError(f"out={out} is inside the audited path {path}: the next audit would read its "
                              "findings as input; write the report elsewhere")
+
+
+def _check_previous_report(out: Path) -> None:
+    """The report's files may replace only an earlier report's: its summary.json (JSON with the report's
+    totals) marks the Parquet files beside it as idemcore's too."""
+    names = [name for name in REPORT_FILES.values() if (out / name).exists() or (out / name).is_symlink()]
+    if not names:
+        return
+    summary = out / REPORT_FILES["summary"]
+    try:
+        previous = json.loads(summary.read_text()) if summary.is_file() and not summary.is_symlink() else None
+    except (OSError, ValueError):
+        previous = None
+    if not (isinstance(previous, dict) and {"batches", "findings"} <= previous.keys()):
+        raise FileExistsError(f"out={out} holds {', '.join(names)} that an audit did not write; refusing to "
+                              "replace them (choose another directory)")
 
 
 def audit(
