@@ -453,3 +453,34 @@ def test_written_ends_speak_only_for_the_boot_they_were_written_in(tmp_path, mon
     monkeypatch.setattr(written_ends, "boot_id", lambda: "another-boot")
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 0).truncated_bytes > 0
+
+
+def test_an_id_handed_out_but_never_written_is_not_handed_out_again_when_the_id_store_is_lost(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        idle = broker.handle(InitProducerIdRequest()).producer_id  # its producer has not written yet
+    (tmp_path / "producer_ids.sqlite").unlink()
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        fresh = broker.handle(InitProducerIdRequest()).producer_id
+        assert fresh > idle  # the floor file knew the block the idle producer's id came from
+        for pid in (idle, fresh):  # both write sequence 0: two records, neither taken for the other's retry
+            assert codes(broker.handle(ProduceRequest((batch(0, [b"%d" % pid], pid=pid),))))[0][0] == 0
+        assert broker.log("t", 0).log_end_offset == 2
+    (tmp_path / "producer_ids.sqlite").unlink()
+    (tmp_path / "producer-id-floor").unlink()
+    with pytest.raises(IdemcoreError, match=r"producer_ids.sqlite and .*producer-id-floor are both missing, "
+                                            r"but .* was used before"):
+        Broker({"t": 1}, data_dir=tmp_path)
+
+
+def test_a_broker_serving_fewer_topics_keeps_the_written_ends_of_the_others(tmp_path):
+    with Broker({"a": 1, "b": 1}, data_dir=tmp_path) as broker:
+        for seq in range(3):
+            broker.handle(ProduceRequest((batch(0, [b"r%d" % seq], seq=seq, topic="b"),)))
+        broker.kill()  # b-0's end (3) is known only from the written ends
+    Broker({"a": 1}, data_dir=tmp_path).close()
+    path = tmp_path / "b-0" / "log"
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0xFF  # damage inside the last acknowledged frame
+    path.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptionError, match=r"b-0: .* it ends at offset 2, but held 3"):
+        Broker({"a": 1, "b": 1}, data_dir=tmp_path)

@@ -54,6 +54,7 @@ FILES = {
     "id store": "producer_ids.sqlite",
     "lock": ".lock",
     "written ends": "written-log-ends",
+    "id floor": "producer-id-floor",
     # Later: "segment": "t-0/00000000000000000000.log", "index": "t-0/00000000000000000000.index",
     # "snapshot": "t-0/00000000000000000000.snapshot", "id store wal": "producer_ids.sqlite-wal", ...
 }
@@ -105,7 +106,8 @@ MATRIX = [
     # Neither readable nor replaceable: refuse at once, before reading any log as if there were no recovery
     # points, and leave nothing behind (no lock held, no .partial file).
     ("checkpoint", "directory", Error(), Error()),
-    # The id store lost: ids are claimed above the highest id in the logs, so none is handed out again.
+    # The id store lost: ids are claimed above the floor file (the last block claimed) and the highest id in
+    # the logs, so none is handed out again, not even one whose producer has not written yet.
     ("id store", "delete", SAFE, SAFE),
     # SQLite opens an empty file as an empty database: the same as deleted.
     ("id store", "truncate-0", SAFE, SAFE),
@@ -139,6 +141,16 @@ MATRIX = [
     # Replaced by rename at start: the old file's mode does not matter.
     ("written ends", "read-only", SAFE, SAFE),
     ("written ends", "directory", Error("cannot be read"), Error("cannot be read")),
+    # The id store still knows its blocks: the floor only adds a lower bound. Safe.
+    ("id floor", "delete", SAFE, SAFE),
+    # Written by rename after an fsync, never in place: empty, cut or garbled is damage from outside, and
+    # taking it for absent would drop the protection it gives when the store is lost too.
+    ("id floor", "truncate-0", Error("is damaged"), Error("is damaged")),
+    ("id floor", "truncate-half", Error("is damaged"), Error("is damaged")),
+    ("id floor", "flip", Error("is damaged"), Error("is damaged")),
+    # Replaced by rename: the old file's mode does not matter.
+    ("id floor", "read-only", SAFE, SAFE),
+    ("id floor", "directory", Error("is damaged"), Error("is damaged")),
 ]
 
 CELLS = [pytest.param(file, fault, mode, closed if mode == "closed" else killed, id=f"{mode}-{file}-{fault}")

@@ -170,13 +170,13 @@ def test_overwrite_needs_generate_s_own_truth_file_listing_every_data_file(tmp_p
     user = tmp_path / "user"
     (user / "data").mkdir(parents=True)
     pq.write_table(pa.table({"x": [1]}), user / "data" / "precious.parquet")  # Parquet alone is anyone's
-    with pytest.raises(FileExistsError, match="no truth.json written by generate"):
+    with pytest.raises(FileExistsError, match=r"no truth\.json written by generate"):
         generate(user, overwrite=True, **SMALL)
     assert (user / "data" / "precious.parquet").exists()
     ours = tmp_path / "ours"
     generate(ours, **SMALL)
     pq.write_table(pa.table({"x": [1]}), ours / "data" / "added-later.parquet")  # not listed in truth.json
-    with pytest.raises(FileExistsError, match="data/added-later.parquet"):
+    with pytest.raises(FileExistsError, match=r"data/added-later\.parquet"):
         generate(ours, overwrite=True, **SMALL)
 
 
@@ -192,5 +192,5 @@ def test_audit_out_never_replaces_report_files_an_audit_did_not_write(tmp_path):
     assert (mine / "summary.json").read_text() == '{"my": "precious"}'
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "findings.parquet").write_text("not ours")
-    with pytest.raises(FileExistsError, match="holds findings.parquet"):
+    with pytest.raises(FileExistsError, match=r"holds findings\.parquet"):
         audit(tmp_path / "ds", out=tmp_path / "other", spark=object())

@@ -24,7 +24,9 @@ import numpy as np
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.producer_ids import (
     REACHABLE,
+    SQLITE_STORE_NAME,
     BlockStoreError,
+    IdFloorFile,
     ProducerIdManager,
     ProducerIdsExhaustedError,
     SqliteBlockStore,
@@ -244,8 +246,7 @@ class Broker:
         self._started = False  # until the first checkpoint is written: a failed start writes none
         try:
             if producer_ids is None:
-                store_path = ":memory:" if self.data_dir is None else self.data_dir / "producer_ids.sqlite"
-                producer_ids = ProducerIdManager(broker_id, SqliteBlockStore(store_path))
+                producer_ids = self._own_producer_ids(broker_id)
             self.producer_ids = producer_ids
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
@@ -265,7 +266,9 @@ class Broker:
             self._recover()
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
-                self._written_ends = WrittenEnds(self.data_dir, {p.name: p.log_end_offset for p in self._logs})
+                # Partitions this broker does not serve keep what an earlier broker wrote in this boot.
+                ends = {**written, **{p.name: p.log_end_offset for p in self._logs}}
+                self._written_ends = WrittenEnds(self.data_dir, ends)
             self._started = True
         except BaseException:
             self.close()  # release the logs and the directory's lock
@@ -297,6 +300,27 @@ class Broker:
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
+
+    def _own_producer_ids(self, broker_id: int) -> ProducerIdManager:
+        """The id allocator over this broker's SQLite store, with its floor file (in memory: neither)."""
+        if self.data_dir is None:
+            return ProducerIdManager(broker_id, SqliteBlockStore(":memory:"))
+        floor_file = IdFloorFile(self.data_dir)
+        floor = floor_file.read()
+        store_path = self.data_dir / SQLITE_STORE_NAME
+        store_was_there = store_path.exists()
+        store = SqliteBlockStore(store_path)
+        manager = ProducerIdManager(broker_id, store, on_claim=floor_file.record)
+        if floor is not None:
+            manager.skip_through(floor)
+        elif (self.data_dir / LOG_END_CHECKPOINT).exists() and not store_was_there:
+            store.close()
+            # Both records of the ids handed out are gone (an empty store with no floor file is one that
+            # never gave out a block): a producer that got an id and has not written yet would share it.
+            raise BlockStoreError(
+                f"{store_path} and {floor_file.path} are both missing, but {self.data_dir} was used before: "
+                "producer ids already handed out could be handed out again. Restore one of them")
+        return manager
 
     def _ends_written_in_this_boot(self) -> dict[str, int]:
         """What the last broker here had written to each log, if it ran in this boot (else {})."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +25,8 @@ from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import PRODUCER_ID_BLOCK_SIZE
 
 BLOCK_NODE = "/latest_producer_id_block"
+#: The broker's own id store, in its data directory.
+SQLITE_STORE_NAME = "producer_ids.sqlite"
 INT64_MAX = 2**63 - 1
 #: Allocators hand out ids in blocks from 0: none ever reaches this far (2**62 would take 4.6e15 blocks).
 REACHABLE = 2**62
@@ -170,12 +173,14 @@ class ProducerIdBlock:
 class ProducerIdManager:
     """Hands out unique producer ids for one broker; thread-safe."""
 
-    def __init__(self, broker_id: int, store: BlockStore, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+    def __init__(self, broker_id: int, store: BlockStore, block_size: int = PRODUCER_ID_BLOCK_SIZE,
+                 on_claim: Callable[[ProducerIdBlock], None] | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
         self.broker_id = broker_id
         self.store = store
         self.block_size = block_size
+        self.on_claim = on_claim  # told of each block before any of its ids is handed out
         self.cas_failures = 0
         self._lock = threading.Lock()
         self._next = 0
@@ -205,6 +210,8 @@ class ProducerIdManager:
                     f"{start}, and blocks of {self.block_size} must end below {INT64_MAX}")
             block = ProducerIdBlock(self.broker_id, start, start + self.block_size - 1)
             if self.store.compare_and_set(block.encode(), version):
+                if self.on_claim is not None:
+                    self.on_claim(block)
                 return block
             self.cas_failures += 1  # another broker took it: read the new latest block and retry
 
@@ -218,3 +225,44 @@ class ProducerIdManager:
             producer_id = self._next
             self._next += 1
             return producer_id
+
+
+class IdFloorFile:
+    """``<data_dir>/producer-id-floor``: the end of the last block this broker claimed, made durable before any
+    id of the block is handed out. If the id store is lost, the broker starts above it: ids handed to
+    producers that have not written yet (so are in no log) are never handed out again."""
+
+    NAME = "producer-id-floor"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / self.NAME
+
+    def read(self) -> int | None:
+        """The recorded block end; None when there is no file. BlockStoreError when it is damaged."""
+        if not os.path.lexists(self.path):
+            return None
+        try:
+            fields = json.loads(self.path.read_text())
+            end = int(fields["block_end"])
+            if not (isinstance(fields, dict) and fields.get("version") == 1 and end >= 0):
+                raise ValueError(f"unexpected content {fields!r}")
+            return end
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BlockStoreError(f"{self.path} is damaged ({exc}); restore it, or remove it if "
+                                  f"{SQLITE_STORE_NAME} is intact") from None
+
+    def record(self, block: ProducerIdBlock) -> None:
+        """Make ``block``'s end durable: written beside, fsync'd, renamed over, directory fsync'd."""
+        partial = self.path.with_name(self.NAME + ".partial")
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(descriptor, json.dumps({"version": 1, "block_end": str(block.block_end)}).encode())
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(partial, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
