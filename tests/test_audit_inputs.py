@@ -173,9 +173,13 @@ BAD_RANGE = [("producer_epoch", 40_000, pa.int32()), ("partition", 2**33, pa.int
 
 @st.composite
 def file_layouts(draw) -> FileLayout:
+    sequences = draw(st.sampled_from(SEQUENCES))
+    optional = draw(st.sets(st.sampled_from(OPTIONAL)))
+    if "record_count" not in sequences:
+        optional.add("is_control")  # markers have no sequences: only is_control says they hold one record
     return FileLayout(
-        optional=draw(st.sets(st.sampled_from(OPTIONAL))),
-        sequences=draw(st.sampled_from(SEQUENCES)),
+        optional=optional,
+        sequences=sequences,
         topic=draw(st.sampled_from(TOPICS)),
         integers=draw(st.fixed_dictionaries({name: st.integers(0, 6) for name in (*COLUMNS, "seq_no")
                                              if COLUMNS.get(name, np.dtype(np.int64)).kind != "b"})),
@@ -503,3 +507,25 @@ def test_a_bad_value_a_spark_worker_finds_is_one_line_and_fails_no_task(spark, t
     tracker = spark.sparkContext.statusTracker()
     jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup("idemcore-inputsgroup0")]
     assert jobs and all(job.status == "SUCCEEDED" for job in jobs)
+
+
+def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path):
+    from idemcore.audit.spark.plan import TaskPlan
+    from idemcore.record.columns import BatchMetadata
+
+    rows = {"topic": ["t"] * 3, "partition": [0] * 3, "producer_id": [-1, 5, 5], "producer_epoch": [-1, 0, 0],
+            "base_sequence": [-1, 0, -1], "last_sequence": [-1, 4, -1], "is_control": [False, False, True],
+            "seq_no": [1, 2, 3]}
+    other = {**{name: values[1:2] for name, values in rows.items()}, "record_count": [5], "seq_no": [0]}
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table(other), a)  # has record_count: b's must be derived
+    pq.write_table(pa.table(rows), b)
+    target, _ = check_arrow_schemas([(str(p), pq.read_schema(p)) for p in (a, b)])
+    with pytest.raises(InputError, match=r"b\.parquet: record_count is needed: row 0 is not a control batch"):
+        read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)
+    with pytest.raises(ValueError, match=r"record_count is needed: row 0 is not a control batch"):
+        BatchMetadata.coerce({name: rows[name] for name in rows if name not in ("topic", "seq_no")})
+    rows["producer_id"][0], rows["base_sequence"][0], rows["last_sequence"][0] = 5, 5, 5
+    pq.write_table(pa.table(rows), b)
+    table = read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)
+    assert table.column("record_count").to_pylist() == [5, 1, 5, 1]  # the marker holds one record

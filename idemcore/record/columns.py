@@ -44,6 +44,19 @@ DEFAULTS: dict[str, int | bool] = {
 }
 
 
+def derive_record_counts(base_sequence: np.ndarray, last_sequence: np.ndarray,
+                         is_control: np.ndarray | None = None) -> np.ndarray:
+    """record_count from the sequences. A batch without sequences (base_sequence -1) is a marker, one record,
+    only where ``is_control`` says so; a data batch of a producer without idempotence could hold any number,
+    so ValueError names the first such row."""
+    base = np.asarray(base_sequence)
+    unknown = np.flatnonzero((base < 0) if is_control is None else (base < 0) & ~np.asarray(is_control, bool))
+    if len(unknown):
+        raise ValueError(f"record_count is needed: row {int(unknown[0])} is not a control batch and has no "
+                         "sequence (base_sequence -1), so last_sequence cannot tell how many records it holds")
+    return record_counts(base_sequence, last_sequence)
+
+
 class BatchMetadata:
     """Validated, packed batch metadata: ``batches["producer_id"]`` is an int64 array, and so on."""
 
@@ -77,7 +90,8 @@ class BatchMetadata:
         if "last_sequence" not in columns:
             columns["last_sequence"] = last_sequences(columns["base_sequence"], columns["record_count"])
         if "record_count" not in columns:
-            columns["record_count"] = record_counts(columns["base_sequence"], columns["last_sequence"])
+            columns["record_count"] = derive_record_counts(columns["base_sequence"], columns["last_sequence"],
+                                                           columns.get("is_control"))
         for name, value in DEFAULTS.items():
             if name not in columns:
                 columns[name] = np.full(length, value, dtype=COLUMNS[name])

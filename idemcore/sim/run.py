@@ -115,7 +115,7 @@ def simulate(
                 raise IdemcoreError(
                     f"no progress: the broker crashed {network.stats.crashes} times for {records} records; with "
                     f"crash_every={faults.crash_every} a request's records are rewritten after every crash "
-                    "(raise crash_every, or turn idempotence on)")
+                    f"({'raise crash_every' if idempotence else 'raise crash_every, or turn idempotence on'})")
             network.tick()
         sent = {i: [_outcome(f) for f in futures[i]] for i in range(producers)}
         while network.broker is None:  # the run may end while the broker restarts

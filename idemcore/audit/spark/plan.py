@@ -224,7 +224,8 @@ def plan_row_groups(row_groups: list[RowGroup], tasks: int) -> list[TaskPlan]:
     """Up to ``tasks`` tasks, each owning whole streams: components packed by rows, big ones sliced by stream."""
     if tasks < 1:
         raise ValueError(f"tasks must be at least 1, got {tasks}")
-    groups = components(row_groups)
+    # An empty row group (an empty file has one) holds no stream, and has no statistics to plan by.
+    groups = components([group for group in row_groups if group.rows])
     ideal = max(1.0, sum(g.rows for c in groups for g in c) / tasks)
     units = _units(groups, ideal, tasks)
     bins: list[tuple[int, int, list]] = [(0, k, []) for k in range(min(tasks, len(units)))]

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
 from idemcore.protocol.constants import INT32_MAX
-from idemcore.protocol.sequences import last_sequences, record_counts
-from idemcore.record.columns import COLUMNS, DEFAULTS
+from idemcore.protocol.sequences import last_sequences
+from idemcore.record.columns import COLUMNS, DEFAULTS, derive_record_counts
 
 _INTEGER_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 _SPARK_TYPES = {"string": ("StringType",), "boolean": (*_INTEGER_TYPES, "BooleanType"), "integer": _INTEGER_TYPES}
@@ -27,7 +27,8 @@ _WANTED = {"string": "a string", "boolean": "a boolean (or 0/1 integer)", "integ
 #: a dictionary as it is, so the plain files are encoded once and the dictionary files not decoded.
 TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: The columns derived from each other when a file has only one of them.
-_DERIVED = {"last_sequence": ("record_count", last_sequences), "record_count": ("last_sequence", record_counts)}
+_DERIVED = {"last_sequence": ("record_count", last_sequences),
+            "record_count": ("last_sequence", derive_record_counts)}
 
 
 class InputError(ValueError):
@@ -207,7 +208,16 @@ def conform(table: pa.Table, target: pa.Schema, path: str, row: Callable[[int], 
         derived = _DERIVED.get(field.name)
         if derived:
             other, derive = derived
-            values = derive(columns["base_sequence"].to_numpy(), columns[other].to_numpy())
+            try:
+                if field.name == "record_count":
+                    control = table.column("is_control").to_numpy(zero_copy_only=False).astype(bool) \
+                        if "is_control" in table.schema.names else None
+                    values = derive_record_counts(columns["base_sequence"].to_numpy(), columns[other].to_numpy(),
+                                                  control)
+                else:
+                    values = derive(columns["base_sequence"].to_numpy(), columns[other].to_numpy())
+            except ValueError as exc:
+                raise InputError(f"{path}: {exc}") from None
         else:
             values = np.full(table.num_rows, DEFAULTS[field.name], dtype=COLUMNS[field.name])
         columns[field.name] = pa.array(values, field.type)

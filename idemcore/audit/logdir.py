@@ -1,0 +1,532 @@
+"""Auditing Kafka log directories in-process: every partition's segments, scanned and replayed.
+
+:func:`audit_log_dir` lists a log directory (or partition directories, or segment files:
+:func:`idemcore.record.kafka_files.list_log_dir`), scans each segment's batch headers with the native header
+scan, and replays each partition's batches, segment after segment in log order, through the same kernel and
+:class:`~idemcore.audit.replayer.StreamReplayer` as the Parquet audit, ordered by ``base_offset`` (a written
+log). It returns the same :class:`~idemcore.audit.report.AuditReport`, as a :class:`LogDirReport` that also
+carries what the Parquet report has no room for: every finding with its segment file and byte position, the
+open transactions with the file and position of their first batch, and the problems of the files themselves
+(torn tails, CRC mismatches, indexes that disagree with their segment, aborted-transaction indexes that
+disagree with the ABORT markers).
+
+Which rules, and why (docs/rules.md §2 "Who is checked how", §5)
+------------------------------------------------------------------
+A leader wrote these batches after checking them as CLIENT appends; Kafka rebuilds producer state from its own
+log (recovery, followers) as REPLICATION appends, which check nothing but markers and commit every batch. An
+audit that replayed with REPLICATION would report nothing: no duplicate, gap or zombie is ever refused there.
+So each batch is *judged* by the CLIENT rules, the ones the leader applied, against the producer state the
+batches before it built: a batch a leader would have refused is a finding at its offset.
+
+The log holds every batch, though, whatever a leader would have said, so what the state *keeps* follows the
+log where the log shows the producer going on from that batch, and only there:
+
+- ``sequence_gap``: the sequences before the batch are missing (data lost: an unclean leader election, a
+  truncated or damaged log). The producer's later batches continue from this one, so the batch is committed
+  to the state, as REPLICATION commits it. Left out, every later batch of the producer would be a gap again.
+- every other finding is a batch apart from its producer's stream: a retry written twice (``duplicate``,
+  ``duplicate_beyond_window``), a range straddling the last one (``out_of_order``), a zombie writing with an
+  old epoch (``epoch_regression``, ``fenced``), a non-transactional write in an open transaction
+  (``invalid_txn_state``), impossible metadata (``invalid_record``). Committing a zombie's batch would set the
+  producer's epoch back, and the live producer's next batch would become a finding too. These are not
+  committed: the producer's next batch is judged against its own previous one, so each anomaly in the log is
+  one finding, as in the synthetic ground truth.
+
+This is the CLIENT origin of :class:`~idemcore.protocol.codes.Origin` with one change to what a refused batch
+leaves behind; the verdicts themselves (status, error code, finding, expected) are exactly the CLIENT ones.
+
+A batch is replayed with its offset span as its record count (``last_offset_delta + 1``, Kafka's last offset and
+last sequence), which is its record count unless compaction removed records; the ``records`` counted per
+partition are offsets spanned.
+
+Batches whose CRC does not match are not replayed (a corrupt batch is never served; its header may be the
+damaged part) and are reported; a segment's unreadable tail (torn, bad magic, bad length) is reported and the
+next segment is read. Batches are fed in file order, which is offset order in a sound log; offsets that do not
+rise are reported as a problem of the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from idemcore.audit.columns import TOPIC
+from idemcore.audit.replayer import StreamReplayer
+from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
+from idemcore.audit.shards import ShardedState
+from idemcore.findings import Finding
+from idemcore.kernels import Backend
+from idemcore.kernels import reference as rules
+from idemcore.kernels.abi import BatchColumns, CommitVerdicts, VerdictColumns
+from idemcore.protocol.codes import ControlType, Origin, Status
+from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.kafka_files import (
+    FileProblem,
+    LogDirListing,
+    PartitionFiles,
+    SegmentFiles,
+    SegmentScan,
+    list_log_dir,
+    read_offset_index,
+    read_time_index,
+    read_txn_index,
+    scan_segment,
+)
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import CompletedTxns, Verdicts, commit_into
+
+log = logging.getLogger(__name__)
+
+#: Batches validated between two copies of a partition's state (see :class:`LogState`); grows while no gap is
+#: found, shrinks around gaps.
+FIRST_CHUNK = 1 << 14
+MAX_CHUNK = 1 << 20
+#: Problems logged one by one before a summary line.
+LOGGED_PROBLEMS = 20
+INT64_MAX = np.iinfo(np.int64).max
+
+
+# --- Replaying a written log ------------------------------------------------------------------------------------
+
+class LogState(ShardedState):
+    """Producer state of written logs: CLIENT verdicts, and a batch found after a sequence gap committed all the
+    same (the module docstring says why). One small table per stream (partition), so keeping a copy of a
+    partition's state costs only its own producers.
+
+    The kernel validates a range of batches in one call and cannot be told to commit a batch it refused, so a
+    range is validated from a copy of the state; if it holds a gap, the state goes back to the copy, the
+    batches before the gap are validated again, the gap's batch is committed, and the range goes on after it.
+    A gap costs one copy of the partition's state and at most one pass over the batches before it; a range
+    without gaps, one copy.
+    """
+
+    def __init__(self, backend: Backend):
+        super().__init__(Origin.CLIENT, backend)
+        self.committed_gaps = 0
+        self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
+
+    def _assign_tables(self, ids: np.ndarray) -> None:
+        starts = ids[np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1]]  # a feed is one segment: one run
+        top = int(starts.max())
+        if len(self._table_of) <= top:
+            self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
+        for stream in sorted(set(starts.tolist())):
+            if self._table_of[stream] < 0:
+                self._table_of[stream] = len(self.tables)
+                self.tables.append(ProducerStateTable(row_capacity=16, partition_capacity=1))
+
+    def validate(self, packed: BatchMetadata) -> Verdicts:
+        n = len(packed)
+        out = Verdicts.allocate(n)
+        completed: list[CompletedTxns] = []
+        if n:
+            ids = packed["partition"]
+            self._assign_tables(ids)
+            bounds = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1, n]
+            self._note_log_end(packed, ids, bounds)
+            for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+                views = VerdictColumns(*(column[start:stop] for column in out))
+                completed += self._replay(packed.slice(start, stop), int(self._table_of[ids[start]]), views)
+        return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
+
+    def _note_log_end(self, packed: BatchMetadata, ids: np.ndarray, bounds: np.ndarray) -> None:
+        if len(self._log_end) < len(self._table_of):
+            self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
+        base = packed["base_offset"]
+        ends = base + packed["record_count"]  # wraps only for impossible batches, dropped below
+        fine = (base >= 0) & (ends > base)
+        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            ok = ends[start:stop][fine[start:stop]]
+            if len(ok):
+                stream = int(ids[start])
+                self._log_end[stream] = max(int(self._log_end[stream]), int(ok.max()))
+
+    def log_end_offsets(self, streams: int) -> np.ndarray:
+        """Per stream: the end of the log as written, past every batch replayed, refused ones included (the
+        state's own end counts only the batches it kept)."""
+        ends = super().log_end_offsets(streams)
+        known = min(streams, len(self._log_end))
+        ends[:known] = np.maximum(ends[:known], self._log_end[:known])
+        return ends
+
+    def _replay(self, packed: BatchMetadata, table: int, out: VerdictColumns) -> list[CompletedTxns]:
+        columns = packed.kernel_columns()
+        control = packed["is_control"]
+        n = len(packed)
+        completed = []
+        start = 0
+        chunk = FIRST_CHUNK
+        while start < n:
+            state = self.tables[table]
+            stop = min(n, start + max(chunk, 8 * state.n_producers))
+            saved = state.copy()
+            txns = self._validate_range(columns, control, start, stop, state, out)
+            gaps = np.flatnonzero(out.out_finding[start:stop] == Finding.SEQUENCE_GAP)
+            if not len(gaps):
+                completed.append(txns)
+                start = stop
+                chunk = min(2 * chunk, MAX_CHUNK)
+                continue
+            gap = start + int(gaps[0])
+            self.tables[table] = state = saved
+            if gap > start:  # the same batches against the same state: the same verdicts, and the state rebuilt
+                completed.append(self._validate_range(columns, control, start, gap, state, out))
+            self._commit_logged(columns, packed, gap, state)  # its verdict (a gap, against this state) stands
+            chunk = max(64, 2 * (gap + 1 - start))
+            start = gap + 1
+        return completed
+
+    def _validate_range(self, columns: BatchColumns, control: np.ndarray, start: int, stop: int,
+                        state: ProducerStateTable, out: VerdictColumns) -> CompletedTxns:
+        """``validate_batches`` over rows ``start..stop-1`` (``validate_into`` over a range), growing the table
+        as needed."""
+        completed = CompletedTxns.empty(int(np.count_nonzero(control[start:stop])))
+        txns = completed.kernel_columns()
+        state.counters[rules.N_COMPLETED] = 0
+        state.generation += 1
+        while True:
+            start = self.backend.validate_batches(*columns, int(self.origin), start, stop, *state.kernel_arrays(),
+                                                  *out, *txns)
+            if start >= stop:
+                break
+            state.grow(self.backend)
+        return completed.head(int(state.counters[rules.N_COMPLETED]))
+
+    def _commit_logged(self, columns: BatchColumns, packed: BatchMetadata, row: int,
+                       state: ProducerStateTable) -> None:
+        """Commit batch ``row`` as the log holds it (at its own offsets), as REPLICATION would."""
+        first = int(packed["base_offset"][row])
+        count = int(packed["record_count"][row])
+        if first < 0:
+            first = state.next_offset(int(packed["partition"][row]))
+        if count < 1 or first > INT64_MAX - count:
+            return  # an impossible batch: nothing to commit
+        status = np.empty(row + 1, np.int8)
+        base = np.empty(row + 1, np.int64)
+        last = np.empty(row + 1, np.int64)
+        status[row], base[row], last[row] = Status.APPENDED, first, first + count - 1
+        commit_into(self.backend, columns, row, row + 1, state, CommitVerdicts(status, base, last))
+        self.committed_gaps += 1
+
+
+class LogReplayer(StreamReplayer):
+    """A :class:`StreamReplayer` over written logs: ordered by ``base_offset``, state kept by :class:`LogState`."""
+
+    def __init__(self, backend: str | Backend | None = None):
+        super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
+        self.state = LogState(self.backend)
+
+
+# --- The report ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LogDirReport(AuditReport):
+    """An :class:`AuditReport` of Kafka log directories, with what its tables have no column for.
+
+    ``located_findings``: one row per batch with a finding (topic, partition, offsets, producer, sequences,
+    finding, expected) with its segment ``file`` and byte ``position``, sorted like ``findings``.
+    ``located_open_txns``: ``open_txns`` with the ``file`` and ``position`` of each transaction's first batch.
+    ``problems``: what is wrong in the files (:class:`FileProblem`: file, position, kind, message).
+    ``listing``: what was read, and what was ignored and why.
+    """
+
+    located_findings: Any = None
+    located_open_txns: Any = None
+    problems: tuple[FileProblem, ...] = ()
+    listing: LogDirListing | None = None
+
+    def problem_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for problem in self.problems:
+            counts[problem.kind] = counts.get(problem.kind, 0) + 1
+        return counts
+
+    def problem_lines(self) -> list[str]:
+        """One line per problem: ``FILE: position N: what``."""
+        return [str(problem) for problem in self.problems]
+
+    def summary(self) -> dict[str, Any]:
+        """The Parquet report's summary, plus the file problems (counts by kind and the first
+        :data:`SUMMARY_ROWS`) and the first located findings."""
+        summary = super().summary()
+        summary["file_problems"] = {"counts": self.problem_counts(),
+                                    "first": [p.to_dict() for p in self.problems[:SUMMARY_ROWS]]}
+        if self.located_findings is not None:
+            summary["located_findings"] = self.located_findings.slice(0, SUMMARY_ROWS).to_pylist()
+        return summary
+
+
+#: The columns of ``LogDirReport.located_findings``.
+LOCATED_SCHEMA = pa.schema([
+    (TOPIC, pa.string()), ("partition", pa.int32()), ("base_offset", pa.int64()), ("last_offset", pa.int64()),
+    ("producer_id", pa.int64()), ("producer_epoch", pa.int16()), ("base_sequence", pa.int32()),
+    ("last_sequence", pa.int32()), ("is_transactional", pa.bool_()), ("is_control", pa.bool_()),
+    ("finding", pa.string()), ("expected", pa.int64()), ("file", pa.string()), ("position", pa.int64()),
+])
+
+
+# --- The audit ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Partition:
+    """What one partition's replay keeps for the cross-checks after it."""
+
+    files: PartitionFiles
+    abort_markers: dict[int, tuple[int, int, int]]  # marker offset -> (producer id, segment index, position)
+    aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (partition: stream id)
+    first_offset: int | None = None  # the first offset replayed
+    last_offset: int | None = None
+
+
+def audit_log_dir(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                  backend: str | Backend | None = None, hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS,
+                  now_ms: int | None = None, verify_crc: bool = True) -> LogDirReport:
+    """Audit Kafka log directories in-process (see the module docstring for the rules applied).
+
+    ``path``: a log directory, a partition directory, a segment file, or a list of them. ``hanging_after_ms``
+    and ``now_ms``: when an open transaction is hanging (``now_ms`` defaults to the newest batch timestamp).
+    ``verify_crc``: check every batch's CRC-32C (a batch failing it is reported and not replayed).
+    """
+    started = time.perf_counter()
+    listing = list_log_dir(path)
+    replayer = LogReplayer(backend)
+    problems: list[FileProblem] = []
+    located: list[pa.Table] = []
+    partitions = []
+    for files in listing.partitions:
+        partitions.append(_replay_partition(files, replayer, verify_crc, problems, located))
+    result = replayer.finish()
+    for part in partitions:
+        problems += _check_txn_index(part)
+    source = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ", ".join(os.fspath(p) for p in path)
+    report = AuditReport.from_results([result], order_by="base_offset", seconds=time.perf_counter() - started,
+                                       hanging_after_ms=hanging_after_ms, now_ms=now_ms, source=source)
+    located_findings = pa.concat_tables(located) if located else LOCATED_SCHEMA.empty_table()
+    located_findings = located_findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"),
+                                                 ("base_offset", "ascending")])
+    open_txns = _locate_open_txns(report.open_txns, {(p.topic, p.partition): p for p in listing.partitions},
+                                  backend, verify_crc)
+    _log_problems(problems)
+    fields = {field.name: getattr(report, field.name) for field in dataclasses.fields(AuditReport)}
+    fields["seconds"] = time.perf_counter() - started
+    return LogDirReport(**fields, located_findings=located_findings, located_open_txns=open_txns,
+                        problems=tuple(problems), listing=listing)
+
+
+def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
+                      located: list[pa.Table]) -> _Partition:
+    stream = int(replayer.keys.encode(pa.array([files.topic]), np.array([files.partition]))[0])
+    part = _Partition(files, {}, [])
+    previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
+    for index, segment in enumerate(files.segments):
+        scan = scan_segment(segment.log, partition=files.partition, backend=replayer.backend, verify_crc=verify_crc)
+        problems += scan.problems()
+        problems += _check_indexes(segment, scan)
+        if not len(scan):
+            continue
+        if previous is not None and int(scan["base_offset"][0]) <= previous[1]:
+            problems.append(FileProblem(segment.log, 0, "offsets",
+                                        f"first batch at offset {int(scan['base_offset'][0])}, not after the last "
+                                        f"offset {previous[1]} of the previous segment {previous[0].log.name}"))
+        previous = (segment, int(scan["last_offset"][-1]))
+        good = scan["crc_ok"] != 0  # CRC_BAD: corrupt, not replayed (CRC_UNCHECKED: taken as read)
+        rows = np.flatnonzero(good) if not good.all() else None
+        columns = {name: scan[name] if rows is None else scan[name][rows]
+                   for name in (*COLUMNS, "position", "last_offset")}
+        if not len(columns["position"]):
+            continue
+        columns.update(_offset_spans(columns))
+        table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
+                          for name in COLUMNS if name != "partition"})
+        verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
+        if part.first_offset is None:
+            part.first_offset = int(columns["base_offset"][0])
+        part.last_offset = int(scan["last_offset"][-1])
+        aborts = np.flatnonzero(columns["is_control"].astype(bool) & (columns["control_type"] == ControlType.ABORT))
+        for row in aborts.tolist():
+            part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
+                                                                    int(columns["position"][row]))
+        txns = verdicts.completed_txns
+        if len(txns) and txns.aborted.any():
+            part.aborted.append(CompletedTxns(*(getattr(txns, name)[txns.aborted]
+                                                for name in CompletedTxns.__dataclass_fields__)))
+        found = np.flatnonzero(verdicts.finding)
+        if len(found):
+            located.append(_located(files, segment, columns, verdicts, found))
+    return part
+
+
+def _offset_spans(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``record_count`` and ``last_sequence`` from each batch's offset span (``last_offset_delta + 1``), as Kafka
+    reads a batch's last offset and last sequence. They differ from the record count only where compaction removed
+    records (or all of them) and kept the batch for its producer state; replayed by its record count, such a batch
+    would end early and its producer's next batch look like a gap."""
+    span = columns["last_offset"] - columns["base_offset"] + 1
+    differs = span != columns["record_count"]
+    if not differs.any():
+        return {}
+    usable = differs & (span >= 1) & (span <= np.iinfo(np.int32).max) & (columns["base_offset"] >= 0)
+    count = np.where(usable, span, columns["record_count"]).astype(np.int32)
+    base = columns["base_sequence"].astype(np.int64)
+    last = np.where(usable & (base >= 0), (base + count - 1) % (1 << 31), columns["last_sequence"]).astype(np.int32)
+    return {"record_count": count, "last_sequence": last}
+
+
+def _located(files: PartitionFiles, segment: SegmentFiles, columns: dict[str, np.ndarray], verdicts: Verdicts,
+             rows: np.ndarray) -> pa.Table:
+    n = len(rows)
+    values: dict[str, Any] = {name: columns[name][rows] for name in LOCATED_SCHEMA.names if name in columns}
+    values.update({
+        TOPIC: [files.topic] * n, "partition": np.full(n, files.partition, np.int32),
+        "is_transactional": values["is_transactional"].view(np.bool_),
+        "is_control": values["is_control"].view(np.bool_),
+        "finding": [Finding(code).label for code in verdicts.finding[rows].tolist()],
+        "expected": verdicts.expected[rows], "file": [str(segment.log)] * n,
+    })
+    return pa.table({name: values[name] for name in LOCATED_SCHEMA.names}, schema=LOCATED_SCHEMA)
+
+
+def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem]:
+    """The segment's ``.index``, ``.timeindex`` and ``.txnindex`` read (their own problems), and the first
+    entry of each index that disagrees with the batches scanned (Kafka rebuilds such indexes on recovery)."""
+    problems: list[FileProblem] = []
+    positions, base, last = scan["position"], scan["base_offset"], scan["last_offset"]
+    if segment.index is not None:
+        read = read_offset_index(segment.index, segment.base_offset)
+        problems += read.problems
+        for k, entry in enumerate(read.entries):
+            row = int(np.searchsorted(positions, entry.position))
+            if row == len(positions) or positions[row] != entry.position:
+                problems.append(FileProblem(segment.index, 8 * k, "index_mismatch",
+                                            f"entry {k} (offset {entry.offset}, position {entry.position}): no "
+                                            f"batch starts at position {entry.position} of {segment.log.name}"))
+                break
+            if not base[row] <= entry.offset <= last[-1]:
+                problems.append(FileProblem(segment.index, 8 * k, "index_mismatch",
+                                            f"entry {k}: offset {entry.offset} at position {entry.position}, where "
+                                            f"{segment.log.name} holds a batch from offset {int(base[row])}"))
+                break
+    if segment.time_index is not None:
+        time_read = read_time_index(segment.time_index, segment.base_offset)
+        problems += time_read.problems
+        for k, stamp in enumerate(time_read.entries):
+            row = int(np.searchsorted(last, stamp.offset))
+            if row == len(last) or base[row] > stamp.offset:
+                problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch",
+                                            f"entry {k}: offset {stamp.offset} is in no batch of "
+                                            f"{segment.log.name}"))
+                break
+            if int(scan["max_timestamp"][row]) != stamp.timestamp:
+                problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch",
+                                            f"entry {k}: timestamp {stamp.timestamp} at offset {stamp.offset}, whose "
+                                            f"batch's max timestamp is {int(scan['max_timestamp'][row])}"))
+                break
+    if segment.txn_index is not None:
+        problems += read_txn_index(segment.txn_index, segment.base_offset).problems
+    return problems
+
+
+def _check_txn_index(part: _Partition) -> list[FileProblem]:
+    """The ``.txnindex`` entries against the ABORT markers found and the aborted transactions replayed.
+
+    Kafka writes one entry per transaction that an ABORT marker ended, in the ``.txnindex`` of the marker's
+    segment: (producer id, first offset, marker's offset, last stable offset). Problems: an entry with no ABORT
+    marker of its producer at its last offset (``txnindex_unmatched``), an entry in another segment's index than
+    its marker's (``txnindex_misplaced``), a first offset other than the one the replay found
+    (``txnindex_mismatch``), and an aborted transaction no entry records (``txnindex_missing``: a
+    read_committed consumer would be served its records).
+    """
+    files = part.files
+    problems: list[FileProblem] = []
+    entries: dict[tuple[int, int], tuple[Path, int, int, int]] = {}  # (pid, last) -> (file, at, first, segment)
+    for index, segment in enumerate(files.segments):
+        if segment.txn_index is None:
+            continue
+        for entry in read_txn_index(segment.txn_index, segment.base_offset).entries:
+            entries[(entry.producer_id, entry.last_offset)] = (segment.txn_index, entry.at, entry.first_offset,
+                                                               index)
+            marker = part.abort_markers.get(entry.last_offset)
+            if marker is None or marker[0] != entry.producer_id:
+                problems.append(FileProblem(segment.txn_index, entry.at, "txnindex_unmatched",
+                                            f"aborted transaction of producer {entry.producer_id} (offsets "
+                                            f"{entry.first_offset}..{entry.last_offset}): the log holds no ABORT "
+                                            f"marker of that producer at offset {entry.last_offset}"))
+            elif marker[1] != index:
+                problems.append(FileProblem(segment.txn_index, entry.at, "txnindex_misplaced",
+                                            f"aborted transaction of producer {entry.producer_id}: its ABORT marker "
+                                            f"(offset {entry.last_offset}) is in "
+                                            f"{files.segments[marker[1]].log.name}, whose .txnindex should hold it"))
+    replayed = CompletedTxns.concat(part.aborted)
+    seen = set()
+    for pid, first, last in zip(replayed.producer_id.tolist(), replayed.first_offset.tolist(),
+                                replayed.last_offset.tolist(), strict=True):
+        seen.add((pid, last))
+        _, segment_index, position = part.abort_markers.get(last, (pid, -1, -1))
+        recorded = entries.get((pid, last))
+        if recorded is None and segment_index >= 0:  # (every replayed abort comes from a marker found)
+            marker_segment = files.segments[segment_index]
+            index_file = marker_segment.txn_index or marker_segment.log.with_suffix(".txnindex")
+            problems.append(FileProblem(marker_segment.log, position, "txnindex_missing",
+                                        f"the ABORT marker at offset {last} ended the transaction of producer {pid} "
+                                        f"from offset {first}, but {index_file.name} has no entry for it (a "
+                                        "read_committed consumer would be served the aborted records)"))
+        elif recorded is not None and recorded[2] != first:
+            problems.append(FileProblem(recorded[0], recorded[1], "txnindex_mismatch",
+                                        f"aborted transaction of producer {pid} ending at offset {last}: first "
+                                        f"offset {recorded[2]}, but the log shows it opened at offset {first}"))
+    for (pid, last), (index_file, at, first, _) in sorted(entries.items()):
+        marker = part.abort_markers.get(last)
+        if (pid, last) in seen or marker is None or marker[0] != pid:
+            continue  # matched, or already reported as unmatched
+        if part.first_offset is not None and first < part.first_offset:
+            continue  # it opened before the first offset read (retention deleted its start): nothing to compare
+        problems.append(FileProblem(index_file, at, "txnindex_mismatch",
+                                    f"aborted transaction of producer {pid} from offset {first}: the ABORT marker at "
+                                    f"offset {last} ended no transaction the log shows open"))
+    return problems
+
+
+def _locate_open_txns(open_txns: pa.Table, partitions: dict[tuple[str, int], PartitionFiles],
+                      backend: str | Backend | None, verify_crc: bool) -> pa.Table:
+    """``open_txns`` with the file and position of each transaction's first batch (its segment scanned again:
+    open transactions are few, and this keeps no per-batch positions in memory during the replay)."""
+    files: list[str | None] = []
+    positions: list[int | None] = []
+    scans: dict[Path, SegmentScan] = {}
+    for topic, partition, first in zip(open_txns.column(TOPIC).to_pylist(), open_txns.column("partition").to_pylist(),
+                                       open_txns.column("first_offset").to_pylist(), strict=True):
+        part = partitions.get((topic, partition))
+        segment = None
+        if part is not None:
+            bases = [s.base_offset for s in part.segments]
+            k = int(np.searchsorted(bases, first, side="right")) - 1
+            segment = part.segments[k] if k >= 0 else None
+        if segment is None:
+            files.append(None)
+            positions.append(None)
+            continue
+        scan = scans.get(segment.log)
+        if scan is None:
+            scan = scans[segment.log] = scan_segment(segment.log, backend=backend, verify_crc=verify_crc)
+        rows = np.flatnonzero(scan["base_offset"] == first)
+        files.append(str(segment.log))
+        positions.append(int(scan["position"][rows[0]]) if len(rows) else None)
+    return open_txns.append_column("file", pa.array(files, pa.string())).append_column(
+        "position", pa.array(positions, pa.int64()))
+
+
+def _log_problems(problems: list[FileProblem]) -> None:
+    for problem in problems[:LOGGED_PROBLEMS]:
+        log.warning("%s", problem)
+    if len(problems) > LOGGED_PROBLEMS:
+        log.warning("... and %d more problems in the log files (LogDirReport.problems)",
+                    len(problems) - LOGGED_PROBLEMS)

@@ -1,0 +1,92 @@
+"""Kafka's log directory as files: listing it, scanning its segments, reading its indexes and snapshots.
+
+- ``names``: ``<topic>-<partition>/`` and ``<20-digit offset>.<suffix>`` names; :func:`list_log_dir` (a log
+  directory, partition directories or segment files -> partitions, segments in order, what is ignored and why);
+- ``segment``: :func:`scan_segment`, a segment's batch headers as columns through the native header scan, with
+  where and why the scan stopped;
+- ``indexes``: readers of ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot`` and
+  ``leader-epoch-checkpoint``, each returning its entries and a :class:`FileProblem` per thing wrong.
+
+Authority: Kafka's ``storage/src/main/java/org/apache/kafka/storage/internals/log/`` (OffsetIndex, TimeIndex,
+TransactionIndex, AbortedTxn, ProducerStateManager, LeaderEpochCheckpointFile, LogFileUtils).
+"""
+
+from idemcore.record.kafka_files.indexes import (
+    AbortedTxn,
+    EpochEntry,
+    FileProblem,
+    FileRead,
+    OffsetIndexEntry,
+    ProducerSnapshotEntry,
+    TimeIndexEntry,
+    read_leader_epoch_checkpoint,
+    read_offset_index,
+    read_snapshot,
+    read_time_index,
+    read_txn_index,
+)
+from idemcore.record.kafka_files.names import (
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    IgnoredFile,
+    LogDirListing,
+    PartitionFiles,
+    SegmentFiles,
+    list_log_dir,
+    list_partition_dir,
+    offset_file_name,
+    parse_offset_file,
+    parse_partition_dir,
+)
+from idemcore.record.kafka_files.segment import (
+    SCAN_COLUMNS,
+    STOP_BAD_LENGTH,
+    STOP_BAD_MAGIC,
+    STOP_END,
+    STOP_TORN_TAIL,
+    STOP_ZERO_PADDING,
+    SegmentScan,
+    scan_segment,
+)
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "LEADER_EPOCH_CHECKPOINT",
+    "LOG_SUFFIX",
+    "SCAN_COLUMNS",
+    "SNAPSHOT_SUFFIX",
+    "STOP_BAD_LENGTH",
+    "STOP_BAD_MAGIC",
+    "STOP_END",
+    "STOP_TORN_TAIL",
+    "STOP_ZERO_PADDING",
+    "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
+    "AbortedTxn",
+    "EpochEntry",
+    "FileProblem",
+    "FileRead",
+    "IgnoredFile",
+    "LogDirListing",
+    "OffsetIndexEntry",
+    "PartitionFiles",
+    "ProducerSnapshotEntry",
+    "SegmentFiles",
+    "SegmentScan",
+    "TimeIndexEntry",
+    "list_log_dir",
+    "list_partition_dir",
+    "offset_file_name",
+    "parse_offset_file",
+    "parse_partition_dir",
+    "read_leader_epoch_checkpoint",
+    "read_offset_index",
+    "read_snapshot",
+    "read_time_index",
+    "read_txn_index",
+    "scan_segment",
+]

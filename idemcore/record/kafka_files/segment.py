@@ -1,0 +1,180 @@
+"""Scanning a segment file: its batch headers as columns, through the backend's native header scan.
+
+:func:`scan_segment` maps the ``.log`` file (mmap, no copy), calls ``scan_headers`` (see
+:mod:`idemcore.kernels.header_scan_reference`) in chunks of rows, and returns a :class:`SegmentScan`: the packed
+batch metadata columns (those of :mod:`idemcore.record.columns`, so :meth:`SegmentScan.metadata` is a
+:class:`~idemcore.record.columns.BatchMetadata` without a copy of the data) plus each batch's file position,
+batch length, last offset, partition leader epoch, compression and CRC validity; and where and why the scan
+stopped:
+
+- ``end``: every byte was a whole batch;
+- ``torn tail``: the file ends inside a batch (a write cut short; Kafka's recovery truncates it);
+- ``zero padding``: from there on the file holds only zero bytes (a preallocated segment, ``file.preallocate``,
+  after an unclean stop: where the log really ends; not a problem);
+- ``bad magic``: not a v2 batch (a v0/v1 message set, or garbage);
+- ``bad length``: a batch length smaller than a v2 header.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from idemcore.kernels import Backend, get_backend
+from idemcore.kernels import header_scan_reference as scan_codes
+from idemcore.kernels.abi import HEADER_SCAN_DTYPES, HeaderScanColumns
+from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.kafka_files.indexes import FileProblem, base_offset_of
+
+STOP_END = "end"
+STOP_TORN_TAIL = "torn tail"
+STOP_ZERO_PADDING = "zero padding"
+STOP_BAD_MAGIC = "bad magic"
+STOP_BAD_LENGTH = "bad length"
+_REASONS = {scan_codes.SCAN_END: STOP_END, scan_codes.SCAN_TRUNCATED: STOP_TORN_TAIL,
+            scan_codes.SCAN_BAD_MAGIC: STOP_BAD_MAGIC, scan_codes.SCAN_BAD_LENGTH: STOP_BAD_LENGTH}
+#: Column names of a scan: ``HeaderScanColumns`` without the ``out_`` prefix.
+SCAN_COLUMNS: dict[str, np.dtype] = {name.removeprefix("out_"): dtype for name, dtype in HEADER_SCAN_DTYPES.items()}
+#: Rows of the kernel's first call; the rest of the segment goes into arrays sized from what that call saw.
+CHUNK_ROWS = 1 << 16
+_MIN_BATCH = scan_codes.RECORDS_AT  # 61 bytes: the smallest v2 batch
+
+
+@dataclass(frozen=True)
+class SegmentScan:
+    """The batches of one segment file, as columns (:data:`SCAN_COLUMNS`, one row per batch, in file order).
+
+    ``base_offset``: from the file name (None if it carries none). ``stop``: why the scan stopped (module
+    docstring), at byte ``stop_position``; ``stop_detail``: one line saying what is there.
+    """
+
+    path: Path
+    base_offset: int | None
+    size: int
+    columns: dict[str, np.ndarray]
+    stop: str
+    stop_position: int
+    stop_detail: str
+    backend: str
+    verified_crc: bool
+
+    def __len__(self) -> int:
+        return len(self.columns["position"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    @property
+    def clean(self) -> bool:
+        """Every byte was read as a whole batch (or the rest is a preallocated zero tail)."""
+        return self.stop in (STOP_END, STOP_ZERO_PADDING)
+
+    def metadata(self) -> BatchMetadata:
+        """The batch metadata columns (:data:`idemcore.record.columns.COLUMNS`; the flags as zero-copy bool
+        views, the partition column as the scan was given it)."""
+        return BatchMetadata({name: self.columns[name].view(np.bool_) if dtype == np.bool_ else self.columns[name]
+                              for name, dtype in COLUMNS.items()})
+
+    def crc_failures(self) -> np.ndarray:
+        """Rows whose CRC does not match (empty if CRCs were not verified)."""
+        return np.flatnonzero(self.columns["crc_ok"] == scan_codes.CRC_BAD)
+
+    def problems(self) -> list[FileProblem]:
+        """What is wrong, one line each: where the scan stopped early, each CRC mismatch, a first batch below
+        the segment's base offset (from the file name), offsets that do not rise from batch to batch."""
+        out = []
+        if self.stop in (STOP_TORN_TAIL, STOP_BAD_MAGIC, STOP_BAD_LENGTH):
+            out.append(FileProblem(self.path, self.stop_position, self.stop.replace(" ", "_"), self.stop_detail))
+        for row in self.crc_failures().tolist():
+            out.append(FileProblem(self.path, int(self.columns["position"][row]), "crc_mismatch",
+                                   f"CRC mismatch in the batch at offsets {int(self.columns['base_offset'][row])}.."
+                                   f"{int(self.columns['last_offset'][row])} (the batch is corrupt; an audit "
+                                   "does not replay it)"))
+        base = self.columns["base_offset"]
+        if len(base) and self.base_offset is not None and int(base[0]) < self.base_offset:
+            out.append(FileProblem(self.path, 0, "offsets",
+                                   f"first batch at offset {int(base[0])}, below the segment's base offset "
+                                   f"{self.base_offset} (from the file name)"))
+        if len(base) > 1:
+            last = self.columns["last_offset"]
+            bad = np.flatnonzero(base[1:] <= last[:-1])
+            if len(bad):
+                k = int(bad[0]) + 1
+                out.append(FileProblem(self.path, int(self.columns["position"][k]), "offsets",
+                                       f"batch at offset {int(base[k])} does not follow the previous batch's last "
+                                       f"offset {int(last[k - 1])}"))
+        return out
+
+
+def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: str | Backend | None = None,
+                 verify_crc: bool = True, chunk_rows: int = CHUNK_ROWS) -> SegmentScan:
+    """Scan every batch header of the segment at ``path`` (see the module docstring); ``partition`` fills the
+    partition column. Nothing in the file makes it raise; a file that cannot be opened raises OSError."""
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+    path = Path(path)
+    kernel = get_backend(backend)
+    with path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            empty = {name: np.empty(0, dtype) for name, dtype in SCAN_COLUMNS.items()}
+            return SegmentScan(path, base_offset_of(path), 0, empty, STOP_END, 0, "empty file", kernel.name,
+                               verify_crc)
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            data = np.frombuffer(mapped, np.uint8)
+            try:
+                columns, position, reason = _scan(kernel, data, partition, verify_crc,
+                                                  min(chunk_rows, size // _MIN_BATCH + 1))
+                stop, detail = _stop(data, position, reason)
+            finally:
+                del data  # the mmap closes only once no array holds it
+    return SegmentScan(path, base_offset_of(path), size, columns, stop, position, detail, kernel.name, verify_crc)
+
+
+def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int
+          ) -> tuple[dict[str, np.ndarray], int, int]:
+    """The first ``capacity`` rows, then the rest straight into arrays sized from the batches seen so far (5%
+    more; doubled if that was short), so a segment's columns are written once and not concatenated."""
+    cursor = np.zeros(2, np.int64)
+    out = HeaderScanColumns.empty(capacity)
+    count = 0
+    while True:
+        count += kernel.scan_headers(data, 0, partition, verify_crc, cursor, *(column[count:] for column in out))
+        if int(cursor[1]) != scan_codes.SCAN_FULL:
+            return {name: column[:count] for name, column in zip(SCAN_COLUMNS, out, strict=True)}, \
+                int(cursor[0]), int(cursor[1])
+        done = int(cursor[0])
+        estimate = int((len(data) - done) / done * count * 1.05) + 16
+        grown = HeaderScanColumns.empty(max(count + estimate, 2 * count))
+        for old, new in zip(out, grown, strict=True):
+            new[:count] = old[:count]
+        out = grown
+
+
+def _stop(data: np.ndarray, position: int, reason: int) -> tuple[str, str]:
+    """The stop reason's name and one line on what lies at ``position``."""
+    size = len(data)
+    stop = _REASONS[reason]
+    if stop == STOP_END:
+        return stop, f"end of the file at position {size}"
+    left = size - position
+    if not data[position:].any():
+        return STOP_ZERO_PADDING, (f"{left:,} zero bytes from position {position} to the end (a preallocated "
+                                   "segment: the log ends there)")
+    length = int(np.frombuffer(data[position + 8:position + 12].tobytes(), ">i4")[0]) if left >= 12 else None
+    if stop == STOP_TORN_TAIL:
+        if length is None or left < scan_codes.HEADER_UP_TO_MAGIC:
+            return stop, (f"torn tail: {left} byte(s) at the end, fewer than a batch header's "
+                          f"{scan_codes.HEADER_UP_TO_MAGIC} needed to read its length and magic")
+        return stop, (f"torn tail: the batch here declares {length + 12:,} bytes (batch length {length:,}), the "
+                      f"file ends after {left:,}")
+    if stop == STOP_BAD_MAGIC:
+        return stop, (f"bad magic {int(data[position + scan_codes.MAGIC_AT])} at position "
+                      f"{position + scan_codes.MAGIC_AT} (expected 2: not a RecordBatch v2); {left:,} byte(s) "
+                      "from here are not read")
+    return stop, (f"bad batch length {length} (a v2 batch needs at least {scan_codes.MIN_BATCH_LENGTH}); "
+                  f"{left:,} byte(s) from here are not read")
