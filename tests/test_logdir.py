@@ -533,6 +533,23 @@ def test_the_leader_epoch_checkpoint_reads_back_and_a_bad_line_is_named(logdir, 
     assert [p.kind for p in read_leader_epoch_checkpoint(path).problems] == ["checkpoint_version"]
 
 
+def test_idemcore_audit_recognises_a_log_directory_and_audits_it_without_spark(logdir, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_PARENT)}
+    run = [sys.executable, "-m", "idemcore.cli", "audit", str(logdir.root)]
+    result = subprocess.run([*run, "--json", "--out", str(tmp_path / "report")], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["findings"] == {"duplicate": 1, "sequence_gap": 1, "epoch_regression": 1,
+                                   "hanging_transaction": 1}
+    assert (tmp_path / "report" / "summary.json").exists()
+    gap = logdir.planted["sequence_gap"]
+    text = subprocess.run([*run, "-q"], capture_output=True, text=True, env=env, timeout=300)
+    assert text.returncode == 0 and text.stderr == "", text.stderr  # no Spark started, no progress with -q
+    row = next(line for line in text.stdout.splitlines() if "sequence_gap" in line and str(gap.file) in line)
+    assert row.split()[-1] == str(gap.position)  # the finding located in its segment
+
+
 # --- dump-log ---------------------------------------------------------------------------------------------------
 
 def dump(*args: str | Path) -> subprocess.CompletedProcess[str]:

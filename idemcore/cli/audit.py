@@ -163,12 +163,48 @@ def _audit(args: argparse.Namespace, source: Any) -> Any:
                      backend=args.backend, progress=show_progress(args))
 
 
-@_needs_extra("pyarrow", "pyspark")
+def _audit_log_dir(args: argparse.Namespace) -> Any:
+    """Kafka's log directory (or partition directories, segments): in-process, over the native header scan."""
+    from idemcore.audit.logdir import audit_log_dir
+    from idemcore.progress import waiting
+
+    with _one_line_warnings(), waiting("auditing the log directory", enabled=show_progress(args)):
+        report = audit_log_dir(args.path, backend=args.backend, hanging_after_ms=args.hanging_after_ms,
+                               now_ms=getattr(args, "now_ms", None))
+    if args.out:
+        report.write(args.out)
+    return report
+
+
+def _print_log_dir_problems(report: Any) -> None:
+    lines = report.problem_lines()
+    if lines:
+        print(f"\nproblems in the files ({len(lines)}):")
+        for line in lines[:_DETAIL_ROWS]:
+            print(f"  {line}")
+        if len(lines) > _DETAIL_ROWS:
+            print(f"  ... and {len(lines) - _DETAIL_ROWS} more")
+    located = report.located_findings
+    if located is not None and located.num_rows:
+        columns = [name for name in ("topic", "partition", "base_offset", "producer_id", "finding", "file",
+                                     "position") if name in located.column_names]
+        shown = located.slice(0, _DETAIL_ROWS).to_pylist()
+        print(f"\nfindings in the files{f' (first {_DETAIL_ROWS})' if located.num_rows > _DETAIL_ROWS else ''}:")
+        print(_table(columns, [[row[c] for c in columns] for row in shown]))
+
+
+@_needs_extra("pyarrow")
 def run_audit(args: argparse.Namespace) -> int:
-    source: str | Path = args.path
-    if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by `idemcore generate`
-        source = Path(args.path) / DATA_DIR
-    report = _audit(args, source)
+    from idemcore.record.kafka_files.names import is_log_path
+
+    log_dir = "://" not in args.path and is_log_path(args.path)
+    if log_dir:
+        report = _audit_log_dir(args)
+    else:
+        source: str | Path = args.path
+        if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by generate
+            source = Path(args.path) / DATA_DIR
+        report = _audit(args, source)
     if args.json:
         summary = {key: value for key, value in report.summary().items()
                    if key in ("source", "batches", "findings", "seconds", "batches_per_s", "order_by")}
@@ -183,6 +219,8 @@ def run_audit(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print_report(report)
+        if log_dir:
+            _print_log_dir_problems(report)
         if args.out:
             print(f"\nwritten: {_report_files(args.out)}")
     return 0
@@ -300,7 +338,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "rules with Spark (Python workers read the files; only findings come back) and report "
                     "duplicates, gaps, zombie writes and hanging transactions.")
     aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
-                                  "or a dataset written by `idemcore generate`")
+                                  "a dataset written by `idemcore generate`, or Kafka's log directory (or "
+                                  "partition directories, segment files: audited in-process)")
     aud.add_argument("--out", type=Path, default=None,
                      help="write findings.parquet, producers.parquet and summary.json here")
     aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")

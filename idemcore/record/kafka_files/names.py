@@ -222,6 +222,22 @@ def _is_partition_dir(path: Path) -> bool:
     return not any(child.is_dir() and parse_partition_dir(child.name) is not None for child in children)
 
 
+def is_log_path(path: str | os.PathLike[str]) -> bool:
+    """Does ``path`` look like Kafka's: a segment file ``<20 digits>.log``, a partition directory holding
+    segments, or a log directory with such partition directories?"""
+    path = Path(path)
+    if path.is_file():
+        parsed = parse_offset_file(path.name)
+        return parsed is not None and parsed[1] == LOG_SUFFIX
+    if not path.is_dir():
+        return False
+    def holds_segments(directory: Path) -> bool:
+        return parse_partition_dir(directory.name) is not None and any(
+            (parsed := parse_offset_file(child.name)) is not None and parsed[1] == LOG_SUFFIX
+            for child in directory.iterdir())
+    return holds_segments(path) or any(child.is_dir() and holds_segments(child) for child in path.iterdir())
+
+
 def list_log_dir(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> LogDirListing:
     """List what to read: each path is a log directory (its partition directories are listed), a partition
     directory, or a segment file ``<offset>.log`` (its partition with only the segments named).
