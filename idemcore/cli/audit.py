@@ -201,6 +201,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if log_dir:
         report = _audit_log_dir(args)
     else:
+        importlib.import_module("pyspark")  # Parquet is audited with Spark: a missing extra is said first
         source: str | Path = args.path
         if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by generate
             source = Path(args.path) / DATA_DIR
