@@ -259,3 +259,16 @@ def test_a_partly_failed_send_batch_says_which_records_to_send_again():
     assert caught.value.failed.tolist() == [False, True, False]
     delivered = caught.value.offsets[~caught.value.failed]
     assert (delivered >= 0).all() and caught.value.offsets[1] == -1
+
+
+def test_send_batch_takes_none_keys_as_send_does():
+    broker = Broker({"t": 3})
+    producer = Producer(broker)
+    keys = [b"a", None, b"b", None]
+    future = producer.send_batch("t", [b"0", b"1", b"2", b"3"], keys)
+    offsets, partitions = future.result(), future.partitions()
+    for i, key in enumerate(keys):
+        stored = {o: (k, v) for o, k, v, _ in broker.log("t", int(partitions[i])).records()}
+        assert stored[int(offsets[i])] == (key, b"%d" % i)
+    with pytest.raises(TypeError, match="every element of keys must be bytes or None"):
+        producer.send_batch("t", [b"x"], ["text"])

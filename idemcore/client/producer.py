@@ -184,7 +184,7 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("send_batch() on a closed producer")
         values = _bytes_list("values", values)
-        key_list = None if keys is None else _bytes_list("keys", keys)
+        key_list = None if keys is None else _bytes_list("keys", keys, nulls=True)
         if key_list is not None and len(key_list) != len(values):
             raise ValueError(f"{len(key_list)} keys for {len(values)} values")
         if values:
@@ -273,7 +273,8 @@ def _timestamp(value: Any) -> int:
     return int(value)
 
 
-def _bytes_list(name: str, values: Any) -> list[bytes]:
+def _bytes_list(name: str, values: Any, nulls: bool = False) -> list[Any]:
+    """``values`` as a list of bytes (``nulls``: None allowed too, as for keys); TypeError otherwise."""
     if isinstance(values, np.ndarray):
         if values.dtype.kind != "S" and values.dtype != object:
             raise TypeError(f"{name} must hold bytes, got a NumPy array of {values.dtype}")
@@ -282,8 +283,9 @@ def _bytes_list(name: str, values: Any) -> list[bytes]:
         values = values.to_pylist()
     elif not isinstance(values, list):
         values = list(values)
-    if not all(type(v) is bytes for v in values):
-        raise TypeError(f"every element of {name} must be bytes")
+    allowed = (bytes, type(None)) if nulls else (bytes,)
+    if not all(type(v) in allowed for v in values):
+        raise TypeError(f"every element of {name} must be bytes{' or None' if nulls else ''}")
     return values
 
 
