@@ -156,14 +156,29 @@ def _used_entries(raw: np.ndarray, path: Path, entry_size: int) -> tuple[int, li
     return used, problems, notes
 
 
-def _whole_entries(data: bytes, path: Path, entry_size: int, what: str) -> tuple[int, list[FileProblem]]:
+def _read_entries(path: Path, entry_size: int, what: str) -> tuple[bytes, int, list[FileProblem]]:
+    """The bytes of an index file of ``entry_size``-byte entries, how many whole entries they hold, and the
+    problem of a partial trailing entry."""
+    data = path.read_bytes()
     n, extra = divmod(len(data), entry_size)
     problems = []
     if extra:
         problems.append(FileProblem(path, n * entry_size, "index_partial_entry",
                                     f"{extra} trailing byte(s), not a whole {entry_size}-byte {what} entry "
                                     f"(the file is {len(data):,} bytes)"))
-    return n, problems
+    return data, n, problems
+
+
+def _read_index(path: Path, entry_size: int, what: str,
+                columns: tuple[str, str]) -> tuple[np.ndarray, np.ndarray, list[FileProblem], list[str]]:
+    """The used entries of a preallocated index (``.index``, ``.timeindex``) of two fields whose numpy dtypes are
+    ``columns``: ``(first fields, second fields)`` as int64 arrays, problems and notes."""
+    data, n, problems = _read_entries(path, entry_size, what)
+    raw = np.frombuffer(data, np.uint8, count=n * entry_size).reshape(n, entry_size)
+    used, more, notes = _used_entries(raw, path, entry_size)
+    problems += more
+    fields = np.frombuffer(data, np.dtype([("first", columns[0]), ("second", columns[1])]), count=used)
+    return fields["first"].astype(np.int64), fields["second"].astype(np.int64), problems, notes
 
 
 def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = None) -> FileRead[OffsetIndexEntry]:
@@ -171,15 +186,8 @@ def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = No
     a partial trailing entry, non-zero bytes in the preallocated tail, a negative relative offset or position,
     entries whose offset or position does not rise (Kafka appends both strictly rising)."""
     path = Path(path)
-    data = path.read_bytes()
     base = _base(path, base_offset)
-    n, problems = _whole_entries(data, path, OFFSET_INDEX_ENTRY, "offset index")
-    raw = np.frombuffer(data, np.uint8, count=n * OFFSET_INDEX_ENTRY).reshape(n, OFFSET_INDEX_ENTRY)
-    used, more, notes = _used_entries(raw, path, OFFSET_INDEX_ENTRY)
-    problems += more
-    fields = np.frombuffer(data, np.dtype([("relative", ">i4"), ("position", ">i4")]), count=used)
-    relative = fields["relative"].astype(np.int64)
-    position = fields["position"].astype(np.int64)
+    relative, position, problems, notes = _read_index(path, OFFSET_INDEX_ENTRY, "offset index", (">i4", ">i4"))
     problems += _not_rising(path, OFFSET_INDEX_ENTRY, base + relative, "offset", strictly=True)
     problems += _not_rising(path, OFFSET_INDEX_ENTRY, position, "position", strictly=True)
     for name, values in (("relative offset", relative), ("position", position)):
@@ -197,15 +205,8 @@ def read_time_index(path: str | os.PathLike[str], base_offset: int | None = None
     tail, timestamps that do not rise strictly or offsets that fall (Kafka appends an entry only for a larger
     timestamp, at an offset no smaller than the last)."""
     path = Path(path)
-    data = path.read_bytes()
     base = _base(path, base_offset)
-    n, problems = _whole_entries(data, path, TIME_INDEX_ENTRY, "time index")
-    raw = np.frombuffer(data, np.uint8, count=n * TIME_INDEX_ENTRY).reshape(n, TIME_INDEX_ENTRY)
-    used, more, notes = _used_entries(raw, path, TIME_INDEX_ENTRY)
-    problems += more
-    fields = np.frombuffer(data, np.dtype([("timestamp", ">i8"), ("relative", ">i4")]), count=used)
-    timestamp = fields["timestamp"].astype(np.int64)
-    relative = fields["relative"].astype(np.int64)
+    timestamp, relative, problems, notes = _read_index(path, TIME_INDEX_ENTRY, "time index", (">i8", ">i4"))
     problems += _not_rising(path, TIME_INDEX_ENTRY, timestamp, "timestamp", strictly=True)
     problems += _not_rising(path, TIME_INDEX_ENTRY, base + relative, "offset", strictly=False)
     entries = [TimeIndexEntry(t, base + r) for t, r in zip(timestamp.tolist(), relative.tolist(), strict=True)]
@@ -217,9 +218,8 @@ def read_txn_index(path: str | os.PathLike[str], base_offset: int | None = None)
     is incomplete"), a version other than 0, a last offset below the first or below the segment's base offset
     (Kafka's sanity check), a last stable offset past the marker."""
     path = Path(path)
-    data = path.read_bytes()
     base = _base(path, base_offset)
-    n, problems = _whole_entries(data, path, TXN_INDEX_ENTRY, "transaction index")
+    data, n, problems = _read_entries(path, TXN_INDEX_ENTRY, "transaction index")
     entries = []
     for k in range(n):
         at = k * TXN_INDEX_ENTRY

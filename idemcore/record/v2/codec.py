@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from crc32c import crc32c
@@ -335,13 +335,43 @@ class _Origin:
         return CorruptRecordError(f"{message} at {self.at(pos)}", self.base + pos if self.codec is None else None)
 
 
+#: The value of each one-byte zig-zag varint, by its byte (0x00-0x7F).
+_ZIGZAG_BYTE = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+
+
+def _multibyte_varint(data: bytes, pos: int, slow: Callable[[bytes, int], tuple[int, int]] = read_varint,
+                      ) -> tuple[int, int]:
+    """The zig-zag varint at ``data[pos]``, whose first byte has the continuation bit, and the position after it.
+
+    Two bytes are read here (an IndexError when the second is missing), longer varints by ``slow``
+    (``read_varint`` or ``read_varlong``).
+    """
+    if (c := data[pos + 1]) < 0x80:
+        raw = (data[pos] & 0x7F) | (c << 7)
+        return (raw >> 1) ^ -(raw & 1), pos + 2
+    return slow(data, pos)
+
+
+def _null(size: int, what: str, index: int, field: int, origin: _Origin) -> bytes | None:
+    """The value of nullable bytes (key, value, header value) whose length is negative: None for -1; any other
+    is corrupt. (Typed as the field it stands for; it never returns bytes.)"""
+    if size != -1:
+        raise origin.error(f"{what} length {size} (record {index})", field)
+    return None
+
+
 def _decode_records(data: bytes, count: int, origin: _Origin) -> list[Record]:
-    # The hot loop of a decode. Every varint is read inline when it takes one or two bytes (lengths up to
-    # 8191, deltas within +-8191) and through read_varint/read_varlong otherwise; each field repeats that
-    # pattern. An IndexError means the bytes ran out; the record's declared length is checked at its end.
+    # The hot loop of a decode: no call on the common path. A varint of one byte is read inline, as
+    #     value, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else _multibyte_varint(data, pos)
+    # a longer one by _multibyte_varint (two bytes there, more through read_varint or read_varlong). The header
+    # fields go from one byte straight to read_varint, so a header varint cut off after its first byte is a
+    # VarintError where a field before the headers raises IndexError (two messages, kept as they were).
+    # Nullable bytes are sliced inline, _null reading a negative length. An IndexError means the bytes ran out;
+    # the record's declared length is checked at its end.
     records: list[Record] = []
     append = records.append
     new = _new_record
+    zigzag = _ZIGZAG_BYTE
     end = len(data)
     pos = 0
     index = 0
@@ -352,118 +382,46 @@ def _decode_records(data: bytes, count: int, origin: _Origin) -> list[Record]:
                 raise origin.error(f"record count mismatch: the header declares {count} records, the records "
                                    f"end after {index}", pos)
             start = pos
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := data[pos + 1]) < 0x80:
-                raw = (b & 0x7F) | (c << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                length, pos = read_varint(data, pos)
+            length, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else _multibyte_varint(data, pos)
             if length < 0 or length > end - pos:
                 raise origin.error(f"record length {length} (record {index} of {count}) runs past the "
                                    f"{end - pos} bytes left", start)
             record_end = pos + length
             attributes = data[pos]
-            b = data[pos + 1]
-            if b < 0x80:
-                timestamp_delta = (b >> 1) ^ -(b & 1)
-                pos += 2
-            elif (c := data[pos + 2]) < 0x80:
-                raw = (b & 0x7F) | (c << 7)
-                timestamp_delta = (raw >> 1) ^ -(raw & 1)
-                pos += 3
-            else:
-                timestamp_delta, pos = read_varlong(data, pos + 1)
-            b = data[pos]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := data[pos + 1]) < 0x80:
-                raw = (b & 0x7F) | (c << 7)
-                offset_delta = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                offset_delta, pos = read_varint(data, pos)
+            pos += 1
+            timestamp_delta, pos = ((zigzag[b], pos + 1) if (b := data[pos]) < 0x80
+                                    else _multibyte_varint(data, pos, read_varlong))
+            offset_delta, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else _multibyte_varint(data, pos)
             field = pos
-            b = data[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := data[pos + 1]) < 0x80:
-                raw = (b & 0x7F) | (c << 7)
-                size = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                size, pos = read_varint(data, pos)
-            if size >= 0:
-                key: bytes | None = data[pos:pos + size]
-                pos += size
-            elif size == -1:
-                key = None
-            else:
-                raise origin.error(f"key length {size} (record {index})", field)
+            size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else _multibyte_varint(data, pos)
+            key = data[pos:pos + size] if size >= 0 else _null(size, "key", index, field, origin)
+            pos += size if size > 0 else 0
             field = pos
-            b = data[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := data[pos + 1]) < 0x80:
-                raw = (b & 0x7F) | (c << 7)
-                size = (raw >> 1) ^ -(raw & 1)
-                pos += 2
-            else:
-                size, pos = read_varint(data, pos)
-            if size >= 0:
-                value: bytes | None = data[pos:pos + size]
-                pos += size
-            elif size == -1:
-                value = None
-            else:
-                raise origin.error(f"value length {size} (record {index})", field)
-            b = data[pos]
-            if b == 0:
+            size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else _multibyte_varint(data, pos)
+            value = data[pos:pos + size] if size >= 0 else _null(size, "value", index, field, origin)
+            pos += size if size > 0 else 0
+            if (b := data[pos]) == 0:
                 headers: tuple[Header, ...] = ()
                 pos += 1
             else:
                 field = pos
-                if b < 0x80:
-                    size = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    size, pos = read_varint(data, pos)
+                size, pos = (zigzag[b], pos + 1) if b < 0x80 else read_varint(data, pos)
                 if size < 0 or size > record_end - pos:
                     raise origin.error(f"header count {size} (record {index}) does not fit the "
                                        f"{record_end - pos} bytes left in the record", field)
                 header_list: list[Header] = []
                 for _ in range(size):
                     field = pos
-                    b = data[pos]
-                    if b < 0x80:
-                        size = (b >> 1) ^ -(b & 1)
-                        pos += 1
-                    else:
-                        size, pos = read_varint(data, pos)
+                    size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read_varint(data, pos)
                     if size < 0:
                         raise origin.error(f"header key length {size} (record {index})", field)
                     name = data[pos:pos + size].decode("utf-8", "surrogateescape")
                     pos += size
                     field = pos
-                    b = data[pos]
-                    if b < 0x80:
-                        size = (b >> 1) ^ -(b & 1)
-                        pos += 1
-                    else:
-                        size, pos = read_varint(data, pos)
-                    if size >= 0:
-                        header_list.append((name, data[pos:pos + size]))
-                        pos += size
-                    elif size == -1:
-                        header_list.append((name, None))
-                    else:
-                        raise origin.error(f"header value length {size} (record {index})", field)
+                    size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read_varint(data, pos)
+                    header_list.append((name, data[pos:pos + size] if size >= 0
+                                        else _null(size, "header value", index, field, origin)))
+                    pos += size if size > 0 else 0
                 headers = tuple(header_list)
             if pos != record_end:
                 raise origin.error(f"record {index} declares a length of {length} bytes but its fields take "
@@ -575,80 +533,39 @@ def _check_int(name: str, value: int, low: int, high: int) -> None:
 
 def encode_records(records: Sequence[Record], out: bytearray) -> None:
     """Append ``records`` to ``out`` in the v2 record format (uncompressed)."""
-    # Varints of one or two bytes are written inline, longer ones through put_unsigned.
     for index, record in enumerate(records):
         offset_delta, timestamp_delta, key, value, headers, attributes = record
         body = bytearray()
         body.append(attributes & 0xFF)
         if not INT64_MIN <= timestamp_delta <= INT64_MAX:
             raise ValueError(f"record {index}: timestamp_delta {timestamp_delta} is outside the int64 range")
-        raw = (timestamp_delta << 1) ^ (timestamp_delta >> 63)
-        if raw < 0x80:
-            body.append(raw)
-        elif raw < 0x4000:
-            body.append((raw & 0x7F) | 0x80)
-            body.append(raw >> 7)
-        else:
-            put_unsigned(body, raw)
+        put_unsigned(body, (timestamp_delta << 1) ^ (timestamp_delta >> 63))
         if not INT32_MIN <= offset_delta <= INT32_MAX:
             raise ValueError(f"record {index}: offset_delta {offset_delta} is outside the int32 range")
-        raw = (offset_delta << 1) ^ (offset_delta >> 31)
-        if raw < 0x80:
-            body.append(raw)
-        elif raw < 0x4000:
-            body.append((raw & 0x7F) | 0x80)
-            body.append(raw >> 7)
-        else:
-            put_unsigned(body, raw)
-        if key is None:
-            body.append(1)
-        else:
-            raw = len(key) << 1
-            if raw < 0x80:
-                body.append(raw)
-            elif raw < 0x4000:
-                body.append((raw & 0x7F) | 0x80)
-                body.append(raw >> 7)
-            else:
-                put_unsigned(body, raw)
-            body += key
-        if value is None:
-            body.append(1)
-        else:
-            raw = len(value) << 1
-            if raw < 0x80:
-                body.append(raw)
-            elif raw < 0x4000:
-                body.append((raw & 0x7F) | 0x80)
-                body.append(raw >> 7)
-            else:
-                put_unsigned(body, raw)
-            body += value
+        put_unsigned(body, (offset_delta << 1) ^ (offset_delta >> 31))
+        _put_bytes(body, key)
+        _put_bytes(body, value)
         if not headers:
             body.append(0)
         else:
             put_unsigned(body, len(headers) << 1)
             for name, header_value in headers:
-                name_bytes = name.encode("utf-8", "surrogateescape")
-                put_unsigned(body, len(name_bytes) << 1)
-                body += name_bytes
-                if header_value is None:
-                    body.append(1)
-                else:
-                    put_unsigned(body, len(header_value) << 1)
-                    body += header_value
+                _put_bytes(body, name.encode("utf-8", "surrogateescape"))
+                _put_bytes(body, header_value)
         length = len(body)
         if length > INT32_MAX:
             raise ValueError(f"record {index} takes {length} bytes, more than a varint length can say")
-        raw = length << 1
-        if raw < 0x80:
-            out.append(raw)
-        elif raw < 0x4000:
-            out.append((raw & 0x7F) | 0x80)
-            out.append(raw >> 7)
-        else:
-            put_unsigned(out, raw)
+        put_unsigned(out, length << 1)
         out += body
+
+
+def _put_bytes(out: bytearray, data: bytes | None) -> None:
+    """Append ``data`` with its varint length in front, or the length -1 for None."""
+    if data is None:
+        out.append(1)
+    else:
+        put_unsigned(out, len(data) << 1)
+        out += data
 
 
 def set_base_offset(buffer: bytearray | memoryview, position: int, base_offset: int) -> None:

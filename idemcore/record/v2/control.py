@@ -56,27 +56,29 @@ def encode_end_txn_marker(control_type: ControlType | int, coordinator_epoch: in
 
 def control_type_id(key: bytes | None) -> int:
     """The type id in a control record's key (Kafka's ``ControlRecordType.parseTypeId``)."""
-    if key is None or len(key) < CONTROL_KEY.size:
-        raise CorruptRecordError(f"control record key of {0 if key is None else len(key)} bytes; "
-                                 f"at least {CONTROL_KEY.size} are needed (version i16, type i16)")
-    version, type_id = CONTROL_KEY.unpack_from(key)
-    if version < 0:
-        raise CorruptRecordError(f"control record key version {version} is negative")
-    return int(type_id)
+    return _versioned_field(key, CONTROL_KEY, "control record key", "control record key", "version i16, type i16")
 
 
 def parse_end_txn_marker(record: Record) -> EndTxnMarker:
     """Read an ABORT or COMMIT marker (Kafka's ``EndTransactionMarker.deserialize``)."""
     type_id = control_type_id(record.key)
     control_type = _marker_type(type_id)
-    value = record.value
-    if value is None or len(value) < END_TXN_VALUE.size:
-        raise CorruptRecordError(f"end transaction marker value of {0 if value is None else len(value)} bytes; "
-                                 f"at least {END_TXN_VALUE.size} are needed (version i16, coordinator epoch i32)")
-    version, coordinator_epoch = END_TXN_VALUE.unpack_from(value)
+    coordinator_epoch = _versioned_field(record.value, END_TXN_VALUE, "end transaction marker value",
+                                         "end transaction marker", "version i16, coordinator epoch i32")
+    return EndTxnMarker(control_type, coordinator_epoch)
+
+
+def _versioned_field(data: bytes | None, layout: struct.Struct, what: str, version_of: str, fields: str) -> int:
+    """The field after the version in ``data`` laid out as ``layout`` (version i16, then one field), read as
+    Kafka does: ``data`` shorter than ``layout`` (or null) or a negative version is corrupt, a newer version reads
+    as version 0. ``what`` names ``data`` in the message about its size, ``version_of`` in the one about its version."""
+    if data is None or len(data) < layout.size:
+        raise CorruptRecordError(f"{what} of {0 if data is None else len(data)} bytes; "
+                                 f"at least {layout.size} are needed ({fields})")
+    version, field = layout.unpack_from(data)
     if version < 0:
-        raise CorruptRecordError(f"end transaction marker version {version} is negative")
-    return EndTxnMarker(control_type, int(coordinator_epoch))
+        raise CorruptRecordError(f"{version_of} version {version} is negative")
+    return int(field)
 
 
 def _marker_type(type_id: int) -> ControlType:

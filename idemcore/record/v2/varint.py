@@ -11,8 +11,6 @@ from idemcore.record.v2.errors import VarintError
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-_UINT32_MAX = (1 << 32) - 1
-_UINT64_MAX = (1 << 64) - 1
 
 
 def put_unsigned(out: bytearray, value: int) -> None:
@@ -64,24 +62,7 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
     Raises VarintError when it is longer than 5 bytes, overflows 32 bits or is cut off by the end of ``data``.
     """
-    end = len(data)
-    start = pos
-    raw = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise VarintError("varint cut off by the end of the data", start)
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift >= 35:
-            raise VarintError("varint longer than 5 bytes", start)
-    if raw > _UINT32_MAX:
-        raise VarintError(f"varint overflows 32 bits (raw value {raw:#x})", start)
-    return (raw >> 1) ^ -(raw & 1), pos
+    return _read_zigzag(data, pos, "varint", 5, 32)
 
 
 def read_varlong(data: bytes, pos: int) -> tuple[int, int]:
@@ -89,21 +70,26 @@ def read_varlong(data: bytes, pos: int) -> tuple[int, int]:
 
     Raises VarintError when it is longer than 10 bytes, overflows 64 bits or is cut off by the end of ``data``.
     """
+    return _read_zigzag(data, pos, "varlong", 10, 64)
+
+
+def _read_zigzag(data: bytes, pos: int, kind: str, max_bytes: int, bits: int) -> tuple[int, int]:
+    """``read_varint`` and ``read_varlong``: a zig-zag value of at most ``max_bytes`` bytes and ``bits`` bits."""
     end = len(data)
     start = pos
     raw = 0
     shift = 0
     while True:
         if pos >= end:
-            raise VarintError("varlong cut off by the end of the data", start)
+            raise VarintError(f"{kind} cut off by the end of the data", start)
         b = data[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:
             break
         shift += 7
-        if shift >= 70:
-            raise VarintError("varlong longer than 10 bytes", start)
-    if raw > _UINT64_MAX:
-        raise VarintError(f"varlong overflows 64 bits (raw value {raw:#x})", start)
+        if shift >= 7 * max_bytes:
+            raise VarintError(f"{kind} longer than {max_bytes} bytes", start)
+    if raw >> bits:
+        raise VarintError(f"{kind} overflows {bits} bits (raw value {raw:#x})", start)
     return (raw >> 1) ^ -(raw & 1), pos
