@@ -21,6 +21,7 @@ from idemcore.errors import IdemcoreError
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
 from idemcore.synth.dataset import DATA_DIR, TRUTH_FILE, generate, read_truth
+from idemcore.synth.kafka_log import DEFAULT_SEGMENT_BYTES, KAFKA_DEFAULT_MIX, LOGS_DIR
 from idemcore.synth.streams import CANNOT_OCCUR, DEFAULT_MIX, parse_mix
 
 # pyarrow, pyspark and the modules that need them are imported by the commands that run them, so
@@ -140,16 +141,35 @@ def _report_files(out: Path) -> str:
 @_needs_extra("pyarrow")
 def run_generate(args: argparse.Namespace) -> int:
     truth = generate(args.out, topics=args.topics, partitions=args.partitions, producers=args.producers,
-                     batches=args.batches, anomalies=parse_mix(args.anomalies), seed=args.seed,
-                     retry_fraction=args.retry_fraction, partitions_per_file=args.partitions_per_file,
-                     overwrite=args.overwrite, progress=show_progress(args))
+                     batches=args.batches, anomalies=None if args.anomalies is None else parse_mix(args.anomalies),
+                     seed=args.seed, retry_fraction=args.retry_fraction, partitions_per_file=args.partitions_per_file,
+                     overwrite=args.overwrite, progress=show_progress(args), format=args.format,
+                     segment_bytes=args.segment_bytes)
+    kafka = args.format == "kafka"
     if args.json:
-        print(json.dumps({"out": str(args.out), "batches": truth["batches"], "findings": truth["findings"],
-                          "files": len(truth["files"])}))
+        summary = {"out": str(args.out), "format": args.format, "batches": truth["batches"],
+                   "findings": truth["findings"], "files": len(truth["files"])}
+        if kafka:
+            summary.update(produce_attempts=truth["produce_attempts"], not_written=truth["not_written"],
+                           segments=truth["log"]["segments"], bytes=truth["log"]["bytes"],
+                           not_planted=truth["not_planted"])
+        print(json.dumps(summary))
+        return 0
+    if kafka:
+        log = truth["log"]
+        skipped = truth["not_written"]
+        print(f"wrote {truth['batches']:,} batches ({log['bytes']:,} bytes in {log['segments']:,} segments of "
+              f"{len(truth['files']):,} partitions) to {args.out}/{LOGS_DIR}: what the leaders appended of "
+              f"{truth['produce_attempts']:,} produce attempts ({skipped['duplicate']:,} in-window retries "
+              f"deduplicated, {skipped['refused_after_anomaly']:,} refused behind a planted anomaly)")
     else:
         print(f"wrote {truth['batches']:,} batches in {len(truth['files'])} Parquet files to {args.out}/{DATA_DIR}")
-        print("planted: " + ", ".join(f"{n:,} {name}" for name, n in truth["findings"].items()))
-        print(f"ground truth: {args.out}/truth.json")
+    print("planted: " + (", ".join(f"{n:,} {name}" for name, n in truth["findings"].items()) or "nothing"))
+    if kafka:
+        for name, why in truth["not_planted"].items():
+            print(f"not planted: {name}: {why}")
+        print(f"audit it: idemcore audit {args.out}/{LOGS_DIR}")
+    print(f"ground truth: {args.out}/truth.json")
     return 0
 
 
@@ -313,21 +333,32 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register generate, audit and demo."""
     gen = commands.add_parser(
         "generate", parents=[common],
-        help="write a Parquet dataset of batch metadata with planted anomalies and its ground truth",
-        description="Write produce attempts of idempotent and transactional producers as Parquet (OUT/data), "
-                    "with anomalies planted, and the ground truth of what was planted (OUT/truth.json).")
+        help="write produce attempts with planted anomalies (Parquet batch metadata or a Kafka log directory) and "
+             "the ground truth",
+        description="Write produce attempts of idempotent and transactional producers, with anomalies planted, as "
+                    "Parquet batch metadata (OUT/data) or, with --format kafka, as the Kafka log directory the "
+                    "partition leaders would have written of them (OUT/logs: segments, .index, .timeindex, "
+                    ".txnindex), and the ground truth of what was planted (OUT/truth.json; for a log directory, "
+                    "every finding by offset).")
     gen.add_argument("out", type=Path, help="the dataset directory to create")
+    gen.add_argument("--format", choices=("parquet", "kafka"), default="parquet",
+                     help="parquet: produce attempts as batch metadata (OUT/data); kafka: what the leaders appended, "
+                          "as Kafka's log directory (OUT/logs) (default parquet)")
     gen.add_argument("--topics", type=positive, default=4, help="topics (default 4)")
     gen.add_argument("--partitions", type=positive, default=64, help="partitions per topic (default 64)")
     gen.add_argument("--producers", type=positive, default=1000, help="idempotent producers (default 1,000)")
     gen.add_argument("--batches", type=positive, default=1_000_000, help="produce attempts (default 1,000,000)")
-    gen.add_argument("--anomalies", default=",".join(f"{name}={count}" for name, count in DEFAULT_MIX.items()),
-                     help="what to plant: name=count,... (default: 3 of each) or 'none'")
+    gen.add_argument("--anomalies", default=None,
+                     help="what to plant: name=count,... or 'none' (default: 3 of each kind the format can hold; "
+                          f"parquet: {', '.join(DEFAULT_MIX)}; kafka: {', '.join(KAFKA_DEFAULT_MIX)})")
     gen.add_argument("--seed", type=non_negative, default=1, help="random seed (default 1)")
     gen.add_argument("--retry-fraction", type=float, default=0.01,
                      help="batches resent at once, in-window duplicates (default 0.01)")
     gen.add_argument("--partitions-per-file", type=positive, default=16,
                      help="streams of one topic per Parquet file; must divide --partitions (default 16)")
+    gen.add_argument("--segment-bytes", type=positive, default=DEFAULT_SEGMENT_BYTES,
+                     help=f"--format kafka: roll a segment before it would pass this size (default "
+                          f"{DEFAULT_SEGMENT_BYTES:,}, Kafka's segment.bytes)")
     gen.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     gen.set_defaults(run=run_generate)

@@ -28,11 +28,14 @@ def _key(row: dict[str, Any], order_by: str) -> tuple:
 
 
 def check_against_truth(report: AuditReport, truth: dict[str, Any]) -> TruthCheck:
-    """Compare ``report`` with ``truth`` (as written by :func:`idemcore.dataset.generate`)."""
+    """Compare ``report`` with ``truth`` (as written by :func:`idemcore.dataset.generate`, either format: a Kafka
+    log directory's report is ordered by ``base_offset``, as its truth)."""
     order_by = truth.get("order_by", "seq_no")
     rows = [(name, want, got) for name, (want, got) in report.compare(truth["findings"]).items()]
     hanging = Finding.HANGING_TRANSACTION.label
-    planted = {_key(p, "seq_no") for p in truth["planted"] if p["finding"] != hanging}
+    # Planted batches are named by their arrival order (Parquet attempts: seq_no) or by their offset (a Kafka log
+    # directory: base_offset, the truth's order_by).
+    planted = {_key(p, order_by if order_by in p else "seq_no") for p in truth["planted"] if p["finding"] != hanging}
     found_rows = report.findings.select(["topic", "partition", "producer_id", order_by, "finding"]).to_pylist()
     found = {_key(r, order_by) for r in found_rows if r["finding"] != Finding.DUPLICATE.label}
     planted_hanging = {(p["topic"], p["partition"], p["producer_id"]) for p in truth["planted"]

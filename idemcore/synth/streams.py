@@ -103,7 +103,7 @@ INVALID_RECORDS = ("a last sequence that is not base + count - 1", "a record cou
 START_TIMESTAMP = 1_700_000_000_000
 
 
-def _is_retry_copy(columns: dict[str, np.ndarray]) -> np.ndarray:
+def is_retry_copy(columns: dict[str, np.ndarray]) -> np.ndarray:
     """Rows that repeat the row before exactly (same partition, producer, epoch and sequence range)."""
     copy = np.zeros(len(columns["producer_id"]), dtype=bool)
     same = np.ones(max(len(copy) - 1, 0), dtype=bool)
@@ -163,7 +163,7 @@ def inject_anomalies(
     columns = {name: column.copy() for name, column in columns.items()}
     n = len(columns["partition"])
     pair = columns["producer_id"].astype(np.uint64) * np.uint64(1_000_003) + columns["partition"].astype(np.uint64)
-    copies = _is_retry_copy(columns)
+    copies = is_retry_copy(columns)
     originals = ~copies
     keys, counts = np.unique(pair[originals], return_counts=True)
     data_kinds = ("sequence_gap", "duplicate_beyond_window", "out_of_order", "epoch_regression")
@@ -284,6 +284,6 @@ def inject_anomalies(
     planted = [{"partition": int(inserts[k][1]["partition"]), "producer_id": int(inserts[k][1]["producer_id"]),
                 "position": int(new_positions[i]), "finding": inserts[k][2]}
                for i, k in enumerate(order) if inserts[k][2]]
-    truth = {"duplicate": int(np.count_nonzero(_is_retry_copy(columns)))}
+    truth = {"duplicate": int(np.count_nonzero(is_retry_copy(columns)))}
     truth.update({name: mix[name] for name in ANOMALIES if mix[name]})
     return columns, truth, planted
