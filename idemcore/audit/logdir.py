@@ -10,6 +10,11 @@ open transactions with the file and position of their first batch, and the probl
 (torn tails, CRC mismatches, indexes that disagree with their segment, aborted-transaction indexes that
 disagree with the ABORT markers).
 
+The work is cut in two: :func:`audit_partitions` is one task's (scan, replay, cross-check and locate whole
+partitions, into a :class:`LogTaskResult`), :func:`merge_log_tasks` makes the report from the tasks' results. The
+in-process audit runs one task over every partition; the Spark audit
+(:func:`idemcore.audit.spark.audit_log_dir_spark`) runs one per Spark task and merges the same way.
+
 Which rules, and why (docs/rules.md §2 "Who is checked how", §5)
 ------------------------------------------------------------------
 A leader wrote these batches after checking them as CLIENT appends; Kafka rebuilds producer state from its own
@@ -51,7 +56,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +65,7 @@ import numpy as np
 import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.replayer import StreamReplayer
+from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
 from idemcore.audit.shards import ShardedState
 from idemcore.findings import Finding
@@ -276,6 +281,19 @@ LOCATED_SCHEMA = pa.schema([
 
 # --- The audit ----------------------------------------------------------------------------------------------------
 
+#: ``LogTaskResult.problems``: the file problems of a task's partitions, with what orders them in the report.
+PROBLEMS_SCHEMA = pa.schema([
+    (TOPIC, pa.string()), ("partition", pa.int32()),
+    ("check", pa.int8()),  # FILES_CHECK or TXN_INDEX_CHECK
+    ("file", pa.string()), ("position", pa.int64()), ("kind", pa.string()), ("message", pa.string()),
+])
+#: The two rounds of problems in a report: first every partition's files as read (scans, indexes), then every
+#: partition's ``.txnindex`` cross-check; within each, partitions in listing order.
+FILES_CHECK, TXN_INDEX_CHECK = 0, 1
+#: The columns of ``LogTaskResult.open_txn_places``.
+PLACE_COLUMNS = (TOPIC, "partition", "producer_id", "first_offset", "file", "position")
+
+
 @dataclass
 class _Partition:
     """What one partition's replay keeps for the cross-checks after it."""
@@ -285,6 +303,41 @@ class _Partition:
     aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (partition: stream id)
     first_offset: int | None = None  # the first offset replayed
     last_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class LogTaskResult:
+    """What auditing some whole partitions found (:func:`audit_partitions`): the replay's :class:`TaskResult`, plus
+    what only a log directory has. :func:`merge_log_tasks` merges these into a :class:`LogDirReport`; a Spark task
+    sends its own as one row (:meth:`to_row`, Arrow IPC streams like :class:`TaskResult`'s).
+
+    ``located_findings``: :data:`LOCATED_SCHEMA` rows, partition after partition. ``open_txn_places``: the file
+    and position where each of ``result.open_txns`` starts (:data:`PLACE_COLUMNS`). ``problems``: the file
+    problems (:data:`PROBLEMS_SCHEMA`), each partition's in the order found.
+    """
+
+    result: TaskResult
+    located_findings: pa.Table
+    open_txn_places: pa.Table
+    problems: pa.Table
+
+    #: The Spark schema of :meth:`to_row` (a DDL string).
+    SPARK_SCHEMA = (f"{TaskResult.SPARK_SCHEMA}, located_findings binary, open_txn_places binary, "
+                    "problems binary")
+
+    def to_row(self) -> dict[str, Any]:
+        return {**self.result.to_row(), "located_findings": _ipc(self.located_findings),
+                "open_txn_places": _ipc(self.open_txn_places), "problems": _ipc(self.problems)}
+
+    @classmethod
+    def from_row(cls, row: Any) -> LogTaskResult:
+        return cls(TaskResult.from_row(row), _from_ipc(row["located_findings"]), _from_ipc(row["open_txn_places"]),
+                   _from_ipc(row["problems"]))
+
+    @classmethod
+    def empty(cls) -> LogTaskResult:
+        """The result of a task with no partitions."""
+        return audit_partitions(())
 
 
 def audit_log_dir(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
@@ -298,28 +351,91 @@ def audit_log_dir(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     """
     started = time.perf_counter()
     listing = list_log_dir(path)
+    task = audit_partitions(listing.partitions, backend=backend, verify_crc=verify_crc)
+    return merge_log_tasks([task], listing, source=source_label(path), started=started,
+                           hanging_after_ms=hanging_after_ms, now_ms=now_ms)
+
+
+def source_label(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str:
+    """The report's ``source``: the path, or the paths joined by commas."""
+    return os.fspath(path) if isinstance(path, (str, os.PathLike)) else ", ".join(os.fspath(p) for p in path)
+
+
+def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Backend | None = None,
+                     verify_crc: bool = True) -> LogTaskResult:
+    """Scan and replay whole partitions, each segment after segment in log order, then cross-check each one's
+    ``.txnindex`` and find where its open transactions start: one task's work (the in-process audit gives it
+    every partition, a Spark task its own). Partitions are independent (each has its own producer state), so
+    any split of a listing into tasks merges into the same report. Nothing is logged here."""
     replayer = LogReplayer(backend)
-    problems: list[FileProblem] = []
     located: list[pa.Table] = []
-    partitions = []
-    for files in listing.partitions:
-        partitions.append(_replay_partition(files, replayer, verify_crc, problems, located))
+    problems: list[tuple[PartitionFiles, int, FileProblem]] = []
+    for files in partitions:
+        found: list[FileProblem] = []
+        part = _replay_partition(files, replayer, verify_crc, found, located)
+        problems += [(files, FILES_CHECK, problem) for problem in found]
+        problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
-    for part in partitions:
-        problems += _check_txn_index(part)
-    source = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ", ".join(os.fspath(p) for p in path)
-    report = AuditReport.from_results([result], order_by="base_offset", seconds=time.perf_counter() - started,
-                                       hanging_after_ms=hanging_after_ms, now_ms=now_ms, source=source)
-    located_findings = pa.concat_tables(located) if located else LOCATED_SCHEMA.empty_table()
+    places = _locate_open_txns(result.open_txns, {(p.topic, p.partition): p for p in partitions}, replayer.backend,
+                               verify_crc)
+    return LogTaskResult(result, pa.concat_tables(located) if located else LOCATED_SCHEMA.empty_table(),
+                         places.select(list(PLACE_COLUMNS)), _problem_table(problems))
+
+
+def merge_log_tasks(tasks: Iterable[LogTaskResult], listing: LogDirListing, *, source: str, started: float,
+                    hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None) -> LogDirReport:
+    """The report of tasks that together audited every partition of ``listing``, each partition in one task.
+
+    :meth:`AuditReport.from_results` merges the replays: ``now_ms`` defaults to the newest batch timestamp over
+    every task, so whether an open transaction hangs is decided here, after the merge, never per task. Located
+    findings are sorted like ``findings``; problems come back in the in-process order (each partition's files in
+    listing order, then each partition's ``.txnindex`` cross-check). ``started``: ``time.perf_counter()`` when the
+    audit started (``seconds`` runs to the end of the merge). Logs the problems.
+    """
+    tasks = list(tasks) or [LogTaskResult.empty()]
+    report = AuditReport.from_results([task.result for task in tasks], order_by="base_offset",
+                                      seconds=time.perf_counter() - started, hanging_after_ms=hanging_after_ms,
+                                      now_ms=now_ms, source=source)
+    located_findings = pa.concat_tables([task.located_findings for task in tasks])
     located_findings = located_findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"),
                                                  ("base_offset", "ascending")])
-    open_txns = _locate_open_txns(report.open_txns, {(p.topic, p.partition): p for p in listing.partitions},
-                                  backend, verify_crc)
+    open_txns = _place_open_txns(report.open_txns, pa.concat_tables([task.open_txn_places for task in tasks]))
+    problems = _ordered_problems(pa.concat_tables([task.problems for task in tasks]), listing)
     _log_problems(problems)
     fields = {field.name: getattr(report, field.name) for field in dataclasses.fields(AuditReport)}
     fields["seconds"] = time.perf_counter() - started
     return LogDirReport(**fields, located_findings=located_findings, located_open_txns=open_txns,
                         problems=tuple(problems), listing=listing)
+
+
+def _problem_table(problems: list[tuple[PartitionFiles, int, FileProblem]]) -> pa.Table:
+    rows = [(files.topic, files.partition, check, str(problem.path), problem.position, problem.kind, problem.message)
+            for files, check, problem in problems]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(PROBLEMS_SCHEMA)
+    arrays = [pa.array(list(values), field.type) for values, field in zip(columns, PROBLEMS_SCHEMA, strict=True)]
+    return pa.table(arrays, schema=PROBLEMS_SCHEMA)
+
+
+def _ordered_problems(table: pa.Table, listing: LogDirListing) -> list[FileProblem]:
+    """The problems of every task in the report's order: by check, then partition in listing order, each
+    partition's in the order found (a stable sort)."""
+    rank = {(files.topic, files.partition): k for k, files in enumerate(listing.partitions)}
+    ranks = np.array([rank.get(key, len(rank)) for key in zip(table.column(TOPIC).to_pylist(),
+                                                              table.column("partition").to_pylist(), strict=True)],
+                     np.int64)
+    order = np.lexsort((ranks, table.column("check").to_numpy()))  # stable: ties keep the order found
+    rows = table.take(pa.array(order, pa.int64())).select(["file", "position", "kind", "message"]).to_pylist()
+    return [FileProblem(Path(row["file"]), row["position"], row["kind"], row["message"]) for row in rows]
+
+
+def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
+    """``open_txns`` with the ``file`` and ``position`` its task found for each (null where none was)."""
+    keys = (TOPIC, "partition", "producer_id", "first_offset")
+    where = {tuple(row[name] for name in keys): (row["file"], row["position"]) for row in places.to_pylist()}
+    found = [where.get(key, (None, None))
+             for key in zip(*(open_txns.column(name).to_pylist() for name in keys), strict=True)]
+    return open_txns.append_column("file", pa.array([file for file, _ in found], pa.string())).append_column(
+        "position", pa.array([position for _, position in found], pa.int64()))
 
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
