@@ -516,36 +516,42 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
     entry of each index that disagrees with the batches scanned (Kafka rebuilds such indexes on recovery)."""
     problems: list[FileProblem] = []
     positions, base, last = scan["position"], scan["base_offset"], scan["last_offset"]
+    # Every entry looked up at once (one searchsorted per index, not per entry); the first that disagrees is named.
     if segment.index is not None:
         read = read_offset_index(segment.index, segment.base_offset)
         problems += read.problems
-        for k, entry in enumerate(read.entries):
-            row = int(np.searchsorted(positions, entry.position))
-            if row == len(positions) or positions[row] != entry.position:
-                problems.append(FileProblem(segment.index, 8 * k, "index_mismatch",
-                                            f"entry {k} (offset {entry.offset}, position {entry.position}): no "
-                                            f"batch starts at position {entry.position} of {segment.log.name}"))
-                break
-            if not base[row] <= entry.offset <= last[-1]:
-                problems.append(FileProblem(segment.index, 8 * k, "index_mismatch",
-                                            f"entry {k}: offset {entry.offset} at position {entry.position}, where "
-                                            f"{segment.log.name} holds a batch from offset {int(base[row])}"))
-                break
+        entry_offset = np.fromiter((e.offset for e in read.entries), np.int64, len(read.entries))
+        entry_position = np.fromiter((e.position for e in read.entries), np.int64, len(read.entries))
+        rows = np.minimum(np.searchsorted(positions, entry_position), max(len(positions) - 1, 0))
+        starts = (rows < len(positions)) & (positions[rows] == entry_position) if len(positions) else \
+            np.zeros(len(rows), bool)
+        inside = starts & (base[rows] <= entry_offset) & (entry_offset <= (last[-1] if len(last) else -1))
+        bad = np.flatnonzero(~inside)
+        if len(bad):
+            k = int(bad[0])
+            offset, position = int(entry_offset[k]), int(entry_position[k])
+            what = (f"entry {k} (offset {offset}, position {position}): no batch starts at position {position} of "
+                    f"{segment.log.name}") if not starts[k] else \
+                (f"entry {k}: offset {offset} at position {position}, where {segment.log.name} holds a batch from "
+                 f"offset {int(base[rows[k]])}")
+            problems.append(FileProblem(segment.index, 8 * k, "index_mismatch", what))
     if segment.time_index is not None:
         time_read = read_time_index(segment.time_index, segment.base_offset)
         problems += time_read.problems
-        for k, stamp in enumerate(time_read.entries):
-            row = int(np.searchsorted(last, stamp.offset))
-            if row == len(last) or base[row] > stamp.offset:
-                problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch",
-                                            f"entry {k}: offset {stamp.offset} is in no batch of "
-                                            f"{segment.log.name}"))
-                break
-            if int(scan["max_timestamp"][row]) != stamp.timestamp:
-                problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch",
-                                            f"entry {k}: timestamp {stamp.timestamp} at offset {stamp.offset}, whose "
-                                            f"batch's max timestamp is {int(scan['max_timestamp'][row])}"))
-                break
+        stamp_offset = np.fromiter((e.offset for e in time_read.entries), np.int64, len(time_read.entries))
+        stamp_time = np.fromiter((e.timestamp for e in time_read.entries), np.int64, len(time_read.entries))
+        rows = np.minimum(np.searchsorted(last, stamp_offset), max(len(last) - 1, 0))
+        found = (np.searchsorted(last, stamp_offset) < len(last)) & (base[rows] <= stamp_offset) if len(last) else \
+            np.zeros(len(rows), bool)
+        agrees = found & (scan["max_timestamp"][rows] == stamp_time) if len(last) else found
+        bad = np.flatnonzero(~agrees)
+        if len(bad):
+            k = int(bad[0])
+            offset, stamp = int(stamp_offset[k]), int(stamp_time[k])
+            what = f"entry {k}: offset {offset} is in no batch of {segment.log.name}" if not found[k] else \
+                (f"entry {k}: timestamp {stamp} at offset {offset}, whose batch's max timestamp is "
+                 f"{int(scan['max_timestamp'][rows[k]])}")
+            problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch", what))
     if segment.txn_index is not None:
         problems += read_txn_index(segment.txn_index, segment.base_offset).problems
     return problems
