@@ -8,6 +8,7 @@ worker function is a plain closure, run here over Arrow batches as a Python work
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import struct
@@ -240,3 +241,17 @@ def test_spark_in_one_task_on_relative_paths_names_the_files_as_given(spark, dir
     assert named and not any(Path(name).is_absolute() for name in named)
     got = audit_log_dir_spark(relative, spark=spark, tasks=1, hanging_after_ms=HANGING_AFTER_MS)
     assert_same_report(got, want)
+
+
+def test_the_audit_command_with_spark_reports_what_the_in_process_audit_reports(spark, dirs, capsys):
+    from idemcore.cli import main
+
+    planted = dirs[0]
+    assert main(["audit", str(planted), "--json", "-q"]) == 0
+    in_process = json.loads(capsys.readouterr().out)
+    # --master local[2] is the running session's: the command reuses it rather than starting one.
+    assert main(["audit", str(planted), "--spark", "--master", "local[2]", "--tasks", "2", "--json", "-q"]) == 0
+    with_spark = json.loads(capsys.readouterr().out)
+    for key in ("batches", "findings", "transactions", "lso_held_partitions", "hanging_transactions"):
+        assert with_spark[key] == in_process[key], key
+    assert in_process["findings"] and in_process["batches"] > 0

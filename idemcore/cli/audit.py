@@ -188,9 +188,17 @@ def _audit_log_dir(args: argparse.Namespace) -> Any:
     from idemcore.audit.logdir import audit_log_dir
     from idemcore.progress import waiting
 
-    with _one_line_warnings(), waiting("auditing the log directory", enabled=show_progress(args)):
-        report = audit_log_dir(args.path, backend=args.backend, hanging_after_ms=args.hanging_after_ms,
-                               now_ms=getattr(args, "now_ms", None))
+    if args.spark:
+        from idemcore.audit.spark import audit_log_dir_spark
+
+        with _one_line_warnings():
+            report = audit_log_dir_spark(args.path, master=args.master, tasks=args.tasks, backend=args.backend,
+                                         hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None),
+                                         progress=show_progress(args))
+    else:
+        with _one_line_warnings(), waiting("auditing the log directory", enabled=show_progress(args)):
+            report = audit_log_dir(args.path, backend=args.backend, hanging_after_ms=args.hanging_after_ms,
+                                   now_ms=getattr(args, "now_ms", None))
     if args.out:
         report.write(args.out)
     return report
@@ -379,6 +387,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="who appended the batches: the checks that apply (default client)")
     aud.add_argument("--now-ms", type=int, default=None,
                      help="when open transactions are judged, epoch ms (default: the newest batch timestamp)")
+    aud.add_argument("--spark", action="store_true",
+                     help="a Kafka log directory: audit it with Spark (whole partitions per task) instead of "
+                          "in-process (Parquet is always audited with Spark)")
     add_audit_options(aud)
     aud.set_defaults(run=run_audit)
 
