@@ -467,9 +467,11 @@ def test_an_id_handed_out_but_never_written_is_not_handed_out_again_when_the_id_
         assert broker.log("t", 0).log_end_offset == 2
     (tmp_path / "producer_ids.sqlite").unlink()
     (tmp_path / "producer-id-floor").unlink()
-    with pytest.raises(IdemcoreError, match=r"producer_ids.sqlite and .*producer-id-floor are both missing, "
-                                            r"but .* was used before"):
-        Broker({"t": 1}, data_dir=tmp_path)
+    for _ in range(2):  # a refused start leaves no empty store behind: the retry is refused too
+        with pytest.raises(IdemcoreError, match=r"producer_ids.sqlite and .*producer-id-floor are both missing, "
+                                                r"but .* was used before"):
+            Broker({"t": 1}, data_dir=tmp_path)
+    assert not (tmp_path / "producer_ids.sqlite").exists()
 
 
 def test_a_broker_serving_fewer_topics_keeps_the_written_ends_of_the_others(tmp_path):
@@ -484,3 +486,25 @@ def test_a_broker_serving_fewer_topics_keeps_the_written_ends_of_the_others(tmp_
     path.write_bytes(bytes(data))
     with pytest.raises(LogCorruptionError, match=r"b-0: .* it ends at offset 2, but held 3"):
         Broker({"a": 1, "b": 1}, data_dir=tmp_path)
+
+
+def test_a_locked_id_store_is_answered_and_the_next_request_gets_an_id(tmp_path):
+    import sqlite3
+
+    from idemcore.broker.producer_ids import ProducerIdManager, SqliteBlockStore
+
+    store = SqliteBlockStore(tmp_path / "ids.sqlite", timeout_s=0.05)
+    broker = Broker({"t": 1}, producer_ids=ProducerIdManager(0, store))
+    other = sqlite3.connect(tmp_path / "ids.sqlite", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the store
+    locked = broker.handle(InitProducerIdRequest())
+    assert locked.error_code == ErrorCode.UNKNOWN_SERVER_ERROR and "database is locked" in locked.error_message
+    other.execute("ROLLBACK")
+    assert broker.handle(InitProducerIdRequest()).error_code == 0  # the store stayed open
+
+
+def test_a_floor_file_that_cannot_be_written_is_answered_not_raised(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        (tmp_path / "producer-id-floor.partial").mkdir()  # the floor file's write fails
+        answer = broker.handle(InitProducerIdRequest())
+        assert answer.error_code == ErrorCode.UNKNOWN_SERVER_ERROR and "producer-id-floor" in answer.error_message

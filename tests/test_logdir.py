@@ -978,3 +978,17 @@ def test_batches_compaction_emptied_keep_their_offset_and_sequence_span(tmp_path
     report = audit_log_dir(writer.path)
     assert located(report) == [] and report.problems == ()
     assert report.partitions.column("log_end_offset").to_pylist() == [after.last_offset + 1]
+
+
+def test_audit_of_a_log_directory_never_writes_into_it_or_over_a_user_s_files(logdir, tmp_path, capsys):
+    from idemcore.cli import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"mine": 1}')
+    assert main(["audit", str(logdir.root), "--out", str(mine), "-q"]) == 2
+    assert (mine / "summary.json").read_text() == '{"mine": 1}'
+    assert main(["audit", str(logdir.root), "--out", str(logdir.root / "report"), "-q"]) == 2
+    assert not (logdir.root / "report").exists()
+    err = capsys.readouterr().err
+    assert "that an audit did not write" in err and "is inside the audited path" in err

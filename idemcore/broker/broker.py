@@ -308,18 +308,15 @@ class Broker:
         floor_file = IdFloorFile(self.data_dir)
         floor = floor_file.read()
         store_path = self.data_dir / SQLITE_STORE_NAME
-        store_was_there = store_path.exists()
-        store = SqliteBlockStore(store_path)
-        manager = ProducerIdManager(broker_id, store, on_claim=floor_file.record)
-        if floor is not None:
-            manager.skip_through(floor)
-        elif (self.data_dir / LOG_END_CHECKPOINT).exists() and not store_was_there:
-            store.close()
-            # Both records of the ids handed out are gone (an empty store with no floor file is one that
-            # never gave out a block): a producer that got an id and has not written yet would share it.
+        if floor is None and not os.path.lexists(store_path) and (self.data_dir / LOG_END_CHECKPOINT).exists():
+            # Both records of the ids handed out are gone: a producer that got an id and has not written yet
+            # would share it. Checked before opening the store creates it, so a second start is refused too.
             raise BlockStoreError(
                 f"{store_path} and {floor_file.path} are both missing, but {self.data_dir} was used before: "
                 "producer ids already handed out could be handed out again. Restore one of them")
+        manager = ProducerIdManager(broker_id, SqliteBlockStore(store_path), on_claim=floor_file.record)
+        if floor is not None:
+            manager.skip_through(floor)
         return manager
 
     def _ends_written_in_this_boot(self) -> dict[str, int]:
@@ -390,7 +387,7 @@ class Broker:
         try:
             return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0,
                                           request_id=request.request_id)
-        except (ProducerIdsExhaustedError, BlockStoreError) as exc:
+        except (ProducerIdsExhaustedError, BlockStoreError, OSError) as exc:  # OSError: the floor file's write
             log.error("no producer id: %s", exc)
             return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
                                           error_message=str(exc))

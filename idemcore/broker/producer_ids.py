@@ -60,7 +60,7 @@ class SqliteBlockStore:
         self.node = node
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
-        with self._errors_named():
+        with self._errors_named(opening=True):
             # Autocommit: every statement below is one atomic transaction of its own.
             self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
             self._db.execute("CREATE TABLE IF NOT EXISTS nodes (path TEXT PRIMARY KEY, data BLOB NOT NULL,"
@@ -77,15 +77,18 @@ class SqliteBlockStore:
                 self._db.execute("ROLLBACK")
 
     @contextlib.contextmanager
-    def _errors_named(self) -> Iterator[None]:
+    def _errors_named(self, opening: bool = False) -> Iterator[None]:
         try:
             yield
-        except BlockStoreError:
-            raise
         except (sqlite3.Error, IdemcoreError) as exc:
-            if self._db is not None and not self._db.in_transaction:
+            if not opening:  # at run time (a lock timeout, say): the store stays open for the next call
+                if isinstance(exc, BlockStoreError):
+                    raise
+                raise BlockStoreError(f"producer id store {self.path}: {exc}") from None
+            if self._db is not None:
                 self._db.close()
-            raise BlockStoreError(f"producer id store {self.path}: {exc}. Remove it to start a fresh store "
+            reason = str(exc).removeprefix(f"producer id store {self.path}: ")
+            raise BlockStoreError(f"producer id store {self.path}: {reason}. Remove it to start a fresh store "
                                   "(ids found in the logs are never handed out again)") from None
 
     def read(self) -> tuple[bytes | None, int]:
@@ -247,7 +250,7 @@ class IdFloorFile:
             if not (isinstance(fields, dict) and fields.get("version") == 1 and end >= 0):
                 raise ValueError(f"unexpected content {fields!r}")
             return end
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, OverflowError) as exc:
             raise BlockStoreError(f"{self.path} is damaged ({exc}); restore it, or remove it if "
                                   f"{SQLITE_STORE_NAME} is intact") from None
 

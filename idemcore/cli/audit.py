@@ -186,7 +186,11 @@ def _audit(args: argparse.Namespace, source: Any) -> Any:
 def _audit_log_dir(args: argparse.Namespace) -> Any:
     """Kafka's log directory (or partition directories, segments): in-process, over the native header scan."""
     from idemcore.audit.logdir import audit_log_dir
+    from idemcore.audit.spark.audit_job import check_out
     from idemcore.progress import waiting
+
+    if args.out:
+        check_out(Path(args.out), args.path)  # never inside the audited directory, never over a user's files
 
     if args.spark:
         from idemcore.audit.spark import audit_log_dir_spark

@@ -100,7 +100,7 @@ def _session(master: str | None, spark: Any, started: float, progress: bool) -> 
     return session, started + time.perf_counter() - before
 
 
-def _check_out(out: Path, source: Any) -> None:
+def check_out(out: Path, source: Any) -> None:
     """``out`` must be a directory (or not exist yet) outside every audited path: the findings written
     there would otherwise be read as input by the next audit."""
     if out.exists() and not out.is_dir():
@@ -163,7 +163,7 @@ def audit(
     if spark is None and master is not None:
         check_master(master)  # before reading any footer
     if out is not None:
-        _check_out(Path(out), source)  # before the job, not after it
+        check_out(Path(out), source)  # before the job, not after it
     started = time.perf_counter()
     if isinstance(source, str | os.PathLike | list | tuple):
         # On the driver, before any job: each footer read once; names, types and statistics checked.

@@ -82,14 +82,21 @@ def _forward(source: int, target: int) -> None:
             os.write(target, b"".join(line + b"\n" for line in kept))
     if pending:
         os.write(target, pending)
-    os.close(source)
+    os.close(source)  # the JVM is gone: both ends of the forwarding go with it
+    os.close(target)
 
 
 @contextlib.contextmanager
 def _jvm_stderr_filtered() -> Iterator[TextIO]:
     """While the JVM starts it inherits standard error: hand it a pipe whose lines are forwarded to ours
     without the start-up chatter, for the JVM's whole life. Yields our own standard error meanwhile."""
-    sys.stderr.flush()
+    try:
+        os.fstat(2)
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):  # no standard error at all (a daemon, 2>&-): nothing to keep quiet
+        yield open(os.devnull, "w")
+        return
     read_end, write_end = os.pipe()
     ours = os.dup(2)
     os.dup2(write_end, 2)
