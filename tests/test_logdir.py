@@ -447,6 +447,11 @@ def test_the_offset_and_time_indexes_read_back_and_stop_at_the_preallocated_zero
         times = read_time_index(writer.file(segment.base_offset, ".timeindex"))
         assert times.entries == [(t, segment.base_offset + r) for t, r in segment.time_index]
         assert times.problems == []
+        # The columns an audit checks hold the same entries, also when the entries are not built.
+        columns = read_offset_index(writer.file(segment.base_offset, ".index"), entries=False).columns
+        assert list(zip(columns["offset"].tolist(), columns["position"].tolist(), strict=True)) == offsets.entries
+        columns = read_time_index(writer.file(segment.base_offset, ".timeindex"), entries=False).columns
+        assert list(zip(columns["timestamp"].tolist(), columns["offset"].tolist(), strict=True)) == times.entries
         active = k == len(writer.segments) - 1
         assert bool(offsets.notes) == active and bool(times.notes) == active
     assert sum(len(s.index) for s in writer.segments) >= 3  # the writer did write entries

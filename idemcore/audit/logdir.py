@@ -518,10 +518,9 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
     positions, base, last = scan["position"], scan["base_offset"], scan["last_offset"]
     # Every entry looked up at once (one searchsorted per index, not per entry); the first that disagrees is named.
     if segment.index is not None:
-        read = read_offset_index(segment.index, segment.base_offset)
+        read = read_offset_index(segment.index, segment.base_offset, entries=False)
         problems += read.problems
-        entry_offset = np.fromiter((e.offset for e in read.entries), np.int64, len(read.entries))
-        entry_position = np.fromiter((e.position for e in read.entries), np.int64, len(read.entries))
+        entry_offset, entry_position = read.columns["offset"], read.columns["position"]
         rows = np.minimum(np.searchsorted(positions, entry_position), max(len(positions) - 1, 0))
         starts = (rows < len(positions)) & (positions[rows] == entry_position) if len(positions) else \
             np.zeros(len(rows), bool)
@@ -536,10 +535,9 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
                  f"offset {int(base[rows[k]])}")
             problems.append(FileProblem(segment.index, 8 * k, "index_mismatch", what))
     if segment.time_index is not None:
-        time_read = read_time_index(segment.time_index, segment.base_offset)
+        time_read = read_time_index(segment.time_index, segment.base_offset, entries=False)
         problems += time_read.problems
-        stamp_offset = np.fromiter((e.offset for e in time_read.entries), np.int64, len(time_read.entries))
-        stamp_time = np.fromiter((e.timestamp for e in time_read.entries), np.int64, len(time_read.entries))
+        stamp_offset, stamp_time = time_read.columns["offset"], time_read.columns["timestamp"]
         rows = np.minimum(np.searchsorted(last, stamp_offset), max(len(last) - 1, 0))
         found = (np.searchsorted(last, stamp_offset) < len(last)) & (base[rows] <= stamp_offset) if len(last) else \
             np.zeros(len(rows), bool)

@@ -81,6 +81,9 @@ class FileRead(Generic[T]):
     entries: list[T]
     problems: list[FileProblem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The entries' fields as int64 arrays (``.index``: offset, position; ``.timeindex``: timestamp, offset),
+    #: for checks over every entry at once.
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class OffsetIndexEntry(NamedTuple):
@@ -181,7 +184,8 @@ def _read_index(path: Path, entry_size: int, what: str,
     return fields["first"].astype(np.int64), fields["second"].astype(np.int64), problems, notes
 
 
-def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = None) -> FileRead[OffsetIndexEntry]:
+def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = None,
+                      entries: bool = True) -> FileRead[OffsetIndexEntry]:
     """The entries of a ``.index`` (``base_offset``: the segment's; by default from the file name). Problems:
     a partial trailing entry, non-zero bytes in the preallocated tail, a negative relative offset or position,
     entries whose offset or position does not rise (Kafka appends both strictly rising)."""
@@ -196,11 +200,13 @@ def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = No
             k = int(bad[0])
             problems.append(FileProblem(path, k * OFFSET_INDEX_ENTRY, "index_negative",
                                         f"entry {k}: {name} {int(values[k])} is negative"))
-    entries = [OffsetIndexEntry(base + r, p) for r, p in zip(relative.tolist(), position.tolist(), strict=True)]
-    return FileRead(path, entries, problems, notes)
+    rows = [OffsetIndexEntry(base + r, p) for r, p in zip(relative.tolist(), position.tolist(), strict=True)] \
+        if entries else []  # entries=False: the columns only (an audit checks them all at once)
+    return FileRead(path, rows, problems, notes, {"offset": base + relative, "position": position})
 
 
-def read_time_index(path: str | os.PathLike[str], base_offset: int | None = None) -> FileRead[TimeIndexEntry]:
+def read_time_index(path: str | os.PathLike[str], base_offset: int | None = None,
+                    entries: bool = True) -> FileRead[TimeIndexEntry]:
     """The entries of a ``.timeindex``. Problems: a partial trailing entry, non-zero bytes in the preallocated
     tail, timestamps that do not rise strictly or offsets that fall (Kafka appends an entry only for a larger
     timestamp, at an offset no smaller than the last)."""
@@ -209,8 +215,9 @@ def read_time_index(path: str | os.PathLike[str], base_offset: int | None = None
     timestamp, relative, problems, notes = _read_index(path, TIME_INDEX_ENTRY, "time index", (">i8", ">i4"))
     problems += _not_rising(path, TIME_INDEX_ENTRY, timestamp, "timestamp", strictly=True)
     problems += _not_rising(path, TIME_INDEX_ENTRY, base + relative, "offset", strictly=False)
-    entries = [TimeIndexEntry(t, base + r) for t, r in zip(timestamp.tolist(), relative.tolist(), strict=True)]
-    return FileRead(path, entries, problems, notes)
+    rows = [TimeIndexEntry(t, base + r) for t, r in zip(timestamp.tolist(), relative.tolist(), strict=True)] \
+        if entries else []
+    return FileRead(path, rows, problems, notes, {"timestamp": timestamp, "offset": base + relative})
 
 
 def read_txn_index(path: str | os.PathLike[str], base_offset: int | None = None) -> FileRead[AbortedTxn]:
