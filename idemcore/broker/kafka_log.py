@@ -1,0 +1,420 @@
+"""A partition's log stored as Kafka stores it: segments of RecordBatch v2 batches with their indexes.
+
+``KafkaPartitionLog`` has :class:`idemcore.broker.log.PartitionLog`'s interface and rules; only the files
+differ. ``directory`` (the broker's ``<data_dir>/<topic>-<partition>/``) holds, per segment:
+
+- ``<base offset, 20 digits>.log``: the batches, RecordBatch v2 (``record.v2.encode_batch``), uncompressed,
+  partition leader epoch 0, CREATE_TIME, every record's timestamp the batch's max timestamp (the in-process
+  ``RecordBatch`` carries only that one);
+- ``.index``: sparse, 8-byte big-endian entries (offset relative to the segment's base i32, file position i32),
+  one when more than ``index_interval_bytes`` were appended since the last entry, at the batch's last offset and
+  start position, as Kafka's ``LogSegment.append`` writes them;
+- ``.timeindex``: 12-byte entries (largest timestamp so far i64, relative offset of its batch's last record i32),
+  beside each ``.index`` entry when the timestamp grew, and one last entry when the segment rolls.
+
+**Differences from Kafka**: the indexes are appended as batches are, not preallocated (``segment.index.bytes``)
+and trimmed at roll: readers (``record.kafka_files``) accept both. The index entries are a function of the
+segment's batches alone, so recovery compares each index with the one the segment implies and rewrites it when
+it is missing or differs (Kafka rebuilds indexes it finds corrupt too); that is a log line, not an error.
+No ``.txnindex``, ``.snapshot`` or ``leader-epoch-checkpoint`` yet; no time-based roll (``segment.ms``).
+
+Recovery (rules.md §2, as ``PartitionLog``): the segments are read in offset order, each batch's CRC checked and
+its records decoded. A segment rolls only after it was fsync'd (index files too), so anything wrong in a segment
+that is not the last is damage from outside, refused whatever the recovery point. In the last segment, a batch
+cut short or failing its CRC beyond ``recovery_point`` is a torn tail: cut (``truncated_bytes``). Below it, a
+log ending below it, a missing segment, a segment whose name disagrees with its first batch, or offsets that
+skip or repeat raise :class:`~idemcore.broker.log.LogCorruptionError` naming the file and the byte position.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from idemcore.broker.log import CHECKPOINT_HINT, LogCorruptionError, StoredBatch
+from idemcore.errors import IdemcoreError
+from idemcore.record.batch import RecordBatch
+from idemcore.record.kafka_files.names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    offset_file_name,
+    parse_offset_file,
+)
+from idemcore.record.v2 import CorruptRecordError, Record, TimestampType, decode_batch, encode_batch
+
+log = logging.getLogger(__name__)
+
+#: Kafka's ``segment.bytes`` default (1 GiB).
+DEFAULT_SEGMENT_BYTES = 1 << 30
+#: Kafka's ``index.interval.bytes`` default.
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+#: The partition leader epoch written into every batch (one broker, no leader changes).
+LEADER_EPOCH = 0
+_INT32_MAX = (1 << 31) - 1
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class _IndexState:
+    """What the next index entries depend on: Kafka's ``bytesSinceLastIndexEntry``, ``maxTimestampSoFar`` and
+    its offset, and the last ``.timeindex`` timestamp. ``offset``/``time``: the index bytes so far."""
+
+    __slots__ = ("base", "bytes_since", "interval", "last_time_ts", "max_ts", "max_ts_offset", "offset", "time")
+
+    def __init__(self, base: int, interval: int) -> None:
+        self.base = base
+        self.interval = interval
+        self.bytes_since = 0
+        self.max_ts = -1
+        self.max_ts_offset = base
+        self.last_time_ts: int | None = None
+        self.offset = bytearray()
+        self.time = bytearray()
+
+    def add(self, position: int, size: int, last_offset: int, max_timestamp: int) -> tuple[bytes, bytes]:
+        """Account for the batch of ``size`` bytes at ``position``; the index bytes it adds (often none)."""
+        if max_timestamp > self.max_ts:
+            self.max_ts, self.max_ts_offset = max_timestamp, last_offset
+        offset_entry = time_entry = b""
+        if self.bytes_since > self.interval:
+            offset_entry = _OFFSET_ENTRY.pack(last_offset - self.base, position)
+            time_entry = self._time_entry()
+            self.bytes_since = 0
+        self.bytes_since += size
+        self.offset += offset_entry
+        self.time += time_entry
+        return offset_entry, time_entry
+
+    def final(self) -> bytes:
+        """The ``.timeindex`` entry Kafka adds when the segment stops being the active one (may be none)."""
+        entry = self._time_entry()
+        self.time += entry
+        return entry
+
+    def _time_entry(self) -> bytes:
+        if self.last_time_ts is not None and self.max_ts <= self.last_time_ts:
+            return b""
+        if self.last_time_ts is None and self.max_ts < 0:
+            return b""
+        self.last_time_ts = self.max_ts
+        return _TIME_ENTRY.pack(self.max_ts, self.max_ts_offset - self.base)
+
+    def save(self) -> tuple[int, int, int, int, int | None, int, int]:
+        return (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, len(self.offset),
+                len(self.time))
+
+    def restore(self, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+        (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, offset_len,
+         time_len) = saved
+        del self.offset[offset_len:]
+        del self.time[time_len:]
+
+
+def _encode(base_offset: int, batch: RecordBatch) -> bytes:
+    keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+    records = [Record(i, 0, key, value) for i, (key, value) in enumerate(zip(keys, batch.values, strict=True))]
+    return encode_batch(records, base_offset=base_offset, base_timestamp=batch.max_timestamp,
+                        max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
+                        producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                        is_transactional=batch.is_transactional, timestamp_type=TimestampType.CREATE_TIME,
+                        partition_leader_epoch=LEADER_EPOCH)
+
+
+class KafkaPartitionLog:
+    """Batches of one topic-partition; with ``directory``, also written there as Kafka segments (module
+    docstring). Same interface and recovery rules as :class:`idemcore.broker.log.PartitionLog`; in addition
+    ``segment_bytes`` (Kafka's ``segment.bytes``: a batch that would take the active segment past it starts a
+    new one) and ``index_interval_bytes`` (``index.interval.bytes``)."""
+
+    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
+                 recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> None:
+        if segment_bytes < 1 or index_interval_bytes < 0:
+            raise ValueError(f"segment_bytes {segment_bytes} must be positive and index_interval_bytes "
+                             f"{index_interval_bytes} not negative")
+        self.topic = topic
+        self.partition = partition
+        self.batches: list[StoredBatch] = []
+        self.log_start_offset = 0
+        self.truncated_bytes = 0
+        #: Bytes of the active segment known to be on disk (fsync'd); every older segment is, whole.
+        self.synced_bytes = 0
+        self.segment_bytes = segment_bytes
+        self.index_interval_bytes = index_interval_bytes
+        self._directory = directory
+        self._fsync = fsync
+        self._closed = False
+        self._dirty = False
+        self._last_position = 0
+        self._undo: tuple[int, tuple[int, int, int, int, int | None, int, int]] | None = None
+        #: Base offsets of the segments, oldest first; the last is the active one.
+        self.segment_bases: list[int] = []
+        self._log: BinaryIO | None = None
+        self._index: BinaryIO | None = None
+        self._time_index: BinaryIO | None = None
+        self._state = _IndexState(0, index_interval_bytes)
+        self._size = 0  # bytes of the active segment
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._recover(directory, recovery_point)
+
+    # --- recovery -------------------------------------------------------------------------------------------
+
+    def _recover(self, directory: Path, recovery_point: int) -> None:
+        if (directory / "log").exists():
+            raise LogCorruptionError(f"{self.name}: {directory / 'log'} is a log in idemcore's own frame format; "
+                                     "this partition is stored as Kafka segments. Move one of them away")
+        bases = sorted(parsed[0] for parsed in map(parse_offset_file, os.listdir(directory))
+                       if parsed is not None and parsed[1] == LOG_SUFFIX)
+        if not bases:
+            if recovery_point > 0:
+                raise LogCorruptionError(
+                    f"{self.name}: {directory} holds no segment, but held offsets up to {recovery_point - 1} when "
+                    f"the broker last started, closed or wrote it. Restore it, or remove {CHECKPOINT_HINT} to "
+                    "accept the loss")
+            bases = [0]
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (directory / offset_file_name(0, suffix)).touch()
+        expected = 0
+        valid = 0
+        for number, base in enumerate(bases):
+            path = directory / offset_file_name(base, LOG_SUFFIX)
+            last = number == len(bases) - 1
+            if base != expected:
+                raise LogCorruptionError(
+                    f"{self.name}: {path} starts at offset {base} where offset {expected} belongs: "
+                    f"{'a segment is missing' if base > expected else 'segments overlap'} (deleted or copied "
+                    f"outside the broker). Restore it, or remove {CHECKPOINT_HINT} and the partition to start over")
+            data = path.read_bytes()
+            state = _IndexState(base, self.index_interval_bytes)
+            position, expected, bad = self._read_segment(path, data, expected, state)
+            if bad is not None and (not last or expected < recovery_point):
+                if not last:
+                    why = "a rolled segment (fsync'd before the next one started) is damaged"
+                else:
+                    why = (f"the log ends at offset {expected}, but held {recovery_point} when the broker last "
+                           "started, closed or wrote it (damaged outside the broker)")
+                raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: {bad}; {why}. "
+                                         f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            if last and expected < recovery_point:
+                raise LogCorruptionError(
+                    f"{self.name}: {path} is shorter: the log ends at offset {expected}, but held {recovery_point} "
+                    "when the broker last started, closed or wrote it (deleted, cut or damaged outside the broker). "
+                    f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            if not last:
+                state.final()
+            valid = position
+            self._check_index(path.with_suffix(INDEX_SUFFIX), bytes(state.offset), "offset index")
+            self._check_index(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time), "time index")
+            self._state = state
+            self.segment_bases.append(base)
+        active = directory / offset_file_name(self.segment_bases[-1], LOG_SUFFIX)
+        # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the acks.
+        self._log = open(active, "ab", buffering=0)
+        if self._log.tell() != valid:
+            self.truncated_bytes = self._log.tell() - valid
+            log.warning("%s: dropping a torn tail of %d bytes of %s after offset %d (a write cut short by a crash)",
+                        self.name, self.truncated_bytes, active, self.log_end_offset - 1)
+            self._log.truncate(valid)
+            self._log.seek(valid)
+        self._size = valid
+        self._index = open(active.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
+        self._time_index = open(active.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
+
+    def _read_segment(self, path: Path, data: bytes, expected: int, state: _IndexState
+                      ) -> tuple[int, int, str | None]:
+        """Decode the batches of one segment into ``self.batches``: ``(where the valid bytes end, the next
+        offset, what is wrong at that position or None)``. Offsets that skip or repeat raise."""
+        position = 0
+        while position < len(data):
+            try:
+                header, records = decode_batch(data, position, check_crc=True)
+            except CorruptRecordError as exc:
+                return position, expected, str(exc)
+            if header.base_offset != expected:
+                raise LogCorruptionError(f"{self.name}: {path} holds offset {header.base_offset} at byte {position} "
+                                         f"where offset {expected} belongs: batches are missing or repeated")
+            if header.is_control or not records or header.last_offset_delta != len(records) - 1 or any(
+                    r.offset_delta != i or r.value is None for i, r in enumerate(records)):
+                raise LogCorruptionError(f"{self.name}: {path} holds a batch at byte {position} (offset "
+                                         f"{header.base_offset}) this log does not write (control, empty, gaps or "
+                                         "null values)")
+            keys = tuple(r.key for r in records)
+            values = tuple(r.value for r in records)
+            batch = RecordBatch(self.topic, self.partition, values,  # type: ignore[arg-type]  # None refused above
+                                keys if any(k is not None for k in keys) else None, header.producer_id,
+                                header.producer_epoch, header.base_sequence, header.max_timestamp,
+                                header.is_transactional)
+            self.batches.append(StoredBatch(header.base_offset, batch))
+            state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+            expected = header.next_offset
+            position += header.size_in_bytes
+        return position, expected, None
+
+    def _check_index(self, path: Path, wanted: bytes, what: str) -> None:
+        """Rewrite the index at ``path`` when it is missing or is not the one its segment implies."""
+        try:
+            found: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            found = None
+        if found == wanted:
+            return
+        log.warning("%s: rebuilding the %s %s from its segment (%s)", self.name, what, path,
+                    "missing" if found is None else f"{len(found)} bytes, {len(wanted)} expected")
+        temporary = path.with_name(path.name + ".rebuild")
+        with open(temporary, "wb") as file:
+            file.write(wanted)
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+
+    # --- the interface of PartitionLog ----------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        if not self.batches:
+            return self.log_start_offset
+        last = self.batches[-1]
+        return last.base_offset + last.batch.record_count
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def path(self) -> Path | None:
+        """The active segment's ``.log`` file, or None for a log kept in memory."""
+        return None if self._log is None else Path(self._log.name)
+
+    @property
+    def last_append_position(self) -> int:
+        """The byte of the active segment at which the last appended batch starts."""
+        return self._last_position
+
+    def abandon(self) -> None:
+        """Close the files as a dying process does: no flush; what reached the OS stays, nothing more."""
+        self._closed = True
+        for file in (self._log, self._index, self._time_index):
+            if file is not None:
+                file.close()
+        self._log = self._index = self._time_index = None
+
+    def append(self, base_offset: int, batch: RecordBatch) -> None:
+        """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when a write
+        raises, the segment and its indexes are cut back to where they were and the batch is not added (a
+        segment the append rolled to stays, empty, as Kafka's would)."""
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        if type(batch.values) is not tuple or not (batch.keys is None or type(batch.keys) is tuple):
+            batch = RecordBatch(batch.topic, batch.partition, tuple(batch.values),
+                                None if batch.keys is None else tuple(batch.keys), batch.producer_id,
+                                batch.producer_epoch, batch.base_sequence, batch.max_timestamp,
+                                batch.is_transactional)
+        if base_offset < self.log_end_offset:
+            raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
+                                f"offset {self.log_end_offset}")
+        if self._log is not None:
+            if base_offset != self.log_end_offset:  # recovery would refuse the gap
+                raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
+                                    f"{self.log_end_offset}: a stored log's offsets are contiguous")
+            data = _encode(base_offset, batch)
+            last_offset = base_offset + batch.record_count - 1
+            if self._size > 0 and (self._size + len(data) > self.segment_bytes
+                                   or last_offset - self.segment_bases[-1] > _INT32_MAX):
+                self._roll(base_offset)
+            position = self._size
+            saved = self._state.save()
+            try:
+                offset_entry, time_entry = self._state.add(position, len(data), last_offset, batch.max_timestamp)
+                _write(self._log, data)
+                if offset_entry:
+                    _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
+                if time_entry:
+                    _write(self._time_index, time_entry)  # type: ignore[arg-type]
+            except BaseException:
+                self._cut(position, saved)
+                raise
+            self._size = position + len(data)
+            self._undo = (position, saved)
+            self._last_position = position
+            self._dirty = True
+        self.batches.append(StoredBatch(base_offset, batch))
+
+    def _roll(self, base_offset: int) -> None:
+        """Make a new active segment at ``base_offset``, after the old one's last time index entry and an
+        fsync of its three files (so recovery can refuse any damage in a rolled segment)."""
+        assert self._log is not None and self._index is not None and self._time_index is not None
+        _write(self._time_index, self._state.final())
+        for file in (self._log, self._index, self._time_index):
+            os.fsync(file.fileno())
+            file.close()
+        assert self._directory is not None
+        path = self._directory / offset_file_name(base_offset, LOG_SUFFIX)
+        self._log = open(path, "ab", buffering=0)
+        self._index = open(path.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
+        self._time_index = open(path.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
+        self.segment_bases.append(base_offset)
+        self._state = _IndexState(base_offset, self.index_interval_bytes)
+        self._size = 0
+        self.synced_bytes = 0
+        self._undo = None
+
+    def _cut(self, position: int, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+        self._state.restore(saved)
+        for file, size in ((self._log, position), (self._index, saved[5]), (self._time_index, saved[6])):
+            if file is None:
+                continue
+            try:
+                file.seek(size)
+                file.truncate(size)
+            except OSError:
+                log.exception("%s: could not cut %s back to byte %d", self.name, file.name, size)
+        self._size = position
+
+    def rollback_last(self) -> None:
+        """Take back the batch appended last (its sync failed): the log is as it was before that append."""
+        self.batches.pop()
+        if self._log is not None and self._undo is not None:
+            position, saved = self._undo
+            self._cut(position, saved)
+            self._undo = None
+
+    def sync(self) -> None:
+        """Make the batches appended since the last sync durable (acks=all): fsync, unless the log was opened
+        with fsync=False (the appends are in the OS already)."""
+        if self._dirty and self._fsync:
+            self.flush()
+        self._dirty = False
+
+    def flush(self) -> None:
+        """fsync the active segment and its indexes whatever the fsync setting (rolled segments were fsync'd
+        when they rolled)."""
+        if self._log is not None:
+            for file in (self._log, self._index, self._time_index):
+                if file is not None:
+                    os.fsync(file.fileno())
+            self.synced_bytes = self._size
+            self._dirty = False
+
+    def close(self) -> None:
+        self._closed = True
+        if self._log is not None:
+            self.flush()
+        self.abandon()
+
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes, RecordBatch]]:
+        """Every record as ``(offset, key, value, batch)``, in offset order."""
+        for base_offset, batch in self.batches:
+            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
+                yield base_offset + index, key, value, batch
+
+
+def _write(file: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view):]  # a raw write may take only part of the bytes
