@@ -31,11 +31,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from idemcore.broker.log import CHECKPOINT_HINT, LogCorruptionError, StoredBatch
+from idemcore.broker.log import CHECKPOINT_HINT, LogCorruptionError, StoredBatch, StoredLog
 from idemcore.errors import IdemcoreError
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files.names import (
@@ -125,7 +124,7 @@ def _encode(base_offset: int, batch: RecordBatch) -> bytes:
                         partition_leader_epoch=LEADER_EPOCH)
 
 
-class KafkaPartitionLog:
+class KafkaPartitionLog(StoredLog):
     """Batches of one topic-partition; with ``directory``, also written there as Kafka segments (module
     docstring). Same interface and recovery rules as :class:`idemcore.broker.log.PartitionLog`; in addition
     ``segment_bytes`` (Kafka's ``segment.bytes``: a batch that would take the active segment past it starts a
@@ -275,25 +274,9 @@ class KafkaPartitionLog:
     # --- the interface of PartitionLog ----------------------------------------------------------------------
 
     @property
-    def log_end_offset(self) -> int:
-        if not self.batches:
-            return self.log_start_offset
-        last = self.batches[-1]
-        return last.base_offset + last.batch.record_count
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @property
     def path(self) -> Path | None:
         """The active segment's ``.log`` file, or None for a log kept in memory."""
         return None if self._log is None else Path(self._log.name)
-
-    @property
-    def last_append_position(self) -> int:
-        """The byte of the active segment at which the last appended batch starts."""
-        return self._last_position
 
     def abandon(self) -> None:
         """Close the files as a dying process does: no flush; what reached the OS stays, nothing more."""
@@ -406,12 +389,6 @@ class KafkaPartitionLog:
             self.flush()
         self.abandon()
 
-    def records(self) -> Iterator[tuple[int, bytes | None, bytes, RecordBatch]]:
-        """Every record as ``(offset, key, value, batch)``, in offset order."""
-        for base_offset, batch in self.batches:
-            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
-                yield base_offset + index, key, value, batch
 
 
 def _write(file: BinaryIO, data: bytes) -> None:

@@ -21,6 +21,7 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -84,7 +85,42 @@ def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
                                                 epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
 
 
-class PartitionLog:
+class StoredLog:
+    """What every partition log offers over its batches, whatever its file format: the log end, its name,
+    where the last append started, and every record in offset order."""
+
+    topic: str
+    partition: int
+    batches: list[StoredBatch]
+    log_start_offset: int
+    _last_position: int
+
+    @property
+    def log_end_offset(self) -> int:
+        if not self.batches:
+            return self.log_start_offset
+        last = self.batches[-1]
+        return last.base_offset + last.batch.record_count
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def last_append_position(self) -> int:
+        """The byte (of the file being appended to) at which the last appended batch starts: a crash
+        mid-write tears from there."""
+        return self._last_position
+
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes, RecordBatch]]:
+        """Every record as ``(offset, key, value, batch)``, in offset order."""
+        for base_offset, batch in self.batches:
+            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
+                yield base_offset + index, key, value, batch
+
+
+class PartitionLog(StoredLog):
     """Batches of one topic-partition; with ``directory``, also written to ``directory/log``.
 
     ``recovery_point``: the log end when the broker last started or closed cleanly (its checkpoint), or when
@@ -155,25 +191,9 @@ class PartitionLog:
         return batches[-1].base_offset + batches[-1].batch.record_count - 1 if batches else -1
 
     @property
-    def log_end_offset(self) -> int:
-        if not self.batches:
-            return self.log_start_offset
-        last = self.batches[-1]
-        return last.base_offset + last.batch.record_count
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @property
     def path(self) -> Path | None:
         """The log file, or None for a log kept in memory."""
         return None if self._file is None else Path(self._file.name)
-
-    @property
-    def last_append_position(self) -> int:
-        """The byte at which the last appended frame starts (a crash mid-write tears from there)."""
-        return self._last_position
 
     def abandon(self) -> None:
         """Close the file as a dying process does: no flush; what reached the OS stays, nothing more."""
@@ -244,9 +264,3 @@ class PartitionLog:
             self._file.close()
             self._file = None
 
-    def records(self):
-        """Every record as ``(offset, key, value, batch)``, in offset order."""
-        for base_offset, batch in self.batches:
-            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
-                yield base_offset + index, key, value, batch
