@@ -384,7 +384,8 @@ def test_a_bad_value_without_statistics_is_named_by_the_worker(tmp_path):
 
 
 def test_a_value_only_the_replay_refuses_names_the_files_of_the_task(tmp_path):
-    from idemcore.audit.spark.audit_job import _audit_paths, _raise_errors
+    from idemcore.audit.spark.audit_job import _audit_paths
+    from idemcore.audit.spark.task_rows import raise_task_errors as _raise_errors
 
     paths = [_write(tmp_path / f"{k}.parquet", statistics=False, partition=pa.array([k - 1] * 10, pa.int32()))
              for k in range(2)]

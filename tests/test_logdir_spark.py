@@ -23,10 +23,10 @@ from idemcore.audit.spark import audit_log_dir_spark
 from idemcore.audit.spark.logdir_job import (
     RESULT_SCHEMA,
     _audit_tasks,
-    _raise_errors,
     partition_bytes,
     plan_partitions,
 )
+from idemcore.audit.spark.task_rows import raise_task_errors as _raise_errors
 from idemcore.record.kafka_files import PartitionFiles, SegmentFiles, list_log_dir
 
 from .test_logdir import HOUR, T0, PartitionWriter, build_log_dir

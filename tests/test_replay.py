@@ -290,7 +290,7 @@ class _PathModeSpark:
     def run_tasks(self) -> list:
         """Each task's function on this process, as a Python worker would run it."""
         from idemcore.audit import TaskResult
-        from idemcore.audit.spark.audit_job import _raise_errors
+        from idemcore.audit.spark.task_rows import raise_task_errors as _raise_errors
 
         rows = [row for task in range(self.tasks)
                 for batch in self.function(iter([pa.record_batch({"id": pa.array([task], pa.int64())})]))

@@ -14,48 +14,22 @@ from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
 from idemcore.audit.report import REPORT_FILES
 from idemcore.audit.spark.frame import clustered
 from idemcore.audit.spark.plan import WATCHED, TaskPlan, plan_row_groups, read_footers
-from idemcore.audit.spark.progress import spark_progress
 from idemcore.audit.spark.schema import (
-    InputError,
     check_arrow_schemas,
     check_footer_values,
     check_input,
-    worker_error,
 )
 from idemcore.audit.spark.session import check_master, get_session
+from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
 from idemcore.protocol.codes import Origin
 
 #: One row per task: its result, or the data error that stopped it (with an empty result).
 RESULT_SCHEMA = f"{TaskResult.SPARK_SCHEMA}, error string"
 #: The data errors a worker sends back, by name (the most specific first).
-_ERRORS: dict[str, type[Exception]] = {"InputError": InputError, "ValueError": ValueError, "OSError": OSError}
-
-
-def _result_batch(result: TaskResult, error: str | None = None) -> Any:
-    import pyarrow as pa
-
-    batch = pa.RecordBatch.from_pylist([result.to_row()])
-    return pa.RecordBatch.from_arrays([*batch.columns, pa.array([error], pa.string())],
-                                      names=[*batch.schema.names, "error"])
 
 
 def _error_batch(exc: Exception, order: str, files: Sequence[str] = ()) -> Any:
-    # A data error goes back as a row, not as a failed task: Spark would retry the task in vain and log
-    # the worker's traceback with a Java stack trace; the driver raises it as one line.
-    message = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-    if files and not any(path in message for path in files):  # the file is not known: name the task's files
-        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        message += f" (in the rows of {shown})"
-    kind = next(name for name, kind in _ERRORS.items() if isinstance(exc, kind))
-    return _result_batch(TaskResult.empty(order), f"{kind}: {message}")
-
-
-def _raise_errors(rows: list[Any]) -> None:
-    """Raise the first task's data error as the worker raised it (InputError, ValueError or OSError)."""
-    for row in rows:
-        if row["error"]:
-            kind, _, message = row["error"].partition(": ")
-            raise _ERRORS.get(kind, ValueError)(message)
+    return error_batch(exc, TaskResult.empty(order).to_row(), list(files), list(files), "in the rows of")
 
 
 def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str, backend: str | None):
@@ -73,7 +47,7 @@ def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str,
                 except (ValueError, OSError) as exc:
                     yield _error_batch(exc, order, [path for path, _ in plan.groups])
                 else:
-                    yield _result_batch(result)
+                    yield result_batch(result.to_row())
     return run
 
 
@@ -89,7 +63,7 @@ def _audit_rows(origin: Origin, order_by: str, backend: str | None):
         except ValueError as exc:
             yield _error_batch(exc, order_by)
         else:
-            yield _result_batch(replayer.finish())
+            yield result_batch(replayer.finish().to_row())
     return run
 
 
@@ -183,15 +157,7 @@ def audit(
         order = check_input(source.schema, order_by)
         results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend), RESULT_SCHEMA)
         label = "DataFrame"
-    try:
-        with spark_progress(session, "auditing", enabled=progress):
-            rows = results.collect()
-    except Exception as exc:
-        error = worker_error(exc)
-        if error is not None:
-            raise error from exc
-        raise
-    _raise_errors(rows)
+    rows = collect_task_rows(session, results, progress)
     report = AuditReport.from_results((TaskResult.from_row(row) for row in rows), order_by=order,
                                       seconds=time.perf_counter() - started, hanging_after_ms=hanging_after_ms,
                                       now_ms=now_ms, source=label)

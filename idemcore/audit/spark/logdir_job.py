@@ -28,20 +28,14 @@ from typing import Any
 
 from idemcore.audit.logdir import LogDirReport, LogTaskResult, merge_log_tasks, source_label
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS
-from idemcore.audit.spark.progress import spark_progress
-from idemcore.audit.spark.schema import worker_error
 from idemcore.audit.spark.session import check_master, get_session
+from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
 from idemcore.kernels import Backend
 from idemcore.record.kafka_files import PartitionFiles, list_log_dir
 
 #: One row per task: its result, or the data error that stopped it (with an empty result).
 RESULT_SCHEMA = f"{LogTaskResult.SPARK_SCHEMA}, error string"
 #: The errors a worker sends back, by name, the most specific first (raised again as such on the driver).
-_ERRORS: dict[str, type[Exception]] = {
-    "FileNotFoundError": FileNotFoundError, "PermissionError": PermissionError,
-    "IsADirectoryError": IsADirectoryError, "NotADirectoryError": NotADirectoryError, "OSError": OSError,
-    "ValueError": ValueError,
-}
 
 
 @dataclass(frozen=True)
@@ -114,24 +108,9 @@ def _renamed(task: LogTaskResult, directories: dict[str, str]) -> LogTaskResult:
                          rename(task.problems))
 
 
-def _result_batch(task: LogTaskResult, error: str | None = None) -> Any:
-    import pyarrow as pa
-
-    batch = pa.RecordBatch.from_pylist([task.to_row()])
-    return pa.RecordBatch.from_arrays([*batch.columns, pa.array([error], pa.string())],
-                                      names=[*batch.schema.names, "error"])
-
-
 def _error_batch(exc: Exception, plan: LogTaskPlan) -> Any:
-    # A data error goes back as a row, not as a failed task: Spark would retry the task in vain and log the
-    # worker's traceback with a Java stack trace; the driver raises it as one line.
-    message = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-    names = [files.name for files in plan.partitions]
-    if not any(str(files.path) in message for files in plan.partitions):
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        message += f" (auditing partition(s) {shown})"
-    kind = next(name for name, kind in _ERRORS.items() if isinstance(exc, kind))
-    return _result_batch(LogTaskResult.empty(), f"{kind}: {message}")
+    return error_batch(exc, LogTaskResult.empty().to_row(), [str(files.path) for files in plan.partitions],
+                       [files.name for files in plan.partitions], "auditing partition(s)")
 
 
 def _audit_tasks(plans: list[LogTaskPlan], cwd: str, backend: str | None, verify_crc: bool):
@@ -151,19 +130,11 @@ def _audit_tasks(plans: list[LogTaskPlan], cwd: str, backend: str | None, verify
                 except (ValueError, OSError) as exc:
                     yield _error_batch(exc, plan)
                 else:
-                    yield _result_batch(_renamed(task, directories))
+                    yield result_batch(_renamed(task, directories).to_row())
     return run
 
 
 # --- On the driver --------------------------------------------------------------------------------------------------
-
-def _raise_errors(rows: list[Any]) -> None:
-    """Raise the first task's error as the worker raised it (its kind, its one line)."""
-    for row in rows:
-        if row["error"]:
-            kind, _, message = row["error"].partition(": ")
-            raise _ERRORS.get(kind, ValueError)(message)
-
 
 def audit_log_dir_spark(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, spark: Any = None, master: str | None = None,
@@ -200,14 +171,6 @@ def audit_log_dir_spark(
         # One row (the task number) per Spark partition; the plans travel with the function.
         frame = session.range(0, len(plans), numPartitions=len(plans))
         results = frame.mapInArrow(_audit_tasks(plans, os.getcwd(), backend_name, verify_crc), RESULT_SCHEMA)
-        try:
-            with spark_progress(session, "auditing", enabled=progress):
-                rows = results.collect()
-        except Exception as exc:
-            error = worker_error(exc)
-            if error is not None:
-                raise error from exc
-            raise
-    _raise_errors(rows)
+        rows = collect_task_rows(session, results, progress)
     return merge_log_tasks((LogTaskResult.from_row(row) for row in rows), listing, source=source_label(path),
                            started=started, hanging_after_ms=hanging_after_ms, now_ms=now_ms)
