@@ -80,7 +80,7 @@ def test_torn_tail_is_truncated_on_recovery(tmp_path):
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         broker.handle(ProduceRequest((batch(0, [b"a"]),)))
         broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
-    path = tmp_path / "t-0" / "log"
+    path = tmp_path / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-3])  # the last frame lost its end in a crash
     (tmp_path / "log-end-offsets.json").unlink()  # ... and a crash writes no clean-shutdown checkpoint
     rewind_written_end(tmp_path, "t-0", 1)  # ... nor the end of the write it died in
@@ -146,7 +146,7 @@ def test_a_failed_sync_takes_the_batch_back_from_the_file(tmp_path, monkeypatch)
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         raised = _fail_once(monkeypatch, os, "fsync")
         assert codes(broker.handle(request)) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] and raised
-        assert (tmp_path / "t-0" / "log").stat().st_size == 0
+        assert (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size == 0
         assert codes(broker.handle(request)) == [(0, 0)]
     with Broker({"t": 1}, data_dir=tmp_path) as broker:  # what the disk holds: the batch, once
         assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a"]
@@ -226,19 +226,22 @@ def _two_batches(tmp_path) -> Path:
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         broker.handle(ProduceRequest((batch(0, [b"a"]),)))
         broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
-    return tmp_path / "t-0" / "log"
+    return tmp_path / "t-0" / "00000000000000000000.log"
 
 
-def test_a_flipped_byte_in_the_middle_of_a_log_is_refused_not_truncated(tmp_path):
+# Inside the first batch (the second is intact): its leader epoch (outside the CRC), its CRC'd attributes, a
+# record's value.
+@pytest.mark.parametrize("byte", [12, 21, 66])
+def test_a_flipped_byte_in_the_middle_of_a_log_is_refused_not_truncated(tmp_path, byte):
     path = _two_batches(tmp_path)
     data = bytearray(path.read_bytes())
-    data[12] ^= 0xFF  # inside the first frame: the second frame is intact
+    data[byte] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(LogCorruptionError, match=r"t-0: .* is corrupt at byte 0: it ends at offset 0, but held 2 "
-                                                 r"when the broker last started, closed or wrote it"):
+    with pytest.raises(LogCorruptionError, match=r"t-0: .* is corrupt at byte 0: .*the log ends at offset 0, but "
+                                                 r"held 2 when the broker last started, closed or wrote it"):
         Broker({"t": 1}, data_dir=tmp_path)
     assert path.read_bytes() == bytes(data)  # nothing cut
-    data[12] ^= 0xFF  # repaired: the lock was released, the directory opens again
+    data[byte] ^= 0xFF  # repaired: the lock was released, the directory opens again
     path.write_bytes(bytes(data))
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 2
@@ -253,9 +256,9 @@ def test_a_log_shorter_than_at_the_last_start_or_close_is_refused(tmp_path, dama
         path.write_bytes(b"")
     else:
         path.write_bytes(path.read_bytes()[:-3])  # one whole frame, then one cut short
-    message = {"delete": r"is missing, but held offsets up to 1",
-               "empty": r"is shorter: it ends at offset 0, but held 2",
-               "cut": r"is corrupt at byte \d+: it ends at offset 1, but held 2"}[damage]
+    message = {"delete": r"is missing .*, but held offsets up to 1",
+               "empty": r"is shorter, or .* is missing: the log ends at offset 0, but held 2",
+               "cut": r"is corrupt at byte \d+: .*the log ends at offset 1, but held 2"}[damage]
     with pytest.raises(LogCorruptionError, match=rf"t-0: .*{message} when the broker last started, closed or wrote it"):
         Broker({"t": 1}, data_dir=tmp_path)
     (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss, as the message says
@@ -320,7 +323,7 @@ def test_a_made_up_huge_producer_id_does_not_exhaust_the_allocator(tmp_path):
 def test_a_log_whose_offsets_go_backwards_is_refused(tmp_path):
     path = _two_batches(tmp_path)
     path.write_bytes(path.read_bytes() * 2)  # every frame valid, offsets 0, 1, 0, 1
-    with pytest.raises(LogCorruptionError, match=r"t-0: .* holds offset 0 at byte \d+ where offset 2 belongs"):
+    with pytest.raises(LogCorruptionError, match=r"t-0: .* is corrupt at byte \d+: it holds offset 0 where offset 2 belongs"):
         Broker({"t": 1}, data_dir=tmp_path)
 
 
@@ -330,7 +333,7 @@ def test_a_frame_inside_the_torn_write_is_not_taken_for_corruption(tmp_path):
     with Broker({"t": 1}, data_dir=tmp_path / "b") as broker:
         broker.handle(ProduceRequest((batch(0, [b"a"]),)))
         broker.handle(ProduceRequest((batch(0, [b"x" * 40 + inner], seq=1),)))
-    path = tmp_path / "b" / "t-0" / "log"
+    path = tmp_path / "b" / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-5])  # torn in a crash, with no checkpoint of the run
     (tmp_path / "b" / "log-end-offsets.json").write_text('{"t-0": 1}')
     rewind_written_end(tmp_path / "b", "t-0", 1)
@@ -349,11 +352,11 @@ def test_a_batch_removed_from_the_middle_of_a_log_is_refused(tmp_path):
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         for seq, value in enumerate([b"a", b"b", b"c"]):
             broker.handle(ProduceRequest((batch(0, [value], seq=seq),)))
-    path = tmp_path / "t-0" / "log"
+    path = tmp_path / "t-0" / "00000000000000000000.log"
     data = path.read_bytes()
     frame = len(data) // 3  # three frames of one equal-sized record each
     path.write_bytes(data[:frame] + data[2 * frame:])
-    with pytest.raises(LogCorruptionError, match=r"holds offset 2 at byte \d+ where offset 1 belongs"):
+    with pytest.raises(LogCorruptionError, match=r"is corrupt at byte \d+: it holds offset 2 where offset 1 belongs"):
         Broker({"t": 1}, data_dir=tmp_path)
 
 
@@ -364,7 +367,7 @@ def test_a_torn_write_of_crafted_bytes_never_blocks_a_restart(tmp_path):
         broker.handle(ProduceRequest((batch(0, [b"a"]),)))
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         broker.handle(ProduceRequest((batch(0, [b"\x10\x00\x00\x00" * 250_000], seq=1),)))
-    path = tmp_path / "t-0" / "log"
+    path = tmp_path / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-100])  # the crash tore the big write; no close after it
     (tmp_path / "log-end-offsets.json").write_text('{"t-0": 1}')  # as the start before it left it
     rewind_written_end(tmp_path, "t-0", 1)
@@ -445,9 +448,9 @@ def test_written_ends_speak_only_for_the_boot_they_were_written_in(tmp_path, mon
         broker.handle(ProduceRequest((batch(0, [b"a"]),)))
         broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
         broker.kill()  # the process dies: the written ends (2) are the only record of the second batch
-    path = tmp_path / "t-0" / "log"
+    path = tmp_path / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-3])
-    with pytest.raises(LogCorruptionError, match="it ends at offset 1, but held 2"):
+    with pytest.raises(LogCorruptionError, match="the log ends at offset 1, but held 2"):
         Broker({"t": 1}, data_dir=tmp_path)
     # After a reboot the page cache is gone, and a cut tail may be what the crash left: it is cut.
     monkeypatch.setattr(written_ends, "boot_id", lambda: "another-boot")
@@ -480,11 +483,11 @@ def test_a_broker_serving_fewer_topics_keeps_the_written_ends_of_the_others(tmp_
             broker.handle(ProduceRequest((batch(0, [b"r%d" % seq], seq=seq, topic="b"),)))
         broker.kill()  # b-0's end (3) is known only from the written ends
     Broker({"a": 1}, data_dir=tmp_path).close()
-    path = tmp_path / "b-0" / "log"
+    path = tmp_path / "b-0" / "00000000000000000000.log"
     data = bytearray(path.read_bytes())
     data[-2] ^= 0xFF  # damage inside the last acknowledged frame
     path.write_bytes(bytes(data))
-    with pytest.raises(LogCorruptionError, match=r"b-0: .* it ends at offset 2, but held 3"):
+    with pytest.raises(LogCorruptionError, match=r"b-0: .* the log ends at offset 2, but held 3"):
         Broker({"a": 1, "b": 1}, data_dir=tmp_path)
 
 

@@ -49,15 +49,21 @@ TOPICS = {"t": 2}
 #: Every file the broker keeps in its data directory, by the name the matrix uses (partition t-0 stands for
 #: every partition).
 FILES = {
-    "log": "t-0/log",
+    "segment": "t-0/00000000000000000000.log",
+    "index": "t-0/00000000000000000000.index",
+    "time index": "t-0/00000000000000000000.timeindex",
+    "active segment": "t-0/00000000000000000004.log",
+    "active index": "t-0/00000000000000000004.index",
+    "active time index": "t-0/00000000000000000004.timeindex",
     "checkpoint": "log-end-offsets.json",
     "id store": "producer_ids.sqlite",
     "lock": ".lock",
     "written ends": "written-log-ends",
     "id floor": "producer-id-floor",
-    # Later: "segment": "t-0/00000000000000000000.log", "index": "t-0/00000000000000000000.index",
-    # "snapshot": "t-0/00000000000000000000.snapshot", "id store wal": "producer_ids.sqlite-wal", ...
 }
+#: Every broker here: two segments per partition (four 72-byte batches fit in 300 bytes), an index entry for
+#: every batch but the first of a segment.
+SETTINGS = {"segment_bytes": 300, "index_interval_bytes": 0}
 FAULTS = ("delete", "truncate-0", "truncate-half", "flip", "read-only", "directory")
 MODES = ("closed", "killed")
 
@@ -77,21 +83,39 @@ SAFE = "safe"
 
 # file, fault, outcome after a clean close, outcome after the process was killed
 MATRIX = [
-    # A partition listed in the checkpoint had a log (the broker creates it at start, before the checkpoint):
-    # its absence is damage from outside. Starting empty would restart the partition's offsets at 0 (Kafka
-    # would re-fetch it from a replica; a single broker has none).
-    ("log", "delete", Error("is missing"), Error("is missing")),
-    # An empty or cut log is damage, not a crash's torn tail, wherever acknowledged (fsync'd) frames are
+    # A rolled segment was fsync'd before the next one started: any damage to it is from outside, whatever
+    # the recovery point says. Missing, empty or cut, its offsets are gone; refuse, naming it.
+    ("segment", "delete", Error("is missing"), Error("is missing")),
+    ("segment", "truncate-0", Error("is shorter"), Error("is shorter")),
+    ("segment", "truncate-half", Error("is shorter|is corrupt"), Error("is shorter|is corrupt")),
+    ("segment", "flip", Error("is corrupt"), Error("is corrupt")),
+    # A rolled segment is only read.
+    ("segment", "read-only", SAFE, SAFE),
+    ("segment", "directory", Error("Is a directory"), Error("Is a directory")),
+    # The active segment. A partition listed in the checkpoint had one (the broker creates it at start, before
+    # the checkpoint): its absence is damage from outside. Starting without it would restart the partition's
+    # offsets (Kafka would re-fetch it from a replica; a single broker has none).
+    ("active segment", "delete", Error("is missing"), Error("is missing")),
+    # An empty or cut segment is damage, not a crash's torn tail, wherever acknowledged (fsync'd) batches are
     # lost: refuse to start, never drop them silently. After a kill, the written ends (same boot) say how far
     # the log reached.
-    ("log", "truncate-0", Error("is shorter|is corrupt"), Error()),
-    ("log", "truncate-half", Error("is shorter|is corrupt"), Error()),
-    # A frame failing its CRC with acknowledged frames after it: damage (as above); cutting there drops them.
-    ("log", "flip", Error("is corrupt"), Error()),
+    ("active segment", "truncate-0", Error("is shorter"), Error()),
+    ("active segment", "truncate-half", Error("is shorter|is corrupt"), Error()),
+    # A batch failing its CRC with acknowledged batches after it: damage (as above); cutting there drops them.
+    ("active segment", "flip", Error("is corrupt"), Error()),
     # The broker cannot append to it: Kafka takes a log directory it cannot write offline; here, refuse.
-    ("log", "read-only", Error("Permission denied"), Error("Permission denied")),
-    # Neither readable nor appendable as a log.
-    ("log", "directory", Error("Is a directory"), Error("Is a directory")),
+    ("active segment", "read-only", Error("Permission denied"), Error("Permission denied")),
+    ("active segment", "directory", Error("Is a directory"), Error("Is a directory")),
+] + [
+    # An index is a function of its segment: missing, cut or wrong, it is rebuilt (Kafka rebuilds a corrupt
+    # index too), by rename, so its mode does not matter; the active one is appended to, so it must be
+    # writable. A directory in its place cannot be read or replaced.
+    (f"{which}{kind}", fault, outcome, outcome)
+    for which in ("", "active ") for kind in ("index", "time index")
+    for fault, outcome in (("delete", SAFE), ("truncate-0", SAFE), ("truncate-half", SAFE), ("flip", SAFE),
+                           ("read-only", Error("Permission denied") if which else SAFE),
+                           ("directory", Error("Is a directory")))
+] + [
     # Recovery points only protect the logs from damage; without them every log is read in full (Kafka
     # recovers every segment when its recovery-point checkpoint is missing). The logs are intact: safe.
     ("checkpoint", "delete", SAFE, SAFE),
@@ -184,7 +208,7 @@ def _acknowledge(broker: Broker) -> list[Acked]:
 
 def _die_after_acknowledging(data_dir: str) -> None:
     """In a child process: acknowledge records, print them, and die by SIGKILL (no close, no checkpoint)."""
-    broker = Broker(TOPICS, data_dir=data_dir)
+    broker = Broker(TOPICS, data_dir=data_dir, **SETTINGS)
     acked = _acknowledge(broker)
     print(json.dumps([[*a[:2], a.value.decode(), *a[3:]] for a in acked]), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -209,7 +233,7 @@ def template(workspace):
         if mode not in built:
             data_dir = workspace / f"template-{mode}"
             if mode == "closed":
-                with Broker(TOPICS, data_dir=data_dir) as broker:
+                with Broker(TOPICS, data_dir=data_dir, **SETTINGS) as broker:
                     acked = _acknowledge(broker)
             else:
                 code = f"from tests.test_fault_matrix import _die_after_acknowledging as d; d({str(data_dir)!r})"
@@ -347,7 +371,7 @@ def _examine(broker: Broker, data_dir: Path, acked: list[Acked]) -> tuple[list[s
     except Exception as exc:
         problems.append(f"a new producer could not write: {type(exc).__module__}.{type(exc).__name__}: {exc}")
     try:
-        other = Broker(TOPICS, data_dir=data_dir)
+        other = Broker(TOPICS, data_dir=data_dir, **SETTINGS)
     except IdemcoreError as exc:
         holder = re.search(r"\(process (\w+)\)", str(exc))
         if "is in use by another broker" not in str(exc) or holder is None:
@@ -367,7 +391,7 @@ def _examine(broker: Broker, data_dir: Path, acked: list[Acked]) -> tuple[list[s
 def _start_safely(data_dir: Path, acked: list[Acked]) -> list[str]:
     """(b): the problems found, none if the recovery was safe."""
     try:
-        broker = Broker(TOPICS, data_dir=data_dir)
+        broker = Broker(TOPICS, data_dir=data_dir, **SETTINGS)
     except Exception as exc:
         return [f"the start failed: {type(exc).__module__}.{type(exc).__name__}: {exc}"]
     try:
@@ -377,7 +401,7 @@ def _start_safely(data_dir: Path, acked: list[Acked]) -> list[str]:
     if problems:
         return problems
     try:  # what the recovered broker wrote (its checkpoint, the new records) opens again
-        with Broker(TOPICS, data_dir=data_dir) as again:
+        with Broker(TOPICS, data_dir=data_dir, **SETTINGS) as again:
             return [f"on a further restart: {problem}" for problem in _lost_or_repeated(again, acked + new)]
     except Exception as exc:
         return [f"a further restart failed: {type(exc).__name__}: {exc}"]
@@ -388,7 +412,7 @@ def _start_fails_clearly(data_dir: Path, path: Path, expected: Error, original: 
     """(a): the problems found, none if the start failed clearly and the repaired directory starts."""
     before = _snapshot(data_dir)
     try:
-        broker = Broker(TOPICS, data_dir=data_dir)
+        broker = Broker(TOPICS, data_dir=data_dir, **SETTINGS)
     except Exception as exc:
         problems = []
         message = str(exc)

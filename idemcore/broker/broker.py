@@ -32,6 +32,7 @@ from idemcore.broker.producer_ids import (
     SqliteBlockStore,
 )
 from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
+from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
@@ -46,8 +47,11 @@ from idemcore.net.messages import (
 )
 from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.protocol.constants import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
     INT16_MAX,
     INT32_MAX,
 )
@@ -197,16 +201,19 @@ class _RequestColumns:
 class Broker:
     """A single broker leading every partition of ``topics`` (``{"name": partition_count}``).
 
-    Every request goes through :meth:`handle`. ``data_dir``: persist each
-    partition to an append-only file (fsync'd per produce request with
-    acks=all) and, on start, rebuild producer state by replaying the logs with
-    REPLICATION origin. ``producer_ids``: the id allocator; by default one over
+    Every request goes through :meth:`handle`. ``data_dir``: a Kafka log
+    directory: each partition in ``<topic>-<partition>/`` as Kafka's segments
+    and indexes (``broker.log``; fsync'd per produce request with acks=all,
+    rolled at ``segment_bytes`` / ``segment_ms``, an offset-index entry every
+    ``index_interval_bytes``); on start, producer state is rebuilt by
+    replaying the logs with REPLICATION origin. ``producer_ids``: the id allocator; by default one over
     a SQLite store in ``data_dir`` (or in memory). ``fsync=False`` keeps the
     writes of acks=all requests in the OS page cache too: they survive a crash of
     this process, not of the machine (the logs are still fsync'd at start and
     close, before their recovery points are written). ``message_max_bytes``:
     the largest batch accepted (Kafka's ``message.max.bytes``); a larger one is
-    answered MESSAGE_TOO_LARGE.
+    answered MESSAGE_TOO_LARGE. ``clock``: the time in ms (wall clock by
+    default; a simulation passes its virtual one).
     """
 
     def __init__(
@@ -220,6 +227,10 @@ class Broker:
         backend: str | Backend | None = None,
         fsync: bool = True,
         message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        segment_ms: int = DEFAULT_SEGMENT_MS,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -238,6 +249,10 @@ class Broker:
         self.backend = get_backend(backend)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
+        self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
+        log_settings = {"segment_bytes": segment_bytes, "segment_ms": segment_ms,
+                        "index_interval_bytes": index_interval_bytes}
+        PartitionLog("settings", 0, **log_settings)  # refuses a bad setting before the directory is touched
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -258,7 +273,8 @@ class Broker:
                     self._index[(name, partition)] = len(self._logs)
                     key = f"{name}-{partition}"
                     point = max(self._checkpoint.get(key, 0), written.get(key, 0))
-                    self._logs.append(PartitionLog(name, partition, directory, fsync, point))
+                    self._logs.append(PartitionLog(name, partition, directory, fsync, point, clock=self.clock,
+                                                   **log_settings))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,

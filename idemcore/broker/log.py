@@ -1,18 +1,33 @@
-"""A partition's log: the batches it holds, in offset order, optionally persisted to an append-only file.
+"""A partition's log, stored as Kafka stores it: segments of RecordBatch v2 batches with their indexes.
 
-File format (little-endian), one frame per batch::
+``PartitionLog`` keeps a partition's batches in offset order (in memory, and with ``directory`` on disk).
+``directory`` (the broker's ``<data_dir>/<topic>-<partition>/``) holds, per segment:
 
-    u32 length of the rest of the frame after this field and the CRC
-    u32 CRC-32 of those bytes
-    i64 base_offset, i64 producer_id, i16 producer_epoch, i32 base_sequence,
-    i32 record_count, i64 max_timestamp, u8 flags (1: transactional)
-    per record: i32 key length (-1: no key), key, i32 value length, value
+- ``<base offset, 20 digits>.log``: the batches, RecordBatch v2 (``record.v2.encode_batch``), uncompressed,
+  partition leader epoch 0, CREATE_TIME, every record's timestamp the batch's max timestamp (the in-process
+  ``RecordBatch`` carries only that one);
+- ``.index``: sparse, 8-byte big-endian entries (offset relative to the segment's base i32, file position i32),
+  one when more than ``index_interval_bytes`` were appended since the last entry, at the batch's last offset and
+  start position, as Kafka's ``LogSegment.append`` writes them;
+- ``.timeindex``: 12-byte entries (largest timestamp so far i64, relative offset of its batch's last record i32),
+  beside each ``.index`` entry when the timestamp grew, and one last entry when the segment rolls.
 
-Offsets are contiguous from 0. A frame cut short or failing its CRC beyond the
-recovery point (see :class:`PartitionLog`) is the tail of a write cut short by
-a crash: recovery truncates the file there. Below it, or a log ending below it,
-or offsets that skip or repeat, is damage from outside: recovery refuses to
-start (``LogCorruptionError``) rather than drop acknowledged batches.
+Segments roll by size (``segment.bytes``: a batch that would take the active segment past it starts a new one)
+and by time (``segment.ms``: a batch whose timestamp is more than that after the segment's first batch's, or,
+without timestamps, when the segment is that old by the clock; Kafka's ``LogSegment.shouldRoll`` without jitter).
+
+**Differences from Kafka**: the indexes are appended as batches are, not preallocated (``segment.index.bytes``)
+and trimmed at roll: readers (``record.kafka_files``) accept both. The index entries are a function of the
+segment's batches alone, so recovery compares each index with the one the segment implies and rewrites it when
+it is missing or differs (Kafka rebuilds indexes it finds corrupt too); that is a log line, not an error.
+
+Recovery (rules.md §2): the segments are read in offset order, each batch's CRC checked and its records
+decoded. A segment rolls only after it was fsync'd (index files too), so anything wrong in a segment that is
+not the last is damage from outside, refused whatever the recovery point. In the last segment, a batch cut
+short or failing its CRC beyond ``recovery_point`` is a torn tail: cut (``truncated_bytes``). Below it, a log
+ending below it, a missing segment, a segment whose name disagrees with its first batch, or offsets that skip or
+repeat raise :class:`LogCorruptionError` naming the file and the byte position. A data directory in idemcore's
+earlier frame format (a file named ``log``) is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -20,27 +35,36 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.protocol.constants import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_MS
 from idemcore.record.batch import RecordBatch
+from idemcore.record.kafka_files.names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    offset_file_name,
+    parse_offset_file,
+)
+from idemcore.record.v2 import CorruptRecordError, Record, TimestampType, decode_batch, encode_batch
 
 log = logging.getLogger(__name__)
 
 #: Where the broker keeps the recovery points (named in messages; see ``broker.LOG_END_CHECKPOINT``).
 CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json and <data_dir>/written-log-ends"
-
-_PREFIX = struct.Struct("<II")
-_HEADER = struct.Struct("<qqhiiqB")
-_LENGTH = struct.Struct("<i")
-_TRANSACTIONAL = 1
+#: The partition leader epoch written into every batch (one broker, no leader changes).
+LEADER_EPOCH = 0
+_INT32_MAX = (1 << 31) - 1
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 class LogCorruptionError(IdemcoreError):
-    """A log file holds something that is neither a valid frame nor a torn tail."""
+    """A log file holds something that is neither a valid batch nor a torn tail."""
 
 
 class StoredBatch(NamedTuple):
@@ -48,52 +72,122 @@ class StoredBatch(NamedTuple):
     batch: RecordBatch
 
 
-def encode_frame(base_offset: int, batch: RecordBatch) -> bytes:
-    """The bytes of one batch frame."""
-    parts = [_HEADER.pack(base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                          batch.record_count, batch.max_timestamp, _TRANSACTIONAL if batch.is_transactional else 0)]
+class _IndexState:
+    """What the next index entries depend on: Kafka's ``bytesSinceLastIndexEntry``, ``maxTimestampSoFar`` and
+    its offset, and the last ``.timeindex`` timestamp. ``offset``/``time``: the index bytes so far."""
+
+    __slots__ = ("base", "bytes_since", "interval", "last_time_ts", "max_ts", "max_ts_offset", "offset", "time")
+
+    def __init__(self, base: int, interval: int) -> None:
+        self.base = base
+        self.interval = interval
+        self.bytes_since = 0
+        self.max_ts = -1
+        self.max_ts_offset = base
+        self.last_time_ts: int | None = None
+        self.offset = bytearray()
+        self.time = bytearray()
+
+    def add(self, position: int, size: int, last_offset: int, max_timestamp: int) -> tuple[bytes, bytes]:
+        """Account for the batch of ``size`` bytes at ``position``; the index bytes it adds (often none)."""
+        if max_timestamp > self.max_ts:
+            self.max_ts, self.max_ts_offset = max_timestamp, last_offset
+        offset_entry = time_entry = b""
+        if self.bytes_since > self.interval:
+            offset_entry = _OFFSET_ENTRY.pack(last_offset - self.base, position)
+            time_entry = self._time_entry()
+            self.bytes_since = 0
+        self.bytes_since += size
+        self.offset += offset_entry
+        self.time += time_entry
+        return offset_entry, time_entry
+
+    def final(self) -> bytes:
+        """The ``.timeindex`` entry Kafka adds when the segment stops being the active one (may be none)."""
+        entry = self._time_entry()
+        self.time += entry
+        return entry
+
+    def _time_entry(self) -> bytes:
+        if self.last_time_ts is not None and self.max_ts <= self.last_time_ts:
+            return b""
+        if self.last_time_ts is None and self.max_ts < 0:
+            return b""
+        self.last_time_ts = self.max_ts
+        return _TIME_ENTRY.pack(self.max_ts, self.max_ts_offset - self.base)
+
+    def save(self) -> tuple[int, int, int, int, int | None, int, int]:
+        return (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, len(self.offset),
+                len(self.time))
+
+    def restore(self, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+        (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, offset_len,
+         time_len) = saved
+        del self.offset[offset_len:]
+        del self.time[time_len:]
+
+
+def _encode(base_offset: int, batch: RecordBatch) -> bytes:
     keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-    for key, value in zip(keys, batch.values, strict=True):
-        if key is None:
-            parts.append(_LENGTH.pack(-1))
-        else:
-            parts += (_LENGTH.pack(len(key)), key)
-        parts += (_LENGTH.pack(len(value)), value)
-    body = b"".join(parts)
-    return _PREFIX.pack(len(body), zlib.crc32(body)) + body
+    records = [Record(i, 0, key, value) for i, (key, value) in enumerate(zip(keys, batch.values, strict=True))]
+    return encode_batch(records, base_offset=base_offset, base_timestamp=batch.max_timestamp,
+                        max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
+                        producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                        is_transactional=batch.is_transactional, timestamp_type=TimestampType.CREATE_TIME,
+                        partition_leader_epoch=LEADER_EPOCH)
 
 
-def _decode_body(topic: str, partition: int, body: bytes) -> StoredBatch:
-    base_offset, producer_id, epoch, base_sequence, count, max_timestamp, flags = _HEADER.unpack_from(body)
-    position = _HEADER.size
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    for _ in range(count):
-        (size,) = _LENGTH.unpack_from(body, position)
-        position += 4
-        keys.append(None if size < 0 else body[position:position + size])
-        position += max(size, 0)
-        (size,) = _LENGTH.unpack_from(body, position)
-        position += 4
-        values.append(body[position:position + size])
-        position += size
-    if position != len(body):
-        raise LogCorruptionError(f"{topic}-{partition}: frame at offset {base_offset} has {len(body) - position} "
-                                 "bytes after its records")
-    has_keys = any(key is not None for key in keys)
-    return StoredBatch(base_offset, RecordBatch(topic, partition, values, keys if has_keys else None, producer_id,
-                                                epoch, base_sequence, max_timestamp, bool(flags & _TRANSACTIONAL)))
+class PartitionLog:
+    """Batches of one topic-partition, in offset order; with ``directory``, also written there as Kafka
+    segments (module docstring). ``recovery_point``: the log end when the broker last started or closed
+    cleanly (its checkpoint), or when it last wrote the log in this boot (its written ends: a killed
+    process's writes stay in the OS). A log ending below it was damaged outside the broker and is refused; a
+    bad batch beyond it is the torn tail of a crash and is cut (Kafka's recovery point plays the same part).
 
+    ``segment_bytes``, ``segment_ms`` and ``index_interval_bytes`` are Kafka's ``segment.bytes``,
+    ``segment.ms`` and ``index.interval.bytes``; ``clock`` gives the time in ms (for ``segment.ms`` of
+    batches without timestamps).
+    """
 
-class StoredLog:
-    """What every partition log offers over its batches, whatever its file format: the log end, its name,
-    where the last append started, and every record in offset order."""
-
-    topic: str
-    partition: int
-    batches: list[StoredBatch]
-    log_start_offset: int
-    _last_position: int
+    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
+                 recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                 clock: Callable[[], int] | None = None) -> None:
+        for name, value, low in (("segment_bytes", segment_bytes, 1), ("segment_ms", segment_ms, 1),
+                                 ("index_interval_bytes", index_interval_bytes, 0)):
+            if type(value) is not int or value < low:
+                raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}")
+        self.topic = topic
+        self.partition = partition
+        self.batches: list[StoredBatch] = []
+        self.log_start_offset = 0
+        self.truncated_bytes = 0
+        #: Bytes of the active segment known to be on disk (fsync'd); every older segment is, whole.
+        self.synced_bytes = 0
+        self.segment_bytes = segment_bytes
+        self.segment_ms = segment_ms
+        self.index_interval_bytes = index_interval_bytes
+        self._clock = clock if clock is not None else wall_clock_ms
+        self._directory = directory
+        self._fsync = fsync
+        self._closed = False
+        self._dirty = False
+        self._last_position = 0
+        self._undo: tuple[int, tuple[int, int, int, int, int | None, int, int]] | None = None
+        #: Base offsets of the segments, oldest first; the last is the active one.
+        self.segment_bases: list[int] = []
+        self._log: BinaryIO | None = None
+        self._index: BinaryIO | None = None
+        self._time_index: BinaryIO | None = None
+        self._state = _IndexState(0, index_interval_bytes)
+        self._size = 0  # bytes of the active segment
+        # What segment.ms measures from: the active segment's first batch's timestamp (-1: none), or its
+        # creation by the clock (Kafka's rollingBasedTimestamp and created).
+        self._segment_first_timestamp = -1
+        self._segment_created = self._clock()
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._recover(directory, recovery_point)
 
     @property
     def log_end_offset(self) -> int:
@@ -108,8 +202,8 @@ class StoredLog:
 
     @property
     def last_append_position(self) -> int:
-        """The byte (of the file being appended to) at which the last appended batch starts: a crash
-        mid-write tears from there."""
+        """The byte (of the active segment) at which the last appended batch starts: a crash mid-write tears
+        from there."""
         return self._last_position
 
     def records(self) -> Iterator[tuple[int, bytes | None, bytes, RecordBatch]]:
@@ -119,96 +213,156 @@ class StoredLog:
             for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
                 yield base_offset + index, key, value, batch
 
+    # --- recovery -------------------------------------------------------------------------------------------
 
-class PartitionLog(StoredLog):
-    """Batches of one topic-partition; with ``directory``, also written to ``directory/log``.
-
-    ``recovery_point``: the log end when the broker last started or closed cleanly (its checkpoint), or when
-    it last wrote the log in this boot (its written ends: a killed process's writes stay in the OS). A log
-    that ends below it was damaged outside the broker and is refused; a bad frame beyond it is the torn tail
-    of a crash and is cut (Kafka's recovery point plays the same part).
-    """
-
-    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
-                 recovery_point: int = 0) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.batches: list[StoredBatch] = []
-        self.log_start_offset = 0
-        self.truncated_bytes = 0
-        self._file: BinaryIO | None = None
-        self._dirty = False
-        self._last_position = 0
-        #: Bytes of the file known to be on disk (fsync'd): what a power loss cannot take back.
-        self.synced_bytes = 0
-        self._closed = False
-        self._fsync = fsync
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / "log"
-            self.batches, valid_bytes = self._read(path, recovery_point) if path.exists() else ([], 0)
-            if not path.exists() and recovery_point > 0:
+    def _recover(self, directory: Path, recovery_point: int) -> None:
+        if (directory / "log").exists():
+            raise LogCorruptionError(f"{self.name}: {directory / 'log'} is in idemcore's earlier frame format, "
+                                     "which this broker no longer reads (it stores Kafka segments): start from an "
+                                     "empty data_dir, or read this one with an earlier idemcore")
+        bases = sorted(parsed[0] for parsed in map(parse_offset_file, os.listdir(directory))
+                       if parsed is not None and parsed[1] == LOG_SUFFIX)
+        if not bases:
+            if recovery_point > 0:
                 raise LogCorruptionError(
-                    f"{self.name}: {path} is missing, but held offsets up to {recovery_point - 1} when the broker "
-                    f"last started, closed or wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
-            # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the
-            # acks; acks=all also fsyncs (sync()).
-            self._file = open(path, "ab", buffering=0)
-            if self._file.tell() != valid_bytes:
-                self.truncated_bytes = self._file.tell() - valid_bytes
-                log.warning("%s: dropping a torn tail of %d bytes after offset %d (a write cut short by a crash)",
-                            self.name, self.truncated_bytes, self.log_end_offset - 1)
-                self._file.truncate(valid_bytes)
-                self._file.seek(valid_bytes)
+                    f"{self.name}: {directory / offset_file_name(0, LOG_SUFFIX)} is missing (the directory holds no "
+                    f"segment), but held offsets up to {recovery_point - 1} when the broker last started, closed or "
+                    f"wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            bases = [0]
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (directory / offset_file_name(0, suffix)).touch()
+        expected = 0
+        valid = 0
+        for number, base in enumerate(bases):
+            path = directory / offset_file_name(base, LOG_SUFFIX)
+            last = number == len(bases) - 1
+            if base != expected:
+                what = (f"{directory / offset_file_name(expected, LOG_SUFFIX)} is missing" if base > expected
+                        else "segments overlap")
+                raise LogCorruptionError(
+                    f"{self.name}: {path} starts at offset {base} where offset {expected} belongs: {what} (deleted "
+                    f"or copied outside the broker). Restore it, or remove {CHECKPOINT_HINT} and the partition to "
+                    "start over")
+            data = path.read_bytes()
+            state = _IndexState(base, self.index_interval_bytes)
+            position, expected, bad = self._read_segment(path, data, expected, state)
+            if bad is not None and (not last or expected < recovery_point):
+                if not last:
+                    why = "a rolled segment (fsync'd before the next one started) is damaged"
+                else:
+                    why = (f"the log ends at offset {expected}, but held {recovery_point} when the broker last "
+                           "started, closed or wrote it (damaged outside the broker)")
+                raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: {bad}; {why}. "
+                                         f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            if not last and expected < bases[number + 1]:
+                # The segment ends early, or the one after it is gone: name both files it could be.
+                raise LogCorruptionError(
+                    f"{self.name}: {path} ends at offset {expected}, but the next segment starts at offset "
+                    f"{bases[number + 1]}: {directory / offset_file_name(expected, LOG_SUFFIX)} is missing or "
+                    f"{path} is shorter (deleted or cut outside the broker). Restore it, or remove "
+                    f"{CHECKPOINT_HINT} and the partition to start over")
+            if last and expected < recovery_point:
+                raise LogCorruptionError(
+                    f"{self.name}: {path} is shorter, or {directory / offset_file_name(expected, LOG_SUFFIX)} is "
+                    f"missing: the log ends at offset {expected}, but held {recovery_point} when the broker last "
+                    "started, closed or wrote it (deleted, cut or damaged outside the broker). "
+                    f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            if not last:
+                state.final()
+            valid = position
+            self._check_index(path.with_suffix(INDEX_SUFFIX), bytes(state.offset), "offset index")
+            self._check_index(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time), "time index")
+            self._state = state
+            self.segment_bases.append(base)
+        active = directory / offset_file_name(self.segment_bases[-1], LOG_SUFFIX)
+        # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the acks.
+        self._log = open(active, "ab", buffering=0)
+        if self._log.tell() != valid:
+            self.truncated_bytes = self._log.tell() - valid
+            log.warning("%s: dropping a torn tail of %d bytes of %s after offset %d (a write cut short by a crash)",
+                        self.name, self.truncated_bytes, active, self.log_end_offset - 1)
+            self._log.truncate(valid)
+            self._log.seek(valid)
+        self._size = valid
+        self._segment_first_timestamp = next((stored.batch.max_timestamp for stored in self.batches
+                                              if stored.base_offset >= self.segment_bases[-1]), -1)
+        self._index = open(active.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
+        self._time_index = open(active.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
 
-    def _read(self, path: Path, recovery_point: int) -> tuple[list[StoredBatch], int]:
-        data = path.read_bytes()
-        batches: list[StoredBatch] = []
+    def _read_segment(self, path: Path, data: bytes, expected: int, state: _IndexState
+                      ) -> tuple[int, int, str | None]:
+        """Decode the batches of one segment into ``self.batches``: ``(where the valid bytes end, the next
+        offset, what is wrong at that position or None)``. Offsets that skip or repeat raise."""
         position = 0
-        while position + _PREFIX.size <= len(data):
-            length, crc = _PREFIX.unpack_from(data, position)
-            end = position + _PREFIX.size + length
-            body = data[position + _PREFIX.size:end]
-            if end > len(data) or zlib.crc32(body) != crc or length < _HEADER.size:
-                break  # a torn tail if it lies beyond the recovery point (checked below)
-            stored = _decode_body(self.topic, self.partition, body)
-            expected = self._end_of(batches) + 1
-            if stored.base_offset != expected:
-                raise LogCorruptionError(f"{self.name}: {path} holds offset {stored.base_offset} at byte {position} "
-                                         f"where offset {expected} belongs: batches are missing or repeated")
-            batches.append(stored)
-            position = end
-        end_offset = self._end_of(batches) + 1
-        if end_offset < recovery_point:
-            what = f"is corrupt at byte {position}" if position < len(data) else "is shorter"
-            raise LogCorruptionError(
-                f"{self.name}: {path} {what}: it ends at offset {end_offset}, but held {recovery_point} when the "
-                "broker last started, closed or wrote it (deleted, cut or damaged outside the broker). Restore it, or "
-                f"remove {CHECKPOINT_HINT} to accept the loss")
-        return batches, position
+        while position < len(data):
+            try:
+                header, records = decode_batch(data, position, check_crc=True)
+            except CorruptRecordError as exc:
+                return position, expected, str(exc)
+            if header.partition_leader_epoch != LEADER_EPOCH:  # outside the CRC: this broker only writes its own
+                return position, expected, (f"partition leader epoch {header.partition_leader_epoch}, but this "
+                                            f"broker writes {LEADER_EPOCH}")
+            if header.base_offset != expected:
+                # Never a torn write (that fails its length or CRC): batches lost or repeated, or a damaged base
+                # offset (outside the CRC).
+                raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: it holds offset "
+                                         f"{header.base_offset} where offset {expected} belongs (batches missing or "
+                                         "repeated, or a damaged base offset)")
+            if header.is_control or not records or header.last_offset_delta != len(records) - 1 or any(
+                    r.offset_delta != i or r.value is None for i, r in enumerate(records)):
+                raise LogCorruptionError(f"{self.name}: {path} holds a batch at byte {position} (offset "
+                                         f"{header.base_offset}) this log does not write (control, empty, gaps or "
+                                         "null values)")
+            keys = tuple(r.key for r in records)
+            values = tuple(r.value for r in records)
+            batch = RecordBatch(self.topic, self.partition, values,  # type: ignore[arg-type]  # None refused above
+                                keys if any(k is not None for k in keys) else None, header.producer_id,
+                                header.producer_epoch, header.base_sequence, header.max_timestamp,
+                                header.is_transactional)
+            self.batches.append(StoredBatch(header.base_offset, batch))
+            state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+            expected = header.next_offset
+            position += header.size_in_bytes
+        return position, expected, None
 
-    def _end_of(self, batches: list[StoredBatch]) -> int:
-        return batches[-1].base_offset + batches[-1].batch.record_count - 1 if batches else -1
+    def _check_index(self, path: Path, wanted: bytes, what: str) -> None:
+        """Rewrite the index at ``path`` when it is missing or is not the one its segment implies."""
+        try:
+            found: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            found = None
+        if found == wanted:
+            return
+        log.warning("%s: rebuilding the %s %s from its segment (%s)", self.name, what, path,
+                    "missing" if found is None else f"{len(found)} bytes, {len(wanted)} expected")
+        temporary = path.with_name(path.name + ".rebuild")
+        with open(temporary, "wb") as file:
+            file.write(wanted)
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+
+    # --- the interface of PartitionLog ----------------------------------------------------------------------
 
     @property
     def path(self) -> Path | None:
-        """The log file, or None for a log kept in memory."""
-        return None if self._file is None else Path(self._file.name)
+        """The active segment's ``.log`` file, or None for a log kept in memory."""
+        return None if self._log is None else Path(self._log.name)
 
     def abandon(self) -> None:
-        """Close the file as a dying process does: no flush; what reached the OS stays, nothing more."""
+        """Close the files as a dying process does: no flush; what reached the OS stays, nothing more."""
         self._closed = True
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        for file in (self._log, self._index, self._time_index):
+            if file is not None:
+                file.close()
+        self._log = self._index = self._time_index = None
 
     def append(self, base_offset: int, batch: RecordBatch) -> None:
-        """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when the write
-        raises, the file is cut back to where it was and the batch is not added."""
+        """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when a write
+        raises, the segment and its indexes are cut back to where they were and the batch is not added (a
+        segment the append rolled to stays, empty, as Kafka's would)."""
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
         if type(batch.values) is not tuple or not (batch.keys is None or type(batch.keys) is tuple):
-            # The log keeps its own immutable copy: a caller changing its list later changes nothing here.
             batch = RecordBatch(batch.topic, batch.partition, tuple(batch.values),
                                 None if batch.keys is None else tuple(batch.keys), batch.producer_id,
                                 batch.producer_epoch, batch.base_sequence, batch.max_timestamp,
@@ -216,31 +370,83 @@ class PartitionLog(StoredLog):
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
-        if self._file is not None:
-            position = self._file.tell()
+        if self._log is not None:
+            if base_offset != self.log_end_offset:  # recovery would refuse the gap
+                raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
+                                    f"{self.log_end_offset}: a stored log's offsets are contiguous")
+            data = _encode(base_offset, batch)
+            last_offset = base_offset + batch.record_count - 1
+            if self._size > 0 and (self._size + len(data) > self.segment_bytes
+                                   or last_offset - self.segment_bases[-1] > _INT32_MAX
+                                   or self._waited_for_roll(batch.max_timestamp) > self.segment_ms):
+                self._roll(base_offset)
+            if self._size == 0:
+                self._segment_first_timestamp = batch.max_timestamp
+            position = self._size
+            saved = self._state.save()
             try:
-                frame = memoryview(encode_frame(base_offset, batch))
-                while frame:
-                    frame = frame[self._file.write(frame):]  # a raw write may take only part of the bytes
+                offset_entry, time_entry = self._state.add(position, len(data), last_offset, batch.max_timestamp)
+                _write(self._log, data)
+                if offset_entry:
+                    _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
+                if time_entry:
+                    _write(self._time_index, time_entry)  # type: ignore[arg-type]
             except BaseException:
-                self._cut(self._file, position)
+                self._cut(position, saved)
                 raise
+            self._size = position + len(data)
+            self._undo = (position, saved)
             self._last_position = position
             self._dirty = True
         self.batches.append(StoredBatch(base_offset, batch))
 
+    def _waited_for_roll(self, timestamp: int) -> int:
+        """How long the active segment has been rolling, as segment.ms counts it: from its first batch's
+        timestamp to this batch's, or since it was created when batches carry no timestamps."""
+        if self._segment_first_timestamp >= 0:
+            return timestamp - self._segment_first_timestamp
+        return self._clock() - self._segment_created
+
+    def _roll(self, base_offset: int) -> None:
+        """Make a new active segment at ``base_offset``, after the old one's last time index entry and an
+        fsync of its three files (so recovery can refuse any damage in a rolled segment)."""
+        assert self._log is not None and self._index is not None and self._time_index is not None
+        _write(self._time_index, self._state.final())
+        for file in (self._log, self._index, self._time_index):
+            os.fsync(file.fileno())
+            file.close()
+        assert self._directory is not None
+        path = self._directory / offset_file_name(base_offset, LOG_SUFFIX)
+        self._log = open(path, "ab", buffering=0)
+        self._index = open(path.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
+        self._time_index = open(path.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
+        self.segment_bases.append(base_offset)
+        self._state = _IndexState(base_offset, self.index_interval_bytes)
+        self._size = 0
+        self.synced_bytes = 0
+        self._undo = None
+        self._segment_created = self._clock()
+        self._segment_first_timestamp = -1
+
+    def _cut(self, position: int, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+        self._state.restore(saved)
+        for file, size in ((self._log, position), (self._index, saved[5]), (self._time_index, saved[6])):
+            if file is None:
+                continue
+            try:
+                file.seek(size)
+                file.truncate(size)
+            except OSError:
+                log.exception("%s: could not cut %s back to byte %d", self.name, file.name, size)
+        self._size = position
+
     def rollback_last(self) -> None:
         """Take back the batch appended last (its sync failed): the log is as it was before that append."""
         self.batches.pop()
-        if self._file is not None:
-            self._cut(self._file, self._last_position)
-
-    def _cut(self, file: BinaryIO, position: int) -> None:
-        try:
-            file.seek(position)
-            file.truncate(position)
-        except OSError:
-            log.exception("%s: could not cut the log back to byte %d", self.name, position)
+        if self._log is not None and self._undo is not None:
+            position, saved = self._undo
+            self._cut(position, saved)
+            self._undo = None
 
     def sync(self) -> None:
         """Make the batches appended since the last sync durable (acks=all): fsync, unless the log was opened
@@ -250,17 +456,24 @@ class PartitionLog(StoredLog):
         self._dirty = False
 
     def flush(self) -> None:
-        """fsync the whole file whatever the fsync setting, and what an earlier process appended: before a
-        recovery point counts these batches, and at close (Kafka flushes at shutdown too)."""
-        if self._file is not None:
-            os.fsync(self._file.fileno())
-            self.synced_bytes = self._file.tell()
+        """fsync the active segment and its indexes whatever the fsync setting (rolled segments were fsync'd
+        when they rolled)."""
+        if self._log is not None:
+            for file in (self._log, self._index, self._time_index):
+                if file is not None:
+                    os.fsync(file.fileno())
+            self.synced_bytes = self._size
             self._dirty = False
 
     def close(self) -> None:
         self._closed = True
-        if self._file is not None:
+        if self._log is not None:
             self.flush()
-            self._file.close()
-            self._file = None
+        self.abandon()
 
+
+
+def _write(file: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view):]  # a raw write may take only part of the bytes

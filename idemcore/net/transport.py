@@ -11,11 +11,11 @@ request: they only carry it to ``handle``.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Request, Response
 
@@ -70,7 +70,7 @@ class InProcessTransport:
         self._responses: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return wall_clock_ms()
 
     def partition_count(self, topic: str) -> int:
         return partition_count(self.handler.topics, topic)

@@ -20,3 +20,9 @@ DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 #: Kafka's default ``message.max.bytes``: the largest record batch a broker accepts (1 MiB plus the 12 bytes of
 #: log overhead).
 DEFAULT_MESSAGE_MAX_BYTES = 1_048_588
+#: Kafka's default ``segment.bytes`` (1 GiB): a segment rolls before a batch would take it past this.
+DEFAULT_SEGMENT_BYTES = 1 << 30
+#: Kafka's default ``segment.ms`` (7 days): a segment rolls when its batches span more than this.
+DEFAULT_SEGMENT_MS = 7 * 86_400_000
+#: Kafka's default ``index.interval.bytes``: bytes appended between two offset-index entries.
+DEFAULT_INDEX_INTERVAL_BYTES = 4096

@@ -1,4 +1,4 @@
-"""KafkaPartitionLog: PartitionLog's interface and recovery rules over Kafka segments; its files read by others."""
+"""PartitionLog: a partition as Kafka segments and indexes, its recovery rules, and its files read by others."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from idemcore.broker.kafka_log import KafkaPartitionLog
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files import parse_offset_file, read_offset_index, read_time_index
 from idemcore.record.v2 import read_header
 
-KINDS = {"frames": PartitionLog, "kafka": KafkaPartitionLog}
 
 
 def _batch(sequence: int, count: int = 3, keyed: bool = False, size: int = 20) -> RecordBatch:
@@ -37,13 +35,8 @@ def _fill(log, batches: int, count: int = 3, **kwargs) -> list[int]:
     return bases
 
 
-@pytest.fixture(params=sorted(KINDS))
-def kind(request):
-    return KINDS[request.param]
-
-
 def _stored(log) -> list[tuple]:
-    """The batches as plain tuples (PartitionLog reads values back as lists, KafkaPartitionLog as tuples)."""
+    """The batches as plain tuples."""
     return [(base, tuple(b.values), None if b.keys is None else tuple(b.keys), b.producer_id, b.producer_epoch,
              b.base_sequence, b.max_timestamp, b.is_transactional) for base, b in log.batches]
 
@@ -52,15 +45,15 @@ def _records(log) -> list[tuple[int, bytes | None, bytes]]:
     return [(offset, key, value) for offset, key, value, _ in log.records()]
 
 
-# --- both logs ------------------------------------------------------------------------------------------------
+# --- interface and recovery ------------------------------------------------------------------------------------------------
 
-def test_append_and_read_back_after_restart(kind, tmp_path):
-    log = kind("t", 0, tmp_path / "t-0", fsync=False)
+def test_append_and_read_back_after_restart(tmp_path):
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
     _fill(log, 5)
     before = _stored(log)
     records = _records(log)
     log.close()
-    again = kind("t", 0, tmp_path / "t-0", fsync=False, recovery_point=15)
+    again = PartitionLog("t", 0, tmp_path / "t-0", fsync=False, recovery_point=15)
     assert again.log_end_offset == 15
     assert _stored(again) == before
     assert _records(again) == records
@@ -69,14 +62,14 @@ def test_append_and_read_back_after_restart(kind, tmp_path):
     assert again.truncated_bytes == 0
     _fill(again, 1)
     again.close()
-    third = kind("t", 0, tmp_path / "t-0", fsync=False, recovery_point=18)
+    third = PartitionLog("t", 0, tmp_path / "t-0", fsync=False, recovery_point=18)
     assert [b.base_offset for b in third.batches] == [0, 3, 6, 9, 12, 15]
     third.close()
 
 
 @pytest.mark.parametrize("damage", ["cut", "flip"])
-def test_torn_tail_beyond_the_recovery_point_is_cut(kind, tmp_path, damage):
-    log = kind("t", 0, tmp_path / "t-0", fsync=False)
+def test_torn_tail_beyond_the_recovery_point_is_cut(tmp_path, damage):
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
     _fill(log, 3)
     path, position = log.path, log.last_append_position
     log.close()
@@ -89,17 +82,17 @@ def test_torn_tail_beyond_the_recovery_point_is_cut(kind, tmp_path, damage):
             last = file.read(1)[0]
             file.seek(size - 1)
             file.write(bytes([last ^ 0xFF]))
-    again = kind("t", 0, tmp_path / "t-0", fsync=False, recovery_point=6)
+    again = PartitionLog("t", 0, tmp_path / "t-0", fsync=False, recovery_point=6)
     assert again.log_end_offset == 6
     assert again.truncated_bytes == (5 if damage == "cut" else size - position)
     assert path.stat().st_size == position
     _fill(again, 1)
     again.close()
-    assert kind("t", 0, tmp_path / "t-0", recovery_point=9).log_end_offset == 9
+    assert PartitionLog("t", 0, tmp_path / "t-0", recovery_point=9).log_end_offset == 9
 
 
-def test_damage_below_the_recovery_point_is_refused(kind, tmp_path):
-    log = kind("t", 0, tmp_path / "t-0", fsync=False)
+def test_damage_below_the_recovery_point_is_refused(tmp_path):
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
     _fill(log, 3)
     path = log.path
     log.close()
@@ -109,21 +102,21 @@ def test_damage_below_the_recovery_point_is_refused(kind, tmp_path):
         file.seek(40)
         file.write(bytes([byte ^ 0x01]))
     with pytest.raises(LogCorruptionError, match=rf"{path.name} is corrupt at byte 0"):
-        kind("t", 0, tmp_path / "t-0", recovery_point=9)
+        PartitionLog("t", 0, tmp_path / "t-0", recovery_point=9)
 
 
-def test_a_log_ending_below_the_recovery_point_is_refused(kind, tmp_path):
-    log = kind("t", 0, tmp_path / "t-0", fsync=False)
+def test_a_log_ending_below_the_recovery_point_is_refused(tmp_path):
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
     _fill(log, 3)
     path, position = log.path, log.last_append_position
     log.close()
     os.truncate(path, position)
     with pytest.raises(LogCorruptionError, match="ends at offset 6, but held 9"):
-        kind("t", 0, tmp_path / "t-0", recovery_point=9)
+        PartitionLog("t", 0, tmp_path / "t-0", recovery_point=9)
 
 
-def test_rollback_last(kind, tmp_path):
-    log = kind("t", 0, tmp_path / "t-0", fsync=False)
+def test_rollback_last(tmp_path):
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
     _fill(log, 2)
     size = log.path.stat().st_size
     log.append(6, _batch(6))
@@ -133,7 +126,7 @@ def test_rollback_last(kind, tmp_path):
     assert log.path.stat().st_size == size
     log.append(6, _batch(100))
     log.close()
-    again = kind("t", 0, tmp_path / "t-0", recovery_point=9)
+    again = PartitionLog("t", 0, tmp_path / "t-0", recovery_point=9)
     assert again.batches[-1].batch.base_sequence == 100
     assert len(again.batches) == 3
 
@@ -149,7 +142,7 @@ SMALL = {"segment_bytes": 1500, "index_interval_bytes": 200}
 
 def _rolled(tmp_path: Path, batches: int = 40) -> tuple[Path, list[int]]:
     directory = tmp_path / "t-0"
-    log = KafkaPartitionLog("t", 0, directory, fsync=False, **SMALL)
+    log = PartitionLog("t", 0, directory, fsync=False, **SMALL)
     bases = _fill(log, batches)
     log.close()
     return directory, bases
@@ -169,7 +162,7 @@ def test_segments_roll_at_segment_bytes_with_20_digit_names(tmp_path):
             assert size + 146 > 1500  # it rolled because the next batch did not fit
         assert path.with_suffix(".index").exists() and path.with_suffix(".timeindex").exists()
     assert segments[0].name == "00000000000000000000.log"
-    assert KafkaPartitionLog("t", 0, directory, recovery_point=bases[-1] + 3, **SMALL).log_end_offset == bases[-1] + 3
+    assert PartitionLog("t", 0, directory, recovery_point=bases[-1] + 3, **SMALL).log_end_offset == bases[-1] + 3
 
 
 def test_kafka_python_reads_every_batch(tmp_path):
@@ -239,14 +232,15 @@ def test_a_flipped_byte_in_an_old_segment_is_refused(tmp_path):
         file.write(bytes([byte ^ 0x10]))
     # Even with no recovery point: a rolled segment was fsync'd, so it cannot hold a torn tail.
     with pytest.raises(LogCorruptionError, match=rf"{old.name} is corrupt at byte {second}: CRC mismatch"):
-        KafkaPartitionLog("t", 0, directory, recovery_point=0, **SMALL)
+        PartitionLog("t", 0, directory, recovery_point=0, **SMALL)
 
 
 def test_a_missing_segment_is_refused(tmp_path):
     directory, _ = _rolled(tmp_path)
-    _segments(directory)[2].unlink()
-    with pytest.raises(LogCorruptionError, match="a segment is missing"):
-        KafkaPartitionLog("t", 0, directory, recovery_point=0, **SMALL)
+    missing = _segments(directory)[2]
+    missing.unlink()
+    with pytest.raises(LogCorruptionError, match=f"{missing} is missing"):
+        PartitionLog("t", 0, directory, recovery_point=0, **SMALL)
 
 
 def test_repeated_offsets_are_refused(tmp_path):
@@ -255,8 +249,8 @@ def test_repeated_offsets_are_refused(tmp_path):
     data = segment.read_bytes()
     # The first batch again, at offset 0 after the segment's last.
     segment.write_bytes(data + data[:read_header(data).size_in_bytes])
-    with pytest.raises(LogCorruptionError, match=rf"{segment.name} holds offset 0 at byte {len(data)}"):
-        KafkaPartitionLog("t", 0, directory, recovery_point=0, **SMALL)
+    with pytest.raises(LogCorruptionError, match=rf"{segment.name} is corrupt at byte {len(data)}: it holds offset 0 where"):
+        PartitionLog("t", 0, directory, recovery_point=0, **SMALL)
 
 
 @pytest.mark.parametrize("damage", ["delete", "garbage"])
@@ -272,8 +266,8 @@ def test_a_lost_index_is_rebuilt(tmp_path, caplog, damage):
     else:
         index.write_bytes(b"\x01" * 13)
         time_index.write_bytes(b"")
-    with caplog.at_level(logging.WARNING, logger="idemcore.broker.kafka_log"):
-        log = KafkaPartitionLog("t", 0, directory, recovery_point=bases[-1] + 3, **SMALL)
+    with caplog.at_level(logging.WARNING, logger="idemcore.broker.log"):
+        log = PartitionLog("t", 0, directory, recovery_point=bases[-1] + 3, **SMALL)
     assert log.log_end_offset == bases[-1] + 3
     assert index.read_bytes() == original and time_index.read_bytes() == original_time
     assert sum("rebuilding" in r.getMessage() for r in caplog.records) == 2
@@ -282,7 +276,7 @@ def test_a_lost_index_is_rebuilt(tmp_path, caplog, damage):
 
 def test_indexes_are_kafkas_and_the_torn_tail_leaves_them_consistent(tmp_path):
     directory = tmp_path / "t-0"
-    log = KafkaPartitionLog("t", 0, directory, fsync=False, index_interval_bytes=200)
+    log = PartitionLog("t", 0, directory, fsync=False, index_interval_bytes=200)
     _fill(log, 11)
     path, position = log.path, log.last_append_position
     log.close()
@@ -293,7 +287,7 @@ def test_indexes_are_kafkas_and_the_torn_tail_leaves_them_consistent(tmp_path):
     times = read_time_index(path.with_suffix(".timeindex"))
     assert times.problems == [] and times.entries[0] == (1_006, 8) and len(times.entries) == 5
     os.truncate(path, position + 1)
-    again = KafkaPartitionLog("t", 0, directory, recovery_point=30, index_interval_bytes=200)
+    again = PartitionLog("t", 0, directory, recovery_point=30, index_interval_bytes=200)
     assert again.log_end_offset == 30
     again.close()
     assert read_offset_index(path.with_suffix(".index")).entries == entries.entries[:-1]
@@ -302,14 +296,14 @@ def test_indexes_are_kafkas_and_the_torn_tail_leaves_them_consistent(tmp_path):
 
 @pytest.mark.parametrize("failing", ["log", "index"])
 def test_a_failed_append_leaves_segment_and_indexes_as_they_were(tmp_path, monkeypatch, failing):
-    import idemcore.broker.kafka_log as kafka_log
+    import idemcore.broker.log as partition_log
 
     directory = tmp_path / "t-0"
-    log = KafkaPartitionLog("t", 0, directory, fsync=False, index_interval_bytes=200)
+    log = PartitionLog("t", 0, directory, fsync=False, index_interval_bytes=200)
     _fill(log, 4)  # the next batch gets an index entry
     files = [log.path, log.path.with_suffix(".index"), log.path.with_suffix(".timeindex")]
     before = [path.read_bytes() for path in files]
-    write = kafka_log._write
+    write = partition_log._write
 
     def failing_write(file, data):
         if file.name.endswith(".log" if failing == "log" else ".index"):
@@ -317,30 +311,39 @@ def test_a_failed_append_leaves_segment_and_indexes_as_they_were(tmp_path, monke
             raise OSError("disk full")
         write(file, data)
 
-    monkeypatch.setattr(kafka_log, "_write", failing_write)
+    monkeypatch.setattr(partition_log, "_write", failing_write)
     with pytest.raises(OSError, match="disk full"):
         log.append(12, _batch(12))
     assert [path.read_bytes() for path in files] == before
     assert log.log_end_offset == 12
-    monkeypatch.setattr(kafka_log, "_write", write)
+    monkeypatch.setattr(partition_log, "_write", write)
     log.append(12, _batch(12))
     log.close()
-    again = KafkaPartitionLog("t", 0, directory, recovery_point=15, index_interval_bytes=200)
+    again = PartitionLog("t", 0, directory, recovery_point=15, index_interval_bytes=200)
     assert len(read_offset_index(files[1]).entries) == 2 and again.log_end_offset == 15
 
 
 def test_rollback_of_the_batch_that_rolled_keeps_an_empty_segment(tmp_path):
     directory = tmp_path / "t-0"
-    log = KafkaPartitionLog("t", 0, directory, fsync=False, segment_bytes=300)
+    log = PartitionLog("t", 0, directory, fsync=False, segment_bytes=300)
     _fill(log, 2)
     log.append(6, _batch(6))
     assert log.path.name == "00000000000000000006.log"
     log.rollback_last()
     assert log.path.stat().st_size == 0 and log.log_end_offset == 6
     log.close()
-    again = KafkaPartitionLog("t", 0, directory, recovery_point=6, segment_bytes=300)
+    again = PartitionLog("t", 0, directory, recovery_point=6, segment_bytes=300)
     again.append(6, _batch(60))
     again.close()
-    third = KafkaPartitionLog("t", 0, directory, recovery_point=9, segment_bytes=300)
+    third = PartitionLog("t", 0, directory, recovery_point=9, segment_bytes=300)
     assert [b.batch.base_sequence for b in third.batches] == [0, 3, 60]
     assert [p.name for p in _segments(directory)] == ["00000000000000000000.log", "00000000000000000006.log"]
+
+
+def test_a_data_dir_in_the_old_frame_format_is_refused_untouched(tmp_path):
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    (directory / "log").write_bytes(b"\x00" * 40)
+    with pytest.raises(LogCorruptionError, match=r"t-0/log is in idemcore's earlier frame format, which this broker no longer reads"):
+        PartitionLog("t", 0, directory)
+    assert sorted(os.listdir(directory)) == ["log"]
