@@ -17,7 +17,6 @@ from idemcore.record.kafka_files import parse_offset_file, read_offset_index, re
 from idemcore.record.v2 import read_header
 
 
-
 def _batch(sequence: int, count: int = 3, keyed: bool = False, size: int = 20) -> RecordBatch:
     values = [f"{sequence + i:0{size}d}".encode() for i in range(count)]
     keys = [None if i % 2 else f"k{i}".encode() for i in range(count)] if keyed else None
@@ -45,7 +44,7 @@ def _records(log) -> list[tuple[int, bytes | None, bytes]]:
     return [(offset, key, value) for offset, key, value, _ in log.records()]
 
 
-# --- interface and recovery ------------------------------------------------------------------------------------------------
+# --- interface and recovery ------------------------------------------------------------------------------------
 
 def test_append_and_read_back_after_restart(tmp_path):
     log = PartitionLog("t", 0, tmp_path / "t-0", fsync=False)
@@ -249,7 +248,7 @@ def test_repeated_offsets_are_refused(tmp_path):
     data = segment.read_bytes()
     # The first batch again, at offset 0 after the segment's last.
     segment.write_bytes(data + data[:read_header(data).size_in_bytes])
-    with pytest.raises(LogCorruptionError, match=rf"{segment.name} is corrupt at byte {len(data)}: it holds offset 0 where"):
+    with pytest.raises(LogCorruptionError, match=rf"{segment.name} is corrupt at byte {len(data)}: it holds offset 0 "):
         PartitionLog("t", 0, directory, recovery_point=0, **SMALL)
 
 
@@ -344,6 +343,6 @@ def test_a_data_dir_in_the_old_frame_format_is_refused_untouched(tmp_path):
     directory = tmp_path / "t-0"
     directory.mkdir()
     (directory / "log").write_bytes(b"\x00" * 40)
-    with pytest.raises(LogCorruptionError, match=r"t-0/log is in idemcore's earlier frame format, which this broker no longer reads"):
+    with pytest.raises(LogCorruptionError, match=r"t-0/log is in idemcore's earlier frame format, which"):
         PartitionLog("t", 0, directory)
     assert sorted(os.listdir(directory)) == ["log"]
