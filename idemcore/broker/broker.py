@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -250,7 +251,7 @@ class Broker:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
-        log_settings = {"segment_bytes": segment_bytes, "segment_ms": segment_ms,
+        log_settings: dict[str, Any] = {"segment_bytes": segment_bytes, "segment_ms": segment_ms,
                         "index_interval_bytes": index_interval_bytes}
         PartitionLog("settings", 0, **log_settings)  # refuses a bad setting before the directory is touched
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)

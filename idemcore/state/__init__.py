@@ -1,5 +1,5 @@
-"""Producer state: the table the kernels read and write, validate (check + commit), and the per-partition
-``ProducerStateManager``."""
+"""Producer state: the table the kernels read and write, validate (check + commit), the per-partition
+``ProducerStateManager``, and Kafka's producer-state snapshots of a partition (``snapshot``)."""
 
 from idemcore.state.manager import (
     AppendResult,
@@ -10,6 +10,7 @@ from idemcore.state.manager import (
     ProducerEntry,
     ProducerStateManager,
 )
+from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import CompletedTxns, Verdicts, check, commit, validate
 
@@ -26,5 +27,8 @@ __all__ = [
     "Verdicts",
     "check",
     "commit",
+    "load_snapshot",
+    "load_snapshot_file",
+    "snapshot_entries",
     "validate",
 ]

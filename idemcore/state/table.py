@@ -147,6 +147,72 @@ class ProducerStateTable:
         self._reindex(get_backend(backend))
         return n - kept
 
+    def set_next_offset(self, partition: int, offset: int, backend: Backend | str | None = None) -> None:
+        """Set the offset the next batch appended to ``partition`` gets (its log end, e.g. after recovery loaded
+        a snapshot and replayed the log after it), adding the partition if the table has not seen it."""
+        offset = int(offset)
+        if not 0 <= offset <= rules.INT64_MAX:
+            raise ValueError(f"next offset {offset} for partition {partition} is not in [0, {rules.INT64_MAX}]")
+        index = self._partition_index(partition, get_backend(backend))
+        self.partition_next_offset[index] = offset
+        self.generation += 1
+
+    def add_rows(self, partition: int, producer_ids: npt.ArrayLike,
+                 backend: Backend | str | None = None) -> npt.NDArray[np.intp]:
+        """Add an entry for each of ``producer_ids`` on ``partition`` as a first write would create it (epoch,
+        coordinator epoch, timestamp and open-transaction offset -1, no batch retained), growing the table as
+        needed; return their row numbers, in the order given, for the caller to fill. A producer id that is
+        negative, given twice or already on the partition raises ValueError."""
+        pids = np.asarray(producer_ids, dtype=np.int64).reshape(-1)
+        n = self.n_producers
+        on_partition = self.row_producer_id[:n][self.row_partition[:n] == partition]
+        unique, counts = np.unique(pids, return_counts=True)
+        for what, bad in (("is negative", pids[pids < 0]), ("is given twice", unique[counts > 1]),
+                          (f"already has an entry on partition {partition}", pids[np.isin(pids, on_partition)])):
+            if len(bad):
+                raise ValueError(f"producer id {int(bad[0])} {what}")
+        backend = get_backend(backend)
+        index = self._partition_index(partition, backend)
+        n = self.n_producers  # (adding the partition may have grown the table, never its rows' count)
+        need = n + len(pids)
+        if need > len(self.row_epoch):
+            capacity = len(self.row_epoch)
+            while capacity < need:
+                capacity *= 2
+            self._allocate_rows(capacity, n, self._rows())
+        rows = np.arange(n, need)
+        self.row_partition[rows] = partition
+        self.row_producer_id[rows] = pids
+        self.row_partition_index[rows] = index
+        for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset"):
+            getattr(self, name)[rows] = -1  # as commit_batch creates a row
+        for name in (*_RING_FIELDS, *_RING_POSITION_FIELDS):
+            getattr(self, name)[rows] = 0  # rows past n may hold what remove_rows left there
+        self.counters[rules.N_ROWS] = need
+        self.generation += 1
+        self._reindex(backend)
+        return rows
+
+    def _partition_index(self, partition: int, backend: Backend) -> int:
+        """The index of ``partition`` in the partition arrays, adding it (next offset 0) if new."""
+        partition = int(partition)
+        if not 0 <= partition <= rules.INT32_MAX:
+            raise ValueError(f"partition {partition} is not in [0, {rules.INT32_MAX}]")
+        slot = rules.partition_slot(self.pslot_partition, self.pslot_index, partition)
+        index = int(self.pslot_index[slot])
+        if index >= 0:
+            return index
+        if self.n_partitions >= len(self.partition_id):
+            self.grow(backend)
+            slot = rules.partition_slot(self.pslot_partition, self.pslot_index, partition)
+        index = self.n_partitions
+        self.pslot_partition[slot] = partition
+        self.pslot_index[slot] = index
+        self.partition_id[index] = partition
+        self.partition_next_offset[index] = 0
+        self.counters[rules.N_PARTITIONS] = index + 1
+        return index
+
     def expired_rows(self, now_ms: int, expiration_ms: int) -> np.ndarray:
         """Rows with no open transaction whose last write is ``expiration_ms`` or more before ``now_ms``."""
         n = self.n_producers

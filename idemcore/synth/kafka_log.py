@@ -39,9 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from crc32c import crc32c
 
 from idemcore.protocol.codes import ControlType
+from idemcore.record.crc import crc32c
+from idemcore.record.kafka_files.names import LEADER_EPOCH_CHECKPOINT
+from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, encode_txn_index
 from idemcore.record.v2 import BATCH_HEADER_SIZE, Record, encode_batch, encode_end_txn_marker
 from idemcore.synth.streams import ANOMALIES, is_retry_copy
 
@@ -103,8 +105,6 @@ _CRC_AT, _CRC_FROM = 17, 21  # the crc field; what it covers starts at the attri
 _TRANSACTIONAL = 0x10
 _INDEX_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
 _TIME_INDEX_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
-_TXN_INDEX_ENTRY = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"),
-                             ("last_offset", ">i8"), ("last_stable_offset", ">i8")])
 
 
 def kafka_mix(mix: dict[str, int] | None) -> dict[str, int]:
@@ -294,8 +294,9 @@ class _PartitionWriter:
             first = stop
             if first >= m:
                 break
-        # Version 0, the number of entries, then (leader epoch, its start offset): one leader from offset 0.
-        (self.path / "leader-epoch-checkpoint").write_text(f"0\n1\n{LEADER_EPOCH} 0\n" if m else "0\n0\n")
+        # One leader from offset 0 (no entry for an empty log).
+        (self.path / LEADER_EPOCH_CHECKPOINT).write_bytes(encode_leader_epoch_checkpoint([(LEADER_EPOCH, 0)] if m
+                                                                                          else []))
 
     def _write_segment(self, first: int, stop: int, positions: np.ndarray,
                        aborted: list[tuple[int, int, int, int]]) -> None:
@@ -317,8 +318,7 @@ class _PartitionWriter:
         (self.path / f"{name}.timeindex").write_bytes(times.tobytes())
         mine = [entry for entry in aborted if first < stop and base <= entry[2] <= int(self.last[stop - 1])]
         if mine:
-            (self.path / f"{name}.txnindex").write_bytes(np.array([(0, *entry) for entry in mine],
-                                                                  _TXN_INDEX_ENTRY).tobytes())
+            (self.path / f"{name}.txnindex").write_bytes(encode_txn_index(*np.array(mine, np.int64).T))
             self.layout.aborted_txns += len(mine)
 
     def _encode(self, start: int, end: int) -> bytearray:

@@ -5,7 +5,10 @@
 - ``segment``: :func:`scan_segment`, a segment's batch headers as columns through the native header scan, with
   where and why the scan stopped;
 - ``indexes``: readers of ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot`` and
-  ``leader-epoch-checkpoint``, each returning its entries and a :class:`FileProblem` per thing wrong.
+  ``leader-epoch-checkpoint``, each returning its entries and a :class:`FileProblem` per thing wrong;
+- ``writers``: writers of ``.snapshot``, ``.txnindex`` and ``leader-epoch-checkpoint``: :func:`encode_snapshot`,
+  :func:`encode_txn_index_entry` (:func:`encode_txn_index` for many), :func:`encode_leader_epoch_checkpoint`, and
+  :func:`write_file_atomically` to put a file in place.
 
 Authority: Kafka's ``storage/src/main/java/org/apache/kafka/storage/internals/log/`` (OffsetIndex, TimeIndex,
 TransactionIndex, AbortedTxn, ProducerStateManager, LeaderEpochCheckpointFile, LogFileUtils).
@@ -52,6 +55,14 @@ from idemcore.record.kafka_files.segment import (
     SegmentScan,
     scan_segment,
 )
+from idemcore.record.kafka_files.writers import (
+    TXN_INDEX_DTYPE,
+    encode_leader_epoch_checkpoint,
+    encode_snapshot,
+    encode_txn_index,
+    encode_txn_index_entry,
+    write_file_atomically,
+)
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -65,6 +76,7 @@ __all__ = [
     "STOP_TORN_TAIL",
     "STOP_ZERO_PADDING",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_DTYPE",
     "TXN_INDEX_SUFFIX",
     "AbortedTxn",
     "EpochEntry",
@@ -78,6 +90,10 @@ __all__ = [
     "SegmentFiles",
     "SegmentScan",
     "TimeIndexEntry",
+    "encode_leader_epoch_checkpoint",
+    "encode_snapshot",
+    "encode_txn_index",
+    "encode_txn_index_entry",
     "list_log_dir",
     "list_partition_dir",
     "offset_file_name",
@@ -89,4 +105,5 @@ __all__ = [
     "read_time_index",
     "read_txn_index",
     "scan_segment",
+    "write_file_atomically",
 ]

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
-from crc32c import crc32c
 
 from idemcore.protocol.sequences import seq_sub
+from idemcore.record.crc import crc32c
 from idemcore.record.kafka_files.names import parse_offset_file
 
 OFFSET_INDEX_ENTRY = 8

@@ -24,10 +24,9 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
-from crc32c import crc32c
-
 from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from idemcore.protocol.sequences import seq_add
+from idemcore.record.crc import crc32c
 from idemcore.record.v2.compression import Compression, compress, decompress
 from idemcore.record.v2.errors import CorruptRecordError, IncompleteBatchError, VarintError
 from idemcore.record.v2.varint import (
