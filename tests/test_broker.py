@@ -14,14 +14,19 @@ from idemcore.broker import Broker, LogCorruptionError, PartitionLog
 from idemcore.broker.written_ends import rewind_written_end
 from idemcore.client import DeliveryError, Producer
 from idemcore.client.partitioner import murmur2, partition_for_key
+from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import InitProducerIdRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 
+#: Batches carry the time the tests start: a restart from a snapshot forgets producers idle for a day (Kafka).
+NOW = wall_clock_ms()
 
-def batch(partition, values, pid=5, epoch=0, seq=0, topic="t"):
-    return RecordBatch(topic, partition, values, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+def batch(partition, values, pid=5, epoch=0, seq=0, topic="t", timestamp=NOW):
+    return RecordBatch(topic, partition, values, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       max_timestamp=timestamp)
 
 
 def codes(response):

@@ -59,7 +59,9 @@ from idemcore.protocol.constants import (
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.kafka_files import encode_snapshot
 from idemcore.state.explain import rejection_message
+from idemcore.state.snapshot import load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import Verdicts, check_into, commit_into, validate_into
 
@@ -373,10 +375,63 @@ class Broker:
             os.close(directory)
 
     def _recover(self) -> None:
-        stored = [(number, base_offset, batch) for number, partition_log in enumerate(self._logs)
-                  for base_offset, batch in partition_log.batches]
-        if not stored:
-            return
+        """Producer state from each partition's newest valid snapshot, then the batches after it replayed (all of
+        them where there is none), with REPLICATION origin; the logs' roll hook set to take snapshots."""
+        stored: list[tuple[int, int, RecordBatch]] = []
+        unusable: list[tuple[PartitionLog, int, str]] = []  # deleted only once the whole start succeeded
+        for number, partition_log in enumerate(self._logs):
+            # At a roll the state holds exactly the batches before the new segment: a request has one batch per
+            # partition, committed after the writes.
+            partition_log.on_roll = self._write_snapshot
+            start = self._load_snapshot(number, partition_log, unusable)
+            stored += [(number, base_offset, batch) for base_offset, batch in partition_log.batches
+                       if base_offset >= start]
+        if stored:
+            self._replay(stored)
+        for number, partition_log in enumerate(self._logs):
+            if partition_log.log_end_offset:
+                self.state.set_next_offset(number, partition_log.log_end_offset, self.backend)
+        rows = self.state.n_producers
+        if rows:  # ids in the logs and snapshots are never handed out again, even if the id store was lost
+            ids = self.state.row_producer_id[:rows]
+            reachable = ids[ids < REACHABLE]
+            if len(reachable):
+                self.producer_ids.skip_through(int(reachable.max()))
+        for partition_log, offset, why in unusable:
+            partition_log.delete_snapshot(offset, why)
+        log.info("broker %d replayed %d batches from %s", self.broker_id, len(stored), self.data_dir)
+
+    def _load_snapshot(self, number: int, partition_log: PartitionLog,
+                       unusable: list[tuple[PartitionLog, int, str]]) -> int:
+        """Load the newest usable snapshot of ``partition_log`` into the state; the offset replay starts at.
+        A corrupt one (Kafka: CorruptSnapshotException) or one beyond the log end is skipped, to be deleted."""
+        end = partition_log.log_end_offset
+        offsets = partition_log.snapshot_offsets()
+        for offset in offsets:  # damage from outside that no deletion should meet (Kafka lists regular files)
+            path = partition_log.snapshot_path(offset)
+            if not path.is_file() or path.is_symlink():
+                raise LogCorruptionError(f"{partition_log.name}: {path} is not a file; a snapshot was there. "
+                                         "Remove it (the state is rebuilt from an older snapshot or the log)")
+        for offset in reversed(offsets):
+            if offset > end:  # describes batches the log does not hold
+                unusable.append((partition_log, offset, f"beyond the log end {end}"))
+                continue
+            path = partition_log.snapshot_path(offset)
+            read = load_snapshot_file(self.state, number, path, self.backend, now_ms=self.clock(),
+                                      expiration_ms=self.producer_id_expiration_ms)
+            if not read.problems:
+                return offset
+            log.warning("%s: the snapshot %s is corrupt (%s); using an older one or the log", partition_log.name,
+                        path, read.problems[0])
+            unusable.append((partition_log, offset, "corrupt"))
+        return partition_log.log_start_offset
+
+    def _write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
+        """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
+        number = self._index[(partition_log.topic, partition_log.partition)]
+        partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
+
+    def _replay(self, stored: list[tuple[int, int, RecordBatch]]) -> None:
         columns = _RequestColumns(len(stored))
         for k, (number, base_offset, batch) in enumerate(stored):
             columns.put(k, number, batch)
@@ -389,13 +444,6 @@ class Broker:
             reason = ErrorCode(int(verdicts.error_code[bad[0]])).name
             raise LogCorruptionError(f"{self._logs[number].topic}-{self._logs[number].partition}: the batch at "
                                      f"offset {base_offset} does not replay ({reason})")
-        rows = self.state.n_producers
-        if rows:  # ids in the logs are never handed out again, even if the id store was lost
-            ids = self.state.row_producer_id[:rows]
-            reachable = ids[ids < REACHABLE]
-            if len(reachable):
-                self.producer_ids.skip_through(int(reachable.max()))
-        log.info("broker %d recovered %d batches from %s", self.broker_id, len(stored), self.data_dir)
 
     # ------------------------------------------------------------ handlers
 
@@ -538,6 +586,9 @@ class Broker:
             for partition_log in self._logs:
                 partition_log.close()
             if self._lock_descriptor is not None and self._started:
+                for partition_log in self._logs:  # Kafka snapshots at shutdown: the next start replays nothing
+                    if partition_log.log_end_offset not in partition_log.snapshot_offsets():
+                        self._write_snapshot(partition_log, partition_log.log_end_offset)
                 self._write_log_end_checkpoint()  # every log is synced and closed
         finally:
             self._release()

@@ -12,6 +12,11 @@
 - ``.timeindex``: 12-byte entries (largest timestamp so far i64, relative offset of its batch's last record i32),
   beside each ``.index`` entry when the timestamp grew, and one last entry when the segment rolls.
 
+Beside the segments: ``<offset>.snapshot``, the producer state at that offset (written by the broker, which
+owns the state, through :meth:`PartitionLog.write_snapshot` when a segment rolls (``on_roll``) and at a clean
+close; the newest two are kept), and ``leader-epoch-checkpoint`` (epoch 0 from the log's first offset: one
+broker, no leader changes; rewritten at start when missing or different).
+
 Segments roll by size (``segment.bytes``: a batch that would take the active segment past it starts a new one)
 and by time (``segment.ms``: a batch whose timestamp is more than that after the segment's first batch's, or,
 without timestamps, when the segment is that old by the clock; Kafka's ``LogSegment.shouldRoll`` without jitter).
@@ -45,11 +50,14 @@ from idemcore.protocol.constants import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SE
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files.names import (
     INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file,
 )
+from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
 from idemcore.record.v2 import CorruptRecordError, Record, TimestampType, decode_batch, encode_batch
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,7 @@ CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json and <data_dir>/written-log-en
 #: The partition leader epoch written into every batch (one broker, no leader changes).
 LEADER_EPOCH = 0
 _INT32_MAX = (1 << 31) - 1
+_TEMPORARY = ".tmp"  # write_file_atomically's name for a file not yet in place
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -185,6 +194,10 @@ class PartitionLog:
         # creation by the clock (Kafka's rollingBasedTimestamp and created).
         self._segment_first_timestamp = -1
         self._segment_created = self._clock()
+        #: Called with the log and the new segment's base offset when a segment rolls, before the new segment
+        #: exists (the broker writes the producer-state snapshot at that offset).
+        self.on_roll: Callable[[PartitionLog, int], None] | None = None
+        self._epochs_written = False
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._recover(directory, recovery_point)
@@ -220,7 +233,12 @@ class PartitionLog:
             raise LogCorruptionError(f"{self.name}: {directory / 'log'} is in idemcore's earlier frame format, "
                                      "which this broker no longer reads (it stores Kafka segments): start from an "
                                      "empty data_dir, or read this one with an earlier idemcore")
-        bases = sorted(parsed[0] for parsed in map(parse_offset_file, os.listdir(directory))
+        names = os.listdir(directory)
+        for name in names:
+            if name.endswith(_TEMPORARY):  # a file write_file_atomically had not renamed yet: never in use
+                log.info("%s: removing %s, left by a write cut short", self.name, directory / name)
+                os.unlink(directory / name)
+        bases = sorted(parsed[0] for parsed in map(parse_offset_file, names)
                        if parsed is not None and parsed[1] == LOG_SUFFIX)
         if not bases:
             if recovery_point > 0:
@@ -288,6 +306,7 @@ class PartitionLog:
                                               if stored.base_offset >= self.segment_bases[-1]), -1)
         self._index = open(active.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
         self._time_index = open(active.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
+        self._check_epochs(directory)
 
     def _read_segment(self, path: Path, data: bytes, expected: int, state: _IndexState
                       ) -> tuple[int, int, str | None]:
@@ -335,11 +354,51 @@ class PartitionLog:
             return
         log.warning("%s: rebuilding the %s %s from its segment (%s)", self.name, what, path,
                     "missing" if found is None else f"{len(found)} bytes, {len(wanted)} expected")
-        temporary = path.with_name(path.name + ".rebuild")
-        with open(temporary, "wb") as file:
-            file.write(wanted)
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_file_atomically(path, wanted)
+
+    def _epochs(self) -> bytes:
+        """The leader-epoch-checkpoint this log implies: epoch 0 from its first offset, once it has one."""
+        return encode_leader_epoch_checkpoint([(LEADER_EPOCH, self.batches[0].base_offset)] if self.batches else [])
+
+    def _check_epochs(self, directory: Path) -> None:
+        """Rewrite ``leader-epoch-checkpoint`` when it is missing or not what the log implies (derived data,
+        as the indexes are)."""
+        path = directory / LEADER_EPOCH_CHECKPOINT
+        wanted = self._epochs()
+        try:
+            found: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            found = None
+        if found != wanted:
+            if found is not None:
+                log.warning("%s: rewriting %s (%r, expected %r)", self.name, path, found[:40], wanted)
+            write_file_atomically(path, wanted)
+        self._epochs_written = bool(self.batches)
+
+    # --- producer-state snapshots ---------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        """The offsets of the ``.snapshot`` files beside the segments, oldest first."""
+        if self._directory is None:
+            return []
+        return sorted(parsed[0] for parsed in map(parse_offset_file, os.listdir(self._directory))
+                      if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX)
+
+    def snapshot_path(self, offset: int) -> Path:
+        assert self._directory is not None, "a log kept in memory has no snapshots"
+        return self._directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
+
+    def write_snapshot(self, offset: int, data: bytes) -> None:
+        """Put the snapshot ``data`` (the producer state at ``offset``) beside the segments, durably, and keep
+        only the newest two (Kafka keeps those of the recent segments: recovery replays from the newest valid
+        one)."""
+        write_file_atomically(self.snapshot_path(offset), data)
+        for old in self.snapshot_offsets()[:-2]:
+            self.delete_snapshot(old, "older than the newest two")
+
+    def delete_snapshot(self, offset: int, why: str) -> None:
+        log.info("%s: deleting the snapshot %s (%s)", self.name, self.snapshot_path(offset), why)
+        self.snapshot_path(offset).unlink(missing_ok=True)
 
     # --- the interface of PartitionLog ----------------------------------------------------------------------
 
@@ -391,6 +450,11 @@ class PartitionLog:
                     _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
                 if time_entry:
                     _write(self._time_index, time_entry)  # type: ignore[arg-type]
+                if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
+                    assert self._directory is not None
+                    write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT,
+                                          encode_leader_epoch_checkpoint([(LEADER_EPOCH, base_offset)]), self._fsync)
+                    self._epochs_written = True
             except BaseException:
                 self._cut(position, saved)
                 raise
@@ -415,6 +479,8 @@ class PartitionLog:
         for file in (self._log, self._index, self._time_index):
             os.fsync(file.fileno())
             file.close()
+        if self.on_roll is not None:
+            self.on_roll(self, base_offset)
         assert self._directory is not None
         path = self._directory / offset_file_name(base_offset, LOG_SUFFIX)
         self._log = open(path, "ab", buffering=0)
