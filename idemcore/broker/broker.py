@@ -399,7 +399,8 @@ class Broker:
                 self.producer_ids.skip_through(int(reachable.max()))
         for partition_log, offset, why in unusable:
             partition_log.delete_snapshot(offset, why)
-        log.info("broker %d replayed %d batches from %s", self.broker_id, len(stored), self.data_dir)
+        log.info("broker %d recovered %s: %d batches replayed after the snapshots", self.broker_id, self.data_dir,
+                 len(stored))
 
     def _load_snapshot(self, number: int, partition_log: PartitionLog,
                        unusable: list[tuple[PartitionLog, int, str]]) -> int:
