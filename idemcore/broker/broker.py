@@ -51,6 +51,7 @@ from idemcore.protocol.constants import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    DEFAULT_RETENTION_MS,
     DEFAULT_SEGMENT_BYTES,
     DEFAULT_SEGMENT_MS,
     INT16_MAX,
@@ -59,7 +60,12 @@ from idemcore.protocol.constants import (
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.record.kafka_files import encode_snapshot
+from idemcore.record.kafka_files import (
+    encode_offset_checkpoint,
+    encode_snapshot,
+    read_offset_checkpoint,
+    write_file_atomically,
+)
 from idemcore.state.explain import rejection_message
 from idemcore.state.snapshot import load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
@@ -71,6 +77,8 @@ _ACKS = (0, 1, -1)
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: In data_dir: each partition's log end offset when the broker last started or closed cleanly.
 LOG_END_CHECKPOINT = "log-end-offsets.json"
+#: In data_dir: where each log starts once retention deleted its oldest segments (Kafka's file and format).
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
@@ -215,7 +223,9 @@ class Broker:
     this process, not of the machine (the logs are still fsync'd at start and
     close, before their recovery points are written). ``message_max_bytes``:
     the largest batch accepted (Kafka's ``message.max.bytes``); a larger one is
-    answered MESSAGE_TOO_LARGE. ``clock``: the time in ms (wall clock by
+    answered MESSAGE_TOO_LARGE. ``retention_ms`` / ``retention_bytes``:
+    Kafka's ``retention.ms`` (7 days) / ``retention.bytes`` (-1: none), applied
+    by :meth:`delete_old_segments`. ``clock``: the time in ms (wall clock by
     default; a simulation passes its virtual one).
     """
 
@@ -234,6 +244,8 @@ class Broker:
         segment_ms: int = DEFAULT_SEGMENT_MS,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         clock: Callable[[], int] | None = None,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        retention_bytes: int = -1,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -256,6 +268,11 @@ class Broker:
         log_settings: dict[str, Any] = {"segment_bytes": segment_bytes, "segment_ms": segment_ms,
                         "index_interval_bytes": index_interval_bytes}
         PartitionLog("settings", 0, **log_settings)  # refuses a bad setting before the directory is touched
+        for name, value in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if type(value) is not int or value < -1:
+                raise ValueError(f"{name} must be an integer, -1 for no limit, got {value!r}")
+        self.retention_ms = retention_ms
+        self.retention_bytes = retention_bytes
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -269,6 +286,7 @@ class Broker:
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
+            starts = self._log_starts()
             written = self._ends_written_in_this_boot()
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
@@ -277,6 +295,7 @@ class Broker:
                     key = f"{name}-{partition}"
                     point = max(self._checkpoint.get(key, 0), written.get(key, 0))
                     self._logs.append(PartitionLog(name, partition, directory, fsync, point, clock=self.clock,
+                                                   log_start_offset=starts.get((name, partition), 0),
                                                    **log_settings))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
@@ -319,6 +338,44 @@ class Broker:
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
+
+    def _log_starts(self) -> dict[tuple[str, int], int]:
+        """Each partition's log start offset as retention last left it (none recorded: 0)."""
+        if self.data_dir is None or not os.path.lexists(self.data_dir / LOG_START_CHECKPOINT):
+            return {}
+        path = self.data_dir / LOG_START_CHECKPOINT
+        try:
+            read = read_offset_checkpoint(path)
+        except OSError as exc:
+            raise LogCorruptionError(f"{path} cannot be read ({exc.strerror})") from None
+        if read.problems:
+            raise LogCorruptionError(f"{path} is damaged ({read.problems[0]}); it says where each log starts since "
+                                     "retention deleted its oldest segments: restore it, or write it again from the "
+                                     "first segment of each partition")
+        return {(entry.topic, entry.partition): entry.offset for entry in read.entries}
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention (``retention_ms``, ``retention_bytes``) at ``now_ms`` (default: the clock): delete the
+        whole segments that are due in every partition and advance their log start offsets, recorded in
+        ``log-start-offset-checkpoint`` before any file goes (Kafka's ``deleteOldSegments``). Producer state is
+        kept (producers whose batches are gone still have their sequence until they expire). Returns how many
+        partitions moved their start."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        now = self.clock() if now_ms is None else now_ms
+        moves = [(partition_log, start) for partition_log in self._logs
+                 if (start := partition_log.retention_start(now, self.retention_ms, self.retention_bytes)) is not None]
+        if not moves:
+            return 0
+        assert self.data_dir is not None  # only logs with a directory have retention
+        starts = {(p.topic, p.partition): p.log_start_offset for p in self._logs if p.log_start_offset}
+        starts.update({(p.topic, p.partition): start for p, start in moves})
+        write_file_atomically(self.data_dir / LOG_START_CHECKPOINT,
+                              encode_offset_checkpoint((topic, partition, offset)
+                                                       for (topic, partition), offset in sorted(starts.items())))
+        for partition_log, start in moves:
+            partition_log.delete_segments_below(start)
+        return len(moves)
 
     def _own_producer_ids(self, broker_id: int) -> ProducerIdManager:
         """The id allocator over this broker's SQLite store, with its floor file (in memory: neither)."""
@@ -416,6 +473,9 @@ class Broker:
         for offset in reversed(offsets):
             if offset > end:  # describes batches the log does not hold
                 unusable.append((partition_log, offset, f"beyond the log end {end}"))
+                continue
+            if offset < partition_log.log_start_offset:  # replay from it would miss the batches retention took
+                unusable.append((partition_log, offset, "below the log start offset"))
                 continue
             path = partition_log.snapshot_path(offset)
             read = load_snapshot_file(self.state, number, path, self.backend, now_ms=self.clock(),

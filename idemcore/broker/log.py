@@ -54,6 +54,7 @@ from idemcore.record.kafka_files.names import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file,
 )
@@ -161,7 +162,7 @@ class PartitionLog:
     def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, log_start_offset: int = 0) -> None:
         for name, value, low in (("segment_bytes", segment_bytes, 1), ("segment_ms", segment_ms, 1),
                                  ("index_interval_bytes", index_interval_bytes, 0)):
             if type(value) is not int or value < low:
@@ -169,7 +170,9 @@ class PartitionLog:
         self.topic = topic
         self.partition = partition
         self.batches: list[StoredBatch] = []
-        self.log_start_offset = 0
+        #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
+        #: log-start-offset-checkpoint before the segments below it are deleted.
+        self.log_start_offset = log_start_offset
         self.truncated_bytes = 0
         #: Bytes of the active segment known to be on disk (fsync'd); every older segment is, whole.
         self.synced_bytes = 0
@@ -185,6 +188,8 @@ class PartitionLog:
         self._undo: tuple[int, tuple[int, int, int, int, int | None, int, int]] | None = None
         #: Base offsets of the segments, oldest first; the last is the active one.
         self.segment_bases: list[int] = []
+        #: Bytes of each segment, as segment_bases (the last one: the active segment's, kept in _size too).
+        self._segment_sizes: list[int] = []
         self._log: BinaryIO | None = None
         self._index: BinaryIO | None = None
         self._time_index: BinaryIO | None = None
@@ -240,16 +245,19 @@ class PartitionLog:
                 os.unlink(directory / name)
         bases = sorted(parsed[0] for parsed in map(parse_offset_file, names)
                        if parsed is not None and parsed[1] == LOG_SUFFIX)
+        start = self.log_start_offset
+        while len(bases) > 1 and bases[1] <= start:  # below the log start: a retention cut short, finished here
+            self._delete_segment_files(bases.pop(0), "below the log start offset")
         if not bases:
-            if recovery_point > 0:
+            if recovery_point > start:
                 raise LogCorruptionError(
-                    f"{self.name}: {directory / offset_file_name(0, LOG_SUFFIX)} is missing (the directory holds no "
-                    f"segment), but held offsets up to {recovery_point - 1} when the broker last started, closed or "
-                    f"wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
-            bases = [0]
+                    f"{self.name}: {directory / offset_file_name(start, LOG_SUFFIX)} is missing (the directory holds "
+                    f"no segment), but held offsets up to {recovery_point - 1} when the broker last started, closed "
+                    f"or wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            bases = [start]
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                (directory / offset_file_name(0, suffix)).touch()
-        expected = 0
+                (directory / offset_file_name(start, suffix)).touch()
+        expected = start
         valid = 0
         for number, base in enumerate(bases):
             path = directory / offset_file_name(base, LOG_SUFFIX)
@@ -292,6 +300,7 @@ class PartitionLog:
             self._check_index(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time), "time index")
             self._state = state
             self.segment_bases.append(base)
+            self._segment_sizes.append(position)
         active = directory / offset_file_name(self.segment_bases[-1], LOG_SUFFIX)
         # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the acks.
         self._log = open(active, "ab", buffering=0)
@@ -374,6 +383,68 @@ class PartitionLog:
                 log.warning("%s: rewriting %s (%r, expected %r)", self.name, path, found[:40], wanted)
             write_file_atomically(path, wanted)
         self._epochs_written = bool(self.batches)
+
+    # --- retention ------------------------------------------------------------------------------------------
+
+    def retention_start(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int | None:
+        """The log start offset retention moves to (Kafka's ``deleteRetentionMsBreachedSegments`` and
+        ``deleteRetentionSizeBreachedSegments``), or None when no segment is due. Whole segments go, oldest
+        first: those whose newest batch is older than ``retention_ms`` (-1: no limit), and those the log can
+        lose while staying at least ``retention_bytes`` large (-1: no limit). When every segment is due, the
+        log rolls first so that the active segment is a new, empty one (as Kafka rolls)."""
+        if self._directory is None or not self.batches:
+            return None
+        sizes = list(self._segment_sizes)
+        due = 0
+        excess = sum(sizes) - retention_bytes if retention_bytes >= 0 else -1
+        newest = self._newest_timestamps()
+        while due < len(sizes) and sizes[due] > 0:
+            expired = retention_ms >= 0 and now_ms - newest[due] > retention_ms
+            too_big = excess >= sizes[due]
+            if not (expired or too_big):
+                break
+            excess -= sizes[due]
+            due += 1
+        if due == 0:
+            return None
+        if due == len(sizes):
+            self._roll(self.log_end_offset)
+        return self.segment_bases[due]
+
+    def _newest_timestamps(self) -> list[int]:
+        """The largest batch timestamp of each segment (-1 for an empty one)."""
+        newest = [-1] * len(self.segment_bases)
+        segment = 0
+        for base_offset, batch in self.batches:
+            while segment + 1 < len(self.segment_bases) and base_offset >= self.segment_bases[segment + 1]:
+                segment += 1
+            newest[segment] = max(newest[segment], batch.max_timestamp)
+        return newest
+
+    def delete_segments_below(self, start: int) -> None:
+        """Move the log start to ``start`` (a segment's base offset) and delete the segments below it, with
+        their indexes and the snapshots below it. The broker records the new log start durably first."""
+        if start not in self.segment_bases:
+            raise ValueError(f"{self.name}: {start} is not the base offset of a segment ({self.segment_bases})")
+        while self.segment_bases[0] < start:
+            self._delete_segment_files(self.segment_bases.pop(0), "retention")
+            self._segment_sizes.pop(0)
+        keep = next((k for k, stored in enumerate(self.batches) if stored.base_offset >= start), len(self.batches))
+        del self.batches[:keep]
+        self.log_start_offset = start
+        for offset in self.snapshot_offsets():
+            if offset < start:
+                self.delete_snapshot(offset, "below the log start offset")
+        assert self._directory is not None
+        write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT, self._epochs(), self._fsync)
+        self._epochs_written = bool(self.batches)
+
+    def _delete_segment_files(self, base: int, why: str) -> None:
+        assert self._directory is not None
+        log.info("%s: deleting the segment %s (%s)", self.name, self._directory / offset_file_name(base, LOG_SUFFIX),
+                 why)
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            (self._directory / offset_file_name(base, suffix)).unlink(missing_ok=True)
 
     # --- producer-state snapshots ---------------------------------------------------------------------------
 
@@ -458,7 +529,7 @@ class PartitionLog:
             except BaseException:
                 self._cut(position, saved)
                 raise
-            self._size = position + len(data)
+            self._size = self._segment_sizes[-1] = position + len(data)
             self._undo = (position, saved)
             self._last_position = position
             self._dirty = True
@@ -487,6 +558,7 @@ class PartitionLog:
         self._index = open(path.with_suffix(INDEX_SUFFIX), "ab", buffering=0)
         self._time_index = open(path.with_suffix(TIME_INDEX_SUFFIX), "ab", buffering=0)
         self.segment_bases.append(base_offset)
+        self._segment_sizes.append(0)
         self._state = _IndexState(base_offset, self.index_interval_bytes)
         self._size = 0
         self.synced_bytes = 0
@@ -504,7 +576,7 @@ class PartitionLog:
                 file.truncate(size)
             except OSError:
                 log.exception("%s: could not cut %s back to byte %d", self.name, file.name, size)
-        self._size = position
+        self._size = self._segment_sizes[-1] = position
 
     def rollback_last(self) -> None:
         """Take back the batch appended last (its sync failed): the log is as it was before that append."""

@@ -26,3 +26,5 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_MS = 7 * 86_400_000
 #: Kafka's default ``index.interval.bytes``: bytes appended between two offset-index entries.
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+#: Kafka's default ``retention.ms`` (7 days): segments whose newest batch is older are deleted.
+DEFAULT_RETENTION_MS = 7 * 86_400_000

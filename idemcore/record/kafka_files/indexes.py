@@ -289,14 +289,11 @@ def read_snapshot(path: str | os.PathLike[str]) -> FileRead[ProducerSnapshotEntr
     return FileRead(path, entries, problems, notes)
 
 
-def read_leader_epoch_checkpoint(path: str | os.PathLike[str]) -> FileRead[EpochEntry]:
-    """The ``(epoch, start offset)`` entries of a ``leader-epoch-checkpoint``. Problems (position: the byte
-    where the line starts): a version other than 0, a count that is not a number or does not match the lines,
-    a malformed line, epochs or start offsets that do not rise."""
-    path = Path(path)
+def _read_checkpoint(path: Path, line_form: str, width: int) -> tuple[list[tuple[int, list[str]]], list[FileProblem]]:
+    """The entry lines of a Kafka ``CheckpointFile`` (version line 0, count line, one entry per line), each as
+    ``(line number, fields)``, and the problems of its frame (version, count, empty)."""
     data = path.read_bytes()
     problems: list[FileProblem] = []
-    entries: list[EpochEntry] = []
     lines: list[tuple[int, str]] = []
     start = 0
     for raw in data.split(b"\n"):
@@ -311,26 +308,64 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike[str]) -> FileRead[Epoch
 
     if not lines:
         problem(0, "checkpoint_malformed", "empty file (expected a version line)")
-        return FileRead(path, entries, problems)
+        return [], problems
     if lines[0][1] != str(CHECKPOINT_VERSION):
         problem(0, "checkpoint_version", f"version {lines[0][1]!r}, expected {CHECKPOINT_VERSION}")
-        return FileRead(path, entries, problems)
+        return [], problems
     if len(lines) < 2 or not lines[1][1].isdigit():
         problem(1, "checkpoint_malformed", "expected the number of entries")
-        return FileRead(path, entries, problems)
-    count = int(lines[1][1])
-    for k, (_, text) in enumerate(lines[2:], start=2):
+        return [], problems
+    entries = []
+    for k, (at, text) in enumerate(lines[2:], start=2):
         parts = text.split()
-        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
-            problem(k, "checkpoint_malformed", f"{text!r} is not '<epoch> <start offset>'")
+        if len(parts) != width or not all(p.lstrip("-").isdigit() for p in parts[-2:]):
+            problems.append(FileProblem(path, at, "checkpoint_malformed", f"line {k + 1}: {text!r} is not "
+                                                                          f"'{line_form}'"))
             continue
+        entries.append((k, parts))
+    if int(lines[1][1]) != len(lines) - 2:
+        problem(1, "checkpoint_count", f"{lines[1][1]} entries declared, {len(lines) - 2} line(s) follow")
+    return entries, problems
+
+
+def read_leader_epoch_checkpoint(path: str | os.PathLike[str]) -> FileRead[EpochEntry]:
+    """The ``(epoch, start offset)`` entries of a ``leader-epoch-checkpoint``. Problems (position: the byte
+    where the line starts): a version other than 0, a count that is not a number or does not match the lines,
+    a malformed line, epochs or start offsets that do not rise."""
+    path = Path(path)
+    lines, problems = _read_checkpoint(path, "<epoch> <start offset>", 2)
+    entries: list[EpochEntry] = []
+    for k, parts in lines:
         entry = EpochEntry(int(parts[0]), int(parts[1]))
         if entries and (entry.epoch <= entries[-1].epoch or entry.start_offset < entries[-1].start_offset):
-            problem(k, "checkpoint_order", f"epoch {entry.epoch} from offset {entry.start_offset} does not follow "
-                                           f"epoch {entries[-1].epoch} from offset {entries[-1].start_offset}")
+            problems.append(FileProblem(path, None, "checkpoint_order", f"line {k + 1}: epoch {entry.epoch} from "
+                                        f"offset {entry.start_offset} does not follow epoch {entries[-1].epoch} from "
+                                        f"offset {entries[-1].start_offset}"))
         entries.append(entry)
-    if count != len(lines) - 2:
-        problem(1, "checkpoint_count", f"{count} entries declared, {len(lines) - 2} line(s) follow")
+    return FileRead(path, entries, problems)
+
+
+class OffsetCheckpointEntry(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+def read_offset_checkpoint(path: str | os.PathLike[str]) -> FileRead[OffsetCheckpointEntry]:
+    """The ``topic partition offset`` entries of one of a log directory's offset checkpoints
+    (``log-start-offset-checkpoint``, ``recovery-point-offset-checkpoint``...: Kafka's ``OffsetCheckpointFile``).
+    Problems as for :func:`read_leader_epoch_checkpoint`, and a partition listed twice."""
+    path = Path(path)
+    lines, problems = _read_checkpoint(path, "<topic> <partition> <offset>", 3)
+    entries: list[OffsetCheckpointEntry] = []
+    seen: set[tuple[str, int]] = set()
+    for k, parts in lines:
+        entry = OffsetCheckpointEntry(parts[0], int(parts[1]), int(parts[2]))
+        if (entry.topic, entry.partition) in seen:
+            problems.append(FileProblem(path, None, "checkpoint_malformed",
+                                        f"line {k + 1}: {entry.topic}-{entry.partition} is listed twice"))
+        seen.add((entry.topic, entry.partition))
+        entries.append(entry)
     return FileRead(path, entries, problems)
 
 

@@ -151,3 +151,18 @@ def write_file_atomically(path: str | os.PathLike[str], data: bytes, fsync: bool
             os.fsync(directory)  # the rename itself
         finally:
             os.close(directory)
+
+
+def encode_offset_checkpoint(entries: Iterable[tuple[str, int, int]]) -> bytes:
+    """An offset checkpoint (``log-start-offset-checkpoint`` and its kind: Kafka's ``OffsetCheckpointFile``):
+    the version line (0), the count line, then ``<topic> <partition> <offset>`` per entry."""
+    rows = list(entries)
+    lines = [str(CHECKPOINT_VERSION), str(len(rows))]
+    for topic, partition, offset in rows:
+        if not topic or any(c.isspace() for c in topic):
+            raise ValueError(f"topic {topic!r} cannot be written in an offset checkpoint")
+        for what, value, (low, high) in (("partition", partition, _INT32), ("offset", offset, _INT64)):
+            if not low <= value <= high:
+                raise ValueError(f"{what} {value} of {topic} does not fit an offset checkpoint")
+        lines.append(f"{topic} {partition} {offset}")
+    return ("\n".join(lines) + "\n").encode()
