@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.kill_harness import run
+from idemcore.broker import Broker
+from tests.kill_harness import SETTINGS, TOPICS, run
 
 
 def test_100_kills_keep_every_acknowledged_record(tmp_path):
@@ -18,3 +19,5 @@ def test_100_kills_keep_every_acknowledged_record(tmp_path):
                      for round_ in rounds)
     assert places["write .log"] >= 5 and places["os.fsync"] >= 5 and places["os.pwrite"] >= 5, places
     assert sum(len(round_.acked) for round_ in rounds) >= 500
+    with Broker(TOPICS, data_dir=tmp_path / "data", **SETTINGS) as broker:  # retention ran between the kills
+        assert all(broker.log("k", p).log_start_offset > 0 for p in range(TOPICS["k"]))
