@@ -126,12 +126,35 @@ def _malformed(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
             return ErrorCode.CORRUPT_MESSAGE, f"{len(batch.keys)} keys for {len(values)} records"
         if not set(map(type, batch.keys)) <= _KEY_TYPES:
             return ErrorCode.CORRUPT_MESSAGE, "every record key must be bytes or None"
+    if batch.headers is not None:
+        bad = _bad_headers(batch.headers, len(values))
+        if bad is not None:
+            return ErrorCode.CORRUPT_MESSAGE, bad
     if len(values) == 0 or len(values) > INT32_MAX:
         return ErrorCode.INVALID_RECORD, f"a batch must hold 1..{INT32_MAX} records, not {len(values)}"
     if not (-1 <= batch.producer_id < 2**63) or not (-1 <= batch.producer_epoch <= INT16_MAX) \
             or not (-1 <= batch.base_sequence <= INT32_MAX):
         return ErrorCode.INVALID_RECORD, (f"producer id {batch.producer_id}, epoch {batch.producer_epoch} or base "
                                           f"sequence {batch.base_sequence} out of range")
+    return None
+
+
+def _bad_headers(headers: object, count: int) -> str | None:
+    """What is wrong with a batch's record headers (None, or per record a sequence of ``(str, bytes | None)``
+    pairs whose keys UTF-8 encodes), or None."""
+    if not isinstance(headers, Sequence) or isinstance(headers, str | bytes) or len(headers) != count:
+        return f"headers must be one sequence of (key, value) pairs per record ({count}), got {headers!r:.60}"
+    for index, record in enumerate(headers):
+        if not isinstance(record, Sequence) or isinstance(record, str | bytes):
+            return f"record {index}'s headers must be a sequence of (key, value) pairs, got {record!r:.60}"
+        for pair in record:
+            if not isinstance(pair, tuple | list) or len(pair) != 2 or type(pair[0]) is not str \
+                    or type(pair[1]) not in _KEY_TYPES:
+                return f"record {index} has header {pair!r:.60}: a header is a (str, bytes or None) pair"
+            try:  # as record.v2 writes keys: bytes a key was decoded from (surrogateescape) go back as they were
+                pair[0].encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                return f"record {index} has header key {pair[0]!r:.60}, which UTF-8 cannot encode"
     return None
 
 

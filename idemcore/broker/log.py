@@ -3,9 +3,9 @@
 ``PartitionLog`` keeps a partition's batches in offset order (in memory, and with ``directory`` on disk).
 ``directory`` (the broker's ``<data_dir>/<topic>-<partition>/``) holds, per segment:
 
-- ``<base offset, 20 digits>.log``: the batches, RecordBatch v2 (``record.v2.encode_batch``), uncompressed,
-  partition leader epoch 0, CREATE_TIME, every record's timestamp the batch's max timestamp (the in-process
-  ``RecordBatch`` carries only that one);
+- ``<base offset, 20 digits>.log``: the batches, RecordBatch v2 (``record.v2.encode_record_batch``):
+  uncompressed, partition leader epoch 0, CREATE_TIME, every record's timestamp the batch's max timestamp (the
+  in-process ``RecordBatch`` carries only that one), keys, values and headers;
 - ``.index``: sparse, 8-byte big-endian entries (offset relative to the segment's base i32, file position i32),
   one when more than ``index_interval_bytes`` were appended since the last entry, at the batch's last offset and
   start position, as Kafka's ``LogSegment.append`` writes them;
@@ -59,7 +59,7 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
-from idemcore.record.v2 import CorruptRecordError, Record, TimestampType, decode_batch, encode_batch
+from idemcore.record.v2 import CorruptRecordError, decode_batch, encode_record_batch, record_batch_from
 
 log = logging.getLogger(__name__)
 
@@ -135,16 +135,6 @@ class _IndexState:
          time_len) = saved
         del self.offset[offset_len:]
         del self.time[time_len:]
-
-
-def _encode(base_offset: int, batch: RecordBatch) -> bytes:
-    keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-    records = [Record(i, 0, key, value) for i, (key, value) in enumerate(zip(keys, batch.values, strict=True))]
-    return encode_batch(records, base_offset=base_offset, base_timestamp=batch.max_timestamp,
-                        max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
-                        producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                        is_transactional=batch.is_transactional, timestamp_type=TimestampType.CREATE_TIME,
-                        partition_leader_epoch=LEADER_EPOCH)
 
 
 class PartitionLog:
@@ -341,12 +331,7 @@ class PartitionLog:
                 raise LogCorruptionError(f"{self.name}: {path} holds a batch at byte {position} (offset "
                                          f"{header.base_offset}) this log does not write (control, empty, gaps or "
                                          "null values)")
-            keys = tuple(r.key for r in records)
-            values = tuple(r.value for r in records)
-            batch = RecordBatch(self.topic, self.partition, values,  # type: ignore[arg-type]  # None refused above
-                                keys if any(k is not None for k in keys) else None, header.producer_id,
-                                header.producer_epoch, header.base_sequence, header.max_timestamp,
-                                header.is_transactional)
+            batch = record_batch_from(self.topic, self.partition, header, records)
             self.batches.append(StoredBatch(header.base_offset, batch))
             state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             expected = header.next_offset
@@ -492,11 +477,7 @@ class PartitionLog:
         segment the append rolled to stays, empty, as Kafka's would)."""
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
-        if type(batch.values) is not tuple or not (batch.keys is None or type(batch.keys) is tuple):
-            batch = RecordBatch(batch.topic, batch.partition, tuple(batch.values),
-                                None if batch.keys is None else tuple(batch.keys), batch.producer_id,
-                                batch.producer_epoch, batch.base_sequence, batch.max_timestamp,
-                                batch.is_transactional)
+        batch = _frozen(batch)
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
@@ -504,7 +485,7 @@ class PartitionLog:
             if base_offset != self.log_end_offset:  # recovery would refuse the gap
                 raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
                                     f"{self.log_end_offset}: a stored log's offsets are contiguous")
-            data = _encode(base_offset, batch)
+            data = encode_record_batch(batch, base_offset, LEADER_EPOCH)
             last_offset = base_offset + batch.record_count - 1
             if self._size > 0 and (self._size + len(data) > self.segment_bytes
                                    or last_offset - self.segment_bases[-1] > _INT32_MAX
@@ -609,6 +590,20 @@ class PartitionLog:
             self.flush()
         self.abandon()
 
+
+
+def _frozen(batch: RecordBatch) -> RecordBatch:
+    """``batch`` with tuples for its records (the log keeps its own copy: a caller changing its lists later
+    changes nothing here); the batch itself when they are tuples already."""
+    headers = batch.headers
+    if type(batch.values) is tuple and (batch.keys is None or type(batch.keys) is tuple) and (
+            headers is None or type(headers) is tuple):
+        return batch
+    if headers is not None:
+        headers = tuple(tuple((key, value) for key, value in record) for record in headers)
+    return RecordBatch(batch.topic, batch.partition, tuple(batch.values),
+                       None if batch.keys is None else tuple(batch.keys), batch.producer_id, batch.producer_epoch,
+                       batch.base_sequence, batch.max_timestamp, batch.is_transactional, headers)
 
 
 def _write(file: BinaryIO, data: bytes) -> None:

@@ -12,7 +12,7 @@ from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitions import BOOKKEEPING_FIELDS, HEAD_FIELDS, PartitionArrays
 from idemcore.kernels import Backend
 from idemcore.protocol.sequences import seq_at_or_before
-from idemcore.record.batch import RECORD_OVERHEAD, records_size
+from idemcore.record.batch import RECORD_OVERHEAD, headers_size, records_size
 
 
 class RecordAccumulator:
@@ -34,10 +34,12 @@ class RecordAccumulator:
         return number, self.queues[number]
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp: int,
-               now_ms: int) -> tuple[ProducerBatch, int]:
-        """Add one record; returns its batch and position in it."""
+               now_ms: int, headers: tuple[tuple[str, bytes | None], ...] | None = None) -> tuple[ProducerBatch, int]:
+        """Add one record (``headers``: checked pairs, or None for none); returns its batch and position in it."""
         number, queue = self.queue(topic, partition)
         size = len(value) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
+        if headers is not None:
+            size += headers_size(headers)
         batch = queue[-1] if queue else None
         if batch is None or batch.sent or batch.closed or (batch.size + size > self.config.batch_size and batch.values):
             batch = ProducerBatch(topic, partition, number, now_ms)
@@ -46,6 +48,8 @@ class RecordAccumulator:
             batch.keys = [None] * len(batch.values)
         if batch.keys is not None:
             batch.keys.append(key)
+        if headers is not None:
+            batch.add_headers(headers)  # records without headers cost nothing here: see ProducerBatch.headers
         batch.values.append(value)
         batch.timestamps.append(timestamp)
         batch.size += size

@@ -38,6 +38,7 @@ class ProducerBatch:
         "created_ms",
         "done",
         "error",
+        "headers",
         "index",
         "keys",
         "last_attempt_ms",
@@ -59,6 +60,10 @@ class ProducerBatch:
         self.index = index  # the producer's number for this partition
         self.values: list[bytes] = []
         self.keys: list[bytes | None] | None = None
+        # None until a record has headers, then one tuple of (key, value) pairs per record up to the last record
+        # with headers: records after it (no headers) are not added, so send() without headers does no work here.
+        # all_headers() gives one per record.
+        self.headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
         self.timestamps: list[int] = []
         self.size = 0
         self.created_ms = created_ms
@@ -83,6 +88,20 @@ class ProducerBatch:
     def last_sequence(self) -> int:
         return seq_add(self.base_sequence, len(self.values) - 1) if self.base_sequence >= 0 else NO_SEQUENCE
 
+    def add_headers(self, headers: tuple[tuple[str, bytes | None], ...]) -> None:
+        """The headers of the record about to be appended (the records before it without any get ``()``)."""
+        if self.headers is None:
+            self.headers = []
+        self.headers += [()] * (len(self.values) - len(self.headers))
+        self.headers.append(headers)
+
+    def all_headers(self) -> list[tuple[tuple[str, bytes | None], ...]] | None:
+        """One header tuple per record, or None when no record has headers (pads ``headers`` to the records)."""
+        headers = self.headers
+        if headers is not None and len(headers) < len(self.values):
+            headers += [()] * (len(self.values) - len(headers))
+        return headers
+
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -93,13 +112,15 @@ class ProducerBatch:
         order, keeping their sequences (Kafka's ProducerBatch.split), sent as if never tried. Kafka splits
         by batch.size, which need not shrink the batch; halving always ends, at single records."""
         middle = len(self.values) // 2
+        headers = self.all_headers()
         halves = []
         for start, stop in ((0, middle), (middle, len(self.values))):
             half = ProducerBatch(self.topic, self.partition, self.index, self.created_ms)
             half.values = self.values[start:stop]
             half.keys = None if self.keys is None else self.keys[start:stop]
+            half.headers = None if headers is None else headers[start:stop]
             half.timestamps = self.timestamps[start:stop]
-            half.size = records_size(half.values, half.keys)
+            half.size = records_size(half.values, half.keys, half.headers)
             if self.base_sequence >= 0:
                 half.set_producer_state(self.producer_id, self.producer_epoch, seq_add(self.base_sequence, start))
             half.sequence_reset = self.sequence_reset
@@ -118,10 +139,12 @@ class ProducerBatch:
         return batch, position
 
     def to_wire(self) -> RecordBatch:
-        """A fresh, immutable copy of what one attempt sends."""
+        """A fresh, immutable copy of what one attempt sends (every attempt the same records, keys and headers)."""
+        headers = self.all_headers()
         return RecordBatch(self.topic, self.partition, tuple(self.values),
                            None if self.keys is None else tuple(self.keys), self.producer_id, self.producer_epoch,
-                           self.base_sequence, max(self.timestamps), False)
+                           self.base_sequence, max(self.timestamps), False,
+                           None if headers is None else tuple(headers))
 
     def complete(self, base_offset: int) -> None:
         self.done = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from idemcore.kernels import Backend, get_backend
 from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
-from idemcore.record.batch import RECORD_OVERHEAD
+from idemcore.record.batch import RECORD_OVERHEAD, headers_size
 
 _client_ids = itertools.count()
 
@@ -151,22 +151,28 @@ class Producer:
         return count
 
     def send(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
-             timestamp: int | None = None, headers: Sequence[tuple[str, bytes]] | None = None) -> RecordFuture:
-        """Queue one record; the future's ``result()`` gives its :class:`RecordMetadata`."""
+             timestamp: int | None = None,
+             headers: Sequence[tuple[str, bytes | None]] | None = None) -> RecordFuture:
+        """Queue one record; the future's ``result()`` gives its :class:`RecordMetadata`.
+
+        ``headers``: Kafka's record headers, ``(key, value)`` pairs, a ``str`` key and ``bytes`` or None as value
+        (keys may repeat; order is kept). They count towards the record's size."""
         if self._closed:
             raise ProducerClosedError("send() on a closed producer")
         value = _as_bytes("value", value)
         if key is not None:
             key = _as_bytes("key", key)
-        if headers:
-            raise ValueError("record headers are not carried by idemcore's wire and log format; pass headers=None")
         count = self._partition_count(topic)
         size = len(value) + RECORD_OVERHEAD
+        if headers is not None:
+            headers = _headers(headers)  # a tuple of checked pairs, or None when empty
+            if headers is not None:
+                size += headers_size(headers)
         self._check_record_size(size + (len(key) if key is not None else 0))
         partition = self.partitioner.partition(topic, count, key, partition, size)
         now = self.transport.now_ms()
         batch, position = self.accumulator.append(topic, partition, key, value,
-                                                  now if timestamp is None else _timestamp(timestamp), now)
+                                                  now if timestamp is None else _timestamp(timestamp), now, headers)
         if batch.size >= self.config.batch_size:
             self.sender.run_once()  # a full batch wakes the sender, as in Kafka
         return RecordFuture(batch, position, self._drive)
@@ -271,6 +277,49 @@ def _timestamp(value: Any) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"timestamp must be an integer (ms since the epoch), not {type(value).__name__}")
     return int(value)
+
+
+def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
+    """``headers`` as a tuple of ``(str, bytes | None)`` pairs, None when there are none; TypeError (ValueError
+    for a key UTF-8 cannot encode) naming the header and its value. A tuple of the caller's pairs, copied: a
+    retry resends what was sent, whatever the caller changes after ``send``."""
+    if type(headers) is not list and type(headers) is not tuple and (
+            isinstance(headers, str | bytes | bytearray | memoryview | Mapping)
+            or not isinstance(headers, Iterable)):
+        raise TypeError(f"headers must be a sequence of (str, bytes | None) pairs, not {type(headers).__name__}"
+                        f" ({_shown(headers)})")
+    pairs = []
+    for number, pair in enumerate(headers):
+        # Type checks by identity first: a list of tuples of str and bytes, the usual case, takes no isinstance.
+        if type(pair) is not tuple or len(pair) != 2:
+            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise TypeError(f"header {number}: expected a (str, bytes | None) pair, got {_shown(pair)}")
+            pair = (pair[0], pair[1])
+        name, value = pair
+        if type(name) is not str:
+            if not isinstance(name, str):
+                raise TypeError(f"header {number}: key must be a str, not {type(name).__name__} ({_shown(name)})")
+            name = str(name)  # a str subclass (a StrEnum member) as the plain str it stands for
+            pair = (name, value)
+        if not name.isascii():
+            try:
+                name.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raise ValueError(f"header {number}: key {_shown(name)} cannot be encoded as UTF-8 (a lone "
+                                 "surrogate)") from None
+        if type(value) is not bytes and value is not None:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise TypeError(f"header {number} ({name!r}): value must be bytes or None, not "
+                                f"{type(value).__name__} ({_shown(value)})")
+            pair = (name, bytes(value))
+        pairs.append(pair)
+    return tuple(pairs) if pairs else None
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut to keep a message on one short line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _bytes_list(name: str, values: Any, nulls: bool = False) -> list[Any]:

@@ -23,6 +23,10 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     and leaves where and why it stopped in ``cursor`` (see
     :mod:`idemcore.kernels.header_scan_reference`).
 
+``get_record_encoder(name)`` is apart from that contract: the records section of a RecordBatch v2 built from
+Python objects (:mod:`idemcore.kernels.record_encode_reference` and its compiled twin ``cython_record_encode``),
+which ``record.v2.batches.encode_record_batch`` calls on every batch the broker appends.
+
 The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
 with ``@njit``; needs the optional ``numba`` extra) and ``python`` (the
@@ -147,3 +151,49 @@ def available_backends() -> list[str]:
             continue
         names.append(name)
     return names
+
+
+#: The records encoder of each backend. numba has none of its own (it compiles array loops, not loops over Python
+#: objects): like ``auto`` it takes the compiled encoder when it loads, else the Python twin.
+_RECORD_ENCODERS = {"cython": "idemcore.kernels.cython_record_encode",
+                    "python": "idemcore.kernels.record_encode_reference"}
+
+
+@functools.cache
+def _load_record_encoder(name: str) -> Callable[..., bytearray]:
+    try:
+        module = importlib.import_module(_RECORD_ENCODERS[name])
+    except ImportError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendUnavailableError(f"backend {name!r} has no record encoder: {reason} (rebuild the extensions: "
+                                      "pip install -e .)") from exc
+    encode: Callable[..., bytearray] = module.encode_records
+    return encode
+
+
+@functools.cache
+def _auto_record_encoder() -> Callable[..., bytearray]:
+    try:
+        return _load_record_encoder("cython")
+    except BackendUnavailableError as exc:
+        warnings.warn(f"idemcore encodes records in Python ({exc})", RuntimeWarning, stacklevel=3)
+        return _load_record_encoder("python")
+
+
+def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytearray]:
+    """The ``encode_records`` function of a backend (see :mod:`idemcore.kernels.record_encode_reference`), chosen as
+    :func:`get_backend` chooses: a name, a :class:`Backend`, ``"auto"``, or None for ``$IDEMCORE_BACKEND``.
+    ``cython`` raises BackendUnavailableError when its extension is not built; ``auto`` and ``numba`` fall back
+    to the Python twin (``auto`` with one warning)."""
+    if isinstance(name, Backend):
+        name = name.name
+    source = "backend="
+    if name is None:
+        name = os.environ.get(ENV_VAR, "auto") or "auto"
+        source = f"${ENV_VAR}="
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
+    name = _known(name.strip().lower(), source)
+    if name in _RECORD_ENCODERS:
+        return _load_record_encoder(name)
+    return _auto_record_encoder()

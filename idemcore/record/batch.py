@@ -3,6 +3,9 @@
 The same object travels in a produce request, is stored in a partition log and
 is replayed on recovery; its producer metadata is what the kernels check
 (``record.columns`` packs many of them into columns).
+
+Record headers (Kafka's: a ``str`` key, UTF-8 on the wire, and ``bytes`` or None) ride in ``headers``: None
+when no record has any, else one sequence of ``(key, value)`` pairs per record (empty for a record without).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SE
 
 #: Bytes counted per record on top of its key and value (Kafka's record framing is about this size).
 RECORD_OVERHEAD = 10
+#: Bytes counted per record header on top of its key's UTF-8 and its value (their two varint lengths, mostly 1 byte).
+HEADER_OVERHEAD = 2
 #: Bytes of a v2 RecordBatch header (Kafka's ``RECORD_BATCH_OVERHEAD``).
 BATCH_OVERHEAD = 61
 
@@ -24,6 +29,7 @@ class RecordBatch:
 
     A producer builds a fresh one for every attempt, so what a broker stored
     never changes when the producer later re-stamps a retried batch.
+    ``headers`` is last so that the nine fields before it keep their positions.
     """
 
     topic: str
@@ -35,6 +41,7 @@ class RecordBatch:
     base_sequence: int = NO_SEQUENCE
     max_timestamp: int = 0
     is_transactional: bool = False
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None
 
     @property
     def record_count(self) -> int:
@@ -43,12 +50,27 @@ class RecordBatch:
     def size_in_bytes(self) -> int:
         """The batch's size as the broker's ``message_max_bytes`` counts it: the v2 header and the records
         (Kafka's v2 encoding is within a few bytes of this, uncompressed)."""
-        return BATCH_OVERHEAD + records_size(self.values, self.keys)
+        return BATCH_OVERHEAD + records_size(self.values, self.keys, self.headers)
 
 
-def records_size(values: Sequence[bytes], keys: Sequence[bytes | None] | None) -> int:
-    """Bytes of records as batches count them: each key and value, and RECORD_OVERHEAD of framing each."""
+def records_size(values: Sequence[bytes], keys: Sequence[bytes | None] | None,
+                 headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None) -> int:
+    """Bytes of records as batches count them: each key and value, and RECORD_OVERHEAD of framing each;
+    each header's key (UTF-8) and value, and HEADER_OVERHEAD each."""
     size = sum(map(len, values)) + RECORD_OVERHEAD * len(values)
     if keys is not None:
         size += sum(len(key) for key in keys if key is not None)
+    if headers is not None:
+        size += sum(map(headers_size, headers))
+    return size
+
+
+def headers_size(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """Bytes one record's headers count for: each key's UTF-8 and value, and HEADER_OVERHEAD each."""
+    size = HEADER_OVERHEAD * len(headers)
+    for key, value in headers:
+        # surrogateescape: a key decoded from bytes that are not UTF-8 counts as the bytes it came from
+        size += len(key.encode("utf-8", "surrogateescape")) if not key.isascii() else len(key)
+        if value is not None:
+            size += len(value)
     return size

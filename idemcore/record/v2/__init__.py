@@ -1,5 +1,7 @@
 """RecordBatch v2, Kafka's batch format on the wire and on disk, bytes-exact.
 
+- ``batches``: ``encode_record_batch`` and ``record_batch_from``: a ``RecordBatch`` as the broker stores it,
+  and back (the records written by the compiled encoder when it is built);
 - ``codec``: ``BatchHeader``, ``Record``, ``read_header``, ``iter_batches``, ``verify_crc``,
   ``decode_batch``, ``encode_batch`` (CRC-32C through ``crc32c``);
 - ``compression``: the records section's codecs as Kafka frames them (through ``cramjam``);
@@ -8,6 +10,7 @@
 - ``errors``: ``CorruptRecordError`` and its ``IncompleteBatchError``.
 """
 
+from idemcore.record.v2.batches import encode_record_batch, record_batch_from
 from idemcore.record.v2.codec import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -55,10 +58,12 @@ __all__ = [
     "decode_batch",
     "encode_batch",
     "encode_end_txn_marker",
+    "encode_record_batch",
     "end_txn_marker_record",
     "iter_batches",
     "parse_end_txn_marker",
     "read_header",
+    "record_batch_from",
     "set_base_offset",
     "set_partition_leader_epoch",
     "verify_crc",

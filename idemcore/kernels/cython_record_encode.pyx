@@ -1,0 +1,227 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The records section of a RecordBatch v2 compiled with Cython: an independent implementation of
+``encode_records`` from idemcore.kernels.record_encode_reference (same arguments, same bytes, same errors; the
+format is described there). Built by setup.py into idemcore.kernels.cython_record_encode.
+
+Why it exists: the broker encodes every batch it appends, and in Python ~70% of that time is varints. It holds the
+GIL throughout (it reads Python objects: no nogil loop, unlike the kernels over arrays). Two passes over the records: the first sizes every record (and checks every type), the second writes into one
+bytearray of the exact size, with memcpy for keys and values. Errors are raised through the twin's helpers so
+the messages are the same. The second pass checks every write against the end of the buffer, so even a header
+sequence that changed between the passes (a list mutated by a ``__getitem__``) cannot write past it: it raises.
+"""
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_AsEncodedString, PyUnicode_DATA, PyUnicode_GET_LENGTH
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy, memset
+
+from idemcore.kernels.record_encode_reference import (
+    bad_header_value,
+    bad_type,
+    check_lengths,
+    encode_header_key,
+    header_pair,
+    too_long,
+)
+
+cdef extern from "Python.h":
+    # A compact ASCII str: its characters are its UTF-8 bytes, at PyUnicode_DATA (a macro; no call).
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+
+cdef enum:
+    INT32_MAX = 2147483647
+    MAX_VARINT = 10  # bytes of the longest varint written (a uint64)
+
+
+cdef inline Py_ssize_t varint_size(uint64_t raw) noexcept nogil:
+    cdef Py_ssize_t size = 1
+    while raw >= 0x80:
+        raw >>= 7
+        size += 1
+    return size
+
+
+cdef inline char *put_varint(char *p, uint64_t raw) noexcept nogil:
+    while raw >= 0x80:
+        p[0] = <char>((raw & 0x7F) | 0x80)
+        p += 1
+        raw >>= 7
+    p[0] = <char>raw
+    return p + 1
+
+
+cdef inline Py_ssize_t nullable_size(object data, Py_ssize_t index, str what) except -1:
+    """Bytes a nullable key or value takes with its length."""
+    cdef Py_ssize_t n
+    if data is None:
+        return 1
+    if not PyBytes_Check(data):
+        raise bad_type(index, what, data)
+    n = PyBytes_GET_SIZE(data)
+    return varint_size((<uint64_t>n) << 1) + n
+
+
+cdef inline tuple record_headers(tuple headers, Py_ssize_t index):
+    """Record ``index``'s headers as a tuple of pairs (any sequence is read once, into a tuple)."""
+    cdef object found = headers[index]
+    if type(found) is tuple:
+        return <tuple>found
+    return tuple(found)
+
+
+cdef inline object header_key_bytes(object name, Py_ssize_t index, Py_ssize_t number):
+    """None for a compact ASCII str (read in place), else the UTF-8 bytes of the key (or the twin's error)."""
+    if type(name) is str and PyUnicode_IS_COMPACT_ASCII(name):
+        return None
+    if type(name) is str:
+        try:
+            return PyUnicode_AsEncodedString(name, "utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            pass
+    return encode_header_key(index, number, name)  # a str subclass, or the error naming the key
+
+
+cdef Py_ssize_t headers_size(tuple pairs, Py_ssize_t index) except -1:
+    """Bytes of a record's header count and headers."""
+    cdef Py_ssize_t count = len(pairs), number, n, size
+    cdef object pair, name, value, encoded
+    size = varint_size((<uint64_t>count) << 1)
+    for number in range(count):
+        pair = pairs[number]
+        if type(pair) is tuple and len(<tuple>pair) == 2:
+            name = (<tuple>pair)[0]
+            value = (<tuple>pair)[1]
+        else:
+            name, value = header_pair(index, number, pair)
+        encoded = header_key_bytes(name, index, number)
+        n = PyUnicode_GET_LENGTH(name) if encoded is None else PyBytes_GET_SIZE(encoded)
+        size += varint_size((<uint64_t>n) << 1) + n
+        if value is None:
+            size += 1
+        elif PyBytes_Check(value):
+            n = PyBytes_GET_SIZE(value)
+            size += varint_size((<uint64_t>n) << 1) + n
+        else:
+            raise bad_header_value(index, number, name, value)
+    return size
+
+
+cdef inline char *put_bytes(char *p, char *end, const char *data, Py_ssize_t n) except NULL:
+    """Write ``n`` as a length then the ``n`` bytes at ``data``, or raise when they would pass ``end``."""
+    if end - p < MAX_VARINT + n:
+        if end - p < varint_size((<uint64_t>n) << 1) + n:
+            raise RuntimeError("the records changed while they were being encoded")
+    p = put_varint(p, (<uint64_t>n) << 1)
+    memcpy(p, data, n)
+    return p + n
+
+
+cdef inline char *put_nullable(char *p, char *end, object data) except NULL:
+    if data is None:
+        if p >= end:
+            raise RuntimeError("the records changed while they were being encoded")
+        p[0] = 1  # length -1
+        return p + 1
+    if not PyBytes_Check(data):
+        raise RuntimeError("the records changed while they were being encoded")
+    return put_bytes(p, end, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+cdef char *put_headers(char *p, char *end, tuple pairs, Py_ssize_t index) except NULL:
+    cdef Py_ssize_t count = len(pairs), number
+    cdef object pair, name, value, encoded
+    if end - p < varint_size((<uint64_t>count) << 1):
+        raise RuntimeError("the records changed while they were being encoded")
+    p = put_varint(p, (<uint64_t>count) << 1)
+    for number in range(count):
+        pair = pairs[number]
+        if type(pair) is tuple and len(<tuple>pair) == 2:
+            name = (<tuple>pair)[0]
+            value = (<tuple>pair)[1]
+        else:
+            name, value = header_pair(index, number, pair)
+        encoded = header_key_bytes(name, index, number)
+        if encoded is None:
+            p = put_bytes(p, end, <const char *>PyUnicode_DATA(name), PyUnicode_GET_LENGTH(name))
+        else:
+            p = put_bytes(p, end, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded))
+        p = put_nullable(p, end, value)
+    return p
+
+
+def encode_records(values, keys, headers, Py_ssize_t reserve):
+    """``reserve`` zero bytes, then the records (see record_encode_reference)."""
+    cdef tuple value_tuple = values if type(values) is tuple else tuple(values)
+    cdef tuple key_tuple = None
+    cdef tuple header_tuple = None
+    cdef Py_ssize_t count = len(value_tuple), index, body, total = reserve
+    cdef Py_ssize_t *lengths
+    cdef bytearray out
+    cdef char *p
+    cdef char *end
+    cdef char *start
+    cdef object key, value
+    cdef tuple pairs = ()
+    if reserve < 0:
+        raise ValueError(f"reserve {reserve} is negative")
+    if keys is not None:
+        key_tuple = keys if type(keys) is tuple else tuple(keys)
+    if headers is not None:
+        header_tuple = headers if type(headers) is tuple else tuple(headers)
+    check_lengths(count, key_tuple, header_tuple)
+    lengths = <Py_ssize_t *>PyMem_Malloc(max(count, 1) * sizeof(Py_ssize_t))
+    if lengths == NULL:
+        raise MemoryError()
+    try:
+        # Pass 1: every record's length (and every type checked).
+        for index in range(count):
+            body = 2 + varint_size((<uint64_t>index) << 1)  # attributes, timestamp delta, offset delta
+            body += nullable_size(None if key_tuple is None else key_tuple[index], index, "key")
+            body += nullable_size(value_tuple[index], index, "value")
+            if header_tuple is None:
+                body += 1
+            else:
+                pairs = record_headers(header_tuple, index)
+                body += headers_size(pairs, index) if len(pairs) else 1
+            if body > INT32_MAX:
+                raise too_long(index, body)
+            lengths[index] = body
+            total += varint_size((<uint64_t>body) << 1) + body
+        # Pass 2: write them.
+        out = PyByteArray_FromStringAndSize(NULL, total)
+        p = PyByteArray_AS_STRING(out)
+        end = p + total
+        memset(p, 0, reserve)
+        p += reserve
+        for index in range(count):
+            body = lengths[index]
+            # The record's length, attributes, timestamp and offset deltas fit: pass 1 counted them in ``body``.
+            if end - p < varint_size((<uint64_t>body) << 1) + body:
+                raise RuntimeError("the records changed while they were being encoded")
+            p = put_varint(p, (<uint64_t>body) << 1)
+            start = p
+            p[0] = 0  # attributes
+            p[1] = 0  # timestamp delta
+            p = put_varint(p + 2, (<uint64_t>index) << 1)
+            p = put_nullable(p, end, None if key_tuple is None else key_tuple[index])
+            p = put_nullable(p, end, value_tuple[index])
+            if header_tuple is None:
+                pairs = ()
+            else:
+                pairs = record_headers(header_tuple, index)
+            if len(pairs):
+                p = put_headers(p, end, pairs, index)
+            elif p < end:
+                p[0] = 0  # no headers
+                p += 1
+            else:
+                raise RuntimeError("the records changed while they were being encoded")
+            if p - start != body:
+                raise RuntimeError("the records changed while they were being encoded")
+        if p != end:
+            raise RuntimeError("the records changed while they were being encoded")
+    finally:
+        PyMem_Free(lengths)
+    return out

@@ -1,0 +1,110 @@
+"""A :class:`~idemcore.record.batch.RecordBatch` as RecordBatch v2 bytes, and back: how the broker stores a batch.
+
+``encode_record_batch`` writes what the broker's log holds: uncompressed, CREATE_TIME, base timestamp and every
+record's timestamp the batch's ``max_timestamp`` (the in-process batch carries only that one: timestamp deltas
+0), offset deltas ``0..n-1``, each record's key, value and headers. Byte for byte what
+``codec.encode_batch`` writes for the same records; faster, because the records section is written by
+:func:`idemcore.kernels.get_record_encoder` (compiled when the extension is built) straight into the buffer
+that then receives the header and the CRC-32C (``crc32c``).
+
+``record_batch_from`` is the inverse over a decoded batch (``codec.decode_batch``): keys None when every key is,
+headers None when no record has any. What a RecordBatch has no field for (per-record offsets and timestamps,
+the partition leader epoch) is not kept: the caller checks what it requires of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+from idemcore.kernels import get_record_encoder
+from idemcore.record.batch import RecordBatch
+from idemcore.record.crc import crc32c
+from idemcore.record.v2.codec import (
+    _CRC,
+    _HEADER,
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    Record,
+    _check_int,
+)
+from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+
+#: The encoder chosen on first use ($IDEMCORE_BACKEND then, else the fastest), kept: one lookup per process.
+_default_encoder: Callable[..., bytearray] | None = None
+
+
+def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_epoch: int = 0, *,
+                        backend: str | None = None) -> bytes:
+    """The v2 bytes of ``batch`` at ``base_offset``, as the broker stores it (module docstring).
+
+    ``backend`` picks the records encoder (``"cython"``, ``"python"``; default: as ``$IDEMCORE_BACKEND`` says
+    when first used, else the fastest); every one writes the same bytes. Raises TypeError for a value, key or
+    header of the wrong type, ValueError for keys or headers not one per value and for a field outside its
+    width, each naming the value.
+    """
+    global _default_encoder
+    if backend is not None:
+        encode = get_record_encoder(backend)
+    elif _default_encoder is not None:
+        encode = _default_encoder
+    else:
+        encode = _default_encoder = get_record_encoder()
+    count = len(batch.values)
+    out = encode(batch.values, batch.keys, batch.headers, BATCH_HEADER_SIZE)
+    max_timestamp = batch.max_timestamp
+    try:
+        _HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
+                          TRANSACTIONAL_MASK if batch.is_transactional else 0, count - 1 if count else 0,
+                          max_timestamp, max_timestamp, batch.producer_id, batch.producer_epoch,
+                          batch.base_sequence, count)
+    except struct.error:
+        _explain_header(batch, base_offset, partition_leader_epoch, len(out) - LOG_OVERHEAD)
+        raise
+    with memoryview(out) as view:
+        _CRC.pack_into(out, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def _explain_header(batch: RecordBatch, base_offset: int, partition_leader_epoch: int, batch_length: int) -> None:
+    """Raise ValueError naming the header field that ``struct`` refused (its own message does not say which)."""
+    _check_int("base_offset", base_offset, INT64_MIN, INT64_MAX)
+    _check_int("partition_leader_epoch", partition_leader_epoch, INT32_MIN, INT32_MAX)
+    _check_int("max_timestamp", batch.max_timestamp, INT64_MIN, INT64_MAX)
+    _check_int("producer_id", batch.producer_id, INT64_MIN, INT64_MAX)
+    _check_int("producer_epoch", batch.producer_epoch, -(1 << 15), (1 << 15) - 1)
+    _check_int("base_sequence", batch.base_sequence, INT32_MIN, INT32_MAX)
+    _check_int("batch length", batch_length, 0, INT32_MAX)
+
+
+def record_batch_from(topic: str, partition: int, header: BatchHeader, records: Sequence[Record]) -> RecordBatch:
+    """The RecordBatch of a decoded v2 batch (``codec.decode_batch``): producer metadata, ``max_timestamp`` and
+    the transactional flag from ``header``; keys, values and headers from ``records``.
+
+    Raises ValueError for what a RecordBatch cannot hold: a control batch (transaction markers are not data) or
+    a record with a null value, naming the batch's offset.
+    """
+    if header.is_control:
+        raise ValueError(f"the batch at offset {header.base_offset} is a control batch (transaction markers), "
+                         "not data a RecordBatch holds")
+    if not records:
+        return RecordBatch(topic, partition, (), None, header.producer_id, header.producer_epoch,
+                           header.base_sequence, header.max_timestamp, header.is_transactional)
+    # One transpose in C rather than a loop per field: Record is a tuple.
+    _, _, keys, values, headers, _ = zip(*records, strict=True)
+    if None in values:
+        index = values.index(None)
+        raise ValueError(f"record {index} of the batch at offset {header.base_offset} (offset "
+                         f"{header.base_offset + records[index].offset_delta}) has a null value (a tombstone), "
+                         "which a RecordBatch cannot hold")
+    return RecordBatch(topic, partition, values, None if keys.count(None) == len(keys) else keys,
+                       header.producer_id, header.producer_epoch, header.base_sequence, header.max_timestamp,
+                       header.is_transactional, headers if any(headers) else None)
+
+
+__all__ = ["encode_record_batch", "record_batch_from"]
