@@ -433,7 +433,7 @@ def test_a_batch_the_broker_finds_too_large_is_split_and_every_record_delivered_
     if not idempotent:
         return
     assert producer.metrics["split_batches"] >= 3 and producer.metrics["failed_batches"] == 0
-    sequences = [(b.base_sequence, b.record_count) for _, b in broker.log("t", 0).batches]
+    sequences = [(s.batch.base_sequence, s.batch.record_count) for s in broker.log("t", 0).batches]
     assert all(base == sum(c for _, c in sequences[:k]) for k, (base, _) in enumerate(sequences))
 
 

@@ -53,7 +53,7 @@ def test_a_roll_snapshots_the_state_before_the_new_segment(tmp_path):
         entries = read_snapshot(log.snapshot_path(rolled[0])).entries
     # The same batches up to that offset, replayed by a fresh broker in memory: the same entries.
     with Broker({"t": 2}) as fresh:
-        for base_offset, batch in log.batches:
+        for base_offset, batch, *_ in log.batches:
             if base_offset < rolled[0]:
                 assert fresh.handle(ProduceRequest((batch,))).responses[0].base_offset == base_offset
         assert entries == snapshot_entries(fresh.state, 0)

@@ -371,7 +371,7 @@ def _examine(broker: Broker, data_dir: Path, acked: list[Acked]) -> tuple[list[s
                 problems.append(f"a retry of producer {producer_id}'s record at t-{partition} offset {last.offset} "
                                 f"was answered ({answer.error_code}, offset {answer.base_offset}), not as a "
                                 "duplicate")
-    in_logs = max(batch.producer_id for partition_log in broker.logs() for _, batch in partition_log.batches)
+    in_logs = max(batch.producer_id for partition_log in broker.logs() for _, batch, *_ in partition_log.batches)
     new: list[Acked] = []
     producer = Producer(broker)
     try:

@@ -37,7 +37,7 @@ def _fill(log, batches: int, count: int = 3, **kwargs) -> list[int]:
 def _stored(log) -> list[tuple]:
     """The batches as plain tuples."""
     return [(base, tuple(b.values), None if b.keys is None else tuple(b.keys), b.producer_id, b.producer_epoch,
-             b.base_sequence, b.max_timestamp, b.is_transactional) for base, b in log.batches]
+             b.base_sequence, b.max_timestamp, b.is_transactional) for base, b, *_ in log.batches]
 
 
 def _records(log) -> list[tuple[int, bytes | None, bytes]]:

@@ -365,7 +365,7 @@ def test_the_compiled_encoder_refuses_headers_that_change_between_its_passes():
         encode_record_batch(batch, 0, backend="cython")
 
 
-def test_record_batch_from_refuses_what_a_record_batch_cannot_hold():
+def test_record_batch_from_refuses_markers_and_keeps_tombstones():
     marker = encode_end_txn_marker(ControlType.COMMIT, 0, producer_id=5, producer_epoch=0, timestamp=0,
                                    base_offset=9)
     header, records = decode_batch(marker)
@@ -373,8 +373,9 @@ def test_record_batch_from_refuses_what_a_record_batch_cannot_hold():
         record_batch_from("t", 0, header, records)
     tombstone = encode_batch([Record(0, 0, b"k", b"v"), Record(1, 0, b"k", None)], base_offset=40, base_timestamp=0)
     header, records = decode_batch(tombstone)
-    with pytest.raises(ValueError, match=r"^record 1 of the batch at offset 40 \(offset 41\) has a null value"):
-        record_batch_from("t", 0, header, records)
+    batch = record_batch_from("t", 0, header, records)
+    assert batch.values == (b"v", None) and batch.keys == (b"k", b"k")
+    assert [r.value for r in decode_batch(encode_record_batch(batch, 40))[1]] == [b"v", None]
 
 
 # --- kafka-python's codec --------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from idemcore.broker.log import LogCorruptionError, PartitionLog
+from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
 from idemcore.broker.producer_ids import (
     REACHABLE,
     SQLITE_STORE_NAME,
@@ -32,6 +32,7 @@ from idemcore.broker.producer_ids import (
     ProducerIdsExhaustedError,
     SqliteBlockStore,
 )
+from idemcore.broker.topic_config import TopicConfig
 from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -79,10 +80,11 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 LOG_END_CHECKPOINT = "log-end-offsets.json"
 #: In data_dir: where each log starts once retention deleted its oldest segments (Kafka's file and format).
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+#: In data_dir: how far each compacted log was cleaned (Kafka's file and format): gaps below it are compaction's.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
-_BYTES = frozenset((bytes,))
 _KEY_TYPES = frozenset((bytes, type(None)))
 _CONTAINERS = frozenset((list, tuple))
 
@@ -119,8 +121,8 @@ def _malformed(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
     if isinstance(values, np.ndarray):
         if values.dtype.kind != "S" and not (values.dtype == object and all(type(v) is bytes for v in values)):
             return ErrorCode.CORRUPT_MESSAGE, f"record values of dtype {values.dtype} are not bytes"
-    elif values and not set(map(type, values)) <= _BYTES:
-        return ErrorCode.CORRUPT_MESSAGE, "every record value must be bytes"
+    elif values and not set(map(type, values)) <= _KEY_TYPES:
+        return ErrorCode.CORRUPT_MESSAGE, "every record value must be bytes or None"
     if batch.keys is not None:
         if len(batch.keys) != len(values):
             return ErrorCode.CORRUPT_MESSAGE, f"{len(batch.keys)} keys for {len(values)} records"
@@ -213,10 +215,12 @@ class _RequestColumns:
         self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
                                      self.verdicts.out_last_offset)
 
-    def put(self, k: int, number: int, batch: RecordBatch) -> None:
-        """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``."""
+    def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None) -> None:
+        """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``; ``count``: the records it
+        spans when compaction removed some (its sequences and offsets still cover them)."""
         b = self.batch
-        count = len(batch.values)
+        if count is None:
+            count = len(batch.values)
         b.partition[k] = number
         b.producer_id[k] = batch.producer_id
         b.producer_epoch[k] = batch.producer_epoch
@@ -248,7 +252,10 @@ class Broker:
     the largest batch accepted (Kafka's ``message.max.bytes``); a larger one is
     answered MESSAGE_TOO_LARGE. ``retention_ms`` / ``retention_bytes``:
     Kafka's ``retention.ms`` (7 days) / ``retention.bytes`` (-1: none), applied
-    by :meth:`delete_old_segments`. ``clock``: the time in ms (wall clock by
+    by :meth:`delete_old_segments`. ``topic_configs``: per topic, Kafka's
+    topic configs over those defaults (``cleanup.policy`` ``compact``:
+    :meth:`clean_logs` compacts it, and records without a key are refused).
+    ``clock``: the time in ms (wall clock by
     default; a simulation passes its virtual one).
     """
 
@@ -269,6 +276,7 @@ class Broker:
         clock: Callable[[], int] | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
         retention_bytes: int = -1,
+        topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -288,14 +296,16 @@ class Broker:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
-        log_settings: dict[str, Any] = {"segment_bytes": segment_bytes, "segment_ms": segment_ms,
-                        "index_interval_bytes": index_interval_bytes}
-        PartitionLog("settings", 0, **log_settings)  # refuses a bad setting before the directory is touched
-        for name, value in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if type(value) is not int or value < -1:
-                raise ValueError(f"{name} must be an integer, -1 for no limit, got {value!r}")
-        self.retention_ms = retention_ms
-        self.retention_bytes = retention_bytes
+        # Bad settings are refused before the directory is touched.
+        defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
+                               segment_bytes=segment_bytes, segment_ms=segment_ms,
+                               index_interval_bytes=index_interval_bytes)
+        unknown = sorted(set(topic_configs or {}) - set(self.topics))
+        if unknown:
+            raise ValueError(f"topic_configs names {unknown}, which are not among the topics {sorted(self.topics)}")
+        #: Each topic's settings (Kafka's topic configs over the broker's defaults).
+        self.topic_configs = {name: defaults.overridden(name, (topic_configs or {}).get(name, {}))
+                              for name in self.topics}
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -309,7 +319,11 @@ class Broker:
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
-            starts = self._log_starts()
+            starts = self._offsets_file(LOG_START_CHECKPOINT, "where each log starts since retention deleted its "
+                                        "oldest segments: restore it, or write it again from the first segment of "
+                                        "each partition")
+            cleaned = self._offsets_file(CLEANER_CHECKPOINT, "how far each compacted log was cleaned: restore it, "
+                                         "or write it again with each partition's last segment base offset")
             written = self._ends_written_in_this_boot()
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
@@ -319,7 +333,8 @@ class Broker:
                     point = max(self._checkpoint.get(key, 0), written.get(key, 0))
                     self._logs.append(PartitionLog(name, partition, directory, fsync, point, clock=self.clock,
                                                    log_start_offset=starts.get((name, partition), 0),
-                                                   **log_settings))
+                                                   cleaned_offset=cleaned.get((name, partition), 0),
+                                                   **self.topic_configs[name].log_settings()))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
@@ -362,20 +377,24 @@ class Broker:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
 
-    def _log_starts(self) -> dict[tuple[str, int], int]:
-        """Each partition's log start offset as retention last left it (none recorded: 0)."""
-        if self.data_dir is None or not os.path.lexists(self.data_dir / LOG_START_CHECKPOINT):
+    def _offsets_file(self, name: str, what: str) -> dict[tuple[str, int], int]:
+        """The ``topic partition offset`` entries of one of Kafka's offset checkpoints in data_dir ({} when
+        there is none); ``what`` says what it records, for the message when it is damaged."""
+        if self.data_dir is None or not os.path.lexists(self.data_dir / name):
             return {}
-        path = self.data_dir / LOG_START_CHECKPOINT
+        path = self.data_dir / name
         try:
             read = read_offset_checkpoint(path)
         except OSError as exc:
             raise LogCorruptionError(f"{path} cannot be read ({exc.strerror})") from None
         if read.problems:
-            raise LogCorruptionError(f"{path} is damaged ({read.problems[0]}); it says where each log starts since "
-                                     "retention deleted its oldest segments: restore it, or write it again from the "
-                                     "first segment of each partition")
+            raise LogCorruptionError(f"{path} is damaged ({read.problems[0]}); it says {what}")
         return {(entry.topic, entry.partition): entry.offset for entry in read.entries}
+
+    def _write_offsets_file(self, name: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        assert self.data_dir is not None
+        write_file_atomically(self.data_dir / name, encode_offset_checkpoint(
+            (topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())))
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention (``retention_ms``, ``retention_bytes``) at ``now_ms`` (default: the clock): delete the
@@ -386,19 +405,39 @@ class Broker:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         now = self.clock() if now_ms is None else now_ms
-        moves = [(partition_log, start) for partition_log in self._logs
-                 if (start := partition_log.retention_start(now, self.retention_ms, self.retention_bytes)) is not None]
+        moves = []
+        for partition_log in self._logs:
+            config = self.topic_configs[partition_log.topic]
+            if config.deletes:
+                start = partition_log.retention_start(now, config.retention_ms, config.retention_bytes)
+                if start is not None:
+                    moves.append((partition_log, start))
         if not moves:
             return 0
-        assert self.data_dir is not None  # only logs with a directory have retention
         starts = {(p.topic, p.partition): p.log_start_offset for p in self._logs if p.log_start_offset}
         starts.update({(p.topic, p.partition): start for p, start in moves})
-        write_file_atomically(self.data_dir / LOG_START_CHECKPOINT,
-                              encode_offset_checkpoint((topic, partition, offset)
-                                                       for (topic, partition), offset in sorted(starts.items())))
+        self._write_offsets_file(LOG_START_CHECKPOINT, starts)  # only logs with a directory have retention
         for partition_log, start in moves:
             partition_log.delete_segments_below(start)
         return len(moves)
+
+    def clean_logs(self, now_ms: int | None = None) -> int:
+        """Compact the partitions of topics whose ``cleanup.policy`` includes ``compact`` (Kafka's log cleaner;
+        :meth:`PartitionLog.clean`) at ``now_ms`` (default: the clock), after recording in
+        ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        now = self.clock() if now_ms is None else now_ms
+        due = [(partition_log, stop) for partition_log in self._logs
+               if self.topic_configs[partition_log.topic].compacted
+               and (stop := partition_log.cleanable_offset()) is not None]
+        if not due:
+            return 0
+        cleaned = {(p.topic, p.partition): p.cleaned_offset for p in self._logs if p.cleaned_offset}
+        cleaned.update({(p.topic, p.partition): stop for p, stop in due})
+        self._write_offsets_file(CLEANER_CHECKPOINT, cleaned)  # before a segment changes: recovery allows gaps
+        return sum(partition_log.clean(now, self.topic_configs[partition_log.topic].delete_retention_ms)
+                   for partition_log, _ in due)
 
     def _own_producer_ids(self, broker_id: int) -> ProducerIdManager:
         """The id allocator over this broker's SQLite store, with its floor file (in memory: neither)."""
@@ -457,15 +496,14 @@ class Broker:
     def _recover(self) -> None:
         """Producer state from each partition's newest valid snapshot, then the batches after it replayed (all of
         them where there is none), with REPLICATION origin; the logs' roll hook set to take snapshots."""
-        stored: list[tuple[int, int, RecordBatch]] = []
+        stored: list[tuple[int, StoredBatch]] = []
         unusable: list[tuple[PartitionLog, int, str]] = []  # deleted only once the whole start succeeded
         for number, partition_log in enumerate(self._logs):
             # At a roll the state holds exactly the batches before the new segment: a request has one batch per
             # partition, committed after the writes.
             partition_log.on_roll = self._write_snapshot
             start = self._load_snapshot(number, partition_log, unusable)
-            stored += [(number, base_offset, batch) for base_offset, batch in partition_log.batches
-                       if base_offset >= start]
+            stored += [(number, batch) for batch in partition_log.batches if batch.base_offset >= start]
         if stored:
             self._replay(stored)
         for number, partition_log in enumerate(self._logs):
@@ -515,19 +553,19 @@ class Broker:
         number = self._index[(partition_log.topic, partition_log.partition)]
         partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
 
-    def _replay(self, stored: list[tuple[int, int, RecordBatch]]) -> None:
+    def _replay(self, stored: list[tuple[int, StoredBatch]]) -> None:
         columns = _RequestColumns(len(stored))
-        for k, (number, base_offset, batch) in enumerate(stored):
-            columns.put(k, number, batch)
-            columns.batch.base_offset[k] = base_offset
+        for k, (number, batch) in enumerate(stored):
+            columns.put(k, number, batch.batch, batch.next_offset - batch.base_offset)
+            columns.batch.base_offset[k] = batch.base_offset
         verdicts = validate_into(columns.packed(len(stored)), self.state, Origin.REPLICATION, self.backend,
                                  columns.verdicts)
         bad = np.flatnonzero(verdicts.status != Status.APPENDED)
         if len(bad):
-            number, base_offset, _ = stored[int(bad[0])]
+            number, first = stored[int(bad[0])]
             reason = ErrorCode(int(verdicts.error_code[bad[0]])).name
-            raise LogCorruptionError(f"{self._logs[number].topic}-{self._logs[number].partition}: the batch at "
-                                     f"offset {base_offset} does not replay ({reason})")
+            raise LogCorruptionError(f"{self._logs[number].name}: the batch at offset {first.base_offset} does not "
+                                     f"replay ({reason})")
 
     # ------------------------------------------------------------ handlers
 
@@ -567,6 +605,10 @@ class Broker:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
                 problem = _malformed(batch)
+                if problem is None and self.topic_configs[batch.topic].compacted and (
+                        batch.keys is None or None in batch.keys):  # Kafka's LogValidator.validateKey
+                    problem = ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in "
+                                                         f"topic partition {batch.topic}-{batch.partition}")
                 if problem is None and batch.size_in_bytes() > self.message_max_bytes:
                     problem = ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {batch.size_in_bytes()} bytes is larger than "
                                                             f"message_max_bytes={self.message_max_bytes}")

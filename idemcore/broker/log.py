@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -59,7 +59,15 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
-from idemcore.record.v2 import CorruptRecordError, decode_batch, encode_record_batch, record_batch_from
+from idemcore.record.v2 import (
+    BatchHeader,
+    CorruptRecordError,
+    Record,
+    decode_batch,
+    encode_batch,
+    encode_record_batch,
+    record_batch_from,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json and <data_dir>/written-log-en
 LEADER_EPOCH = 0
 _INT32_MAX = (1 << 31) - 1
 _TEMPORARY = ".tmp"  # write_file_atomically's name for a file not yet in place
+_CLEANED = ".cleaned"  # a compacted segment not yet renamed over the old one (Kafka's suffix)
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -80,6 +89,21 @@ class LogCorruptionError(IdemcoreError):
 class StoredBatch(NamedTuple):
     base_offset: int
     batch: RecordBatch
+    #: Each record's offset from ``base_offset`` once compaction removed records (None: 0, 1, 2, ...).
+    offset_deltas: tuple[int, ...] | None = None
+    #: The batch's last offset delta, kept by compaction (None: ``record_count - 1``).
+    last_offset_delta: int | None = None
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the batch's last (compaction keeps it, as it keeps the producer's last sequence)."""
+        delta = self.batch.record_count - 1 if self.last_offset_delta is None else self.last_offset_delta
+        return self.base_offset + delta + 1
+
+    def offsets(self) -> Iterator[int]:
+        if self.offset_deltas is None:
+            return iter(range(self.base_offset, self.base_offset + self.batch.record_count))
+        return (self.base_offset + delta for delta in self.offset_deltas)
 
 
 class _IndexState:
@@ -152,7 +176,7 @@ class PartitionLog:
     def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 clock: Callable[[], int] | None = None, log_start_offset: int = 0) -> None:
+                 clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0) -> None:
         for name, value, low in (("segment_bytes", segment_bytes, 1), ("segment_ms", segment_ms, 1),
                                  ("index_interval_bytes", index_interval_bytes, 0)):
             if type(value) is not int or value < low:
@@ -163,6 +187,9 @@ class PartitionLog:
         #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
         #: log-start-offset-checkpoint before the segments below it are deleted.
         self.log_start_offset = log_start_offset
+        #: Where the last compaction stopped (the active segment's base then): below it, records and whole
+        #: batches may be missing, as compaction leaves them; recorded by the broker in cleaner-offset-checkpoint.
+        self.cleaned_offset = cleaned_offset
         self.truncated_bytes = 0
         #: Bytes of the active segment known to be on disk (fsync'd); every older segment is, whole.
         self.synced_bytes = 0
@@ -201,8 +228,7 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         if not self.batches:
             return self.log_start_offset
-        last = self.batches[-1]
-        return last.base_offset + last.batch.record_count
+        return self.batches[-1].next_offset
 
     @property
     def name(self) -> str:
@@ -214,12 +240,13 @@ class PartitionLog:
         from there."""
         return self._last_position
 
-    def records(self) -> Iterator[tuple[int, bytes | None, bytes, RecordBatch]]:
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes | None, RecordBatch]]:
         """Every record as ``(offset, key, value, batch)``, in offset order."""
-        for base_offset, batch in self.batches:
+        for stored in self.batches:
+            batch = stored.batch
             keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-            for index, (key, value) in enumerate(zip(keys, batch.values, strict=True)):
-                yield base_offset + index, key, value, batch
+            for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
+                yield offset, key, value, batch
 
     # --- recovery -------------------------------------------------------------------------------------------
 
@@ -230,7 +257,7 @@ class PartitionLog:
                                      "empty data_dir, or read this one with an earlier idemcore")
         names = os.listdir(directory)
         for name in names:
-            if name.endswith(_TEMPORARY):  # a file write_file_atomically had not renamed yet: never in use
+            if name.endswith((_TEMPORARY, _CLEANED)):  # written, not yet renamed into place: never in use
                 log.info("%s: removing %s, left by a write cut short", self.name, directory / name)
                 os.unlink(directory / name)
         bases = sorted(parsed[0] for parsed in map(parse_offset_file, names)
@@ -252,7 +279,7 @@ class PartitionLog:
         for number, base in enumerate(bases):
             path = directory / offset_file_name(base, LOG_SUFFIX)
             last = number == len(bases) - 1
-            if base != expected:
+            if base != expected and not expected < base <= self.cleaned_offset:  # compaction may leave gaps
                 what = (f"{directory / offset_file_name(expected, LOG_SUFFIX)} is missing" if base > expected
                         else "segments overlap")
                 raise LogCorruptionError(
@@ -270,7 +297,7 @@ class PartitionLog:
                            "started, closed or wrote it (damaged outside the broker)")
                 raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: {bad}; {why}. "
                                          f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
-            if not last and expected < bases[number + 1]:
+            if not last and expected < bases[number + 1] and bases[number + 1] > self.cleaned_offset:
                 # The segment ends early, or the one after it is gone: name both files it could be.
                 raise LogCorruptionError(
                     f"{self.name}: {path} ends at offset {expected}, but the next segment starts at offset "
@@ -320,19 +347,16 @@ class PartitionLog:
             if header.partition_leader_epoch != LEADER_EPOCH:  # outside the CRC: this broker only writes its own
                 return position, expected, (f"partition leader epoch {header.partition_leader_epoch}, but this "
                                             f"broker writes {LEADER_EPOCH}")
-            if header.base_offset != expected:
+            if header.base_offset != expected and not expected < header.base_offset <= self.cleaned_offset:
                 # Never a torn write (that fails its length or CRC): batches lost or repeated, or a damaged base
-                # offset (outside the CRC).
+                # offset (outside the CRC). Below the cleaned offset, compaction removes whole batches.
                 raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: it holds offset "
                                          f"{header.base_offset} where offset {expected} belongs (batches missing or "
                                          "repeated, or a damaged base offset)")
-            if header.is_control or not records or header.last_offset_delta != len(records) - 1 or any(
-                    r.offset_delta != i or r.value is None for i, r in enumerate(records)):
-                raise LogCorruptionError(f"{self.name}: {path} holds a batch at byte {position} (offset "
-                                         f"{header.base_offset}) this log does not write (control, empty, gaps or "
-                                         "null values)")
-            batch = record_batch_from(self.topic, self.partition, header, records)
-            self.batches.append(StoredBatch(header.base_offset, batch))
+            if header.is_control:
+                raise LogCorruptionError(f"{self.name}: {path} holds a control batch at byte {position} (offset "
+                                         f"{header.base_offset}), which this log does not write yet")
+            self.batches.append(_stored(self.topic, self.partition, header, records))
             state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             expected = header.next_offset
             position += header.size_in_bytes
@@ -400,10 +424,10 @@ class PartitionLog:
         """The largest batch timestamp of each segment (-1 for an empty one)."""
         newest = [-1] * len(self.segment_bases)
         segment = 0
-        for base_offset, batch in self.batches:
-            while segment + 1 < len(self.segment_bases) and base_offset >= self.segment_bases[segment + 1]:
+        for stored in self.batches:
+            while segment + 1 < len(self.segment_bases) and stored.base_offset >= self.segment_bases[segment + 1]:
                 segment += 1
-            newest[segment] = max(newest[segment], batch.max_timestamp)
+            newest[segment] = max(newest[segment], stored.batch.max_timestamp)
         return newest
 
     def delete_segments_below(self, start: int) -> None:
@@ -430,6 +454,102 @@ class PartitionLog:
                  why)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             (self._directory / offset_file_name(base, suffix)).unlink(missing_ok=True)
+
+    # --- compaction -----------------------------------------------------------------------------------------
+
+    def cleanable_offset(self) -> int | None:
+        """Where a compaction would stop (the active segment's base): the offset the broker records before
+        cleaning; None when there is nothing to clean (a log in memory, or only the active segment)."""
+        if self._directory is None or len(self.segment_bases) < 2:
+            return None
+        return self.segment_bases[-1]
+
+    def clean(self, now_ms: int, delete_retention_ms: int) -> int:
+        """Compact the segments before the active one (Kafka's log cleaner): keep the newest record of each key
+        among them, drop tombstones (null values) in batches older than ``delete_retention_ms``; returns the
+        bytes removed. Batch base offsets, last offset deltas and producer metadata stay (a batch keeps its
+        producer's sequence range); a batch left empty is dropped unless it is its producer's last in the log.
+        Records without a key, transactional batches and control batches are kept as they are. Each segment is
+        rewritten whole to ``<name>.cleaned``, fsync'd and renamed over the old one; its indexes are derived
+        again. The broker records :meth:`cleanable_offset` first (cleaner-offset-checkpoint).
+
+        **Differences from Kafka**: the key map covers every segment but the active one (Kafka's covers a
+        dirty section chosen by ``min.cleanable.dirty.ratio``); segments are not merged; a tombstone's age is its
+        batch's timestamp (Kafka 3.x writes a delete horizon into the batch at the first cleaning)."""
+        stop = self.cleanable_offset()
+        if stop is None:
+            return 0
+        assert self._directory is not None
+        latest: dict[bytes, int] = {}  # key -> offset of its newest record below stop
+        last_of_producer: dict[int, int] = {}  # producer id -> base offset of its last batch in the log
+        for stored in self.batches:
+            batch = stored.batch
+            if batch.producer_id >= 0:
+                last_of_producer[batch.producer_id] = stored.base_offset
+            if stored.base_offset < stop and batch.keys is not None and not batch.is_transactional:
+                for offset, key in zip(stored.offsets(), batch.keys, strict=True):
+                    if key is not None:
+                        latest[key] = offset
+        horizon = now_ms - delete_retention_ms
+        removed = 0
+        for number, base in enumerate(self.segment_bases[:-1]):
+            removed += self._clean_segment(number, base, latest, last_of_producer, horizon)
+        self.cleaned_offset = stop
+        return removed
+
+    def _clean_segment(self, number: int, base: int, latest: dict[bytes, int], last_of_producer: dict[int, int],
+                       horizon: int) -> int:
+        assert self._directory is not None
+        path = self._directory / offset_file_name(base, LOG_SUFFIX)
+        data = path.read_bytes()
+        out = bytearray()
+        kept: list[StoredBatch] = []
+        state = _IndexState(base, self.index_interval_bytes)
+        position = 0
+        while position < len(data):
+            header, records = decode_batch(data, position, check_crc=True)
+            raw = memoryview(data)[position:position + header.size_in_bytes]
+            position += header.size_in_bytes
+            retained = records
+            if not (header.is_control or header.is_transactional):
+                retained = [r for r in records if r.key is None or (
+                    latest.get(r.key) == header.base_offset + r.offset_delta
+                    and not (r.value is None and header.max_timestamp < horizon))]
+            if len(retained) != len(records):
+                if not retained and last_of_producer.get(header.producer_id) != header.base_offset:
+                    continue  # nothing left, and its producer's state does not depend on it
+                raw = memoryview(encode_batch(
+                    retained, base_offset=header.base_offset, base_timestamp=header.base_timestamp,
+                    max_timestamp=header.max_timestamp, producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                    is_transactional=header.is_transactional, timestamp_type=header.timestamp_type,
+                    partition_leader_epoch=header.partition_leader_epoch,
+                    last_offset_delta=header.last_offset_delta))
+            state.add(len(out), len(raw), header.last_offset, header.max_timestamp)
+            out += raw
+            kept.append(_stored(self.topic, self.partition, header, retained))
+        if len(out) == len(data):
+            return 0
+        state.final()
+        cleaned = path.with_name(path.name + _CLEANED)
+        with open(cleaned, "wb") as file:
+            file.write(out)
+            os.fsync(file.fileno())
+        os.replace(cleaned, path)  # the whole segment or the old one: never half of each
+        directory = os.open(self._directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        write_file_atomically(path.with_suffix(INDEX_SUFFIX), bytes(state.offset))
+        write_file_atomically(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time))
+        end = self.segment_bases[number + 1]
+        first = next(k for k, stored in enumerate(self.batches) if stored.base_offset >= base)
+        stop = next((k for k, stored in enumerate(self.batches) if stored.base_offset >= end), len(self.batches))
+        self.batches[first:stop] = kept
+        self._segment_sizes[number] = len(out)
+        log.info("%s: compacted %s from %d to %d bytes", self.name, path, len(data), len(out))
+        return len(data) - len(out)
 
     # --- producer-state snapshots ---------------------------------------------------------------------------
 
@@ -590,6 +710,15 @@ class PartitionLog:
             self.flush()
         self.abandon()
 
+
+
+def _stored(topic: str, partition: int, header: BatchHeader, records: Sequence[Record]) -> StoredBatch:
+    """A decoded batch as the log keeps it: its offset deltas only when compaction left gaps."""
+    batch = record_batch_from(topic, partition, header, records)
+    deltas = tuple(record.offset_delta for record in records)
+    if header.last_offset_delta == len(records) - 1 and deltas == tuple(range(len(records))):
+        return StoredBatch(header.base_offset, batch)
+    return StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta)
 
 
 def _frozen(batch: RecordBatch) -> RecordBatch:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
 import numpy as np
 
@@ -33,11 +34,11 @@ class RecordAccumulator:
             self.queues.append(deque())
         return number, self.queues[number]
 
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp: int,
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp: int,
                now_ms: int, headers: tuple[tuple[str, bytes | None], ...] | None = None) -> tuple[ProducerBatch, int]:
         """Add one record (``headers``: checked pairs, or None for none); returns its batch and position in it."""
         number, queue = self.queue(topic, partition)
-        size = len(value) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
+        size = (0 if value is None else len(value)) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
         if headers is not None:
             size += headers_size(headers)
         batch = queue[-1] if queue else None
@@ -61,7 +62,7 @@ class RecordAccumulator:
         """Queue many records as one batch of their own (``send_batch``), sized as ``append`` sizes them."""
         number, queue = self.queue(topic, partition)
         batch = ProducerBatch(topic, partition, number, now_ms)
-        batch.values = values
+        batch.values = cast("list[bytes | None]", values)  # taken over, not copied: send_batch's own list
         batch.keys = keys
         batch.timestamps = [now_ms] * len(values)
         batch.size = records_size(values, keys)

@@ -58,7 +58,7 @@ class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.index = index  # the producer's number for this partition
-        self.values: list[bytes] = []
+        self.values: list[bytes | None] = []  # None: a null value (tombstone)
         self.keys: list[bytes | None] | None = None
         # None until a record has headers, then one tuple of (key, value) pairs per record up to the last record
         # with headers: records after it (no headers) are not added, so send() without headers does no work here.

@@ -150,20 +150,22 @@ class Producer:
             count = self._partition_counts[topic] = self.transport.partition_count(topic)
         return count
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
              timestamp: int | None = None,
              headers: Sequence[tuple[str, bytes | None]] | None = None) -> RecordFuture:
         """Queue one record; the future's ``result()`` gives its :class:`RecordMetadata`.
 
         ``headers``: Kafka's record headers, ``(key, value)`` pairs, a ``str`` key and ``bytes`` or None as value
-        (keys may repeat; order is kept). They count towards the record's size."""
+        (keys may repeat; order is kept). They count towards the record's size. ``value`` None: a null value,
+        a tombstone on a compacted topic."""
         if self._closed:
             raise ProducerClosedError("send() on a closed producer")
-        value = _as_bytes("value", value)
+        if value is not None:
+            value = _as_bytes("value", value)
         if key is not None:
             key = _as_bytes("key", key)
         count = self._partition_count(topic)
-        size = len(value) + RECORD_OVERHEAD
+        size = (0 if value is None else len(value)) + RECORD_OVERHEAD
         if headers is not None:
             headers = _headers(headers)  # a tuple of checked pairs, or None when empty
             if headers is not None:

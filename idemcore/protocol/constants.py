@@ -28,3 +28,5 @@ DEFAULT_SEGMENT_MS = 7 * 86_400_000
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 #: Kafka's default ``retention.ms`` (7 days): segments whose newest batch is older are deleted.
 DEFAULT_RETENTION_MS = 7 * 86_400_000
+#: Kafka's default ``delete.retention.ms`` (1 day): how long a tombstone stays in a compacted topic.
+DEFAULT_DELETE_RETENTION_MS = 86_400_000

@@ -34,7 +34,7 @@ class RecordBatch:
 
     topic: str
     partition: int
-    values: Sequence[bytes]
+    values: Sequence[bytes | None]  # None: a null value (a tombstone, on a compacted topic)
     keys: Sequence[bytes | None] | None = None
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -53,11 +53,15 @@ class RecordBatch:
         return BATCH_OVERHEAD + records_size(self.values, self.keys, self.headers)
 
 
-def records_size(values: Sequence[bytes], keys: Sequence[bytes | None] | None,
+def records_size(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                  headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None) -> int:
     """Bytes of records as batches count them: each key and value, and RECORD_OVERHEAD of framing each;
     each header's key (UTF-8) and value, and HEADER_OVERHEAD each."""
-    size = sum(map(len, values)) + RECORD_OVERHEAD * len(values)
+    try:
+        size = sum(map(len, values))  # type: ignore[arg-type]  # the common case, in C
+    except TypeError:  # null values (tombstones) count nothing
+        size = sum(len(value) for value in values if value is not None)
+    size += RECORD_OVERHEAD * len(values)
     if keys is not None:
         size += sum(len(key) for key in keys if key is not None)
     if headers is not None:

@@ -55,6 +55,8 @@ def check(sent: dict[int, list[SentRecord]], logs: Broker | Iterable) -> CheckRe
         name = f"{partition_log.topic}-{partition_log.partition}"
         newest: dict[int, int] = {}  # producer -> highest number stored so far on this partition
         for offset, _key, value, _batch in partition_log.records():
+            if value is None:
+                raise ValueError(f"{name} offset {offset}: a null value, which the simulation never writes")
             producer, number = decode_value(value)
             written += 1
             stored_at[(name, offset)] = (producer, number)

@@ -86,8 +86,8 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
     """The RecordBatch of a decoded v2 batch (``codec.decode_batch``): producer metadata, ``max_timestamp`` and
     the transactional flag from ``header``; keys, values and headers from ``records``.
 
-    Raises ValueError for what a RecordBatch cannot hold: a control batch (transaction markers are not data) or
-    a record with a null value, naming the batch's offset.
+    Raises ValueError for what a RecordBatch cannot hold: a control batch (transaction markers are not data),
+    naming the batch's offset. Null values (tombstones) are kept as None; offset deltas are the caller's.
     """
     if header.is_control:
         raise ValueError(f"the batch at offset {header.base_offset} is a control batch (transaction markers), "
@@ -97,11 +97,6 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
                            header.base_sequence, header.max_timestamp, header.is_transactional)
     # One transpose in C rather than a loop per field: Record is a tuple.
     _, _, keys, values, headers, _ = zip(*records, strict=True)
-    if None in values:
-        index = values.index(None)
-        raise ValueError(f"record {index} of the batch at offset {header.base_offset} (offset "
-                         f"{header.base_offset + records[index].offset_delta}) has a null value (a tombstone), "
-                         "which a RecordBatch cannot hold")
     return RecordBatch(topic, partition, values, None if keys.count(None) == len(keys) else keys,
                        header.producer_id, header.producer_epoch, header.base_sequence, header.max_timestamp,
                        header.is_transactional, headers if any(headers) else None)
