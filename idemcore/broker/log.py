@@ -375,8 +375,9 @@ class PartitionLog:
         write_file_atomically(path, wanted)
 
     def _epochs(self) -> bytes:
-        """The leader-epoch-checkpoint this log implies: epoch 0 from its first offset, once it has one."""
-        return encode_leader_epoch_checkpoint([(LEADER_EPOCH, self.batches[0].base_offset)] if self.batches else [])
+        """The leader-epoch-checkpoint this log implies: epoch 0 from its start offset, once it holds a batch
+        (compaction may have emptied the first batches; retention moves the start)."""
+        return encode_leader_epoch_checkpoint([(LEADER_EPOCH, self.log_start_offset)] if self.batches else [])
 
     def _check_epochs(self, directory: Path) -> None:
         """Rewrite ``leader-epoch-checkpoint`` when it is missing or not what the log implies (derived data,
