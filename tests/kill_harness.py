@@ -12,7 +12,9 @@ the child dies after its last record.
 The parent then starts a broker on the directory (killed or closed again at random, so both kinds of start
 are exercised) and checks, for every partition, that every record ever acknowledged at or above the log start
 offset (retention deletes old segments as rounds go on) is there, at the offset it was acknowledged with,
-exactly once, and that offsets are contiguous from the log start. Records written but not acknowledged
+exactly once, and that offsets are contiguous from the log start. On the compacted topic ``kc`` (keyed records,
+compacted between them) it checks that offsets rise, nothing is stored twice, and each key's newest acknowledged
+record is there unless a newer record of that key superseded it. Records written but not acknowledged
 may be there or not (at most once).
 
 Used by ``tests/test_kill_recovery.py`` (100 rounds in CI) and ``scripts/dev kill-test`` (1000 rounds).
@@ -29,17 +31,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-TOPICS = {"k": 3}
+TOPICS = {"k": 3, "kc": 1}
+#: "kc" is compacted (keyed records, cleaned between records): a kill may land inside a compaction too.
+CONFIGS = {"kc": {"cleanup.policy": "compact", "segment.bytes": 600}}
+_KEYS = [b"a", b"b", b"c", b"d", b"e"]
 _PAGE = 4096
 #: Small segments and indexes dense enough that rolls and index entries happen every round; retention keeps
 #: about 3 KB a partition, so segments are deleted (and the log start moves) as rounds go on.
-SETTINGS = {"segment_bytes": 1200, "index_interval_bytes": 100, "retention_bytes": 3000}
+SETTINGS = {"segment_bytes": 1200, "index_interval_bytes": 100, "retention_bytes": 3000, "topic_configs": CONFIGS}
 
 
 class Acked(NamedTuple):
+    topic: str
     partition: int
     offset: int
     value: bytes
+    key: bytes | None
 
 
 class Round(NamedTuple):
@@ -108,12 +115,17 @@ def _child(data_dir: Path, seed: int, pipe: int) -> None:
     producers = [Producer(broker, acks=rng.choice([-1, 1]), linger_ms=0) for _ in range(2)]
     for i in range(rng.randint(5, 40)):
         producer = rng.choice(producers)
-        partition = rng.randrange(TOPICS["k"])
+        topic = "kc" if rng.random() < 0.3 else "k"
+        partition = rng.randrange(TOPICS[topic])
+        key = rng.choice(_KEYS) if topic == "kc" else None
         value = f"{seed}-{i}-".encode() + b"x" * rng.randint(0, 120)
-        metadata = producer.send("k", value, partition=partition).result()
-        report(json.dumps({"acked": [partition, metadata.offset, value.decode()]}))
+        metadata = producer.send(topic, value, key=key, partition=partition).result()
+        report(json.dumps({"acked": [topic, partition, metadata.offset, value.decode(),
+                                     None if key is None else key.decode()]}))
         if rng.random() < 0.1:
             broker.delete_old_segments()
+        if rng.random() < 0.15:
+            broker.clean_logs()
     report(json.dumps({"died_at": "after its last record"}))
     _die()
 
@@ -137,7 +149,8 @@ def kill_round(data_dir: Path, seed: int) -> Round:
     if not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
         raise AssertionError(f"seed {seed}: the writer ended with status {status}, not by SIGKILL "
                              f"(its last messages: {messages[-3:]})")
-    acked = [Acked(p, o, v.encode()) for m in messages if "acked" in m for p, o, v in [m["acked"]]]
+    acked = [Acked(t, p, o, v.encode(), None if k is None else k.encode())
+             for m in messages if "acked" in m for t, p, o, v, k in [m["acked"]]]
     died = next((m["died_at"] for m in messages if "died_at" in m), "unknown")
     return Round(seed, acked, died)
 
@@ -156,20 +169,43 @@ def check_restart(data_dir: Path, acked: list[Acked], seed: int) -> list[str]:
             if offsets != list(range(log.log_start_offset, log.log_end_offset)):
                 problems.append(f"k-{partition}: offsets {offsets[:10]}... are not {log.log_start_offset}, "
                                 f"{log.log_start_offset + 1}, ... {log.log_end_offset - 1}")
-            values = [value for _, value in records]
-            repeated = sorted({v for v in values if values.count(v) > 1})
-            if repeated:
-                problems.append(f"k-{partition}: records stored twice: {repeated[:3]}")
+            problems += _repeated(f"k-{partition}", records)
             held = set(records)
-            lost = [a for a in acked if a.partition == partition and a.offset >= log.log_start_offset
+            lost = [a for a in acked if (a.topic, a.partition) == ("k", partition) and a.offset >= log.log_start_offset
                     and (a.offset, a.value) not in held]  # below the start: deleted by retention, as promised
             if lost:
                 problems.append(f"k-{partition}: {len(lost)} acknowledged records lost or moved, first {lost[0]}")
+        problems += _compacted_problems(broker, [a for a in acked if a.topic == "kc"])
     finally:
         if random.Random(seed).random() < 0.5:
             broker.kill()
         else:
             broker.close()
+    return problems
+
+
+def _repeated(name: str, records: list[tuple[int, bytes | None]]) -> list[str]:
+    values = [value for _, value in records]
+    repeated = sorted({v for v in values if v is not None and values.count(v) > 1})
+    return [f"{name}: records stored twice: {repeated[:3]}"] if repeated else []
+
+
+def _compacted_problems(broker: Any, acked: list[Acked]) -> list[str]:
+    """The compacted partition: offsets rise, nothing twice, and each key's newest acknowledged record is there
+    unless a newer record of that key (written, perhaps not acknowledged before the kill) superseded it."""
+    log = broker.log("kc", 0)
+    held = [(offset, key, value) for offset, key, value, _ in log.records()]
+    offsets = [offset for offset, _, _ in held]
+    problems = [] if offsets == sorted(set(offsets)) else [f"kc-0: offsets {offsets[:10]}... do not rise"]
+    problems += _repeated("kc-0", [(offset, value) for offset, _, value in held])
+    for key in _KEYS:
+        mine = [a for a in acked if a.key == key]
+        if not mine:
+            continue
+        newest = max(mine, key=lambda a: a.offset)
+        newer = [offset for offset, k, _ in held if k == key and offset >= newest.offset]
+        if (newest.offset, key, newest.value) not in held and not any(o > newest.offset for o in newer):
+            problems.append(f"kc-0: key {key!r}'s newest acknowledged record {newest} is gone")
     return problems
 
 

@@ -1,5 +1,5 @@
-"""A broker killed by SIGKILL at 100 seeded points (mid-write, mid-roll, mid-checkpoint...) never loses or
-repeats an acknowledged record (``tests/kill_harness.py``; ``scripts/dev kill-test`` runs 1000)."""
+"""A broker killed by SIGKILL at 100 seeded points (mid-write, mid-roll, mid-checkpoint, mid-retention,
+mid-compaction...) never loses or repeats an acknowledged record (``tests/kill_harness.py``; ``scripts/dev kill-test`` runs 1000)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,4 @@ def test_100_kills_keep_every_acknowledged_record(tmp_path):
     assert sum(len(round_.acked) for round_ in rounds) >= 500
     with Broker(TOPICS, data_dir=tmp_path / "data", **SETTINGS) as broker:  # retention ran between the kills
         assert all(broker.log("k", p).log_start_offset > 0 for p in range(TOPICS["k"]))
+        assert broker.log("kc", 0).cleaned_offset > 0  # and compaction
