@@ -128,8 +128,8 @@ def test_gaps_are_accepted_below_the_cleaned_offset_only(tmp_path):
     with Broker({"c": 1}, data_dir=tmp_path, topic_configs=COMPACT) as again:
         assert [(o, v) for o, _, v, _ in again.log("c", 0).records()] == held
     (tmp_path / "cleaner-offset-checkpoint").unlink()  # now the gaps look like batches deleted from outside
-    with pytest.raises(LogCorruptionError, match="is corrupt at byte 0: it holds offset|ends at offset 0, but the "
-                                                 "next segment starts"):
+    with pytest.raises(LogCorruptionError, match=r"is corrupt at byte 0: it holds offset|ends at offset 0, but the "
+                                                 r"next segment starts"):
         Broker({"c": 1}, data_dir=tmp_path, topic_configs=COMPACT)
 
 
@@ -149,7 +149,7 @@ def test_a_compaction_cut_short_leaves_the_old_segment_and_its_leftover_is_remov
 def test_a_damaged_cleaner_checkpoint_is_named(tmp_path):
     _compacted(tmp_path)
     (tmp_path / "cleaner-offset-checkpoint").write_text("0\n2\nc 0 8\n")
-    with pytest.raises(LogCorruptionError, match="cleaner-offset-checkpoint is damaged .*how far each compacted"):
+    with pytest.raises(LogCorruptionError, match=r"cleaner-offset-checkpoint is damaged .*how far each compacted"):
         Broker({"c": 1}, data_dir=tmp_path, topic_configs=COMPACT)
 
 

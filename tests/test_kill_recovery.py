@@ -1,5 +1,6 @@
 """A broker killed by SIGKILL at 100 seeded points (mid-write, mid-roll, mid-checkpoint, mid-retention,
-mid-compaction...) never loses or repeats an acknowledged record (``tests/kill_harness.py``; ``scripts/dev kill-test`` runs 1000)."""
+mid-compaction...) never loses or repeats an acknowledged record (``tests/kill_harness.py``;
+``scripts/dev kill-test`` runs 1000)."""
 
 from __future__ import annotations
 

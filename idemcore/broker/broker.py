@@ -46,8 +46,11 @@ from idemcore.net.messages import (
     ProduceResponse,
     Request,
     Response,
+    TxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
-from idemcore.protocol.codes import ErrorCode, Origin, Status
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
@@ -215,12 +218,19 @@ class _RequestColumns:
         self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
                                      self.verdicts.out_last_offset)
 
-    def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None) -> None:
+    def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None,
+            control: tuple[int, int] | None = None) -> None:
         """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``; ``count``: the records it
-        spans when compaction removed some (its sequences and offsets still cover them)."""
+        spans when compaction removed some (its sequences and offsets still cover them); ``control``: a
+        marker's (control type, coordinator epoch)."""
         b = self.batch
         if count is None:
             count = len(batch.values)
+        if control is None:
+            b.is_control[k], b.control_type[k], b.coordinator_epoch[k] = 0, -1, 0
+        else:
+            b.is_control[k], (b.control_type[k], b.coordinator_epoch[k]) = 1, control
+            count = 1
         b.partition[k] = number
         b.producer_id[k] = batch.producer_id
         b.producer_epoch[k] = batch.producer_epoch
@@ -338,7 +348,8 @@ class Broker:
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
-                                                    InitProducerIdRequest: self._init_producer_id}
+                                                    InitProducerIdRequest: self._init_producer_id,
+                                                    WriteTxnMarkersRequest: self._write_txn_markers}
             self._recover()
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
@@ -556,7 +567,7 @@ class Broker:
     def _replay(self, stored: list[tuple[int, StoredBatch]]) -> None:
         columns = _RequestColumns(len(stored))
         for k, (number, batch) in enumerate(stored):
-            columns.put(k, number, batch.batch, batch.next_offset - batch.base_offset)
+            columns.put(k, number, batch.batch, batch.next_offset - batch.base_offset, batch.control)
             columns.batch.base_offset[k] = batch.base_offset
         verdicts = validate_into(columns.packed(len(stored)), self.state, Origin.REPLICATION, self.backend,
                                  columns.verdicts)
@@ -642,12 +653,77 @@ class Broker:
                                                           log_start_offset=log_start, error_message=failed[j])
                 elif error:
                     answers[position] = PartitionResponse(batch.topic, batch.partition, error, offset, -1, log_start,
-                                                          self._explain(j, batch))
+                                                          self._explain(j, f"{batch.topic}-{batch.partition}"))
                 else:
                     answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
         if request.acks == 0:
             return None
         return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered above
+
+    def _write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        """Write each marker to its partitions (COORDINATOR origin: the kernel checks the producer's epoch and
+        the coordinator's), one marker at a time, as Kafka's partition leaders append them; fsync'd before the
+        answer (the coordinator completes the transaction only after every answer)."""
+        results = []
+        for marker in request.markers:
+            answers: dict[int, PartitionResponse] = {}
+            numbers: list[int] = []
+            positions: list[int] = []
+            columns = self._columns
+            if len(marker.partitions) > columns.capacity:
+                columns = self._columns = _RequestColumns(2 * len(marker.partitions))
+            control_type = int(ControlType.COMMIT if marker.committed else ControlType.ABORT)
+            now = self.clock()
+            for position, (topic, partition) in enumerate(marker.partitions):
+                number = self._index.get((topic, partition))
+                if number is None or number in numbers:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if number is None else ErrorCode.INVALID_REQUEST
+                    answers[position] = PartitionResponse(topic, partition, code)
+                    continue
+                columns.put(len(numbers), number, RecordBatch(topic, partition, (), None, marker.producer_id,
+                                                              marker.producer_epoch, -1, now, True),
+                            control=(control_type, marker.coordinator_epoch))
+                numbers.append(number)
+                positions.append(position)
+            k = len(numbers)
+            if k:
+                verdicts = columns.verdicts
+                check_into(self.backend, columns.batch, Origin.COORDINATOR, 0, k, self.state, verdicts,
+                           columns.txns)
+                status = verdicts.out_status
+                written: list[int] = []
+                failed: dict[int, str] = {}
+                try:
+                    for j in np.flatnonzero(status[:k] == _APPENDED).tolist():
+                        partition_log = self._logs[numbers[j]]
+                        offset = int(verdicts.out_base_offset[j])
+                        try:
+                            partition_log.append_marker(offset, marker.producer_id, marker.producer_epoch,
+                                                        control_type, marker.coordinator_epoch, now)
+                            if self.data_dir is not None:
+                                partition_log.flush()
+                        except OSError as exc:
+                            failed[j] = f"writing a marker to {partition_log.name} at offset {offset} failed: {exc}"
+                            log.error("%s", failed[j])
+                            if partition_log.log_end_offset > offset:
+                                partition_log.rollback_last()
+                            continue
+                        written.append(j)
+                        if self._written_ends is not None:
+                            self._written_ends.update(partition_log.name, partition_log.log_end_offset)
+                finally:
+                    for j in set(np.flatnonzero(status[:k] == _APPENDED).tolist()).difference(written):
+                        status[j] = _REJECTED
+                    commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+                for j, position in enumerate(positions):
+                    topic, partition = marker.partitions[position]
+                    error = ErrorCode.KAFKA_STORAGE_ERROR if j in failed else int(verdicts.out_error_code[j])
+                    answers[position] = PartitionResponse(
+                        topic, partition, error, int(verdicts.out_base_offset[j]) if not error else -1,
+                        error_message=failed.get(j) or (self._explain(j, f"{topic}-{partition}") if error else None))
+            results.append(TxnMarkerResult(marker.producer_id,
+                                           tuple(answers[p] for p in range(len(marker.partitions)))))
+        return WriteTxnMarkersResponse(request.request_id, tuple(results))
 
     def _write(self, appended: list[int], written: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
                positions: list[int], base_offset: np.ndarray, sync: bool) -> dict[int, str]:
@@ -680,9 +756,10 @@ class Broker:
                 self._written_ends.update(partition_log.name, partition_log.log_end_offset)
         return failed
 
-    def _explain(self, j: int, batch: RecordBatch) -> str:
+    def _explain(self, j: int, name: str) -> str:
+        """Why row ``j`` of this request was rejected, for the partition ``name``."""
         b, v = self._columns.batch, self._columns.verdicts
-        return rejection_message(f"{batch.topic}-{batch.partition}", int(b.producer_id[j]),
+        return rejection_message(name, int(b.producer_id[j]),
                                  int(b.producer_epoch[j]), int(b.base_sequence[j]), int(b.last_sequence[j]),
                                  int(b.record_count[j]), int(b.coordinator_epoch[j]), bool(b.is_control[j]),
                                  int(v.out_error_code[j]), int(v.out_finding[j]), int(v.out_expected[j]))

@@ -46,6 +46,7 @@ from typing import BinaryIO, NamedTuple
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.protocol.codes import ControlType
 from idemcore.protocol.constants import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_MS
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files.names import (
@@ -58,14 +59,20 @@ from idemcore.record.kafka_files.names import (
     offset_file_name,
     parse_offset_file,
 )
-from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
+from idemcore.record.kafka_files.writers import (
+    encode_leader_epoch_checkpoint,
+    encode_txn_index_entry,
+    write_file_atomically,
+)
 from idemcore.record.v2 import (
     BatchHeader,
     CorruptRecordError,
     Record,
     decode_batch,
     encode_batch,
+    encode_end_txn_marker,
     encode_record_batch,
+    parse_end_txn_marker,
     record_batch_from,
 )
 
@@ -93,12 +100,15 @@ class StoredBatch(NamedTuple):
     offset_deltas: tuple[int, ...] | None = None
     #: The batch's last offset delta, kept by compaction (None: ``record_count - 1``).
     last_offset_delta: int | None = None
+    #: A transaction marker's ``(control type, coordinator epoch)`` (ABORT 0, COMMIT 1); None for data.
+    control: tuple[int, int] | None = None
 
     @property
     def next_offset(self) -> int:
         """The offset after the batch's last (compaction keeps it, as it keeps the producer's last sequence)."""
-        delta = self.batch.record_count - 1 if self.last_offset_delta is None else self.last_offset_delta
-        return self.base_offset + delta + 1
+        if self.last_offset_delta is not None:
+            return self.base_offset + self.last_offset_delta + 1
+        return self.base_offset + (1 if self.control is not None else self.batch.record_count)
 
     def offsets(self) -> Iterator[int]:
         if self.offset_deltas is None:
@@ -106,11 +116,35 @@ class StoredBatch(NamedTuple):
         return (self.base_offset + delta for delta in self.offset_deltas)
 
 
+#: What _IndexState.save returns: enough to take an append back.
+_Saved = tuple[int, int, int, int, int | None, int, int, int]
+
+
+def _complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
+                  control_type: int | None) -> tuple[bytes, int | None]:
+    """Kafka's ongoing-transaction bookkeeping for one batch (``open_txns``: producer id -> its transaction's
+    first offset): the ``.txnindex`` entry an ABORT marker adds (the transaction's first offset, the marker's,
+    and the last stable offset after it: the first offset of another producer's open transaction, else the
+    marker's + 1, as ``ProducerStateManager.lastStableOffset``), and the producer's first offset before, to
+    take it back."""
+    before = open_txns.get(producer_id)
+    if not is_transactional:
+        return b"", before
+    if control_type is None:
+        open_txns.setdefault(producer_id, base_offset)
+        return b"", before
+    first = open_txns.pop(producer_id, base_offset)  # a marker with no data before it: its own offset
+    if control_type != ControlType.ABORT:
+        return b"", before
+    last_stable = min(open_txns.values(), default=base_offset + 1)
+    return encode_txn_index_entry(producer_id, first, base_offset, last_stable), before
+
+
 class _IndexState:
     """What the next index entries depend on: Kafka's ``bytesSinceLastIndexEntry``, ``maxTimestampSoFar`` and
     its offset, and the last ``.timeindex`` timestamp. ``offset``/``time``: the index bytes so far."""
 
-    __slots__ = ("base", "bytes_since", "interval", "last_time_ts", "max_ts", "max_ts_offset", "offset", "time")
+    __slots__ = ("base", "bytes_since", "interval", "last_time_ts", "max_ts", "max_ts_offset", "offset", "time", "txn")
 
     def __init__(self, base: int, interval: int) -> None:
         self.base = base
@@ -121,6 +155,7 @@ class _IndexState:
         self.last_time_ts: int | None = None
         self.offset = bytearray()
         self.time = bytearray()
+        self.txn = bytearray()  # .txnindex entries (aborted transactions completed in this segment)
 
     def add(self, position: int, size: int, last_offset: int, max_timestamp: int) -> tuple[bytes, bytes]:
         """Account for the batch of ``size`` bytes at ``position``; the index bytes it adds (often none)."""
@@ -150,15 +185,16 @@ class _IndexState:
         self.last_time_ts = self.max_ts
         return _TIME_ENTRY.pack(self.max_ts, self.max_ts_offset - self.base)
 
-    def save(self) -> tuple[int, int, int, int, int | None, int, int]:
+    def save(self) -> _Saved:
         return (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, len(self.offset),
-                len(self.time))
+                len(self.time), len(self.txn))
 
-    def restore(self, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+    def restore(self, saved: _Saved) -> None:
         (self.base, self.bytes_since, self.max_ts, self.max_ts_offset, self.last_time_ts, offset_len,
-         time_len) = saved
+         time_len, txn_len) = saved
         del self.offset[offset_len:]
         del self.time[time_len:]
+        del self.txn[txn_len:]
 
 
 class PartitionLog:
@@ -202,7 +238,8 @@ class PartitionLog:
         self._closed = False
         self._dirty = False
         self._last_position = 0
-        self._undo: tuple[int, tuple[int, int, int, int, int | None, int, int]] | None = None
+        # Enough to take the last append back: where it started, the index state, its producer's open txn.
+        self._undo: tuple[int, _Saved, int, int | None] | None = None
         #: Base offsets of the segments, oldest first; the last is the active one.
         self.segment_bases: list[int] = []
         #: Bytes of each segment, as segment_bases (the last one: the active segment's, kept in _size too).
@@ -220,6 +257,9 @@ class PartitionLog:
         #: exists (the broker writes the producer-state snapshot at that offset).
         self.on_roll: Callable[[PartitionLog, int], None] | None = None
         self._epochs_written = False
+        #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
+        self._open_txns: dict[int, int] = {}
+        self._txn_index: BinaryIO | None = None  # the active segment's .txnindex, opened at its first entry
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._recover(directory, recovery_point)
@@ -315,6 +355,8 @@ class PartitionLog:
             valid = position
             self._check_index(path.with_suffix(INDEX_SUFFIX), bytes(state.offset), "offset index")
             self._check_index(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time), "time index")
+            self._check_index(path.with_suffix(TXN_INDEX_SUFFIX), bytes(state.txn), "transaction index",
+                              optional=True)
             self._state = state
             self.segment_bases.append(base)
             self._segment_sizes.append(position)
@@ -353,22 +395,43 @@ class PartitionLog:
                 raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: it holds offset "
                                          f"{header.base_offset} where offset {expected} belongs (batches missing or "
                                          "repeated, or a damaged base offset)")
-            if header.is_control:
-                raise LogCorruptionError(f"{self.name}: {path} holds a control batch at byte {position} (offset "
-                                         f"{header.base_offset}), which this log does not write yet")
-            self.batches.append(_stored(self.topic, self.partition, header, records))
+            stored = self._decoded(path, position, header, records)
+            self.batches.append(stored)
+            control_type = None if stored.control is None else stored.control[0]
+            state.txn += _complete_txn(self._open_txns, header.producer_id, header.base_offset,
+                                       header.is_transactional, control_type)[0]
             state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             expected = header.next_offset
             position += header.size_in_bytes
         return position, expected, None
 
-    def _check_index(self, path: Path, wanted: bytes, what: str) -> None:
-        """Rewrite the index at ``path`` when it is missing or is not the one its segment implies."""
+    def _decoded(self, path: Path, position: int, header: BatchHeader, records: Sequence[Record]) -> StoredBatch:
+        """A decoded batch as the log keeps it: data (its offset deltas when compaction left gaps), or a
+        transaction marker; anything else in a control batch is refused, naming where it is."""
+        if not header.is_control:
+            return _stored(self.topic, self.partition, header, records)
+        try:
+            marker = parse_end_txn_marker(records[0]) if len(records) == 1 else None
+        except CorruptRecordError:
+            marker = None
+        if marker is None:
+            raise LogCorruptionError(f"{self.name}: {path} holds a control batch at byte {position} (offset "
+                                     f"{header.base_offset}) that is not one transaction marker")
+        return StoredBatch(header.base_offset, _marker_batch(self.topic, self.partition, header), None, None,
+                           (int(marker.control_type), marker.coordinator_epoch))
+
+    def _check_index(self, path: Path, wanted: bytes, what: str, optional: bool = False) -> None:
+        """Rewrite the index at ``path`` when it is missing or is not the one its segment implies.
+        ``optional``: a file written only once it has an entry (Kafka's .txnindex): absent when it has none."""
         try:
             found: bytes | None = path.read_bytes()
         except FileNotFoundError:
             found = None
-        if found == wanted:
+        if found == wanted or (optional and not wanted and not found):
+            return
+        if optional and not wanted:
+            log.warning("%s: removing the %s %s: its segment aborts no transaction", self.name, what, path)
+            path.unlink()
             return
         log.warning("%s: rebuilding the %s %s from its segment (%s)", self.name, what, path,
                     "missing" if found is None else f"{len(found)} bytes, {len(wanted)} expected")
@@ -528,7 +591,7 @@ class PartitionLog:
                     last_offset_delta=header.last_offset_delta))
             state.add(len(out), len(raw), header.last_offset, header.max_timestamp)
             out += raw
-            kept.append(_stored(self.topic, self.partition, header, retained))
+            kept.append(self._decoded(path, position, header, retained))
         if len(out) == len(data):
             return 0
         state.final()
@@ -587,10 +650,10 @@ class PartitionLog:
     def abandon(self) -> None:
         """Close the files as a dying process does: no flush; what reached the OS stays, nothing more."""
         self._closed = True
-        for file in (self._log, self._index, self._time_index):
+        for file in (self._log, self._index, self._time_index, self._txn_index):
             if file is not None:
                 file.close()
-        self._log = self._index = self._time_index = None
+        self._log = self._index = self._time_index = self._txn_index = None
 
     def append(self, base_offset: int, batch: RecordBatch) -> None:
         """Add a batch the producer-state check accepted at ``base_offset``. All or nothing: when a write
@@ -606,36 +669,86 @@ class PartitionLog:
             if base_offset != self.log_end_offset:  # recovery would refuse the gap
                 raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
                                     f"{self.log_end_offset}: a stored log's offsets are contiguous")
-            data = encode_record_batch(batch, base_offset, LEADER_EPOCH)
-            last_offset = base_offset + batch.record_count - 1
-            if self._size > 0 and (self._size + len(data) > self.segment_bytes
-                                   or last_offset - self.segment_bases[-1] > _INT32_MAX
-                                   or self._waited_for_roll(batch.max_timestamp) > self.segment_ms):
-                self._roll(base_offset)
-            if self._size == 0:
-                self._segment_first_timestamp = batch.max_timestamp
-            position = self._size
-            saved = self._state.save()
-            try:
-                offset_entry, time_entry = self._state.add(position, len(data), last_offset, batch.max_timestamp)
-                _write(self._log, data)
-                if offset_entry:
-                    _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
-                if time_entry:
-                    _write(self._time_index, time_entry)  # type: ignore[arg-type]
-                if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
-                    assert self._directory is not None
-                    write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT,
-                                          encode_leader_epoch_checkpoint([(LEADER_EPOCH, base_offset)]), self._fsync)
-                    self._epochs_written = True
-            except BaseException:
-                self._cut(position, saved)
-                raise
-            self._size = self._segment_sizes[-1] = position + len(data)
-            self._undo = (position, saved)
-            self._last_position = position
-            self._dirty = True
+            self._write_batch(encode_record_batch(batch, base_offset, LEADER_EPOCH), base_offset,
+                              base_offset + batch.record_count - 1, batch, None)
         self.batches.append(StoredBatch(base_offset, batch))
+        if batch.is_transactional:  # in memory too: the last stable offset
+            self._open_txns.setdefault(batch.producer_id, base_offset)
+
+    def append_marker(self, base_offset: int, producer_id: int, producer_epoch: int, control_type: int,
+                      coordinator_epoch: int, timestamp: int) -> None:
+        """Add the transaction marker the producer-state check accepted at ``base_offset`` (COORDINATOR
+        origin), ending ``producer_id``'s transaction here; an ABORT adds its ``.txnindex`` entry. All or
+        nothing, as :meth:`append`."""
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        if base_offset != self.log_end_offset:
+            raise IdemcoreError(f"{self.name}: marker at offset {base_offset}, but the log ends at "
+                                f"{self.log_end_offset}")
+        batch = RecordBatch(self.topic, self.partition, (), None, producer_id, producer_epoch, -1, timestamp, True)
+        control = (int(control_type), coordinator_epoch)  # as _marker_batch reads it back
+        if self._log is not None:
+            data = encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
+                                         producer_epoch=producer_epoch, timestamp=timestamp, base_offset=base_offset,
+                                         partition_leader_epoch=LEADER_EPOCH)
+            self._write_batch(data, base_offset, base_offset, batch, control[0])
+        else:
+            self._open_txns.pop(producer_id, None)
+        self.batches.append(StoredBatch(base_offset, batch, None, None, control))
+
+    def _write_batch(self, data: bytes, base_offset: int, last_offset: int, batch: RecordBatch,
+                     control_type: int | None) -> None:
+        """Write one batch's bytes at the log end (rolling first when due), its index entries and, for a
+        marker, the transaction bookkeeping; all taken back when a write raises."""
+        assert self._log is not None
+        if self._size > 0 and (self._size + len(data) > self.segment_bytes
+                               or last_offset - self.segment_bases[-1] > _INT32_MAX
+                               or self._waited_for_roll(batch.max_timestamp) > self.segment_ms):
+            self._roll(base_offset)
+        if self._size == 0:
+            self._segment_first_timestamp = batch.max_timestamp
+        position = self._size
+        saved = self._state.save()
+        txn_entry, txn_before = b"", self._open_txns.get(batch.producer_id)
+        try:
+            offset_entry, time_entry = self._state.add(position, len(data), last_offset, batch.max_timestamp)
+            if control_type is not None:
+                txn_entry, _ = _complete_txn(self._open_txns, batch.producer_id, base_offset, True, control_type)
+            _write(self._log, data)
+            if offset_entry:
+                _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
+            if time_entry:
+                _write(self._time_index, time_entry)  # type: ignore[arg-type]
+            if txn_entry:
+                if self._txn_index is None:
+                    self._txn_index = open(Path(self._log.name).with_suffix(TXN_INDEX_SUFFIX), "ab", buffering=0)
+                _write(self._txn_index, txn_entry)
+                self._state.txn += txn_entry
+            if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
+                assert self._directory is not None
+                write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT,
+                                      encode_leader_epoch_checkpoint([(LEADER_EPOCH, base_offset)]), self._fsync)
+                self._epochs_written = True
+        except BaseException:
+            self._cut(position, saved)
+            self._restore_txn(batch.producer_id, txn_before)
+            raise
+        self._size = self._segment_sizes[-1] = position + len(data)
+        self._undo = (position, saved, batch.producer_id, txn_before)
+        self._last_position = position
+        self._dirty = True
+
+    def _restore_txn(self, producer_id: int, first_offset: int | None) -> None:
+        if first_offset is None:
+            self._open_txns.pop(producer_id, None)
+        else:
+            self._open_txns[producer_id] = first_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest open transaction here, else the log end (Kafka's LSO on a single
+        broker, where the high watermark is the log end)."""
+        return min(self._open_txns.values(), default=self.log_end_offset)
 
     def _waited_for_roll(self, timestamp: int) -> int:
         """How long the active segment has been rolling, as segment.ms counts it: from its first batch's
@@ -649,9 +762,11 @@ class PartitionLog:
         fsync of its three files (so recovery can refuse any damage in a rolled segment)."""
         assert self._log is not None and self._index is not None and self._time_index is not None
         _write(self._time_index, self._state.final())
-        for file in (self._log, self._index, self._time_index):
-            os.fsync(file.fileno())
-            file.close()
+        for file in (self._log, self._index, self._time_index, self._txn_index):
+            if file is not None:
+                os.fsync(file.fileno())
+                file.close()
+        self._txn_index = None
         if self.on_roll is not None:
             self.on_roll(self, base_offset)
         assert self._directory is not None
@@ -668,9 +783,10 @@ class PartitionLog:
         self._segment_created = self._clock()
         self._segment_first_timestamp = -1
 
-    def _cut(self, position: int, saved: tuple[int, int, int, int, int | None, int, int]) -> None:
+    def _cut(self, position: int, saved: _Saved) -> None:
         self._state.restore(saved)
-        for file, size in ((self._log, position), (self._index, saved[5]), (self._time_index, saved[6])):
+        for file, size in ((self._log, position), (self._index, saved[5]), (self._time_index, saved[6]),
+                           (self._txn_index, saved[7])):
             if file is None:
                 continue
             try:
@@ -684,8 +800,9 @@ class PartitionLog:
         """Take back the batch appended last (its sync failed): the log is as it was before that append."""
         self.batches.pop()
         if self._log is not None and self._undo is not None:
-            position, saved = self._undo
+            position, saved, producer_id, txn_before = self._undo
             self._cut(position, saved)
+            self._restore_txn(producer_id, txn_before)
             self._undo = None
 
     def sync(self) -> None:
@@ -699,7 +816,7 @@ class PartitionLog:
         """fsync the active segment and its indexes whatever the fsync setting (rolled segments were fsync'd
         when they rolled)."""
         if self._log is not None:
-            for file in (self._log, self._index, self._time_index):
+            for file in (self._log, self._index, self._time_index, self._txn_index):
                 if file is not None:
                     os.fsync(file.fileno())
             self.synced_bytes = self._size
@@ -714,12 +831,18 @@ class PartitionLog:
 
 
 def _stored(topic: str, partition: int, header: BatchHeader, records: Sequence[Record]) -> StoredBatch:
-    """A decoded batch as the log keeps it: its offset deltas only when compaction left gaps."""
+    """A decoded data batch as the log keeps it: its offset deltas only when compaction left gaps."""
     batch = record_batch_from(topic, partition, header, records)
     deltas = tuple(record.offset_delta for record in records)
     if header.last_offset_delta == len(records) - 1 and deltas == tuple(range(len(records))):
         return StoredBatch(header.base_offset, batch)
     return StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta)
+
+
+def _marker_batch(topic: str, partition: int, header: BatchHeader) -> RecordBatch:
+    """How the log holds a marker's producer metadata: a transactional batch with no records."""
+    return RecordBatch(topic, partition, (), None, header.producer_id, header.producer_epoch, -1,
+                       header.max_timestamp, True)
 
 
 def _frozen(batch: RecordBatch) -> RecordBatch:

@@ -1,5 +1,5 @@
-"""The requests and responses clients and brokers exchange: Kafka's InitProducerId and Produce, with the
-fields idemcore's broker and producer use. ``Broker.handle`` takes any :data:`Request`."""
+"""The requests and responses clients and brokers exchange: Kafka's InitProducerId, Produce and WriteTxnMarkers,
+with the fields idemcore's broker, producer and coordinator use. ``Broker.handle`` takes any :data:`Request`."""
 
 from __future__ import annotations
 
@@ -53,5 +53,39 @@ class InitProducerIdResponse:
     error_message: str | None = None
 
 
-Request = ProduceRequest | InitProducerIdRequest
-Response = ProduceResponse | InitProducerIdResponse
+@dataclass(slots=True, frozen=True)
+class TxnMarker:
+    """One producer's transaction outcome, to be written to each of ``partitions`` (Kafka's WritableTxnMarker):
+    a COMMIT (``committed``) or ABORT control batch with the coordinator's epoch."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(slots=True, frozen=True)
+class WriteTxnMarkersRequest:
+    """The transaction coordinator's markers for the partition leaders (Kafka's WriteTxnMarkers)."""
+
+    markers: tuple[TxnMarker, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class TxnMarkerResult:
+    """Per marker: its producer and one answer per partition (error code, and the marker's offset)."""
+
+    producer_id: int
+    responses: tuple[PartitionResponse, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class WriteTxnMarkersResponse:
+    request_id: int
+    markers: tuple[TxnMarkerResult, ...] = field(default_factory=tuple)
+
+
+Request = ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest
+Response = ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse
