@@ -8,9 +8,13 @@ from idemcore.net.messages import (
     ProduceResponse,
     Request,
     Response,
+    TxnMarker,
+    TxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from idemcore.net.transport import InProcessTransport, RequestHandler, Transport, UnknownTopicError
 
 __all__ = ["InProcessTransport", "InitProducerIdRequest", "InitProducerIdResponse", "PartitionResponse",
-           "ProduceRequest", "ProduceResponse", "Request", "RequestHandler", "Response", "Transport",
-           "UnknownTopicError"]
+           "ProduceRequest", "ProduceResponse", "Request", "RequestHandler", "Response", "Transport", "TxnMarker",
+           "TxnMarkerResult", "UnknownTopicError", "WriteTxnMarkersRequest", "WriteTxnMarkersResponse"]
