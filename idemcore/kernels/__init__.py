@@ -131,14 +131,19 @@ def get_backend(name: str | Backend | None = None) -> Backend:
     """Resolve a backend: a :class:`Backend`, a name, ``"auto"``, or None for ``$IDEMCORE_BACKEND`` (else auto)."""
     if isinstance(name, Backend):
         return name
+    name = _backend_name(name)
+    return _auto_backend() if name == "auto" else load_backend(name)
+
+
+def _backend_name(name: str | None) -> str:
+    """A known backend name or "auto": ``name``, else ``$IDEMCORE_BACKEND``, else "auto"."""
     source = "backend="
     if name is None:
         name = os.environ.get(ENV_VAR, "auto") or "auto"
         source = f"${ENV_VAR}="
     if not isinstance(name, str):
         raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
-    name = _known(name.strip().lower(), source)
-    return _auto_backend() if name == "auto" else load_backend(name)
+    return _known(name.strip().lower(), source)
 
 
 def available_backends() -> list[str]:
@@ -185,15 +190,7 @@ def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytea
     :func:`get_backend` chooses: a name, a :class:`Backend`, ``"auto"``, or None for ``$IDEMCORE_BACKEND``.
     ``cython`` raises BackendUnavailableError when its extension is not built; ``auto`` and ``numba`` fall back
     to the Python twin (``auto`` with one warning)."""
-    if isinstance(name, Backend):
-        name = name.name
-    source = "backend="
-    if name is None:
-        name = os.environ.get(ENV_VAR, "auto") or "auto"
-        source = f"${ENV_VAR}="
-    if not isinstance(name, str):
-        raise TypeError(f"backend must be a name or a Backend, not {type(name).__name__}")
-    name = _known(name.strip().lower(), source)
+    name = _backend_name(name.name if isinstance(name, Backend) else name)
     if name in _RECORD_ENCODERS:
         return _load_record_encoder(name)
     return _auto_record_encoder()
