@@ -516,3 +516,11 @@ def test_a_floor_file_that_cannot_be_written_is_answered_not_raised(tmp_path):
         (tmp_path / "producer-id-floor.partial").mkdir()  # the floor file's write fails
         answer = broker.handle(InitProducerIdRequest())
         assert answer.error_code == ErrorCode.UNKNOWN_SERVER_ERROR and "producer-id-floor" in answer.error_message
+
+
+def test_a_batch_larger_than_the_segment_size_is_refused_as_kafka_does(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path, segment_bytes=100) as broker:
+        answer = broker.handle(ProduceRequest((batch(0, [b"x" * 500]),))).responses[0]
+        assert answer.error_code == ErrorCode.RECORD_LIST_TOO_LARGE
+        assert "exceeds the maximum configured segment size of 100" in answer.error_message
+        assert broker.log("t", 0).log_end_offset == 0

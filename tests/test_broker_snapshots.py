@@ -146,3 +146,15 @@ def test_the_leader_epoch_checkpoint_starts_epoch_0_at_the_first_offset(tmp_path
     path.write_text("0\n1\n7 3\n")  # wrong: rewritten from the log at start
     with Broker({"t": 2}, data_dir=tmp_path):
         assert [tuple(e) for e in read_leader_epoch_checkpoint(path).entries] == [(0, 0)]
+
+
+def test_a_snapshot_with_a_valid_crc_but_impossible_values_is_skipped(tmp_path):
+    from idemcore.record.kafka_files import ProducerSnapshotEntry, encode_snapshot
+
+    with Broker({"t": 2}, data_dir=tmp_path) as broker:
+        _send(broker, 0, 5, 0)
+        before = _entries(broker)
+    newest = sorted((tmp_path / "t-0").glob("*.snapshot"))[-1]
+    newest.write_bytes(encode_snapshot([ProducerSnapshotEntry(-7, 0, 0, 0, 0, NOW, -1, -1)]))
+    with Broker({"t": 2}, data_dir=tmp_path) as again:  # rebuilt from the log, the snapshot deleted
+        assert _entries(again) == before

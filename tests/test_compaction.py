@@ -157,9 +157,81 @@ def test_a_damaged_cleaner_checkpoint_is_named(tmp_path):
     ({"nope": {"cleanup.policy": "compact"}}, r"topic_configs names \['nope'\]"),
     ({"c": {"cleanup.policy": "shred"}}, r"topic 'c': cleanup.policy must be"),
     ({"c": {"retention.hours": 5}}, r"topic 'c': unknown setting 'retention.hours'"),
-    ({"c": {"segment.bytes": 0}}, r"topic 'c': segment_bytes must be an integer, at least 1, got 0"),
+    ({"c": {"segment.bytes": 0}}, r"topic 'c': segment_bytes must be an integer, at least 1 and at most 2147483647, "
+                                  r"got 0"),
+    ({"c": {"segment.bytes": 2**31}}, r"segment_bytes must be .* at most 2147483647, got 2147483648"),
 ])
 def test_bad_topic_configs_are_named(tmp_path, configs, says):
     with pytest.raises(ValueError, match=says):
         Broker({"c": 1}, data_dir=tmp_path, topic_configs=configs)
     assert not (tmp_path / "c-0").exists()
+
+
+# --- found by a hostile review -----------------------------------------------------------------------------------
+
+
+def test_compaction_never_moves_the_log_end_back_when_the_active_segment_is_empty(tmp_path, monkeypatch):
+    import errno
+
+    import idemcore.broker.log as partition_log
+
+    configs = {"c": {"cleanup.policy": "compact", "segment.bytes": 300, "delete.retention.ms": DAY}}
+    old = NOW - 2 * DAY
+    with Broker({"c": 1}, data_dir=tmp_path, topic_configs=configs, clock=lambda: NOW) as broker:
+        for key, value in ((b"a", b"v" * 40), (b"b", b"v" * 40), (b"c", None)):  # ends in an old tombstone
+            batch = RecordBatch("c", 0, [value], [key], -1, -1, -1, old)
+            assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == 0
+        write = partition_log._write
+
+        def full_disk(file, data):
+            if file.name.endswith(".log"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write(file, data)
+
+        monkeypatch.setattr(partition_log, "_write", full_disk)  # the next append rolls, then fails: empty active
+        big = RecordBatch("c", 0, [b"v" * 200], [b"d"], -1, -1, -1, NOW)
+        assert broker.handle(ProduceRequest((big,))).responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        monkeypatch.undo()
+        broker.clean_logs()
+        assert broker.log("c", 0).log_end_offset == 3
+        assert broker.handle(ProduceRequest((big,))).responses[0].base_offset == 3
+    with Broker({"c": 1}, data_dir=tmp_path, topic_configs=configs, clock=lambda: NOW) as again:
+        assert again.log("c", 0).log_end_offset == 4
+
+
+@pytest.mark.parametrize("damage", ["emptied", "cut at a batch boundary", "deleted"])
+def test_a_damaged_compacted_segment_is_still_refused(tmp_path, damage):
+    _compacted(tmp_path)
+    segments = sorted((tmp_path / "c-0").glob("*.log"))
+    victim = segments[1]
+    data = victim.read_bytes()
+    if damage == "emptied":
+        victim.write_bytes(b"")
+    elif damage == "cut at a batch boundary":
+        first = next(iter_batches(data))[1]
+        assert first.size_in_bytes < len(data)
+        victim.write_bytes(data[:first.size_in_bytes])
+    else:
+        victim.unlink()
+    with pytest.raises(LogCorruptionError):
+        Broker({"c": 1}, data_dir=tmp_path, topic_configs=COMPACT)
+
+
+def test_keyless_records_go_and_an_open_transaction_stops_the_cleaning(tmp_path):
+    configs = {"c": {"cleanup.policy": "compact", "segment.bytes": 150}}
+    with Broker({"c": 1}, data_dir=tmp_path, segment_bytes=150) as before:  # written before it was compacted
+        keyless = RecordBatch("c", 0, [b"no key"], None, -1, -1, -1, NOW)
+        assert before.handle(ProduceRequest((keyless,))).responses[0].base_offset == 0
+    with Broker({"c": 1}, data_dir=tmp_path, topic_configs=configs, clock=lambda: NOW) as broker:
+        log = broker.log("c", 0)
+        for seq, (key, value) in enumerate([(b"K", b"old"), (b"F", b"f0")]):
+            _produce(broker, 1, seq, [(key, value)], NOW)
+        txn = RecordBatch("c", 0, [b"in-txn"], [b"K"], 2, 0, 0, NOW, True)
+        open_at = broker.handle(ProduceRequest((txn,))).responses[0].base_offset
+        for seq in range(2, 8):
+            _produce(broker, 1, seq, [(b"F", b"f%d" % seq)], NOW)
+        assert log.cleanable_offset() <= open_at
+        broker.clean_logs()
+        held = [(o, k) for o, k, _, _ in log.records()]
+        assert (0, None) not in held  # Kafka drops records without a key
+        assert [o for o, k in held if k == b"F" and o > open_at] == list(range(open_at + 1, open_at + 7))

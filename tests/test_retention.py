@@ -7,6 +7,7 @@ import pytest
 
 from idemcore.broker import Broker, LogCorruptionError
 from idemcore.broker.log import PartitionLog
+from idemcore.clock import wall_clock_ms
 from idemcore.net.messages import ProduceRequest
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files import read_leader_epoch_checkpoint, read_offset_checkpoint
@@ -121,3 +122,46 @@ def test_bad_retention_settings_are_named(tmp_path, name, value):
     with pytest.raises(ValueError, match=f"{name} must be an integer, -1 for no limit, got {value}"):
         Broker({"t": 1}, data_dir=tmp_path, **{name: value})
     assert not (tmp_path / "t-0").exists()
+
+
+# --- found by a hostile review -----------------------------------------------------------------------------------
+
+
+def test_segments_emptied_by_compaction_do_not_stop_retention(tmp_path):
+    clock = Clock(100 * DAY)
+    configs = {"t": {"cleanup.policy": "compact,delete", "segment.bytes": 300, "retention.ms": DAY}}
+    with Broker({"t": 1}, data_dir=tmp_path, topic_configs=configs, clock=clock) as broker:
+        for _ in range(20):  # one key overwritten: compaction empties every old segment but each one's last
+            batch = RecordBatch("t", 0, [b"x" * 40], [b"a"], -1, -1, -1, clock.now)
+            assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == 0
+        broker.clean_logs()
+        clock.now += 30 * DAY
+        assert broker.delete_old_segments() == 1
+        assert broker.log("t", 0).log_start_offset == 20 and _segments(broker) == [20]
+
+
+def test_retention_ms_ages_batches_without_timestamps_by_their_segment_file(tmp_path):
+    clock = Clock(100 * DAY)
+    with Broker({"t": 1}, data_dir=tmp_path, clock=clock, retention_ms=DAY, **SMALL) as broker:
+        for seq in range(6):
+            _send(broker, 1, seq, -1)  # no timestamp: Kafka's largestTimestamp falls back to the file's time
+        clock.now = wall_clock_ms()  # the files were written just now
+        assert broker.delete_old_segments() == 0
+        clock.now += 2 * DAY
+        assert broker.delete_old_segments() == 1
+
+
+def test_checkpoints_keep_the_partitions_a_smaller_broker_does_not_serve(tmp_path):
+    clock = Clock(10 * DAY)
+    for topics in ({"t": 1, "u": 1}, {"t": 1}):
+        with Broker(topics, data_dir=tmp_path, clock=clock, retention_bytes=300, **SMALL) as broker:
+            for seq in range(10):
+                for topic in topics:
+                    batch = RecordBatch(topic, 0, [b"v%d" % seq], None, 1, 0, seq + (10 if len(topics) == 1 else 0),
+                                        clock.now)
+                    assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == 0
+            broker.delete_old_segments()
+    entries = {(e.topic, e.partition) for e in read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint").entries}
+    assert entries == {("t", 0), ("u", 0)}
+    with Broker({"t": 1, "u": 1}, data_dir=tmp_path, clock=clock, **SMALL) as again:
+        assert again.log("u", 0).log_start_offset > 0

@@ -320,6 +320,8 @@ class Broker:
         self._logs: list[PartitionLog] = []
         self._closed = False
         self._checkpoint: dict[str, int] = {}
+        self._log_starts: dict[tuple[str, int], int] = {}
+        self._cleaned: dict[tuple[str, int], int] = {}
         self._written_ends: WrittenEnds | None = None
         self._started = False  # until the first checkpoint is written: a failed start writes none
         try:
@@ -329,11 +331,12 @@ class Broker:
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
-            starts = self._offsets_file(LOG_START_CHECKPOINT, "where each log starts since retention deleted its "
-                                        "oldest segments: restore it, or write it again from the first segment of "
-                                        "each partition")
-            cleaned = self._offsets_file(CLEANER_CHECKPOINT, "how far each compacted log was cleaned: restore it, "
-                                         "or write it again with each partition's last segment base offset")
+            starts = self._log_starts = self._offsets_file(
+                LOG_START_CHECKPOINT, "where each log starts since retention deleted its oldest segments: restore "
+                "it, or write it again from the first segment of each partition")
+            cleaned = self._cleaned = self._offsets_file(
+                CLEANER_CHECKPOINT, "how far each compacted log was cleaned: restore it, or write it again with each "
+                "partition's last segment base offset")
             written = self._ends_written_in_this_boot()
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
@@ -425,9 +428,9 @@ class Broker:
                     moves.append((partition_log, start))
         if not moves:
             return 0
-        starts = {(p.topic, p.partition): p.log_start_offset for p in self._logs if p.log_start_offset}
-        starts.update({(p.topic, p.partition): start for p, start in moves})
-        self._write_offsets_file(LOG_START_CHECKPOINT, starts)  # only logs with a directory have retention
+        # Partitions this broker does not serve keep their entries, as in the other checkpoints.
+        self._log_starts.update({(p.topic, p.partition): start for p, start in moves})
+        self._write_offsets_file(LOG_START_CHECKPOINT, self._log_starts)  # only logs with a directory have retention
         for partition_log, start in moves:
             partition_log.delete_segments_below(start)
         return len(moves)
@@ -444,9 +447,8 @@ class Broker:
                and (stop := partition_log.cleanable_offset()) is not None]
         if not due:
             return 0
-        cleaned = {(p.topic, p.partition): p.cleaned_offset for p in self._logs if p.cleaned_offset}
-        cleaned.update({(p.topic, p.partition): stop for p, stop in due})
-        self._write_offsets_file(CLEANER_CHECKPOINT, cleaned)  # before a segment changes: recovery allows gaps
+        self._cleaned.update({(p.topic, p.partition): stop for p, stop in due})
+        self._write_offsets_file(CLEANER_CHECKPOINT, self._cleaned)  # before a segment changes: gaps allowed there
         return sum(partition_log.clean(now, self.topic_configs[partition_log.topic].delete_retention_ms)
                    for partition_log, _ in due)
 
@@ -620,6 +622,10 @@ class Broker:
                         batch.keys is None or None in batch.keys):  # Kafka's LogValidator.validateKey
                     problem = ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in "
                                                          f"topic partition {batch.topic}-{batch.partition}")
+                if problem is None and batch.size_in_bytes() > self.topic_configs[batch.topic].segment_bytes:
+                    problem = ErrorCode.RECORD_LIST_TOO_LARGE, (  # Kafka's RecordBatchTooLargeException
+                        f"a batch of {batch.size_in_bytes()} bytes exceeds the maximum configured segment size of "
+                        f"{self.topic_configs[batch.topic].segment_bytes}")
                 if problem is None and batch.size_in_bytes() > self.message_max_bytes:
                     problem = ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {batch.size_in_bytes()} bytes is larger than "
                                                             f"message_max_bytes={self.message_max_bytes}")
@@ -702,7 +708,7 @@ class Broker:
                                                         control_type, marker.coordinator_epoch, now)
                             if self.data_dir is not None:
                                 partition_log.flush()
-                        except OSError as exc:
+                        except (OSError, IdemcoreError) as exc:
                             failed[j] = f"writing a marker to {partition_log.name} at offset {offset} failed: {exc}"
                             log.error("%s", failed[j])
                             if partition_log.log_end_offset > offset:
@@ -735,7 +741,7 @@ class Broker:
             partition_log = self._logs[numbers[j]]
             try:
                 partition_log.append(int(base_offset[j]), batches[positions[j]])
-            except OSError as exc:
+            except (OSError, IdemcoreError) as exc:  # IdemcoreError: the log refused (never expected); answered
                 failed[j] = f"writing {partition_log.name} at offset {int(base_offset[j])} failed: {exc}"
                 log.error("%s", failed[j])
                 continue

@@ -213,10 +213,11 @@ class PartitionLog:
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0) -> None:
-        for name, value, low in (("segment_bytes", segment_bytes, 1), ("segment_ms", segment_ms, 1),
-                                 ("index_interval_bytes", index_interval_bytes, 0)):
-            if type(value) is not int or value < low:
-                raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}")
+        for name, value, low, high in (("segment_bytes", segment_bytes, 1, _INT32_MAX),
+                                       ("segment_ms", segment_ms, 1, 2**63 - 1),
+                                       ("index_interval_bytes", index_interval_bytes, 0, _INT32_MAX)):
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
         self.topic = topic
         self.partition = partition
         self.batches: list[StoredBatch] = []
@@ -268,7 +269,9 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         if not self.batches:
             return self.log_start_offset
-        return self.batches[-1].next_offset
+        end = self.batches[-1].next_offset
+        # Never below the active segment's base: the segment's name is where the log was when it rolled.
+        return max(end, self.segment_bases[-1]) if self.segment_bases else end
 
     @property
     def name(self) -> str:
@@ -319,7 +322,7 @@ class PartitionLog:
         for number, base in enumerate(bases):
             path = directory / offset_file_name(base, LOG_SUFFIX)
             last = number == len(bases) - 1
-            if base != expected and not expected < base <= self.cleaned_offset:  # compaction may leave gaps
+            if base != expected:  # compaction keeps each segment's last batch: its boundaries stay exact
                 what = (f"{directory / offset_file_name(expected, LOG_SUFFIX)} is missing" if base > expected
                         else "segments overlap")
                 raise LogCorruptionError(
@@ -337,7 +340,7 @@ class PartitionLog:
                            "started, closed or wrote it (damaged outside the broker)")
                 raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: {bad}; {why}. "
                                          f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
-            if not last and expected < bases[number + 1] and bases[number + 1] > self.cleaned_offset:
+            if not last and expected < bases[number + 1]:
                 # The segment ends early, or the one after it is gone: name both files it could be.
                 raise LogCorruptionError(
                     f"{self.name}: {path} ends at offset {expected}, but the next segment starts at offset "
@@ -471,7 +474,8 @@ class PartitionLog:
         due = 0
         excess = sum(sizes) - retention_bytes if retention_bytes >= 0 else -1
         newest = self._newest_timestamps()
-        while due < len(sizes) and sizes[due] > 0:
+        # Any segment may go, an empty one too (compaction can empty one), but not an empty active segment.
+        while due < len(sizes) and not (due == len(sizes) - 1 and sizes[due] == 0):
             expired = retention_ms >= 0 and now_ms - newest[due] > retention_ms
             too_big = excess >= sizes[due]
             if not (expired or too_big):
@@ -485,14 +489,20 @@ class PartitionLog:
         return self.segment_bases[due]
 
     def _newest_timestamps(self) -> list[int]:
-        """The largest batch timestamp of each segment (-1 for an empty one)."""
+        """The largest batch timestamp of each segment; where batches carry none (negative), or there are no
+        batches, the segment file's modification time (Kafka's ``LogSegment.largestTimestamp``)."""
         newest = [-1] * len(self.segment_bases)
         segment = 0
         for stored in self.batches:
             while segment + 1 < len(self.segment_bases) and stored.base_offset >= self.segment_bases[segment + 1]:
                 segment += 1
             newest[segment] = max(newest[segment], stored.batch.max_timestamp)
-        return newest
+        return [stamp if stamp >= 0 else self._modified_ms(base) for stamp, base in zip(newest, self.segment_bases,
+                                                                                       strict=True)]
+
+    def _modified_ms(self, base: int) -> int:
+        assert self._directory is not None
+        return os.stat(self._directory / offset_file_name(base, LOG_SUFFIX)).st_mtime_ns // 1_000_000
 
     def delete_segments_below(self, start: int) -> None:
         """Move the log start to ``start`` (a segment's base offset) and delete the segments below it, with
@@ -522,24 +532,31 @@ class PartitionLog:
     # --- compaction -----------------------------------------------------------------------------------------
 
     def cleanable_offset(self) -> int | None:
-        """Where a compaction would stop (the active segment's base): the offset the broker records before
-        cleaning; None when there is nothing to clean (a log in memory, or only the active segment)."""
-        if self._directory is None or len(self.segment_bases) < 2:
+        """Where a compaction would stop: the base of the segment holding the first offset it must not touch,
+        the active segment or an open transaction (Kafka's first uncleanable offset); the offset the broker
+        records before cleaning. None when no whole segment lies below it (or the log is in memory)."""
+        if self._directory is None:
             return None
-        return self.segment_bases[-1]
+        limit = min(self.segment_bases[-1], self.last_stable_offset)
+        stop = max(base for base in self.segment_bases if base <= limit)
+        return None if stop <= self.segment_bases[0] else stop
 
     def clean(self, now_ms: int, delete_retention_ms: int) -> int:
         """Compact the segments before the active one (Kafka's log cleaner): keep the newest record of each key
         among them, drop tombstones (null values) in batches older than ``delete_retention_ms``; returns the
-        bytes removed. Batch base offsets, last offset deltas and producer metadata stay (a batch keeps its
-        producer's sequence range); a batch left empty is dropped unless it is its producer's last in the log.
-        Records without a key, transactional batches and control batches are kept as they are. Each segment is
-        rewritten whole to ``<name>.cleaned``, fsync'd and renamed over the old one; its indexes are derived
-        again. The broker records :meth:`cleanable_offset` first (cleaner-offset-checkpoint).
+        bytes removed. Records without a key go (Kafka counts them invalid and drops them). Batch base offsets,
+        last offset deltas and producer metadata stay (a batch keeps its producer's sequence range); a batch
+        left empty is dropped unless it is its producer's last in the log or its segment's last (Kafka keeps the
+        last batch of a cleaning round; keeping each segment's keeps segment boundaries exact, so recovery still
+        refuses a segment cut or lost). Transactional and control batches are kept as they are, and nothing at or
+        after an open transaction is cleaned. Each segment is rewritten whole to ``<name>.cleaned``, fsync'd and
+        renamed over the old one; its indexes are derived again. The broker records :meth:`cleanable_offset`
+        first (cleaner-offset-checkpoint).
 
-        **Differences from Kafka**: the key map covers every segment but the active one (Kafka's covers a
-        dirty section chosen by ``min.cleanable.dirty.ratio``); segments are not merged; a tombstone's age is its
-        batch's timestamp (Kafka 3.x writes a delete horizon into the batch at the first cleaning)."""
+        **Differences from Kafka**: the key map covers every segment below the stop (Kafka's covers a dirty
+        section chosen by ``min.cleanable.dirty.ratio``); segments are not merged; a tombstone's age is its
+        batch's timestamp, or its segment file's time when it has none (Kafka 3.x writes a delete horizon into
+        the batch at the first cleaning); aborted transactional data is not removed."""
         stop = self.cleanable_offset()
         if stop is None:
             return 0
@@ -556,7 +573,7 @@ class PartitionLog:
                         latest[key] = offset
         horizon = now_ms - delete_retention_ms
         removed = 0
-        for number, base in enumerate(self.segment_bases[:-1]):
+        for number, base in enumerate(self.segment_bases[:self.segment_bases.index(stop)]):
             removed += self._clean_segment(number, base, latest, last_of_producer, horizon)
         self.cleaned_offset = stop
         return removed
@@ -566,6 +583,7 @@ class PartitionLog:
         assert self._directory is not None
         path = self._directory / offset_file_name(base, LOG_SUFFIX)
         data = path.read_bytes()
+        segment_time = self._modified_ms(base)  # the age of batches without a timestamp
         out = bytearray()
         kept: list[StoredBatch] = []
         state = _IndexState(base, self.index_interval_bytes)
@@ -576,12 +594,15 @@ class PartitionLog:
             position += header.size_in_bytes
             retained = records
             if not (header.is_control or header.is_transactional):
-                retained = [r for r in records if r.key is None or (
-                    latest.get(r.key) == header.base_offset + r.offset_delta
-                    and not (r.value is None and header.max_timestamp < horizon))]
+                age = header.max_timestamp if header.max_timestamp >= 0 else segment_time
+                retained = [r for r in records if r.key is not None
+                            and latest.get(r.key) == header.base_offset + r.offset_delta
+                            and not (r.value is None and age < horizon)]
             if len(retained) != len(records):
-                if not retained and last_of_producer.get(header.producer_id) != header.base_offset:
-                    continue  # nothing left, and its producer's state does not depend on it
+                needed = position == len(data) or (
+                    header.producer_id >= 0 and last_of_producer.get(header.producer_id) == header.base_offset)
+                if not retained and not needed:
+                    continue  # nothing left, and neither its producer's state nor its segment's end needs it
                 raw = memoryview(encode_batch(
                     retained, base_offset=header.base_offset, base_timestamp=header.base_timestamp,
                     max_timestamp=header.max_timestamp, producer_id=header.producer_id,

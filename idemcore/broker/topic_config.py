@@ -17,6 +17,7 @@ from idemcore.protocol.constants import (
     DEFAULT_RETENTION_MS,
     DEFAULT_SEGMENT_BYTES,
     DEFAULT_SEGMENT_MS,
+    INT32_MAX,
 )
 
 _POLICIES = {"delete": frozenset({"delete"}), "compact": frozenset({"compact"}),
@@ -36,11 +37,14 @@ class TopicConfig:
     delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS  # delete.retention.ms: how long tombstones stay
 
     def __post_init__(self) -> None:
-        for name, low in (("retention_ms", -1), ("retention_bytes", -1), ("segment_bytes", 1), ("segment_ms", 1),
-                          ("index_interval_bytes", 0), ("delete_retention_ms", 0)):
+        for name, low, high in (("retention_ms", -1, None), ("retention_bytes", -1, None),
+                                ("segment_bytes", 1, INT32_MAX),  # index positions are i32 (Kafka's limit too)
+                                ("segment_ms", 1, None), ("index_interval_bytes", 0, INT32_MAX),
+                                ("delete_retention_ms", 0, None)):
             value = getattr(self, name)
-            if type(value) is not int or value < low:
+            if type(value) is not int or value < low or (high is not None and value > high):
                 limit = "-1 for no limit" if low == -1 else f"at least {low}"
+                limit += "" if high is None else f" and at most {high}"
                 raise ValueError(f"{name} must be an integer, {limit}, got {value!r}")
 
     @property

@@ -20,6 +20,7 @@ class ErrorCode(enum.IntEnum):
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
+    RECORD_LIST_TOO_LARGE = 18  # a batch larger than the topic's segment.bytes (RecordBatchTooLargeException)
     NOT_ENOUGH_REPLICAS = 19
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_REQUEST = 42

@@ -36,7 +36,7 @@ import numpy as np
 
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX, NUM_BATCHES_TO_RETAIN
-from idemcore.record.kafka_files.indexes import FileRead, ProducerSnapshotEntry, read_snapshot
+from idemcore.record.kafka_files.indexes import FileProblem, FileRead, ProducerSnapshotEntry, read_snapshot
 from idemcore.record.kafka_files.names import SNAPSHOT_SUFFIX, parse_offset_file
 from idemcore.state.table import ProducerStateTable
 
@@ -160,6 +160,9 @@ def load_snapshot_file(table: ProducerStateTable, partition: int, path: str | os
     offset = parsed[0]
     read = read_snapshot(path)
     if not read.problems:
-        load_snapshot(table, partition, read.entries, backend, next_offset=offset, now_ms=now_ms,
-                      expiration_ms=expiration_ms)
+        try:
+            load_snapshot(table, partition, read.entries, backend, next_offset=offset, now_ms=now_ms,
+                          expiration_ms=expiration_ms)
+        except ValueError as exc:  # a valid CRC over values no producer state holds: as corrupt
+            read.problems.append(FileProblem(path, None, "snapshot_invalid", str(exc)))
     return read
