@@ -1,7 +1,8 @@
 """Broker produce path: the cost of one produce request, now beside an earlier checkout in the same run.
 
 Request shapes: one idempotent producer sending in sequence, (1) one batch of 16 records of 100 bytes to one
-partition, (4) four such batches to four partitions; in memory (no data_dir). The earlier checkout is any
+partition, (4) four such batches to four partitions; in memory (no data_dir), and on disk (a data_dir with
+fsync=False: the cost of encoding and writing to the page cache, not of the disk). The earlier checkout is any
 git revision built in place and named by IDEMCORE_BEFORE (its package is loaded as ``idemcore_before``):
 
     git worktree add /tmp/idemcore-before REV && (cd /tmp/idemcore-before && ../../work/main/.venv/bin/python
@@ -50,8 +51,8 @@ def _before():
     return sys.modules[name]
 
 
-def _now(partitions: int):
-    broker = Broker({"bench": partitions})
+def _now(partitions: int, data_dir):
+    broker = Broker({"bench": partitions}, data_dir=data_dir, fsync=False)
     sequence = itertools.count(0, len(VALUES))
 
     def one():
@@ -62,14 +63,14 @@ def _now(partitions: int):
     return one
 
 
-def _earlier(partitions: int):
+def _earlier(partitions: int, data_dir):
     old = _before()
     if old is None:
         pytest.skip("IDEMCORE_BEFORE names no earlier checkout")
     modules = {name: importlib.import_module(f"idemcore_before.{name}") for name in ("broker",)}
     broker_module = modules["broker"]
     messages = broker_module  # the earlier layout exported its messages from broker/
-    broker = broker_module.Broker({"bench": partitions})
+    broker = broker_module.Broker({"bench": partitions}, data_dir=data_dir, fsync=False)
     handle = getattr(broker, "handle", None) or broker.produce
     sequence = itertools.count(0, len(VALUES))
     record_batch = getattr(messages, "RecordBatch", None) or \
@@ -84,11 +85,14 @@ def _earlier(partitions: int):
     return one
 
 
+@pytest.mark.parametrize("storage", ["memory", "disk"])
 @pytest.mark.parametrize("partitions", [1, 4])
 @pytest.mark.parametrize("version", ["before", "now"])
-def bench_broker_produce(benchmark, record_seconds, version, partitions):
-    one = _now(partitions) if version == "now" else _earlier(partitions)
+def bench_broker_produce(benchmark, record_seconds, tmp_path, version, partitions, storage):
+    data_dir = tmp_path / "data" if storage == "disk" else None
+    one = _now(partitions, data_dir) if version == "now" else _earlier(partitions, data_dir)
     one()
     benchmark.pedantic(one, rounds=20, iterations=500, warmup_rounds=2)
-    record_seconds(f"produce requests {version} {partitions}p", benchmark.stats.stats.min, 1)  # per request
+    shape = f"{partitions}p" + ("-disk" if storage == "disk" else "")
+    record_seconds(f"produce requests {version} {shape}", benchmark.stats.stats.min, 1)  # per request
 

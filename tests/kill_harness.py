@@ -2,8 +2,8 @@
 
 Each round forks a child that opens a :class:`~idemcore.broker.Broker` on one data directory (small segments,
 so rolls happen) and has idempotent producers write records, telling the parent over a pipe about each record
-once it was acknowledged. The child dies by SIGKILL at a point its seed picks: the n-th write, fsync or
-rename the broker makes, in recovery, in an append, in an index or written-ends update, in a roll or in a
+once it was acknowledged. The child dies by SIGKILL at a point its seed picks: the n-th write, fsync, rename
+or unlink the broker makes, in recovery, in an append, in an index or written-ends update, in a roll or in a
 checkpoint. A segment or index write is first cut at a random byte (stricter than a process death, which stops
 a write only between pages; the log must take any prefix as a torn tail); a plain ``os.write``/``os.pwrite``
 is cut only where a process death can cut it: before it, after it, or at a page boundary. If no point comes,
@@ -60,7 +60,7 @@ def _die() -> None:
 
 
 def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
-    """In the child: make the n-th write, fsync or rename of the broker its last (n picked by ``rng``)."""
+    """In the child: make the n-th write, fsync, rename or unlink of the broker its last (n picked by ``rng``)."""
     import idemcore.broker.log as partition_log
 
     countdown = [rng.randint(1, 160)]
@@ -72,7 +72,8 @@ def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
             return True
         return False
 
-    write, fsync, replace, os_write, pwrite = partition_log._write, os.fsync, os.replace, os.write, os.pwrite
+    write, fsync, replace, os_write, pwrite, unlink = (partition_log._write, os.fsync, os.replace, os.write,
+                                                      os.pwrite, os.unlink)
 
     def torn_write(file: Any, data: bytes) -> None:
         if due(f"write {Path(file.name).name}"):
@@ -97,6 +98,7 @@ def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
     os.replace = killing("os.replace", replace)
     os.write = killing("os.write", os_write)
     os.pwrite = killing("os.pwrite", pwrite)
+    os.unlink = killing("os.unlink", unlink)  # retention deleting segments, snapshots going
 
 
 def _child(data_dir: Path, seed: int, pipe: int) -> None:
