@@ -4,7 +4,7 @@ Room for what comes next: ``coordinator/`` (transactions, group offsets) and
 ``server`` (Kafka's wire protocol over TCP) call the same ``Broker.handle``.
 """
 
-from idemcore.broker.broker import Broker
+from idemcore.broker.broker import Broker, TopicExistsError
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 
-__all__ = ["Broker", "LogCorruptionError", "PartitionLog"]
+__all__ = ["Broker", "LogCorruptionError", "PartitionLog", "TopicExistsError"]

@@ -83,6 +83,8 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 LOG_END_CHECKPOINT = "log-end-offsets.json"
 #: In data_dir: where each log starts once retention deleted its oldest segments (Kafka's file and format).
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+#: In data_dir: the topics create_topic made (idemcore's own; Kafka keeps topics in its metadata log).
+TOPICS_FILE = "topics.json"
 #: In data_dir: how far each compacted log was cleaned (Kafka's file and format): gaps below it are compaction's.
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
@@ -161,6 +163,18 @@ def _bad_headers(headers: object, count: int) -> str | None:
             except UnicodeEncodeError:
                 return f"record {index} has header key {pair[0]!r:.60}, which UTF-8 cannot encode"
     return None
+
+
+def _check_topic(name: object, count: object) -> None:
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"topic name {name!r} is not legal: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-' "
+                         "(Kafka's rule; a topic names a directory)")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
+
+
+class TopicExistsError(IdemcoreError):
+    """``create_topic`` for a topic the broker has (Kafka's TOPIC_ALREADY_EXISTS)."""
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -291,11 +305,7 @@ class Broker:
         if not topics:
             raise ValueError("a broker needs at least one topic")
         for name, count in topics.items():
-            if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-                raise ValueError(f"topic name {name!r} is not legal: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-' "
-                                 "(Kafka's rule; a topic names a directory)")
-            if not isinstance(count, int) or count < 1:
-                raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
+            _check_topic(name, count)
         if type(message_max_bytes) is not int or message_max_bytes < 1:
             raise ValueError(f"message_max_bytes must be a positive integer, got {message_max_bytes!r}")
         self.message_max_bytes = message_max_bytes
@@ -316,11 +326,14 @@ class Broker:
         #: Each topic's settings (Kafka's topic configs over the broker's defaults).
         self.topic_configs = {name: defaults.overridden(name, (topic_configs or {}).get(name, {}))
                               for name in self.topics}
+        self.topic_configs_default = defaults
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
         self._checkpoint: dict[str, int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
+        self._created: dict[str, dict[str, Any]] = {}
+        self._unserved_ends: dict[str, int] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
         self._written_ends: WrittenEnds | None = None
         self._started = False  # until the first checkpoint is written: a failed start writes none
@@ -338,16 +351,12 @@ class Broker:
                 CLEANER_CHECKPOINT, "how far each compacted log was cleaned: restore it, or write it again with each "
                 "partition's last segment base offset")
             written = self._ends_written_in_this_boot()
+            self._created = self._created_topics(defaults)
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
-                    directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
-                    self._index[(name, partition)] = len(self._logs)
                     key = f"{name}-{partition}"
-                    point = max(self._checkpoint.get(key, 0), written.get(key, 0))
-                    self._logs.append(PartitionLog(name, partition, directory, fsync, point, clock=self.clock,
-                                                   log_start_offset=starts.get((name, partition), 0),
-                                                   cleaned_offset=cleaned.get((name, partition), 0),
-                                                   **self.topic_configs[name].log_settings()))
+                    self._open_partition(name, partition, max(self._checkpoint.get(key, 0), written.get(key, 0)),
+                                         starts.get((name, partition), 0), cleaned.get((name, partition), 0))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
@@ -357,8 +366,9 @@ class Broker:
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
                 # Partitions this broker does not serve keep what an earlier broker wrote in this boot.
-                ends = {**written, **{p.name: p.log_end_offset for p in self._logs}}
-                self._written_ends = WrittenEnds(self.data_dir, ends)
+                self._unserved_ends = {name: end for name, end in written.items()
+                                       if name not in {p.name for p in self._logs}}
+                self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())
             self._started = True
         except BaseException:
             self.close()  # release the logs and the directory's lock
@@ -390,6 +400,64 @@ class Broker:
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
+
+    def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int) -> None:
+        """Open (recover or create) one partition's log under the next broker-wide partition number."""
+        directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
+        self._index[(name, partition)] = len(self._logs)
+        self._logs.append(PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
+                                       log_start_offset=log_start, cleaned_offset=cleaned,
+                                       **self.topic_configs[name].log_settings()))
+
+    def _all_written_ends(self) -> dict[str, int]:
+        return {**self._unserved_ends, **{p.name: p.log_end_offset for p in self._logs}}
+
+    def _created_topics(self, defaults: TopicConfig) -> dict[str, dict[str, Any]]:
+        """The topics :meth:`create_topic` made in this data_dir (``topics.json``), added to those served."""
+        if self.data_dir is None or not os.path.lexists(self.data_dir / TOPICS_FILE):
+            return {}
+        path = self.data_dir / TOPICS_FILE
+        try:
+            created = json.loads(path.read_text())["topics"]
+            for name, entry in created.items():
+                _check_topic(name, entry["partitions"])
+                config = defaults.overridden(name, entry["configs"])
+                if name in self.topics and self.topics[name] != entry["partitions"]:
+                    raise ValueError(f"topic {name!r} was created with {entry['partitions']} partitions, the broker "
+                                     f"is given {self.topics[name]}")
+                self.topics[name] = entry["partitions"]
+                self.topic_configs[name] = config
+        except OSError as exc:
+            raise LogCorruptionError(f"{path} cannot be read ({exc.strerror})") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise LogCorruptionError(f"{path} is damaged or disagrees with the topics given ({exc}); it lists the "
+                                     "topics create_topic made: restore it (removing it stops serving them; their "
+                                     "partitions stay on disk)") from None
+        return {name: dict(entry) for name, entry in created.items()}
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None) -> None:
+        """Add a topic of ``partitions`` partitions with Kafka's topic ``configs`` (as ``topic_configs``), served
+        from now on and after a restart (recorded in ``topics.json`` before its partitions are created).
+        TopicExistsError when the broker has it; ValueError for a bad name, count or setting."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        _check_topic(name, partitions)
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists with {self.topics[name]} partitions")
+        config = self.topic_configs_default.overridden(name, configs or {})
+        if self.data_dir is not None:
+            created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
+            write_file_atomically(self.data_dir / TOPICS_FILE,
+                                  json.dumps({"version": 1, "topics": created}, sort_keys=True).encode())
+            self._created = created
+        self.topics[name] = partitions
+        self.topic_configs[name] = config
+        for partition in range(partitions):
+            self._open_partition(name, partition, 0, 0, 0)
+            self._logs[-1].on_roll = self._write_snapshot
+        if self._written_ends is not None:  # a slot for each new partition
+            self._written_ends.close()
+            self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())  # type: ignore[arg-type]
 
     def _offsets_file(self, name: str, what: str) -> dict[tuple[str, int], int]:
         """The ``topic partition offset`` entries of one of Kafka's offset checkpoints in data_dir ({} when

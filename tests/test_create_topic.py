@@ -1,0 +1,76 @@
+"""Broker.create_topic: topics added while running, recorded in topics.json before their partitions exist,
+served again after a restart with their settings, and covered by the written ends like the others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from idemcore.broker import Broker, LogCorruptionError, TopicExistsError
+from idemcore.client import Producer
+from idemcore.net.messages import ProduceRequest
+from idemcore.record.batch import RecordBatch
+
+NOW = 1_700_000_000_000
+
+
+def test_a_created_topic_is_served_and_comes_back_after_a_restart(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        broker.create_topic("orders", 3, {"cleanup.policy": "compact"})
+        producer = Producer(broker)
+        offsets = [producer.send("orders", b"v%d" % i, key=b"k%d" % i, partition=2).result().offset for i in range(3)]
+        assert offsets == [0, 1, 2]
+        keyless = broker.handle(ProduceRequest((RecordBatch("orders", 0, [b"v"], None, -1, -1, -1, NOW),)))
+        assert keyless.responses[0].error_code != 0  # compacted: a key is required
+    with Broker({"t": 1}, data_dir=tmp_path) as again:  # the caller names only "t"
+        assert again.topics == {"t": 1, "orders": 3}
+        assert again.topic_configs["orders"].compacted
+        assert [value for _, _, value, _ in again.log("orders", 2).records()] == [b"v0", b"v1", b"v2"]
+
+
+def test_create_topic_refuses_what_kafka_refuses_and_writes_nothing(tmp_path):
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
+        with pytest.raises(TopicExistsError, match="topic 't' already exists with 1 partitions"):
+            broker.create_topic("t", 2)
+        with pytest.raises(ValueError, match="topic name 'a/b' is not legal"):
+            broker.create_topic("a/b", 1)
+        with pytest.raises(ValueError, match="needs a positive partition count, got 0"):
+            broker.create_topic("z", 0)
+        with pytest.raises(ValueError, match="unknown setting 'retention.hours'"):
+            broker.create_topic("z", 1, {"retention.hours": 1})
+    assert not (tmp_path / "topics.json").exists() and not (tmp_path / "z-0").exists()
+
+
+def test_a_topic_recorded_before_its_partitions_were_made_is_made_at_start(tmp_path):
+    Broker({"t": 1}, data_dir=tmp_path).close()
+    (tmp_path / "topics.json").write_text(json.dumps({"version": 1, "topics": {"late": {"partitions": 2,
+                                                                                       "configs": {}}}}))
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:  # as if killed between the record and the directories
+        assert broker.log("late", 1).log_end_offset == 0
+        assert (tmp_path / "late-1").is_dir()
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "topics.json is damaged"),
+    ('{"version": 1, "topics": {"t": {"partitions": 4, "configs": {}}}}', "created with 4 partitions, the broker is "
+                                                                           "given 1"),
+])
+def test_a_damaged_or_conflicting_topics_file_is_named(tmp_path, content, says):
+    Broker({"t": 1}, data_dir=tmp_path).close()
+    (tmp_path / "topics.json").write_text(content)
+    with pytest.raises(LogCorruptionError, match=says):
+        Broker({"t": 1}, data_dir=tmp_path)
+
+
+def test_the_written_ends_cover_a_created_topic(tmp_path):
+    broker = Broker({"t": 1}, data_dir=tmp_path)
+    broker.create_topic("new", 1)
+    producer = Producer(broker)
+    for i in range(3):
+        producer.send("new", b"v%d" % i, partition=0).result()
+    broker.kill()  # no checkpoint: only the written ends know new-0 reached offset 3
+    segment = tmp_path / "new-0" / "00000000000000000000.log"
+    segment.write_bytes(segment.read_bytes()[:-5])  # the last acknowledged batch damaged
+    with pytest.raises(LogCorruptionError, match="new-0: .* the log ends at offset 2, but held 3"):
+        Broker({"t": 1}, data_dir=tmp_path)
