@@ -37,7 +37,7 @@ def test_create_topic_refuses_what_kafka_refuses_and_writes_nothing(tmp_path):
             broker.create_topic("a/b", 1)
         with pytest.raises(ValueError, match="needs a positive partition count, got 0"):
             broker.create_topic("z", 0)
-        with pytest.raises(ValueError, match="unknown setting 'retention.hours'"):
+        with pytest.raises(ValueError, match=r"unknown setting 'retention.hours'"):
             broker.create_topic("z", 1, {"retention.hours": 1})
     assert not (tmp_path / "topics.json").exists() and not (tmp_path / "z-0").exists()
 
@@ -72,5 +72,5 @@ def test_the_written_ends_cover_a_created_topic(tmp_path):
     broker.kill()  # no checkpoint: only the written ends know new-0 reached offset 3
     segment = tmp_path / "new-0" / "00000000000000000000.log"
     segment.write_bytes(segment.read_bytes()[:-5])  # the last acknowledged batch damaged
-    with pytest.raises(LogCorruptionError, match="new-0: .* the log ends at offset 2, but held 3"):
+    with pytest.raises(LogCorruptionError, match=r"new-0: .* the log ends at offset 2, but held 3"):
         Broker({"t": 1}, data_dir=tmp_path)
