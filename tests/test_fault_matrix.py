@@ -16,8 +16,9 @@ Never (c): a start that succeeds with an acknowledged record missing, or offsets
 
 A file the broker starts keeping is one more ``FILES`` entry and its six ``MATRIX`` rows;
 ``test_every_file_the_broker_keeps_is_in_the_matrix`` fails until both are there. Partition ``t-0`` stands for
-every partition: two segments (offsets 0-3 rolled, 4-7 active) with their indexes, the producer-state snapshots
-taken at the roll and (after a clean close only) at shutdown, and ``leader-epoch-checkpoint``.
+every partition: three segments (offsets 0-3 and 4-7 rolled, 8-9 active) with their indexes, the first one's
+``.txnindex`` (an aborted transaction), the producer-state snapshots (the newest two of those taken at each
+roll and at a clean shutdown), and ``leader-epoch-checkpoint``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ import pytest
 
 from idemcore.broker import Broker
 from idemcore.client import Producer
+from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
-from idemcore.net.messages import ProduceRequest
+from idemcore.net.messages import ProduceRequest, TxnMarker, WriteTxnMarkersRequest
 from idemcore.record.batch import RecordBatch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,11 +55,16 @@ FILES = {
     "segment": "t-0/00000000000000000000.log",
     "index": "t-0/00000000000000000000.index",
     "time index": "t-0/00000000000000000000.timeindex",
-    "active segment": "t-0/00000000000000000004.log",
-    "active index": "t-0/00000000000000000004.index",
-    "active time index": "t-0/00000000000000000004.timeindex",
-    "snapshot": "t-0/00000000000000000004.snapshot",
-    "shutdown snapshot": "t-0/00000000000000000008.snapshot",
+    "txn index": "t-0/00000000000000000000.txnindex",
+    "middle segment": "t-0/00000000000000000004.log",
+    "middle index": "t-0/00000000000000000004.index",
+    "middle time index": "t-0/00000000000000000004.timeindex",
+    "active segment": "t-0/00000000000000000008.log",
+    "active index": "t-0/00000000000000000008.index",
+    "active time index": "t-0/00000000000000000008.timeindex",
+    "older snapshot": "t-0/00000000000000000004.snapshot",
+    "snapshot": "t-0/00000000000000000008.snapshot",
+    "shutdown snapshot": "t-0/00000000000000000010.snapshot",
     "leader epochs": "t-0/leader-epoch-checkpoint",
     "checkpoint": "log-end-offsets.json",
     "id store": "producer_ids.sqlite",
@@ -65,11 +72,14 @@ FILES = {
     "written ends": "written-log-ends",
     "id floor": "producer-id-floor",
 }
-#: Files that only one way of stopping leaves: Kafka snapshots the producer state at a clean shutdown.
-ONLY_AFTER = {"shutdown snapshot": "closed"}
-#: Every broker here: two segments per partition (four 72-byte batches fit in 300 bytes), an index entry for
-#: every batch but the first of a segment.
+#: Files that only one way of stopping leaves: Kafka snapshots the producer state at a clean shutdown, and the
+#: broker keeps the newest two snapshots.
+ONLY_AFTER = {"shutdown snapshot": "closed", "older snapshot": "killed"}
+#: Every broker here: three segments per partition of at most 300 bytes (an aborted transaction, 150 bytes,
+#: then two 72-byte batches; four; two), an index entry for every batch but the first of a segment.
 SETTINGS = {"segment_bytes": 300, "index_interval_bytes": 0}
+#: The producer of the aborted transaction each partition starts with (its records are never acknowledged).
+TXN_PRODUCER = 900
 FAULTS = ("delete", "truncate-0", "truncate-half", "flip", "read-only", "directory")
 MODES = ("closed", "killed")
 
@@ -90,14 +100,12 @@ SAFE = "safe"
 # file, fault, outcome after a clean close, outcome after the process was killed
 MATRIX = [
     # A rolled segment was fsync'd before the next one started: any damage to it is from outside, whatever
-    # the recovery point says. Missing, empty or cut, its offsets are gone; refuse, naming it.
-    ("segment", "delete", Error("is missing"), Error("is missing")),
-    ("segment", "truncate-0", Error("is shorter"), Error("is shorter")),
-    ("segment", "truncate-half", Error("is shorter|is corrupt"), Error("is shorter|is corrupt")),
-    ("segment", "flip", Error("is corrupt"), Error("is corrupt")),
-    # A rolled segment is only read.
-    ("segment", "read-only", SAFE, SAFE),
-    ("segment", "directory", Error("Is a directory"), Error("Is a directory")),
+    # the recovery point says. Missing, empty or cut, its offsets are gone; refuse, naming it. A rolled segment
+    # is only read.
+    *[(file, fault, outcome, outcome) for file in ("segment", "middle segment")
+      for fault, outcome in (("delete", Error("is missing")), ("truncate-0", Error("is shorter")),
+                             ("truncate-half", Error("is shorter|is corrupt")), ("flip", Error("is corrupt")),
+                             ("read-only", SAFE), ("directory", Error("Is a directory")))],
     # The active segment. A partition listed in the checkpoint had one (the broker creates it at start, before
     # the checkpoint): its absence is damage from outside. Starting without it would restart the partition's
     # offsets (Kafka would re-fetch it from a replica; a single broker has none).
@@ -115,8 +123,7 @@ MATRIX = [
     # Producer-state snapshots (at the roll to offset 4; at the clean close, offset 8): a missing or corrupt one
     # (Kafka's CorruptSnapshotException) is skipped for an older one or the log, which rebuild the same state,
     # and deleted. They are only read, and deleted by name. Something else in its place is refused.
-    *[(file, fault, outcome, outcome if file == "snapshot" else None)
-      for file in ("snapshot", "shutdown snapshot")
+    *[(file, fault, outcome, outcome) for file in ("snapshot", "shutdown snapshot", "older snapshot")
       for fault, outcome in (("delete", SAFE), ("truncate-0", SAFE), ("truncate-half", SAFE), ("flip", SAFE),
                              ("read-only", SAFE), ("directory", Error("is not a file")))],
     # Derived from the log (epoch 0 from its first offset): rewritten by rename when missing or different.
@@ -128,9 +135,11 @@ MATRIX = [
     # index too), by rename, so its mode does not matter; the active one is appended to, so it must be
     # writable. A directory in its place cannot be read or replaced.
     (f"{which}{kind}", fault, outcome, outcome)
-    for which in ("", "active ") for kind in ("index", "time index")
+    for which, kinds in (("", ("index", "time index", "txn index")), ("middle ", ("index", "time index")),
+                         ("active ", ("index", "time index")))
+    for kind in kinds
     for fault, outcome in (("delete", SAFE), ("truncate-0", SAFE), ("truncate-half", SAFE), ("flip", SAFE),
-                           ("read-only", Error("Permission denied") if which else SAFE),
+                           ("read-only", Error("Permission denied") if which == "active " else SAFE),
                            ("directory", Error("Is a directory")))
 ] + [
     # Recovery points only protect the logs from damage; without them every log is read in full (Kafka
@@ -210,7 +219,13 @@ class Acked(NamedTuple):
 
 
 def _acknowledge(broker: Broker) -> list[Acked]:
-    """Two idempotent producers (acks=all) write four records each to both partitions, one request each."""
+    """An aborted transaction on each partition (a transactional batch and its ABORT marker: the .txnindex),
+    then two idempotent producers (acks=all) write four records each to both partitions, one request each."""
+    for partition in range(TOPICS["t"]):
+        batch = RecordBatch("t", partition, [b"aborted"], None, TXN_PRODUCER, 0, 0, wall_clock_ms(), True)
+        assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == 0
+    marker = TxnMarker(TXN_PRODUCER, 0, False, 0, tuple(("t", p) for p in range(TOPICS["t"])))
+    assert all(r.error_code == 0 for r in broker.handle(WriteTxnMarkersRequest((marker,))).markers[0].responses)
     producers = [Producer(broker), Producer(broker)]
     acked: list[Acked] = []
     for i in range(4):
@@ -346,7 +361,8 @@ def _snapshot(data_dir: Path) -> dict[str, bytes | str]:
 def _lost_or_repeated(broker: Broker, acked: list[Acked]) -> list[str]:
     problems = []
     for partition in range(TOPICS["t"]):
-        held = [(offset, value) for offset, _, value, _ in broker.log("t", partition).records()]
+        held = [(offset, value) for offset, _, value, batch in broker.log("t", partition).records()
+                if batch.producer_id != TXN_PRODUCER]  # the aborted transaction's record was never acknowledged
         wanted = sorted((a.offset, a.value) for a in acked if a.partition == partition)
         if held != wanted:
             missing = sorted(set(wanted) - set(held))
