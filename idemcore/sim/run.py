@@ -85,8 +85,11 @@ def simulate(
     data_dir = Path(tempfile.mkdtemp(prefix="idemcore-sim-")) if faults.crash_every else None
     started = time.perf_counter()
     try:
+        clock: list[SimulatedNetwork] = []  # the broker's time is the network's virtual time, once it exists
         network = SimulatedNetwork(
-            lambda: Broker({TOPIC: partitions}, data_dir=data_dir, backend=backend, fsync=fsync), faults, seed)
+            lambda: Broker({TOPIC: partitions}, data_dir=data_dir, backend=backend, fsync=fsync,
+                           clock=lambda: clock[0].now if clock else 0), faults, seed)
+        clock.append(network)
         clients = [Producer(network, backend=backend, client_id=f"producer-{i}", enable_idempotence=idempotence,
                             max_in_flight_requests_per_connection=5, linger_ms=2, batch_size=2048,
                             request_timeout_ms=100, delivery_timeout_ms=600_000, retry_backoff_ms=5)
