@@ -22,8 +22,11 @@ class ErrorCode(enum.IntEnum):
     NOT_COORDINATOR = 16
     RECORD_LIST_TOO_LARGE = 18  # a batch larger than the topic's segment.bytes (RecordBatchTooLargeException)
     NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
     INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43  # a marker for a pre-v2 log: the coordinator counts it done
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47

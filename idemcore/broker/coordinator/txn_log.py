@@ -1,0 +1,278 @@
+"""The ``__transaction_state`` record: key and value bytes as Kafka writes them (TransactionLogKey.json,
+TransactionLogValue.json; Kafka's ``TransactionLog.keyToBytes`` / ``valueToBytes``), and the partition that
+owns a transactional id.
+
+Key, version 0 only: ``int16 version=0 | string transactional_id`` (a string is an int16 length + UTF-8).
+
+Value version 0 (what Kafka writes at ``transaction.version`` 0, and what this module writes)::
+
+    int16 version=0 | int64 producer_id | int16 producer_epoch | int32 transaction_timeout_ms | int8 state
+    | int32 topic count (-1 = null), per topic: string topic, int32 n, n x int32 partition
+    | int64 last_update_timestamp_ms | int64 start_timestamp_ms
+
+Version 1 (flexible; Kafka writes it from ``transaction.version`` 1) is read too: compact strings and arrays
+(unsigned varint length + 1, 0 = null), a tagged-field section after each topic entry and after the value,
+with tags 0 previous producer id, 1 next producer id, 2 client transaction version. A null value is a
+tombstone: the id was removed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from idemcore.broker.coordinator.partitioning import coordinator_partition
+from idemcore.broker.coordinator.state import TransactionState
+from idemcore.errors import IdemcoreError
+from idemcore.protocol.constants import DEFAULT_TRANSACTION_STATE_PARTITIONS, NO_PRODUCER_ID
+
+KEY_VERSION = 0
+#: The value version this module writes (Kafka's at transaction.version 0).
+VALUE_VERSION = 0
+#: The value versions this module reads (Kafka's reader accepts the same).
+READABLE_VALUE_VERSIONS = (0, 1)
+
+#: Partitions grouped by topic as the record holds them: ((topic, (partition, ...)), ...).
+TopicPartitionGroups = tuple[tuple[str, tuple[int, ...]], ...]
+
+_I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_V0_HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, state
+_TIMESTAMPS = struct.Struct(">qq")  # last update, start
+
+
+class TransactionLogFormatError(IdemcoreError, ValueError):
+    """Bytes that are not a ``__transaction_state`` record this reader understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionLogValue:
+    """One transactional id's state as stored (Kafka's ``TransactionLogValue``)."""
+
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    state: TransactionState
+    #: None when the record holds null (always so for Empty); topics and partitions sorted when written here.
+    partitions: TopicPartitionGroups | None
+    last_update_timestamp_ms: int
+    start_timestamp_ms: int
+    #: Version 1 only (tagged fields); version 0 records read back as the defaults.
+    previous_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
+    version: int = VALUE_VERSION
+
+    def topic_partitions(self) -> frozenset[tuple[str, int]]:
+        """The partitions as (topic, partition) pairs."""
+        return frozenset((topic, p) for topic, ids in self.partitions or () for p in ids)
+
+
+def partition_for(transactional_id: str, partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS) -> int:
+    """The ``__transaction_state`` partition that owns ``transactional_id`` (Kafka's
+    ``TransactionStateManager.partitionFor``)."""
+    return coordinator_partition(transactional_id, partitions)
+
+
+def group_by_topic(topic_partitions: Iterable[tuple[str, int]]) -> TopicPartitionGroups:
+    """(topic, partition) pairs grouped by topic, topics and partitions sorted (Kafka groups them in hash order;
+    sorting makes the bytes reproducible)."""
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in topic_partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return tuple((topic, tuple(sorted(grouped[topic]))) for topic in sorted(grouped))
+
+
+# ------------------------------------------------------------------ encoding
+
+
+def encode_key(transactional_id: str) -> bytes:
+    """The record key of ``transactional_id``."""
+    return _I16.pack(KEY_VERSION) + _string(transactional_id, "transactional id")
+
+
+def encode_value(value: TransactionLogValue) -> bytes:
+    """The record value, version 0. Empty is written with null partitions (Kafka refuses an Empty record that has
+    any); version-1-only fields must hold their defaults, as version 0 has no room for them."""
+    if value.version != VALUE_VERSION:
+        raise ValueError(f"only value version {VALUE_VERSION} is written, got version {value.version}")
+    if (value.previous_producer_id, value.next_producer_id, value.client_transaction_version) != (-1, -1, 0):
+        raise ValueError(f"version 0 cannot hold previous producer id {value.previous_producer_id}, next producer id "
+                         f"{value.next_producer_id} or client transaction version {value.client_transaction_version}")
+    state = TransactionState(value.state)
+    out = [_pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, value.producer_id,
+                 value.producer_epoch, value.transaction_timeout_ms, int(state))]
+    if state is TransactionState.EMPTY:
+        if value.partitions:
+            raise ValueError(f"an Empty transaction has no partitions, got {value.partitions!r}")
+        out.append(_I32.pack(-1))
+    else:
+        groups = value.partitions or ()
+        out.append(_I32.pack(len(groups)))
+        for topic, ids in groups:
+            out.append(_string(topic, "topic"))
+            out.append(_I32.pack(len(ids)))
+            out.extend(_pack(_I32, f"partition of {topic!r}", p) for p in ids)
+    out.append(_pack(_TIMESTAMPS, "timestamps", value.last_update_timestamp_ms, value.start_timestamp_ms))
+    return b"".join(out)
+
+
+def _string(text: str, what: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 0x7FFF:
+        raise ValueError(f"{what} of {len(data)} UTF-8 bytes is longer than the 32767 a string may hold")
+    return _I16.pack(len(data)) + data
+
+
+def _pack(layout: struct.Struct, what: str, *values: int) -> bytes:
+    try:
+        return layout.pack(*values)
+    except struct.error:
+        raise ValueError(f"{what} {values!r} out of range for {layout.format!r}") from None
+
+
+# ------------------------------------------------------------------ decoding
+
+
+class _Reader:
+    """Reads big-endian fields from ``data``; running out of bytes is a format error naming the field."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            raise TransactionLogFormatError(f"record ends inside its {what} (at byte {self.pos} of {len(self.data)})")
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+    def fixed(self, layout: struct.Struct, what: str) -> int:
+        return int(layout.unpack(self.take(layout.size, what))[0])
+
+    def uvarint(self, what: str) -> int:
+        result = shift = 0
+        while True:
+            byte = self.take(1, what)[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise TransactionLogFormatError(f"{what} is a varint longer than 5 bytes")
+
+    def text(self, n: int, what: str) -> str:
+        try:
+            return str(self.take(n, what), "utf-8")
+        except UnicodeDecodeError as exc:
+            raise TransactionLogFormatError(f"{what} is not UTF-8 ({exc.reason})") from None
+
+    def string(self, what: str) -> str:
+        n = self.fixed(_I16, f"{what} length")
+        if n < 0:
+            raise TransactionLogFormatError(f"{what} is null, which the schema does not allow")
+        return self.text(n, what)
+
+    def compact_string(self, what: str) -> str:
+        n = self.uvarint(f"{what} length") - 1
+        if n < 0:
+            raise TransactionLogFormatError(f"{what} is null, which the schema does not allow")
+        return self.text(n, what)
+
+
+def decode_key(data: bytes) -> str | None:
+    """The transactional id of a record key; None for a key version this reader does not know (Kafka skips those
+    records when it loads the log)."""
+    reader = _Reader(data)
+    version = reader.fixed(_I16, "key version")
+    if version != KEY_VERSION:
+        return None
+    return reader.string("transactional id")
+
+
+def decode_value(data: bytes | None) -> TransactionLogValue | None:
+    """The stored state, or None for a tombstone. Bytes after the last field are ignored, as Kafka's reader does."""
+    if data is None:
+        return None
+    reader = _Reader(data)
+    version = reader.fixed(_I16, "value version")
+    if version == 0:
+        return _decode_v0(reader)
+    if version == 1:
+        return _decode_v1(reader)
+    raise TransactionLogFormatError(f"value version {version} is not one of {READABLE_VALUE_VERSIONS}")
+
+
+def _state(byte: int) -> TransactionState:
+    try:
+        return TransactionState(byte)
+    except ValueError:
+        raise TransactionLogFormatError(f"state {byte} is not a transaction state id (0-7)") from None
+
+
+def _decode_v0(reader: _Reader) -> TransactionLogValue:
+    producer_id = reader.fixed(_I64, "producer id")
+    epoch = reader.fixed(_I16, "producer epoch")
+    timeout = reader.fixed(_I32, "transaction timeout")
+    state = _state(reader.fixed(_I8, "state"))
+    count = reader.fixed(_I32, "topic count")
+    groups: TopicPartitionGroups | None = None
+    if count >= 0:
+        groups = tuple(_topic_v0(reader) for _ in range(count))
+    elif count != -1:
+        raise TransactionLogFormatError(f"topic count {count} is negative")
+    last_update = reader.fixed(_I64, "last update timestamp")
+    start = reader.fixed(_I64, "start timestamp")
+    return TransactionLogValue(producer_id, epoch, timeout, state, groups, last_update, start, version=0)
+
+
+def _topic_v0(reader: _Reader) -> tuple[str, tuple[int, ...]]:
+    topic = reader.string("topic")
+    n = reader.fixed(_I32, f"partition count of {topic!r}")
+    if n < 0:
+        raise TransactionLogFormatError(f"partition count {n} of {topic!r} is negative")
+    return topic, tuple(reader.fixed(_I32, f"partition of {topic!r}") for _ in range(n))
+
+
+def _decode_v1(reader: _Reader) -> TransactionLogValue:
+    producer_id = reader.fixed(_I64, "producer id")
+    epoch = reader.fixed(_I16, "producer epoch")
+    timeout = reader.fixed(_I32, "transaction timeout")
+    state = _state(reader.fixed(_I8, "state"))
+    count = reader.uvarint("topic count") - 1
+    groups = None if count < 0 else tuple(_topic_v1(reader) for _ in range(count))
+    last_update = reader.fixed(_I64, "last update timestamp")
+    start = reader.fixed(_I64, "start timestamp")
+    tags = _tagged_fields(reader, "value")
+    return TransactionLogValue(
+        producer_id, epoch, timeout, state, groups, last_update, start,
+        previous_producer_id=_tag_int(tags, 0, _I64, NO_PRODUCER_ID, "previous producer id"),
+        next_producer_id=_tag_int(tags, 1, _I64, NO_PRODUCER_ID, "next producer id"),
+        client_transaction_version=_tag_int(tags, 2, _I16, 0, "client transaction version"), version=1)
+
+
+def _topic_v1(reader: _Reader) -> tuple[str, tuple[int, ...]]:
+    topic = reader.compact_string("topic")
+    n = reader.uvarint(f"partition count of {topic!r}") - 1
+    if n < 0:
+        raise TransactionLogFormatError(f"partitions of {topic!r} are null, which the schema does not allow")
+    ids = tuple(reader.fixed(_I32, f"partition of {topic!r}") for _ in range(n))
+    _tagged_fields(reader, f"topic {topic!r}")
+    return topic, ids
+
+
+def _tagged_fields(reader: _Reader, where: str) -> dict[int, bytes]:
+    tags: dict[int, bytes] = {}
+    for _ in range(reader.uvarint(f"tagged field count of {where}")):
+        tag = reader.uvarint(f"tag in {where}")
+        size = reader.uvarint(f"size of tag {tag} in {where}")
+        tags[tag] = bytes(reader.take(size, f"tag {tag} in {where}"))  # unknown tags are skipped, as Kafka does
+    return tags
+
+
+def _tag_int(tags: dict[int, bytes], tag: int, layout: struct.Struct, default: int, what: str) -> int:
+    if tag not in tags:
+        return default
+    if len(tags[tag]) != layout.size:
+        raise TransactionLogFormatError(f"{what} (tag {tag}) has {len(tags[tag])} bytes, expected {layout.size}")
+    return int(layout.unpack(tags[tag])[0])
