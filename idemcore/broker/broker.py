@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.broker.coordinator import TransactionCoordinator
+from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
 from idemcore.broker.producer_ids import (
     REACHABLE,
@@ -58,8 +60,12 @@ from idemcore.protocol.constants import (
     DEFAULT_RETENTION_MS,
     DEFAULT_SEGMENT_BYTES,
     DEFAULT_SEGMENT_MS,
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_STATE_PARTITIONS,
     INT16_MAX,
     INT32_MAX,
+    TRANSACTION_STATE_SEGMENT_BYTES,
+    TRANSACTION_STATE_TOPIC,
 )
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
@@ -301,6 +307,8 @@ class Broker:
         retention_ms: int = DEFAULT_RETENTION_MS,
         retention_bytes: int = -1,
         topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
+        transaction_state_partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS,
+        transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     ) -> None:
         if not topics:
             raise ValueError("a broker needs at least one topic")
@@ -327,6 +335,13 @@ class Broker:
         self.topic_configs = {name: defaults.overridden(name, (topic_configs or {}).get(name, {}))
                               for name in self.topics}
         self.topic_configs_default = defaults
+        _check_topic(TRANSACTION_STATE_TOPIC, transaction_state_partitions)
+        if type(transaction_max_timeout_ms) is not int or transaction_max_timeout_ms < 1:
+            raise ValueError("transaction_max_timeout_ms must be a positive integer, got "
+                             f"{transaction_max_timeout_ms!r}")
+        self.transaction_state_partitions = transaction_state_partitions
+        self.transaction_max_timeout_ms = transaction_max_timeout_ms
+        self._txn_coordinator: TransactionCoordinator | None = None
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -370,6 +385,8 @@ class Broker:
                                        if name not in {p.name for p in self._logs}}
                 self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())
             self._started = True
+            if TRANSACTION_STATE_TOPIC in self.topics:  # finish what the last run decided (Prepare* markers)
+                self._start_txn_coordinator()
         except BaseException:
             self.close()  # release the logs and the directory's lock
             raise
@@ -458,6 +475,46 @@ class Broker:
         if self._written_ends is not None:  # a slot for each new partition
             self._written_ends.close()
             self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())  # type: ignore[arg-type]
+
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator (Kafka's handlers: ``init_producer_id``, ``add_partitions_to_txn``,
+        ``end_txn``, ...), its state in the compacted ``__transaction_state`` topic, made at first use with
+        ``transaction_state_partitions`` partitions (Kafka makes it at the first FindCoordinator)."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        if self._txn_coordinator is None:
+            if TRANSACTION_STATE_TOPIC not in self.topics:
+                self.create_topic(TRANSACTION_STATE_TOPIC, self.transaction_state_partitions,
+                                  {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES})
+            self._start_txn_coordinator()
+        assert self._txn_coordinator is not None
+        return self._txn_coordinator
+
+    def _start_txn_coordinator(self) -> None:
+        """Make the coordinator over this broker's request path and load ``__transaction_state`` into it."""
+        partitions = self.topics[TRANSACTION_STATE_TOPIC]
+        coordinator = TransactionCoordinator(
+            HandledTransactionLog(self.handle, self.clock), HandledMarkers(self.handle),
+            self.producer_ids.generate_producer_id, self.clock,
+            transaction_max_timeout_ms=self.transaction_max_timeout_ms, transaction_state_partitions=partitions)
+        records = [(partition, key, value) for partition in range(partitions)
+                   for _, key, value, _ in self.log(TRANSACTION_STATE_TOPIC, partition).records()
+                   if key is not None]
+        self._txn_coordinator = coordinator
+        # One broker leads every partition for its whole life: the coordinator epoch never needs to fence another.
+        coordinator.load(records, coordinator_epoch=0)
+
+    def run_housekeeping(self, now_ms: int | None = None) -> None:
+        """What Kafka's brokers run on timers, at ``now_ms`` (default: the clock): abort timed-out transactions,
+        expire idle transactional ids, retry unfinished markers, apply retention and compaction. The server
+        calls it periodically; a program using the broker in process calls it when it likes."""
+        if self._txn_coordinator is not None:
+            self._txn_coordinator.abort_timed_out_transactions()
+            self._txn_coordinator.expire_transactional_ids()
+            self._txn_coordinator.retry_pending_markers()
+        self.delete_old_segments(now_ms)
+        self.clean_logs(now_ms)
 
     def _offsets_file(self, name: str, what: str) -> dict[tuple[str, int], int]:
         """The ``topic partition offset`` entries of one of Kafka's offset checkpoints in data_dir ({} when

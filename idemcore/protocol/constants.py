@@ -47,3 +47,5 @@ DEFAULT_TRANSACTION_STATE_PARTITIONS = 50
 #: The group coordinator's compacted log, and Kafka's default ``offsets.topic.num.partitions``.
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
+#: Kafka's default ``transaction.state.log.segment.bytes`` (100 MiB).
+TRANSACTION_STATE_SEGMENT_BYTES = 104_857_600
