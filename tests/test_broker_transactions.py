@@ -111,3 +111,52 @@ def test_a_timed_out_transaction_is_aborted_with_a_bumped_epoch_that_fences_its_
 def test_bad_transaction_state_partitions_are_named(tmp_path, partitions, says):
     with pytest.raises(ValueError, match=says):
         Broker({"t": 1}, data_dir=tmp_path, transaction_state_partitions=partitions)
+
+
+# --- found by a hostile review -----------------------------------------------------------------------------------
+
+
+def test_clients_cannot_write_internal_topics_nor_name_them(tmp_path):
+    clock = Clock()
+    with _broker(tmp_path, clock) as broker:
+        assert broker.txn_coordinator is not None  # makes __transaction_state
+        batch = RecordBatch("__transaction_state", 0, [b"hello"], [b"k"], -1, -1, -1, T0)
+        answer = broker.handle(ProduceRequest((batch,))).responses[0]
+        assert answer.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert answer.error_message == "Cannot append to internal topic __transaction_state"
+        with pytest.raises(ValueError, match="is an internal topic"):
+            broker.create_topic("__consumer_offsets", 1)
+    with pytest.raises(ValueError, match="is an internal topic"):
+        Broker({"__transaction_state": 3}, data_dir=tmp_path / "other")
+    with _broker(tmp_path, clock) as again:  # the log it keeps loads
+        assert again.txn_coordinator.list_transactions().transaction_states == ()
+
+
+def test_an_abort_that_ends_no_transaction_adds_no_txnindex_entry(tmp_path):
+    clock = Clock()
+    with _broker(tmp_path, clock) as broker:
+        coordinator = broker.txn_coordinator
+        pid = coordinator.init_producer_id("tx", 60_000).producer_id
+        coordinator.add_partitions_to_txn("tx", pid, 0, [("t", 0)])  # added, never written to
+        assert coordinator.end_txn("tx", pid, 0, committed=False) == ErrorCode.NONE
+        assert _controls(broker, 0) == [(0, (0, 0))]
+    assert not (tmp_path / "t-0" / "00000000000000000000.txnindex").exists()  # Kafka: no CompletedTxn
+
+
+def test_a_bad_partition_in_add_partitions_does_not_wedge_the_transaction(tmp_path):
+    clock = Clock()
+    with _broker(tmp_path, clock) as broker:
+        coordinator = broker.txn_coordinator
+        pid = coordinator.init_producer_id("tx", 60_000).producer_id
+        bad = ("t", 2**31)
+        assert coordinator.add_partitions_to_txn("tx", pid, 0, [bad]) == {bad: ErrorCode.INVALID_REQUEST}
+        assert coordinator.add_partitions_to_txn("tx", pid, 0, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
+
+
+def test_create_topic_refuses_a_directory_left_by_an_earlier_topic(tmp_path):
+    with Broker({"t": 1, "u": 1}, data_dir=tmp_path) as broker:
+        broker.handle(ProduceRequest((RecordBatch("u", 0, [b"v"], None, 1, 0, 0, T0),)))
+    with Broker({"t": 1}, data_dir=tmp_path) as smaller:
+        with pytest.raises(Exception, match="u-0 exists"):
+            smaller.create_topic("u", 1)
+        assert "u" not in smaller.topics

@@ -669,13 +669,15 @@ def test_a_failed_complete_write_stays_pending_and_is_retried():
     assert len(h.markers.calls) == 1  # markers were done: only the record was retried
 
 
-def test_unknown_partitions_are_dropped_from_the_markers():
+def test_unknown_partitions_are_retried_not_dropped():
+    """A broker started without a topic answers UNKNOWN_TOPIC_OR_PARTITION while the partition is still on disk:
+    the marker is retried (as Kafka retries it), never counted done, or that partition's transaction stays open."""
     h = harness()
     _, pid, epoch = init(h)
     h.coordinator.add_partitions_to_txn(TXN, pid, epoch, [("gone", 0), TP])
     h.markers.script = [{("gone", 0): E.UNKNOWN_TOPIC_OR_PARTITION}]
     assert end(h, A, pid, epoch) == E.NONE
-    assert describe(h).state == "CompleteAbort" and len(h.markers.calls) == 1
+    assert describe(h).state == "CompleteAbort" and len(h.markers.calls) == 2  # answered on the second try
 
 
 def test_a_newer_epoch_on_a_partition_abandons_the_markers_until_a_reload():

@@ -54,6 +54,7 @@ from idemcore.net.messages import (
 )
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import (
+    CONSUMER_OFFSETS_TOPIC,
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -82,6 +83,9 @@ from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import Verdicts, check_into, commit_into, validate_into
 
 log = logging.getLogger(__name__)
+
+#: Topics only this broker's coordinators write (Kafka's internal topics).
+INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC})
 
 _ACKS = (0, 1, -1)
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -314,6 +318,8 @@ class Broker:
             raise ValueError("a broker needs at least one topic")
         for name, count in topics.items():
             _check_topic(name, count)
+            if name in INTERNAL_TOPICS:
+                raise ValueError(f"{name!r} is an internal topic: the broker makes it when its coordinator needs it")
         if type(message_max_bytes) is not int or message_max_bytes < 1:
             raise ValueError(f"message_max_bytes must be a positive integer, got {message_max_bytes!r}")
         self.message_max_bytes = message_max_bytes
@@ -456,6 +462,11 @@ class Broker:
         """Add a topic of ``partitions`` partitions with Kafka's topic ``configs`` (as ``topic_configs``), served
         from now on and after a restart (recorded in ``topics.json`` before its partitions are created).
         TopicExistsError when the broker has it; ValueError for a bad name, count or setting."""
+        if name in INTERNAL_TOPICS:
+            raise ValueError(f"{name!r} is an internal topic: the broker makes it when its coordinator needs it")
+        self._create_topic(name, partitions, configs)
+
+    def _create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None) -> None:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         _check_topic(name, partitions)
@@ -463,15 +474,31 @@ class Broker:
             raise TopicExistsError(f"topic {name!r} already exists with {self.topics[name]} partitions")
         config = self.topic_configs_default.overridden(name, configs or {})
         if self.data_dir is not None:
-            created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
-            write_file_atomically(self.data_dir / TOPICS_FILE,
-                                  json.dumps({"version": 1, "topics": created}, sort_keys=True).encode())
-            self._created = created
-        self.topics[name] = partitions
+            for partition in range(partitions):
+                directory = self.data_dir / f"{name}-{partition}"
+                if os.path.lexists(directory):  # its data would not be recovered into the producer state
+                    raise TopicExistsError(f"{directory} exists (a topic of that name was served here before): "
+                                           "start the broker with it in its topics, or remove it")
+        opened, first = len(self._logs), len(self._logs)
         self.topic_configs[name] = config
-        for partition in range(partitions):
-            self._open_partition(name, partition, 0, 0, 0)
-            self._logs[-1].on_roll = self._write_snapshot
+        try:
+            for partition in range(partitions):
+                self._open_partition(name, partition, 0, 0, 0)
+                self._logs[-1].on_roll = self._write_snapshot
+                opened += 1
+            if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
+                created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
+                write_file_atomically(self.data_dir / TOPICS_FILE,
+                                      json.dumps({"version": 1, "topics": created}, sort_keys=True).encode())
+                self._created = created
+        except BaseException:
+            for partition_log in self._logs[first:]:
+                partition_log.abandon()
+                del self._index[(partition_log.topic, partition_log.partition)]
+            del self._logs[first:]
+            del self.topic_configs[name]
+            raise
+        self.topics[name] = partitions
         if self._written_ends is not None:  # a slot for each new partition
             self._written_ends.close()
             self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())  # type: ignore[arg-type]
@@ -485,8 +512,8 @@ class Broker:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         if self._txn_coordinator is None:
             if TRANSACTION_STATE_TOPIC not in self.topics:
-                self.create_topic(TRANSACTION_STATE_TOPIC, self.transaction_state_partitions,
-                                  {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES})
+                self._create_topic(TRANSACTION_STATE_TOPIC, self.transaction_state_partitions,
+                                   {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES})
             self._start_txn_coordinator()
         assert self._txn_coordinator is not None
         return self._txn_coordinator
@@ -506,9 +533,9 @@ class Broker:
         coordinator.load(records, coordinator_epoch=0)
 
     def run_housekeeping(self, now_ms: int | None = None) -> None:
-        """What Kafka's brokers run on timers, at ``now_ms`` (default: the clock): abort timed-out transactions,
-        expire idle transactional ids, retry unfinished markers, apply retention and compaction. The server
-        calls it periodically; a program using the broker in process calls it when it likes."""
+        """What Kafka's brokers run on timers: abort timed-out transactions, expire idle transactional ids and
+        retry unfinished markers (at the broker's clock), apply retention and compaction (at ``now_ms``, default
+        the clock). The server calls it periodically; a program using the broker in process when it likes."""
         if self._txn_coordinator is not None:
             self._txn_coordinator.abort_timed_out_transactions()
             self._txn_coordinator.expire_transactional_ids()
@@ -739,6 +766,8 @@ class Broker:
             problem: tuple[ErrorCode, str] | None
             if number is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
+            elif batch.topic in INTERNAL_TOPICS and not request.internal:
+                problem = ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {batch.topic}"
             elif number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:

@@ -125,15 +125,17 @@ def _complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int,
     """Kafka's ongoing-transaction bookkeeping for one batch (``open_txns``: producer id -> its transaction's
     first offset): the ``.txnindex`` entry an ABORT marker adds (the transaction's first offset, the marker's,
     and the last stable offset after it: the first offset of another producer's open transaction, else the
-    marker's + 1, as ``ProducerStateManager.lastStableOffset``), and the producer's first offset before, to
-    take it back."""
+    marker's + 1, as ``ProducerStateManager.lastStableOffset``; none for a marker that ends no transaction
+    here), and the producer's first offset before, to take it back."""
     before = open_txns.get(producer_id)
     if not is_transactional:
         return b"", before
     if control_type is None:
         open_txns.setdefault(producer_id, base_offset)
         return b"", before
-    first = open_txns.pop(producer_id, base_offset)  # a marker with no data before it: its own offset
+    if producer_id not in open_txns:  # ends no transaction here (Kafka's appendEndTxnMarker: no CompletedTxn)
+        return b"", before
+    first = open_txns.pop(producer_id)
     if control_type != ControlType.ABORT:
         return b"", before
     last_stable = min(open_txns.values(), default=base_offset + 1)
@@ -769,7 +771,9 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """The first offset of the earliest open transaction here, else the log end (Kafka's LSO on a single
         broker, where the high watermark is the log end)."""
-        return min(self._open_txns.values(), default=self.log_end_offset)
+        # Never below the log start: retention may have deleted an open transaction's first batches (Kafka's
+        # maybeIncrementFirstUnstableOffset).
+        return max(min(self._open_txns.values(), default=self.log_end_offset), self.log_start_offset)
 
     def _waited_for_roll(self, timestamp: int) -> int:
         """How long the active segment has been rolling, as segment.ms counts it: from its first batch's

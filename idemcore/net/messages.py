@@ -18,6 +18,9 @@ class ProduceRequest:
     acks: int = -1
     timeout_ms: int = 30_000
     request_id: int = 0
+    #: Written by this broker's own coordinator (Kafka's AppendOrigin.COORDINATOR): only such requests may append
+    #: to internal topics.
+    internal: bool = False
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,6 +20,7 @@ class ErrorCode(enum.IntEnum):
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17  # e.g. a client appending to an internal topic
     RECORD_LIST_TOO_LARGE = 18  # a batch larger than the topic's segment.bytes (RecordBatchTooLargeException)
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)

@@ -29,12 +29,12 @@ class MarkerOutcome(enum.Enum):
     GIVE_UP = "give up"
 
 
-# UNKNOWN_TOPIC_OR_PARTITION: Kafka retries it, but re-enqueuing drops a partition whose leader is unknown
-# (deleted); with one broker the answer already says there is no such partition, so it is done at once.
-_DONE = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                   ErrorCode.UNSUPPORTED_VERSION})
+# UNKNOWN_TOPIC_OR_PARTITION is retried, as Kafka retries it: a broker started without a topic still has its
+# partitions on disk, and counting the marker done would leave their transaction open for ever.
+_DONE = frozenset({ErrorCode.NONE, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.UNSUPPORTED_VERSION})
 _GIVE_UP = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
-_EXPECTED_RETRY = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
+_EXPECTED_RETRY = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             ErrorCode.NOT_ENOUGH_REPLICAS,
                              ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
                              ErrorCode.KAFKA_STORAGE_ERROR})
 

@@ -24,7 +24,7 @@ class HandledTransactionLog:
 
     def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         batch = RecordBatch(TRANSACTION_STATE_TOPIC, partition, (value,), (key,), max_timestamp=self._clock())
-        response = self._handle(ProduceRequest((batch,), acks=-1))
+        response = self._handle(ProduceRequest((batch,), acks=-1, internal=True))
         assert response is not None  # acks=all is always answered
         return int(response.responses[0].error_code)  # type: ignore[union-attr]
 

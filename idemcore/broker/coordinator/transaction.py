@@ -505,7 +505,12 @@ class TransactionCoordinator:
                keep_pending_on_error: bool = False) -> ErrorCode:
         """Write ``transit``; apply it once durable. On failure the pending state is cleared (the transition did
         not happen), unless the caller will retry the same record."""
-        error = self._append(metadata.transactional_id, encode_value(transit.to_log_value()))
+        try:
+            error = self._append(metadata.transactional_id, encode_value(transit.to_log_value()))
+        except ValueError as exc:  # a value the record cannot hold (a partition or name out of range)
+            log.error("%s: %s cannot be written: %s", metadata.transactional_id, transit.txn_state.kafka_name, exc)
+            error = E.INVALID_REQUEST
+            keep_pending_on_error = False
         if error is not E.NONE:
             if not keep_pending_on_error:
                 metadata.pending_state = None
