@@ -125,3 +125,15 @@ def test_markers_are_checked_like_kafka_and_refused_markers_write_nothing(tmp_pa
                                    partitions=[("nope", 0), ("t", 0)])
         assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and aborted.error_code == 0
         assert [s.control for s in broker.log("t", 0).batches if s.control] == [(1, 4), (0, 4)]
+
+
+@pytest.mark.parametrize("field, value", [("producer_epoch", 40_000), ("coordinator_epoch", 2**31),
+                                          ("producer_id", 2**63), ("producer_epoch", -1)])
+def test_a_marker_with_fields_out_of_range_is_answered_invalid_request(tmp_path, field, value):
+    with Broker({"t": 1}, data_dir=tmp_path, clock=lambda: NOW) as broker:
+        fields = {"producer_id": 1, "producer_epoch": 0, "coordinator_epoch": 0, **{field: value}}
+        marker = TxnMarker(fields["producer_id"], fields["producer_epoch"], True, fields["coordinator_epoch"],
+                           (("t", 0),))
+        (answer,) = broker.handle(WriteTxnMarkersRequest((marker,))).markers[0].responses
+        assert answer.error_code == ErrorCode.INVALID_REQUEST
+        assert broker.log("t", 0).log_end_offset == 0

@@ -834,10 +834,14 @@ class Broker:
                 columns = self._columns = _RequestColumns(2 * len(marker.partitions))
             control_type = int(ControlType.COMMIT if marker.committed else ControlType.ABORT)
             now = self.clock()
+            fields_fit = (type(marker.producer_id) is int and 0 <= marker.producer_id < 2**63
+                          and type(marker.producer_epoch) is int and 0 <= marker.producer_epoch <= INT16_MAX
+                          and type(marker.coordinator_epoch) is int and 0 <= marker.coordinator_epoch <= INT32_MAX)
             for position, (topic, partition) in enumerate(marker.partitions):
                 number = self._index.get((topic, partition))
-                if number is None or number in numbers:
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if number is None else ErrorCode.INVALID_REQUEST
+                if number is None or number in numbers or not fields_fit:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if number is None and fields_fit \
+                        else ErrorCode.INVALID_REQUEST
                     answers[position] = PartitionResponse(topic, partition, code)
                     continue
                 columns.put(len(numbers), number, RecordBatch(topic, partition, (), None, marker.producer_id,
