@@ -19,6 +19,10 @@ import cramjam
 import kafka.codec as kafka_codec
 import pytest
 from aiokafka.record import default_records as aio_default
+
+# aiokafka's Cython extension ships in its wheels and kafka-python's snappy/lz4/zstd libraries come with the
+# test extra (pyproject): both are required, so a missing one fails here instead of skipping its cases.
+from aiokafka.record._crecords import default_records as aio_c
 from aiokafka.record.control_record import ABORT_MARKER, COMMIT_MARKER
 from aiokafka.record.control_record import ControlRecord as AioControlRecord
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
@@ -58,13 +62,6 @@ from idemcore.record.v2 import (
 from idemcore.record.v2.compression import XERIAL_HEADER, XERIAL_MAGIC, compress, decompress
 from idemcore.record.v2.varint import encode_varint, encode_varlong, read_varint, read_varlong, size_of_varint
 
-try:  # aiokafka's Cython extension (wheels ship it); its pure-Python twin is always there
-    from aiokafka.record._crecords import default_records as aio_c
-except ImportError:  # pragma: no cover
-    aio_c = None
-
-needs_aio_c = pytest.mark.skipif(aio_c is None, reason="aiokafka's C extension is not built here")
-
 # --- the third parties -----------------------------------------------------------------------------------
 
 READERS = {
@@ -75,34 +72,20 @@ BUILDERS = {
     "kafka-python": KafkaPythonBuilder,
     "aiokafka-py": aio_default._DefaultRecordBatchBuilderPy,
 }
-if aio_c is not None:
-    READERS["aiokafka-c"] = aio_c.DefaultRecordBatch
-    BUILDERS["aiokafka-c"] = aio_c.DefaultRecordBatchBuilder
-
-_KAFKA_PYTHON_HAS = {
-    Compression.NONE: True,
-    Compression.GZIP: kafka_codec.has_gzip(),
-    Compression.SNAPPY: kafka_codec.has_snappy(),
-    Compression.LZ4: kafka_codec.has_lz4(),
-    Compression.ZSTD: kafka_codec.has_zstd(),
-}
+READERS["aiokafka-c"] = aio_c.DefaultRecordBatch
+BUILDERS["aiokafka-c"] = aio_c.DefaultRecordBatchBuilder
 
 
 def library_codecs():
-    """(library, codec) pairs: aiokafka reads and writes all five (through cramjam); kafka-python needs
-    python-snappy, lz4 and zstandard for the last three, which are not installed by default: those cases
-    skip with the reason shown."""
-    cases = []
-    for name in READERS:
-        for codec in Compression:
-            marks = []
-            if name == "kafka-python" and not _KAFKA_PYTHON_HAS[codec]:
-                marks.append(pytest.mark.skip(reason=f"kafka-python has no {codec.name.lower()} library here "
-                                                     "(python-snappy / lz4 / zstandard)"))
-            if name == "aiokafka-c" and aio_c is None:  # pragma: no cover
-                marks.append(needs_aio_c)
-            cases.append(pytest.param(name, codec, marks=marks, id=f"{name}-{codec.name.lower()}"))
-    return cases
+    """(library, codec) pairs: every library reads and writes all five (aiokafka through cramjam, kafka-python
+    through python-snappy, lz4 and zstandard from the test extra)."""
+    return [pytest.param(name, codec, id=f"{name}-{codec.name.lower()}") for name in READERS for codec in Compression]
+
+
+def test_kafka_python_has_every_codec_library():
+    """The cross-checks need them; a missing one is an install problem, reported, not a silent skip."""
+    assert (kafka_codec.has_gzip(), kafka_codec.has_snappy(), kafka_codec.has_lz4(), kafka_codec.has_zstd()) == \
+        (True, True, True, True)
 
 
 T0 = 1_700_000_000_000
@@ -534,8 +517,7 @@ def test_snappy_is_xerial_framed_in_32_kib_blocks_as_kafka_writes_it():
     assert decompress(Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(payload))) == payload
     little_endian = XERIAL_MAGIC + struct.pack("<ii", 1, 1) + framed[16:]
     assert decompress(Compression.SNAPPY, little_endian) == payload
-    if kafka_codec.has_snappy():  # pragma: no cover - only with python-snappy installed
-        assert kafka_codec.snappy_decode(framed) == payload
+    assert kafka_codec.snappy_decode(framed) == payload
 
 
 def test_lz4_frames_have_independent_64_kib_blocks_and_linked_ones_are_refused():
