@@ -83,18 +83,23 @@ cdef inline object header_key_bytes(object name, Py_ssize_t index, Py_ssize_t nu
     return encode_header_key(index, number, name)  # a str subclass, or the error naming the key
 
 
+cdef inline tuple checked_pair(object pair, Py_ssize_t index, Py_ssize_t number):
+    """A header as a ``(key, value)`` tuple: the pair itself when it is one, else what the twin makes of it (or
+    its error naming the header)."""
+    if type(pair) is tuple and len(<tuple>pair) == 2:
+        return <tuple>pair
+    return tuple(header_pair(index, number, pair))
+
+
 cdef Py_ssize_t headers_size(tuple pairs, Py_ssize_t index) except -1:
     """Bytes of a record's header count and headers."""
     cdef Py_ssize_t count = len(pairs), number, n, size
     cdef object pair, name, value, encoded
     size = varint_size((<uint64_t>count) << 1)
     for number in range(count):
-        pair = pairs[number]
-        if type(pair) is tuple and len(<tuple>pair) == 2:
-            name = (<tuple>pair)[0]
-            value = (<tuple>pair)[1]
-        else:
-            name, value = header_pair(index, number, pair)
+        pair = checked_pair(pairs[number], index, number)
+        name = (<tuple>pair)[0]
+        value = (<tuple>pair)[1]
         encoded = header_key_bytes(name, index, number)
         n = PyUnicode_GET_LENGTH(name) if encoded is None else PyBytes_GET_SIZE(encoded)
         size += varint_size((<uint64_t>n) << 1) + n
@@ -136,12 +141,9 @@ cdef char *put_headers(char *p, char *end, tuple pairs, Py_ssize_t index) except
         raise RuntimeError("the records changed while they were being encoded")
     p = put_varint(p, (<uint64_t>count) << 1)
     for number in range(count):
-        pair = pairs[number]
-        if type(pair) is tuple and len(<tuple>pair) == 2:
-            name = (<tuple>pair)[0]
-            value = (<tuple>pair)[1]
-        else:
-            name, value = header_pair(index, number, pair)
+        pair = checked_pair(pairs[number], index, number)
+        name = (<tuple>pair)[0]
+        value = (<tuple>pair)[1]
         encoded = header_key_bytes(name, index, number)
         if encoded is None:
             p = put_bytes(p, end, <const char *>PyUnicode_DATA(name), PyUnicode_GET_LENGTH(name))

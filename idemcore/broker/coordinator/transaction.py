@@ -273,13 +273,9 @@ class TransactionCoordinator:
 
     def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                         partitions: frozenset[TopicPartition]) -> ErrorCode:
-        if not transactional_id:
-            return E.INVALID_REQUEST
-        metadata = self._lookup(transactional_id)
+        metadata = self._owned(transactional_id, producer_id)
         if isinstance(metadata, ErrorCode):
             return metadata
-        if metadata.producer_id != producer_id:
-            return E.INVALID_PRODUCER_ID_MAPPING
         if metadata.producer_epoch != producer_epoch:
             return E.PRODUCER_FENCED
         if metadata.pending_state is not None or metadata.state in _PREPARE:
@@ -298,13 +294,9 @@ class TransactionCoordinator:
                          from_client: bool) -> ErrorCode:
         """Kafka's ``endTransaction``; ``from_client`` False for the coordinator's own fence and timeout aborts,
         which carry the bumped epoch."""
-        if not transactional_id:
-            return E.INVALID_REQUEST
-        metadata = self._lookup(transactional_id)
+        metadata = self._owned(transactional_id, producer_id)
         if isinstance(metadata, ErrorCode):
             return metadata
-        if metadata.producer_id != producer_id:
-            return E.INVALID_PRODUCER_ID_MAPPING
         # A client must match exactly; the coordinator's own abort may carry a higher (fencing) epoch.
         if not ((not from_client or producer_epoch == metadata.producer_epoch)
                 and producer_epoch >= metadata.producer_epoch):
@@ -494,12 +486,18 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------ the log
 
-    def _lookup(self, transactional_id: str) -> TransactionMetadata | ErrorCode:
-        """The id's metadata; NOT_COORDINATOR before the log is loaded; INVALID_PRODUCER_ID_MAPPING if unknown."""
+    def _owned(self, transactional_id: str, producer_id: int) -> TransactionMetadata | ErrorCode:
+        """The id's metadata if ``producer_id`` holds it, else the error Kafka answers first, in its order:
+        INVALID_REQUEST for an empty id, NOT_COORDINATOR before the log is loaded, INVALID_PRODUCER_ID_MAPPING
+        for an unknown id or another producer id."""
+        if not transactional_id:
+            return E.INVALID_REQUEST
         if self._coordinator_epoch is None:
             return E.NOT_COORDINATOR
         metadata = self._metadata.get(transactional_id)
-        return E.INVALID_PRODUCER_ID_MAPPING if metadata is None else metadata
+        if metadata is None or metadata.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        return metadata
 
     def _write(self, metadata: TransactionMetadata, transit: TxnTransitMetadata,
                keep_pending_on_error: bool = False) -> ErrorCode:
