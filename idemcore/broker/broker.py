@@ -771,18 +771,7 @@ class Broker:
             elif number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = _malformed(batch)
-                if problem is None and self.topic_configs[batch.topic].compacted and (
-                        batch.keys is None or None in batch.keys):  # Kafka's LogValidator.validateKey
-                    problem = ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in "
-                                                         f"topic partition {batch.topic}-{batch.partition}")
-                if problem is None and batch.size_in_bytes() > self.topic_configs[batch.topic].segment_bytes:
-                    problem = ErrorCode.RECORD_LIST_TOO_LARGE, (  # Kafka's RecordBatchTooLargeException
-                        f"a batch of {batch.size_in_bytes()} bytes exceeds the maximum configured segment size of "
-                        f"{self.topic_configs[batch.topic].segment_bytes}")
-                if problem is None and batch.size_in_bytes() > self.message_max_bytes:
-                    problem = ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {batch.size_in_bytes()} bytes is larger than "
-                                                            f"message_max_bytes={self.message_max_bytes}")
+                problem = _malformed(batch) or self._refused(batch)
                 if problem is None:  # accepted for the state check (here, where number is known to be an int)
                     columns.put(len(numbers), number, batch)
                     seen.add(number)
@@ -888,6 +877,22 @@ class Broker:
             results.append(TxnMarkerResult(marker.producer_id,
                                            tuple(answers[p] for p in range(len(marker.partitions)))))
         return WriteTxnMarkersResponse(request.request_id, tuple(results))
+
+    def _refused(self, batch: RecordBatch) -> tuple[ErrorCode, str] | None:
+        """Why the topic's settings refuse a well-formed batch, in Kafka's order (LogValidator, then the segment
+        size in UnifiedLog.append), or None."""
+        config = self.topic_configs[batch.topic]
+        if config.compacted and (batch.keys is None or None in batch.keys):  # Kafka's LogValidator.validateKey
+            return ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in topic partition "
+                                              f"{batch.topic}-{batch.partition}")
+        size = batch.size_in_bytes()
+        if size > self.message_max_bytes:
+            return ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {size} bytes is larger than "
+                                                 f"message_max_bytes={self.message_max_bytes}")
+        if size > config.segment_bytes:  # Kafka's RecordBatchTooLargeException
+            return ErrorCode.RECORD_LIST_TOO_LARGE, (f"a batch of {size} bytes exceeds the maximum configured segment "
+                                                     f"size of {config.segment_bytes}")
+        return None
 
     def _write(self, appended: list[int], written: list[int], numbers: list[int], batches: tuple[RecordBatch, ...],
                positions: list[int], base_offset: np.ndarray, sync: bool) -> dict[int, str]:
