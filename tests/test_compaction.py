@@ -139,11 +139,11 @@ def test_a_compaction_cut_short_leaves_the_old_segment_and_its_leftover_is_remov
             _produce(broker, 1, seq, [(b"k", b"z" * 30)], NOW)
         held = [(o, v) for o, _, v, _ in broker.log("c", 0).records()]
     segment = sorted((tmp_path / "c-0").glob("*.log"))[0]
-    shutil.copy(segment, segment.with_name(segment.name + ".cleaned"))  # killed before the rename
+    shutil.copy(segment, segment.with_name(segment.name + ".tmp"))  # killed before the rename
     (tmp_path / "cleaner-offset-checkpoint").write_text("0\n1\nc 0 8\n")  # written before any segment changes
     with Broker({"c": 1}, data_dir=tmp_path, topic_configs=COMPACT) as again:
         assert [(o, v) for o, _, v, _ in again.log("c", 0).records()] == held
-    assert not list((tmp_path / "c-0").glob("*.cleaned"))
+    assert not list((tmp_path / "c-0").glob("*.tmp"))
 
 
 def test_a_damaged_cleaner_checkpoint_is_named(tmp_path):

@@ -154,7 +154,7 @@ MATRIX = [
     # Replaced by rename, never written in place: the file's own mode does not matter.
     ("checkpoint", "read-only", SAFE, SAFE),
     # Neither readable nor replaceable: refuse at once, before reading any log as if there were no recovery
-    # points, and leave nothing behind (no lock held, no .partial file).
+    # points, and leave nothing behind (no lock held, no temporary file).
     ("checkpoint", "directory", Error(), Error()),
     # The id store lost: ids are claimed above the floor file (the last block claimed) and the highest id in
     # the logs, so none is handed out again, not even one whose producer has not written yet.

@@ -428,9 +428,13 @@ class Broker:
         """Open (recover or create) one partition's log under the next broker-wide partition number."""
         directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
         self._index[(name, partition)] = len(self._logs)
-        self._logs.append(PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
-                                       log_start_offset=log_start, cleaned_offset=cleaned,
-                                       **self.topic_configs[name].log_settings()))
+        partition_log = PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
+                                     log_start_offset=log_start, cleaned_offset=cleaned,
+                                     **self.topic_configs[name].log_settings())
+        # At a roll the state holds exactly the batches before the new segment: a request has one batch per
+        # partition, committed after the writes.
+        partition_log.on_roll = self._write_snapshot
+        self._logs.append(partition_log)
 
     def _all_written_ends(self) -> dict[str, int]:
         return {**self._unserved_ends, **{p.name: p.log_end_offset for p in self._logs}}
@@ -484,7 +488,6 @@ class Broker:
         try:
             for partition in range(partitions):
                 self._open_partition(name, partition, 0, 0, 0)
-                self._logs[-1].on_roll = self._write_snapshot
                 opened += 1
             if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
                 created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
@@ -640,23 +643,7 @@ class Broker:
         for partition_log in self._logs:
             partition_log.flush()
         self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
-        path = self.data_dir / LOG_END_CHECKPOINT
-        partial = path.with_suffix(".partial")
-        try:
-            with open(partial, "w") as out:
-                out.write(json.dumps(self._checkpoint))
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(partial, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)
-            raise
-        directory = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself
-        finally:
-            os.close(directory)
+        write_file_atomically(self.data_dir / LOG_END_CHECKPOINT, json.dumps(self._checkpoint).encode())
 
     def _recover(self) -> None:
         """Producer state from each partition's newest valid snapshot, then the batches after it replayed (all of
@@ -664,9 +651,6 @@ class Broker:
         stored: list[tuple[int, StoredBatch]] = []
         unusable: list[tuple[PartitionLog, int, str]] = []  # deleted only once the whole start succeeded
         for number, partition_log in enumerate(self._logs):
-            # At a roll the state holds exactly the batches before the new segment: a request has one batch per
-            # partition, committed after the writes.
-            partition_log.on_roll = self._write_snapshot
             start = self._load_snapshot(number, partition_log, unusable)
             stored += [(number, batch) for batch in partition_log.batches if batch.base_offset >= start]
         if stored:
@@ -853,8 +837,7 @@ class Broker:
                         try:
                             partition_log.append_marker(offset, marker.producer_id, marker.producer_epoch,
                                                         control_type, marker.coordinator_epoch, now)
-                            if self.data_dir is not None:
-                                partition_log.flush()
+                            partition_log.sync()  # as acks=all: fsync'd unless the broker runs fsync=False
                         except (OSError, IdemcoreError) as exc:
                             failed[j] = f"writing a marker to {partition_log.name} at offset {offset} failed: {exc}"
                             log.error("%s", failed[j])

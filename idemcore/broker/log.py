@@ -47,7 +47,12 @@ from typing import BinaryIO, NamedTuple
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ControlType
-from idemcore.protocol.constants import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_MS
+from idemcore.protocol.constants import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
+    INT32_MAX,
+)
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files.names import (
     INDEX_SUFFIX,
@@ -60,6 +65,7 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.writers import (
+    TEMPORARY_SUFFIX,
     encode_leader_epoch_checkpoint,
     encode_txn_index_entry,
     write_file_atomically,
@@ -82,9 +88,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_HINT = "<data_dir>/log-end-offsets.json and <data_dir>/written-log-ends"
 #: The partition leader epoch written into every batch (one broker, no leader changes).
 LEADER_EPOCH = 0
-_INT32_MAX = (1 << 31) - 1
-_TEMPORARY = ".tmp"  # write_file_atomically's name for a file not yet in place
-_CLEANED = ".cleaned"  # a compacted segment not yet renamed over the old one (Kafka's suffix)
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -121,25 +124,24 @@ _Saved = tuple[int, int, int, int, int | None, int, int, int]
 
 
 def _complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
-                  control_type: int | None) -> tuple[bytes, int | None]:
+                  control_type: int | None) -> bytes:
     """Kafka's ongoing-transaction bookkeeping for one batch (``open_txns``: producer id -> its transaction's
-    first offset): the ``.txnindex`` entry an ABORT marker adds (the transaction's first offset, the marker's,
-    and the last stable offset after it: the first offset of another producer's open transaction, else the
-    marker's + 1, as ``ProducerStateManager.lastStableOffset``; none for a marker that ends no transaction
-    here), and the producer's first offset before, to take it back."""
-    before = open_txns.get(producer_id)
+    first offset), and the ``.txnindex`` entry an ABORT marker adds (the transaction's first offset, the
+    marker's, and the last stable offset after it: the first offset of another producer's open transaction, else
+    the marker's + 1, as ``ProducerStateManager.lastStableOffset``; none for a marker that ends no transaction
+    here)."""
     if not is_transactional:
-        return b"", before
+        return b""
     if control_type is None:
         open_txns.setdefault(producer_id, base_offset)
-        return b"", before
+        return b""
     if producer_id not in open_txns:  # ends no transaction here (Kafka's appendEndTxnMarker: no CompletedTxn)
-        return b"", before
+        return b""
     first = open_txns.pop(producer_id)
     if control_type != ControlType.ABORT:
-        return b"", before
+        return b""
     last_stable = min(open_txns.values(), default=base_offset + 1)
-    return encode_txn_index_entry(producer_id, first, base_offset, last_stable), before
+    return encode_txn_index_entry(producer_id, first, base_offset, last_stable)
 
 
 class _IndexState:
@@ -215,9 +217,9 @@ class PartitionLog:
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0) -> None:
-        for name, value, low, high in (("segment_bytes", segment_bytes, 1, _INT32_MAX),
+        for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
                                        ("segment_ms", segment_ms, 1, 2**63 - 1),
-                                       ("index_interval_bytes", index_interval_bytes, 0, _INT32_MAX)):
+                                       ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
             if type(value) is not int or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
         self.topic = topic
@@ -302,7 +304,7 @@ class PartitionLog:
                                      "empty data_dir, or read this one with an earlier idemcore")
         names = os.listdir(directory)
         for name in names:
-            if name.endswith((_TEMPORARY, _CLEANED)):  # written, not yet renamed into place: never in use
+            if name.endswith(TEMPORARY_SUFFIX):  # written, not yet renamed into place: never in use
                 log.info("%s: removing %s, left by a write cut short", self.name, directory / name)
                 os.unlink(directory / name)
         bases = sorted(parsed[0] for parsed in map(parse_offset_file, names)
@@ -404,7 +406,7 @@ class PartitionLog:
             self.batches.append(stored)
             control_type = None if stored.control is None else stored.control[0]
             state.txn += _complete_txn(self._open_txns, header.producer_id, header.base_offset,
-                                       header.is_transactional, control_type)[0]
+                                       header.is_transactional, control_type)
             state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             expected = header.next_offset
             position += header.size_in_bytes
@@ -551,9 +553,9 @@ class PartitionLog:
         left empty is dropped unless it is its producer's last in the log or its segment's last (Kafka keeps the
         last batch of a cleaning round; keeping each segment's keeps segment boundaries exact, so recovery still
         refuses a segment cut or lost). Transactional and control batches are kept as they are, and nothing at or
-        after an open transaction is cleaned. Each segment is rewritten whole to ``<name>.cleaned``, fsync'd and
-        renamed over the old one; its indexes are derived again. The broker records :meth:`cleanable_offset`
-        first (cleaner-offset-checkpoint).
+        after an open transaction is cleaned. Each segment is rewritten whole beside itself, fsync'd and renamed
+        over the old one (``write_file_atomically``); its indexes are derived again. The broker records
+        :meth:`cleanable_offset` first (cleaner-offset-checkpoint).
 
         **Differences from Kafka**: the key map covers every segment below the stop (Kafka's covers a dirty
         section chosen by ``min.cleanable.dirty.ratio``); segments are not merged; a tombstone's age is its
@@ -618,16 +620,7 @@ class PartitionLog:
         if len(out) == len(data):
             return 0
         state.final()
-        cleaned = path.with_name(path.name + _CLEANED)
-        with open(cleaned, "wb") as file:
-            file.write(out)
-            os.fsync(file.fileno())
-        os.replace(cleaned, path)  # the whole segment or the old one: never half of each
-        directory = os.open(self._directory, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_file_atomically(path, out)  # the whole cleaned segment or the old one: never half of each
         write_file_atomically(path.with_suffix(INDEX_SUFFIX), bytes(state.offset))
         write_file_atomically(path.with_suffix(TIME_INDEX_SUFFIX), bytes(state.time))
         end = self.segment_bases[number + 1]
@@ -688,15 +681,11 @@ class PartitionLog:
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
-        if self._log is not None:
-            if base_offset != self.log_end_offset:  # recovery would refuse the gap
-                raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
-                                    f"{self.log_end_offset}: a stored log's offsets are contiguous")
-            self._write_batch(encode_record_batch(batch, base_offset, LEADER_EPOCH), base_offset,
-                              base_offset + batch.record_count - 1, batch, None)
-        self.batches.append(StoredBatch(base_offset, batch))
-        if batch.is_transactional:  # in memory too: the last stable offset
-            self._open_txns.setdefault(batch.producer_id, base_offset)
+        if self._log is not None and base_offset != self.log_end_offset:  # recovery would refuse the gap
+            raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
+                                f"{self.log_end_offset}: a stored log's offsets are contiguous")
+        self._add(StoredBatch(base_offset, batch), base_offset + batch.record_count - 1,
+                  lambda: encode_record_batch(batch, base_offset, LEADER_EPOCH))
 
     def append_marker(self, base_offset: int, producer_id: int, producer_epoch: int, control_type: int,
                       coordinator_epoch: int, timestamp: int) -> None:
@@ -710,33 +699,42 @@ class PartitionLog:
                                 f"{self.log_end_offset}")
         batch = RecordBatch(self.topic, self.partition, (), None, producer_id, producer_epoch, -1, timestamp, True)
         control = (int(control_type), coordinator_epoch)  # as _marker_batch reads it back
-        if self._log is not None:
-            data = encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
-                                         producer_epoch=producer_epoch, timestamp=timestamp, base_offset=base_offset,
-                                         partition_leader_epoch=LEADER_EPOCH)
-            self._write_batch(data, base_offset, base_offset, batch, control[0])
-        else:
-            self._open_txns.pop(producer_id, None)
-        self.batches.append(StoredBatch(base_offset, batch, None, None, control))
+        self._add(StoredBatch(base_offset, batch, None, None, control), base_offset,
+                  lambda: encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
+                                                producer_epoch=producer_epoch, timestamp=timestamp,
+                                                base_offset=base_offset, partition_leader_epoch=LEADER_EPOCH))
 
-    def _write_batch(self, data: bytes, base_offset: int, last_offset: int, batch: RecordBatch,
-                     control_type: int | None) -> None:
-        """Write one batch's bytes at the log end (rolling first when due), its index entries and, for a
-        marker, the transaction bookkeeping; all taken back when a write raises."""
+    def _add(self, stored: StoredBatch, last_offset: int, encode: Callable[[], bytes | bytearray]) -> None:
+        """Add a data batch or a marker: its transaction bookkeeping, and with a directory its bytes written
+        (``encode``), all taken back when a write raises."""
+        batch = stored.batch
+        before = self._open_txns.get(batch.producer_id)
+        txn_entry = _complete_txn(self._open_txns, batch.producer_id, stored.base_offset, batch.is_transactional,
+                                  None if stored.control is None else stored.control[0])
+        if self._log is not None:
+            try:
+                saved = self._write_batch(encode(), stored.base_offset, last_offset, batch, txn_entry)
+            except BaseException:
+                self._restore_txn(batch.producer_id, before)
+                raise
+            self._undo = (self._last_position, saved, batch.producer_id, before)
+        self.batches.append(stored)
+
+    def _write_batch(self, data: bytes | bytearray, base_offset: int, last_offset: int, batch: RecordBatch,
+                     txn_entry: bytes) -> _Saved:
+        """Write one batch's bytes at the log end (rolling first when due), its index entries and its
+        ``.txnindex`` entry (if any); all cut back when a write raises. Returns the index state before it."""
         assert self._log is not None
         if self._size > 0 and (self._size + len(data) > self.segment_bytes
-                               or last_offset - self.segment_bases[-1] > _INT32_MAX
+                               or last_offset - self.segment_bases[-1] > INT32_MAX
                                or self._waited_for_roll(batch.max_timestamp) > self.segment_ms):
             self._roll(base_offset)
         if self._size == 0:
             self._segment_first_timestamp = batch.max_timestamp
         position = self._size
         saved = self._state.save()
-        txn_entry, txn_before = b"", self._open_txns.get(batch.producer_id)
         try:
             offset_entry, time_entry = self._state.add(position, len(data), last_offset, batch.max_timestamp)
-            if control_type is not None:
-                txn_entry, _ = _complete_txn(self._open_txns, batch.producer_id, base_offset, True, control_type)
             _write(self._log, data)
             if offset_entry:
                 _write(self._index, offset_entry)  # type: ignore[arg-type]  # open with the log
@@ -754,12 +752,11 @@ class PartitionLog:
                 self._epochs_written = True
         except BaseException:
             self._cut(position, saved)
-            self._restore_txn(batch.producer_id, txn_before)
             raise
         self._size = self._segment_sizes[-1] = position + len(data)
-        self._undo = (position, saved, batch.producer_id, txn_before)
         self._last_position = position
         self._dirty = True
+        return saved
 
     def _restore_txn(self, producer_id: int, first_offset: int | None) -> None:
         if first_offset is None:
@@ -784,7 +781,7 @@ class PartitionLog:
 
     def _roll(self, base_offset: int) -> None:
         """Make a new active segment at ``base_offset``, after the old one's last time index entry and an
-        fsync of its three files (so recovery can refuse any damage in a rolled segment)."""
+        fsync of its files (so recovery can refuse any damage in a rolled segment)."""
         assert self._log is not None and self._index is not None and self._time_index is not None
         _write(self._time_index, self._state.final())
         for file in (self._log, self._index, self._time_index, self._txn_index):
@@ -805,6 +802,7 @@ class PartitionLog:
         self._size = 0
         self.synced_bytes = 0
         self._undo = None
+        self._last_position = 0  # in the new active segment, which path names now
         self._segment_created = self._clock()
         self._segment_first_timestamp = -1
 
@@ -838,12 +836,11 @@ class PartitionLog:
         self._dirty = False
 
     def flush(self) -> None:
-        """fsync the active segment and its indexes whatever the fsync setting (rolled segments were fsync'd
-        when they rolled)."""
+        """fsync the active segment whatever the fsync setting (rolled segments were fsync'd when they rolled).
+        Its indexes are not: they are derived from the segment and rebuilt at start when short or wrong, so one
+        fsync per acks=all request is all durability needs."""
         if self._log is not None:
-            for file in (self._log, self._index, self._time_index, self._txn_index):
-                if file is not None:
-                    os.fsync(file.fileno())
+            os.fsync(self._log.fileno())
             self.synced_bytes = self._size
             self._dirty = False
 
@@ -884,7 +881,7 @@ def _frozen(batch: RecordBatch) -> RecordBatch:
                        batch.base_sequence, batch.max_timestamp, batch.is_transactional, headers)
 
 
-def _write(file: BinaryIO, data: bytes) -> None:
+def _write(file: BinaryIO, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         view = view[file.write(view):]  # a raw write may take only part of the bytes

@@ -33,14 +33,8 @@ DEFAULT_DELETE_RETENTION_MS = 86_400_000
 #: Producer epochs at or above this are exhausted: the transaction coordinator rotates to a new producer id, keeping
 #: 32767 for one last fencing bump (Kafka's ``TransactionMetadata.isEpochExhausted``).
 PRODUCER_EPOCH_EXHAUSTED = INT16_MAX - 1
-#: Kafka's default ``transaction.timeout.ms`` of a transactional producer (1 min).
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 #: Kafka's default ``transactional.id.expiration.ms`` (7 days): a transactional id idle this long is removed.
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 86_400_000
-#: Kafka's default ``transaction.abort.timed.out.transaction.cleanup.interval.ms``: how often timeouts are checked.
-DEFAULT_ABORT_TIMED_OUT_TRANSACTIONS_INTERVAL_MS = 10_000
-#: Kafka's default ``transaction.remove.expired.transaction.cleanup.interval.ms`` (1 h): how often ids expire.
-DEFAULT_REMOVE_EXPIRED_TRANSACTIONAL_IDS_INTERVAL_MS = 3_600_000
 #: The transaction coordinator's compacted log, and Kafka's default ``transaction.state.log.num.partitions``.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 DEFAULT_TRANSACTION_STATE_PARTITIONS = 50

@@ -28,6 +28,5 @@ class MarkerWriter(Protocol):
     def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
                       partitions: Sequence[TopicPartition]) -> Mapping[TopicPartition, int]:
         """Write a COMMIT (``committed``) or ABORT marker to each partition; one error code per partition.
-        UNKNOWN_TOPIC_OR_PARTITION means the partition does not exist (any more): the coordinator then counts it
-        done, as Kafka does for a partition with no leader."""
+        UNKNOWN_TOPIC_OR_PARTITION (a broker started without that topic) is retried, as Kafka retries it."""
         ...

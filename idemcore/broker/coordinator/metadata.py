@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from idemcore.broker.coordinator.collaborators import TopicPartition
 from idemcore.broker.coordinator.state import TransactionState
 from idemcore.broker.coordinator.txn_log import TransactionLogValue, group_by_topic
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import INT16_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_EXHAUSTED
-
-TopicPartition = tuple[str, int]
 
 S = TransactionState
 
@@ -87,10 +86,6 @@ class TransactionMetadata:
     @property
     def is_producer_epoch_exhausted(self) -> bool:
         return is_epoch_exhausted(self.producer_epoch)
-
-    @property
-    def pending_transition_in_progress(self) -> bool:
-        return self.pending_state is not None
 
     # ------------------------------------------------------------ prepare
 

@@ -58,6 +58,7 @@ from idemcore.record.kafka_files.segment import (
     scan_segment,
 )
 from idemcore.record.kafka_files.writers import (
+    TEMPORARY_SUFFIX,
     TXN_INDEX_DTYPE,
     encode_leader_epoch_checkpoint,
     encode_offset_checkpoint,
@@ -78,6 +79,7 @@ __all__ = [
     "STOP_END",
     "STOP_TORN_TAIL",
     "STOP_ZERO_PADDING",
+    "TEMPORARY_SUFFIX",
     "TIME_INDEX_SUFFIX",
     "TXN_INDEX_DTYPE",
     "TXN_INDEX_SUFFIX",

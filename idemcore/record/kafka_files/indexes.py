@@ -289,9 +289,10 @@ def read_snapshot(path: str | os.PathLike[str]) -> FileRead[ProducerSnapshotEntr
     return FileRead(path, entries, problems, notes)
 
 
-def _read_checkpoint(path: Path, line_form: str, width: int) -> tuple[list[tuple[int, list[str]]], list[FileProblem]]:
+def _read_checkpoint(path: Path, line_form: str,
+                     width: int) -> tuple[list[tuple[int, int, list[str]]], list[FileProblem]]:
     """The entry lines of a Kafka ``CheckpointFile`` (version line 0, count line, one entry per line), each as
-    ``(line number, fields)``, and the problems of its frame (version, count, empty)."""
+    ``(line number, byte position, fields)``, and the problems of its frame (version, count, empty)."""
     data = path.read_bytes()
     problems: list[FileProblem] = []
     lines: list[tuple[int, str]] = []
@@ -322,7 +323,7 @@ def _read_checkpoint(path: Path, line_form: str, width: int) -> tuple[list[tuple
             problems.append(FileProblem(path, at, "checkpoint_malformed", f"line {k + 1}: {text!r} is not "
                                                                           f"'{line_form}'"))
             continue
-        entries.append((k, parts))
+        entries.append((k, at, parts))
     if int(lines[1][1]) != len(lines) - 2:
         problem(1, "checkpoint_count", f"{lines[1][1]} entries declared, {len(lines) - 2} line(s) follow")
     return entries, problems
@@ -335,10 +336,10 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike[str]) -> FileRead[Epoch
     path = Path(path)
     lines, problems = _read_checkpoint(path, "<epoch> <start offset>", 2)
     entries: list[EpochEntry] = []
-    for k, parts in lines:
+    for k, at, parts in lines:
         entry = EpochEntry(int(parts[0]), int(parts[1]))
         if entries and (entry.epoch <= entries[-1].epoch or entry.start_offset < entries[-1].start_offset):
-            problems.append(FileProblem(path, None, "checkpoint_order", f"line {k + 1}: epoch {entry.epoch} from "
+            problems.append(FileProblem(path, at, "checkpoint_order", f"line {k + 1}: epoch {entry.epoch} from "
                                         f"offset {entry.start_offset} does not follow epoch {entries[-1].epoch} from "
                                         f"offset {entries[-1].start_offset}"))
         entries.append(entry)
@@ -359,10 +360,10 @@ def read_offset_checkpoint(path: str | os.PathLike[str]) -> FileRead[OffsetCheck
     lines, problems = _read_checkpoint(path, "<topic> <partition> <offset>", 3)
     entries: list[OffsetCheckpointEntry] = []
     seen: set[tuple[str, int]] = set()
-    for k, parts in lines:
+    for k, at, parts in lines:
         entry = OffsetCheckpointEntry(parts[0], int(parts[1]), int(parts[2]))
         if (entry.topic, entry.partition) in seen:
-            problems.append(FileProblem(path, None, "checkpoint_malformed",
+            problems.append(FileProblem(path, at, "checkpoint_malformed",
                                         f"line {k + 1}: {entry.topic}-{entry.partition} is listed twice"))
         seen.add((entry.topic, entry.partition))
         entries.append(entry)

@@ -38,6 +38,10 @@ from idemcore.record.kafka_files.indexes import (
     ProducerSnapshotEntry,
 )
 
+#: The name write_file_atomically gives a file before it is in place (Kafka's checkpoint temp name): one left
+#: behind was never in use.
+TEMPORARY_SUFFIX = ".tmp"
+
 # The layouts are spelled out here, apart from the readers', so the round-trip tests check one against the other.
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _TXN = struct.Struct(">hqqqq")
@@ -122,13 +126,13 @@ def encode_leader_epoch_checkpoint(entries: Sequence[tuple[int, int]]) -> bytes:
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-def write_file_atomically(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> None:
+def write_file_atomically(path: str | os.PathLike[str], data: bytes | bytearray, fsync: bool = True) -> None:
     """Put ``data`` at ``path`` whole or not at all: written to ``<path>.tmp`` beside it, fsync'd, renamed over
     ``path``, then the directory fsync'd so the rename survives a power loss (Kafka's ``CheckpointFile.write``:
     temp file, sync, ``atomicMoveWithFallback``). ``fsync=False`` skips both fsyncs (the file is still never seen
     half written, but a machine crash may lose it)."""
     path = os.fspath(path)
-    partial = path + ".tmp"
+    partial = path + TEMPORARY_SUFFIX
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         try:
