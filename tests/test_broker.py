@@ -82,13 +82,13 @@ def test_restarted_broker_still_catches_retries(tmp_path):
 
 
 def test_torn_tail_is_truncated_on_recovery(tmp_path):
-    with Broker({"t": 1}, data_dir=tmp_path) as broker:
-        broker.handle(ProduceRequest((batch(0, [b"a"]),)))
-        broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
+    broker = Broker({"t": 1}, data_dir=tmp_path)
+    broker.handle(ProduceRequest((batch(0, [b"a"]),)))
+    broker.handle(ProduceRequest((batch(0, [b"b"], seq=1),)))
+    broker.kill()  # a crash: no clean-shutdown checkpoint or snapshot
     path = tmp_path / "t-0" / "00000000000000000000.log"
-    path.write_bytes(path.read_bytes()[:-3])  # the last frame lost its end in a crash
-    (tmp_path / "log-end-offsets.json").unlink()  # ... and a crash writes no clean-shutdown checkpoint
-    rewind_written_end(tmp_path, "t-0", 1)  # ... nor the end of the write it died in
+    path.write_bytes(path.read_bytes()[:-3])  # the last frame lost its end in the crash
+    rewind_written_end(tmp_path, "t-0", 1)  # ... and the end of the write it died in was never recorded
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1
         assert broker.log("t", 0).truncated_bytes > 0
@@ -268,6 +268,10 @@ def test_a_log_shorter_than_at_the_last_start_or_close_is_refused(tmp_path, dama
         Broker({"t": 1}, data_dir=tmp_path)
     (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss, as the message says
     (tmp_path / "written-log-ends").unlink()
+    if damage == "cut":  # without recovery points nothing says the broker wrote the tail: it is not cut for them
+        with pytest.raises(LogCorruptionError, match=r"not cut\. Move the file aside, or truncate it to 69 bytes"):
+            Broker({"t": 1}, data_dir=tmp_path)
+        os.truncate(path, 69)
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset in (0, 1)
 

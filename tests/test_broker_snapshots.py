@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from idemcore.broker import Broker
+from idemcore.broker import Broker, LogCorruptionError
 from idemcore.clock import wall_clock_ms
 from idemcore.net.messages import ProduceRequest
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -122,6 +122,15 @@ def test_a_snapshot_beyond_the_log_end_is_not_used(tmp_path):
     with Broker({"t": 2}, data_dir=tmp_path) as again:
         assert _entries(again) == before
     assert not stray.exists()
+
+
+def test_a_first_start_never_cuts_what_another_writer_left(tmp_path):
+    (tmp_path / "t-0").mkdir()
+    foreign = tmp_path / "t-0" / "00000000000000000000.log"
+    foreign.write_bytes(b"not a record batch, but somebody's data" * 4)
+    with pytest.raises(LogCorruptionError, match=r"nothing says this broker wrote them .* not cut"):
+        Broker({"t": 1}, data_dir=tmp_path)
+    assert foreign.read_bytes() == b"not a record batch, but somebody's data" * 4
 
 
 def test_a_restart_from_a_snapshot_forgets_producers_idle_past_the_expiration(tmp_path):

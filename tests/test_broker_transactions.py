@@ -149,8 +149,24 @@ def test_a_bad_partition_in_add_partitions_does_not_wedge_the_transaction(tmp_pa
         coordinator = broker.txn_coordinator
         pid = coordinator.init_producer_id("tx", 60_000).producer_id
         bad = ("t", 2**31)
-        assert coordinator.add_partitions_to_txn("tx", pid, 0, [bad]) == {bad: ErrorCode.INVALID_REQUEST}
+        assert coordinator.add_partitions_to_txn("tx", pid, 0, [bad, ("t", 0)]) == {
+            bad: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ("t", 0): ErrorCode.OPERATION_NOT_ATTEMPTED}  # as KafkaApis
         assert coordinator.add_partitions_to_txn("tx", pid, 0, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
+        assert coordinator.end_txn("tx", pid, 0, committed=True) == ErrorCode.NONE  # never wedged
+        assert coordinator.describe_transactions(["tx"])[0].state == "CompleteCommit"
+
+
+def test_wrong_types_raise_without_leaving_anything_behind(tmp_path):
+    clock = Clock()
+    with _broker(tmp_path, clock) as broker:
+        coordinator = broker.txn_coordinator
+        with pytest.raises(TypeError, match="transactional_id must be a str, got 5"):
+            coordinator.init_producer_id(5, 60_000)  # type: ignore[arg-type]
+        pid = coordinator.init_producer_id("tx", 60_000).producer_id
+        with pytest.raises(TypeError, match="committed must be a bool, got 'no'"):
+            coordinator.end_txn("tx", pid, 0, "no")  # type: ignore[arg-type]
+        assert [listing.transactional_id for listing in coordinator.list_transactions().transaction_states] == ["tx"]
+        broker.run_housekeeping()
 
 
 def test_create_topic_refuses_a_directory_left_by_an_earlier_topic(tmp_path):

@@ -353,6 +353,7 @@ class Broker:
         self._closed = False
         self._checkpoint: dict[str, int] = {}
         self._log_starts: dict[tuple[str, int], int] = {}
+        self._wrote_here = False
         self._created: dict[str, dict[str, Any]] = {}
         self._unserved_ends: dict[str, int] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
@@ -365,6 +366,8 @@ class Broker:
             # Partitions of all topics share one state table under a broker-wide partition number.
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
+            # Without a checkpoint this broker never started here: tails it finds are not its torn writes.
+            self._wrote_here = self.data_dir is not None and os.path.lexists(self.data_dir / LOG_END_CHECKPOINT)
             starts = self._log_starts = self._offsets_file(
                 LOG_START_CHECKPOINT, "where each log starts since retention deleted its oldest segments: restore "
                 "it, or write it again from the first segment of each partition")
@@ -430,7 +433,7 @@ class Broker:
         self._index[(name, partition)] = len(self._logs)
         partition_log = PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
                                      log_start_offset=log_start, cleaned_offset=cleaned,
-                                     **self.topic_configs[name].log_settings())
+                                     cut_torn_tail=self._wrote_here, **self.topic_configs[name].log_settings())
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
         partition_log.on_roll = self._write_snapshot
@@ -527,7 +530,8 @@ class Broker:
         coordinator = TransactionCoordinator(
             HandledTransactionLog(self.handle, self.clock), HandledMarkers(self.handle),
             self.producer_ids.generate_producer_id, self.clock,
-            transaction_max_timeout_ms=self.transaction_max_timeout_ms, transaction_state_partitions=partitions)
+            transaction_max_timeout_ms=self.transaction_max_timeout_ms, transaction_state_partitions=partitions,
+            partition_exists=lambda topic, partition: (topic, partition) in self._index)
         records = [(partition, key, value) for partition in range(partitions)
                    for _, key, value, _ in self.log(TRANSACTION_STATE_TOPIC, partition).records()
                    if key is not None]
@@ -809,13 +813,15 @@ class Broker:
             now = self.clock()
             fields_fit = (type(marker.producer_id) is int and 0 <= marker.producer_id < 2**63
                           and type(marker.producer_epoch) is int and 0 <= marker.producer_epoch <= INT16_MAX
-                          and type(marker.coordinator_epoch) is int and 0 <= marker.coordinator_epoch <= INT32_MAX)
+                          and type(marker.coordinator_epoch) is int and 0 <= marker.coordinator_epoch <= INT32_MAX
+                          and type(marker.committed) is bool)
             for position, (topic, partition) in enumerate(marker.partitions):
                 number = self._index.get((topic, partition))
                 if number is None or number in numbers or not fields_fit:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if number is None and fields_fit \
                         else ErrorCode.INVALID_REQUEST
-                    answers[position] = PartitionResponse(topic, partition, code)
+                    answers[position] = PartitionResponse(topic, partition, code, error_message=(
+                        None if fields_fit else f"marker fields out of range or of the wrong type: {marker!r:.200}"))
                     continue
                 columns.put(len(numbers), number, RecordBatch(topic, partition, (), None, marker.producer_id,
                                                               marker.producer_epoch, -1, now, True),

@@ -216,7 +216,8 @@ class PartitionLog:
     def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0) -> None:
+                 clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
+                 cut_torn_tail: bool = True) -> None:
         for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
                                        ("segment_ms", segment_ms, 1, 2**63 - 1),
                                        ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
@@ -265,6 +266,9 @@ class PartitionLog:
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
         self._txn_index: BinaryIO | None = None  # the active segment's .txnindex, opened at its first entry
+        #: False when nothing says this broker wrote the directory (a first start on files from elsewhere): a bad
+        #: tail is then refused, never cut, since it may be data another writer left.
+        self._cut_torn_tail = cut_torn_tail
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._recover(directory, recovery_point)
@@ -370,6 +374,14 @@ class PartitionLog:
         active = directory / offset_file_name(self.segment_bases[-1], LOG_SUFFIX)
         # Unbuffered: every append reaches the OS (page cache) before the broker answers, whatever the acks.
         self._log = open(active, "ab", buffering=0)
+        if self._log.tell() != valid and not self._cut_torn_tail:
+            size = self._log.tell()
+            self._log.close()
+            self._log = None
+            raise LogCorruptionError(
+                f"{self.name}: {active} holds {size - valid} bytes after byte {valid} that are not a valid batch, and "
+                f"nothing says this broker wrote them (no {CHECKPOINT_HINT}): not cut. Move the file aside, or "
+                f"truncate it to {valid} bytes to drop them")
         if self._log.tell() != valid:
             self.truncated_bytes = self._log.tell() - valid
             log.warning("%s: dropping a torn tail of %d bytes of %s after offset %d (a write cut short by a crash)",

@@ -121,7 +121,10 @@ class TransactionCoordinator:
                  transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
                  transaction_state_partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS,
                  offsets_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
-                 marker_attempts: int = DEFAULT_MARKER_ATTEMPTS) -> None:
+                 marker_attempts: int = DEFAULT_MARKER_ATTEMPTS,
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        #: Whether the broker has a partition (Kafka's KafkaApis checks it before the coordinator is called).
+        self._partition_exists = partition_exists
         self._log_writer = log_writer
         self._marker_writer = marker_writer
         self._producer_ids = producer_ids
@@ -163,6 +166,10 @@ class TransactionCoordinator:
                          producer_epoch: int = NO_PRODUCER_EPOCH) -> InitProducerIdResult:
         """A producer id and epoch for ``transactional_id`` (None: an idempotent producer, a fresh id each call).
         ``producer_id``/``producer_epoch`` are the caller's current ones (KIP-360), or both -1."""
+        if transactional_id is not None:
+            _check_args(transactional_id, producer_id, producer_epoch)
+        if type(transaction_timeout_ms) is not int:
+            raise TypeError(f"transaction_timeout_ms must be an int, got {transaction_timeout_ms!r}")
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return InitProducerIdResult(E.INVALID_REQUEST)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
@@ -258,10 +265,14 @@ class TransactionCoordinator:
     def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """Add ``partitions`` to the transaction; the coordinator's one answer for every partition."""
+        _check_args(transactional_id, producer_id, producer_epoch)
         wanted = list(partitions)
         for tp in wanted:
             if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
                 raise TypeError(f"a partition must be a (topic, partition) tuple of str and int, got {tp!r}")
+        unknown = [tp for tp in wanted if self._partition_exists is not None and not self._partition_exists(*tp)]
+        if unknown:  # nothing is added; the others are not attempted (KafkaApis.handleAddPartitionsToTxnRequest)
+            return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted}
         error = self._add_partitions(transactional_id, producer_id, producer_epoch, frozenset(wanted))
         return dict.fromkeys(wanted, error)
 
@@ -288,6 +299,9 @@ class TransactionCoordinator:
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> ErrorCode:
         """Commit (``committed``) or abort the ongoing transaction; NONE once the decision is durable."""
+        _check_args(transactional_id, producer_id, producer_epoch)
+        if type(committed) is not bool:
+            raise TypeError(f"committed must be a bool, got {committed!r}")
         return self._end_transaction(transactional_id, producer_id, producer_epoch, committed, from_client=True)
 
     def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
@@ -526,3 +540,12 @@ class TransactionCoordinator:
             answer = E.KAFKA_STORAGE_ERROR
         return coordinator_error(answer)
 
+
+def _check_args(transactional_id: object, producer_id: object, producer_epoch: object) -> None:
+    """A caller's types, checked before anything is looked up or stored: one wrong call must not leave an entry
+    keyed by a non-str id behind (every later listing would fail)."""
+    if transactional_id is not None and type(transactional_id) is not str:  # None: a null id, INVALID_REQUEST
+        raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
+    for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, got {value!r}")
