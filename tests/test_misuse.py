@@ -194,3 +194,44 @@ def test_audit_out_never_replaces_report_files_an_audit_did_not_write(tmp_path):
     (tmp_path / "other" / "findings.parquet").write_text("not ours")
     with pytest.raises(FileExistsError, match=r"holds findings\.parquet"):
         audit(tmp_path / "ds", out=tmp_path / "other", spark=object())
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"topics": ["events"]}, TypeError, "topics must map each topic name to its partition count"),
+    ({"topic_configs": ["t"]}, TypeError, "topic_configs must map topic names to their settings"),
+    ({"topic_configs": {"t": "compact"}}, TypeError, "topic 't': settings must map Kafka's config names"),
+    ({"topic_configs": {"t": {"cleanup.policy": ["compact"]}}}, ValueError, "cleanup.policy must be"),
+    ({"data_dir": ""}, ValueError, "data_dir is an empty path"),
+    ({"fsync": "no"}, TypeError, "fsync must be True or False, got 'no'"),
+    ({"producer_id_expiration_ms": "x"}, ValueError, "producer_id_expiration_ms must be a positive integer"),
+])
+def test_broker_settings_of_the_wrong_kind_are_named(kwargs, error, says):
+    from idemcore.broker import Broker
+
+    arguments = {"topics": {"t": 1}, **kwargs}
+    with pytest.raises(error, match=says):
+        Broker(**arguments)
+
+
+def test_a_timestamp_out_of_range_is_refused_at_send_not_in_its_batch():
+    from idemcore.broker import Broker
+    from idemcore.client import Producer
+
+    producer = Producer(Broker({"t": 1}), linger_ms=1000)
+    good = producer.send("t", b"good1", partition=0)
+    with pytest.raises(ValueError, match="timestamp 18446744073709551616 is out of the int64 range"):
+        producer.send("t", b"bad", partition=0, timestamp=2**64)
+    assert good.result().offset == 0  # its neighbour is delivered
+
+
+def test_two_dimensional_values_are_answered_corrupt_message():
+    import numpy as np
+
+    from idemcore.broker import Broker
+    from idemcore.net.messages import ProduceRequest
+    from idemcore.record.batch import RecordBatch
+
+    broker = Broker({"t": 1})
+    batch = RecordBatch("t", 0, np.array([[b"a"], [b"b"]]), None, 1, 0, 0, 0)
+    answer = broker.handle(ProduceRequest((batch,))).responses[0]
+    assert answer.error_code == 2 and "one-dimensional" in answer.error_message

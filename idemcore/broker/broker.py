@@ -134,6 +134,8 @@ def _malformed(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
     if not -2**63 <= batch.max_timestamp < 2**63:
         return ErrorCode.INVALID_RECORD, f"max_timestamp {batch.max_timestamp} is out of the int64 range"
     if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            return ErrorCode.CORRUPT_MESSAGE, f"record values must be one-dimensional, not of shape {values.shape}"
         if values.dtype.kind != "S" and not (values.dtype == object and all(type(v) is bytes for v in values)):
             return ErrorCode.CORRUPT_MESSAGE, f"record values of dtype {values.dtype} are not bytes"
     elif values and not set(map(type, values)) <= _KEY_TYPES:
@@ -314,8 +316,19 @@ class Broker:
         transaction_state_partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS,
         transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     ) -> None:
+        if not isinstance(topics, Mapping):
+            raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
         if not topics:
             raise ValueError("a broker needs at least one topic")
+        if topic_configs is not None and not isinstance(topic_configs, Mapping):
+            raise TypeError(f"topic_configs must map topic names to their settings, got {topic_configs!r:.80}")
+        if data_dir is not None and not str(data_dir):
+            raise ValueError("data_dir is an empty path (it would mean the current directory); name a directory")
+        for name, value in (("fsync", fsync),):
+            if type(value) is not bool:
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if type(producer_id_expiration_ms) is not int or producer_id_expiration_ms < 1:
+            raise ValueError(f"producer_id_expiration_ms must be a positive integer, got {producer_id_expiration_ms!r}")
         for name, count in topics.items():
             _check_topic(name, count)
             if name in INTERNAL_TOPICS:

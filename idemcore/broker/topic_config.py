@@ -62,6 +62,8 @@ class TopicConfig:
 
     def overridden(self, topic: str, overrides: Mapping[str, Any]) -> TopicConfig:
         """These settings with ``overrides`` (Kafka's names: ``cleanup.policy``, ``retention.ms``, ...)."""
+        if not isinstance(overrides, Mapping):
+            raise TypeError(f"topic {topic!r}: settings must map Kafka's config names to values, got {overrides!r:.80}")
         fields = {field.name for field in dataclasses.fields(self)}
         changes: dict[str, Any] = {}
         for name, value in overrides.items():
@@ -70,7 +72,7 @@ class TopicConfig:
                 known = ", ".join(sorted(f.replace("_", ".") for f in fields))
                 raise ValueError(f"topic {topic!r}: unknown setting {name!r} (known: {known})")
             if attribute == "cleanup_policy":
-                if value not in _POLICIES:
+                if not isinstance(value, str) or value not in _POLICIES:
                     raise ValueError(f"topic {topic!r}: cleanup.policy must be 'delete', 'compact' or "
                                      f"'compact,delete', got {value!r}")
                 value = _POLICIES[value]

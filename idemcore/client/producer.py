@@ -278,7 +278,10 @@ class Producer:
 def _timestamp(value: Any) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"timestamp must be an integer (ms since the epoch), not {type(value).__name__}")
-    return int(value)
+    stamp = int(value)
+    if not -2**63 <= stamp < 2**63:  # refused at send: in a batch it would fail the records beside it
+        raise ValueError(f"timestamp {stamp} is out of the int64 range")
+    return stamp
 
 
 def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
