@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.broker import txn_requests
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
+from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
 from idemcore.broker.producer_ids import (
     REACHABLE,
@@ -41,8 +43,16 @@ from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
 from idemcore.net.messages import (
+    TRANSACTION_KEY,
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    FetchRequest,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListOffsetsRequest,
     PartitionResponse,
     ProduceRequest,
     ProduceResponse,
@@ -396,9 +406,17 @@ class Broker:
                                          starts.get((name, partition), 0), cleaned.get((name, partition), 0))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
-            self._handlers: dict[type, Callable] = {ProduceRequest: self._produce,
-                                                    InitProducerIdRequest: self._init_producer_id,
-                                                    WriteTxnMarkersRequest: self._write_txn_markers}
+            self._handlers: dict[type, Callable] = {
+                ProduceRequest: self._produce,
+                InitProducerIdRequest: self._init_producer_id,
+                WriteTxnMarkersRequest: self._write_txn_markers,
+                FindCoordinatorRequest: self._find_coordinator,
+                AddPartitionsToTxnRequest: lambda r: txn_requests.add_partitions_to_txn(self.txn_coordinator, r),
+                AddOffsetsToTxnRequest: lambda r: txn_requests.add_offsets_to_txn(self.txn_coordinator, r),
+                EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
+                FetchRequest: lambda r: fetch(self._partition_log, r),
+                ListOffsetsRequest: lambda r: list_offsets(self._partition_log, r),
+            }
             self._recover()
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
@@ -736,7 +754,10 @@ class Broker:
     # ------------------------------------------------------------ handlers
 
     def _init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
-        """A fresh producer id at epoch 0 for an idempotent producer."""
+        """A fresh producer id at epoch 0 for an idempotent producer; the transaction coordinator's answer for a
+        transactional id, or for an idempotent producer's epoch bump (KIP-360: its current id and epoch)."""
+        if request.transactional_id is not None or request.producer_id != -1:
+            return txn_requests.init_producer_id(self.txn_coordinator, request)
         try:
             return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0,
                                           request_id=request.request_id)
@@ -744,6 +765,19 @@ class Broker:
             log.error("no producer id: %s", exc)
             return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
                                           error_message=str(exc))
+
+    def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        """This broker coordinates every group and transactional id; the coordinator's internal topic is made
+        at the first request for it, as Kafka makes it."""
+        if type(request.key) is not str or request.key_type != TRANSACTION_KEY:
+            return FindCoordinatorResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
+                                           error_message=f"key {request.key!r:.80} of key type {request.key_type!r}")
+        self.txn_coordinator  # noqa: B018  # made and loaded now, not at the producer's first transaction
+        return FindCoordinatorResponse(ErrorCode.NONE, self.broker_id, request_id=request.request_id)
+
+    def _partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        number = self._index.get((topic, partition))
+        return None if number is None else self._logs[number]
 
     def _produce(self, request: ProduceRequest) -> ProduceResponse | None:
         """Check every batch (one kernel call), write the accepted ones, commit those written."""

@@ -42,7 +42,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -70,6 +70,7 @@ from idemcore.record.kafka_files.writers import (
     encode_txn_index_entry,
     write_file_atomically,
 )
+from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import (
     BatchHeader,
     CorruptRecordError,
@@ -94,29 +95,6 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 class LogCorruptionError(IdemcoreError):
     """A log file holds something that is neither a valid batch nor a torn tail."""
-
-
-class StoredBatch(NamedTuple):
-    base_offset: int
-    batch: RecordBatch
-    #: Each record's offset from ``base_offset`` once compaction removed records (None: 0, 1, 2, ...).
-    offset_deltas: tuple[int, ...] | None = None
-    #: The batch's last offset delta, kept by compaction (None: ``record_count - 1``).
-    last_offset_delta: int | None = None
-    #: A transaction marker's ``(control type, coordinator epoch)`` (ABORT 0, COMMIT 1); None for data.
-    control: tuple[int, int] | None = None
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after the batch's last (compaction keeps it, as it keeps the producer's last sequence)."""
-        if self.last_offset_delta is not None:
-            return self.base_offset + self.last_offset_delta + 1
-        return self.base_offset + (1 if self.control is not None else self.batch.record_count)
-
-    def offsets(self) -> Iterator[int]:
-        if self.offset_deltas is None:
-            return iter(range(self.base_offset, self.base_offset + self.batch.record_count))
-        return (self.base_offset + delta for delta in self.offset_deltas)
 
 
 #: What _IndexState.save returns: enough to take an append back.
@@ -783,6 +761,27 @@ class PartitionLog:
         # Never below the log start: retention may have deleted an open transaction's first batches (Kafka's
         # maybeIncrementFirstUnstableOffset).
         return max(min(self._open_txns.values(), default=self.log_end_offset), self.log_start_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(producer id, first offset)`` of every transaction aborted here that overlaps ``[start, end)``: its
+        first offset below ``end``, its ABORT marker at or after ``start`` (what a read_committed fetch of that
+        range must drop, Kafka's ``collectAbortedTransactions``). Oldest first."""
+        open_txns: dict[int, int] = {}
+        found = []
+        for stored in self.batches:
+            if stored.base_offset >= end and not open_txns:
+                break
+            batch = stored.batch
+            if not batch.is_transactional:
+                continue
+            if stored.control is None:
+                if stored.base_offset < end:
+                    open_txns.setdefault(batch.producer_id, stored.base_offset)
+                continue
+            first = open_txns.pop(batch.producer_id, None)
+            if first is not None and stored.control[0] == ControlType.ABORT and stored.base_offset >= start:
+                found.append((batch.producer_id, first))
+        return found
 
     def _waited_for_roll(self, timestamp: int) -> int:
         """How long the active segment has been rolling, as segment.ms counts it: from its first batch's

@@ -1,13 +1,27 @@
-"""The requests and responses clients and brokers exchange: Kafka's InitProducerId, Produce and WriteTxnMarkers,
-with the fields idemcore's broker, producer and coordinator use. ``Broker.handle`` takes any :data:`Request`."""
+"""The requests and responses clients and brokers exchange, with the fields of Kafka's messages that idemcore's
+broker, clients and coordinators use. ``Broker.handle`` takes any :data:`Request`.
+
+Produce, InitProducerId and WriteTxnMarkers carry idempotent and transactional writes; FindCoordinator,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit drive a transaction; OffsetCommit and
+OffsetFetch keep a group's offsets; ListOffsets and Fetch serve consumers. Every response carries its
+request's ``request_id``, so a client can match answers that arrive out of order."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from idemcore.protocol.constants import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    NO_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    READ_UNCOMMITTED,
+)
 from idemcore.record.batch import RecordBatch
+from idemcore.record.stored import StoredBatch
+
+TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True, frozen=True)
@@ -44,7 +58,15 @@ class ProduceResponse:
 
 @dataclass(slots=True, frozen=True)
 class InitProducerIdRequest:
+    """A producer id and epoch. Without ``transactional_id``: an idempotent producer's fresh id. With it: the
+    transaction coordinator's answer for that id (an epoch bump that fences older instances);
+    ``producer_id``/``producer_epoch``: the caller's current ones after an abortable error (KIP-360), or -1."""
+
     request_id: int = 0
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,5 +112,261 @@ class WriteTxnMarkersResponse:
     markers: tuple[TxnMarkerResult, ...] = field(default_factory=tuple)
 
 
-Request = ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest
-Response = ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse
+# ---------------------------------------------------------------- transactions
+
+#: FindCoordinator's key types.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+
+@dataclass(slots=True, frozen=True)
+class FindCoordinatorRequest:
+    """Which broker coordinates ``key``: a group id (``key_type`` GROUP_KEY) or a transactional id
+    (TRANSACTION_KEY). The broker makes the coordinator's internal topic at the first such request, as Kafka."""
+
+    key: str
+    key_type: int = GROUP_KEY
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class FindCoordinatorResponse:
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    request_id: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PartitionResult:
+    """One partition's error code in an answer that has nothing else per partition."""
+
+    topic: str
+    partition: int
+    error_code: int = ErrorCode.NONE
+
+
+@dataclass(slots=True, frozen=True)
+class AddPartitionsToTxnRequest:
+    """Add partitions to the producer's transaction before its first batch to each (Kafka's v3 request)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class AddPartitionsToTxnResponse:
+    results: tuple[PartitionResult, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class AddOffsetsToTxnRequest:
+    """Add the group's ``__consumer_offsets`` partition to the transaction (before TxnOffsetCommit)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class AddOffsetsToTxnResponse:
+    error_code: int
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class EndTxnRequest:
+    """Commit (``committed``) or abort the producer's transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class EndTxnResponse:
+    error_code: int
+    request_id: int = 0
+
+
+# ---------------------------------------------------------------- group offsets
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetEntry:
+    """One partition's offset to commit: the next record the group will read there, and its metadata."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class TxnOffsetCommitRequest:
+    """Offsets committed inside a transaction: visible only once its COMMIT marker reaches the group's
+    ``__consumer_offsets`` partition, never after an ABORT."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: tuple[OffsetEntry, ...]
+    generation_id: int = -1
+    member_id: str = ""
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class TxnOffsetCommitResponse:
+    results: tuple[PartitionResult, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetCommitRequest:
+    """Offsets committed outside any transaction (a consumer's commit)."""
+
+    group_id: str
+    offsets: tuple[OffsetEntry, ...]
+    generation_id: int = -1
+    member_id: str = ""
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetCommitResponse:
+    results: tuple[PartitionResult, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetFetchRequest:
+    """The group's committed offsets for ``partitions`` (None: every partition it has one for).
+    ``require_stable``: answer UNSTABLE_OFFSET_COMMIT for a partition while a transaction's offset is pending."""
+
+    group_id: str
+    partitions: tuple[TopicPartition, ...] | None = None
+    require_stable: bool = False
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class FetchedOffset:
+    """A committed offset (NO_OFFSET when the group has none for the partition)."""
+
+    topic: str
+    partition: int
+    offset: int = NO_OFFSET
+    metadata: str = ""
+    error_code: int = ErrorCode.NONE
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetFetchResponse:
+    offsets: tuple[FetchedOffset, ...]
+    error_code: int = ErrorCode.NONE
+    request_id: int = 0
+
+
+# ---------------------------------------------------------------- consuming
+
+#: ListOffsets' special timestamps: the log start, and the log end (read_committed: the last stable offset).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+@dataclass(slots=True, frozen=True)
+class ListOffsetsRequest:
+    """Per ``(topic, partition, timestamp)``: the offset for EARLIEST_TIMESTAMP or LATEST_TIMESTAMP."""
+
+    partitions: tuple[tuple[str, int, int], ...]
+    isolation_level: int = READ_UNCOMMITTED
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class ListedOffset:
+    topic: str
+    partition: int
+    error_code: int = ErrorCode.NONE
+    offset: int = NO_OFFSET
+    timestamp: int = -1
+
+
+@dataclass(slots=True, frozen=True)
+class ListOffsetsResponse:
+    results: tuple[ListedOffset, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class FetchPartition:
+    """Where to read one partition from, and at most how many bytes (at least one batch is always returned)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int = 1_048_576
+
+
+@dataclass(slots=True, frozen=True)
+class AbortedTransaction:
+    """A transaction aborted on the fetched partition: its producer and first offset (Kafka's Fetch field)."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class FetchedPartition:
+    """One partition's batches from ``fetch_offset`` on, whole (the first may start before it). read_committed:
+    none at or beyond ``last_stable_offset``, and ``aborted_transactions`` lists those overlapping the batches."""
+
+    topic: str
+    partition: int
+    error_code: int = ErrorCode.NONE
+    high_watermark: int = NO_OFFSET
+    last_stable_offset: int = NO_OFFSET
+    log_start_offset: int = NO_OFFSET
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
+    batches: tuple[StoredBatch, ...] = ()
+    error_message: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class FetchRequest:
+    """Read ``partitions``; ``isolation_level`` READ_COMMITTED stops at each partition's last stable offset.
+    ``max_wait_ms``/``min_bytes``: how long a broker may hold an answer with less data (in process: none)."""
+
+    partitions: tuple[FetchPartition, ...]
+    isolation_level: int = READ_UNCOMMITTED
+    max_bytes: int = 52_428_800
+    min_bytes: int = 1
+    max_wait_ms: int = 500
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class FetchResponse:
+    partitions: tuple[FetchedPartition, ...]
+    error_code: int = ErrorCode.NONE
+    request_id: int = 0
+
+
+Request = (ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest | FindCoordinatorRequest
+           | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest | TxnOffsetCommitRequest
+           | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest)
+Response = (ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse | FindCoordinatorResponse
+            | AddPartitionsToTxnResponse | AddOffsetsToTxnResponse | EndTxnResponse | TxnOffsetCommitResponse
+            | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse)

@@ -11,11 +11,13 @@ class ErrorCode(enum.IntEnum):
 
     NONE = 0
     UNKNOWN_SERVER_ERROR = -1
+    OFFSET_OUT_OF_RANGE = 1  # a fetch below the log start or beyond the log end
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10  # a batch above the broker's message_max_bytes (Kafka's RecordTooLargeException)
+    OFFSET_METADATA_TOO_LARGE = 12  # a committed offset's metadata longer than offset.metadata.max.bytes
     NETWORK_EXCEPTION = 13  # client side: the connection broke with the request in flight
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
@@ -24,6 +26,9 @@ class ErrorCode(enum.IntEnum):
     RECORD_LIST_TOO_LARGE = 18  # a batch larger than the topic's segment.bytes (RecordBatchTooLargeException)
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)
+    ILLEGAL_GENERATION = 22
+    INVALID_GROUP_ID = 24  # an empty group id
+    UNKNOWN_MEMBER_ID = 25
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
     INVALID_REQUEST = 42
@@ -41,6 +46,7 @@ class ErrorCode(enum.IntEnum):
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     UNKNOWN_PRODUCER_ID = 59
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
@@ -51,7 +57,7 @@ RETRIABLE_ERRORS = frozenset({
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNSTABLE_OFFSET_COMMIT,
 })
 
 

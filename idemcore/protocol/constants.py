@@ -43,3 +43,8 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
 #: Kafka's default ``transaction.state.log.segment.bytes`` (100 MiB).
 TRANSACTION_STATE_SEGMENT_BYTES = 104_857_600
+#: Kafka's default ``transaction.timeout.ms`` (a producer setting, sent in InitProducerId).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: Fetch and ListOffsets isolation levels (Kafka's IsolationLevel ids).
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
