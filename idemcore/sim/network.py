@@ -145,32 +145,33 @@ class SimulatedNetwork:
         if broker is None:
             return  # the broker is down: the request is lost
         faults = self.faults
-        if not isinstance(request, ProduceRequest):
-            response = broker.handle(request)
+        # Retriable errors are injected into produce requests; crashes follow any request that wrote (a
+        # transaction request writes the coordinator's log and markers), before its answer goes out.
+        produce = isinstance(request, ProduceRequest)
+        retriable = produce and self.rng.random() < faults.retriable_error
+        if retriable:
+            self.stats.retriable_errors += 1
+        if retriable and self.rng.random() < 0.5:
+            response: Response | None = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)  # type: ignore[arg-type]
         else:
-            retriable = self.rng.random() < faults.retriable_error
-            fail_before = retriable and self.rng.random() < 0.5
-            if retriable:
-                self.stats.retriable_errors += 1
-            if fail_before:
-                response = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            else:
-                before = _log_ends(broker)
-                response = broker.handle(request)
-                after = _log_ends(broker)
-                written = sum(after) - sum(before)  # duplicates answer NONE but add nothing
-                self.stats.records_written += written
-                self._written_since_crash += written
-                if faults.crash_every and self._written_since_crash >= faults.crash_every:
-                    # The process dies while writing this request: no answer goes out.
-                    grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
-                    if grown and faults.tear_writes:
-                        self._crash(broker, grown[-1], before[grown[-1]])
-                    else:
-                        self._crash(broker, None)
-                    return
-                if retriable:  # appended, but the answer says the replication wait timed out
-                    response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)
+            before = _log_ends(broker)
+            response = broker.handle(request)
+            after = _log_ends(broker)
+            if len(after) > len(before):  # the request made an internal topic: its partitions start empty
+                before += [0] * (len(after) - len(before))
+            written = sum(after) - sum(before)  # duplicates answer NONE but add nothing
+            self.stats.records_written += written
+            self._written_since_crash += written
+            if written and faults.crash_every and self._written_since_crash >= faults.crash_every:
+                # The process dies while writing this request: no answer goes out.
+                grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
+                if grown and faults.tear_writes:
+                    self._crash(broker, grown[-1], before[grown[-1]])
+                else:
+                    self._crash(broker, None)
+                return
+            if retriable:  # appended, but the answer says the replication wait timed out
+                response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)  # type: ignore[arg-type]
         if response is None:
             pass  # acks=0: nothing comes back
         elif self.rng.random() < faults.drop_response:
