@@ -26,6 +26,8 @@ from idemcore.broker import txn_requests
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
+from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
+from idemcore.broker.group import requests as group_requests
 from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
 from idemcore.broker.producer_ids import (
     REACHABLE,
@@ -43,6 +45,7 @@ from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns
 from idemcore.net.messages import (
+    GROUP_KEY,
     TRANSACTION_KEY,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -53,12 +56,15 @@ from idemcore.net.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
     PartitionResponse,
     ProduceRequest,
     ProduceResponse,
     Request,
     Response,
     TxnMarkerResult,
+    TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -67,6 +73,7 @@ from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
+    DEFAULT_OFFSETS_TOPIC_PARTITIONS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_RETENTION_MS,
     DEFAULT_SEGMENT_BYTES,
@@ -75,6 +82,7 @@ from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     INT16_MAX,
     INT32_MAX,
+    OFFSETS_TOPIC_SEGMENT_BYTES,
     TRANSACTION_STATE_SEGMENT_BYTES,
     TRANSACTION_STATE_TOPIC,
 )
@@ -325,6 +333,7 @@ class Broker:
         topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
         transaction_state_partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS,
         transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+        offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -371,6 +380,11 @@ class Broker:
         self.transaction_state_partitions = transaction_state_partitions
         self.transaction_max_timeout_ms = transaction_max_timeout_ms
         self._txn_coordinator: TransactionCoordinator | None = None
+        _check_topic(CONSUMER_OFFSETS_TOPIC, offsets_topic_partitions)
+        #: Kafka's ``offsets.topic.num.partitions``: used when ``__consumer_offsets`` is made (a data_dir that has
+        #: it keeps the count it was made with).
+        self.offsets_topic_partitions = offsets_topic_partitions
+        self._group_coordinator: GroupCoordinator | None = None
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -412,10 +426,13 @@ class Broker:
                 WriteTxnMarkersRequest: self._write_txn_markers,
                 FindCoordinatorRequest: self._find_coordinator,
                 AddPartitionsToTxnRequest: lambda r: txn_requests.add_partitions_to_txn(self.txn_coordinator, r),
-                AddOffsetsToTxnRequest: lambda r: txn_requests.add_offsets_to_txn(self.txn_coordinator, r),
+                AddOffsetsToTxnRequest: self._add_offsets_to_txn,
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
                 FetchRequest: lambda r: fetch(self._partition_log, r),
                 ListOffsetsRequest: lambda r: list_offsets(self._partition_log, r),
+                OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
+                TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
+                OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
             }
             self._recover()
             if self.data_dir is not None:
@@ -425,6 +442,8 @@ class Broker:
                                        if name not in {p.name for p in self._logs}}
                 self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())
             self._started = True
+            if CONSUMER_OFFSETS_TOPIC in self.topics:  # before the coordinator below re-sends markers there
+                self._start_group_coordinator()
             if TRANSACTION_STATE_TOPIC in self.topics:  # finish what the last run decided (Prepare* markers)
                 self._start_txn_coordinator()
         except BaseException:
@@ -562,6 +581,7 @@ class Broker:
             HandledTransactionLog(self.handle, self.clock), HandledMarkers(self.handle),
             self.producer_ids.generate_producer_id, self.clock,
             transaction_max_timeout_ms=self.transaction_max_timeout_ms, transaction_state_partitions=partitions,
+            offsets_partitions=self.topics.get(CONSUMER_OFFSETS_TOPIC, self.offsets_topic_partitions),
             partition_exists=lambda topic, partition: (topic, partition) in self._index)
         records = [(partition, key, value) for partition in range(partitions)
                    for _, key, value, _ in self.log(TRANSACTION_STATE_TOPIC, partition).records()
@@ -569,6 +589,32 @@ class Broker:
         self._txn_coordinator = coordinator
         # One broker leads every partition for its whole life: the coordinator epoch never needs to fence another.
         coordinator.load(records, coordinator_epoch=0)
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        """The group coordinator (``offset_commit``, ``txn_offset_commit``, ``offset_fetch``), its state in the
+        compacted ``__consumer_offsets`` topic, made at first use with ``offsets_topic_partitions`` partitions
+        (Kafka makes it at the first FindCoordinator for a group)."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        if self._group_coordinator is None:
+            if CONSUMER_OFFSETS_TOPIC not in self.topics:
+                self._create_topic(CONSUMER_OFFSETS_TOPIC, self.offsets_topic_partitions,
+                                   {"cleanup.policy": "compact", "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES})
+            self._start_group_coordinator()
+        assert self._group_coordinator is not None
+        return self._group_coordinator
+
+    def _start_group_coordinator(self) -> None:
+        """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
+        partition into it (this broker leads them all)."""
+        partitions = self.topics[CONSUMER_OFFSETS_TOPIC]
+        coordinator = GroupCoordinator(HandledOffsetLog(self.handle, self.clock), self.clock,
+                                       offsets_partitions=partitions,
+                                       partition_exists=lambda topic, partition: (topic, partition) in self._index)
+        for partition in range(partitions):
+            coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches)
+        self._group_coordinator = coordinator
 
     def run_housekeeping(self, now_ms: int | None = None) -> None:
         """What Kafka's brokers run on timers: abort timed-out transactions, expire idle transactional ids and
@@ -769,11 +815,21 @@ class Broker:
     def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         """This broker coordinates every group and transactional id; the coordinator's internal topic is made
         at the first request for it, as Kafka makes it."""
-        if type(request.key) is not str or request.key_type != TRANSACTION_KEY:
+        if type(request.key) is not str or type(request.key_type) is not int \
+                or request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return FindCoordinatorResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
                                            error_message=f"key {request.key!r:.80} of key type {request.key_type!r}")
-        self.txn_coordinator  # noqa: B018  # made and loaded now, not at the producer's first transaction
+        if request.key_type == TRANSACTION_KEY:
+            self.txn_coordinator  # noqa: B018  # made and loaded now, not at the producer's first transaction
+        else:
+            self.group_coordinator  # noqa: B018  # likewise, at a consumer's or producer's first group request
         return FindCoordinatorResponse(ErrorCode.NONE, self.broker_id, request_id=request.request_id)
+
+    def _add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> Response:
+        """AddOffsetsToTxn, with ``__consumer_offsets`` made first: the transaction's markers must find its
+        partition (markers to a partition the broker lacks are retried forever)."""
+        self.group_coordinator  # noqa: B018
+        return txn_requests.add_offsets_to_txn(self.txn_coordinator, request)
 
     def _partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         number = self._index.get((topic, partition))
@@ -817,7 +873,10 @@ class Broker:
         k = len(numbers)
         if k:
             verdicts = columns.verdicts
-            check_into(self.backend, columns.batch, Origin.CLIENT, 0, k, self.state, verdicts, columns.txns)
+            # The coordinators' own appends are Kafka's AppendOrigin.COORDINATOR: the producer's epoch is checked,
+            # not its sequence (a TxnOffsetCommit batch has none, and opens the transaction on the partition).
+            origin = Origin.COORDINATOR if request.internal else Origin.CLIENT
+            check_into(self.backend, columns.batch, origin, 0, k, self.state, verdicts, columns.txns)
             status = verdicts.out_status
             appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
             written: list[int] = []
@@ -900,6 +959,10 @@ class Broker:
                         written.append(j)
                         if self._written_ends is not None:
                             self._written_ends.update(partition_log.name, partition_log.log_end_offset)
+                        if partition_log.topic == CONSUMER_OFFSETS_TOPIC and self._group_coordinator is not None:
+                            # Its pending offsets commit or go (not loaded yet: the load replays this marker).
+                            self._group_coordinator.complete_transaction(partition_log.partition,
+                                                                         marker.producer_id, marker.committed)
                 finally:
                     for j in set(np.flatnonzero(status[:k] == _APPENDED).tolist()).difference(written):
                         status[j] = _REJECTED

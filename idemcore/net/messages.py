@@ -231,6 +231,7 @@ class TxnOffsetCommitRequest:
 class TxnOffsetCommitResponse:
     results: tuple[PartitionResult, ...]
     request_id: int = 0
+    error_message: str | None = None  # why a request was answered INVALID_REQUEST
 
 
 @dataclass(slots=True, frozen=True)
@@ -248,6 +249,7 @@ class OffsetCommitRequest:
 class OffsetCommitResponse:
     results: tuple[PartitionResult, ...]
     request_id: int = 0
+    error_message: str | None = None  # why a request was answered INVALID_REQUEST
 
 
 @dataclass(slots=True, frozen=True)
@@ -277,6 +279,7 @@ class OffsetFetchResponse:
     offsets: tuple[FetchedOffset, ...]
     error_code: int = ErrorCode.NONE
     request_id: int = 0
+    error_message: str | None = None
 
 
 # ---------------------------------------------------------------- consuming

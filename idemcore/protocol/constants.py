@@ -48,3 +48,8 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 #: Fetch and ListOffsets isolation levels (Kafka's IsolationLevel ids).
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+#: Kafka's default ``offsets.topic.segment.bytes`` (100 MiB).
+OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
+#: Kafka's default ``offset.metadata.max.bytes``: the longest metadata a committed offset may carry (Kafka counts
+#: it in UTF-16 code units, ``String.length()``, despite the name).
+DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096

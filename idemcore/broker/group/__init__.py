@@ -1,0 +1,26 @@
+"""The group coordinator, as much as transactions need: committed offsets of simple groups in the compacted
+``__consumer_offsets`` topic (Kafka's record format), transactional offsets pending until their marker lands.
+
+Like the transaction coordinator it is independent of the broker's plumbing: it appends through an
+:class:`OffsetLogWriter` (the broker plugs in :class:`HandledOffsetLog`, its one request path) and is rebuilt
+from the log with :meth:`GroupCoordinator.load`; :mod:`idemcore.broker.group.requests` turns requests into calls.
+"""
+
+from idemcore.broker.group.coordinator import GroupCoordinator, java_length
+from idemcore.broker.group.offsets_log import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetLogFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from idemcore.broker.group.plumbing import HandledOffsetLog, OffsetLogWriter
+from idemcore.broker.group.shard import CommittedOffset, OffsetShard
+
+__all__ = [
+    "CommittedOffset", "GroupCoordinator", "HandledOffsetLog", "OffsetCommitKey", "OffsetCommitValue",
+    "OffsetLogFormatError", "OffsetLogWriter", "OffsetShard", "decode_key", "decode_value", "encode_key",
+    "encode_value", "java_length",
+]

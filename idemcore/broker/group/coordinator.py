@@ -1,0 +1,338 @@
+"""The group coordinator, as much of it as transactions need: committed offsets of simple groups (no
+membership: consumers that assign partitions themselves, and transactional producers' ``send_offsets``), kept in
+the compacted ``__consumer_offsets`` topic in Kafka's record format.
+
+The rules are Kafka's (``GroupCoordinatorService``, ``OffsetMetadataManager``, ``ClassicGroup``, and the
+partition checks of ``KafkaApis``), in their order:
+
+1. A partition the broker does not have: UNKNOWN_TOPIC_OR_PARTITION for it (KafkaApis; the rest go on).
+2. A null group id: INVALID_GROUP_ID; an empty one too for TxnOffsetCommit (OffsetCommit and OffsetFetch accept
+   ``""``, for backward compatibility, as Kafka does).
+3. A ``__consumer_offsets`` partition not loaded: NOT_COORDINATOR.
+4. Generation: a negative generation is a simple commit and is accepted (whatever the member id: the group is
+   Empty). A generation >= 0 names a member of a group with none: ILLEGAL_GENERATION when the group is unknown
+   (Kafka's answer before OffsetCommit v9, and always for TxnOffsetCommit), UNKNOWN_MEMBER_ID when it is known.
+5. Per partition: metadata longer than ``offset_metadata_max_bytes`` (counted as Java's ``String.length``):
+   OFFSET_METADATA_TOO_LARGE. Negative offsets are stored as given (Kafka's broker does not check them).
+6. The remaining offsets go out as one batch; if the append fails, every partition that got this far answers
+   the coordinator error Kafka maps the append error to, and nothing changes.
+
+Every write is durable before memory changes: the shard (:mod:`idemcore.broker.group.shard`) replays a record
+only after its append succeeded, and :meth:`GroupCoordinator.load` replays the same records after a restart.
+
+A group is known while it has committed offsets or an open transaction wrote some. Kafka keeps a simple group
+whose offsets are gone until its periodic cleanup deletes it; here that cleanup has always just run. Offset
+expiry (``offsets.retention.minutes``), OffsetDelete and group membership are not built.
+
+Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+from idemcore.broker.coordinator import coordinator_error, coordinator_partition
+from idemcore.broker.group.offsets_log import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetLogFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from idemcore.broker.group.plumbing import OffsetLogWriter
+from idemcore.broker.group.shard import OffsetShard, TopicPartition
+from idemcore.clock import wall_clock_ms
+from idemcore.errors import IdemcoreError
+from idemcore.net.messages import FetchedOffset, OffsetEntry
+from idemcore.protocol.codes import ControlType, ErrorCode
+from idemcore.protocol.constants import (
+    CONSUMER_OFFSETS_TOPIC,
+    DEFAULT_OFFSET_METADATA_MAX_BYTES,
+    DEFAULT_OFFSETS_TOPIC_PARTITIONS,
+    NO_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+)
+from idemcore.record.stored import StoredBatch
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def java_length(text: str) -> int:
+    """Java's ``String.length()``: UTF-16 code units (a character beyond the BMP counts twice)."""
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+
+class GroupCoordinator:
+    """Committed offsets per group, kept in ``__consumer_offsets``; see the module docstring.
+
+    ``log_writer`` appends its batches, ``clock`` gives the commit time in ms, ``partition_exists`` says whether
+    the broker has a topic partition (None: every partition is taken to exist).
+    """
+
+    def __init__(self, log_writer: OffsetLogWriter, clock: Callable[[], int] = wall_clock_ms, *,
+                 offsets_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
+                 offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES,
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        if type(offsets_partitions) is not int or offsets_partitions < 1:
+            raise ValueError(f"offsets_partitions must be a positive int, got {offsets_partitions!r}")
+        if type(offset_metadata_max_bytes) is not int or offset_metadata_max_bytes < 0:
+            raise ValueError(f"offset_metadata_max_bytes must be an int >= 0, got {offset_metadata_max_bytes!r}")
+        self._log_writer = log_writer
+        self._clock = clock
+        self._partition_exists = partition_exists
+        self.offsets_partitions = offsets_partitions
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self._shards: dict[int, OffsetShard] = {}
+
+    # ------------------------------------------------------------ introspection
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition that holds ``group_id``'s offsets."""
+        return coordinator_partition(group_id, self.offsets_partitions)
+
+    @property
+    def loaded_partitions(self) -> frozenset[int]:
+        """The ``__consumer_offsets`` partitions this coordinator serves (those :meth:`load` was given)."""
+        return frozenset(self._shards)
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction wrote an offset of ``group_id`` for the partition."""
+        shard = self._shards.get(self.partition_for(group_id))
+        return shard is not None and shard.has_pending(group_id, topic, partition)
+
+    # ------------------------------------------------------------ OffsetCommit / TxnOffsetCommit
+
+    def offset_commit(self, group_id: str | None, offsets: Sequence[OffsetEntry], generation_id: int = -1,
+                      member_id: str = "") -> dict[TopicPartition, ErrorCode]:
+        """Commit ``offsets`` for the group, outside any transaction; one error code per partition."""
+        _check_member(generation_id, member_id)
+        return self._commit(group_id, _checked_offsets(offsets), generation_id, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                            transactional=False)
+
+    def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
+                          offsets: Sequence[OffsetEntry], generation_id: int = -1,
+                          member_id: str = "") -> dict[TopicPartition, ErrorCode]:
+        """Write ``offsets`` as part of the producer's transaction: one transactional batch with its id and epoch,
+        pending until the transaction's marker reaches the group's partition (see :meth:`complete_transaction`).
+        ``transactional_id`` is not checked here (at transaction version 0 Kafka does not verify the transaction
+        with its coordinator); the producer's epoch is checked by the append."""
+        if type(transactional_id) is not str:
+            raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
+        for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, got {value!r:.80}")
+        _check_member(generation_id, member_id)
+        return self._commit(group_id, _checked_offsets(offsets), generation_id, producer_id, producer_epoch,
+                            transactional=True)
+
+    def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, producer_id: int,
+                producer_epoch: int, transactional: bool) -> dict[TopicPartition, ErrorCode]:
+        _check_group_id(group_id)
+        answers: dict[TopicPartition, ErrorCode] = {}
+        wanted: list[OffsetEntry] = []
+        for entry in entries:
+            if self._partition_exists is not None and not self._partition_exists(entry.topic, entry.partition):
+                answers[(entry.topic, entry.partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append(entry)
+        if not wanted:
+            return answers
+        error = self._group_error(group_id, generation_id, transactional)
+        if error is not E.NONE:
+            answers.update(((e.topic, e.partition), error) for e in wanted)
+            return answers
+        assert group_id is not None  # refused by _group_error
+        partition = self.partition_for(group_id)
+        now = self._clock()
+        records: list[tuple[OffsetCommitKey, OffsetCommitValue]] = []
+        for entry in wanted:
+            metadata = entry.metadata or ""
+            if java_length(metadata) > self.offset_metadata_max_bytes:
+                answers[(entry.topic, entry.partition)] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                records.append((OffsetCommitKey(group_id, entry.topic, entry.partition),
+                                OffsetCommitValue(entry.offset, metadata, now)))
+                answers[(entry.topic, entry.partition)] = E.NONE
+        if not records:
+            return answers
+        try:
+            encoded = [(encode_key(k.group, k.topic, k.partition), encode_value(v)) for k, v in records]
+        except ValueError as exc:  # checked before: only a metadata limit above what a record holds gets here
+            raise ValueError(f"an offset of group {group_id!r:.80} cannot be written: {exc}") from None
+        error, base_offset = self._append(partition, encoded, producer_id, producer_epoch, transactional)
+        if error is not E.NONE:
+            log.info("%s-%d: committing offsets of group %r failed: %s", CONSUMER_OFFSETS_TOPIC, partition, group_id,
+                     error.name)
+            answers.update(((e.topic, e.partition), error) for e in wanted)
+            return answers
+        shard = self._shards[partition]
+        for k, (key, value) in enumerate(records):  # durable: now applied, as a restart would replay them
+            shard.replay(base_offset + k, producer_id if transactional else NO_PRODUCER_ID, key, value)
+        return answers
+
+    def _group_error(self, group_id: str | None, generation_id: int, transactional: bool) -> ErrorCode:
+        """The group-wide answer, in Kafka's order (GroupCoordinatorService, then ClassicGroup)."""
+        if group_id is None or (transactional and group_id == ""):
+            return E.INVALID_GROUP_ID
+        shard = self._shards.get(self.partition_for(group_id))
+        if shard is None:
+            return E.NOT_COORDINATOR
+        if generation_id < 0:
+            return E.NONE  # a simple commit: the group is (or becomes) an Empty group
+        # A generation names a member, and a group without members has none.
+        return E.UNKNOWN_MEMBER_ID if shard.group_exists(group_id) else E.ILLEGAL_GENERATION
+
+    def _append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]], producer_id: int,
+                producer_epoch: int, transactional: bool) -> tuple[ErrorCode, int]:
+        try:
+            error, base_offset = self._log_writer.append(partition, records, producer_id, producer_epoch,
+                                                         transactional)
+        except (IdemcoreError, OSError) as exc:  # a log that cannot be written is a storage error
+            log.error("%s-%d: append failed: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
+            error, base_offset = E.KAFKA_STORAGE_ERROR, -1
+        if error == E.NONE and (type(base_offset) is not int or base_offset < 0):
+            raise ValueError(f"the offsets log answered NONE with base offset {base_offset!r}")
+        return coordinator_error(error), base_offset
+
+    # ------------------------------------------------------------ OffsetFetch
+
+    def offset_fetch(self, group_id: str | None, partitions: Sequence[TopicPartition] | None = None,
+                     require_stable: bool = True) -> tuple[ErrorCode, dict[TopicPartition, FetchedOffset]]:
+        """The group's committed offsets for ``partitions`` (None: every partition it has one for), with a
+        group-wide error code. NO_OFFSET where none is committed; with ``require_stable``,
+        UNSTABLE_OFFSET_COMMIT (and NO_OFFSET) where an open transaction wrote one."""
+        _check_group_id(group_id)
+        wanted = None if partitions is None else _checked_partitions(partitions)
+        if type(require_stable) is not bool:
+            raise TypeError(f"require_stable must be a bool, got {require_stable!r:.80}")
+        if group_id is None:
+            return E.INVALID_GROUP_ID, {}
+        shard = self._shards.get(self.partition_for(group_id))
+        if shard is None:
+            return E.NOT_COORDINATOR, {}
+        committed = shard.committed.get(group_id, {})
+        answer: dict[TopicPartition, FetchedOffset] = {}
+        for topic, partition in sorted(committed) if wanted is None else wanted:
+            offset = committed.get((topic, partition))
+            if require_stable and shard.has_pending(group_id, topic, partition):
+                answer[(topic, partition)] = FetchedOffset(topic, partition, NO_OFFSET, "", E.UNSTABLE_OFFSET_COMMIT)
+            elif offset is None:
+                answer[(topic, partition)] = FetchedOffset(topic, partition)
+            else:
+                answer[(topic, partition)] = FetchedOffset(topic, partition, offset.offset, offset.metadata)
+        return E.NONE, answer
+
+    # ------------------------------------------------------------ markers and loading
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
+        """A transaction marker of ``producer_id`` was written to ``__consumer_offsets-<offsets_partition>``:
+        its pending offsets there become committed (``committed``) or are dropped. A partition not loaded is
+        left alone: its load replays the marker from the log."""
+        for name, value in (("offsets_partition", offsets_partition), ("producer_id", producer_id)):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, got {value!r:.80}")
+        if type(committed) is not bool:
+            raise TypeError(f"committed must be a bool, got {committed!r:.80}")
+        shard = self._shards.get(offsets_partition)
+        if shard is not None:
+            shard.end_transaction(producer_id, committed)
+
+    def load(self, partition: int, stored_batches: Iterable[StoredBatch]) -> None:
+        """Serve ``__consumer_offsets-<partition>``, its state rebuilt from its batches in offset order: plain
+        commits, transactional ones (pending until their producer's marker) and markers; a tombstone deletes.
+        Records of other types (group metadata, key version 2 and up) are skipped. Raises OffsetLogFormatError
+        for a record this reader cannot decode; the partition's state is then unchanged."""
+        if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
+            raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
+        shard = OffsetShard()
+        skipped = 0
+        for stored in stored_batches:
+            batch = stored.batch
+            if stored.control is not None:
+                control_type = stored.control[0]
+                if control_type in (ControlType.COMMIT, ControlType.ABORT):
+                    shard.end_transaction(batch.producer_id, control_type == ControlType.COMMIT)
+                continue
+            producer_id = batch.producer_id if batch.is_transactional else NO_PRODUCER_ID
+            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+            for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
+                where = f"{CONSUMER_OFFSETS_TOPIC}-{partition} at offset {offset}"
+                if key is None:
+                    raise OffsetLogFormatError(f"{where}: a record without a key")
+                try:
+                    decoded = decode_key(key)
+                    if decoded is None:
+                        skipped += 1
+                        continue
+                    shard.replay(offset, producer_id, decoded, decode_value(value))
+                except OffsetLogFormatError as exc:
+                    raise OffsetLogFormatError(f"{where}: {exc}") from None
+        if skipped:
+            log.info("%s-%d: skipped %d records that are not offset commits", CONSUMER_OFFSETS_TOPIC, partition,
+                     skipped)
+        self._shards[partition] = shard
+
+
+# ------------------------------------------------------------------ argument checks
+
+
+def _check_group_id(group_id: object) -> None:
+    """None is a null id (answered INVALID_GROUP_ID); a str must fit a record's string."""
+    if group_id is None:
+        return
+    if type(group_id) is not str:
+        raise TypeError(f"group_id must be a str, got {group_id!r:.80}")
+    _check_string(group_id, "group_id")
+
+
+def _check_string(text: str, what: str, bounded: bool = True) -> None:
+    """``text`` encodes as UTF-8 and (``bounded``) fits a record's string."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {text!r:.80} cannot be encoded as UTF-8") from None
+    if bounded and size > 0x7FFF:
+        raise ValueError(f"{what} of {size} UTF-8 bytes is longer than the 32767 a record's string may hold")
+
+
+def _check_member(generation_id: object, member_id: object) -> None:
+    if type(generation_id) is not int:
+        raise TypeError(f"generation_id must be an int, got {generation_id!r:.80}")
+    if type(member_id) is not str:
+        raise TypeError(f"member_id must be a str, got {member_id!r:.80}")
+
+
+def _checked_offsets(offsets: object) -> list[OffsetEntry]:
+    """The entries, each of the right types and ranges (TypeError or ValueError naming the first that is not),
+    checked before anything is looked up or written."""
+    if not isinstance(offsets, tuple | list):
+        raise TypeError(f"offsets must be a tuple or list of OffsetEntry, got {offsets!r:.80}")
+    for entry in offsets:
+        if type(entry) is not OffsetEntry:
+            raise TypeError(f"offsets must hold OffsetEntry, got {entry!r:.80}")
+        if type(entry.topic) is not str or type(entry.partition) is not int or type(entry.offset) is not int \
+                or not (entry.metadata is None or type(entry.metadata) is str):
+            raise TypeError(f"an OffsetEntry needs a str topic, int partition and offset, str metadata: {entry!r:.120}")
+        _check_string(entry.topic, "topic")
+        if entry.metadata:  # its length is answered per partition (OFFSET_METADATA_TOO_LARGE)
+            _check_string(entry.metadata, "metadata", bounded=False)
+        if not _INT32[0] <= entry.partition <= _INT32[1] or not _INT64[0] <= entry.offset <= _INT64[1]:
+            raise ValueError(f"partition or offset out of the int32/int64 range: {entry!r:.120}")
+    return list(offsets)
+
+
+def _checked_partitions(partitions: object) -> list[TopicPartition]:
+    if not isinstance(partitions, tuple | list):
+        raise TypeError(f"partitions must be a tuple or list of (topic, partition), got {partitions!r:.80}")
+    for tp in partitions:
+        if not (isinstance(tp, tuple) and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int):
+            raise TypeError(f"a partition must be a (str, int) tuple, got {tp!r:.80}")
+    return list(partitions)

@@ -1,0 +1,180 @@
+"""The ``__consumer_offsets`` offset-commit record: key and value bytes as Kafka writes them
+(``OffsetCommitKey.json``, ``OffsetCommitValue.json``; ``GroupCoordinatorRecordHelpers.newOffsetCommitRecord``).
+
+Hand-written like ``txn_log``: a few fixed fields, and the loader must tell a record it may skip (another
+record type) from one that is damaged. Big-endian; a string is an int16 length + UTF-8.
+
+Key, versions 0 and 1 (Kafka writes 1)::
+
+    int16 version | string group | string topic | int32 partition
+
+Other key versions are other record types (2: group metadata, 3 and up: the consumer-group records of
+KIP-848); :func:`decode_key` answers None for them and the loader skips them, as Kafka's does.
+
+Value version 3 (what Kafka writes today when no expire timestamp is given, and what this module writes)::
+
+    int16 version=3 | int64 offset | int32 leader_epoch | string metadata | int64 commit_timestamp
+
+Versions 0 and 2 lack the leader epoch, 1 lacks it and adds ``int64 expire_timestamp`` after the commit
+timestamp; 4 is flexible (metadata a compact string, a tagged-field section at the end). All are read. A null
+value is a tombstone: the group's offset for the partition is deleted.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from idemcore.errors import IdemcoreError
+
+#: The key version this module writes (Kafka's current one), and the versions that are offset commits.
+KEY_VERSION = 1
+OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
+#: The value version this module writes, and those it reads.
+VALUE_VERSION = 3
+READABLE_VALUE_VERSIONS = (0, 1, 2, 3, 4)
+#: Kafka's ``RecordBatch.NO_PARTITION_LEADER_EPOCH``: the leader epoch is unknown.
+NO_LEADER_EPOCH = -1
+
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_STRING_MAX = 0x7FFF
+
+
+class OffsetLogFormatError(IdemcoreError, ValueError):
+    """Bytes that are not a ``__consumer_offsets`` offset-commit record this reader understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    """Whose offset a record holds: a group's, for one topic partition."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    """A committed offset as stored (Kafka's ``OffsetCommitValue``)."""
+
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    leader_epoch: int = NO_LEADER_EPOCH
+    #: Version 1 only; -1 elsewhere.
+    expire_timestamp: int = -1
+    version: int = VALUE_VERSION
+
+
+# ------------------------------------------------------------------ encoding
+
+
+def encode_key(group: str, topic: str, partition: int) -> bytes:
+    """The record key (version 1). ValueError for a field the record cannot hold."""
+    return (_I16.pack(KEY_VERSION) + _string(group, "group id") + _string(topic, "topic")
+            + _pack(_I32, "partition", partition))
+
+
+def encode_value(value: OffsetCommitValue) -> bytes:
+    """The record value, version 3. ValueError for a field it cannot hold (an expire timestamp needs version 1)."""
+    if value.version != VALUE_VERSION:
+        raise ValueError(f"only value version {VALUE_VERSION} is written, got version {value.version}")
+    if value.expire_timestamp != -1:
+        raise ValueError(f"version {VALUE_VERSION} cannot hold expire timestamp {value.expire_timestamp}")
+    return b"".join((_I16.pack(VALUE_VERSION), _pack(_I64, "offset", value.offset),
+                     _pack(_I32, "leader epoch", value.leader_epoch), _string(value.metadata, "metadata"),
+                     _pack(_I64, "commit timestamp", value.commit_timestamp)))
+
+
+def _string(text: str, what: str) -> bytes:
+    data = text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for lone surrogates
+    if len(data) > _STRING_MAX:
+        raise ValueError(f"{what} of {len(data)} UTF-8 bytes is longer than the {_STRING_MAX} a string may hold")
+    return _I16.pack(len(data)) + data
+
+
+def _pack(layout: struct.Struct, what: str, value: int) -> bytes:
+    try:
+        return layout.pack(value)
+    except struct.error:
+        raise ValueError(f"{what} {value!r} out of range for {layout.format!r}") from None
+
+
+# ------------------------------------------------------------------ decoding
+
+
+class _Reader:
+    """Big-endian fields from ``data``; running out of bytes is a format error naming the field."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            raise OffsetLogFormatError(f"record ends inside its {what} (at byte {self.pos} of {len(self.data)})")
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+    def fixed(self, layout: struct.Struct, what: str) -> int:
+        return int(layout.unpack(self.take(layout.size, what))[0])
+
+    def uvarint(self, what: str) -> int:
+        result = shift = 0
+        while True:
+            byte = self.take(1, what)[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise OffsetLogFormatError(f"{what} is a varint longer than 5 bytes")
+
+    def text(self, n: int, what: str) -> str:
+        if n < 0:
+            raise OffsetLogFormatError(f"{what} is null, which the schema does not allow")
+        try:
+            return str(self.take(n, what), "utf-8")
+        except UnicodeDecodeError as exc:
+            raise OffsetLogFormatError(f"{what} is not UTF-8 ({exc.reason})") from None
+
+    def string(self, what: str) -> str:
+        return self.text(self.fixed(_I16, f"{what} length"), what)
+
+    def skip_tagged_fields(self, where: str) -> None:
+        for _ in range(self.uvarint(f"tagged field count of {where}")):
+            tag = self.uvarint(f"tag in {where}")
+            self.take(self.uvarint(f"size of tag {tag} in {where}"), f"tag {tag} in {where}")
+
+
+def decode_key(data: bytes) -> OffsetCommitKey | None:
+    """The key of an offset-commit record; None for another record type (a key version other than 0 or 1)."""
+    reader = _Reader(data)
+    version = reader.fixed(_I16, "key version")
+    if version not in OFFSET_COMMIT_KEY_VERSIONS:
+        return None
+    group = reader.string("group id")
+    topic = reader.string("topic")
+    return OffsetCommitKey(group, topic, reader.fixed(_I32, "partition"))
+
+
+def decode_value(data: bytes | None) -> OffsetCommitValue | None:
+    """The stored offset, or None for a tombstone. Bytes after the last field are ignored, as Kafka's reader
+    ignores them."""
+    if data is None:
+        return None
+    reader = _Reader(data)
+    version = reader.fixed(_I16, "value version")
+    if version not in READABLE_VALUE_VERSIONS:
+        raise OffsetLogFormatError(f"offset commit value version {version} is not one of {READABLE_VALUE_VERSIONS}")
+    offset = reader.fixed(_I64, "offset")
+    leader_epoch = reader.fixed(_I32, "leader epoch") if version >= 3 else NO_LEADER_EPOCH
+    if version >= 4:
+        metadata = reader.text(reader.uvarint("metadata length") - 1, "metadata")
+    else:
+        metadata = reader.string("metadata")
+    commit_timestamp = reader.fixed(_I64, "commit timestamp")
+    expire_timestamp = reader.fixed(_I64, "expire timestamp") if version == 1 else -1
+    if version >= 4:
+        reader.skip_tagged_fields("value")  # no tags are defined yet; unknown ones are skipped, as Kafka does
+    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp, version)
