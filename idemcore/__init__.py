@@ -4,11 +4,11 @@ The layout, bottom to top (imports point down): ``protocol`` (codes, constants,
 sequence arithmetic), ``findings``, ``kernels`` (the three backends, their
 ABI), ``record`` (batch metadata columns, the batch object), ``state`` (producer-state
 table, validate = check + commit, ProducerStateManager), ``net`` (messages,
-transports), ``client`` (Producer), ``broker`` (Broker.handle, logs, producer
+transports), ``client`` (Producer, Consumer), ``broker`` (Broker.handle, logs, producer
 ids), ``audit`` (replay, report, Spark), ``synth``, ``sim``, ``cli``.
 """
 
-from idemcore.client import ConfigError, DeliveryError, Producer
+from idemcore.client import ConfigError, Consumer, ConsumerRecord, DeliveryError, Producer
 from idemcore.errors import BackendUnavailableError, IdemcoreError
 from idemcore.findings import FINDINGS, Finding
 from idemcore.kernels import available_backends, get_backend
@@ -50,6 +50,8 @@ __all__ = [
     "CompletedTxn",
     "CompletedTxns",
     "ConfigError",
+    "Consumer",
+    "ConsumerRecord",
     "ControlType",
     "DeliveryError",
     "ErrorCode",

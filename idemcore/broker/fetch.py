@@ -16,6 +16,7 @@ from idemcore.net.messages import (
     LATEST_TIMESTAMP,
     AbortedTransaction,
     FetchedPartition,
+    FetchPartition,
     FetchRequest,
     FetchResponse,
     ListedOffset,
@@ -38,58 +39,87 @@ def _isolation(level: object) -> bool | None:
 
 
 def fetch(find_log: FindLog, request: FetchRequest) -> FetchResponse:
+    """Kafka's ``ReplicaManager.readFromLog``: the partitions in request order, each read up to
+    ``min(partition_max_bytes, what is left of max_bytes)`` in whole batches, except that the first non-empty
+    partition's first batch is returned whatever its size (KIP-74's ``minOneMessage``: a consumer never stalls on
+    a batch larger than its limits). Kafka returns bytes and may cut the last batch short; the consumer drops a
+    partial batch, so whole batches that fit are what it sees either way."""
     committed = _isolation(request.isolation_level)
-    if committed is None or type(request.max_bytes) is not int or not isinstance(request.partitions, tuple | list):
+    partitions = request.partitions
+    if (committed is None or type(request.max_bytes) is not int or request.max_bytes < 0
+            or not isinstance(partitions, tuple | list) or not all(type(p) is FetchPartition for p in partitions)):
         return FetchResponse((), ErrorCode.INVALID_REQUEST, request.request_id)
     budget = request.max_bytes
     answers = []
     returned_any = False
-    for wanted in request.partitions:
+    for wanted in partitions:
         partition_log = _log(find_log, wanted.topic, wanted.partition)
         if partition_log is None:
             answers.append(FetchedPartition(wanted.topic, wanted.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             continue
         end, stable, start = (partition_log.log_end_offset, partition_log.last_stable_offset,
                               partition_log.log_start_offset)
-        offset = wanted.fetch_offset
+        offset, limit_bytes = wanted.fetch_offset, wanted.partition_max_bytes
+        if type(limit_bytes) is not int or limit_bytes < 0:
+            answers.append(FetchedPartition(wanted.topic, wanted.partition, ErrorCode.INVALID_REQUEST, end, stable,
+                                            start, error_message=f"partition_max_bytes {limit_bytes!r} is not a "
+                                                                 "non-negative integer"))
+            continue
         if type(offset) is not int or not start <= offset <= end:
             answers.append(FetchedPartition(
                 wanted.topic, wanted.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, stable, start,
                 error_message=f"fetch offset {offset!r} is outside {partition_log.name}'s log, which holds "
                               f"[{start}, {end})"))
             continue
-        limit = stable if committed else end
-        batches = partition_log.batches
-        first = max(bisect.bisect_right(batches, offset, key=lambda stored: stored.base_offset) - 1, 0)
-        chosen: list[StoredBatch] = []
-        size = 0
-        partition_budget = min(wanted.partition_max_bytes, budget)
-        for stored in batches[first:]:
-            if stored.base_offset >= limit:
-                break
-            if stored.next_offset <= offset:
-                continue  # wholly before the fetch offset (compaction can leave such a batch at the bisect point)
-            batch_size = stored.batch.size_in_bytes()
-            if size + batch_size > partition_budget and (chosen or returned_any):
-                break  # the first batch goes out whatever its size, so a consumer never stalls on a large one
-            chosen.append(stored)
-            size += batch_size
-        budget -= size
+        # read_committed reads below the last stable offset; at or past it the answer is empty (Kafka's
+        # TXN_COMMITTED isolation, which never answers OFFSET_OUT_OF_RANGE between the LSO and the log end).
+        chosen, size = _read(partition_log.batches, offset, stable if committed else end,
+                             min(limit_bytes, budget), min_one=not returned_any)
+        budget = max(0, budget - size)
         returned_any = returned_any or bool(chosen)
         aborted = None
         if committed:
-            upper = chosen[-1].next_offset if chosen else offset
-            aborted = tuple(AbortedTransaction(producer_id, first_offset)
-                            for producer_id, first_offset in partition_log.aborted_transactions(offset, upper))
+            # Those overlapping what is returned, from the fetch offset (a transaction whose ABORT marker is before
+            # it cannot hold the batch it falls in) to the end of the last batch returned; none for an empty answer.
+            aborted = () if not chosen else tuple(
+                AbortedTransaction(producer_id, first_offset)
+                for producer_id, first_offset in partition_log.aborted_transactions(offset, chosen[-1].next_offset))
         answers.append(FetchedPartition(wanted.topic, wanted.partition, ErrorCode.NONE, end, stable, start, aborted,
                                         tuple(chosen)))
     return FetchResponse(tuple(answers), ErrorCode.NONE, request.request_id)
 
 
+def _read(batches: list[StoredBatch], offset: int, limit: int, max_bytes: int,
+          min_one: bool) -> tuple[list[StoredBatch], int]:
+    """The batches from the one holding ``offset`` on, below ``limit``, that fit in ``max_bytes`` (``min_one``:
+    the first one whatever its size), and their size."""
+    # The batch holding the offset, or the first after it (compaction may have emptied the batch that held it).
+    k = max(bisect.bisect_right(batches, offset, key=lambda stored: stored.base_offset) - 1, 0)
+    chosen: list[StoredBatch] = []
+    size = 0
+    while k < len(batches):
+        stored = batches[k]
+        k += 1
+        if stored.base_offset >= limit:
+            break
+        if stored.next_offset <= offset:
+            continue  # wholly before the fetch offset
+        batch_size = stored.batch.size_in_bytes()
+        if size + batch_size > max_bytes and (chosen or not min_one):
+            break
+        chosen.append(stored)
+        size += batch_size
+    return chosen, size
+
+
 def list_offsets(find_log: FindLog, request: ListOffsetsRequest) -> ListOffsetsResponse:
     committed = _isolation(request.isolation_level)
     results = []
-    for topic, partition, timestamp in request.partitions:
+    for entry in request.partitions:
+        if not isinstance(entry, tuple) or len(entry) != 3:
+            results.append(ListedOffset(str(entry)[:80], -1, ErrorCode.INVALID_REQUEST))
+            continue
+        topic, partition, timestamp = entry
         partition_log = _log(find_log, topic, partition)
         if partition_log is None:
             results.append(ListedOffset(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -37,12 +37,13 @@ earlier frame format (a file named ``log``) is refused with a message saying so.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -101,25 +102,37 @@ class LogCorruptionError(IdemcoreError):
 _Saved = tuple[int, int, int, int, int | None, int, int, int]
 
 
+class AbortedTxn(NamedTuple):
+    """One aborted transaction, as its ``.txnindex`` entry records it: its first offset, its ABORT marker's
+    offset, its producer, and the last stable offset right after the marker."""
+
+    first_offset: int
+    last_offset: int
+    producer_id: int
+    last_stable_offset: int
+
+    def encoded(self) -> bytes:
+        return encode_txn_index_entry(self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+
+
 def _complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
-                  control_type: int | None) -> bytes:
+                  control_type: int | None) -> AbortedTxn | None:
     """Kafka's ongoing-transaction bookkeeping for one batch (``open_txns``: producer id -> its transaction's
-    first offset), and the ``.txnindex`` entry an ABORT marker adds (the transaction's first offset, the
+    first offset), and the aborted transaction an ABORT marker completes (the transaction's first offset, the
     marker's, and the last stable offset after it: the first offset of another producer's open transaction, else
     the marker's + 1, as ``ProducerStateManager.lastStableOffset``; none for a marker that ends no transaction
     here)."""
     if not is_transactional:
-        return b""
+        return None
     if control_type is None:
         open_txns.setdefault(producer_id, base_offset)
-        return b""
+        return None
     if producer_id not in open_txns:  # ends no transaction here (Kafka's appendEndTxnMarker: no CompletedTxn)
-        return b""
+        return None
     first = open_txns.pop(producer_id)
     if control_type != ControlType.ABORT:
-        return b""
-    last_stable = min(open_txns.values(), default=base_offset + 1)
-    return encode_txn_index_entry(producer_id, first, base_offset, last_stable)
+        return None
+    return AbortedTxn(first, base_offset, producer_id, min(open_txns.values(), default=base_offset + 1))
 
 
 class _IndexState:
@@ -243,6 +256,9 @@ class PartitionLog:
         self._epochs_written = False
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
+        #: The aborted transactions the log holds, ordered by ABORT marker offset (what its ``.txnindex`` files
+        #: hold, in memory): a read_committed fetch finds those overlapping its range by bisection.
+        self._aborted: list[AbortedTxn] = []
         self._txn_index: BinaryIO | None = None  # the active segment's .txnindex, opened at its first entry
         #: False when nothing says this broker wrote the directory (a first start on files from elsewhere): a bad
         #: tail is then refused, never cut, since it may be data another writer left.
@@ -395,8 +411,11 @@ class PartitionLog:
             stored = self._decoded(path, position, header, records)
             self.batches.append(stored)
             control_type = None if stored.control is None else stored.control[0]
-            state.txn += _complete_txn(self._open_txns, header.producer_id, header.base_offset,
-                                       header.is_transactional, control_type)
+            aborted = _complete_txn(self._open_txns, header.producer_id, header.base_offset,
+                                    header.is_transactional, control_type)
+            if aborted is not None:
+                state.txn += aborted.encoded()
+                self._aborted.append(aborted)
             state.add(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
             expected = header.next_offset
             position += header.size_in_bytes
@@ -508,6 +527,9 @@ class PartitionLog:
             self._segment_sizes.pop(0)
         keep = next((k for k, stored in enumerate(self.batches) if stored.base_offset >= start), len(self.batches))
         del self.batches[:keep]
+        # Aborted transactions whose marker went with the segments (those ending later stay, as in the .txnindex
+        # of the segment holding their marker, even when their first offset is now below the log start).
+        del self._aborted[:bisect.bisect_left(self._aborted, start, key=lambda txn: txn.last_offset)]
         self.log_start_offset = start
         for offset in self.snapshot_offsets():
             if offset < start:
@@ -699,16 +721,19 @@ class PartitionLog:
         (``encode``), all taken back when a write raises."""
         batch = stored.batch
         before = self._open_txns.get(batch.producer_id)
-        txn_entry = _complete_txn(self._open_txns, batch.producer_id, stored.base_offset, batch.is_transactional,
-                                  None if stored.control is None else stored.control[0])
+        aborted = _complete_txn(self._open_txns, batch.producer_id, stored.base_offset, batch.is_transactional,
+                                None if stored.control is None else stored.control[0])
         if self._log is not None:
             try:
-                saved = self._write_batch(encode(), stored.base_offset, last_offset, batch, txn_entry)
+                saved = self._write_batch(encode(), stored.base_offset, last_offset, batch,
+                                          b"" if aborted is None else aborted.encoded())
             except BaseException:
                 self._restore_txn(batch.producer_id, before)
                 raise
             self._undo = (self._last_position, saved, batch.producer_id, before)
         self.batches.append(stored)
+        if aborted is not None:  # only once written: a failed write leaves no entry behind
+            self._aborted.append(aborted)
 
     def _write_batch(self, data: bytes | bytearray, base_offset: int, last_offset: int, batch: RecordBatch,
                      txn_entry: bytes) -> _Saved:
@@ -765,22 +790,20 @@ class PartitionLog:
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
         """``(producer id, first offset)`` of every transaction aborted here that overlaps ``[start, end)``: its
         first offset below ``end``, its ABORT marker at or after ``start`` (what a read_committed fetch of that
-        range must drop, Kafka's ``collectAbortedTransactions``). Oldest first."""
-        open_txns: dict[int, int] = {}
+        range must drop, Kafka's ``collectAbortedTransactions``), in the order of their markers.
+
+        The entries are ordered by marker offset, so bisection finds the first marker at or after ``start``. First
+        offsets are not ordered, so the scan goes on past ``end`` until an entry's last stable offset reaches
+        ``end``: every transaction aborted after it began at or after that offset (it was open then, or started
+        later), so none further can overlap (Kafka's ``TxnIndexSearchResult.isComplete``)."""
+        aborted = self._aborted
         found = []
-        for stored in self.batches:
-            if stored.base_offset >= end and not open_txns:
+        for k in range(bisect.bisect_left(aborted, start, key=lambda txn: txn.last_offset), len(aborted)):
+            txn = aborted[k]
+            if txn.first_offset < end:
+                found.append((txn.producer_id, txn.first_offset))
+            if txn.last_stable_offset >= end:
                 break
-            batch = stored.batch
-            if not batch.is_transactional:
-                continue
-            if stored.control is None:
-                if stored.base_offset < end:
-                    open_txns.setdefault(batch.producer_id, stored.base_offset)
-                continue
-            first = open_txns.pop(batch.producer_id, None)
-            if first is not None and stored.control[0] == ControlType.ABORT and stored.base_offset >= start:
-                found.append((batch.producer_id, first))
         return found
 
     def _waited_for_roll(self, timestamp: int) -> int:
@@ -832,7 +855,9 @@ class PartitionLog:
 
     def rollback_last(self) -> None:
         """Take back the batch appended last (its sync failed): the log is as it was before that append."""
-        self.batches.pop()
+        stored = self.batches.pop()
+        if self._aborted and self._aborted[-1].last_offset == stored.base_offset:  # it was an ABORT marker
+            self._aborted.pop()
         if self._log is not None and self._undo is not None:
             position, saved, producer_id, txn_before = self._undo
             self._cut(position, saved)

@@ -1,7 +1,18 @@
-"""The idempotent producer: accumulator, drain kernel, sender, retries (docs/rules.md §3)."""
+"""The clients: the idempotent and transactional producer (accumulator, drain kernel, sender, retries;
+docs/rules.md §3) and the consumer (read_committed or read_uncommitted, offsets in a group)."""
 
 from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
 from idemcore.client.config import ConfigError, ProducerConfig
+from idemcore.client.consumer import (
+    CommitFailedError,
+    Consumer,
+    ConsumerClosedError,
+    ConsumerError,
+    ConsumerRecord,
+    ConsumerTimeoutError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
 from idemcore.client.producer import (
     BatchDeliveryError,
     BatchSendFuture,
@@ -10,5 +21,7 @@ from idemcore.client.producer import (
     RecordTooLargeError,
 )
 
-__all__ = ["BatchDeliveryError", "BatchSendFuture", "ConfigError", "DeliveryError", "Producer", "ProducerClosedError",
-           "ProducerConfig", "RecordFuture", "RecordMetadata", "RecordTooLargeError"]
+__all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
+           "ConsumerClosedError", "ConsumerError", "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError",
+           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError", "ProducerConfig",
+           "RecordFuture", "RecordMetadata", "RecordTooLargeError"]

@@ -28,7 +28,9 @@ class UnknownTopicError(IdemcoreError, KeyError):
 class RequestHandler(Protocol):
     """What a transport delivers requests to (a :class:`idemcore.Broker`)."""
 
-    topics: Mapping[str, int]
+    @property
+    def topics(self) -> Mapping[str, int]:
+        """Each topic's partition count."""
 
     def handle(self, request: Request) -> Response | None:
         """Answer one request; None when no answer is sent (a produce request with acks=0)."""

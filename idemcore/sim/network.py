@@ -19,11 +19,27 @@ import numpy as np
 from idemcore.broker import Broker
 from idemcore.broker.written_ends import FILE_NAME as WRITTEN_ENDS
 from idemcore.broker.written_ends import rewind_written_end
-from idemcore.net.messages import PartitionResponse, ProduceRequest, ProduceResponse, Request, Response
+from idemcore.net.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    OffsetCommitRequest,
+    PartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    TxnOffsetCommitRequest,
+)
 from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
 
 CRASH_KINDS = ("process", "machine")
+#: Requests that change a coordinator's state: a late second copy would act again where Kafka's TCP connection
+#: delivers each once, in order (a duplicated OffsetCommit could move a group's offset back).
+_COORDINATOR_WRITES = (InitProducerIdRequest, AddPartitionsToTxnRequest, AddOffsetsToTxnRequest, EndTxnRequest,
+                       TxnOffsetCommitRequest, OffsetCommitRequest)
 
 
 @dataclass(frozen=True)
@@ -32,8 +48,8 @@ class Faults:
 
     drop_request: float = 0.0  # the request never reaches the broker
     drop_response: float = 0.0  # the broker handles it, the answer is lost
-    reorder: float = 0.0  # the request is held back and overtaken by later ones
-    duplicate: float = 0.0  # the broker receives the request twice
+    reorder: float = 0.0  # a request is held back and overtaken by later ones (not a coordinator's: see send)
+    duplicate: float = 0.0  # the broker receives a request twice (not a coordinator's: see send)
     retriable_error: float = 0.0  # NOT_LEADER_OR_FOLLOWER before appending, or REQUEST_TIMED_OUT after it
     crash_every: int = 0  # crash and restart the broker after this many records written (0: never)
     #: "process": the broker's process dies (what reached the OS survives); "machine": the machine loses power
@@ -104,11 +120,15 @@ class SimulatedNetwork:
             self.stats.dropped_requests += 1
             return
         delay = faults.latency_ms
-        if self.rng.random() < faults.reorder:
+        # Produce requests (whose retries and overtaking the producer's sequences exist for) and reads may be held
+        # back and delivered twice; the coordinators' requests go as over one TCP connection, at most once and in
+        # order, though they and their answers may still be lost.
+        loose = not isinstance(request, _COORDINATOR_WRITES)
+        if loose and self.rng.random() < faults.reorder:
             self.stats.reordered += 1
             delay += int(self.rng.integers(1, max(2, faults.reorder_delay_ms)))
         self._schedule(self.now + delay, "request", client, request, None)
-        if self.rng.random() < faults.duplicate:
+        if loose and self.rng.random() < faults.duplicate:
             self.stats.duplicated += 1
             self._schedule(self.now + delay + int(self.rng.integers(0, 1 + faults.reorder_delay_ms)),
                            "request", client, request, None)
@@ -165,7 +185,10 @@ class SimulatedNetwork:
             if written and faults.crash_every and self._written_since_crash >= faults.crash_every:
                 # The process dies while writing this request: no answer goes out.
                 grown = [k for k, (old, new) in enumerate(zip(before, after, strict=True)) if new > old]
-                if grown and faults.tear_writes:
+                # Only a produce request's frames are torn: a transaction request writes the coordinator's log and
+                # markers in an order the log list does not show, and a torn early write with later ones intact
+                # is no crash's doing (tests/test_txn_crash_steps.py kills the broker at each of those writes).
+                if grown and faults.tear_writes and produce:
                     self._crash(broker, grown[-1], before[grown[-1]])
                 else:
                     self._crash(broker, None)
