@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC
+from idemcore.audit.coordinator_state import read_transaction_log, transaction_state_partitions
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
 from idemcore.audit.shards import ShardedState
@@ -342,18 +343,24 @@ class LogTaskResult:
 
 def audit_log_dir(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
                   backend: str | Backend | None = None, hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS,
-                  now_ms: int | None = None, verify_crc: bool = True) -> LogDirReport:
+                  now_ms: int | None = None, verify_crc: bool = True,
+                  use_transaction_log: bool = True) -> LogDirReport:
     """Audit Kafka log directories in-process (see the module docstring for the rules applied).
 
     ``path``: a log directory, a partition directory, a segment file, or a list of them. ``hanging_after_ms``
-    and ``now_ms``: when an open transaction is hanging (``now_ms`` defaults to the newest batch timestamp).
+    and ``now_ms``: when an open transaction is a hanging candidate (``now_ms`` defaults to the newest batch
+    timestamp). ``use_transaction_log``: where ``__transaction_state`` partitions are among what is audited,
+    confirm or clear each candidate as ``kafka-transactions.sh find-hanging`` does
+    (:mod:`idemcore.audit.coordinator_state`; a log the coordinator could not load raises
+    :class:`~idemcore.audit.coordinator_state.TransactionLogError`); False judges by idle time alone.
     ``verify_crc``: check every batch's CRC-32C (a batch failing it is reported and not replayed).
     """
     started = time.perf_counter()
     listing = list_log_dir(path)
     task = audit_partitions(listing.partitions, backend=backend, verify_crc=verify_crc)
     return merge_log_tasks([task], listing, source=source_label(path), started=started,
-                           hanging_after_ms=hanging_after_ms, now_ms=now_ms)
+                           hanging_after_ms=hanging_after_ms, now_ms=now_ms,
+                           use_transaction_log=use_transaction_log, backend=backend)
 
 
 def source_label(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> str:
@@ -383,19 +390,25 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
 
 
 def merge_log_tasks(tasks: Iterable[LogTaskResult], listing: LogDirListing, *, source: str, started: float,
-                    hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None) -> LogDirReport:
+                    hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None,
+                    use_transaction_log: bool = True, backend: str | Backend | None = None) -> LogDirReport:
     """The report of tasks that together audited every partition of ``listing``, each partition in one task.
 
     :meth:`AuditReport.from_results` merges the replays: ``now_ms`` defaults to the newest batch timestamp over
-    every task, so whether an open transaction hangs is decided here, after the merge, never per task. Located
+    every task, so whether an open transaction hangs is decided here, after the merge, never per task. So is what
+    the transaction coordinator says of each: the ``__transaction_state`` partitions of ``listing`` are read here
+    (``use_transaction_log``; the compacted log is small, and one reader sees every id). Located
     findings are sorted like ``findings``; problems come back in the in-process order (each partition's files in
     listing order, then each partition's ``.txnindex`` cross-check). ``started``: ``time.perf_counter()`` when the
     audit started (``seconds`` runs to the end of the merge). Logs the problems.
     """
     tasks = list(tasks) or [LogTaskResult.empty()]
+    coordinator_log = transaction_state_partitions(listing.partitions)
+    transaction_log = read_transaction_log(coordinator_log, backend=backend) if use_transaction_log else None
     report = AuditReport.from_results([task.result for task in tasks], order_by="base_offset",
                                       seconds=time.perf_counter() - started, hanging_after_ms=hanging_after_ms,
-                                      now_ms=now_ms, source=source)
+                                      now_ms=now_ms, source=source, transaction_log=transaction_log,
+                                      transaction_log_ignored=bool(coordinator_log) and not use_transaction_log)
     located_findings = pa.concat_tables([task.located_findings for task in tasks])
     located_findings = located_findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"),
                                                  ("base_offset", "ascending")])

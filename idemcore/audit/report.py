@@ -15,6 +15,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from idemcore.audit.columns import TOPIC
+from idemcore.audit.coordinator_state import (
+    CLEARED,
+    HANGING,
+    LOG_ABSENT,
+    LOG_IGNORED,
+    LOG_READ,
+    RECENT,
+    UNCONFIRMED,
+    TransactionLog,
+    judge_open_txns,
+)
 from idemcore.audit.replayer import TaskResult
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT32_MAX
@@ -46,7 +57,13 @@ class AuditReport:
     counts (batches, appended, duplicates, rejected, records, committed and
     aborted transactions, ``aborted_records``: data a read_committed consumer
     skips), ``log_end_offset`` and ``last_stable_offset``. ``open_txns``:
-    transactions with no marker at the end, with ``idle_ms`` and ``hanging``.
+    transactions with no marker at the end, with ``idle_ms``, what the
+    transaction coordinator's log says of each (``transactional_id``,
+    ``coordinator_state``, ``coordinator_producer_id``/``_epoch``), the
+    ``verdict`` with its ``reason``, and ``hanging``
+    (:mod:`idemcore.audit.coordinator_state`). ``transaction_log``: the
+    coordinator's state read from ``__transaction_state`` (None without it);
+    ``transaction_log_status``: ``read``, ``absent`` or ``ignored``.
     """
 
     findings: pa.Table
@@ -58,14 +75,20 @@ class AuditReport:
     hanging_after_ms: int
     now_ms: int
     source: str = ""
+    transaction_log: TransactionLog | None = None
+    transaction_log_status: str = LOG_ABSENT
 
     @classmethod
     def from_results(cls, results: Iterable[TaskResult], *, order_by: str, seconds: float,
                      hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None,
-                     source: str = "") -> AuditReport:
+                     source: str = "", transaction_log: TransactionLog | None = None,
+                     transaction_log_ignored: bool = False) -> AuditReport:
         """Merge task results. ``now_ms`` (default: the newest batch timestamp seen) is when open
         transactions are judged: one whose producer last wrote more than ``hanging_after_ms`` before
-        is hanging, as Kafka's ``kafka-transactions.sh find-hanging`` judges them."""
+        is a candidate, as Kafka's ``kafka-transactions.sh find-hanging`` collects them. With the
+        coordinator's ``transaction_log`` a candidate is hanging only if the coordinator would write no
+        marker for it (:meth:`TransactionLog.judge`); without one, every candidate is hanging, unconfirmed
+        (``transaction_log_ignored``: the log was there but not read, which the reasons say)."""
         if hanging_after_ms < 0:
             raise ValueError(f"hanging_after_ms must be >= 0, got {hanging_after_ms}")
         results = list(results) or [TaskResult.empty(order_by)]  # no rows at all: an empty report
@@ -81,7 +104,8 @@ class AuditReport:
 
         idle = now_ms - open_txns.column("last_timestamp").to_numpy()
         open_txns = open_txns.append_column("idle_ms", pa.array(idle, pa.int64()))
-        open_txns = open_txns.append_column("hanging", pa.array(idle > hanging_after_ms, pa.bool_()))
+        status = LOG_READ if transaction_log is not None else LOG_IGNORED if transaction_log_ignored else LOG_ABSENT
+        open_txns = judge_open_txns(open_txns, hanging_after_ms, transaction_log, status, int(now_ms))
         earliest = open_txns.group_by([TOPIC, "partition"]).aggregate([("first_offset", "min")])
         partitions = partitions.join(earliest, [TOPIC, "partition"], join_type="left outer")
         first_open = partitions.column("first_offset_min")
@@ -91,7 +115,8 @@ class AuditReport:
         partitions = partitions.sort_by([(TOPIC, "ascending"), ("partition", "ascending")])
         open_txns = open_txns.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), ("first_offset", "ascending")])
         findings = findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order_by, "ascending")])
-        return cls(findings, partitions, open_txns, batches, seconds, order_by, hanging_after_ms, int(now_ms), source)
+        return cls(findings, partitions, open_txns, batches, seconds, order_by, hanging_after_ms, int(now_ms), source,
+                   transaction_log, status)
 
     # ------------------------------------------------------------ views
 
@@ -143,12 +168,42 @@ class AuditReport:
                          "error_code": zombies.column("error_code"), self.order_by: zombies.column(self.order_by)})
 
     def hanging_transactions(self) -> pa.Table:
-        """Open transactions idle longer than ``hanging_after_ms``: partition, producer and first offset."""
+        """Hanging transactions: open ones idle longer than ``hanging_after_ms`` that the coordinator's log
+        confirms (verdict ``hanging``), or every such one without a log (``hanging_unconfirmed``)."""
         return self.open_txns.filter(self.open_txns.column("hanging"))
 
     def open_not_hanging(self) -> pa.Table:
-        """Open transactions idle ``hanging_after_ms`` or less before ``now_ms``: still open, not (yet) hanging."""
+        """Open transactions that are not hanging: idle ``hanging_after_ms`` or less (``recent``), or older but
+        still tracked by the coordinator (``cleared``)."""
         return self.open_txns.filter(pc.invert(self.open_txns.column("hanging")))
+
+    def _verdict(self, *verdicts: str) -> pa.Table:
+        return self.open_txns.filter(pc.is_in(self.open_txns.column("verdict"), pa.array(verdicts, pa.string())))
+
+    def hanging_candidates(self) -> pa.Table:
+        """Open transactions idle longer than ``hanging_after_ms``: what find-hanging asks the coordinator about
+        (verdict ``hanging``, ``hanging_unconfirmed`` or ``cleared``)."""
+        return self._verdict(HANGING, UNCONFIRMED, CLEARED)
+
+    def cleared(self) -> pa.Table:
+        """Candidates the coordinator's log clears: it still tracks their partition and will write the marker."""
+        return self._verdict(CLEARED)
+
+    def recent(self) -> pa.Table:
+        """Open transactions idle ``hanging_after_ms`` or less: not candidates yet."""
+        return self._verdict(RECENT)
+
+    def hanging_check(self) -> dict[str, Any]:
+        """How the candidates were judged: ``transaction_log`` (``read``, ``absent``, ``ignored``), what was
+        read, and how many candidates were confirmed hanging, cleared, or left unconfirmed."""
+        verdicts = self.open_txns.column("verdict").to_pylist()
+        log = self.transaction_log
+        return {"transaction_log": self.transaction_log_status,
+                "read": log.describe() if log is not None else None,
+                "transaction_state_partitions": list(log.partitions) if log is not None else [],
+                "transactional_ids": len(log.transactions) if log is not None else 0,
+                "candidates": sum(v != RECENT for v in verdicts), "confirmed": verdicts.count(HANGING),
+                "cleared": verdicts.count(CLEARED), "unconfirmed": verdicts.count(UNCONFIRMED)}
 
     def transactions(self) -> dict[str, int]:
         """Totals: ``committed``, ``aborted``, ``aborted_records`` (skipped by read_committed consumers), ``open``
@@ -176,7 +231,7 @@ class AuditReport:
     def producers(self) -> pa.Table:
         """Per (topic, partition, producer) with a finding or a transaction open at the end: one count column
         per finding (0 when none), then the open transaction (``open_txn_first_offset``, ``idle_ms``,
-        ``hanging``; null without one). Written as ``producers.parquet``."""
+        ``hanging``, ``verdict``, ``transactional_id``; null without one). Written as ``producers.parquet``."""
         counts = self.counts_by_stream()
         keys = _concat([counts.select(_STREAM), self.open_txns.select(_STREAM)]).group_by(_STREAM).aggregate([])
         keys = keys.sort_by([(name, "ascending") for name in _STREAM])
@@ -201,6 +256,11 @@ class AuditReport:
             values = np.zeros(n, dtype)
             values[at] = opened.column(source).to_numpy(zero_copy_only=False)
             columns[name] = pa.array(values, mask=absent)
+        for name in ("verdict", "transactional_id"):
+            texts: list[str | None] = [None] * n
+            for row, text in zip(at.tolist(), opened.column(name).to_pylist(), strict=True):
+                texts[row] = text
+            columns[name] = pa.array(texts, pa.string())
         return pa.table({**{name: keys.column(name) for name in _STREAM}, **columns})
 
     def last_stable_offsets(self) -> dict[tuple[str, int], int]:
@@ -236,6 +296,7 @@ class AuditReport:
             "findings": self.finding_counts(), "seconds": round(self.seconds, 3),
             "batches_per_s": round(self.batches_per_s), "now_ms": self.now_ms,
             "hanging_after_ms": self.hanging_after_ms, "transactions": self.transactions(),
+            "hanging_check": self.hanging_check(),
             "partitions": partitions, "lso_held": _rows(self.held_partitions()),
             "detail_rows": SUMMARY_ROWS,
             "gaps": first(self.gaps()), "zombie_writes": first(self.zombie_writes()),

@@ -86,14 +86,51 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _detail(title: str, table: Any, columns: list[str], yes_no: tuple[str, ...] = ()) -> None:
-    """A titled table of the first :data:`_DETAIL_ROWS` rows of ``table``, then "... and N more"."""
+def _detail(title: str, table: Any, columns: list[str], yes_no: tuple[str, ...] = (), note: str | None = None,
+            reasons: bool = False) -> None:
+    """A titled table of the first :data:`_DETAIL_ROWS` rows of ``table``, then "... and N more". ``note``: a
+    line between the title and the table. ``reasons``: then one line per row shown, its ``reason``."""
     print(f"\n{title}:")
-    shown = table.slice(0, _DETAIL_ROWS).select(columns).to_pylist()
-    print(_table(columns, [[("yes" if row[c] else "no") if c in yes_no else row[c] for c in columns]
-                           for row in shown]))
+    if note:
+        print(note)
+    shown = table.slice(0, _DETAIL_ROWS).to_pylist()
+    print(_table(columns, [[("yes" if row[c] else "no") if c in yes_no else "-" if row[c] is None else row[c]
+                            for c in columns] for row in shown]))
     if table.num_rows > _DETAIL_ROWS:
         print(f"... and {table.num_rows - _DETAIL_ROWS:,} more")
+    if reasons:
+        for row in shown:
+            print(f"  {row['topic']}-{row['partition']} producer {row['producer_id']} epoch {row['producer_epoch']}: "
+                  f"{row['verdict']}: {row['reason']}")
+
+
+#: The open transactions' columns, and with the coordinator's log what it says of each.
+_OPEN_COLUMNS = ["topic", "partition", "producer_id", "first_offset", "idle_ms"]
+_JUDGED_COLUMNS = ["topic", "partition", "producer_id", "producer_epoch", "first_offset", "idle_ms",
+                   "transactional_id", "coordinator_state"]
+
+
+def _print_hanging(report: Any) -> None:
+    """The hanging transactions; with the coordinator's log, each with its transactional id, state and reason,
+    then the candidates it cleared. Without one, a line saying they are not confirmed."""
+    from idemcore.audit.coordinator_state import LOG_READ, NOT_CONFIRMED
+
+    hanging = report.hanging_transactions()
+    bound = f"idle more than {report.hanging_after_ms:,} ms, --hanging-after-ms"
+    if report.transaction_log_status != LOG_READ:
+        if hanging.num_rows:
+            _detail(f"hanging transactions ({bound})", hanging, _OPEN_COLUMNS,
+                    note=f"{NOT_CONFIRMED[report.transaction_log_status]}: judged by idle time alone (with the "
+                         "__transaction_state partitions in the audit, each is confirmed or cleared as "
+                         "kafka-transactions.sh find-hanging does)")
+        return
+    if hanging.num_rows:
+        _detail(f"hanging transactions ({bound}), confirmed by the transaction coordinator's log", hanging,
+                _JUDGED_COLUMNS, reasons=True)
+    cleared = report.cleared()
+    if cleared.num_rows:
+        _detail(f"cleared ({bound}, but the transaction coordinator still tracks them: not hanging)", cleared,
+                _JUDGED_COLUMNS, reasons=True)
 
 
 def print_report(report: Any) -> None:
@@ -110,20 +147,35 @@ def print_report(report: Any) -> None:
                                           "missing_last", report.order_by]),
         ("zombie writes", report.zombie_writes(), ["topic", "partition", "producer_id", "zombie_epoch",
                                                    "current_epoch", "finding", report.order_by]),
-        (f"hanging transactions (idle more than {report.hanging_after_ms:,} ms, --hanging-after-ms)",
-         report.hanging_transactions(), ["topic", "partition", "producer_id", "first_offset", "idle_ms"]),
     ]
     for title, table, columns in sections:
         if table.num_rows:
             _detail(title, table, columns)
+    _print_hanging(report)
     txns = report.transactions()
+    check = report.hanging_check()
+    judged = check["transaction_log"] == "read"
     print(f"\ntransactions: {txns['committed']:,} committed, {txns['aborted']:,} aborted "
           f"({txns['aborted_records']:,} records a read_committed consumer skips), {txns['open']:,} still open"
-          + (f": {txns['hanging']:,} hanging, {txns['open_not_hanging']:,} not hanging" if txns["open"] else ""))
-    waiting = report.open_not_hanging()
+          + (f": {txns['hanging']:,} hanging, {txns['open_not_hanging']:,} not hanging" if txns["open"] else "")
+          + (f" ({check['cleared']:,} of them cleared by the coordinator's log)" if judged and check["cleared"]
+             else ""))
+    if judged:
+        print(f"hanging check: {check['candidates']:,} candidate(s) idle more than {report.hanging_after_ms:,} ms; "
+              f"the transaction coordinator's log ({check['read']}) confirms {check['confirmed']:,} as hanging and "
+              f"clears {check['cleared']:,}, as kafka-transactions.sh find-hanging would")
+    elif check["candidates"]:
+        from idemcore.audit.coordinator_state import NOT_CONFIRMED
+
+        print(f"hanging check: {check['candidates']:,} candidate(s) idle more than {report.hanging_after_ms:,} ms, "
+              f"{NOT_CONFIRMED[check['transaction_log']]}")
+    waiting = report.recent()
     if waiting.num_rows:
-        _detail(f"open but not hanging (idle at most {report.hanging_after_ms:,} ms, --hanging-after-ms)",
-                waiting, ["topic", "partition", "producer_id", "first_offset", "idle_ms"])
+        title = f"open but not hanging (idle at most {report.hanging_after_ms:,} ms, --hanging-after-ms)"
+        if judged:
+            _detail(title, waiting, _JUDGED_COLUMNS, reasons=True)
+        else:
+            _detail(title, waiting, _OPEN_COLUMNS)
     held = report.held_partitions()
     if held.num_rows:
         _detail(f"last stable offset held back by an open transaction in {held.num_rows:,} of {streams:,} "
@@ -192,17 +244,24 @@ def _audit_log_dir(args: argparse.Namespace) -> Any:
     if args.out:
         check_out(Path(args.out), args.path)  # never inside the audited directory, never over a user's files
 
-    if args.spark:
-        from idemcore.audit.spark import audit_log_dir_spark
+    from idemcore.audit.coordinator_state import TransactionLogError
 
-        with _one_line_warnings():
-            report = audit_log_dir_spark(args.path, master=args.master, tasks=args.tasks, backend=args.backend,
-                                         hanging_after_ms=args.hanging_after_ms, now_ms=getattr(args, "now_ms", None),
-                                         progress=show_progress(args))
-    else:
-        with _one_line_warnings(), waiting("auditing the log directory", enabled=show_progress(args)):
-            report = audit_log_dir(args.path, backend=args.backend, hanging_after_ms=args.hanging_after_ms,
-                                   now_ms=getattr(args, "now_ms", None))
+    use_log = not getattr(args, "ignore_transaction_log", False)
+    try:
+        if args.spark:
+            from idemcore.audit.spark import audit_log_dir_spark
+
+            with _one_line_warnings():
+                report = audit_log_dir_spark(args.path, master=args.master, tasks=args.tasks, backend=args.backend,
+                                             hanging_after_ms=args.hanging_after_ms,
+                                             now_ms=getattr(args, "now_ms", None), progress=show_progress(args),
+                                             use_transaction_log=use_log)
+        else:
+            with _one_line_warnings(), waiting("auditing the log directory", enabled=show_progress(args)):
+                report = audit_log_dir(args.path, backend=args.backend, hanging_after_ms=args.hanging_after_ms,
+                                       now_ms=getattr(args, "now_ms", None), use_transaction_log=use_log)
+    except TransactionLogError as exc:  # one line, and the way to audit anyway
+        raise IdemcoreError(f"{exc} (--ignore-transaction-log audits without it)") from None
     if args.out:
         report.write(args.out)
     return report
@@ -225,6 +284,11 @@ def _print_log_dir_problems(report: Any) -> None:
         print(_table(columns, [[row[c] for c in columns] for row in shown]))
 
 
+#: The columns of each of the first candidates in `audit --json`.
+_CANDIDATE_JSON = ["topic", "partition", "producer_id", "producer_epoch", "first_offset", "idle_ms", "transactional_id",
+                   "coordinator_state", "coordinator_producer_id", "coordinator_producer_epoch", "verdict", "reason"]
+
+
 @_needs_extra("pyarrow")
 def run_audit(args: argparse.Namespace) -> int:
     from idemcore.record.kafka_files.names import is_log_path
@@ -244,6 +308,9 @@ def run_audit(args: argparse.Namespace) -> int:
         summary["hanging_transactions"] = report.hanging_transactions().num_rows
         summary["transactions"] = report.transactions()
         summary["lso_held_partitions"] = report.held_partitions().num_rows
+        summary["hanging_check"] = report.hanging_check()
+        summary["hanging_candidates"] = report.hanging_candidates().select(_CANDIDATE_JSON).slice(
+            0, _DETAIL_ROWS).to_pylist()
         summary["out"] = str(args.out) if args.out else None
         if args.out:
             from idemcore.audit.report import REPORT_FILES
@@ -391,6 +458,10 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                      help="who appended the batches: the checks that apply (default client)")
     aud.add_argument("--now-ms", type=int, default=None,
                      help="when open transactions are judged, epoch ms (default: the newest batch timestamp)")
+    aud.add_argument("--ignore-transaction-log", action="store_true",
+                     help="a Kafka log directory: do not read its __transaction_state partitions (by default each "
+                          "open transaction idle past --hanging-after-ms is confirmed hanging or cleared by the "
+                          "coordinator's state, as kafka-transactions.sh find-hanging does)")
     aud.add_argument("--spark", action="store_true",
                      help="a Kafka log directory: audit it with Spark (whole partitions per task) instead of "
                           "in-process (Parquet is always audited with Spark)")

@@ -140,7 +140,7 @@ def audit_log_dir_spark(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, spark: Any = None, master: str | None = None,
     tasks: int | None = None, backend: str | Backend | None = None,
     hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None, verify_crc: bool = True,
-    progress: bool = False,
+    progress: bool = False, use_transaction_log: bool = True,
 ) -> LogDirReport:
     """Audit Kafka log directories with Spark: the same :class:`LogDirReport` as
     :func:`~idemcore.audit.logdir.audit_log_dir` (findings, located findings, open transactions and where they
@@ -149,8 +149,9 @@ def audit_log_dir_spark(
     ``path``: a log directory, a partition directory, a segment file, or a list of them; every worker must read
     it at the same path. ``tasks``: how many tasks at most (default twice Spark's default parallelism); a task
     owns whole partitions, packed by segment bytes. ``spark``/``master``: the session to use, or the master of a
-    new one (``local[*]``). ``backend``, ``hanging_after_ms``, ``now_ms``, ``verify_crc``: as for the
-    in-process audit (``now_ms`` defaults to the newest batch timestamp of the whole directory). A worker's
+    new one (``local[*]``). ``backend``, ``hanging_after_ms``, ``now_ms``, ``verify_crc``, ``use_transaction_log``:
+    as for the in-process audit (``now_ms`` defaults to the newest batch timestamp of the whole directory; the
+    ``__transaction_state`` partitions are read on the driver, after the merge). A worker's
     error (a file that cannot be read) is raised on the driver as the worker raised it, in one line.
     """
     if spark is None and master is not None:
@@ -173,4 +174,5 @@ def audit_log_dir_spark(
         results = frame.mapInArrow(_audit_tasks(plans, os.getcwd(), backend_name, verify_crc), RESULT_SCHEMA)
         rows = collect_task_rows(session, results, progress)
     return merge_log_tasks((LogTaskResult.from_row(row) for row in rows), listing, source=source_label(path),
-                           started=started, hanging_after_ms=hanging_after_ms, now_ms=now_ms)
+                           started=started, hanging_after_ms=hanging_after_ms, now_ms=now_ms,
+                           use_transaction_log=use_transaction_log, backend=backend)
