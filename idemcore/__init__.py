@@ -8,7 +8,15 @@ transports), ``client`` (Producer, Consumer), ``broker`` (Broker.handle, logs, p
 ids), ``audit`` (replay, report, Spark), ``synth``, ``sim``, ``cli``.
 """
 
-from idemcore.client import ConfigError, Consumer, ConsumerRecord, DeliveryError, Producer
+from idemcore.client import (
+    ConfigError,
+    Consumer,
+    ConsumerRecord,
+    DeliveryError,
+    Producer,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
 from idemcore.errors import BackendUnavailableError, IdemcoreError
 from idemcore.findings import FINDINGS, Finding
 from idemcore.kernels import available_backends, get_backend
@@ -61,9 +69,11 @@ __all__ = [
     "Origin",
     "Producer",
     "ProducerEntry",
+    "ProducerFencedError",
     "ProducerStateManager",
     "ProducerStateTable",
     "Status",
+    "TransactionAbortableError",
     "Verdicts",
     "__version__",
     "available_backends",

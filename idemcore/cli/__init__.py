@@ -28,9 +28,18 @@ from idemcore.sim.network import CRASH_KINDS
 def run_simulate(args: argparse.Namespace) -> int:
     from idemcore.sim import Faults, simulate
 
+    if args.no_transactions and not args.transactional:
+        raise ValueError("--no-transactions goes with --transactional (the same application without transactions)")
+    transactional = args.transactional
+    if args.records is None:
+        args.records = 20_000 if transactional else 1_000_000
+    if args.crash_every is None:
+        args.crash_every = 2_000 if transactional else 200_000
     faults = Faults(drop_request=args.drop_request, drop_response=args.drop_response, reorder=args.reorder,
                     duplicate=args.duplicate, retriable_error=args.retriable_error, crash_every=args.crash_every,
                     crash_kind=args.crash_kind, tear_writes=not args.no_torn_writes)
+    if transactional:
+        return _run_transactional(args, faults)
     with progress_bar(args.records, "simulating", "rec", enabled=show_progress(args), unit_scale=True) as bar:
         report = simulate(args.producers, args.partitions, args.records, faults, args.seed,
                           idempotence=not args.no_idempotence, backend=args.backend, progress=bar.update,
@@ -63,6 +72,35 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0 if expected_ok else 1
 
 
+def _run_transactional(args: argparse.Namespace, faults: object) -> int:
+    from idemcore.sim.transactional import simulate_transactional
+
+    with progress_bar(args.records, "processing", "rec", enabled=show_progress(args), unit_scale=True) as bar:
+        report = simulate_transactional(args.producers, args.partitions, args.records, faults,  # type: ignore[arg-type]
+                                        args.seed, transactions=not args.no_transactions,
+                                        records_per_transaction=args.records_per_transaction,
+                                        instance_crash=args.instance_crash, progress=bar.update, fsync=args.fsync)
+    result = report.to_dict()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        mode = "transactional" if report.transactions else "NOT transactional (idempotent, offsets committed after)"
+        print(f"idemcore simulate --transactional: {args.producers} {mode} read-process-write instances, "
+              f"{args.partitions} partitions, {args.records:,} input records, seed {args.seed}\n")
+        net = result["network"]
+        print(f"faults: {net['dropped_requests']:,} requests lost, {net['dropped_responses']:,} responses lost, "
+              f"{net['reordered']:,} reordered, {net['duplicated']:,} delivered twice, {net['crashes']} broker "
+              f"crashes, {result['instance_crashes']} instances killed mid-transaction, "
+              f"{result['zombie_attempts']} zombie attempts\n")
+        for key in ("input_records", "output_records", "committed_transactions", "aborted_transactions", "lost",
+                    "duplicates", "aborted_reads", "torn_transactions", "zombie_writes", "offset_mismatches"):
+            print(f"  {key:<23} {result[key]:>10,}")
+        print(f"  ({result['seconds']} s wall, {result['virtual_ms']:,} ms virtual)")
+        print("\nexactly once: every input record's output committed once, nothing aborted or fenced visible"
+              if report.check.exactly_once else "\nexactly once VIOLATED")
+    return 0 if report.check.exactly_once or not report.transactions else 1
+
+
 def run_backends(args: argparse.Namespace) -> int:
     loaded = available_backends()
     for name in PREFERENCE:
@@ -85,15 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "in send order. Exit status 1 if an idempotent run breaks exactly-once.")
     sim.add_argument("--producers", type=positive, default=8, help="producers (default 8)")
     sim.add_argument("--partitions", type=positive, default=16, help="partitions (default 16)")
-    sim.add_argument("--records", type=positive, default=1_000_000, help="records in all (default 1,000,000)")
+    sim.add_argument("--records", type=positive, default=None,
+                     help="records in all (default 1,000,000; --transactional: 20,000 input records)")
     sim.add_argument("--drop-request", type=probability, default=0.02, help="request loss (default 0.02)")
     sim.add_argument("--drop-response", type=probability, default=0.05, help="response loss (default 0.05)")
     sim.add_argument("--reorder", type=probability, default=0.05, help="requests held back (default 0.05)")
     sim.add_argument("--duplicate", type=probability, default=0.01, help="requests delivered twice (default 0.01)")
     sim.add_argument("--retriable-error", type=probability, default=0.01,
                      help="NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT answers (default 0.01)")
-    sim.add_argument("--crash-every", type=int, default=200_000,
-                     help="crash and restart the broker every N records written; 0: never (default 200,000)")
+    sim.add_argument("--crash-every", type=non_negative, default=None,
+                     help="crash and restart the broker every N records written; 0: never (default 200,000; "
+                          "--transactional: 2,000)")
     sim.add_argument("--crash-kind", choices=CRASH_KINDS, default="process",
                      help="process: the broker's process dies (the OS keeps its writes); machine: power loss (the "
                           "logs keep what was fsync'd and part of the rest) (default process)")
@@ -104,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=non_negative, default=7, help="random seed (default 7)")
     sim.add_argument("--no-idempotence", action="store_true",
                      help="producers without idempotence (5 in flight): duplicates and reordering show up")
+    sim.add_argument("--transactional", action="store_true",
+                     help="run a read-process-write application instead (--producers instances, each consuming "
+                          "its input partitions read_committed and producing and committing offsets in one "
+                          "transaction; instances die mid-transaction and come back, the dead ones act as zombies); "
+                          "check the output read_committed. Exit status 1 if exactly-once breaks")
+    sim.add_argument("--no-transactions", action="store_true",
+                     help="with --transactional: the same application with an idempotent producer and offsets "
+                          "committed after the output: duplicates show up")
+    sim.add_argument("--records-per-transaction", type=positive, default=10,
+                     help="with --transactional: input records per transaction (default 10)")
+    sim.add_argument("--instance-crash", type=probability, default=0.02,
+                     help="with --transactional: chance an instance dies in a transaction (default 0.02)")
     sim.add_argument("--backend", default=None, choices=BACKEND_CHOICES, help=BACKEND_HELP)
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(run=run_simulate)

@@ -20,8 +20,19 @@ from idemcore.client.producer import (
     ProducerClosedError,
     RecordTooLargeError,
 )
+from idemcore.client.transactions import (
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionError,
+    TransactionFatalError,
+    TransactionState,
+    TransactionStateError,
+    TransactionTimeoutError,
+)
 
 __all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
            "ConsumerClosedError", "ConsumerError", "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError",
            "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError", "ProducerConfig",
-           "RecordFuture", "RecordMetadata", "RecordTooLargeError"]
+           "ProducerFencedError", "RecordFuture", "RecordMetadata", "RecordTooLargeError", "TransactionAbortableError",
+           "TransactionError", "TransactionFatalError", "TransactionState", "TransactionStateError",
+           "TransactionTimeoutError"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from typing import cast
 
 import numpy as np
@@ -27,6 +28,14 @@ class RecordAccumulator:
         self._dirty: set[int] = set()  # partitions whose queue head may have changed
         self._cursor = np.zeros(1, dtype=np.int64)
         self.flushing = False
+        #: A transactional producer's partitions added to its transaction (the TransactionManager's set, shared):
+        #: only these are offered to the drain kernel (Kafka's isSendToPartitionAllowed). None: every partition.
+        self.send_allowed: set[int] | None = None
+        #: Called with the partition number of every new batch (a transactional producer adds the partition to
+        #: its transaction). Enough without a call per record: a transaction begins with every queue empty (the
+        #: last one ended only after each of its batches was done), so its first record in a partition always
+        #: starts a batch. None: nobody asks (no cost per batch).
+        self.batch_created: Callable[[int], None] | None = None
 
     def queue(self, topic: str, partition: int) -> tuple[int, deque[ProducerBatch]]:
         number = self.partitions.number(topic, partition)
@@ -45,6 +54,8 @@ class RecordAccumulator:
         if batch is None or batch.sent or batch.closed or (batch.size + size > self.config.batch_size and batch.values):
             batch = ProducerBatch(topic, partition, number, now_ms)
             queue.append(batch)
+            if self.batch_created is not None:
+                self.batch_created(number)
         if key is not None and batch.keys is None:
             batch.keys = [None] * len(batch.values)
         if batch.keys is not None:
@@ -68,6 +79,8 @@ class RecordAccumulator:
         batch.size = records_size(values, keys)
         batch.closed = True  # its records are the caller's batch: a later send() starts a new one
         queue.append(batch)
+        if self.batch_created is not None:
+            self.batch_created(number)
         self._dirty.add(number)
         return batch
 
@@ -85,9 +98,12 @@ class RecordAccumulator:
 
     def _refresh_heads(self) -> None:
         p = self.partitions
+        allowed = self.send_allowed
         for number in self._dirty:
             queue = self.queues[number]
-            if queue:
+            # A partition not yet added to the transaction shows the kernel no head, as an empty queue does: the
+            # kernel skips it (head_queued 0) and drains the others; added later, it is marked dirty again.
+            if queue and (allowed is None or number in allowed):
                 head = queue[0]
                 p.head_queued[number] = 1
                 p.head_sequence[number] = head.base_sequence
@@ -140,6 +156,24 @@ class RecordAccumulator:
                 position += 1
             queue.insert(position, batch)
         self._dirty.add(batch.index)
+
+    def mark_dirty(self, numbers: Iterable[int]) -> None:
+        """These partitions' heads may have changed (sequences rewritten, or added to the transaction)."""
+        self._dirty.update(numbers)
+
+    def abort_undrained(self, error_code: int, message: str) -> list[ProducerBatch]:
+        """Fail every queued batch that was never sent (no sequence yet) and return them: the transaction is
+        aborting (Kafka's abortUndrainedBatches). Batches with a sequence stay: the broker may hold them, so
+        they are resent until their outcome is known."""
+        failed = []
+        for number, queue in enumerate(self.queues):
+            if queue and any(batch.base_sequence < 0 for batch in queue):
+                failed += [batch for batch in queue if batch.base_sequence < 0]
+                self.queues[number] = deque(batch for batch in queue if batch.base_sequence >= 0)
+                self._dirty.add(number)
+        for batch in failed:
+            batch.fail(error_code, message)
+        return failed
 
     def mark_all_dirty(self) -> None:
         """Sequences of queued batches changed (epoch bump): re-read every head before the next drain."""

@@ -138,12 +138,13 @@ class ProducerBatch:
                 (batch.parts[1], position - len(first.values))
         return batch, position
 
-    def to_wire(self) -> RecordBatch:
-        """A fresh, immutable copy of what one attempt sends (every attempt the same records, keys and headers)."""
+    def to_wire(self, transactional: bool = False) -> RecordBatch:
+        """A fresh, immutable copy of what one attempt sends (every attempt the same records, keys and headers);
+        ``transactional``: written inside a transaction (the batch's transactional attribute bit)."""
         headers = self.all_headers()
         return RecordBatch(self.topic, self.partition, tuple(self.values),
                            None if self.keys is None else tuple(self.keys), self.producer_id, self.producer_epoch,
-                           self.base_sequence, max(self.timestamps), False,
+                           self.base_sequence, max(self.timestamps), transactional,
                            None if headers is None else tuple(headers))
 
     def complete(self, base_offset: int) -> None:

@@ -33,6 +33,11 @@ class ProducerConfig:
     retry_backoff_ms: int = 100
     max_request_size: int = 1_048_576
     client_id: str = ""
+    #: Kafka's transactional.id: None for a producer without transactions (it needs idempotence).
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
+    #: How long init_transactions, commit_transaction, abort_transaction and send_offsets_to_transaction block.
+    max_block_ms: int = 60_000
 
     @classmethod
     def from_kwargs(cls, **config: Any) -> ProducerConfig:
@@ -46,18 +51,23 @@ class ProducerConfig:
             config["enable_idempotence"] = _boolean("enable_idempotence", config["enable_idempotence"])
         if "client_id" in config and not isinstance(config["client_id"], str):
             raise ConfigError(f"client_id must be a string, got {config['client_id']!r}")
+        transactional_id = config.get("transactional_id")
+        if transactional_id is not None and (not isinstance(transactional_id, str) or not transactional_id):
+            # Kafka's ConfigDef.NonEmptyString: an empty id would name no coordinator partition's key.
+            raise ConfigError(f"transactional_id must be a non-empty string, got {transactional_id!r}")
         if "acks" in config:
             acks = config["acks"]
             if not isinstance(acks, int | str) or isinstance(acks, bool) or acks not in _ACKS:
                 raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
             config["acks"] = _ACKS[acks]
-        for name in known - {"enable_idempotence", "client_id", "acks"}:
+        for name in known - {"enable_idempotence", "client_id", "acks", "transactional_id"}:
             if name in config and (not isinstance(config[name], int) or isinstance(config[name], bool)):
                 raise ConfigError(f"{name} must be an integer, got {config[name]!r}")
         values = {**{f.name: f.default for f in fields(cls)}, **config}
         for name, low in (("retries", 0), ("max_in_flight_requests_per_connection", 1), ("batch_size", 0),
                           ("linger_ms", 0), ("delivery_timeout_ms", 1), ("request_timeout_ms", 1),
-                          ("retry_backoff_ms", 0), ("max_request_size", 1)):
+                          ("retry_backoff_ms", 0), ("max_request_size", 1), ("transaction_timeout_ms", 1),
+                          ("max_block_ms", 0)):
             if values[name] < low:
                 raise ConfigError(f"{name} must be at least {low}, got {values[name]}")
         conflicts = []
@@ -72,6 +82,11 @@ class ProducerConfig:
             if explicit_idempotence:
                 raise ConfigError("enable_idempotence=True requires: " + "; ".join(conflicts))
             values["enable_idempotence"] = False  # Kafka turns implicit idempotence off rather than fail
+        # Checked after the settings above may have turned implicit idempotence off, as Kafka's ProducerConfig does.
+        if values["transactional_id"] is not None and not values["enable_idempotence"]:
+            reason = "enable_idempotence=False" if explicit_idempotence else "; ".join(conflicts)
+            raise ConfigError(f"transactional_id={values['transactional_id']!r} requires idempotence, which is off "
+                              f"({reason})")
         if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
             raise ConfigError(f"delivery_timeout_ms ({values['delivery_timeout_ms']}) must be at least linger_ms + "
                               f"request_timeout_ms ({values['linger_ms'] + values['request_timeout_ms']})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -16,14 +17,24 @@ from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitioner import Partitioner
 from idemcore.client.partitions import PartitionArrays
 from idemcore.client.sender import Sender
+from idemcore.client.transactions import (
+    TransactionalResult,
+    TransactionError,
+    TransactionManager,
+    TransactionState,
+    TransactionStateError,
+    TransactionTimeoutError,
+)
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
+from idemcore.net.messages import OffsetEntry
 from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
 from idemcore.record.batch import RECORD_OVERHEAD, headers_size
 
 _client_ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 class ProducerClosedError(IdemcoreError):
@@ -118,6 +129,12 @@ class Producer:
     :class:`~idemcore.transport.Transport`. There is no background thread:
     ``send`` runs a sender round when a batch fills, and ``result()``,
     ``flush()`` and ``poll()`` drive the sender until their work is done.
+
+    With ``transactional_id`` it is Kafka's transactional producer: ``init_transactions()`` once, then per
+    transaction ``begin_transaction()``, ``send``/``send_batch``, ``send_offsets_to_transaction``, and
+    ``commit_transaction()`` or ``abort_transaction()``. These block (driving the sender) at most
+    ``max_block_ms``; errors are :mod:`idemcore.client.transactions`' (TransactionStateError for a call out of
+    order, TransactionAbortableError: only abort works, ProducerFencedError and TransactionFatalError: close).
     """
 
     def __init__(self, transport: Transport | RequestHandler, *, backend: str | Backend | None = None,
@@ -133,12 +150,29 @@ class Producer:
         self.transport: Transport = transport
         self.client_id = self.config.client_id or f"producer-{next(_client_ids)}"
         self.partitions = PartitionArrays()
-        self.idempotence = IdempotenceManager(self.partitions) if self.config.enable_idempotence else None
-        self.accumulator = RecordAccumulator(self.config, self.partitions, self.idempotence, get_backend(backend))
-        self.sender = Sender(self.config, self.accumulator, self.idempotence, self.transport, self.client_id)
-        self.partitioner = Partitioner(self.config.batch_size)
+        settings = self.config
+        #: The transaction bookkeeping (None without ``transactional_id``); its sequence bookkeeping is the
+        #: producer's idempotence manager.
+        self.transactions = None if settings.transactional_id is None else TransactionManager(
+            settings.transactional_id, settings.transaction_timeout_ms, settings.retry_backoff_ms, self.partitions)
+        self.idempotence: IdempotenceManager | None = None
+        if self.transactions is not None:
+            self.idempotence = self.transactions.sequences
+        elif settings.enable_idempotence:
+            self.idempotence = IdempotenceManager(self.partitions)
+        self.accumulator = RecordAccumulator(settings, self.partitions, self.idempotence, get_backend(backend))
+        self.sender = Sender(settings, self.accumulator, self.idempotence, self.transport, self.client_id)
+        if self.transactions is not None:
+            # Only partitions added to the transaction are drained; a new batch's partition is added first.
+            self.accumulator.send_allowed = self.transactions.partitions_in_transaction
+            self.accumulator.batch_created = self.transactions.maybe_add_partition
+            self.transactions.on_partitions_changed = self.accumulator.mark_dirty
+            self.sender.set_transactions(self.transactions)
+        self.partitioner = Partitioner(settings.batch_size)
         self._partition_counts: dict[str, int] = {}
         self._closed = False
+        # send() tests this one flag (no cost added for a producer without transactions): closed, or transactional.
+        self._checked_send = self.transactions is not None
 
     # ------------------------------------------------------------ sending
 
@@ -158,8 +192,8 @@ class Producer:
         ``headers``: Kafka's record headers, ``(key, value)`` pairs, a ``str`` key and ``bytes`` or None as value
         (keys may repeat; order is kept). They count towards the record's size. ``value`` None: a null value,
         a tombstone on a compacted topic."""
-        if self._closed:
-            raise ProducerClosedError("send() on a closed producer")
+        if self._checked_send:
+            self._check_send("send")
         if value is not None:
             value = _as_bytes("value", value)
         if key is not None:
@@ -179,6 +213,13 @@ class Producer:
             self.sender.run_once()  # a full batch wakes the sender, as in Kafka
         return RecordFuture(batch, position, self._drive)
 
+    def _check_send(self, method: str) -> None:
+        """Closed, or a transactional producer outside a transaction: raise before anything is queued."""
+        if self._closed:
+            raise ProducerClosedError(f"{method}() on a closed producer")
+        if self.transactions is not None:
+            self.transactions.fail_if_not_ready_for_send()
+
     def _check_record_size(self, size: int) -> None:
         """Kafka's RecordTooLargeException, at send: a record no request could carry."""
         if size > self.config.max_request_size:
@@ -189,8 +230,8 @@ class Producer:
         """Queue many records at once (a list, NumPy array or pyarrow array of bytes); records of one
         partition keep their input order. Keys pick partitions with murmur2; without keys and partition,
         records go to one partition per ``batch_size`` bytes, round-robin."""
-        if self._closed:
-            raise ProducerClosedError("send_batch() on a closed producer")
+        if self._checked_send:
+            self._check_send("send_batch")
         values = _bytes_list("values", values)
         key_list = None if keys is None else _bytes_list("keys", keys, nulls=True)
         if key_list is not None and len(key_list) != len(values):
@@ -231,8 +272,9 @@ class Producer:
 
     # ------------------------------------------------------------ driving the sender
 
-    def _drive(self, until: Callable[[], bool]) -> None:
-        """Run sender rounds (treating everything as ready) until ``until()`` holds."""
+    def _drive(self, until: Callable[[], bool], deadline_ms: int | None = None) -> None:
+        """Run sender rounds (treating everything as ready) until ``until()`` holds, or the transport's clock
+        reaches ``deadline_ms`` (the caller then finds ``until()`` false)."""
         accumulator = self.accumulator
         accumulator.flushing = True
         try:
@@ -243,6 +285,8 @@ class Producer:
                 if until():
                     break
                 self.transport.tick()
+                if deadline_ms is not None and self.transport.now_ms() >= deadline_ms:
+                    break
         finally:
             accumulator.flushing = False
 
@@ -255,10 +299,75 @@ class Producer:
         self._drive(lambda: not self.sender.has_pending_work())
 
     def close(self) -> None:
-        """Flush, then refuse further sends."""
-        if not self._closed:
+        """Flush, then refuse further sends. A transaction still open is aborted (as Kafka's sender does at
+        close); a failure to abort is logged, not raised."""
+        if self._closed:
+            return
+        try:
             self.flush()
+            txn = self.transactions
+            if txn is not None and txn.has_ongoing_transaction and txn.fatal_error is None:
+                try:
+                    self._await(txn.begin_abort(), "abort_transaction")
+                except TransactionError as exc:
+                    log.warning("%s: the open transaction could not be aborted at close: %s", self.client_id, exc)
+        finally:
             self._closed = True
+            self._checked_send = True
+
+    # ------------------------------------------------------------ transactions
+
+    def _transactional(self, method: str) -> TransactionManager:
+        if self.transactions is None:
+            raise TransactionStateError(f"{method}() needs a transactional producer: set transactional_id")
+        if self._closed:
+            raise ProducerClosedError(f"{method}() on a closed producer")
+        return self.transactions
+
+    def _await(self, result: TransactionalResult, method: str) -> None:
+        """Drive the sender until the call's requests are done, at most ``max_block_ms``; raise their error."""
+        if not result.done:
+            self._drive(lambda: result.done, self.transport.now_ms() + self.config.max_block_ms)
+        if not result.done:
+            raise TransactionTimeoutError(f"{method}() did not complete within max_block_ms="
+                                          f"{self.config.max_block_ms}; call {method}() again to keep waiting")
+        result.acked = True
+        result.raise_error()
+
+    def init_transactions(self) -> None:
+        """Get the producer id and epoch of ``transactional_id`` from its coordinator: this fences every earlier
+        producer with the same id and aborts the transaction it left open. Once per producer."""
+        txn = self._transactional("init_transactions")
+        self._await(txn.initialize_transactions(), "init_transactions")
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (no request: the coordinator learns of it with its first partition)."""
+        self._transactional("begin_transaction").begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group_id: str) -> None:
+        """Commit ``offsets`` (``(topic, partition) -> next offset to read``) for consumer group ``group_id``
+        as part of the transaction: visible to the group only if the transaction commits."""
+        txn = self._transactional("send_offsets_to_transaction")
+        if not isinstance(group_id, str) or not group_id:
+            raise ValueError(f"group_id must be a non-empty string, got {group_id!r}")
+        entries = _offset_entries(offsets)
+        result = txn.send_offsets_to_transaction(entries, group_id) if entries else None
+        if result is not None:
+            self._await(result, "send_offsets_to_transaction")
+
+    def commit_transaction(self) -> None:
+        """Send every queued record, wait for all of them, then commit. If a record of the transaction failed,
+        raises TransactionAbortableError: call abort_transaction()."""
+        self._await(self._transactional("commit_transaction").begin_commit(), "commit_transaction")
+
+    def abort_transaction(self) -> None:
+        """Abort: records not yet sent fail, those sent are aborted (read_committed readers never see them)."""
+        self._await(self._transactional("abort_transaction").begin_abort(), "abort_transaction")
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """The transaction state machine's state (None without ``transactional_id``)."""
+        return None if self.transactions is None else self.transactions.state
 
     def __enter__(self) -> Producer:
         return self
@@ -273,6 +382,22 @@ class Producer:
                 "expired_batches": stats.expired_batches, "request_timeouts": stats.request_timeouts,
                 "split_batches": stats.split_batches,
                 "epoch_bumps": self.idempotence.epoch_bumps if self.idempotence else 0}
+
+
+def _offset_entries(offsets: Any) -> tuple[OffsetEntry, ...]:
+    """``{(topic, partition): offset}`` as OffsetEntry values; TypeError/ValueError naming a bad entry."""
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must map (topic, partition) to an offset, not {type(offsets).__name__}")
+    entries = []
+    for key, offset in offsets.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and type(key[1]) is int):
+            raise TypeError(f"offsets: key {_shown(key)} is not a (topic, partition) pair")
+        if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
+            raise TypeError(f"offsets: the offset of {key} must be an integer, not {type(offset).__name__}")
+        if offset < 0:  # Kafka's OffsetAndMetadata refuses a negative offset
+            raise ValueError(f"offsets: the offset of {key} is negative ({offset})")
+        entries.append(OffsetEntry(key[0], key[1], int(offset)))
+    return tuple(entries)
 
 
 def _timestamp(value: Any) -> int:

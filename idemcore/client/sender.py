@@ -10,6 +10,7 @@ from idemcore.client.accumulator import RecordAccumulator
 from idemcore.client.batch import ProducerBatch
 from idemcore.client.config import ProducerConfig
 from idemcore.client.idempotence import IdempotenceManager
+from idemcore.client.transactions import TransactionManager
 from idemcore.net.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -55,11 +56,19 @@ class Sender:
         self._init_pending: tuple[int, int] | None = None  # (request id, sent ms) of an InitProducerId
         self._request_ids = itertools.count(1)
         self.fatal_error: str | None = None
+        #: A transactional producer's TransactionManager (set by the producer): its requests go out before any
+        #: produce request of the round, and only partitions it added are drained.
+        self.transactions: TransactionManager | None = None
+        self._transactional = False
 
     # ------------------------------------------------------------ one round
 
     def has_pending_work(self) -> bool:
         return bool(self.inflight) or self.accumulator.has_queued()
+
+    def set_transactions(self, transactions: TransactionManager) -> None:
+        self.transactions = transactions
+        self._transactional = True
 
     def run_once(self) -> None:
         now = self.transport.now_ms()
@@ -67,7 +76,10 @@ class Sender:
             self._handle_response(request, response, now)
         self._expire(now)
         idem = self.idempotence
-        if idem is not None:
+        if self.transactions is not None:
+            if self._run_transactions(self.transactions, now):
+                return
+        elif idem is not None:
             idem.maybe_resolve_sequences()
             if idem.epoch_bump_required:
                 idem.bump_epoch_if_needed()
@@ -80,6 +92,30 @@ class Sender:
             if batches:
                 self._send(batches, now)
 
+    def _run_transactions(self, txn: TransactionManager, now: int) -> bool:
+        """The transactional part of a round (Kafka's Sender.runOnce and maybeSendAndPollTransactionalRequest);
+        True when no produce request may go out this round."""
+        txn.sequences.maybe_resolve_sequences()
+        fatal = txn.fatal_error
+        if fatal is not None:
+            if self.has_pending_work():  # nothing more is sent: every batch fails with the fatal error
+                self._fail_everything(fatal.error_code or ErrorCode.UNKNOWN_SERVER_ERROR, str(fatal))
+            return True
+        if txn.has_in_flight_request:
+            return True  # wait for its answer: it may decide what the batches may do
+        if txn.has_abortable_error or txn.is_aborting:
+            error = txn.last_error
+            self.accumulator.abort_undrained(
+                error.error_code if error is not None and error.error_code is not None
+                else ErrorCode.TRANSACTION_ABORTABLE,
+                f"not sent: the transaction must be aborted ({error})" if error is not None
+                else "not sent: the transaction was aborted")
+        request = txn.next_request(now, self.has_pending_work(), self._request_ids)
+        if request is not None:
+            self.transport.send(self.client_id, request)
+            return True
+        return not txn.has_producer_id
+
     def _request_producer_id(self, now: int) -> None:
         if self._init_pending is not None and now - self._init_pending[1] < self.config.request_timeout_ms:
             return
@@ -88,7 +124,8 @@ class Sender:
         self.transport.send(self.client_id, InitProducerIdRequest(request_id))
 
     def _send(self, batches: list[ProducerBatch], now: int) -> None:
-        request = ProduceRequest(tuple(b.to_wire() for b in batches), self.config.acks,
+        transactional = self._transactional
+        request = ProduceRequest(tuple(b.to_wire(transactional) for b in batches), self.config.acks,
                                  self.config.request_timeout_ms, next(self._request_ids))
         self.stats.requests += 1
         for batch in batches:
@@ -105,6 +142,9 @@ class Sender:
     # ------------------------------------------------------------ responses
 
     def _handle_response(self, request: Request, response: Response, now: int) -> None:
+        if self.transactions is not None and not isinstance(response, ProduceResponse):
+            self.transactions.handle_response(request, response, now)
+            return
         if isinstance(response, InitProducerIdResponse):
             if self._init_pending is None or request.request_id != self._init_pending[0]:
                 return  # an answer to a request we gave up on
@@ -153,6 +193,7 @@ class Sender:
             batch.fail(error_code, message or "the broker rejected the batch", from_broker=from_broker)
             if idem is not None:
                 idem.handle_failed_batch(batch, error_code, adjust_sequences=True)
+                self.accumulator.mark_dirty((batch.index,))  # a transactional producer moves later sequences down
 
     def _can_retry(self, batch: ProducerBatch, error_code: int, now: int) -> bool:
         if now - batch.created_ms >= self.config.delivery_timeout_ms or batch.attempts >= self.config.retries:
@@ -165,9 +206,13 @@ class Sender:
 
     def _expire(self, now: int) -> None:
         # A request unanswered past request_timeout_ms breaks the connection: every request on it fails.
-        if any(now - entry.sent_ms >= self.config.request_timeout_ms for entry in self.inflight.values()):
+        txn = self.transactions
+        if any(now - entry.sent_ms >= self.config.request_timeout_ms for entry in self.inflight.values()) or (
+                txn is not None and txn.request_timed_out(now, self.config.request_timeout_ms)):
             self.stats.request_timeouts += 1
             self.transport.disconnect(self.client_id)
+            if txn is not None:
+                txn.connection_lost(now)  # one connection carries both: its request is sent again
             entries = sorted(self.inflight.values(), key=lambda e: e.request.request_id)
             self.inflight.clear()
             for entry in entries:
