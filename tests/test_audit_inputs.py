@@ -253,6 +253,30 @@ def test_any_mix_of_files_reads_and_replays_as_its_rows(tmp_path_factory, layout
                                                                    seconds=1.0))
 
 
+def test_aborted_records_follow_the_stream_when_given_offsets_go_back():
+    """A given base_offset is taken as given, so a stream's offsets may go back (the fuzz test's random
+    base_offset column): a transaction is still what the stream says, its producer's transactional batches
+    from the first to its marker. One feed or a row a feed: 3 aborted records, not 0."""
+    table = pa.table({
+        "topic": ["t"] * 4, "partition": pa.array([0] * 4, pa.int32()),
+        "producer_id": pa.array([5] * 4, pa.int64()), "producer_epoch": pa.array([0] * 4, pa.int16()),
+        "base_sequence": pa.array([0, -1, 3, -1], pa.int32()), "last_sequence": pa.array([2, -1, 4, -1], pa.int32()),
+        "record_count": pa.array([3, 1, 2, 1], pa.int32()),
+        "base_offset": pa.array([877, 689, 100, 50], pa.int64()),  # data 877..879, its ABORT at 689, and so on
+        "is_transactional": [True] * 4, "is_control": [False, True, False, True],
+        "control_type": pa.array([-1, 0, -1, 1], pa.int8()),  # ABORT, then a COMMIT of the next transaction
+        "seq_no": pa.array([1, 2, 3, 4], pa.int64()),
+    })
+    whole = replay_table(table, order_by="seq_no")
+    replayer = StreamReplayer(order_by="seq_no")
+    for row in range(table.num_rows):
+        replayer.feed(table.slice(row, 1))
+    for result in (whole, replayer.finish()):
+        (partition,) = result.partitions.to_pylist()
+        assert (partition["appended"], partition["aborted_txns"], partition["committed_txns"],
+                partition["aborted_records"]) == (4, 1, 1, 3)
+
+
 def _write_with_bad_value(directory: Path, rows: dict[str, np.ndarray], file_of: np.ndarray,
                           layouts: list[FileLayout], victim: int, column: str, row: int,
                           number_type: tuple[int, pa.DataType] | None) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from idemcore.cli import main
 from idemcore.sim import Faults
 from idemcore.sim.transactional import simulate_transactional

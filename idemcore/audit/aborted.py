@@ -2,16 +2,16 @@
 consumer skips), counted as a task's batches go by.
 
 A transaction's records are the producer's transactional batches appended
-from the transaction's first offset up to its marker. A transaction can span
-Arrow batches, so the records of a still-open transaction are carried as a
-pending count per (stream, producer).
+from the transaction's first batch up to its marker, in stream order (the
+order the kernel saw them, as a read_committed consumer reads the log; a
+given ``base_offset`` is taken as given, so offsets need not grow along the
+stream). A transaction can span Arrow batches, so the records of a
+still-open transaction are carried as a pending count per (stream, producer).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from idemcore.state.validate import CompletedTxns
 
 
 class AbortedRecords:
@@ -21,22 +21,24 @@ class AbortedRecords:
         self.per_stream = np.zeros(0, dtype=np.int64)
         self._pending: dict[tuple[int, int], int] = {}  # records of the open transaction, by (stream, producer)
 
-    def add(self, ids: np.ndarray, producer_id: np.ndarray, base_offset: np.ndarray, records: np.ndarray,
-            txns: CompletedTxns, streams: int) -> None:
-        """One fed batch: its appended transactional data batches (stream id, producer, first offset,
-        records) and the transactions its markers completed."""
+    def add(self, ids: np.ndarray, producer_id: np.ndarray, records: np.ndarray, data: np.ndarray,
+            marker: np.ndarray, aborted: np.ndarray, streams: int) -> None:
+        """One fed batch, its rows in stream order (stream id, producer, records): which rows are appended
+        transactional data batches (``data``), which appended markers (``marker``), which markers ABORT
+        (``aborted``). A marker ending no transaction has no records before it to count."""
         if len(self.per_stream) < streams:
             self.per_stream = np.pad(self.per_stream, (0, streams - len(self.per_stream)))
-        if not len(ids) and not len(txns):
+        events = np.flatnonzero(data | marker)
+        if not len(events):
             return
-        # Data batches and markers of one (stream, producer), in offset order: a marker closes what precedes it.
-        stream = np.concatenate([ids.astype(np.int64), txns.partition.astype(np.int64)])
-        producer = np.concatenate([producer_id, txns.producer_id])
-        offset = np.concatenate([base_offset, txns.last_offset])
-        count = np.concatenate([records.astype(np.int64), np.zeros(len(txns), np.int64)])
-        marker = np.r_[np.zeros(len(ids), bool), np.ones(len(txns), bool)]
-        aborted = np.r_[np.zeros(len(ids), bool), txns.aborted]
-        order = np.lexsort((offset, producer, stream))
+        # Data batches and markers of one (stream, producer), in stream order (never offset order: a given
+        # base_offset may go back): a marker closes what precedes it.
+        stream = ids[events].astype(np.int64)
+        producer = producer_id[events]
+        count = np.where(data[events], records[events], 0).astype(np.int64)
+        aborted = marker[events] & aborted[events]
+        marker = marker[events]
+        order = np.lexsort((events, producer, stream))
         stream, producer, count, marker, aborted = (a[order] for a in (stream, producer, count, marker, aborted))
 
         position = np.arange(len(order))

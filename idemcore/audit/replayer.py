@@ -21,7 +21,7 @@ from idemcore.audit.keys import StreamKeys
 from idemcore.audit.shards import ShardedState
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
-from idemcore.protocol.codes import Origin, Status
+from idemcore.protocol.codes import ControlType, Origin, Status
 from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.state.validate import Verdicts
 
@@ -146,9 +146,10 @@ class StreamReplayer:
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
         counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
-        transactional_data = packed["is_transactional"] & ~packed["is_control"]
-        rows = np.flatnonzero(transactional_data & (verdicts.status == Status.APPENDED))
-        self._aborted.add(ids[rows], packed["producer_id"][rows], verdicts.base_offset[rows], count[rows], txns, size)
+        appended = verdicts.status == Status.APPENDED
+        marker = appended & packed["is_control"]
+        self._aborted.add(ids, packed["producer_id"], count, appended & packed["is_transactional"] & ~marker,
+                          marker, packed["control_type"] == ControlType.ABORT, size)
         if timestamps:
             self.min_timestamp = min(self.min_timestamp, int(packed["max_timestamp"].min()))
             self.max_timestamp = max(self.max_timestamp, int(packed["max_timestamp"].max()))
