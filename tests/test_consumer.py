@@ -640,3 +640,21 @@ def test_bad_arguments_are_named(log_of_ten):
     consumer.close()
     with pytest.raises(ConsumerClosedError, match="is closed"):
         consumer.poll()
+
+
+def test_an_empty_poll_over_a_broker_waits_instead_of_spinning():
+    """In process the broker answers an empty fetch at once (no max_wait_ms there): the transport's tick waits,
+    so a poll with a timeout sends about one fetch per millisecond, not thousands."""
+    broker = Broker({TOPIC: 1})
+    fetches = []
+    handle = broker.handle
+
+    def counting(request):
+        fetches.append(request)
+        return handle(request)
+
+    broker.handle = counting  # type: ignore[method-assign]
+    consumer = Consumer(broker)
+    consumer.assign([(TOPIC, 0)])
+    assert consumer.poll(timeout_ms=200) == []
+    assert 10 <= len(fetches) <= 400

@@ -16,16 +16,20 @@ ZERO_KEYS = ("lost", "duplicates", "aborted_reads", "torn_transactions", "zombie
 
 
 def test_exactly_once_with_crashes_zombies_and_a_faulty_network():
-    totals = {"crashes": 0, "instance_crashes": 0, "zombie_attempts": 0, "aborted_transactions": 0}
+    totals = {"crashes": 0, "instance_crashes": 0, "zombie_attempts": 0, "explicit_aborts": 0}
     for seed in range(6):
         report = simulate_transactional(apps=2, partitions=4, records=300, faults=FAULTS, seed=seed,
-                                        instance_crash=0.1)
+                                        instance_crash=0.1, abort_rate=0.1)
         result = report.to_dict()
+        assert result["fatal_errors"] == 0, (seed, result)
+        # Each killed instance's transaction is aborted by its replacement's fence; the others the application
+        # aborted (and processed again: the rewind to the committed offsets is what keeps them from being lost).
+        assert result["aborted_transactions"] == result["instance_crashes"] + result["explicit_aborts"]
         assert {key: result[key] for key in ZERO_KEYS} == dict.fromkeys(ZERO_KEYS, 0), (seed, result)
         assert result["output_records"] == 300, (seed, result)
         for key in totals:
             totals[key] += result[key]
-    # The faults happened: broker crashes, killed instances, zombies, and the aborts their fences made.
+    # The faults happened: broker crashes, killed instances, zombies, and aborts by the application.
     assert all(count >= 3 for count in totals.values()), totals
 
 
@@ -49,3 +53,16 @@ def test_the_cli_reports_the_checker_as_json(capsys):
 def test_no_transactions_without_transactional_is_refused(capsys):
     assert main(["simulate", "--no-transactions"]) == 2
     assert "--no-transactions goes with --transactional" in capsys.readouterr().err
+
+
+def test_a_machine_crash_without_fsync_is_refused_for_transactions(capsys):
+    assert main(["simulate", "--transactional", "--crash-kind", "machine", "--records", "10"]) == 2
+    assert "add fsync (--fsync)" in capsys.readouterr().err
+    assert main(["simulate", "--transactional", "--no-idempotence", "--records", "10"]) == 2
+
+
+def test_machine_crashes_with_fsync_keep_exactly_once():
+    faults = Faults(drop_response=0.05, crash_every=150, crash_kind="machine")
+    report = simulate_transactional(apps=2, partitions=4, records=300, faults=faults, seed=4, fsync=True,
+                                    instance_crash=0.05)
+    assert report.check.exactly_once and report.network.crashes >= 1, report.to_dict()

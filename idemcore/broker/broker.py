@@ -802,7 +802,7 @@ class Broker:
     def _init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
         """A fresh producer id at epoch 0 for an idempotent producer; the transaction coordinator's answer for a
         transactional id, or for an idempotent producer's epoch bump (KIP-360: its current id and epoch)."""
-        if request.transactional_id is not None or request.producer_id != -1:
+        if request.transactional_id is not None or not (type(request.producer_id) is int and request.producer_id == -1):
             return txn_requests.init_producer_id(self.txn_coordinator, request)
         try:
             return InitProducerIdResponse(ErrorCode.NONE, self.producer_ids.generate_producer_id(), 0,

@@ -114,7 +114,9 @@ def _read(batches: list[StoredBatch], offset: int, limit: int, max_bytes: int,
 
 def list_offsets(find_log: FindLog, request: ListOffsetsRequest) -> ListOffsetsResponse:
     committed = _isolation(request.isolation_level)
-    results = []
+    results: list[ListedOffset] = []
+    if not isinstance(request.partitions, tuple | list):
+        return ListOffsetsResponse((), request.request_id)
     for entry in request.partitions:
         if not isinstance(entry, tuple) or len(entry) != 3:
             results.append(ListedOffset(str(entry)[:80], -1, ErrorCode.INVALID_REQUEST))
@@ -123,7 +125,7 @@ def list_offsets(find_log: FindLog, request: ListOffsetsRequest) -> ListOffsetsR
         partition_log = _log(find_log, topic, partition)
         if partition_log is None:
             results.append(ListedOffset(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        elif committed is None or timestamp not in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+        elif committed is None or type(timestamp) is not int or timestamp not in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
             results.append(ListedOffset(topic, partition, ErrorCode.INVALID_REQUEST))
         elif timestamp == EARLIEST_TIMESTAMP:
             results.append(ListedOffset(topic, partition, ErrorCode.NONE, partition_log.log_start_offset))

@@ -47,8 +47,9 @@ def add_partitions_to_txn(coordinator: TransactionCoordinator,
         return AddPartitionsToTxnResponse((), request.request_id)
     answer = _checked(request, lambda: coordinator.add_partitions_to_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, partitions))
-    if isinstance(answer, str):
-        answer = {tp: ErrorCode.INVALID_REQUEST for tp in partitions if isinstance(tp, tuple) and len(tp) == 2}
+    if isinstance(answer, str):  # every well-formed pair answered; a malformed one cannot be named in a result
+        answer = {tp: ErrorCode.INVALID_REQUEST for tp in partitions
+                  if isinstance(tp, tuple) and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int}
     return AddPartitionsToTxnResponse(tuple(PartitionResult(topic, partition, int(code))
                                             for (topic, partition), code in answer.items()), request.request_id)
 

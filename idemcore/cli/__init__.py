@@ -30,6 +30,9 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.no_transactions and not args.transactional:
         raise ValueError("--no-transactions goes with --transactional (the same application without transactions)")
+    if args.transactional and args.no_idempotence:
+        raise ValueError("--no-idempotence does not go with --transactional (a transactional producer is idempotent); "
+                         "--no-transactions runs the application without transactions")
     transactional = args.transactional
     if args.records is None:
         args.records = 20_000 if transactional else 1_000_000
@@ -79,7 +82,8 @@ def _run_transactional(args: argparse.Namespace, faults: object) -> int:
         report = simulate_transactional(args.producers, args.partitions, args.records, faults,  # type: ignore[arg-type]
                                         args.seed, transactions=not args.no_transactions,
                                         records_per_transaction=args.records_per_transaction,
-                                        instance_crash=args.instance_crash, progress=bar.update, fsync=args.fsync)
+                                        instance_crash=args.instance_crash, abort_rate=args.abort_rate,
+                                        progress=bar.update, fsync=args.fsync, backend=args.backend)
     result = report.to_dict()
     if args.json:
         print(json.dumps(result))
@@ -91,7 +95,8 @@ def _run_transactional(args: argparse.Namespace, faults: object) -> int:
         print(f"faults: {net['dropped_requests']:,} requests lost, {net['dropped_responses']:,} responses lost, "
               f"{net['reordered']:,} reordered, {net['duplicated']:,} delivered twice, {net['crashes']} broker "
               f"crashes, {result['instance_crashes']} instances killed mid-transaction, "
-              f"{result['zombie_attempts']} zombie attempts\n")
+              f"{result['zombie_attempts']} zombie attempts, {result['explicit_aborts']} transactions aborted and "
+              f"processed again\n")
         for key in ("input_records", "output_records", "committed_transactions", "aborted_transactions", "lost",
                     "duplicates", "aborted_reads", "torn_transactions", "zombie_writes", "offset_mismatches"):
             print(f"  {key:<23} {result[key]:>10,}")
@@ -127,8 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="records in all (default 1,000,000; --transactional: 20,000 input records)")
     sim.add_argument("--drop-request", type=probability, default=0.02, help="request loss (default 0.02)")
     sim.add_argument("--drop-response", type=probability, default=0.05, help="response loss (default 0.05)")
-    sim.add_argument("--reorder", type=probability, default=0.05, help="requests held back (default 0.05)")
-    sim.add_argument("--duplicate", type=probability, default=0.01, help="requests delivered twice (default 0.01)")
+    sim.add_argument("--reorder", type=probability, default=0.05,
+                     help="requests held back (default 0.05; produce requests and reads: the coordinators' requests "
+                          "arrive at most once and in order, as over TCP)")
+    sim.add_argument("--duplicate", type=probability, default=0.01,
+                     help="requests delivered twice (default 0.01; produce requests and reads only)")
     sim.add_argument("--retriable-error", type=probability, default=0.01,
                      help="NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT answers (default 0.01)")
     sim.add_argument("--crash-every", type=non_negative, default=None,
@@ -136,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "--transactional: 2,000)")
     sim.add_argument("--crash-kind", choices=CRASH_KINDS, default="process",
                      help="process: the broker's process dies (the OS keeps its writes); machine: power loss (the "
-                          "logs keep what was fsync'd and part of the rest) (default process)")
+                          "logs keep what was fsync'd and part of the rest; with --transactional it needs --fsync) "
+                          "(default process)")
     sim.add_argument("--no-torn-writes", action="store_true",
                      help="crash between requests instead of in the middle of writing one")
     sim.add_argument("--fsync", action="store_true",
@@ -156,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --transactional: input records per transaction (default 10)")
     sim.add_argument("--instance-crash", type=probability, default=0.02,
                      help="with --transactional: chance an instance dies in a transaction (default 0.02)")
+    sim.add_argument("--abort-rate", type=probability, default=0.02,
+                     help="with --transactional: chance the application aborts a transaction and processes its input "
+                          "again (default 0.02)")
     sim.add_argument("--backend", default=None, choices=BACKEND_CHOICES, help=BACKEND_HELP)
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(run=run_simulate)

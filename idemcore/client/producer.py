@@ -329,8 +329,10 @@ class Producer:
         if not result.done:
             self._drive(lambda: result.done, self.transport.now_ms() + self.config.max_block_ms)
         if not result.done:
+            then = ("its requests stay queued ahead of the commit" if method == "send_offsets_to_transaction"
+                    else f"call {method}() again to keep waiting")
             raise TransactionTimeoutError(f"{method}() did not complete within max_block_ms="
-                                          f"{self.config.max_block_ms}; call {method}() again to keep waiting")
+                                          f"{self.config.max_block_ms}; {then}")
         result.acked = True
         result.raise_error()
 

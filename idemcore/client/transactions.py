@@ -96,7 +96,9 @@ class ProducerFencedError(TransactionFatalError):
 
 class TransactionTimeoutError(TransactionError, TimeoutError):
     """The call did not complete within ``max_block_ms`` (Kafka's TimeoutException). Its requests go on:
-    calling the same method again waits for them; any other transactional call raises until it has."""
+    calling ``init_transactions``, ``commit_transaction`` or ``abort_transaction`` again waits for them. After
+    ``send_offsets_to_transaction`` timed out, its requests stay queued ahead of EndTxn (Kafka's request
+    priorities), so a commit is sent only after them; calling it again sends the offsets again."""
 
 
 _FENCED: Final = frozenset({E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH})

@@ -11,6 +11,7 @@ request: they only carry it to ``handle``.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
@@ -18,6 +19,9 @@ from typing import Protocol, runtime_checkable
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Request, Response
+
+#: How long :meth:`InProcessTransport.tick` lets pass: the clients' clock is the wall clock there.
+_TICK_S = 0.001
 
 
 class UnknownTopicError(IdemcoreError, KeyError):
@@ -89,4 +93,6 @@ class InProcessTransport:
         self._responses.pop(client, None)
 
     def tick(self) -> None:
-        pass
+        # A waiting client (a consumer polling an empty partition, a producer in its retry backoff) waits here,
+        # as a broker holds an empty fetch for max_wait_ms, instead of spinning on requests.
+        time.sleep(_TICK_S)

@@ -32,7 +32,7 @@ import numpy as np
 from idemcore.broker import Broker
 from idemcore.client.consumer import Consumer
 from idemcore.client.producer import Producer
-from idemcore.client.transactions import TransactionAbortableError
+from idemcore.client.transactions import TransactionAbortableError, TransactionFatalError
 from idemcore.errors import IdemcoreError
 from idemcore.net.transport import InProcessTransport
 from idemcore.sim.network import Faults, NetworkStats, SimulatedNetwork
@@ -77,10 +77,15 @@ class TransactionalReport:
     zombie_attempts: int
     virtual_ms: int
     seconds: float
+    #: Transactions live instances aborted and processed again (the application's choice, or an abortable error).
+    explicit_aborts: int = 0
+    #: Instances replaced after a fatal error (a fence they did not expect); 0 unless something is wrong.
+    fatal_errors: int = 0
 
     def to_dict(self) -> dict:
         return {**asdict(self.check), "exactly_once": self.check.exactly_once, "transactions": self.transactions,
                 "instance_crashes": self.instance_crashes, "zombie_attempts": self.zombie_attempts,
+                "explicit_aborts": self.explicit_aborts, "fatal_errors": self.fatal_errors,
                 "crashes": self.network.crashes, "network": asdict(self.network), "virtual_ms": self.virtual_ms,
                 "seconds": round(self.seconds, 3)}
 
@@ -95,6 +100,8 @@ class _Ledger:
     aborted: set[bytes] = field(default_factory=set)
     #: Output values a fenced instance sent after its fence.
     zombie_values: set[bytes] = field(default_factory=set)
+    #: Transactions a live instance aborted (the application's choice, or after an abortable error).
+    explicit_aborts: int = 0
 
 
 def _output_value(input_id: int, txn: bytes) -> bytes:
@@ -112,18 +119,22 @@ def _parse_output(value: bytes) -> tuple[int, bytes]:
     return int(input_id), txn
 
 
+class _ApplicationAbort(Exception):
+    """The application decides to abort its transaction."""
+
+
 class _Instance:
     """One run of the application for ``partitions`` of the input: a consumer and a (transactional) producer."""
 
     def __init__(self, network: SimulatedNetwork, app: int, generation: int, partitions: list[int],
-                 transactions: bool, ledger: _Ledger) -> None:
+                 transactions: bool, ledger: _Ledger, backend: str | None = None) -> None:
         self.name = f"app-{app}.{generation}"
         self.partitions = partitions
         self.transactions = transactions
         self.ledger = ledger
         self.txn_number = 0
         settings: dict[str, Any] = dict(client_id=f"{self.name}-producer", linger_ms=0, request_timeout_ms=200,
-                        delivery_timeout_ms=600_000, retry_backoff_ms=5, max_block_ms=600_000)
+                        delivery_timeout_ms=600_000, retry_backoff_ms=5, max_block_ms=600_000, backend=backend)
         if transactions:
             settings.update(transactional_id=f"app-{app}", transaction_timeout_ms=60_000)
         self.producer = Producer(network, **settings)
@@ -134,9 +145,11 @@ class _Instance:
         if transactions:
             self.producer.init_transactions()  # fences the instance before, aborting its open transaction
 
-    def process(self, max_records: int, die: str | None) -> int:
+    def process(self, max_records: int, die: str | None, abort: bool = False) -> int:
         """Process up to ``max_records`` input records in one transaction; ``die``: where the instance dies
-        ("after-send" or "after-offsets"), leaving everything as it is. Returns the records processed."""
+        ("after-send" or "after-offsets"), leaving everything as it is; ``abort``: the application aborts the
+        transaction instead of committing it (as on a processing error) and processes the input again. Returns
+        the records processed (0 when aborted)."""
         records = self.consumer.poll(max_records=max_records, timeout_ms=20)
         if not records:
             return 0
@@ -152,15 +165,18 @@ class _Instance:
             return len(records)
         offsets = {(INPUT, p): self.consumer.position(INPUT, p) for p in {r.partition for r in records}}
         if self.transactions:
-            self.producer.send_offsets_to_transaction(offsets, GROUP)
-            if die == "after-offsets":
-                return len(records)
             try:
+                self.producer.send_offsets_to_transaction(offsets, GROUP)
+                if die == "after-offsets":
+                    return len(records)
+                if abort:
+                    raise _ApplicationAbort("the application gave up on this transaction")
                 self.producer.commit_transaction()
-            except TransactionAbortableError as exc:
-                log.info("%s: commit failed (%s); aborting", self.name, exc)
+            except (TransactionAbortableError, _ApplicationAbort) as exc:
+                log.info("%s: aborting (%s)", self.name, exc)
                 self.producer.abort_transaction()
                 self.ledger.aborted.add(txn)
+                self.ledger.explicit_aborts += 1
                 self.rewind()
                 return 0
             self.ledger.committed.add(txn)
@@ -206,19 +222,28 @@ def simulate_transactional(
     transactions: bool = True,
     records_per_transaction: int = 10,
     instance_crash: float = 0.02,
+    abort_rate: float = 0.02,
     progress: Callable[[int], None] | None = None,
     fsync: bool = False,
+    backend: str | None = None,
 ) -> TransactionalReport:
     """Process ``records`` input records with ``apps`` instances through ``faults``, then check the output.
     ``instance_crash``: the chance an instance dies in a transaction (it comes back as a new instance with the
-    same transactional id; the dead one acts as a zombie)."""
+    same transactional id; the dead one acts as a zombie). ``abort_rate``: the chance the application aborts a
+    transaction and processes its input again (transactions only). A machine crash (``faults.crash_kind``)
+    needs ``fsync``: without it one broker loses coordinator records it acknowledged, which no client can
+    make up for (Kafka relies on replicas there)."""
     if apps < 1 or partitions < apps or records < 1 or records_per_transaction < 1:
         raise ValueError(f"need apps >= 1, partitions >= apps, records >= 1 and records_per_transaction >= 1; got "
                          f"apps={apps}, partitions={partitions}, records={records}, "
                          f"records_per_transaction={records_per_transaction}")
-    if not 0.0 <= instance_crash < 1.0:
-        raise ValueError(f"instance_crash must be a probability in [0, 1), got {instance_crash}")
+    for name, value in (("instance_crash", instance_crash), ("abort_rate", abort_rate)):
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
     faults = faults or Faults()
+    if faults.crash_every and faults.crash_kind == "machine" and not fsync:
+        raise ValueError("a machine crash without fsync takes back transaction-log records and markers the broker "
+                         "acknowledged (one broker, no replicas): exactly-once cannot hold; add fsync (--fsync)")
     rng = np.random.default_rng(seed + 1)
     data_dir = Path(tempfile.mkdtemp(prefix="idemcore-txn-sim-"))
     started = time.perf_counter()
@@ -227,18 +252,19 @@ def simulate_transactional(
     broker_log.addFilter(quiet)
     try:
         topics = {INPUT: partitions, OUTPUT: partitions}
-        with Broker(topics, data_dir=data_dir, fsync=fsync) as seeding:
+        with Broker(topics, data_dir=data_dir, fsync=fsync, backend=backend) as seeding:
             _write_input(seeding, records, partitions)
         clock: list[SimulatedNetwork] = []
         network = SimulatedNetwork(
-            lambda: Broker(topics, data_dir=data_dir, fsync=fsync, clock=lambda: clock[0].now if clock else 0),
+            lambda: Broker(topics, data_dir=data_dir, fsync=fsync, backend=backend,
+                           clock=lambda: clock[0].now if clock else 0),
             faults, seed)
         clock.append(network)
         ledger = _Ledger()
         owned = [[p for p in range(partitions) if p % apps == a] for a in range(apps)]
         generations = [0] * apps
-        instances = [_Instance(network, a, 0, owned[a], transactions, ledger) for a in range(apps)]
-        crashes = zombie_attempts = 0
+        instances = [_Instance(network, a, 0, owned[a], transactions, ledger, backend) for a in range(apps)]
+        crashes = zombie_attempts = fatal = 0
         zombies: list[_Instance] = []  # dead instances that still try, now and then, up to ZOMBIE_ATTEMPTS times
         done = 0
         max_steps = 50 * records // records_per_transaction + 10_000
@@ -249,18 +275,24 @@ def simulate_transactional(
                 die = None
                 if rng.random() < instance_crash:
                     die = "after-send" if rng.random() < 0.5 else "after-offsets"
-                processed = instance.process(records_per_transaction, die)
-                if die is None or processed == 0:
+                abort = transactions and rng.random() < abort_rate
+                try:
+                    processed = instance.process(records_per_transaction, die, abort)
+                except TransactionFatalError as exc:  # e.g. fenced: the instance cannot go on, a new one takes over
+                    log.warning("%s: %s; replacing it", instance.name, exc)
+                    fatal += 1
+                    processed, die = 0, "fatal"
+                if die is None or (processed == 0 and die != "fatal"):
                     done += processed
                     if progress is not None and processed:
                         progress(processed)
                     continue
                 crashes += 1
-                if instance.transactions:
+                if die != "fatal" and instance.transactions:
                     txn = b"%s.%d" % (instance.name.encode(), instance.txn_number)
                     ledger.aborted.add(txn)  # the replacement's InitProducerId aborts it
                 generations[a] += 1
-                instances[a] = _Instance(network, a, generations[a], owned[a], transactions, ledger)
+                instances[a] = _Instance(network, a, generations[a], owned[a], transactions, ledger, backend)
                 zombies += [instance] * ZOMBIE_ATTEMPTS
             if zombies and rng.random() < 0.3:
                 zombie = zombies.pop(int(rng.integers(len(zombies))))
@@ -275,7 +307,7 @@ def simulate_transactional(
         broker.run_housekeeping()
         check = check_output(broker, ledger, records, partitions)
         report = TransactionalReport(check, network.stats, transactions, crashes, zombie_attempts, network.now,
-                                     time.perf_counter() - started)
+                                     time.perf_counter() - started, ledger.explicit_aborts, fatal)
         network.close()
         return report
     finally:
