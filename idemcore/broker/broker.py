@@ -63,6 +63,7 @@ from idemcore.net.messages import (
     ProduceResponse,
     Request,
     Response,
+    TxnMarker,
     TxnMarkerResult,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
@@ -82,6 +83,7 @@ from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     INT16_MAX,
     INT32_MAX,
+    INTERNAL_TOPICS,
     OFFSETS_TOPIC_SEGMENT_BYTES,
     TRANSACTION_STATE_SEGMENT_BYTES,
     TRANSACTION_STATE_TOPIC,
@@ -102,8 +104,6 @@ from idemcore.state.validate import Verdicts, check_into, commit_into, validate_
 
 log = logging.getLogger(__name__)
 
-#: Topics only this broker's coordinators write (Kafka's internal topics).
-INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC})
 
 _ACKS = (0, 1, -1)
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -193,6 +193,14 @@ def _bad_headers(headers: object, count: int) -> str | None:
             except UnicodeEncodeError:
                 return f"record {index} has header key {pair[0]!r:.60}, which UTF-8 cannot encode"
     return None
+
+
+def _well_formed_marker(marker: object) -> bool:
+    """A TxnMarker whose partitions are (str, int) pairs (its other fields are checked where they are used)."""
+    if type(marker) is not TxnMarker or not isinstance(marker.partitions, tuple | list):
+        return False
+    return all(type(tp) is tuple and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int
+               for tp in marker.partitions)
 
 
 def _check_topic(name: object, count: object) -> None:
@@ -362,6 +370,10 @@ class Broker:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fsync = fsync
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
+        now = self.clock() if callable(self.clock) else None
+        if type(now) is not int:  # e.g. time.time: seconds as a float, where every timeout counts milliseconds
+            raise TypeError(f"clock must be a callable returning the time in ms as an int, got {clock!r:.80}"
+                            + (f" returning {now!r:.40}" if callable(clock) else ""))
         # Bad settings are refused before the directory is touched.
         defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
                                segment_bytes=segment_bytes, segment_ms=segment_ms,
@@ -740,6 +752,12 @@ class Broker:
             if partition_log.log_end_offset:
                 self.state.set_next_offset(number, partition_log.log_end_offset, self.backend)
         rows = self.state.n_producers
+        # A transaction whose first batches retention deleted is known only to the producer state (its snapshot):
+        # the log must hold its LSO at the log start too (Kafka loads ongoing transactions from the snapshot).
+        state = self.state
+        for row in np.flatnonzero(state.row_txn_first_offset[:rows] >= 0).tolist():
+            self._logs[int(state.row_partition[row])].note_open_transaction(int(state.row_producer_id[row]),
+                                                                            int(state.row_txn_first_offset[row]))
         if rows:  # ids in the logs and snapshots are never handed out again, even if the id store was lost
             ids = self.state.row_producer_id[:rows]
             reachable = ids[ids < REACHABLE]
@@ -907,8 +925,14 @@ class Broker:
         """Write each marker to its partitions (COORDINATOR origin: the kernel checks the producer's epoch and
         the coordinator's), one marker at a time, as Kafka's partition leaders append them; fsync'd before the
         answer (the coordinator completes the transaction only after every answer)."""
-        results = []
+        results: list[TxnMarkerResult] = []
+        if not isinstance(request.markers, tuple | list):
+            return WriteTxnMarkersResponse(request.request_id, ())
         for marker in request.markers:
+            if not _well_formed_marker(marker):  # answered with no partition written, never raised
+                producer_id = getattr(marker, "producer_id", -1)
+                results.append(TxnMarkerResult(producer_id if type(producer_id) is int else -1, ()))
+                continue
             answers: dict[int, PartitionResponse] = {}
             numbers: list[int] = []
             positions: list[int] = []

@@ -779,6 +779,11 @@ class PartitionLog:
         else:
             self._open_txns[producer_id] = first_offset
 
+    def note_open_transaction(self, producer_id: int, first_offset: int) -> None:
+        """At recovery: ``producer_id`` has a transaction open here since ``first_offset``, as the producer state
+        says, even if no batch of it is left in the log (retention deleted them)."""
+        self._open_txns.setdefault(producer_id, first_offset)
+
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the earliest open transaction here, else the log end (Kafka's LSO on a single

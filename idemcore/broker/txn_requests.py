@@ -4,10 +4,8 @@ it, never raised out of ``Broker.handle`` (a client's bad request must not stop 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 from idemcore.broker.coordinator import TransactionCoordinator
+from idemcore.broker.request_checks import checked
 from idemcore.net.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -21,19 +19,9 @@ from idemcore.net.messages import (
 )
 from idemcore.protocol.codes import ErrorCode
 
-T = TypeVar("T")
-
-
-def _checked(request: object, call: Callable[[], T]) -> T | str:
-    """``call()``, or the message of the TypeError/ValueError the coordinator raised for a field of ``request``."""
-    try:
-        return call()
-    except (TypeError, ValueError) as exc:
-        return f"{type(request).__name__}: {exc}"
-
 
 def init_producer_id(coordinator: TransactionCoordinator, request: InitProducerIdRequest) -> InitProducerIdResponse:
-    result = _checked(request, lambda: coordinator.init_producer_id(
+    result = checked(request, lambda: coordinator.init_producer_id(
         request.transactional_id, request.transaction_timeout_ms, request.producer_id, request.producer_epoch))
     if isinstance(result, str):
         return InitProducerIdResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id, error_message=result)
@@ -45,7 +33,7 @@ def add_partitions_to_txn(coordinator: TransactionCoordinator,
     partitions = request.partitions
     if not isinstance(partitions, tuple | list):
         return AddPartitionsToTxnResponse((), request.request_id)
-    answer = _checked(request, lambda: coordinator.add_partitions_to_txn(
+    answer = checked(request, lambda: coordinator.add_partitions_to_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, partitions))
     if isinstance(answer, str):  # every well-formed pair answered; a malformed one cannot be named in a result
         answer = {tp: ErrorCode.INVALID_REQUEST for tp in partitions
@@ -58,7 +46,7 @@ def add_offsets_to_txn(coordinator: TransactionCoordinator,
                        request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if type(request.group_id) is not str or not request.group_id:
         return AddOffsetsToTxnResponse(ErrorCode.INVALID_GROUP_ID, request.request_id)
-    code = _checked(request, lambda: coordinator.add_offsets_to_txn(
+    code = checked(request, lambda: coordinator.add_offsets_to_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id))
     return AddOffsetsToTxnResponse(ErrorCode.INVALID_REQUEST if isinstance(code, str) else int(code),
                                    request.request_id)
@@ -67,6 +55,6 @@ def add_offsets_to_txn(coordinator: TransactionCoordinator,
 def end_txn(coordinator: TransactionCoordinator, request: EndTxnRequest) -> EndTxnResponse:
     if type(request.committed) is not bool:
         return EndTxnResponse(ErrorCode.INVALID_REQUEST, request.request_id)
-    code = _checked(request, lambda: coordinator.end_txn(
+    code = checked(request, lambda: coordinator.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed))
     return EndTxnResponse(ErrorCode.INVALID_REQUEST if isinstance(code, str) else int(code), request.request_id)

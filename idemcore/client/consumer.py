@@ -48,13 +48,11 @@ from idemcore.net.messages import (
     Request,
     Response,
 )
-from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
-from idemcore.protocol.codes import RETRIABLE_ERRORS, ControlType, ErrorCode
-from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED
+from idemcore.net.transport import RequestHandler, Transport, as_transport
+from idemcore.protocol.codes import RETRIABLE_ERRORS, ControlType, ErrorCode, error_name
+from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 _client_ids = itertools.count()
 _ISOLATION_LEVELS = {"read_committed": READ_COMMITTED, "read_uncommitted": READ_UNCOMMITTED}
@@ -65,6 +63,8 @@ _TIMESTAMPS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
 #: Rounds one ``poll`` may run while answers arrive at once and move positions without giving records (a guard
 #: against a broker that never lets a position settle; far above what any real log needs).
 _MAX_ROUNDS = 100_000
+#: How a message names an answer's error code (None: the answer left the partition out).
+_name = functools.partial(error_name, absent="no answer for it", unknown="error ")
 
 
 class ConsumerError(IdemcoreError):
@@ -190,13 +190,7 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1_048_576, request_timeout_ms: int = 30_000,
                  default_api_timeout_ms: int = 60_000, retry_backoff_ms: int = 100,
                  client_id: str | None = None) -> None:
-        if isinstance(transport, RequestHandler):
-            transport = InProcessTransport(transport)
-        missing = [name for name in ("now_ms", "send", "poll", "disconnect", "tick", "partition_count")
-                   if not callable(getattr(transport, name, None))]
-        if missing:
-            raise TypeError(f"transport must be a Broker or a Transport, not {type(transport).__name__} "
-                            f"(it has no {', '.join(missing)})")
+        transport = as_transport(transport)
         if group_id is not None and (type(group_id) is not str or not group_id):
             raise (ValueError if type(group_id) is str else TypeError)(
                 f"group_id must be a non-empty string or None, got {group_id!r}")
@@ -750,15 +744,6 @@ def _partition_list(name: str, partitions: object) -> list[TopicPartition]:
             raise ValueError(f"{name}: no such partition {item!r:.80} (empty topic or negative number)")
         chosen[(item[0], item[1])] = None
     return list(chosen)
-
-
-def _name(code: int | None) -> str:
-    if code is None:
-        return "no answer for it"
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
 
 
 __all__ = ["CommitFailedError", "Consumer", "ConsumerClosedError", "ConsumerError", "ConsumerRecord",

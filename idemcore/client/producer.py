@@ -28,7 +28,7 @@ from idemcore.client.transactions import (
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.net.messages import OffsetEntry
-from idemcore.net.transport import InProcessTransport, RequestHandler, Transport
+from idemcore.net.transport import RequestHandler, Transport, as_transport
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
 from idemcore.record.batch import RECORD_OVERHEAD, headers_size
@@ -140,14 +140,7 @@ class Producer:
     def __init__(self, transport: Transport | RequestHandler, *, backend: str | Backend | None = None,
                  **config: Any) -> None:
         self.config = ProducerConfig.from_kwargs(**config)
-        if isinstance(transport, RequestHandler):
-            transport = InProcessTransport(transport)
-        missing = [name for name in ("now_ms", "partition_count", "send", "poll", "disconnect", "tick")
-                   if not callable(getattr(transport, name, None))]
-        if missing:
-            raise TypeError(f"transport must be a Broker or a Transport, not {type(transport).__name__} "
-                            f"(it has no {', '.join(missing)})")
-        self.transport: Transport = transport
+        self.transport: Transport = as_transport(transport)
         self.client_id = self.config.client_id or f"producer-{next(_client_ids)}"
         self.partitions = PartitionArrays()
         settings = self.config

@@ -54,7 +54,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
-from idemcore.protocol.codes import RETRIABLE_ERRORS, ErrorCode
+from idemcore.protocol.codes import RETRIABLE_ERRORS, ErrorCode, error_name
 from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from idemcore.protocol.sequences import seq_at_or_before, seq_sub
 
@@ -107,13 +107,6 @@ _NO_COORDINATOR: Final = frozenset({E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINAT
 #: Kafka's lower backoff for an AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS before any partition of the
 #: transaction was added: the previous transaction is completing and will be done soon.
 ADD_PARTITIONS_RETRY_BACKOFF_MS: Final = 20
-
-
-def _name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
 
 
 def _fenced(transactional_id: str) -> ProducerFencedError:
@@ -230,7 +223,7 @@ class _Handler:
         """UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_ID_MAPPING: the coordinator lost the producer; abort, and the
         abort asks for a new epoch (Kafka's abortableErrorIfPossible, with a coordinator that bumps: KIP-360)."""
         self.m.epoch_bump_required = True
-        self.abortable(TransactionAbortableError(f"{self.name}: {_name(code)}", code))
+        self.abortable(TransactionAbortableError(f"{self.name}: {error_name(code)}", code))
 
     def retry(self, now: int, *, find_coordinator: bool = False) -> None:
         if find_coordinator:
@@ -241,7 +234,7 @@ class _Handler:
         self.m.enqueue(self)
 
     def unexpected(self, code: int) -> None:
-        self.fatal(TransactionFatalError(f"unexpected error in the {self.name} response: {_name(code)}", code))
+        self.fatal(TransactionFatalError(f"unexpected error in the {self.name} response: {error_name(code)}", code))
 
 
 class _FindCoordinatorHandler(_Handler):
@@ -270,10 +263,10 @@ class _FindCoordinatorHandler(_Handler):
         elif code in RETRIABLE_ERRORS:
             self.retry(now)
         elif code == E.TRANSACTION_ABORTABLE:
-            self.abortable(TransactionAbortableError(f"FindCoordinator for {self.key!r}: {_name(code)}", code))
+            self.abortable(TransactionAbortableError(f"FindCoordinator for {self.key!r}: {error_name(code)}", code))
         else:
             self.fatal(TransactionFatalError(f"could not find the coordinator for {self.key!r} (key type "
-                                             f"{self.key_type}): {_name(code)}"
+                                             f"{self.key_type}): {error_name(code)}"
                                              + (f" ({response.error_message})" if response.error_message else ""),
                                              code))
 
@@ -304,11 +297,11 @@ class _InitProducerIdHandler(_Handler):
         elif code in _FENCED:
             self.fatal(_fenced(self.m.transactional_id))
         elif code == E.TRANSACTION_ABORTABLE:
-            self.abortable(TransactionAbortableError(f"InitProducerId: {_name(code)}", code))
+            self.abortable(TransactionAbortableError(f"InitProducerId: {error_name(code)}", code))
         else:
             message = f" ({response.error_message})" if response.error_message else ""
             self.fatal(TransactionFatalError(f"InitProducerId for {self.m.transactional_id!r} failed: "
-                                             f"{_name(code)}{message}", code))
+                                             f"{error_name(code)}{message}", code))
 
 
 class _AddPartitionsHandler(_Handler):
@@ -352,16 +345,16 @@ class _AddPartitionsHandler(_Handler):
                 self.fatal(_fenced(m.transactional_id))
                 return
             if code in _FATAL_CODES or code == E.INVALID_TXN_STATE:
-                self.fatal(TransactionFatalError(f"AddPartitionsToTxn: {_name(code)}", code))
+                self.fatal(TransactionFatalError(f"AddPartitionsToTxn: {error_name(code)}", code))
                 return
             if code in (E.UNKNOWN_PRODUCER_ID, E.INVALID_PRODUCER_ID_MAPPING):
                 self.abortable_and_bump(code)
                 return
             if code == E.TRANSACTION_ABORTABLE:
-                self.abortable(TransactionAbortableError(f"AddPartitionsToTxn: {_name(code)}", code))
+                self.abortable(TransactionAbortableError(f"AddPartitionsToTxn: {error_name(code)}", code))
                 return
             # OPERATION_NOT_ATTEMPTED (another partition failed) and anything unexpected
-            failed.append(f"{answer.topic}-{answer.partition}: {_name(code)}")
+            failed.append(f"{answer.topic}-{answer.partition}: {error_name(code)}")
             first_code = code if first_code is None else first_code
         names = m.partitions.names
         answered = {(a.topic, a.partition) for a in response.results}
@@ -404,9 +397,9 @@ class _AddOffsetsHandler(_Handler):
         elif code in _FENCED:
             self.fatal(_fenced(m.transactional_id))
         elif code in _FATAL_CODES or code == E.INVALID_TXN_STATE:
-            self.fatal(TransactionFatalError(f"AddOffsetsToTxn: {_name(code)}", code))
+            self.fatal(TransactionFatalError(f"AddOffsetsToTxn: {error_name(code)}", code))
         elif code == E.TRANSACTION_ABORTABLE:
-            self.abortable(TransactionAbortableError(f"AddOffsetsToTxn for group {self.group_id!r}: {_name(code)}",
+            self.abortable(TransactionAbortableError(f"AddOffsetsToTxn for group {self.group_id!r}: {error_name(code)}",
                                                      code))
         else:
             self.unexpected(code)
@@ -444,13 +437,14 @@ class _TxnOffsetCommitHandler(_Handler):
                 continue  # retried with the same coordinator
             elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.TRANSACTION_ABORTABLE):
                 self.abortable(TransactionAbortableError(f"TxnOffsetCommit for group {self.group_id!r}: "
-                                                         f"{_name(code)}", code))
+                                                         f"{error_name(code)}", code))
                 break
             elif code in _FENCED:
                 self.fatal(_fenced(m.transactional_id))
                 break
             else:
-                self.fatal(TransactionFatalError(f"TxnOffsetCommit for group {self.group_id!r}: {_name(code)}", code))
+                self.fatal(TransactionFatalError(f"TxnOffsetCommit for group {self.group_id!r}: {error_name(code)}",
+                                                 code))
                 break
         if self.result.done:
             m.pending_offsets.clear()
@@ -493,12 +487,12 @@ class _EndTxnHandler(_Handler):
         elif code in _FENCED:
             self.fatal(_fenced(self.m.transactional_id))
         elif code in _FATAL_CODES or code == E.INVALID_TXN_STATE:
-            self.fatal(TransactionFatalError(f"EndTxn({'commit' if self.committed else 'abort'}): {_name(code)}",
+            self.fatal(TransactionFatalError(f"EndTxn({'commit' if self.committed else 'abort'}): {error_name(code)}",
                                              code))
         elif code in (E.UNKNOWN_PRODUCER_ID, E.INVALID_PRODUCER_ID_MAPPING):
             self.abortable_and_bump(code)
         elif code == E.TRANSACTION_ABORTABLE:
-            self.abortable(TransactionAbortableError(f"EndTxn: {_name(code)}", code))
+            self.abortable(TransactionAbortableError(f"EndTxn: {error_name(code)}", code))
         else:
             self.unexpected(code)
 
@@ -857,7 +851,7 @@ class TransactionManager:
             if not self.is_completing:
                 self.epoch_bump_required = True
             self.transition_to_abortable(TransactionAbortableError(
-                f"a batch of the transaction failed with {_name(code)}: {error}", code))
+                f"a batch of the transaction failed with {error_name(code)}: {error}", code))
 
     def sequences_unresolved(self, topic_partition: tuple[str, int]) -> None:
         """Batches expired after being sent and nothing acknowledged them since: abort, with an epoch bump."""

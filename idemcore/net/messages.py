@@ -17,11 +17,10 @@ from idemcore.protocol.constants import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     READ_UNCOMMITTED,
+    TopicPartition,
 )
 from idemcore.record.batch import RecordBatch
 from idemcore.record.stored import StoredBatch
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True, frozen=True)

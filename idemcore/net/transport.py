@@ -60,6 +60,21 @@ class Transport(Protocol):
         """Let time pass while a caller waits for responses."""
 
 
+#: The methods a transport has, in the order :class:`Transport` declares them.
+TRANSPORT_METHODS = ("now_ms", "partition_count", "send", "poll", "disconnect", "tick")
+
+
+def as_transport(obj: Transport | RequestHandler) -> Transport:
+    """``obj`` if it is a transport; a :class:`RequestHandler` (a Broker) wrapped in an
+    :class:`InProcessTransport`; else TypeError naming the methods it lacks."""
+    transport = InProcessTransport(obj) if isinstance(obj, RequestHandler) else obj
+    missing = [name for name in TRANSPORT_METHODS if not callable(getattr(transport, name, None))]
+    if missing:
+        raise TypeError(f"transport must be a Broker or a Transport, not {type(transport).__name__} "
+                        f"(it has no {', '.join(missing)})")
+    return transport
+
+
 def partition_count(topics: Mapping[str, int], topic: str) -> int:
     """``topics[topic]``, or UnknownTopicError naming the topics there are."""
     try:

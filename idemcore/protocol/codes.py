@@ -27,6 +27,7 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)
     ILLEGAL_GENERATION = 22
+    TOPIC_AUTHORIZATION_FAILED = 29  # e.g. an internal topic in AddPartitionsToTxn (never authorised)
     INVALID_GROUP_ID = 24  # an empty group id
     UNKNOWN_MEMBER_ID = 25
     CLUSTER_AUTHORIZATION_FAILED = 31
@@ -59,6 +60,17 @@ RETRIABLE_ERRORS = frozenset({
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNSTABLE_OFFSET_COMMIT,
 })
+
+
+def error_name(code: int | None, *, absent: str = "no answer", unknown: str = "") -> str:
+    """How a message names error ``code``: its :class:`ErrorCode` name (``NOT_COORDINATOR``); ``unknown`` followed
+    by the number for a code the enum lacks; ``absent`` for None (no answer carried a code)."""
+    if code is None:
+        return absent
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"{unknown}{code}"
 
 
 class Status(enum.IntEnum):

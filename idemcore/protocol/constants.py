@@ -1,4 +1,8 @@
-"""Kafka's constants for idempotence and transactions (see docs/rules.md, "Constants")."""
+"""Kafka's constants for idempotence and transactions (see docs/rules.md, "Constants"), and the name of a
+partition every layer uses."""
+
+#: A partition of a topic: (topic, partition).
+TopicPartition = tuple[str, int]
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -41,6 +45,8 @@ DEFAULT_TRANSACTION_STATE_PARTITIONS = 50
 #: The group coordinator's compacted log, and Kafka's default ``offsets.topic.num.partitions``.
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
+#: Topics only a broker's coordinators write (Kafka's internal topics).
+INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC})
 #: Kafka's default ``transaction.state.log.segment.bytes`` (100 MiB).
 TRANSACTION_STATE_SEGMENT_BYTES = 104_857_600
 #: Kafka's default ``transaction.timeout.ms`` (a producer setting, sent in InitProducerId).

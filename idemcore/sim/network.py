@@ -19,6 +19,7 @@ import numpy as np
 from idemcore.broker import Broker
 from idemcore.broker.written_ends import FILE_NAME as WRITTEN_ENDS
 from idemcore.broker.written_ends import rewind_written_end
+from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -86,10 +87,17 @@ class NetworkStats:
     records_written: int = 0
 
 
-class SimulatedNetwork:
-    """The transport of :mod:`idemcore.transport` with faults; ``broker_factory`` (re)starts the broker."""
+class NoProgressError(IdemcoreError):
+    """The broker crashed more often than ``max_crashes``: too little gets through between crashes."""
 
-    def __init__(self, broker_factory: Callable[[], Broker], faults: Faults = Faults(), seed: int = 0) -> None:
+
+class SimulatedNetwork:
+    """The transport of :mod:`idemcore.transport` with faults; ``broker_factory`` (re)starts the broker.
+    ``max_crashes``: past this many crashes :meth:`tick` raises NoProgressError, ending a run whose clients
+    would otherwise wait (up to their timeouts) for answers a broker that keeps crashing never gives."""
+
+    def __init__(self, broker_factory: Callable[[], Broker], faults: Faults = Faults(), seed: int = 0,
+                 max_crashes: int | None = None) -> None:
         self.broker_factory = broker_factory
         self.broker: Broker | None = broker_factory()
         self.topics = dict(self.broker.topics)
@@ -104,6 +112,7 @@ class SimulatedNetwork:
         self._inbox: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
         self._restart_at: int | None = None
         self._written_since_crash = 0
+        self.max_crashes = max_crashes
 
     # ------------------------------------------------------------ transport interface
 
@@ -142,6 +151,10 @@ class SimulatedNetwork:
 
     def tick(self) -> None:
         """Advance the clock by 1 ms and deliver everything due."""
+        if self.max_crashes is not None and self.stats.crashes > self.max_crashes:
+            raise NoProgressError(f"no progress: the broker crashed {self.stats.crashes} times (more than "
+                                  f"{self.max_crashes}); with crash_every={self.faults.crash_every} too little gets "
+                                  "through between crashes (raise crash_every)")
         self.now += 1
         if self._restart_at is not None and self.now >= self._restart_at:
             self.broker = self.broker_factory()  # recovers producer state from its logs
@@ -249,4 +262,4 @@ def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse
         PartitionResponse(b.topic, b.partition, error_code) for b in request.batches))
 
 
-__all__ = ["CRASH_KINDS", "Faults", "NetworkStats", "SimulatedNetwork"]
+__all__ = ["CRASH_KINDS", "Faults", "NetworkStats", "NoProgressError", "SimulatedNetwork"]

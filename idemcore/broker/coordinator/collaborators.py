@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-TopicPartition = tuple[str, int]
+from idemcore.protocol.constants import TopicPartition as TopicPartition  # re-exported for the coordinator
 
 #: Hands out a fresh producer id; raises (IdemcoreError or OSError) when none can be had.
 ProducerIdAllocator = Callable[[], int]

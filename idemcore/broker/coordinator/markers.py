@@ -18,7 +18,7 @@ from idemcore.broker.coordinator.collaborators import MarkerWriter
 from idemcore.broker.coordinator.metadata import TransactionMetadata, TxnTransitMetadata
 from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
-from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.codes import ErrorCode, error_name
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def marker_outcome(error: int) -> MarkerOutcome:
     if error not in _EXPECTED_RETRY:
         # Kafka throws on these (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...); retrying keeps the transaction pending
         # and visible instead of losing it.
-        log.error("unexpected marker answer %s; will retry", _name(error))
+        log.error("unexpected marker answer %s; will retry", error_name(error))
     return MarkerOutcome.RETRY
 
 
@@ -94,16 +94,7 @@ def send_markers(writer: MarkerWriter, pending: PendingCompletion, attempts: int
                 pending.metadata.remove_partition(tp)
             elif outcome is MarkerOutcome.GIVE_UP:
                 log.warning("marker for %s on %s answered %s: giving up (producer %d epoch %d, coordinator epoch %d)",
-                            pending.metadata.transactional_id, tp, _name(error), pending.producer_id,
+                            pending.metadata.transactional_id, tp, error_name(error), pending.producer_id,
                             pending.producer_epoch, pending.coordinator_epoch)
                 pending.abandoned = True
     return pending.markers_done
-
-
-def _name(error: int | None) -> str:
-    if error is None:
-        return "no answer"
-    try:
-        return ErrorCode(error).name
-    except ValueError:
-        return str(error)

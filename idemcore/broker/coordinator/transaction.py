@@ -68,6 +68,7 @@ from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+    INTERNAL_TOPICS,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
 )
@@ -270,9 +271,14 @@ class TransactionCoordinator:
         for tp in wanted:
             if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
                 raise TypeError(f"a partition must be a (topic, partition) tuple of str and int, got {tp!r}")
-        unknown = [tp for tp in wanted if self._partition_exists is not None and not self._partition_exists(*tp)]
-        if unknown:  # nothing is added; the others are not attempted (KafkaApis.handleAddPartitionsToTxnRequest)
-            return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted}
+        # KafkaApis.handleAddPartitionsToTxnRequest: internal topics are never authorised for a transaction (their
+        # markers would land in a coordinator's own log), unknown partitions are refused; then nothing is added
+        # and the others are not attempted.
+        refused = {tp: E.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] in INTERNAL_TOPICS}
+        refused.update((tp, E.UNKNOWN_TOPIC_OR_PARTITION) for tp in wanted if tp not in refused
+                       and self._partition_exists is not None and not self._partition_exists(*tp))
+        if refused:
+            return {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
         error = self._add_partitions(transactional_id, producer_id, producer_epoch, frozenset(wanted))
         return dict.fromkeys(wanted, error)
 

@@ -26,6 +26,7 @@ from idemcore.broker.coordinator.partitioning import coordinator_partition
 from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_STATE_PARTITIONS, NO_PRODUCER_ID
+from idemcore.record.schema import I8, I16, I32, I64, SchemaReader, pack, pack_string
 
 KEY_VERSION = 0
 #: The value version this module writes (Kafka's at transaction.version 0).
@@ -36,7 +37,6 @@ READABLE_VALUE_VERSIONS = (0, 1)
 #: Partitions grouped by topic as the record holds them: ((topic, (partition, ...)), ...).
 TopicPartitionGroups = tuple[tuple[str, tuple[int, ...]], ...]
 
-_I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _V0_HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, state
 _TIMESTAMPS = struct.Struct(">qq")  # last update, start
 
@@ -88,7 +88,7 @@ def group_by_topic(topic_partitions: Iterable[tuple[str, int]]) -> TopicPartitio
 
 def encode_key(transactional_id: str) -> bytes:
     """The record key of ``transactional_id``."""
-    return _I16.pack(KEY_VERSION) + _string(transactional_id, "transactional id")
+    return I16.pack(KEY_VERSION) + pack_string(transactional_id, "transactional id")
 
 
 def encode_value(value: TransactionLogValue) -> bytes:
@@ -100,91 +100,31 @@ def encode_value(value: TransactionLogValue) -> bytes:
         raise ValueError(f"version 0 cannot hold previous producer id {value.previous_producer_id}, next producer id "
                          f"{value.next_producer_id} or client transaction version {value.client_transaction_version}")
     state = TransactionState(value.state)
-    out = [_pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, value.producer_id,
-                 value.producer_epoch, value.transaction_timeout_ms, int(state))]
+    out = [pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, value.producer_id,
+                value.producer_epoch, value.transaction_timeout_ms, int(state))]
     if state is TransactionState.EMPTY:
         if value.partitions:
             raise ValueError(f"an Empty transaction has no partitions, got {value.partitions!r}")
-        out.append(_I32.pack(-1))
+        out.append(I32.pack(-1))
     else:
         groups = value.partitions or ()
-        out.append(_I32.pack(len(groups)))
+        out.append(I32.pack(len(groups)))
         for topic, ids in groups:
-            out.append(_string(topic, "topic"))
-            out.append(_I32.pack(len(ids)))
-            out.extend(_pack(_I32, f"partition of {topic!r}", p) for p in ids)
-    out.append(_pack(_TIMESTAMPS, "timestamps", value.last_update_timestamp_ms, value.start_timestamp_ms))
+            out.append(pack_string(topic, "topic"))
+            out.append(I32.pack(len(ids)))
+            out.extend(pack(I32, f"partition of {topic!r}", p) for p in ids)
+    out.append(pack(_TIMESTAMPS, "timestamps", value.last_update_timestamp_ms, value.start_timestamp_ms))
     return b"".join(out)
-
-
-def _string(text: str, what: str) -> bytes:
-    data = text.encode("utf-8")
-    if len(data) > 0x7FFF:
-        raise ValueError(f"{what} of {len(data)} UTF-8 bytes is longer than the 32767 a string may hold")
-    return _I16.pack(len(data)) + data
-
-
-def _pack(layout: struct.Struct, what: str, *values: int) -> bytes:
-    try:
-        return layout.pack(*values)
-    except struct.error:
-        raise ValueError(f"{what} {values!r} out of range for {layout.format!r}") from None
 
 
 # ------------------------------------------------------------------ decoding
 
 
-class _Reader:
-    """Reads big-endian fields from ``data``; running out of bytes is a format error naming the field."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def take(self, n: int, what: str) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise TransactionLogFormatError(f"record ends inside its {what} (at byte {self.pos} of {len(self.data)})")
-        self.pos += n
-        return self.data[self.pos - n:self.pos]
-
-    def fixed(self, layout: struct.Struct, what: str) -> int:
-        return int(layout.unpack(self.take(layout.size, what))[0])
-
-    def uvarint(self, what: str) -> int:
-        result = shift = 0
-        while True:
-            byte = self.take(1, what)[0]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise TransactionLogFormatError(f"{what} is a varint longer than 5 bytes")
-
-    def text(self, n: int, what: str) -> str:
-        try:
-            return str(self.take(n, what), "utf-8")
-        except UnicodeDecodeError as exc:
-            raise TransactionLogFormatError(f"{what} is not UTF-8 ({exc.reason})") from None
-
-    def string(self, what: str) -> str:
-        n = self.fixed(_I16, f"{what} length")
-        if n < 0:
-            raise TransactionLogFormatError(f"{what} is null, which the schema does not allow")
-        return self.text(n, what)
-
-    def compact_string(self, what: str) -> str:
-        n = self.uvarint(f"{what} length") - 1
-        if n < 0:
-            raise TransactionLogFormatError(f"{what} is null, which the schema does not allow")
-        return self.text(n, what)
-
-
 def decode_key(data: bytes) -> str | None:
     """The transactional id of a record key; None for a key version this reader does not know (Kafka skips those
     records when it loads the log)."""
-    reader = _Reader(data)
-    version = reader.fixed(_I16, "key version")
+    reader = SchemaReader(data, TransactionLogFormatError)
+    version = reader.fixed(I16, "key version")
     if version != KEY_VERSION:
         return None
     return reader.string("transactional id")
@@ -194,8 +134,8 @@ def decode_value(data: bytes | None) -> TransactionLogValue | None:
     """The stored state, or None for a tombstone. Bytes after the last field are ignored, as Kafka's reader does."""
     if data is None:
         return None
-    reader = _Reader(data)
-    version = reader.fixed(_I16, "value version")
+    reader = SchemaReader(data, TransactionLogFormatError)
+    version = reader.fixed(I16, "value version")
     if version == 0:
         return _decode_v0(reader)
     if version == 1:
@@ -210,64 +150,55 @@ def _state(byte: int) -> TransactionState:
         raise TransactionLogFormatError(f"state {byte} is not a transaction state id (0-7)") from None
 
 
-def _decode_v0(reader: _Reader) -> TransactionLogValue:
-    producer_id = reader.fixed(_I64, "producer id")
-    epoch = reader.fixed(_I16, "producer epoch")
-    timeout = reader.fixed(_I32, "transaction timeout")
-    state = _state(reader.fixed(_I8, "state"))
-    count = reader.fixed(_I32, "topic count")
+def _decode_v0(reader: SchemaReader) -> TransactionLogValue:
+    producer_id = reader.fixed(I64, "producer id")
+    epoch = reader.fixed(I16, "producer epoch")
+    timeout = reader.fixed(I32, "transaction timeout")
+    state = _state(reader.fixed(I8, "state"))
+    count = reader.fixed(I32, "topic count")
     groups: TopicPartitionGroups | None = None
     if count >= 0:
         groups = tuple(_topic_v0(reader) for _ in range(count))
     elif count != -1:
         raise TransactionLogFormatError(f"topic count {count} is negative")
-    last_update = reader.fixed(_I64, "last update timestamp")
-    start = reader.fixed(_I64, "start timestamp")
+    last_update = reader.fixed(I64, "last update timestamp")
+    start = reader.fixed(I64, "start timestamp")
     return TransactionLogValue(producer_id, epoch, timeout, state, groups, last_update, start, version=0)
 
 
-def _topic_v0(reader: _Reader) -> tuple[str, tuple[int, ...]]:
+def _topic_v0(reader: SchemaReader) -> tuple[str, tuple[int, ...]]:
     topic = reader.string("topic")
-    n = reader.fixed(_I32, f"partition count of {topic!r}")
+    n = reader.fixed(I32, f"partition count of {topic!r}")
     if n < 0:
         raise TransactionLogFormatError(f"partition count {n} of {topic!r} is negative")
-    return topic, tuple(reader.fixed(_I32, f"partition of {topic!r}") for _ in range(n))
+    return topic, tuple(reader.fixed(I32, f"partition of {topic!r}") for _ in range(n))
 
 
-def _decode_v1(reader: _Reader) -> TransactionLogValue:
-    producer_id = reader.fixed(_I64, "producer id")
-    epoch = reader.fixed(_I16, "producer epoch")
-    timeout = reader.fixed(_I32, "transaction timeout")
-    state = _state(reader.fixed(_I8, "state"))
+def _decode_v1(reader: SchemaReader) -> TransactionLogValue:
+    producer_id = reader.fixed(I64, "producer id")
+    epoch = reader.fixed(I16, "producer epoch")
+    timeout = reader.fixed(I32, "transaction timeout")
+    state = _state(reader.fixed(I8, "state"))
     count = reader.uvarint("topic count") - 1
     groups = None if count < 0 else tuple(_topic_v1(reader) for _ in range(count))
-    last_update = reader.fixed(_I64, "last update timestamp")
-    start = reader.fixed(_I64, "start timestamp")
-    tags = _tagged_fields(reader, "value")
+    last_update = reader.fixed(I64, "last update timestamp")
+    start = reader.fixed(I64, "start timestamp")
+    tags = reader.tagged_fields("value")
     return TransactionLogValue(
         producer_id, epoch, timeout, state, groups, last_update, start,
-        previous_producer_id=_tag_int(tags, 0, _I64, NO_PRODUCER_ID, "previous producer id"),
-        next_producer_id=_tag_int(tags, 1, _I64, NO_PRODUCER_ID, "next producer id"),
-        client_transaction_version=_tag_int(tags, 2, _I16, 0, "client transaction version"), version=1)
+        previous_producer_id=_tag_int(tags, 0, I64, NO_PRODUCER_ID, "previous producer id"),
+        next_producer_id=_tag_int(tags, 1, I64, NO_PRODUCER_ID, "next producer id"),
+        client_transaction_version=_tag_int(tags, 2, I16, 0, "client transaction version"), version=1)
 
 
-def _topic_v1(reader: _Reader) -> tuple[str, tuple[int, ...]]:
+def _topic_v1(reader: SchemaReader) -> tuple[str, tuple[int, ...]]:
     topic = reader.compact_string("topic")
     n = reader.uvarint(f"partition count of {topic!r}") - 1
     if n < 0:
         raise TransactionLogFormatError(f"partitions of {topic!r} are null, which the schema does not allow")
-    ids = tuple(reader.fixed(_I32, f"partition of {topic!r}") for _ in range(n))
-    _tagged_fields(reader, f"topic {topic!r}")
+    ids = tuple(reader.fixed(I32, f"partition of {topic!r}") for _ in range(n))
+    reader.tagged_fields(f"topic {topic!r}")
     return topic, ids
-
-
-def _tagged_fields(reader: _Reader, where: str) -> dict[int, bytes]:
-    tags: dict[int, bytes] = {}
-    for _ in range(reader.uvarint(f"tagged field count of {where}")):
-        tag = reader.uvarint(f"tag in {where}")
-        size = reader.uvarint(f"size of tag {tag} in {where}")
-        tags[tag] = bytes(reader.take(size, f"tag {tag} in {where}"))  # unknown tags are skipped, as Kafka does
-    return tags
 
 
 def _tag_int(tags: dict[int, bytes], tag: int, layout: struct.Struct, default: int, what: str) -> int:

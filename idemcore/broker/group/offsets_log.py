@@ -2,7 +2,8 @@
 (``OffsetCommitKey.json``, ``OffsetCommitValue.json``; ``GroupCoordinatorRecordHelpers.newOffsetCommitRecord``).
 
 Hand-written like ``txn_log``: a few fixed fields, and the loader must tell a record it may skip (another
-record type) from one that is damaged. Big-endian; a string is an int16 length + UTF-8.
+record type) from one that is damaged. Big-endian; a string is an int16 length + UTF-8 (the fields are read and
+written by :mod:`idemcore.record.schema`).
 
 Key, versions 0 and 1 (Kafka writes 1)::
 
@@ -22,10 +23,10 @@ value is a tombstone: the group's offset for the partition is deleted.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from idemcore.errors import IdemcoreError
+from idemcore.record.schema import I16, I32, I64, SchemaReader, pack, pack_string
 
 #: The key version this module writes (Kafka's current one), and the versions that are offset commits.
 KEY_VERSION = 1
@@ -35,9 +36,6 @@ VALUE_VERSION = 3
 READABLE_VALUE_VERSIONS = (0, 1, 2, 3, 4)
 #: Kafka's ``RecordBatch.NO_PARTITION_LEADER_EPOCH``: the leader epoch is unknown.
 NO_LEADER_EPOCH = -1
-
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-_STRING_MAX = 0x7FFF
 
 
 class OffsetLogFormatError(IdemcoreError, ValueError):
@@ -71,8 +69,8 @@ class OffsetCommitValue:
 
 def encode_key(group: str, topic: str, partition: int) -> bytes:
     """The record key (version 1). ValueError for a field the record cannot hold."""
-    return (_I16.pack(KEY_VERSION) + _string(group, "group id") + _string(topic, "topic")
-            + _pack(_I32, "partition", partition))
+    return (I16.pack(KEY_VERSION) + pack_string(group, "group id") + pack_string(topic, "topic")
+            + pack(I32, "partition", partition))
 
 
 def encode_value(value: OffsetCommitValue) -> bytes:
@@ -81,81 +79,23 @@ def encode_value(value: OffsetCommitValue) -> bytes:
         raise ValueError(f"only value version {VALUE_VERSION} is written, got version {value.version}")
     if value.expire_timestamp != -1:
         raise ValueError(f"version {VALUE_VERSION} cannot hold expire timestamp {value.expire_timestamp}")
-    return b"".join((_I16.pack(VALUE_VERSION), _pack(_I64, "offset", value.offset),
-                     _pack(_I32, "leader epoch", value.leader_epoch), _string(value.metadata, "metadata"),
-                     _pack(_I64, "commit timestamp", value.commit_timestamp)))
-
-
-def _string(text: str, what: str) -> bytes:
-    data = text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for lone surrogates
-    if len(data) > _STRING_MAX:
-        raise ValueError(f"{what} of {len(data)} UTF-8 bytes is longer than the {_STRING_MAX} a string may hold")
-    return _I16.pack(len(data)) + data
-
-
-def _pack(layout: struct.Struct, what: str, value: int) -> bytes:
-    try:
-        return layout.pack(value)
-    except struct.error:
-        raise ValueError(f"{what} {value!r} out of range for {layout.format!r}") from None
+    return b"".join((I16.pack(VALUE_VERSION), pack(I64, "offset", value.offset),
+                     pack(I32, "leader epoch", value.leader_epoch), pack_string(value.metadata, "metadata"),
+                     pack(I64, "commit timestamp", value.commit_timestamp)))
 
 
 # ------------------------------------------------------------------ decoding
 
 
-class _Reader:
-    """Big-endian fields from ``data``; running out of bytes is a format error naming the field."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def take(self, n: int, what: str) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise OffsetLogFormatError(f"record ends inside its {what} (at byte {self.pos} of {len(self.data)})")
-        self.pos += n
-        return self.data[self.pos - n:self.pos]
-
-    def fixed(self, layout: struct.Struct, what: str) -> int:
-        return int(layout.unpack(self.take(layout.size, what))[0])
-
-    def uvarint(self, what: str) -> int:
-        result = shift = 0
-        while True:
-            byte = self.take(1, what)[0]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise OffsetLogFormatError(f"{what} is a varint longer than 5 bytes")
-
-    def text(self, n: int, what: str) -> str:
-        if n < 0:
-            raise OffsetLogFormatError(f"{what} is null, which the schema does not allow")
-        try:
-            return str(self.take(n, what), "utf-8")
-        except UnicodeDecodeError as exc:
-            raise OffsetLogFormatError(f"{what} is not UTF-8 ({exc.reason})") from None
-
-    def string(self, what: str) -> str:
-        return self.text(self.fixed(_I16, f"{what} length"), what)
-
-    def skip_tagged_fields(self, where: str) -> None:
-        for _ in range(self.uvarint(f"tagged field count of {where}")):
-            tag = self.uvarint(f"tag in {where}")
-            self.take(self.uvarint(f"size of tag {tag} in {where}"), f"tag {tag} in {where}")
-
-
 def decode_key(data: bytes) -> OffsetCommitKey | None:
     """The key of an offset-commit record; None for another record type (a key version other than 0 or 1)."""
-    reader = _Reader(data)
-    version = reader.fixed(_I16, "key version")
+    reader = SchemaReader(data, OffsetLogFormatError)
+    version = reader.fixed(I16, "key version")
     if version not in OFFSET_COMMIT_KEY_VERSIONS:
         return None
     group = reader.string("group id")
     topic = reader.string("topic")
-    return OffsetCommitKey(group, topic, reader.fixed(_I32, "partition"))
+    return OffsetCommitKey(group, topic, reader.fixed(I32, "partition"))
 
 
 def decode_value(data: bytes | None) -> OffsetCommitValue | None:
@@ -163,18 +103,18 @@ def decode_value(data: bytes | None) -> OffsetCommitValue | None:
     ignores them."""
     if data is None:
         return None
-    reader = _Reader(data)
-    version = reader.fixed(_I16, "value version")
+    reader = SchemaReader(data, OffsetLogFormatError)
+    version = reader.fixed(I16, "value version")
     if version not in READABLE_VALUE_VERSIONS:
         raise OffsetLogFormatError(f"offset commit value version {version} is not one of {READABLE_VALUE_VERSIONS}")
-    offset = reader.fixed(_I64, "offset")
-    leader_epoch = reader.fixed(_I32, "leader epoch") if version >= 3 else NO_LEADER_EPOCH
+    offset = reader.fixed(I64, "offset")
+    leader_epoch = reader.fixed(I32, "leader epoch") if version >= 3 else NO_LEADER_EPOCH
     if version >= 4:
-        metadata = reader.text(reader.uvarint("metadata length") - 1, "metadata")
+        metadata = reader.compact_string("metadata")
     else:
         metadata = reader.string("metadata")
-    commit_timestamp = reader.fixed(_I64, "commit timestamp")
-    expire_timestamp = reader.fixed(_I64, "expire timestamp") if version == 1 else -1
+    commit_timestamp = reader.fixed(I64, "commit timestamp")
+    expire_timestamp = reader.fixed(I64, "expire timestamp") if version == 1 else -1
     if version >= 4:
-        reader.skip_tagged_fields("value")  # no tags are defined yet; unknown ones are skipped, as Kafka does
+        reader.tagged_fields("value")  # no tags are defined yet; unknown ones are skipped, as Kafka does
     return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp, version)

@@ -5,12 +5,10 @@ stop the broker."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 from idemcore.broker.group.coordinator import GroupCoordinator
-from idemcore.broker.group.shard import TopicPartition
+from idemcore.broker.request_checks import checked
 from idemcore.net.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -22,19 +20,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.protocol.codes import ErrorCode
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-def _checked(request: object, call: Callable[[], T]) -> T | str:
-    """``call()``, or why the coordinator refused a field of ``request`` by its type or range."""
-    try:
-        return call()
-    except (TypeError, ValueError) as exc:
-        log.info("%s answered INVALID_REQUEST: %s", type(request).__name__, exc)
-        return f"{type(request).__name__}: {exc}"
+from idemcore.protocol.constants import TopicPartition
 
 
 def _results(offsets: object, answer: Mapping[TopicPartition, ErrorCode] | str) -> tuple[PartitionResult, ...]:
@@ -48,14 +34,14 @@ def _results(offsets: object, answer: Mapping[TopicPartition, ErrorCode] | str) 
 
 
 def offset_commit(coordinator: GroupCoordinator, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    answer = _checked(request, lambda: coordinator.offset_commit(request.group_id, request.offsets,
-                                                                 request.generation_id, request.member_id))
+    answer = checked(request, lambda: coordinator.offset_commit(request.group_id, request.offsets,
+                                                                request.generation_id, request.member_id))
     return OffsetCommitResponse(_results(request.offsets, answer), request.request_id,
                                 answer if isinstance(answer, str) else None)
 
 
 def txn_offset_commit(coordinator: GroupCoordinator, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
-    answer = _checked(request, lambda: coordinator.txn_offset_commit(
+    answer = checked(request, lambda: coordinator.txn_offset_commit(
         request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, request.offsets,
         request.generation_id, request.member_id))
     return TxnOffsetCommitResponse(_results(request.offsets, answer), request.request_id,
@@ -63,8 +49,8 @@ def txn_offset_commit(coordinator: GroupCoordinator, request: TxnOffsetCommitReq
 
 
 def offset_fetch(coordinator: GroupCoordinator, request: OffsetFetchRequest) -> OffsetFetchResponse:
-    answer = _checked(request, lambda: coordinator.offset_fetch(request.group_id, request.partitions,
-                                                                request.require_stable))
+    answer = checked(request, lambda: coordinator.offset_fetch(request.group_id, request.partitions,
+                                                               request.require_stable))
     if isinstance(answer, str):
         return OffsetFetchResponse((), int(ErrorCode.INVALID_REQUEST), request.request_id, answer)
     error, offsets = answer

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from idemcore.broker.group.offsets_log import OffsetCommitKey, OffsetCommitValue
 from idemcore.protocol.constants import NO_PRODUCER_ID
+from idemcore.protocol.constants import TopicPartition as TopicPartition  # re-exported for the coordinator
 
-TopicPartition = tuple[str, int]
 #: (group, topic, partition)
 GroupPartition = tuple[str, str, int]
 
