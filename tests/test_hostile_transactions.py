@@ -831,8 +831,6 @@ def test_simulate_transactional_with_requests_almost_always_lost_ends_with_a_tim
 # ---------------------------------------------------------------- bugs (each fails now)
 
 
-@pytest.mark.xfail(strict=True, reason="send_offsets_to_transaction accepts an offset beyond int64; the broker "
-                                       "answers INVALID_REQUEST and the producer dies with a fatal error")
 def test_an_offset_beyond_int64_is_refused_at_the_call_not_by_killing_the_producer():
     broker = Broker({"in": 1, "out": 1})
     p = producer(broker)
@@ -887,16 +885,12 @@ def test_write_txn_markers_with_malformed_markers_is_answered(markers):
     assert isinstance(answer, M.WriteTxnMarkersResponse) and answer.request_id == 2
 
 
-@pytest.mark.xfail(strict=True, reason="Consumer(isolation_level=<unhashable>) raises \"unhashable type: 'list'\" "
-                                       "from the dict lookup instead of naming isolation_level")
 def test_an_unhashable_isolation_level_is_named():
     broker = Broker({"t": 1})
     with pytest.raises((TypeError, ValueError), match="isolation_level"):
         Consumer(broker, isolation_level=["read_committed"])
 
 
-@pytest.mark.xfail(strict=True, reason="Consumer.seek accepts an offset beyond int64 (no Kafka offset can be); the "
-                                       "next poll silently resets by auto_offset_reset")
 def test_seek_beyond_int64_is_refused():
     broker = Broker({"t": 1})
     consumer = Consumer(broker)

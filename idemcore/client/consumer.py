@@ -194,7 +194,7 @@ class Consumer:
         if group_id is not None and (type(group_id) is not str or not group_id):
             raise (ValueError if type(group_id) is str else TypeError)(
                 f"group_id must be a non-empty string or None, got {group_id!r}")
-        if isolation_level not in _ISOLATION_LEVELS:
+        if type(isolation_level) is not str or isolation_level not in _ISOLATION_LEVELS:
             raise ValueError(f"isolation_level must be 'read_committed' or 'read_uncommitted', got {isolation_level!r}")
         if auto_offset_reset not in _RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {', '.join(_RESET_POLICIES)}, got "
@@ -728,7 +728,12 @@ def _check_int(name: str, value: object, low: int) -> int:
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if value < low:
         raise ValueError(f"{name} must be at least {low}, got {value}")
+    if value > _INT64_MAX:  # Kafka's offsets, timeouts and counts are int64
+        raise ValueError(f"{name} must be at most {_INT64_MAX} (int64), got {value}")
     return value
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def _partition_list(name: str, partitions: object) -> list[TopicPartition]:

@@ -391,6 +391,8 @@ def _offset_entries(offsets: Any) -> tuple[OffsetEntry, ...]:
             raise TypeError(f"offsets: the offset of {key} must be an integer, not {type(offset).__name__}")
         if offset < 0:  # Kafka's OffsetAndMetadata refuses a negative offset
             raise ValueError(f"offsets: the offset of {key} is negative ({offset})")
+        if offset >= 2**63:  # offsets are int64: the broker could not store it
+            raise ValueError(f"offsets: the offset of {key} is beyond int64 ({offset})")
         entries.append(OffsetEntry(key[0], key[1], int(offset)))
     return tuple(entries)
 
