@@ -1251,3 +1251,27 @@ def test_sequences_found_unresolved_while_aborting_still_get_their_epoch_bump():
     producer.send(TOPIC, b"b")
     producer.commit_transaction()
     assert read_committed(broker, 0) == [b"b"]
+
+
+def test_a_transaction_with_a_broker_in_process_never_waits_on_the_transport():
+    """Every answer is there at once in process: the producer lets time pass (transport.tick, a 1 ms sleep)
+    only when a round moved nothing, so FindCoordinator, InitProducerId, AddPartitionsToTxn, the batches and
+    EndTxn run back to back."""
+    from idemcore.net.transport import InProcessTransport
+
+    class CountingTicks(InProcessTransport):
+        ticks = 0
+
+        def tick(self) -> None:
+            CountingTicks.ticks += 1
+            super().tick()
+
+    broker = Broker({TOPIC: 3})
+    producer = txn_producer(broker, transport=CountingTicks(broker))
+    producer.init_transactions()
+    producer.begin_transaction()
+    for partition in range(3):
+        producer.send(TOPIC, b"v", partition=partition)
+    producer.commit_transaction()
+    assert CountingTicks.ticks == 0
+    assert all(stored.control is not None for p in range(3) for stored in broker.log(TOPIC, p).batches[-1:])

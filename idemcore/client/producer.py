@@ -277,7 +277,8 @@ class Producer:
                 self.sender.run_once()
                 if until():
                     break
-                self.transport.tick()
+                if not self.sender.busy:  # waiting for answers or a backoff: let time pass
+                    self.transport.tick()
                 if deadline_ms is not None and self.transport.now_ms() >= deadline_ms:
                     break
         finally:
@@ -389,11 +390,12 @@ def _offset_entries(offsets: Any) -> tuple[OffsetEntry, ...]:
             raise TypeError(f"offsets: key {_shown(key)} is not a (topic, partition) pair")
         if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
             raise TypeError(f"offsets: the offset of {key} must be an integer, not {type(offset).__name__}")
-        if offset < 0:  # Kafka's OffsetAndMetadata refuses a negative offset
-            raise ValueError(f"offsets: the offset of {key} is negative ({offset})")
-        if offset >= 2**63:  # offsets are int64: the broker could not store it
-            raise ValueError(f"offsets: the offset of {key} is beyond int64 ({offset})")
-        entries.append(OffsetEntry(key[0], key[1], int(offset)))
+        value = int(offset)
+        if value < 0:  # Kafka's OffsetAndMetadata refuses a negative offset
+            raise ValueError(f"offsets: the offset of {key} is negative ({value})")
+        if value >= 2**63:  # offsets are int64: the broker could not store it
+            raise ValueError(f"offsets: the offset of {key} is beyond int64 ({value})")
+        entries.append(OffsetEntry(key[0], key[1], value))
     return tuple(entries)
 
 

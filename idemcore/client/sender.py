@@ -34,6 +34,7 @@ class SenderStats:
     expired_batches: int = 0
     request_timeouts: int = 0
     split_batches: int = 0  # halved after MESSAGE_TOO_LARGE
+    sent: int = 0  # requests of every kind put on the transport
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Sender:
         self.transport = transport
         self.client_id = client_id
         self.stats = SenderStats()
+        self.busy = False  # whether the last round handled an answer or sent a request
         self.inflight: dict[int, _InFlight] = {}
         self._init_pending: tuple[int, int] | None = None  # (request id, sent ms) of an InitProducerId
         self._request_ids = itertools.count(1)
@@ -72,8 +74,19 @@ class Sender:
 
     def run_once(self) -> None:
         now = self.transport.now_ms()
-        for request, response in self.transport.poll(self.client_id):
+        answers = self.transport.poll(self.client_id)
+        sent_before = self.stats.sent
+        self.busy = bool(answers)
+        for request, response in answers:
             self._handle_response(request, response, now)
+        try:
+            self._round(now)
+        finally:
+            # Whether this round moved anything (an answer handled, a request sent): the producer lets time pass
+            # (transport.tick) only after a round that did not, so an in-process exchange runs without waits.
+            self.busy = self.busy or self.stats.sent != sent_before
+
+    def _round(self, now: int) -> None:
         self._expire(now)
         idem = self.idempotence
         if self.transactions is not None:
@@ -91,6 +104,10 @@ class Sender:
             batches = self.accumulator.drain(now, self.config.max_request_size)
             if batches:
                 self._send(batches, now)
+
+    def _send_request(self, request: Request) -> None:
+        self.stats.sent += 1
+        self.transport.send(self.client_id, request)
 
     def _run_transactions(self, txn: TransactionManager, now: int) -> bool:
         """The transactional part of a round (Kafka's Sender.runOnce and maybeSendAndPollTransactionalRequest);
@@ -112,7 +129,7 @@ class Sender:
                 else "not sent: the transaction was aborted")
         request = txn.next_request(now, self.has_pending_work(), self._request_ids)
         if request is not None:
-            self.transport.send(self.client_id, request)
+            self._send_request( request)
             return True
         return not txn.has_producer_id
 
@@ -121,7 +138,7 @@ class Sender:
             return
         request_id = next(self._request_ids)
         self._init_pending = (request_id, now)
-        self.transport.send(self.client_id, InitProducerIdRequest(request_id))
+        self._send_request( InitProducerIdRequest(request_id))
 
     def _send(self, batches: list[ProducerBatch], now: int) -> None:
         transactional = self._transactional
@@ -130,7 +147,7 @@ class Sender:
         self.stats.requests += 1
         for batch in batches:
             batch.last_attempt_ms = now
-        self.transport.send(self.client_id, request)
+        self._send_request( request)
         if self.config.acks == 0:
             for batch in batches:  # nobody answers: delivered as far as the producer can know
                 batch.complete(NO_OFFSET)
