@@ -6,6 +6,8 @@ import argparse
 import functools
 import importlib
 import json
+import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -190,6 +192,58 @@ def _report_files(out: Path) -> str:
     return ", ".join(f"{name} {out / file}" for name, file in REPORT_FILES.items())
 
 
+#: The parsers of the commands, by name: what :func:`_command_line` reads the options from.
+_PARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
+def _command_line(command: str, args: argparse.Namespace) -> str:
+    """The command as it ran, for the HTML report: ``idemcore COMMAND`` with its arguments and every option
+    whose value is not the default (rebuilt from the parsed options, so it is the same whether the command came
+    from a shell or from ``main([...])``)."""
+    parser = _PARSERS[command]
+    words = ["idemcore", command]
+    options: list[str] = []
+    for action in parser._actions:  # argparse keeps no public list of them
+        if action.dest in ("help", "run") or not hasattr(args, action.dest):
+            continue
+        value = getattr(args, action.dest)
+        if not action.option_strings:
+            words.append(str(value))
+        elif value != action.default and value is not None:
+            flag = max(action.option_strings, key=len)
+            if isinstance(action, argparse._StoreTrueAction | argparse._CountAction):
+                options += [flag] * (value if isinstance(value, int) and not isinstance(value, bool) else 1)
+            else:
+                options += [flag, str(value)]
+    return shlex.join(words + options)
+
+
+def _check_html(html: Path, source: str | None) -> None:
+    """``--html PATH`` may replace only an earlier HTML report, and not inside the audited path (the next audit
+    would read it as input): said before the audit runs."""
+    from idemcore.audit.html import is_html_report
+
+    if html.is_dir():
+        raise IsADirectoryError(f"--html {html} is a directory; name the file to write (e.g. {html / 'report.html'})")
+    if html.exists() and not is_html_report(html):
+        raise FileExistsError(f"--html {html} exists and is not an idemcore HTML report: not replaced")
+    if source is None or "://" in source:
+        return
+    audited = Path(source).resolve()
+    if audited.is_file():
+        audited = audited.parent
+    if audited in html.resolve().parents:
+        raise ValueError(f"--html {html} is inside the audited path {source}: the next audit would read it as "
+                         "input; write the report elsewhere")
+
+
+def _write_html(report: Any, html: Path, command: str, args: argparse.Namespace, title: str | None = None) -> Path:
+    from idemcore.progress import waiting
+
+    with waiting("writing the HTML report", enabled=show_progress(args)):
+        return report.to_html(html, command=_command_line(command, args), title=title)
+
+
 @_needs_extra("pyarrow")
 def run_generate(args: argparse.Namespace) -> int:
     truth = generate(args.out, topics=args.topics, partitions=args.partitions, producers=args.producers,
@@ -294,6 +348,8 @@ def run_audit(args: argparse.Namespace) -> int:
     from idemcore.record.kafka_files.names import is_log_path
 
     log_dir = "://" not in args.path and is_log_path(args.path)
+    if args.html is not None:
+        _check_html(args.html, args.path)
     if log_dir:
         report = _audit_log_dir(args)
     else:
@@ -302,6 +358,7 @@ def run_audit(args: argparse.Namespace) -> int:
         if "://" not in args.path and (Path(args.path) / DATA_DIR).is_dir():  # a dataset written by generate
             source = Path(args.path) / DATA_DIR
         report = _audit(args, source)
+    html = _write_html(report, args.html, "audit", args) if args.html is not None else None
     if args.json:
         summary = {key: value for key, value in report.summary().items()
                    if key in ("source", "batches", "findings", "seconds", "batches_per_s", "order_by")}
@@ -316,6 +373,7 @@ def run_audit(args: argparse.Namespace) -> int:
             from idemcore.audit.report import REPORT_FILES
 
             summary["files"] = {name: str(args.out / file) for name, file in REPORT_FILES.items()}
+        summary["html"] = str(html) if html is not None else None
         print(json.dumps(summary))
     else:
         print_report(report)
@@ -323,7 +381,30 @@ def run_audit(args: argparse.Namespace) -> int:
             _print_log_dir_problems(report)
         if args.out:
             print(f"\nwritten: {_report_files(args.out)}")
+        if html is not None:
+            print(("" if args.out else "\n") + f"HTML report: {html}")
     return 0
+
+
+#: The demo's HTML report: in ``--dir``, or without it, this file in the temporary directory (replaced by the
+#: next demo; the dataset and Parquet report are removed).
+DEMO_HTML = "report.html"
+_TEMPORARY_HTML = "idemcore-demo-report.html"
+
+
+def _temporary_html() -> Path:
+    """Where the demo writes its HTML report without ``--dir``: one well-known file in the temporary directory,
+    which the next demo replaces; a file of that name that is not an earlier report (or not writable) is left
+    alone for a new unique name."""
+    from idemcore.audit.html import is_html_report
+
+    path = Path(tempfile.gettempdir()) / _TEMPORARY_HTML
+    usable = is_html_report(path) and os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK)
+    if usable:
+        return path
+    handle, name = tempfile.mkstemp(prefix="idemcore-demo-report-", suffix=".html")
+    os.close(handle)
+    return Path(name)
 
 
 @_needs_extra("pyarrow", "pyspark")
@@ -333,6 +414,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
     check_master(args.master)  # before generating the dataset
 
+    if args.html is not None or args.dir:  # said before any work
+        html = args.html if args.html is not None else Path(args.dir) / DEMO_HTML
+        _check_html(html, str(Path(args.dir) / "dataset") if args.dir else None)
+    else:
+        html = _temporary_html()
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="idemcore-demo-"))
     dataset = workdir / "dataset"
     try:
@@ -350,6 +436,14 @@ def run_demo(args: argparse.Namespace) -> int:
         args.out = workdir / "report"
         report = _audit(args, dataset / DATA_DIR)
         result = check_against_truth(report, read_truth(dataset))
+    except BaseException:
+        if not args.dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    try:
+        html = _write_html(report, html, "demo", args,
+                           title=f"idemcore demo: audit of {report.batches:,} generated produce attempts"
+                           + ("" if args.dir else " (dataset since removed)"))
     finally:
         if not args.dir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -368,7 +462,7 @@ def run_demo(args: argparse.Namespace) -> int:
                           "transactions": report.transactions(),
                           "lso_held_partitions": report.held_partitions().num_rows,
                           "seconds": round(report.seconds, 3), "batches_per_s": round(report.batches_per_s),
-                          "kept": kept, "removed": None if args.dir else str(workdir)}))
+                          "kept": kept, "removed": None if args.dir else str(workdir), "html": str(html)}))
         return 0 if result.ok else 1
     print(f"\nidemcore demo: generated {truth['batches']:,} produce attempts of {args.producers:,} producers over "
           f"{args.topics} topics x {args.partitions} partitions in {generated:.1f} s (seed {args.seed}); "
@@ -386,6 +480,7 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"  {label}: {item}")
     print("\nevery planted anomaly found at its batch, nothing else" if result.ok
           else "\nMISMATCH against the ground truth")
+    print(f"HTML report: {html}" + ("" if args.dir else " (kept: one file, open it in a browser)"))
     if args.dir:
         from idemcore.audit.report import REPORT_FILES
 
@@ -453,6 +548,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                                   "partition directories, segment files: audited in-process)")
     aud.add_argument("--out", type=Path, default=None,
                      help="write findings.parquet, producers.parquet and summary.json here")
+    aud.add_argument("--html", type=Path, default=None, metavar="PATH",
+                     help="also write the report as one self-contained HTML page here (charts inline, no script, "
+                          "opens without network access)")
     aud.add_argument("--order-by", default=None, help="ordering column (default: seq_no, else base_offset)")
     aud.add_argument("--origin", default="client", choices=ORIGIN_CHOICES,
                      help="who appended the batches: the checks that apply (default client)")
@@ -467,6 +565,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                           "in-process (Parquet is always audited with Spark)")
     add_audit_options(aud)
     aud.set_defaults(run=run_audit)
+    _PARSERS["audit"] = aud
 
     demo = commands.add_parser(
         "demo", parents=[common],
@@ -481,8 +580,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     demo.add_argument("--seed", type=non_negative, default=7, help="random seed (default 7)")
     demo.add_argument("--dir", default=None, help="keep the dataset and report here (default: a temporary "
                                                   "directory, removed at the end)")
+    demo.add_argument("--html", type=Path, default=None, metavar="PATH",
+                      help=f"write the HTML report here (default: DIR/{DEMO_HTML} with --dir, else "
+                           f"{Path(tempfile.gettempdir()) / _TEMPORARY_HTML}, kept)")
     add_audit_options(demo)
     demo.set_defaults(run=run_demo)
+    _PARSERS["demo"] = demo
 
 
 def print_error(exc: BaseException) -> None:
