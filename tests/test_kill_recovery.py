@@ -17,7 +17,7 @@ def test_100_kills_keep_every_acknowledged_record(tmp_path):
     assert len(rounds) == 100
     # The seeds reach the places that matter: torn segment writes, index writes, the written ends, fsyncs. How
     # many of each varies a little from run to run (records carry wall-clock timestamps, which decide rolls,
-    # retention and snapshots), so the bound is a floor every run clears, not the usual count (4-8 of each).
+    # retention and snapshots; one run gave 4 torn .log writes, 13 pwrites, 31 fsyncs), so the bounds are floors.
     places = Counter(round_.died_at.split(" ")[0] + (" .log" if round_.died_at.endswith(".log") else "")
                      for round_ in rounds)
     assert places["write .log"] >= 3 and places["os.fsync"] >= 5 and places["os.pwrite"] >= 3, places
