@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run idempotent producers against one broker through a deterministic simulated network "
                     "that loses, delays, reorders and duplicates requests and crashes the broker (which recovers "
                     "from its logs); then check that every acknowledged record is in the logs exactly once and "
-                    "in send order. Exit status 1 if an idempotent run breaks exactly-once.")
+                    "in send order. With --transactional, run a read-process-write application instead (consume "
+                    "read_committed, produce, commit offsets in the transaction) and check its output "
+                    "read_committed. Exit status 1 if an idempotent or transactional run breaks exactly-once.")
     sim.add_argument("--producers", type=positive, default=8, help="producers (default 8)")
     sim.add_argument("--partitions", type=positive, default=16, help="partitions (default 16)")
     sim.add_argument("--records", type=positive, default=None,
