@@ -707,6 +707,8 @@ class TransactionManager:
     def fail_if_not_ready_for_send(self) -> None:
         """Before a record is queued: only inside a transaction of an initialised producer (Kafka's checks in
         maybeAddPartition, done before the append so a refused record is never queued)."""
+        if self.state is S.IN_TRANSACTION and self._pending is None and self.has_producer_id:
+            return  # the common case, once per record: in a transaction, with an id, no error, nothing pending
         self._maybe_fail_with_error()
         self._throw_if_pending("send")
         if not self.has_producer_id:
