@@ -343,10 +343,95 @@ _CANDIDATE_JSON = ["topic", "partition", "producer_id", "producer_epoch", "first
                    "coordinator_state", "coordinator_producer_id", "coordinator_producer_epoch", "verdict", "reason"]
 
 
+#: Finding lines printed per round of `audit --follow` (the rest are in the round's findings file).
+_FOLLOW_LINES = 20
+
+
+def _run_follow(args: argparse.Namespace) -> int:
+    """`audit --follow`: rounds until Ctrl-C (SIGINT or SIGTERM: the round under way finishes, the checkpoint
+    stays consistent, a final summary, exit 0). One line per new finding, a line per round that read something."""
+    import signal
+
+    from idemcore.audit.follow import follow, round_summary
+
+    for option, given in (("--html", args.html is not None), ("--spark", args.spark)):
+        if given:
+            raise IdemcoreError(f"{option} does not go with --follow")
+    checkpoint = args.checkpoint
+    if checkpoint is None and args.out is not None:
+        checkpoint = args.out / "_checkpoint"
+    stopping: list[int] = []
+
+    def stop_soon(signum: int, frame: Any) -> None:
+        if stopping:  # a second Ctrl-C: abandon the round (the checkpoint is replaced whole or not at all)
+            raise KeyboardInterrupt
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, stop_soon) for sig in (signal.SIGINT, signal.SIGTERM)}
+    totals = {"rounds": 0, "batches": 0, "findings": 0}
+    counts: dict[str, int] = {}
+
+    def on_round(result: Any) -> None:
+        totals["rounds"] += 1
+        totals["batches"] += result.batches
+        totals["findings"] += result.findings.num_rows
+        for name, n in result.report.finding_counts().items():
+            if name != Finding.HANGING_TRANSACTION.label:
+                counts[name] = counts.get(name, 0) + n
+        if args.json:
+            print(json.dumps(round_summary(result)), flush=True)
+            return
+        for problem in result.problems:
+            print(f"round {result.round}: problem: {problem}", flush=True)
+        rows = result.findings.slice(0, _FOLLOW_LINES).to_pylist()
+        order = result.report.order_by
+        for row in rows:
+            where = f" {row['file']}@{row['position']}" if "file" in row else ""
+            print(f"round {result.round}: {row['finding']}: {row['topic']}-{row['partition']} producer "
+                  f"{row['producer_id']} epoch {row['producer_epoch']} sequence {row['base_sequence']} "
+                  f"{order} {row[order]}{where}", flush=True)
+        if result.findings.num_rows > _FOLLOW_LINES:
+            print(f"round {result.round}: ... and {result.findings.num_rows - _FOLLOW_LINES:,} more in "
+                  f"{result.findings_file}", flush=True)
+        if result.batches:
+            print(f"round {result.round}: {result.batches:,} batches ({result.total_batches:,} in all), "
+                  f"{result.findings.num_rows:,} new finding(s), {result.report.open_txns.num_rows:,} open "
+                  f"transaction(s), {result.report.hanging_transactions().num_rows:,} hanging"
+                  + (f"; waiting for {len(result.waiting)} incomplete file(s)" if result.waiting else ""),
+                  flush=True)
+
+    started = time.perf_counter()
+    try:
+        with _one_line_warnings():
+            follow(args.path, args.out, checkpoint, interval_ms=args.interval_ms, stop=lambda: bool(stopping),
+                   on_round=on_round, keep=False, order_by=args.order_by, origin=args.origin, backend=args.backend,
+                   hanging_after_ms=args.hanging_after_ms)
+    except KeyboardInterrupt:
+        print("idemcore: round abandoned; the checkpoint holds the last whole round", file=sys.stderr)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    seconds = time.perf_counter() - started
+    final = {"rounds": totals["rounds"], "batches": totals["batches"], "findings": totals["findings"],
+             "by_finding": counts, "seconds": round(seconds, 3),
+             "out": str(args.out) if args.out else None, "checkpoint": str(checkpoint) if checkpoint else None}
+    if args.json:
+        print(json.dumps({"final": final}), flush=True)
+    else:
+        print(f"stopped after {totals['rounds']:,} round(s) in {seconds:.1f} s: {totals['batches']:,} batches, "
+              f"{totals['findings']:,} finding(s) "
+              + (f"({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
+              + (f"; findings in {args.out}" if args.out else "")
+              + (f"; checkpoint {checkpoint}" if checkpoint else ""), flush=True)
+    return 0
+
+
 @_needs_extra("pyarrow")
 def run_audit(args: argparse.Namespace) -> int:
     from idemcore.record.kafka_files.names import is_log_path
 
+    if args.follow:
+        return _run_follow(args)
     log_dir = "://" not in args.path and is_log_path(args.path)
     if args.html is not None:
         _check_html(args.html, args.path)
@@ -563,6 +648,15 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     aud.add_argument("--spark", action="store_true",
                      help="a Kafka log directory: audit it with Spark (whole partitions per task) instead of "
                           "in-process (Parquet is always audited with Spark)")
+    aud.add_argument("--follow", action="store_true",
+                     help="keep auditing PATH as it grows (a Parquet directory gaining files, or a Kafka log "
+                          "directory whose segments grow), in-process: new findings as they appear, one line each "
+                          "and OUT/findings-<round>.parquet; stops cleanly on Ctrl-C")
+    aud.add_argument("--interval-ms", type=positive, default=1000,
+                     help="--follow: milliseconds between rounds (default 1,000)")
+    aud.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                     help="--follow: checkpoint directory, to resume without reporting a finding twice or missing "
+                          "one (default OUT/_checkpoint with --out, else none)")
     add_audit_options(aud)
     aud.set_defaults(run=run_audit)
     _PARSERS["audit"] = aud

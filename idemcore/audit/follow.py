@@ -1,0 +1,480 @@
+"""The continuous audit, in-process: follow a growing source round after round, report each finding once.
+
+:func:`follow` (and ``idemcore audit --follow SOURCE``) polls SOURCE every ``interval_ms``; each *round* reads
+what is new, feeds it to one :class:`~idemcore.audit.replayer.StreamReplayer` kept across rounds (a
+:class:`~idemcore.audit.logdir.LogReplayer` for a log directory: the same kernels and rules as the one-shot
+audits), writes the round's new findings, and checkpoints. No Spark.
+
+What is new
+-----------
+- **A Parquet directory** (``*.parquet`` under it, recursively; names or directories starting with ``.`` or
+  ``_`` are ignored, as Spark and Hadoop ignore them): a file is read once, whole, in name order among the files
+  not read yet, when its footer reads. Parquet writes its footer last, so a file still being written in place
+  does not read yet and is waited for; writers should still write under a hidden name and rename (atomic), so a
+  file appears whole. A file that does not read stops the round there (files after it in name order wait too,
+  so each stream keeps its order) and is named in ``RoundResult.waiting``. Within a file each stream is replayed
+  in its ordering column (``seq_no``, else ``base_offset``); across files, in file order.
+- **A Kafka log directory**: per partition, the segment being read and the byte position after its last whole
+  batch. Each round reads the bytes after that position (and the segments rolled since), whole batches only. A
+  torn tail of the newest segment is a write in progress: waited for, not reported. A torn tail of a segment
+  followed by a newer one (it rolled) is reported as the one-shot audit reports it, once. CRC failures are
+  reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. Not done here: the index
+  cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
+
+Exactly once, across restarts
+-----------------------------
+A round writes its findings to ``OUT/findings-<round>.parquet`` (under a hidden name, then renamed), then
+replaces the checkpoint (``CHECKPOINT/follow.ckpt``, written whole then renamed: what was read, file names or
+per-partition positions, and the whole replay state). A restart loads the checkpoint, deletes the findings files
+of rounds after it (written by a round whose checkpoint never landed: SIGKILL between the two steps) and re-reads
+from the checkpointed positions, so each finding is in exactly one findings file. The console line of a finding
+is printed after the checkpoint: at most once.
+
+The replay state is pickled whole (producer tables with every retained batch, stream ids, counters, open
+transactions' record counts). Kafka's producer snapshot (:mod:`idemcore.state.snapshot`) is not used: it keeps
+only each producer's newest batch, so after a restart a retry of one of the four older batches would be
+``duplicate_beyond_window`` instead of ``duplicate``: a different finding. The checkpoint is trusted input
+(pickle): keep it where only the auditor writes.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from idemcore.audit.columns import TOPIC, required_columns
+from idemcore.audit.logdir import LogReplayer, _located, _offset_spans
+from idemcore.audit.replayer import FEED_ROWS, StreamReplayer, _numpy, in_stream_order
+from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
+from idemcore.kernels import Backend, get_backend
+from idemcore.kernels import header_scan_reference as scan_codes
+from idemcore.kernels.abi import HeaderScanColumns
+from idemcore.record.columns import COLUMNS
+from idemcore.record.kafka_files import FileProblem, PartitionFiles, SegmentFiles, list_log_dir
+from idemcore.record.kafka_files.names import is_log_path
+from idemcore.record.kafka_files.segment import (
+    SCAN_COLUMNS,
+    STOP_TORN_TAIL,
+    STOP_ZERO_PADDING,
+    SegmentScan,
+    _stop,
+)
+
+#: The checkpoint file in the checkpoint directory.
+CHECKPOINT_FILE = "follow.ckpt"
+#: Version of the checkpoint's contents.
+CHECKPOINT_VERSION = 1
+#: Findings files in ``out``: ``findings-<round, 8 digits>.parquet``.
+FINDINGS_PREFIX = "findings-"
+PARQUET = "parquet"
+LOG_DIR = "logdir"
+DEFAULT_INTERVAL_MS = 1000
+
+
+@dataclass
+class RoundResult:
+    """One round: what was read, the new findings, and the state after it.
+
+    ``findings``: the batches with a finding read this round (the report's findings columns; a log directory's
+    also ``file`` and ``position``). ``report``: an :class:`AuditReport` of the state after the round
+    (partitions, open and hanging transactions, counts) whose ``findings`` are this round's only.
+    ``read``: Parquet files read, or ``topic-partition`` names that advanced. ``waiting``: what is incomplete
+    (a file whose footer does not read, a torn tail being written). ``problems``: file problems found this round.
+    """
+
+    round: int
+    batches: int
+    total_batches: int
+    findings: pa.Table
+    report: AuditReport
+    read: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    problems: list[FileProblem] = field(default_factory=list)
+    findings_file: Path | None = None
+    seconds: float = 0.0
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
+    """``write`` a hidden file beside ``path``, fsync it, rename it to ``path``, fsync the directory (``fsync``
+    False: the rename alone, atomic for the process; a crash of the machine may lose the last round)."""
+    partial = path.with_name(f".{path.name}.partial")
+    write(partial)
+    if fsync:
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+    os.replace(partial, path)
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def findings_files(out: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The findings files a follow wrote in ``out``, by round."""
+    found = []
+    for path in Path(out).glob(f"{FINDINGS_PREFIX}*.parquet"):
+        digits = path.name[len(FINDINGS_PREFIX):-len(".parquet")]
+        if digits.isdigit():
+            found.append((int(digits), path))
+    return sorted(found)
+
+
+def read_findings(out: str | os.PathLike[str]) -> pa.Table:
+    """Every finding a follow wrote in ``out``, sorted like a report's (topic, partition, ordering column)."""
+    files = findings_files(out)
+    if not files:
+        raise FileNotFoundError(f"{out}: no {FINDINGS_PREFIX}*.parquet")
+    table = pa.concat_tables([pq.read_table(path) for _, path in files], promote_options="default")
+    order = "seq_no" if "seq_no" in table.column_names else "base_offset"
+    return table.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order, "ascending")])
+
+
+def source_kind(source: str | os.PathLike[str]) -> str:
+    """``logdir`` for a Kafka log directory (or partition directory), else ``parquet``."""
+    return LOG_DIR if is_log_path(source) else PARQUET
+
+
+class Follower:
+    """The continuous audit's engine: :meth:`poll` runs one round. Resumes from ``checkpoint`` if it holds one.
+
+    ``out``: where findings files go (None: nowhere; the round results still carry them). ``checkpoint``: a
+    directory (None: no restart). ``order_by``/``origin``: as the Parquet audit's (a log directory is always
+    ``base_offset`` and the CLIENT rules with its gap rule, as :func:`audit_log_dir`). ``fsync``: make each
+    round's findings and checkpoint durable against a machine crash too (a killed process needs only the renames).
+    """
+
+    def __init__(self, source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                 checkpoint: str | os.PathLike[str] | None = None, *, order_by: str | None = None,
+                 origin: str = "client", backend: str | Backend | None = None,
+                 hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, verify_crc: bool = True, fsync: bool = True):
+        self.source = Path(source)
+        self.fsync = fsync
+        if not self.source.exists():
+            raise FileNotFoundError(f"{source}: no such file or directory")
+        if self.source.is_dir() and (self.source / "data").is_dir() and not is_log_path(self.source):
+            self.source = self.source / "data"  # a dataset written by `idemcore generate`
+        self.out = Path(out) if out is not None else None
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.backend = get_backend(backend)
+        self.hanging_after_ms = hanging_after_ms
+        self.verify_crc = verify_crc
+        self.kind = source_kind(self.source)
+        self.order_by = order_by
+        self.origin = origin
+        self.round = 0
+        self.read_files: set[str] = set()
+        self.positions: dict[str, tuple[int, int]] = {}  # log dir: "topic-partition" -> (segment base, byte)
+        self.reported: set[tuple[str, int | None, str]] = set()  # file problems already reported
+        self.replayer: StreamReplayer | None = None
+        self.resumed = False
+        self._failed = False
+        for name, where in (("out", self.out), ("checkpoint", self.checkpoint)):
+            if where is not None and self.source.is_dir() and (
+                    self.source.resolve() == where.resolve() or self.source.resolve() in where.resolve().parents):
+                raise ValueError(f"{name} {where} is inside the followed {self.source}: it would be read as input")
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            for partial in self.out.glob(f".{FINDINGS_PREFIX}*.partial"):
+                partial.unlink()
+        self._load()
+
+    # ------------------------------------------------------------ checkpoint
+
+    def _checkpoint_path(self) -> Path | None:
+        return self.checkpoint / CHECKPOINT_FILE if self.checkpoint is not None else None
+
+    def _load(self) -> None:
+        path = self._checkpoint_path()
+        if path is not None and path.exists():
+            with open(path, "rb") as handle:
+                saved = pickle.load(handle)
+            if saved.get("version") != CHECKPOINT_VERSION:
+                raise ValueError(f"{path}: checkpoint version {saved.get('version')}, expected {CHECKPOINT_VERSION}")
+            if saved["source"] != str(self.source.resolve()) or saved["kind"] != self.kind:
+                raise ValueError(f"{path} is the checkpoint of following {saved['source']} ({saved['kind']}), "
+                                 f"not {self.source.resolve()} ({self.kind})")
+            self.round, self.read_files, self.positions = saved["round"], saved["read_files"], saved["positions"]
+            self.reported, self.order_by, self.origin = saved["reported"], saved["order_by"], saved["origin"]
+            self.replayer = saved["replayer"]
+            if self.replayer is not None:
+                self.replayer.backend = self.replayer.state.backend = self.backend
+            self.resumed = True
+        if self.out is not None:
+            later = [p for k, p in findings_files(self.out) if k > self.round]
+            if later and path is None:
+                raise FileExistsError(f"{self.out} holds findings of an earlier follow; give its checkpoint "
+                                      "directory, or another --out")
+            if later and not self.resumed:
+                raise FileExistsError(f"{self.out} holds findings of an earlier follow but {path} does not exist; "
+                                      "give its checkpoint directory, or another --out")
+            for stale in later:  # written by a round whose checkpoint never landed: that round runs again
+                stale.unlink()
+        if path is not None:
+            self.checkpoint.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+
+    def _save(self) -> None:
+        path = self._checkpoint_path()
+        if path is None:
+            return
+        if self.replayer is not None:
+            for table in self.replayer.state.tables:
+                table._arrays = None  # kernel views of the arrays: rebuilt on use, never pickled apart from them
+        state = {"version": CHECKPOINT_VERSION, "source": str(self.source.resolve()), "kind": self.kind,
+                 "round": self.round, "read_files": self.read_files, "positions": self.positions,
+                 "reported": self.reported, "order_by": self.order_by, "origin": self.origin,
+                 "replayer": self.replayer}
+
+        def write(partial: Path) -> None:
+            with open(partial, "wb") as handle:
+                pickle.dump(state, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+        _write_atomically(path, write, self.fsync)
+
+    # ------------------------------------------------------------ a round
+
+    def poll(self) -> RoundResult:
+        """Read what is new, replay it, write its findings, checkpoint; return the round's result."""
+        if self._failed:
+            raise RuntimeError("an earlier round of this Follower failed half-way: its replay state is not the "
+                               "checkpoint's; make a new Follower (it resumes from the checkpoint)")
+        self._failed = True  # until the round ends: an exception leaves the state ahead of the checkpoint
+        started = time.perf_counter()
+        read: list[str] = []
+        waiting: list[str] = []
+        problems: list[FileProblem] = []
+        if self.replayer is not None:
+            self.replayer._findings.clear()
+        before = self.replayer.batches if self.replayer is not None else 0
+        if self.kind == PARQUET:
+            extra = self._poll_parquet(read, waiting)
+        else:
+            extra = self._poll_log_dir(read, waiting, problems)
+        replayer = self._replayer()
+        result = replayer.finish()
+        findings = result.findings
+        if extra:
+            places = pa.concat_tables(extra)
+            findings = findings.append_column("file", places.column("file")).append_column(
+                "position", places.column("position"))
+        elif self.kind == LOG_DIR:
+            findings = findings.append_column("file", pa.array([], pa.string())).append_column(
+                "position", pa.array([], pa.int64()))
+        self.round += 1
+        findings_file = None
+        if self.out is not None and findings.num_rows:
+            findings_file = self.out / f"{FINDINGS_PREFIX}{self.round:08d}.parquet"
+            _write_atomically(findings_file, lambda partial: pq.write_table(findings, partial), self.fsync)
+        self._save()
+        self._failed = False
+        seconds = time.perf_counter() - started
+        report = AuditReport.from_results([result], order_by=replayer.order_by, seconds=seconds,
+                                          hanging_after_ms=self.hanging_after_ms, source=str(self.source))
+        return RoundResult(self.round, replayer.batches - before, replayer.batches, findings, report, read, waiting,
+                           problems, findings_file, seconds)
+
+    def _replayer(self) -> StreamReplayer:
+        if self.replayer is None:
+            if self.kind == LOG_DIR:
+                self.replayer = LogReplayer(self.backend)
+            else:
+                self.replayer = StreamReplayer(self.origin, self.order_by or "seq_no", self.backend)
+        return self.replayer
+
+    # ------------------------------------------------------------ Parquet
+
+    def _new_parquet_files(self) -> list[tuple[str, Path]]:
+        if self.source.is_file():
+            files = [self.source]
+        else:
+            files = [p for p in self.source.rglob("*.parquet")
+                     if not any(part.startswith((".", "_")) for part in p.relative_to(self.source).parts)]
+        named = sorted((str(p.relative_to(self.source)) if p != self.source else p.name, p) for p in files)
+        return [(name, path) for name, path in named if name not in self.read_files]
+
+    def _poll_parquet(self, read: list[str], waiting: list[str]) -> list[pa.Table]:
+        for name, path in self._new_parquet_files():
+            try:
+                table = pq.read_table(path)
+            except (OSError, pa.ArrowInvalid) as exc:  # incomplete: no footer yet
+                waiting.append(f"{path}: {exc}")
+                break
+            if self.replayer is None:
+                _, self.order_by = required_columns(table.schema.names, self.order_by)
+            try:
+                names, _ = required_columns(table.schema.names, self.order_by)
+                self._feed_table(table.select(names))
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from exc
+            self.read_files.add(name)
+            read.append(name)
+        return []
+
+    def _feed_table(self, table: pa.Table) -> None:
+        replayer = self._replayer()
+        order = replayer.order_by
+        ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
+        permutation = in_stream_order(ids, _numpy(table.column(order), order))
+        if permutation is not None:
+            table, ids = table.take(permutation), ids[permutation]
+        start = 0
+        for batch in table.to_batches(max_chunksize=FEED_ROWS):
+            replayer.feed(batch, ids[start:start + batch.num_rows])
+            start += batch.num_rows
+
+    # ------------------------------------------------------------ Kafka log directory
+
+    def _poll_log_dir(self, read: list[str], waiting: list[str], problems: list[FileProblem]) -> list[pa.Table]:
+        replayer = self._replayer()
+        located: list[pa.Table] = []
+        for part in list_log_dir(self.source).partitions:
+            key = part.name
+            replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))  # listed: in the report
+            segment_base, position = self.positions.get(key, (-1, 0))
+            segments = [s for s in part.segments if s.base_offset >= segment_base]
+            advanced = False
+            for index, segment in enumerate(segments):
+                newest = index == len(segments) - 1
+                start = position if segment.base_offset == segment_base else 0
+                scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
+                waits = newest and scan.stop in (STOP_TORN_TAIL, STOP_ZERO_PADDING)
+                for problem in scan.problems():
+                    if waits and problem.kind == STOP_TORN_TAIL.replace(" ", "_"):
+                        continue
+                    mark = (str(problem.path), problem.position, problem.kind)
+                    if mark not in self.reported:
+                        self.reported.add(mark)
+                        problems.append(problem)
+                if waits and scan.stop == STOP_TORN_TAIL:
+                    waiting.append(f"{segment.log}: {scan.stop_detail}")
+                if len(scan):
+                    advanced = True
+                    self._feed_segment(part, segment, scan, replayer, located)
+                self.positions[key] = (segment.base_offset, scan.stop_position)
+            if advanced:
+                read.append(key)
+        return located
+
+    def _feed_segment(self, part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
+                      replayer: StreamReplayer, located: list[pa.Table]) -> None:
+        good = scan["crc_ok"] != scan_codes.CRC_BAD
+        rows = np.flatnonzero(good) if not good.all() else None
+        columns = {name: scan[name] if rows is None else scan[name][rows]
+                   for name in (*COLUMNS, "position", "last_offset")}
+        if not len(columns["position"]):
+            return
+        columns.update(_offset_spans(columns))
+        table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
+                          for name in COLUMNS if name != "partition"})
+        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
+        verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
+        found = np.flatnonzero(verdicts.finding)
+        if len(found):
+            located.append(_located(part, segment, columns, verdicts, found).select(["file", "position"]))
+
+
+def _scan_from(segment: SegmentFiles, start: int, partition: int, backend: Backend,
+               verify_crc: bool) -> SegmentScan:
+    """The whole batches of ``segment`` from byte ``start`` on (positions are the file's)."""
+    path = segment.log
+    with path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size <= start:
+            empty = {name: np.empty(0, dtype) for name, dtype in SCAN_COLUMNS.items()}
+            return SegmentScan(path, segment.base_offset, size, empty, "end", start, "nothing new", backend.name,
+                               verify_crc)
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            data = np.frombuffer(mapped, np.uint8)
+            try:
+                part = data[start:]
+                cursor = np.zeros(2, np.int64)
+                capacity = max(16, len(part) // scan_codes.RECORDS_AT + 1)
+                capacity = min(capacity, 1 << 16)
+                out = HeaderScanColumns.empty(capacity)
+                count = 0
+                while True:
+                    count += backend.scan_headers(part, start, partition, verify_crc, cursor,
+                                                  *(column[count:] for column in out))
+                    if int(cursor[1]) != scan_codes.SCAN_FULL:
+                        break
+                    grown = HeaderScanColumns.empty(2 * len(out[0]))
+                    for old, new in zip(out, grown, strict=True):
+                        new[:count] = old[:count]
+                    out = grown
+                columns = {name: column[:count].copy() for name, column in zip(SCAN_COLUMNS, out, strict=True)}
+                stop_at = start + int(cursor[0])
+                stop, detail = _stop(data, stop_at, int(cursor[1]))
+                del part
+            finally:
+                del data
+    return SegmentScan(path, segment.base_offset, size, columns, stop, stop_at, detail, backend.name, verify_crc)
+
+
+def follow(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+           checkpoint: str | os.PathLike[str] | None = None, *, interval_ms: int = DEFAULT_INTERVAL_MS,
+           rounds: int | None = None, stop: Callable[[], bool] | None = None,
+           on_round: Callable[[RoundResult], None] | None = None, keep: bool = True,
+           order_by: str | None = None, origin: str = "client", backend: str | Backend | None = None,
+           hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, verify_crc: bool = True,
+           fsync: bool = True) -> list[RoundResult]:
+    """Follow ``source`` (see the module docstring): a round every ``interval_ms`` until ``rounds`` rounds ran
+    (None: no bound) or ``stop()`` is true (asked after each round and while waiting); ``on_round`` is called
+    with each result. Returns the rounds' results (``keep=False``: none kept, for a long run). A round
+    never sleeps before it, so ``follow(..., rounds=1)`` is one immediate round."""
+    follower = Follower(source, out, checkpoint, order_by=order_by, origin=origin, backend=backend,
+                        hanging_after_ms=hanging_after_ms, verify_crc=verify_crc, fsync=fsync)
+    results: list[RoundResult] = []
+    done = 0
+    while True:
+        result = follower.poll()
+        done += 1
+        if keep:
+            results.append(result)
+        if on_round is not None:
+            on_round(result)
+        if (rounds is not None and done >= rounds) or (stop is not None and stop()):
+            return results
+        deadline = time.monotonic() + interval_ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if stop is not None and stop():
+                return results
+            time.sleep(min(left, 0.05))
+
+
+def round_summary(result: RoundResult) -> dict[str, Any]:
+    """A round as JSON-ready values: ``findings`` counts this round's new per-batch findings by name; hanging
+    transactions are a state (``hanging_transactions``: how many now), not counted as new findings."""
+    counts: dict[str, int] = {}
+    for name in result.findings.column("finding").to_pylist():
+        counts[name] = counts.get(name, 0) + 1
+    return {"round": result.round, "batches": result.batches, "total_batches": result.total_batches,
+            "findings": counts, "read": len(result.read), "waiting": result.waiting,
+            "problems": [str(p) for p in result.problems],
+            "open_transactions": result.report.open_txns.num_rows,
+            "hanging_transactions": result.report.hanging_transactions().num_rows,
+            "findings_file": str(result.findings_file) if result.findings_file else None,
+            "seconds": round(result.seconds, 3)}
+
+
+__all__ = ["CHECKPOINT_FILE", "Follower", "RoundResult", "findings_files", "follow", "read_findings",
+           "round_summary", "source_kind"]
