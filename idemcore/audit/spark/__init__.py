@@ -1,5 +1,6 @@
 """Spark validation at scale: ``validate(df)`` per batch, ``audit(source)`` findings and summaries,
-``audit_log_dir_spark(path)`` for Kafka log directories.
+``audit_log_dir_spark(path)`` for Kafka log directories;
+the building blocks for users' own plans (``validate_group``, ``validate_arrow``, ``validate_stream``) in ``udfs``.
 
 pyspark is imported only when a function here runs (``pip install idemcore[spark]``).
 """
@@ -8,5 +9,35 @@ from idemcore.audit.spark.audit_job import audit
 from idemcore.audit.spark.frame import OUTPUT_COLUMNS, validate
 from idemcore.audit.spark.logdir_job import audit_log_dir_spark
 from idemcore.audit.spark.session import get_session
+from idemcore.audit.spark.udfs import (
+    STREAM_STATE_SCHEMA,
+    clustered,
+    load_state,
+    order_of,
+    save_state,
+    validate_arrow,
+    validate_group,
+    validate_group_with,
+    validate_stream,
+    validate_stream_with,
+    validated_schema,
+)
 
-__all__ = ["OUTPUT_COLUMNS", "audit", "audit_log_dir_spark", "get_session", "validate"]
+__all__ = [
+    "OUTPUT_COLUMNS",
+    "STREAM_STATE_SCHEMA",
+    "audit",
+    "audit_log_dir_spark",
+    "clustered",
+    "get_session",
+    "load_state",
+    "order_of",
+    "save_state",
+    "validate",
+    "validate_arrow",
+    "validate_group",
+    "validate_group_with",
+    "validate_stream",
+    "validate_stream_with",
+    "validated_schema",
+]
