@@ -10,6 +10,7 @@ from idemcore.state.manager import (
     ProducerEntry,
     ProducerStateManager,
 )
+from idemcore.state.persist import load_state, save_state
 from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import CompletedTxns, Verdicts, check, commit, validate
@@ -29,6 +30,8 @@ __all__ = [
     "commit",
     "load_snapshot",
     "load_snapshot_file",
+    "load_state",
+    "save_state",
     "snapshot_entries",
     "validate",
 ]

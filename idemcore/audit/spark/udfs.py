@@ -19,7 +19,6 @@ order, right for batches read back from a log, where every batch has one.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from importlib import import_module
 from typing import Any
@@ -30,7 +29,8 @@ from idemcore.audit.columns import TOPIC, order_column, required_columns
 from idemcore.audit.spark.frame import OUTPUT_COLUMNS, _validate_batches, clustered
 from idemcore.audit.spark.schema import check_input
 from idemcore.protocol.codes import Origin
-from idemcore.state.table import _PARTITION_FIELDS, _RING_FIELDS, _ROW_FIELDS, ProducerStateTable
+from idemcore.state.persist import load_state, save_state
+from idemcore.state.table import ProducerStateTable
 
 __all__ = [
     "STREAM_STATE_SCHEMA",
@@ -126,55 +126,6 @@ validate_group = validate_group_with()
 
 # ---------------------------------------------------------------- the streaming state form
 
-_HEADER = struct.Struct("<Bqq")  # version, producer rows, partitions
-_STATE_VERSION = 1
-_ROW_ORDER = [name for name in _ROW_FIELDS if name != "row_partition_index"]
-
-
-def save_state(table: ProducerStateTable) -> bytes:
-    """The whole producer state of ``table`` as compact bytes (155 per producer entry): every row with
-    its full ring of retained batches, and every partition's log end. Unlike a Kafka snapshot
-    (:func:`idemcore.state.snapshot_entries`, the newest batch only), :func:`load_state` gives a table that
-    judges every later batch as ``table`` would."""
-    canonical = table.canonical()
-    n, p = len(canonical["row_producer_id"]), len(canonical["partition_id"])
-    parts = [_HEADER.pack(_STATE_VERSION, n, p)]
-    for name, dtype in {**{k: _ROW_FIELDS[k] for k in _ROW_ORDER}, "ring_len": np.int8, **_RING_FIELDS,
-                        **_PARTITION_FIELDS}.items():
-        parts.append(np.ascontiguousarray(canonical[name], dtype=np.dtype(dtype).newbyteorder("<")).tobytes())
-    return b"".join(parts)
-
-
-def load_state(data: bytes, backend: str | None = None) -> ProducerStateTable:
-    """A table with the state :func:`save_state` wrote."""
-    from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
-
-    version, n, p = _HEADER.unpack_from(data)
-    if version != _STATE_VERSION:
-        raise ValueError(f"producer state of version {version}; this idemcore reads version {_STATE_VERSION}")
-    offset = _HEADER.size
-    arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape in [*((k, _ROW_FIELDS[k], (n,)) for k in _ROW_ORDER), ("ring_len", np.int8, (n,)),
-                               *((k, t, (n, NUM_BATCHES_TO_RETAIN)) for k, t in _RING_FIELDS.items()),
-                               *((k, t, (p,)) for k, t in _PARTITION_FIELDS.items())]:
-        little = np.dtype(dtype).newbyteorder("<")
-        count = int(np.prod(shape))
-        arrays[name] = np.frombuffer(data, little, count, offset).astype(dtype).reshape(shape)
-        offset += count * little.itemsize
-    if offset != len(data):
-        raise ValueError(f"producer state of {len(data)} bytes; {offset} expected for {n} entries, {p} partitions")
-    table = ProducerStateTable(row_capacity=max(n, 16), partition_capacity=max(p, 1))
-    for partition in arrays["partition_id"].tolist():
-        mine = np.flatnonzero(arrays["row_partition"] == partition)
-        rows = table.add_rows(partition, arrays["row_producer_id"][mine], backend)
-        for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset", "ring_len",
-                     *_RING_FIELDS):
-            getattr(table, name)[rows] = arrays[name][mine]
-        table.ring_head[rows] = 0  # canonical rings start with their oldest batch
-    for partition, next_offset in zip(arrays["partition_id"].tolist(), arrays["partition_next_offset"].tolist(),
-                                      strict=True):
-        table.set_next_offset(partition, next_offset, backend)
-    return table
 
 
 def validate_stream_with(origin: str | Origin = "client", order_by: str | None = None,
