@@ -56,11 +56,24 @@ def validate(df: Any, origin: str | Origin = "client", *, order_by: str | None =
     carried across Arrow batches, so the answer does not depend on how rows are batched. Lazy: nothing
     runs until an action. Rows never travel to the driver.
     """
+    order = check_input(df.schema, order_by)
+    out_schema = validated_schema(df, order_by)
+    origin = Origin.parse(origin)  # the enum travels to the workers
+    return clustered(df, order, num_partitions).mapInArrow(_validate_batches(origin, order, backend), out_schema)
+
+
+def validated_schema(df_or_schema: Any, order_by: str | None = None) -> Any:
+    """The output schema of every form here: the columns of ``df_or_schema`` (a DataFrame or its
+    ``StructType``) plus :data:`OUTPUT_COLUMNS`. Raises ValueError naming a missing or mistyped column
+    (the checks :func:`~idemcore.audit.spark.validate` makes) before any job runs."""
     from pyspark.sql.types import LongType, ShortType, StringType, StructField, StructType
 
-    order = check_input(df.schema, order_by)
-    origin = Origin.parse(origin)  # the enum travels to the workers
+    schema = getattr(df_or_schema, "schema", df_or_schema)
+    check_input(schema, order_by)
     types = {"string": StringType(), "short": ShortType(), "long": LongType()}
-    out_schema = StructType([*df.schema.fields,
-                             *(StructField(name, types[kind], True) for name, kind in OUTPUT_COLUMNS.items())])
-    return clustered(df, order, num_partitions).mapInArrow(_validate_batches(origin, order, backend), out_schema)
+    clash = [name for name in OUTPUT_COLUMNS if name in schema.fieldNames()]
+    if clash:
+        raise ValueError(f"the input already has column(s) {', '.join(clash)}, which the verdicts add")
+    added = [StructField(name, types[kind], True) for name, kind in OUTPUT_COLUMNS.items()]
+    return StructType([*schema.fields, *added])
+

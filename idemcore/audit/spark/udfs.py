@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
-from idemcore.audit.spark.frame import OUTPUT_COLUMNS, _validate_batches, clustered
-from idemcore.audit.spark.schema import check_input
+from idemcore.audit.spark.frame import OUTPUT_COLUMNS, _validate_batches, clustered, validated_schema
 from idemcore.protocol.codes import Origin
 from idemcore.state.persist import load_state, save_state
 from idemcore.state.table import ProducerStateTable
@@ -49,22 +48,6 @@ __all__ = [
 #: The state :func:`validate_stream` keeps per group (``stateStructType`` of ``applyInPandasWithState``):
 #: the stream's producer state (:func:`save_state`) and the largest ordering value replayed so far.
 STREAM_STATE_SCHEMA = "producer_state binary, last_order long"
-
-
-def validated_schema(df_or_schema: Any, order_by: str | None = None) -> Any:
-    """The output schema of every form here: the columns of ``df_or_schema`` (a DataFrame or its
-    ``StructType``) plus :data:`OUTPUT_COLUMNS`. Raises ValueError naming a missing or mistyped column
-    (the checks :func:`~idemcore.audit.spark.validate` makes) before any job runs."""
-    from pyspark.sql.types import LongType, ShortType, StringType, StructField, StructType
-
-    schema = getattr(df_or_schema, "schema", df_or_schema)
-    check_input(schema, order_by)
-    types = {"string": StringType(), "short": ShortType(), "long": LongType()}
-    clash = [name for name in OUTPUT_COLUMNS if name in schema.fieldNames()]
-    if clash:
-        raise ValueError(f"the input already has column(s) {', '.join(clash)}, which the verdicts add")
-    added = [StructField(name, types[kind], True) for name, kind in OUTPUT_COLUMNS.items()]
-    return StructType([*schema.fields, *added])
 
 
 # ---------------------------------------------------------------- the Arrow form (what validate() runs)
