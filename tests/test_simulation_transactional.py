@@ -66,3 +66,15 @@ def test_machine_crashes_with_fsync_keep_exactly_once():
     report = simulate_transactional(apps=2, partitions=4, records=300, faults=faults, seed=4, fsync=True,
                                     instance_crash=0.05)
     assert report.check.exactly_once and report.network.crashes >= 1, report.to_dict()
+
+
+def test_coordinators_refusing_requests_now_and_then_keep_exactly_once():
+    """NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS on every kind of coordinator
+    request (and COORDINATOR_NOT_AVAILABLE to FindCoordinator): the clients retry them, nothing is lost or
+    doubled."""
+    faults = Faults(retriable_error=0.2, drop_response=0.05, crash_every=200)
+    report = simulate_transactional(apps=2, partitions=4, records=300, faults=faults, seed=2, instance_crash=0.05)
+    result = report.to_dict()
+    assert {key: result[key] for key in ZERO_KEYS} == dict.fromkeys(ZERO_KEYS, 0), result
+    assert result["fatal_errors"] == 0 and result["output_records"] == 300
+    assert report.network.coordinator_errors >= 20, report.network

@@ -93,7 +93,8 @@ def _run_transactional(args: argparse.Namespace, faults: object) -> int:
               f"{args.partitions} partitions, {args.records:,} input records, seed {args.seed}\n")
         net = result["network"]
         print(f"faults: {net['dropped_requests']:,} requests lost, {net['dropped_responses']:,} responses lost, "
-              f"{net['reordered']:,} reordered, {net['duplicated']:,} delivered twice, {net['crashes']} broker "
+              f"{net['reordered']:,} reordered, {net['duplicated']:,} delivered twice, {net['retriable_errors']:,} "
+              f"retriable produce errors, {net['coordinator_errors']:,} coordinator refusals, {net['crashes']} broker "
               f"crashes, {result['instance_crashes']} instances killed mid-transaction, "
               f"{result['zombie_attempts']} zombie attempts, {result['explicit_aborts']} transactions aborted and "
               f"processed again\n")

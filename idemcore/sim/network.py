@@ -22,16 +22,27 @@ from idemcore.broker.written_ends import rewind_written_end
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
     AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     InitProducerIdRequest,
+    InitProducerIdResponse,
     OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     PartitionResponse,
+    PartitionResult,
     ProduceRequest,
     ProduceResponse,
     Request,
     Response,
     TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from idemcore.net.transport import partition_count
 from idemcore.protocol.codes import ErrorCode
@@ -51,7 +62,9 @@ class Faults:
     drop_response: float = 0.0  # the broker handles it, the answer is lost
     reorder: float = 0.0  # a request is held back and overtaken by later ones (not a coordinator's: see send)
     duplicate: float = 0.0  # the broker receives a request twice (not a coordinator's: see send)
-    retriable_error: float = 0.0  # NOT_LEADER_OR_FOLLOWER before appending, or REQUEST_TIMED_OUT after it
+    #: NOT_LEADER_OR_FOLLOWER before appending or REQUEST_TIMED_OUT after it (produce); a coordinator's retriable
+    #: refusal before handling (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS...)
+    retriable_error: float = 0.0
     crash_every: int = 0  # crash and restart the broker after this many records written (0: never)
     #: "process": the broker's process dies (what reached the OS survives); "machine": the machine loses power
     #: (each log keeps what was fsync'd and a random part of the rest, what the OS had written back).
@@ -80,7 +93,8 @@ class NetworkStats:
     dropped_responses: int = 0
     reordered: int = 0
     duplicated: int = 0
-    retriable_errors: int = 0
+    retriable_errors: int = 0  # produce requests answered NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT
+    coordinator_errors: int = 0  # coordinator requests refused with a retriable code before being handled
     crashes: int = 0
     torn_writes: int = 0  # frames cut short by a crash
     bytes_lost: int = 0  # bytes of the logs a crash took back (torn frames; unsynced data on a machine crash)
@@ -178,6 +192,11 @@ class SimulatedNetwork:
         if broker is None:
             return  # the broker is down: the request is lost
         faults = self.faults
+        if _coordinated(request) and self.rng.random() < faults.retriable_error:
+            # A coordinator moving or loading, or a transaction still completing: answered before it is handled.
+            self.stats.coordinator_errors += 1
+            self._answer(client, connection, request, _coordinator_error(request, self.rng))
+            return
         # Retriable errors are injected into produce requests; crashes follow any request that wrote (a
         # transaction request writes the coordinator's log and markers), before its answer goes out.
         produce = isinstance(request, ProduceRequest)
@@ -208,12 +227,15 @@ class SimulatedNetwork:
                 return
             if retriable:  # appended, but the answer says the replication wait timed out
                 response = _error_response(request, ErrorCode.REQUEST_TIMED_OUT)  # type: ignore[arg-type]
-        if response is None:
-            pass  # acks=0: nothing comes back
-        elif self.rng.random() < faults.drop_response:
+        if response is not None:  # None: acks=0, nothing comes back
+            self._answer(client, connection, request, response)
+
+    def _answer(self, client: str, connection: int, request: Request, response: Response) -> None:
+        """Send ``response`` back, unless the network loses it."""
+        if self.rng.random() < self.faults.drop_response:
             self.stats.dropped_responses += 1
         else:
-            heapq.heappush(self._events, (self.now + faults.latency_ms, next(self._order), "response", client,
+            heapq.heappush(self._events, (self.now + self.faults.latency_ms, next(self._order), "response", client,
                                           connection, request, response))
 
     def _crash(self, broker: Broker, torn: int | None, torn_from: int = 0) -> None:
@@ -255,6 +277,40 @@ class SimulatedNetwork:
 
 def _log_ends(broker: Broker) -> list[int]:
     return [partition_log.log_end_offset for partition_log in broker.logs()]
+
+
+def _coordinated(request: Request) -> bool:
+    """A request a coordinator answers (an idempotent producer's InitProducerId is not one: any broker can)."""
+    if isinstance(request, InitProducerIdRequest):
+        return request.transactional_id is not None
+    return isinstance(request, (*_COORDINATOR_WRITES, FindCoordinatorRequest, OffsetFetchRequest))
+
+
+def _coordinator_error(request: Request, rng: np.random.Generator) -> Response:
+    """The answer of a coordinator that cannot take ``request`` now: NOT_COORDINATOR (the client looks the
+    coordinator up again), COORDINATOR_LOAD_IN_PROGRESS, or for a transaction request CONCURRENT_TRANSACTIONS
+    (the previous transaction is still completing); COORDINATOR_NOT_AVAILABLE to FindCoordinator."""
+    codes = [ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
+    if isinstance(request, InitProducerIdRequest | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest):
+        codes.append(ErrorCode.CONCURRENT_TRANSACTIONS)
+    code = codes[int(rng.integers(len(codes)))]
+    rid = request.request_id
+    if isinstance(request, FindCoordinatorRequest):
+        return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=rid)
+    if isinstance(request, InitProducerIdRequest):
+        return InitProducerIdResponse(code, request_id=rid)
+    if isinstance(request, AddPartitionsToTxnRequest):
+        return AddPartitionsToTxnResponse(tuple(PartitionResult(t, p, code) for t, p in request.partitions), rid)
+    if isinstance(request, AddOffsetsToTxnRequest):
+        return AddOffsetsToTxnResponse(code, rid)
+    if isinstance(request, EndTxnRequest):
+        return EndTxnResponse(code, rid)
+    if isinstance(request, TxnOffsetCommitRequest):
+        return TxnOffsetCommitResponse(tuple(PartitionResult(o.topic, o.partition, code) for o in request.offsets), rid)
+    if isinstance(request, OffsetCommitRequest):
+        return OffsetCommitResponse(tuple(PartitionResult(o.topic, o.partition, code) for o in request.offsets), rid)
+    assert isinstance(request, OffsetFetchRequest)
+    return OffsetFetchResponse((), code, rid)
 
 
 def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse:
