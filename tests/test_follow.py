@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from idemcore.audit.checkpoint import CheckpointError
 from idemcore.audit.follow import CHECKPOINT_FILE, Follower, findings_files, follow, read_findings
 from idemcore.audit.logdir import audit_log_dir
 from idemcore.audit.replayer import replay_table
@@ -248,8 +249,7 @@ def test_a_sigkilled_follow_resumes_without_a_finding_twice_or_missed(attempts, 
     finally:
         if process.poll() is None:
             process.kill()
-    with open(checkpoint / CHECKPOINT_FILE, "rb") as handle:
-        assert pickle.load(handle)["round"] > 1  # killed after some rounds, with files still to read
+    assert Follower(source, None, checkpoint).round > 1  # killed after some rounds, with files still to read
     for k in range(8, 12):
         add_file(source, k, parts[k])
     follow(source, out, checkpoint, rounds=1)
@@ -297,3 +297,44 @@ def test_a_round_that_fails_half_way_leaves_the_checkpoint_to_resume_from(attemp
         add_file(source, k, parts[k])
     Follower(source, out, checkpoint).poll()
     same_findings(read_findings(out), one_shot(attempts).findings)
+
+
+def test_a_damaged_or_truncated_checkpoint_is_refused_whole_with_one_line_naming_it(attempts, tmp_path):
+    source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ckpt"
+    add_file(source, 0, chunks(attempts)[0])
+    follow(source, out, checkpoint, rounds=1)
+    path = checkpoint / CHECKPOINT_FILE
+    saved = path.read_bytes()
+    flipped = bytearray(saved)
+    flipped[len(saved) // 2] ^= 0xFF
+    for damaged in (saved[:len(saved) // 2], saved[:10], bytes(flipped), b"", b"\x80\x05}q\x00."):
+        path.write_bytes(damaged)
+        with pytest.raises(CheckpointError) as caught:
+            Follower(source, out, checkpoint)
+        message = str(caught.value)
+        assert str(path) in message and "\n" not in message
+    path.write_bytes(saved.replace(b'"version": 2', b'"version": 9'))  # another version (its digest then fails too)
+    with pytest.raises(CheckpointError, match=re.escape(str(path))):
+        Follower(source, out, checkpoint)
+    path.write_bytes(saved)
+    assert Follower(source, out, checkpoint).round == 1
+
+
+def test_another_checkpoint_version_is_refused(tmp_path):
+    from idemcore.audit import checkpoint
+
+    data = checkpoint.encode({"round": 1}, {"a": np.arange(3)}, 1)
+    with pytest.raises(CheckpointError, match=r"x\.ckpt: checkpoint version 1, expected 2"):
+        checkpoint.decode(data, 2, tmp_path / "x.ckpt")
+
+
+def test_follow_does_not_use_pickle():
+    for name in ("follow.py", "checkpoint.py"):
+        source = (ROOT / "idemcore" / "audit" / name).read_text()
+        assert not re.search(r"^\s*(import|from)\s+(_?c?pickle|dill|marshal|shelve)\b", source, re.M), name
+        assert "pickle.load" not in source and "allow_pickle=True" not in source, name
+    code = ("import sys; import idemcore.audit.follow; "
+            "sys.exit('pickle' in sys.modules and 'idemcore.audit.follow' in sys.modules "
+            "and any(getattr(m, 'pickle', None) is sys.modules['pickle'] for m in "
+            "(sys.modules['idemcore.audit.follow'], sys.modules['idemcore.audit.checkpoint'])))")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

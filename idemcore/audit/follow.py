@@ -30,18 +30,20 @@ of rounds after it (written by a round whose checkpoint never landed: SIGKILL be
 from the checkpointed positions, so each finding is in exactly one findings file. The console line of a finding
 is printed after the checkpoint: at most once.
 
-The replay state is pickled whole (producer tables with every retained batch, stream ids, counters, open
-transactions' record counts). Kafka's producer snapshot (:mod:`idemcore.state.snapshot`) is not used: it keeps
-only each producer's newest batch, so after a restart a retry of one of the four older batches would be
-``duplicate_beyond_window`` instead of ``duplicate``: a different finding. The checkpoint is trusted input
-(pickle): keep it where only the auditor writes.
+The checkpoint is data only (:mod:`idemcore.audit.checkpoint`: a JSON manifest of what was read, counters and
+a version, plus NumPy arrays and byte blobs, under a SHA-256), never pickle: loading it runs no code. It holds
+the whole replay state (:meth:`StreamReplayer.to_checkpoint`: every producer table with every retained batch
+by :func:`idemcore.state.persist.save_state`, stream ids, counters, open transactions' record counts). Kafka's
+producer snapshot (:mod:`idemcore.state.snapshot`) is not used: it keeps only each producer's newest batch, so
+after a restart a retry of one of the four older batches would be ``duplicate_beyond_window`` instead of
+``duplicate``: a different finding. A checkpoint of another version, or damaged, or truncated, is refused
+whole with one line naming it (:class:`~idemcore.audit.checkpoint.CheckpointError`).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,8 +54,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
-from idemcore.audit.logdir import LogReplayer, _located, _offset_spans
+from idemcore.audit.logdir import LogReplayer, LogState, _located, _offset_spans
 from idemcore.audit.replayer import FEED_ROWS, StreamReplayer, _numpy, in_stream_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.kernels import Backend, get_backend
@@ -72,8 +75,8 @@ from idemcore.record.kafka_files.segment import (
 
 #: The checkpoint file in the checkpoint directory.
 CHECKPOINT_FILE = "follow.ckpt"
-#: Version of the checkpoint's contents.
-CHECKPOINT_VERSION = 1
+#: Version of the checkpoint's contents (1: a pickle, no longer read).
+CHECKPOINT_VERSION = 2
 #: Findings files in ``out``: ``findings-<round, 8 digits>.parquet``.
 FINDINGS_PREFIX = "findings-"
 PARQUET = "parquet"
@@ -207,18 +210,14 @@ class Follower:
     def _load(self) -> None:
         path = self._checkpoint_path()
         if path is not None and path.exists():
-            with open(path, "rb") as handle:
-                saved = pickle.load(handle)
-            if saved.get("version") != CHECKPOINT_VERSION:
-                raise ValueError(f"{path}: checkpoint version {saved.get('version')}, expected {CHECKPOINT_VERSION}")
-            if saved["source"] != str(self.source.resolve()) or saved["kind"] != self.kind:
-                raise ValueError(f"{path} is the checkpoint of following {saved['source']} ({saved['kind']}), "
+            saved, arrays = ckpt.decode(path.read_bytes(), CHECKPOINT_VERSION, path)
+            if saved.get("source") != str(self.source.resolve()) or saved.get("kind") != self.kind:
+                raise ValueError(f"{path} is the checkpoint of following {saved.get('source')} ({saved.get('kind')}), "
                                  f"not {self.source.resolve()} ({self.kind})")
-            self.round, self.read_files, self.positions = saved["round"], saved["read_files"], saved["positions"]
-            self.reported, self.order_by, self.origin = saved["reported"], saved["order_by"], saved["origin"]
-            self.replayer = saved["replayer"]
-            if self.replayer is not None:
-                self.replayer.backend = self.replayer.state.backend = self.backend
+            try:
+                self._restore(saved, arrays)
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+                raise ckpt.CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
             self.resumed = True
         if self.out is not None:
             later = [p for k, p in findings_files(self.out) if k > self.round]
@@ -237,19 +236,48 @@ class Follower:
         path = self._checkpoint_path()
         if path is None:
             return
+        values: dict[str, Any] = {
+            "source": str(self.source.resolve()), "kind": self.kind, "round": self.round,
+            "read_files": sorted(self.read_files), "positions": {k: list(v) for k, v in self.positions.items()},
+            "reported": sorted([list(mark) for mark in self.reported], key=str), "order_by": self.order_by,
+            "origin": self.origin, "replayer": None}
+        arrays: dict[str, np.ndarray | bytes] = {}
         if self.replayer is not None:
-            for table in self.replayer.state.tables:
-                table._arrays = None  # kernel views of the arrays: rebuilt on use, never pickled apart from them
-        state = {"version": CHECKPOINT_VERSION, "source": str(self.source.resolve()), "kind": self.kind,
-                 "round": self.round, "read_files": self.read_files, "positions": self.positions,
-                 "reported": self.reported, "order_by": self.order_by, "origin": self.origin,
-                 "replayer": self.replayer}
+            replay, replay_arrays = self.replayer.to_checkpoint()
+            if isinstance(self.replayer.state, LogState):
+                replay["committed_gaps"] = int(self.replayer.state.committed_gaps)
+                replay_arrays["log_end"] = self.replayer.state._log_end
+            values["replayer"] = replay
+            arrays.update({f"replayer.{name}": value for name, value in replay_arrays.items()})
+        data = ckpt.encode(values, arrays, CHECKPOINT_VERSION)
 
         def write(partial: Path) -> None:
             with open(partial, "wb") as handle:
-                pickle.dump(state, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                handle.write(data)
 
         _write_atomically(path, write, self.fsync)
+
+    def _restore(self, saved: dict[str, Any], arrays: dict[str, Any]) -> None:
+        """The state of a decoded checkpoint (all of it, or an exception and nothing changed)."""
+        round_ = int(saved["round"])
+        read_files = {str(name) for name in saved["read_files"]}
+        positions = {str(k): (int(v[0]), int(v[1])) for k, v in saved["positions"].items()}
+        reported = {(str(p), None if at is None else int(at), str(kind)) for p, at, kind in saved["reported"]}
+        replayer: StreamReplayer | None = None
+        if saved["replayer"] is not None:
+            replay = saved["replayer"]
+            prefix = "replayer."
+            mine = {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
+            if self.kind == LOG_DIR:
+                replayer = LogReplayer(self.backend)
+                state = replayer.state
+                assert isinstance(state, LogState)
+                state.committed_gaps, state._log_end = int(replay["committed_gaps"]), mine["log_end"].astype(np.int64)
+            else:
+                replayer = StreamReplayer(replay["origin"], replay["order_by"], self.backend)
+            replayer.restore_checkpoint(replay, mine)
+        self.round, self.read_files, self.positions, self.reported = round_, read_files, positions, reported
+        self.order_by, self.origin, self.replayer = saved["order_by"], saved["origin"], replayer
 
     # ------------------------------------------------------------ a round
 

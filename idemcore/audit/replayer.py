@@ -170,6 +170,50 @@ class StreamReplayer:
         schema = findings_schema(self.order_by)
         self._findings.append(pa.table({field.name: found[field.name] for field in schema}, schema=schema))
 
+    def to_checkpoint(self) -> tuple[dict[str, Any], dict[str, np.ndarray | bytes]]:
+        """The replay state as data: JSON-ready values and arrays/bytes (each producer table by
+        :func:`~idemcore.state.persist.save_state`); :meth:`restore_checkpoint` reads them back. The findings
+        kept since the last :meth:`finish` are not part of it (a follow round clears them first)."""
+        from idemcore.state.persist import save_state
+
+        pending = self._aborted._pending
+        values = {"origin": self.origin.name.lower(), "order_by": self.order_by, "collect": self.collect,
+                  "batches": int(self.batches), "min_timestamp": int(self.min_timestamp),
+                  "max_timestamp": int(self.max_timestamp), "topics": list(self.keys.topics),
+                  "tables": len(self.state.tables)}
+        arrays: dict[str, np.ndarray | bytes] = {
+            "topic_code": np.asarray(self.keys.topic_code, np.int64), "partition": np.asarray(self.keys.partition,
+                                                                                              np.int64),
+            "table_of": self.state._table_of, "aborted": self._aborted.per_stream,
+            "pending": np.array([[s, p, n] for (s, p), n in pending.items()], np.int64).reshape(-1, 3),
+            **{f"counter.{name}": array for name, array in self._counters.items()},
+            **{f"table.{i}": save_state(table) for i, table in enumerate(self.state.tables)}}
+        return values, arrays
+
+    def restore_checkpoint(self, values: dict[str, Any], arrays: dict[str, Any]) -> None:
+        """Take the state :meth:`to_checkpoint` gave (this replayer: new, of the same kind, origin, order)."""
+        from idemcore.audit.keys import _PARTITION_BITS
+        from idemcore.state.persist import load_state
+
+        if Origin.parse(values["origin"]) != self.origin or values["order_by"] != self.order_by:
+            raise ValueError(f"replay state of origin {values['origin']}, order {values['order_by']}; this replayer "
+                             f"is {self.origin.name.lower()}, {self.order_by}")
+        self.collect, self.batches = bool(values["collect"]), int(values["batches"])
+        self.min_timestamp, self.max_timestamp = int(values["min_timestamp"]), int(values["max_timestamp"])
+        keys = StreamKeys()
+        for name in values["topics"]:
+            keys._topic_code(str(name))
+        for code, partition in zip(arrays["topic_code"].tolist(), arrays["partition"].tolist(), strict=True):
+            keys._id_of((int(code) << _PARTITION_BITS) | int(partition))
+        self.keys = keys
+        self.state.tables = [load_state(arrays[f"table.{i}"], self.backend.name) for i in range(values["tables"])]
+        self.state._table_of = arrays["table_of"].astype(np.int32)
+        self._counters = {name: arrays[f"counter.{name}"].astype(np.int64) for name in PARTITION_COUNTERS}
+        self._aborted = AbortedRecords()
+        self._aborted.per_stream = arrays["aborted"].astype(np.int64)
+        self._aborted._pending = {(s, p): n for s, p, n in arrays["pending"].tolist()}
+        self._findings = []
+
     def finish(self) -> TaskResult:
         """Everything the task found. Open transactions are those without a marker when the stream ends."""
         log_end = self.state.log_end_offsets(len(self.keys))
