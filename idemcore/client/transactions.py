@@ -23,6 +23,7 @@ Differences from Kafka, all deliberate:
 
 from __future__ import annotations
 
+import abc
 import copy
 import enum
 import heapq
@@ -184,7 +185,7 @@ class _Priority(enum.IntEnum):
     EPOCH_BUMP = 4
 
 
-class _Handler:
+class _Handler(abc.ABC):
     """One transactional request: how to build it and what its answer does (Kafka's TxnRequestHandler)."""
 
     name = "request"  # Kafka's name of the request, for messages
@@ -203,11 +204,13 @@ class _Handler:
     def retry_backoff_ms(self) -> int:
         return self.m.retry_backoff_ms
 
+    @abc.abstractmethod
     def build(self, request_id: int) -> Request:
-        raise NotImplementedError
+        """The request to send, numbered ``request_id``."""
 
+    @abc.abstractmethod
     def handle(self, response: Response, now: int) -> None:
-        raise NotImplementedError
+        """Act on the answer: succeed, retry (put back with a backoff), or fail the result."""
 
     # What an answer leads to (Kafka's fatalError, abortableError, reenqueue).
 
