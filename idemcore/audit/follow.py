@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.logdir import LogReplayer, LogState, _located, _offset_spans
-from idemcore.audit.replayer import FEED_ROWS, StreamReplayer, _numpy, in_stream_order
+from idemcore.audit.replayer import StreamReplayer, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import header_scan_reference as scan_codes
@@ -351,24 +351,13 @@ class Follower:
                 _, self.order_by = required_columns(table.schema.names, self.order_by)
             try:
                 names, _ = required_columns(table.schema.names, self.order_by)
-                self._feed_table(table.select(names))
+                feed_in_order(table.select(names), self._replayer())
             except ValueError as exc:
                 raise ValueError(f"{path}: {exc}") from exc
             self.read_files.add(name)
             read.append(name)
         return []
 
-    def _feed_table(self, table: pa.Table) -> None:
-        replayer = self._replayer()
-        order = replayer.order_by
-        ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-        permutation = in_stream_order(ids, _numpy(table.column(order), order))
-        if permutation is not None:
-            table, ids = table.take(permutation), ids[permutation]
-        start = 0
-        for batch in table.to_batches(max_chunksize=FEED_ROWS):
-            replayer.feed(batch, ids[start:start + batch.num_rows])
-            start += batch.num_rows
 
     # ------------------------------------------------------------ Kafka log directory
 

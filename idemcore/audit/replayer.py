@@ -279,6 +279,13 @@ def replay_table(table: pa.Table, origin: str | Origin = "client", order_by: str
 def replay_checked(table: pa.Table, replayer: StreamReplayer) -> TaskResult:
     """:func:`replay_table` of a table whose column names the caller checked (path mode: on the driver);
     ``replayer.order_by`` is the ordering column. Nulls and values out of range still raise ValueError."""
+    feed_in_order(table, replayer)
+    return replayer.finish()
+
+
+def feed_in_order(table: pa.Table, replayer: StreamReplayer) -> None:
+    """Feed ``table`` (columns checked by the caller) to ``replayer``, each stream's rows in
+    ``replayer.order_by`` order, without finishing: more may follow (``idemcore audit --follow``)."""
     order = replayer.order_by
     ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
     permutation = in_stream_order(ids, _numpy(table.column(order), order))
@@ -288,4 +295,3 @@ def replay_checked(table: pa.Table, replayer: StreamReplayer) -> TaskResult:
     for batch in table.to_batches(max_chunksize=FEED_ROWS):  # the table's own chunks: columns convert without copies
         replayer.feed(batch, ids[start:start + batch.num_rows])
         start += batch.num_rows
-    return replayer.finish()

@@ -80,7 +80,7 @@ def simulate(
     faults = faults or Faults()
     # The torn tails the crashes leave are counted in the report, not logged once per restart.
     broker_log = logging.getLogger("idemcore.broker.log")
-    quiet = _BelowError()
+    quiet = BelowError()
     broker_log.addFilter(quiet)
     data_dir = Path(tempfile.mkdtemp(prefix="idemcore-sim-")) if faults.crash_every else None
     started = time.perf_counter()
@@ -137,7 +137,9 @@ def simulate(
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-class _BelowError(logging.Filter):
+class BelowError(logging.Filter):
+    """Only errors through: a simulation's expected warnings (torn tails after crashes) are counted, not logged."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR
 

@@ -37,6 +37,7 @@ from idemcore.client.transactions import TransactionAbortableError, TransactionE
 from idemcore.errors import IdemcoreError
 from idemcore.net.transport import InProcessTransport
 from idemcore.sim.network import Faults, NetworkStats, SimulatedNetwork
+from idemcore.sim.run import BelowError
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ def simulate_transactional(
     data_dir = Path(tempfile.mkdtemp(prefix="idemcore-txn-sim-"))
     started = time.perf_counter()
     broker_log = logging.getLogger("idemcore.broker")
-    quiet = _BelowError()
+    quiet = BelowError()
     broker_log.addFilter(quiet)
     try:
         topics = {INPUT: partitions, OUTPUT: partitions}
@@ -372,11 +373,6 @@ def check_output(broker: Broker, ledger: _Ledger, records: int, partitions: int)
                 mismatches += 1
     return TransactionalCheck(records, len(visible), len(ledger.committed), len(ledger.aborted), lost, duplicates,
                               aborted_reads, torn, zombie_writes, mismatches)
-
-
-class _BelowError(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR
 
 
 __all__ = ["TransactionalCheck", "TransactionalReport", "check_output", "simulate_transactional"]
