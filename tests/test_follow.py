@@ -264,6 +264,9 @@ def test_ctrl_c_stops_the_cli_cleanly_with_a_consistent_checkpoint(attempts, tmp
     process = _cli(str(source), "--out", str(out), "--interval-ms", "20")
     try:
         lines = _wait_for_line(process, "batches (")
+        # A second follower on the same directory, while the first runs, is refused (it would double findings).
+        with pytest.raises(ValueError, match="in use by another `idemcore audit --follow` process"):
+            Follower(source, out, out / "_checkpoint")
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
     finally:

@@ -42,6 +42,7 @@ whole with one line naming it (:class:`~idemcore.audit.checkpoint.CheckpointErro
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import time
@@ -73,6 +74,8 @@ from idemcore.record.kafka_files.segment import (
     _stop,
 )
 
+#: In the findings (else checkpoint) directory: the file a follower holds locked.
+LOCK_FILE = ".follow-lock"
 #: The checkpoint file in the checkpoint directory.
 CHECKPOINT_FILE = "follow.ckpt"
 #: Version of the checkpoint's contents (1: a pickle, no longer read).
@@ -158,6 +161,24 @@ def source_kind(source: str | os.PathLike[str]) -> str:
     return LOG_DIR if is_log_path(source) else PARQUET
 
 
+def _lock(directory: Path | None) -> int | None:
+    """An exclusive lock, for this follower's life, on ``.follow-lock`` in ``directory``: a second follower
+    process there would delete the first's partial findings files and write every finding twice. A POSIX record
+    lock (``lockf``): per process, so followers one after another in one process (a restart in a test) take it
+    again; released when the process dies."""
+    if directory is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise ValueError(f"{directory} is in use by another `idemcore audit --follow` process; one follower "
+                         "per directory") from None
+    return descriptor
+
+
 class Follower:
     """The continuous audit's engine: :meth:`poll` runs one round. Resumes from ``checkpoint`` if it holds one.
 
@@ -196,11 +217,17 @@ class Follower:
             if where is not None and self.source.is_dir() and (
                     self.source.resolve() == where.resolve() or self.source.resolve() in where.resolve().parents):
                 raise ValueError(f"{name} {where} is inside the followed {self.source}: it would be read as input")
+        self._lock = _lock(self.out if self.out is not None else self.checkpoint)
         if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
             for partial in self.out.glob(f".{FINDINGS_PREFIX}*.partial"):
                 partial.unlink()
         self._load()
+
+    def close(self) -> None:
+        """Let another follower take the directory (a dead process releases it too)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     # ------------------------------------------------------------ checkpoint
 
@@ -462,20 +489,23 @@ def follow(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = 
                         hanging_after_ms=hanging_after_ms, verify_crc=verify_crc, fsync=fsync)
     results: list[RoundResult] = []
     done = 0
-    while True:
-        result = follower.poll()
-        done += 1
-        if keep:
-            results.append(result)
-        if on_round is not None:
-            on_round(result)
-        if (rounds is not None and done >= rounds) or (stop is not None and stop()):
-            return results
-        deadline = time.monotonic() + interval_ms / 1000
-        while (left := deadline - time.monotonic()) > 0:
-            if stop is not None and stop():
+    try:
+        while True:
+            result = follower.poll()
+            done += 1
+            if keep:
+                results.append(result)
+            if on_round is not None:
+                on_round(result)
+            if (rounds is not None and done >= rounds) or (stop is not None and stop()):
                 return results
-            time.sleep(min(left, 0.05))
+            deadline = time.monotonic() + interval_ms / 1000
+            while (left := deadline - time.monotonic()) > 0:
+                if stop is not None and stop():
+                    return results
+                time.sleep(min(left, 0.05))
+    finally:
+        follower.close()
 
 
 def round_summary(result: RoundResult) -> dict[str, Any]:
