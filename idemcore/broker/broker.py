@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from idemcore.broker import txn_requests
+from idemcore.broker import topic_requests, txn_requests
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
@@ -49,6 +49,7 @@ from idemcore.net.messages import (
     TRANSACTION_KEY,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    CreateTopicsRequest,
     EndTxnRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -56,6 +57,7 @@ from idemcore.net.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListOffsetsRequest,
+    MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     PartitionResponse,
@@ -342,11 +344,19 @@ class Broker:
         transaction_state_partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS,
         transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
         offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
+        auto_create_topics: bool = True,
+        default_partitions: int = 1,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
-        if not topics:
-            raise ValueError("a broker needs at least one topic")
+        if type(auto_create_topics) is not bool:
+            raise TypeError(f"auto_create_topics must be True or False, got {auto_create_topics!r}")
+        if type(default_partitions) is not int or default_partitions < 1:
+            raise ValueError(f"default_partitions must be a positive integer, got {default_partitions!r}")
+        #: Kafka's ``auto.create.topics.enable`` and ``num.partitions``: a Metadata request naming a topic the
+        #: broker lacks makes it with ``default_partitions``; CreateTopics with -1 partitions too.
+        self.auto_create_topics = auto_create_topics
+        self.default_partitions = default_partitions
         if topic_configs is not None and not isinstance(topic_configs, Mapping):
             raise TypeError(f"topic_configs must map topic names to their settings, got {topic_configs!r:.80}")
         if data_dir is not None and not str(data_dir):
@@ -445,6 +455,8 @@ class Broker:
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
+                MetadataRequest: lambda r: topic_requests.metadata(self, r),
+                CreateTopicsRequest: lambda r: topic_requests.create_topics(self, r),
             }
             self._recover()
             if self.data_dir is not None:
@@ -535,7 +547,9 @@ class Broker:
             raise ValueError(f"{name!r} is an internal topic: the broker makes it when its coordinator needs it")
         self._create_topic(name, partitions, configs)
 
-    def _create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None) -> None:
+    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None) -> TopicConfig:
+        """What :meth:`create_topic` would check, without making anything: the topic's settings, or the
+        error it would raise."""
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         _check_topic(name, partitions)
@@ -548,6 +562,10 @@ class Broker:
                 if os.path.lexists(directory):  # its data would not be recovered into the producer state
                     raise TopicExistsError(f"{directory} exists (a topic of that name was served here before): "
                                            "start the broker with it in its topics, or remove it")
+        return config
+
+    def _create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None) -> None:
+        config = self.check_new_topic(name, partitions, configs)
         opened, first = len(self._logs), len(self._logs)
         self.topic_configs[name] = config
         try:

@@ -82,6 +82,8 @@ from idemcore.record.v2 import (
     encode_record_batch,
     parse_end_txn_marker,
     record_batch_from,
+    set_base_offset,
+    set_partition_leader_epoch,
 )
 
 log = logging.getLogger(__name__)
@@ -408,7 +410,8 @@ class PartitionLog:
                 raise LogCorruptionError(f"{self.name}: {path} is corrupt at byte {position}: it holds offset "
                                          f"{header.base_offset} where offset {expected} belongs (batches missing or "
                                          "repeated, or a damaged base offset)")
-            stored = self._decoded(path, position, header, records)
+            stored = self._decoded(path, position, header, records,
+                                   data[position:position + header.size_in_bytes])
             self.batches.append(stored)
             control_type = None if stored.control is None else stored.control[0]
             aborted = _complete_txn(self._open_txns, header.producer_id, header.base_offset,
@@ -421,11 +424,12 @@ class PartitionLog:
             position += header.size_in_bytes
         return position, expected, None
 
-    def _decoded(self, path: Path, position: int, header: BatchHeader, records: Sequence[Record]) -> StoredBatch:
-        """A decoded batch as the log keeps it: data (its offset deltas when compaction left gaps), or a
-        transaction marker; anything else in a control batch is refused, naming where it is."""
+    def _decoded(self, path: Path, position: int, header: BatchHeader, records: Sequence[Record],
+                 raw: bytes) -> StoredBatch:
+        """A decoded batch as the log keeps it (``raw``: its bytes): data (its offset deltas when compaction
+        left gaps), or a transaction marker; anything else in a control batch is refused, naming where it is."""
         if not header.is_control:
-            return _stored(self.topic, self.partition, header, records)
+            return _stored(self.topic, self.partition, header, records, raw)
         try:
             marker = parse_end_txn_marker(records[0]) if len(records) == 1 else None
         except CorruptRecordError:
@@ -434,7 +438,7 @@ class PartitionLog:
             raise LogCorruptionError(f"{self.name}: {path} holds a control batch at byte {position} (offset "
                                      f"{header.base_offset}) that is not one transaction marker")
         return StoredBatch(header.base_offset, _marker_batch(self.topic, self.partition, header), None, None,
-                           (int(marker.control_type), marker.coordinator_epoch))
+                           (int(marker.control_type), marker.coordinator_epoch), raw)
 
     def _check_index(self, path: Path, wanted: bytes, what: str, optional: bool = False) -> None:
         """Rewrite the index at ``path`` when it is missing or is not the one its segment implies.
@@ -628,7 +632,7 @@ class PartitionLog:
                     last_offset_delta=header.last_offset_delta))
             state.add(len(out), len(raw), header.last_offset, header.max_timestamp)
             out += raw
-            kept.append(self._decoded(path, position, header, retained))
+            kept.append(self._decoded(path, position, header, retained, bytes(raw)))
         if len(out) == len(data):
             return 0
         state.final()
@@ -689,15 +693,23 @@ class PartitionLog:
         segment the append rolled to stays, empty, as Kafka's would)."""
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
-        batch = _frozen(batch)
         if base_offset < self.log_end_offset:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset} below the log end "
                                 f"offset {self.log_end_offset}")
         if self._log is not None and base_offset != self.log_end_offset:  # recovery would refuse the gap
             raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
                                 f"{self.log_end_offset}: a stored log's offsets are contiguous")
-        self._add(StoredBatch(base_offset, batch), base_offset + batch.record_count - 1,
-                  lambda: encode_record_batch(batch, base_offset, LEADER_EPOCH))
+        wire = batch.wire
+        if wire is None:
+            self._add(StoredBatch(base_offset, _frozen(batch)), base_offset + batch.record_count - 1,
+                      lambda: encode_record_batch(batch, base_offset, LEADER_EPOCH))
+            return
+        raw = bytearray(wire)  # stored as sent: only the fields outside the CRC change
+        set_base_offset(raw, 0, base_offset)
+        set_partition_leader_epoch(raw, 0, LEADER_EPOCH)
+        stored = bytes(raw)
+        self._add(StoredBatch(base_offset, _frozen(batch), raw=stored), base_offset + batch.record_count - 1,
+                  lambda: stored)
 
     def append_marker(self, base_offset: int, producer_id: int, producer_epoch: int, control_type: int,
                       coordinator_epoch: int, timestamp: int) -> None:
@@ -893,13 +905,13 @@ class PartitionLog:
 
 
 
-def _stored(topic: str, partition: int, header: BatchHeader, records: Sequence[Record]) -> StoredBatch:
+def _stored(topic: str, partition: int, header: BatchHeader, records: Sequence[Record], raw: bytes) -> StoredBatch:
     """A decoded data batch as the log keeps it: its offset deltas only when compaction left gaps."""
     batch = record_batch_from(topic, partition, header, records)
     deltas = tuple(record.offset_delta for record in records)
     if header.last_offset_delta == len(records) - 1 and deltas == tuple(range(len(records))):
-        return StoredBatch(header.base_offset, batch)
-    return StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta)
+        return StoredBatch(header.base_offset, batch, raw=raw)
+    return StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta, raw=raw)
 
 
 def _marker_batch(topic: str, partition: int, header: BatchHeader) -> RecordBatch:
@@ -910,9 +922,10 @@ def _marker_batch(topic: str, partition: int, header: BatchHeader) -> RecordBatc
 
 def _frozen(batch: RecordBatch) -> RecordBatch:
     """``batch`` with tuples for its records (the log keeps its own copy: a caller changing its lists later
-    changes nothing here); the batch itself when they are tuples already."""
+    changes nothing here) and without its wire bytes (the log keeps them with their offset set); the batch
+    itself when that changes nothing."""
     headers = batch.headers
-    if type(batch.values) is tuple and (batch.keys is None or type(batch.keys) is tuple) and (
+    if batch.wire is None and type(batch.values) is tuple and (batch.keys is None or type(batch.keys) is tuple) and (
             headers is None or type(headers) is tuple):
         return batch
     if headers is not None:

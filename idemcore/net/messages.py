@@ -8,8 +8,10 @@ request's ``request_id``, so a client can match answers that arrive out of order
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -366,9 +368,97 @@ class FetchResponse:
     request_id: int = 0
 
 
+@dataclass(slots=True, frozen=True)
+class MetadataRequest:
+    """The topics named (None: every topic). ``allow_auto_topic_creation``: a missing topic is made when the
+    broker's ``auto_create_topics`` allows it too (Kafka's ``auto.create.topics.enable``)."""
+
+    topics: tuple[str, ...] | None = None
+    allow_auto_topic_creation: bool = True
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class TopicMetadata:
+    name: str
+    error_code: int = ErrorCode.NONE
+    partitions: int = 0
+    is_internal: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class MetadataResponse:
+    topics: tuple[TopicMetadata, ...]
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class NewTopic:
+    """A topic to make: ``partitions`` -1 takes the broker's default; ``configs`` are Kafka's topic configs as
+    the wire carries them (strings)."""
+
+    name: str
+    partitions: int = -1
+    configs: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class CreateTopicsRequest:
+    topics: tuple[NewTopic, ...]
+    validate_only: bool = False
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class CreatedTopic:
+    name: str
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    partitions: int = -1
+
+
+@dataclass(slots=True, frozen=True)
+class CreateTopicsResponse:
+    results: tuple[CreatedTopic, ...]
+    request_id: int = 0
+
+
+class Pending:
+    """An answer ``Broker.handle`` gives later: a JoinGroup waits for the rest of its group, a SyncGroup for its
+    leader's assignment. Whoever completes it (a later request, or the broker's housekeeping) does so on the
+    thread that calls ``handle``; a transport then delivers :attr:`response` like any other."""
+
+    __slots__ = ("_callbacks", "response")
+
+    def __init__(self) -> None:
+        self.response: Response | None = None
+        self._callbacks: list[Callable[[Response], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.response is not None
+
+    def complete(self, response: Response) -> None:
+        if self.response is not None:
+            raise IdemcoreError(f"a pending answer completed twice: {self.response!r:.80} then {response!r:.80}")
+        self.response = response
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(response)
+
+    def add_done_callback(self, callback: Callable[[Response], None]) -> None:
+        """Call ``callback(response)`` when completed (at once if it is)."""
+        if self.response is not None:
+            callback(self.response)
+        else:
+            self._callbacks.append(callback)
+
+
 Request = (ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest | FindCoordinatorRequest
            | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest | TxnOffsetCommitRequest
-           | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest)
+           | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest | MetadataRequest
+           | CreateTopicsRequest)
 Response = (ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse | FindCoordinatorResponse
             | AddPartitionsToTxnResponse | AddOffsetsToTxnResponse | EndTxnResponse | TxnOffsetCommitResponse
-            | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse)
+            | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse | MetadataResponse
+            | CreateTopicsResponse)

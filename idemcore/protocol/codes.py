@@ -32,6 +32,10 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43  # a marker for a pre-v2 log: the coordinator counts it done
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45

@@ -11,7 +11,7 @@ when no record has any, else one sequence of ``(key, value)`` pairs per record (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from idemcore.protocol.constants import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
@@ -42,6 +42,9 @@ class RecordBatch:
     max_timestamp: int = 0
     is_transactional: bool = False
     headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None
+    #: The v2 bytes a client sent over the wire (``record.v2.decode_wire_batch``), which the log stores as sent
+    #: (compression and per-record timestamps included) instead of an encoding of the fields above.
+    wire: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def record_count(self) -> int:
@@ -49,7 +52,9 @@ class RecordBatch:
 
     def size_in_bytes(self) -> int:
         """The batch's size as the broker's ``message_max_bytes`` counts it: the v2 header and the records
-        (Kafka's v2 encoding is within a few bytes of this, uncompressed)."""
+        (Kafka's v2 encoding is within a few bytes of this, uncompressed); a batch from the wire: its bytes."""
+        if self.wire is not None:
+            return len(self.wire)
         return BATCH_OVERHEAD + records_size(self.values, self.keys, self.headers)
 
 

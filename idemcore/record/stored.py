@@ -18,6 +18,9 @@ class StoredBatch(NamedTuple):
     last_offset_delta: int | None = None
     #: A transaction marker's ``(control type, coordinator epoch)`` (ABORT 0, COMMIT 1); None for data.
     control: tuple[int, int] | None = None
+    #: The batch's v2 bytes as the log holds them (its base offset set), when the log has them: a batch sent
+    #: over the wire, or read back from a segment. Fetch answers with these, as Kafka serves its segments.
+    raw: bytes | None = None
 
     @property
     def next_offset(self) -> int:

@@ -10,7 +10,7 @@
 - ``errors``: ``CorruptRecordError`` and its ``IncompleteBatchError``.
 """
 
-from idemcore.record.v2.batches import encode_record_batch, record_batch_from
+from idemcore.record.v2.batches import decode_wire_batch, encode_record_batch, record_batch_from, stored_batch_bytes
 from idemcore.record.v2.codec import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -56,6 +56,7 @@ __all__ = [
     "compute_crc",
     "control_type_id",
     "decode_batch",
+    "decode_wire_batch",
     "encode_batch",
     "encode_end_txn_marker",
     "encode_record_batch",
@@ -66,5 +67,6 @@ __all__ = [
     "record_batch_from",
     "set_base_offset",
     "set_partition_leader_epoch",
+    "stored_batch_bytes",
     "verify_crc",
 ]

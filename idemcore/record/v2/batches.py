@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from idemcore.kernels import get_record_encoder
 from idemcore.record.batch import RecordBatch
 from idemcore.record.crc import crc32c
+from idemcore.record.stored import StoredBatch
 from idemcore.record.v2.codec import (
     _CRC,
     _HEADER,
@@ -32,7 +33,10 @@ from idemcore.record.v2.codec import (
     BatchHeader,
     Record,
     _check_int,
+    decode_batch,
 )
+from idemcore.record.v2.control import encode_end_txn_marker
+from idemcore.record.v2.errors import CorruptRecordError
 from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 #: The encoder chosen on first use ($IDEMCORE_BACKEND then, else the fastest), kept: one lookup per process.
@@ -103,4 +107,41 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
                        header.is_transactional, headers if any(headers) else None)
 
 
-__all__ = ["encode_record_batch", "record_batch_from"]
+def decode_wire_batch(topic: str, partition: int, data: bytes) -> RecordBatch:
+    """The RecordBatch of the one v2 batch a produce request carries for a partition (Produce v3+), keeping
+    ``data`` as its ``wire`` bytes. CorruptRecordError when ``data`` is not exactly one whole v2 batch with a
+    good CRC, or its records do not decode; ValueError for a control batch (clients may not write markers)."""
+    header, records = decode_batch(data, 0, check_crc=True)
+    if header.size_in_bytes != len(data):
+        raise CorruptRecordError(f"a produce request carries {len(data)} bytes for {topic}-{partition}, but "
+                                 f"its first batch is {header.size_in_bytes} bytes: exactly one batch is allowed")
+    if header.is_control:
+        raise ValueError(f"{topic}-{partition}: clients may not write control batches (transaction markers)")
+    if len(records) != header.last_offset_delta + 1 or any(
+            record.offset_delta != k for k, record in enumerate(records)):
+        raise CorruptRecordError(f"{topic}-{partition}: a batch of {len(records)} records whose offset deltas "
+                                 f"are not 0..{len(records) - 1} (last offset delta {header.last_offset_delta})")
+    batch = record_batch_from(topic, partition, header, records)
+    return RecordBatch(batch.topic, batch.partition, batch.values, batch.keys, batch.producer_id,
+                       batch.producer_epoch, batch.base_sequence, batch.max_timestamp, batch.is_transactional,
+                       batch.headers, bytes(data))
+
+
+def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> bytes | bytearray:
+    """The v2 bytes of a stored batch: as the log holds them when it has them (``raw``), else encoded from its
+    fields (a data batch or a transaction marker)."""
+    if stored.raw is not None:
+        return stored.raw
+    batch = stored.batch
+    if stored.control is not None:
+        control_type, coordinator_epoch = stored.control
+        return encode_end_txn_marker(control_type, coordinator_epoch, producer_id=batch.producer_id,
+                                     producer_epoch=batch.producer_epoch, timestamp=batch.max_timestamp,
+                                     base_offset=stored.base_offset, partition_leader_epoch=partition_leader_epoch)
+    if stored.offset_deltas is not None:
+        raise ValueError(f"the compacted batch at offset {stored.base_offset} of {batch.topic}-{batch.partition} "
+                         "has no stored bytes to serve")
+    return encode_record_batch(batch, stored.base_offset, partition_leader_epoch)
+
+
+__all__ = ["decode_wire_batch", "encode_record_batch", "record_batch_from", "stored_batch_bytes"]

@@ -1,0 +1,109 @@
+"""Metadata and CreateTopics as the broker answers them: the topics it serves, made on request or, when
+allowed, on first mention (Kafka's ``auto.create.topics.enable`` with ``num.partitions``). A bad name, count
+or config is answered with Kafka's error code and a message naming the value, never raised out of
+``Broker.handle``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from idemcore.errors import IdemcoreError
+from idemcore.net.messages import (
+    CreatedTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    NewTopic,
+    TopicMetadata,
+)
+from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.constants import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from idemcore.broker.broker import Broker
+
+
+def metadata(broker: Broker, request: MetadataRequest) -> MetadataResponse:
+    names = request.topics
+    if names is None:
+        return MetadataResponse(tuple(TopicMetadata(name, ErrorCode.NONE, count, name in INTERNAL_TOPICS)
+                                      for name, count in sorted(broker.topics.items())), request.request_id)
+    if not isinstance(names, tuple | list):
+        return MetadataResponse((), request.request_id)
+    answers = []
+    for name in names:
+        if name not in broker.topics and type(name) is str and name not in INTERNAL_TOPICS \
+                and request.allow_auto_topic_creation is True and broker.auto_create_topics:
+            created = _create(broker, NewTopic(name), validate_only=False)
+            if created.error_code != ErrorCode.NONE:
+                answers.append(TopicMetadata(str(name), created.error_code))
+                continue
+        count = broker.topics.get(name) if type(name) is str else None
+        answers.append(TopicMetadata(str(name), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if count is None
+                       else TopicMetadata(name, ErrorCode.NONE, count, name in INTERNAL_TOPICS))
+    return MetadataResponse(tuple(answers), request.request_id)
+
+
+def create_topics(broker: Broker, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    topics = request.topics if isinstance(request.topics, tuple | list) else ()
+    results = []
+    for topic in topics:
+        if type(topic) is not NewTopic:
+            results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
+            continue
+        results.append(_create(broker, topic, request.validate_only is True))
+    return CreateTopicsResponse(tuple(results), request.request_id)
+
+
+def _create(broker: Broker, topic: NewTopic, validate_only: bool) -> CreatedTopic:
+    """Make one topic (or only check it): its result, with Kafka's error code for what is wrong."""
+    name, count = topic.name, topic.partitions
+    if count == -1:
+        count = broker.default_partitions
+    if type(name) is not str or name in INTERNAL_TOPICS:
+        return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
+                            f"topic name {name!r} is internal or not a string")
+    if name in broker.topics:
+        return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists with "
+                            f"{broker.topics[name]} partitions", broker.topics[name])
+    if type(count) is not int or count < 1:
+        return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (at least "
+                            "1, or -1 for the broker's default)")
+    try:
+        configs = _typed_configs(topic.configs)
+    except ValueError as error:
+        return CreatedTopic(name, ErrorCode.INVALID_CONFIG, str(error))
+    try:
+        if validate_only:
+            broker.check_new_topic(name, count, configs)
+        else:
+            broker.create_topic(name, count, configs)
+    except (ValueError, TypeError) as error:
+        code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
+        return CreatedTopic(name, code, str(error))
+    except IdemcoreError as error:  # TopicExistsError: its directory is there from an earlier run
+        return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
+    return CreatedTopic(name, ErrorCode.NONE, None, count)
+
+
+def _typed_configs(configs: Any) -> Mapping[str, Any]:
+    """Kafka's topic configs from the wire's strings: the numbers as ints (``TopicConfig`` checks the rest)."""
+    if not isinstance(configs, tuple | list):
+        raise ValueError(f"configs must be (name, value) pairs, got {configs!r:.80}")
+    typed: dict[str, Any] = {}
+    for entry in configs:
+        if not isinstance(entry, tuple) or len(entry) != 2 or type(entry[0]) is not str:
+            raise ValueError(f"a config must be a (name, value) pair, got {entry!r:.80}")
+        name, value = entry
+        if value is None:
+            continue  # null: the broker's default
+        if name == "cleanup.policy":
+            typed[name] = value
+        else:
+            try:
+                typed[name] = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"config {name!r} must be an integer, got {value!r}") from None
+    return typed

@@ -1,0 +1,57 @@
+"""What one Kafka API needs on the wire: its advertised versions, and the two translations between kio's entities
+and :mod:`idemcore.net.messages` (one module per API family defines a :class:`WireApi`; ``apis`` lists them)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from idemcore.net.messages import Request, Response
+
+
+@dataclass(slots=True)
+class WireContext:
+    """What the translations need to know about the server: this node's address (Metadata, FindCoordinator)
+    and the topics (topic ids both ways)."""
+
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+    topics: Callable[[], Mapping[str, int]]
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The topic whose id is ``topic_id``, None when there is none."""
+        for name in self.topics():
+            if topic_id_of(name) == topic_id:
+                return name
+        return None
+
+
+#: Topic ids (KIP-516) are derived from the name: stable across restarts without a file, and a client that
+#: only knows ids (librdkafka's Fetch v13+) finds the topic again.
+_TOPIC_ID_NAMESPACE = uuid.UUID("6b1d4c1e-0a5f-4d8e-9a55-6964656d636f")
+
+
+def topic_id_of(name: str) -> uuid.UUID:
+    return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
+
+
+#: ``(context, version, correlation_id, kio request body) -> (message for Broker.handle, carry)``; the carry is
+#: whatever the answer needs that the message does not hold (partitions refused before the broker, the order
+#: and form of the names asked for).
+ToMessage = Callable[[WireContext, int, int, Any], tuple[Request, Any]]
+#: ``(context, version, kio request body, Broker.handle's response, carry) -> kio response body``.
+ToWire = Callable[[WireContext, int, Any, Response, Any], Any]
+
+
+class WireApi(NamedTuple):
+    key: int
+    name: str
+    #: The versions advertised in ApiVersions: what the translation and the broker really serve.
+    min_version: int
+    max_version: int
+    to_message: ToMessage
+    to_wire: ToWire

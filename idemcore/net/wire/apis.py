@@ -1,0 +1,37 @@
+"""The APIs a server serves (``APIS``, by key) and its ApiVersions answer: each API's advertised range is what
+both kio and idemcore's translation and broker serve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode as WireError
+
+from idemcore.net.wire.api import WireApi
+from idemcore.net.wire.fetch import FETCH, LIST_OFFSETS
+from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
+from idemcore.net.wire.produce import PRODUCE
+
+API_VERSIONS_KEY = 18
+#: ApiVersions v0–4 (v3+: flexible, with the client's software name and version).
+API_VERSIONS_RANGE = (0, 4)
+
+APIS: dict[int, WireApi] = {api.key: api for api in (PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS)}
+
+
+def advertised() -> list[tuple[int, int, int]]:
+    """``(api key, min version, max version)`` of every API served, ApiVersions included."""
+    return sorted([(API_VERSIONS_KEY, *API_VERSIONS_RANGE)]
+                  + [(api.key, api.min_version, api.max_version) for api in APIS.values()])
+
+
+def api_versions_response(version: int, error_code: int = 0) -> Any:
+    """The ApiVersions answer at ``version``; a version this server lacks is answered at v0 with
+    UNSUPPORTED_VERSION and the ranges (KIP-511: the client retries with one it finds there)."""
+    cls = load_response_schema(API_VERSIONS_KEY, version)
+    entry = nested(cls, "ApiVersion")
+    keys = tuple(make(entry, api_key=key, min_version=low, max_version=high) for key, low, high in advertised())
+    return make(cls, error_code=WireError(error_code), api_keys=keys, supported_features=(),
+                finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False)

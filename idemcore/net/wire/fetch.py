@@ -1,0 +1,98 @@
+"""Fetch (v4+: isolation level, last stable offset, aborted transactions; v13+ by topic id) and ListOffsets on
+the wire. A fetch answers each partition's stored batches as the log holds them (``stored_batch_bytes``), one
+``records`` per partition; sessions (KIP-227) are not kept: every answer is a full one, session id 0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as WireError
+
+from idemcore.net.messages import (
+    FetchedPartition,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
+from idemcore.net.wire.frames import make, millis, nested, response_class
+from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.constants import READ_UNCOMMITTED
+from idemcore.record.v2 import stored_batch_bytes
+
+#: Kafka's UNKNOWN_TOPIC_ID (v13+: a topic id the broker does not have).
+UNKNOWN_TOPIC_ID = 100
+
+
+def _fetch_to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) -> tuple[FetchRequest, Any]:
+    wanted: list[FetchPartition] = []
+    unknown: list[tuple[Any, int]] = []  # (topic id, partition) of ids this broker does not have
+    for topic in body.topics:
+        name = getattr(topic, "topic", None)
+        if name is None:
+            name = ctx.topic_name(topic.topic_id)
+            if name is None:
+                unknown.extend((topic.topic_id, int(p.partition)) for p in topic.partitions)
+                continue
+        wanted.extend(FetchPartition(str(name), int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+                      for p in topic.partitions)
+    isolation = int(getattr(body, "isolation_level", READ_UNCOMMITTED))
+    request = FetchRequest(tuple(wanted), isolation, int(body.max_bytes), int(body.min_bytes), millis(body.max_wait),
+                           correlation_id)
+    return request, unknown
+
+
+def _fetch_to_wire(ctx: WireContext, version: int, body: Any, response: FetchResponse, unknown: Any) -> Any:
+    cls = response_class(body)
+    topic_cls, partition_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
+    aborted_cls = nested(cls, "AbortedTransaction")
+    by_topic: dict[str, list[Any]] = {}
+    for answer in response.partitions:
+        by_topic.setdefault(answer.topic, []).append(_partition(partition_cls, aborted_cls, answer))
+    topics = [make(topic_cls, topic=name, topic_id=topic_id_of(name), partitions=tuple(partitions))
+              for name, partitions in by_topic.items()]
+    for topic_id, partition in unknown:
+        topics.append(make(topic_cls, topic_id=topic_id, partitions=(make(
+            partition_cls, partition_index=partition, error_code=WireError(UNKNOWN_TOPIC_ID), high_watermark=-1,
+            last_stable_offset=-1, log_start_offset=-1, preferred_read_replica=-1, records=None),)))
+    return make(cls, error_code=WireError(response.error_code), session_id=0, responses=tuple(topics))
+
+
+def _partition(partition_cls: type, aborted_cls: type, answer: FetchedPartition) -> Any:
+    aborted = None if answer.aborted_transactions is None else tuple(
+        make(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+        for a in answer.aborted_transactions)
+    records = b"".join(stored_batch_bytes(stored) for stored in answer.batches)
+    return make(partition_cls, partition_index=answer.partition, error_code=WireError(answer.error_code),
+                high_watermark=answer.high_watermark, last_stable_offset=answer.last_stable_offset,
+                log_start_offset=answer.log_start_offset, aborted_transactions=aborted,
+                preferred_read_replica=-1, records=records)
+
+
+def _list_to_message(ctx: WireContext, version: int, correlation_id: int,
+                     body: Any) -> tuple[ListOffsetsRequest, Any]:
+    partitions = tuple((str(topic.name), int(p.partition_index), int(p.timestamp))
+                       for topic in body.topics for p in topic.partitions)
+    isolation = int(getattr(body, "isolation_level", READ_UNCOMMITTED))
+    return ListOffsetsRequest(partitions, isolation, correlation_id), None
+
+
+def _list_to_wire(ctx: WireContext, version: int, body: Any, response: ListOffsetsResponse, carry: Any) -> Any:
+    cls = response_class(body)
+    topic_cls, partition_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+    by_topic: dict[str, list[Any]] = {}
+    for result in response.results:
+        by_topic.setdefault(result.topic, []).append(make(
+            partition_cls, partition_index=result.partition, error_code=WireError(result.error_code),
+            timestamp=result.timestamp, offset=result.offset,
+            leader_epoch=0 if result.error_code == ErrorCode.NONE else -1))
+    return make(cls, topics=tuple(make(topic_cls, name=name, partitions=tuple(partitions))
+                                  for name, partitions in by_topic.items()))
+
+
+FETCH = WireApi(1, "Fetch", 4, 16, _fetch_to_message, _fetch_to_wire)
+#: v1+: one offset per partition (v0's offset lists are gone from Kafka 4); the timestamps served are
+#: EARLIEST (-2) and LATEST (-1), as ``broker.fetch.list_offsets`` answers.
+LIST_OFFSETS = WireApi(2, "ListOffsets", 1, 10, _list_to_message, _list_to_wire)

@@ -1,0 +1,196 @@
+"""Kafka's framing over kio (docs/research/kio-evaluation.md): read a request frame into kio's entities, write a
+response into a list of chunks, and build kio entities of any version by field name.
+
+kio's classes are generated from Kafka's JSON schemas, one per API, version and entity; its readers are native.
+Everything kio-specific stays in this package: the rest of idemcore speaks :mod:`idemcore.net.messages`."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import struct
+import sys
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.static.primitive import i32
+
+from idemcore.errors import IdemcoreError
+
+#: size, api_key, api_version, correlation_id: the same offsets in every request header version.
+REQUEST_HEAD = struct.Struct(">hhi")
+SIZE = struct.Struct(">i")
+
+
+class MalformedFrameError(IdemcoreError, ValueError):
+    """A frame that is not a request this server can read: truncated, trailing bytes, bad lengths, unknown tags."""
+
+
+class UnsupportedApiError(IdemcoreError, ValueError):
+    """A request for an API key or version this side has no schema for."""
+
+
+@cache
+def request_codec(api_key: int, version: int) -> tuple[type, Callable, Callable]:
+    """The request class of ``api_key`` at ``version``, and readers of its header and body."""
+    try:
+        cls = load_request_schema(api_key, version)
+    except Exception as error:  # kio raises its own UnknownAPIKey / UnknownEntity
+        raise UnsupportedApiError(f"no request schema for api key {api_key} version {version}") from error
+    return cls, entity_reader(cls.__header_schema__), entity_reader(cls)
+
+
+@cache
+def response_codec(api_key: int, version: int) -> tuple[type, Callable, Callable]:
+    """The response class of ``api_key`` at ``version``, and writers of its header and body."""
+    try:
+        cls = load_response_schema(api_key, version)
+    except Exception as error:
+        raise UnsupportedApiError(f"no response schema for api key {api_key} version {version}") from error
+    return cls, entity_writer(cls.__header_schema__), entity_writer(cls)
+
+
+def response_class(request: Any) -> type:
+    """The response class answering ``request`` (a kio request entity): same API key and version."""
+    return response_codec(int(request.__api_key__), int(request.__version__))[0]
+
+
+def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a request frame (the bytes after its size)."""
+    if len(frame) < REQUEST_HEAD.size:
+        raise MalformedFrameError(f"a request frame of {len(frame)} bytes is shorter than a request header")
+    return REQUEST_HEAD.unpack_from(frame, 0)
+
+
+def read_request(frame: bytes | memoryview) -> tuple[Any, Any]:
+    """``(header, body)`` of a request frame; MalformedFrameError or UnsupportedApiError naming what is wrong."""
+    api_key, version, _ = peek_request(frame)
+    cls, read_header, read_body = request_codec(api_key, version)
+    try:
+        header, used = read_header(frame, 0)
+        body, size = read_body(frame, used)
+    except (SerialError, KeyError, ValueError, UnicodeDecodeError, OverflowError) as error:
+        # KeyError: kio 0.6 cannot skip a tagged field its schema does not know.
+        raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None
+    if used + size != len(frame):
+        raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after the request")
+    return header, body
+
+
+class Chunks(list):
+    """A frame as the list of its parts: kio's writers append to it, and big ``records`` are never copied."""
+
+    write = list.append
+
+
+def response_frame(correlation_id: int, response: Any) -> Chunks:
+    """The frame of ``response`` (a kio entity) answering ``correlation_id``: its size first, then its parts."""
+    _, write_header, write_body = response_codec(response.__api_key__, response.__version__)
+    out = Chunks([b""])
+    write_header(out, response.__header_schema__(correlation_id=i32(correlation_id)))
+    write_body(out, response)
+    out[0] = SIZE.pack(sum(map(len, out)))
+    return out
+
+
+def request_frame(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """The frame of a request ``body`` (a kio entity), with its size, as a client sends it."""
+    cls, _, _ = request_codec(api_key, version)
+    header_cls = cls.__header_schema__
+    header = make(header_cls, request_api_key=api_key, request_api_version=version,
+                  correlation_id=correlation_id, client_id=client_id)
+    out = Chunks([b""])
+    entity_writer(header_cls)(out, header)
+    entity_writer(cls)(out, body)
+    out[0] = SIZE.pack(sum(map(len, out)))
+    return b"".join(out)
+
+
+def read_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """``(correlation_id, body)`` of a response frame to a request of ``api_key`` at ``version``."""
+    cls = load_response_schema(api_key, version)
+    try:
+        header, used = entity_reader(cls.__header_schema__)(frame, 0)
+        body, size = entity_reader(cls)(frame, used)
+    except (SerialError, KeyError, ValueError, UnicodeDecodeError, OverflowError) as error:
+        raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None
+    if used + size != len(frame):
+        raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after the response")
+    return header.correlation_id, body
+
+
+# ---------------------------------------------------------------- building entities by field name
+
+
+@cache
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """Each field's name, type, and whether it has a default."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f.default is not dataclasses.MISSING
+                  or f.default_factory is not dataclasses.MISSING) for f in dataclasses.fields(cls))
+
+
+def _zero(kind: Any) -> Any:
+    """The value a required field gets when a caller leaves it out: 0, empty, none, or None when nullable."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return None
+    if origin is tuple:
+        return ()
+    if isinstance(kind, type):
+        if issubclass(kind, enum.Enum):
+            return kind(0)
+        if issubclass(kind, datetime.timedelta):
+            return kind(0)
+        if issubclass(kind, bool):
+            return False
+        if issubclass(kind, int):
+            return kind(0)
+        if issubclass(kind, str):
+            return kind("")
+        if issubclass(kind, bytes):
+            return kind(b"")
+        if issubclass(kind, uuid.UUID):
+            return None
+        if dataclasses.is_dataclass(kind):
+            return make(kind)
+    raise TypeError(f"no zero value for a field of type {kind!r}")
+
+
+def make(cls: type, **values: Any) -> Any:
+    """An entity of ``cls`` (one kio class: an API, version and entity) from ``values`` by field name. Names
+    this version lacks are ignored, so one call builds every version; required fields left out get their zero
+    (:func:`_zero`)."""
+    kwargs = {}
+    for name, kind, has_default in _fields(cls):
+        if name in values:
+            kwargs[name] = values[name]
+        elif not has_default:
+            kwargs[name] = _zero(kind)
+    return cls(**kwargs)
+
+
+def nested(cls: type, name: str) -> type:
+    """The entity class ``name`` next to ``cls`` (e.g. ``PartitionProduceResponse`` of a ProduceResponse)."""
+    return getattr(sys.modules[cls.__module__], name)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(field_name == name for field_name, _, _ in _fields(cls))
+
+
+def millis(value: datetime.timedelta | int | None) -> int:
+    """A kio duration (``timedelta``) as milliseconds."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)

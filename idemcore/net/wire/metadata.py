@@ -1,0 +1,73 @@
+"""Metadata and CreateTopics on the wire. This one broker is every partition's leader and only replica, and the
+controller; topic ids are derived from names (``api.topic_id_of``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as WireError
+
+from idemcore.net.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    NewTopic,
+)
+from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
+from idemcore.net.wire.frames import make, nested, response_class
+from idemcore.protocol.codes import ErrorCode
+
+#: Kafka's "authorized operations not asked for" (INT32_MIN).
+_NO_OPERATIONS = -(1 << 31)
+
+
+def _metadata_to_message(ctx: WireContext, version: int, correlation_id: int,
+                         body: Any) -> tuple[MetadataRequest, Any]:
+    if body.topics is None or (version == 0 and not body.topics):  # v0: an empty list means every topic
+        names = None
+    else:
+        names = tuple(str(t.name) if t.name is not None else (ctx.topic_name(t.topic_id) or "")
+                      for t in body.topics)
+    allow = bool(getattr(body, "allow_auto_topic_creation", True))
+    return MetadataRequest(names, allow, correlation_id), None
+
+
+def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: MetadataResponse, carry: Any) -> Any:
+    cls = response_class(body)
+    broker_cls, topic_cls = nested(cls, "MetadataResponseBroker"), nested(cls, "MetadataResponseTopic")
+    partition_cls = nested(cls, "MetadataResponsePartition")
+    node = ctx.node_id
+    topics = tuple(make(
+        topic_cls, error_code=WireError(t.error_code), name=t.name,
+        topic_id=topic_id_of(t.name) if t.error_code == ErrorCode.NONE else None, is_internal=t.is_internal,
+        topic_authorized_operations=_NO_OPERATIONS,
+        partitions=tuple(make(partition_cls, error_code=WireError.none, partition_index=p, leader_id=node,
+                              leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
+                         for p in range(t.partitions)))
+        for t in response.topics)
+    brokers = (make(broker_cls, node_id=node, host=ctx.host, port=ctx.port, rack=None),)
+    return make(cls, brokers=brokers, cluster_id=ctx.cluster_id, controller_id=node, topics=topics,
+                cluster_authorized_operations=_NO_OPERATIONS, error_code=WireError.none)
+
+
+def _create_to_message(ctx: WireContext, version: int, correlation_id: int,
+                       body: Any) -> tuple[CreateTopicsRequest, Any]:
+    topics = tuple(NewTopic(str(t.name), int(t.num_partitions),
+                            tuple((str(c.name), None if c.value is None else str(c.value)) for c in t.configs))
+                   for t in body.topics)
+    return CreateTopicsRequest(topics, bool(getattr(body, "validate_only", False)), correlation_id), None
+
+
+def _create_to_wire(ctx: WireContext, version: int, body: Any, response: CreateTopicsResponse, carry: Any) -> Any:
+    cls = response_class(body)
+    result_cls = nested(cls, "CreatableTopicResult")
+    return make(cls, topics=tuple(make(
+        result_cls, name=r.name, topic_id=topic_id_of(r.name) if r.error_code == ErrorCode.NONE else None,
+        error_code=WireError(r.error_code), error_message=r.error_message, num_partitions=r.partitions,
+        replication_factor=1 if r.error_code == ErrorCode.NONE else -1, configs=None if r.error_code else ())
+        for r in response.results))
+
+
+METADATA = WireApi(3, "Metadata", 0, 13, _metadata_to_message, _metadata_to_wire)
+CREATE_TOPICS = WireApi(19, "CreateTopics", 2, 7, _create_to_message, _create_to_wire)
