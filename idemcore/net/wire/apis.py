@@ -13,12 +13,22 @@ from idemcore.net.wire.fetch import FETCH, LIST_OFFSETS
 from idemcore.net.wire.frames import make, nested
 from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
 from idemcore.net.wire.produce import PRODUCE
+from idemcore.net.wire.transactions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    FIND_COORDINATOR,
+    INIT_PRODUCER_ID,
+)
 
 API_VERSIONS_KEY = 18
 #: ApiVersions v0–4 (v3+: flexible, with the client's software name and version).
 API_VERSIONS_RANGE = (0, 4)
 
-APIS: dict[int, WireApi] = {api.key: api for api in (PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS)}
+APIS: dict[int, WireApi] = {api.key: api for api in (
+    PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS,
+    INIT_PRODUCER_ID, FIND_COORDINATOR, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
+)}
 
 
 def advertised() -> list[tuple[int, int, int]]:

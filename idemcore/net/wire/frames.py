@@ -149,7 +149,7 @@ def _zero(kind: Any) -> Any:
         if issubclass(kind, enum.Enum):
             return kind(0)
         if issubclass(kind, datetime.timedelta):
-            return kind(0)
+            return kind(datetime.timedelta(0))
         if issubclass(kind, bool):
             return False
         if issubclass(kind, int):

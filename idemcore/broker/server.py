@@ -1,0 +1,287 @@
+"""A Kafka-protocol TCP server over one :class:`~idemcore.broker.Broker`: ``idemcore serve``, and a
+:class:`Server` object for tests and programs (``with Server(broker) as server: server.bootstrap``).
+
+The server is only a transport: every request is read with kio (:mod:`idemcore.net.wire`), translated to one
+:mod:`idemcore.net.messages` request, answered by ``Broker.handle`` and translated back. One asyncio loop runs
+it all, so the broker sees one request at a time; each connection's requests are answered in the order they
+came (Kafka mutes a connection while its request is handled). A frame that cannot be read, an API or version
+not served, or a size beyond ``max_request_bytes`` (Kafka's ``socket.request.max.bytes``) closes that
+connection only; every other connection keeps being served. ApiVersions with a version this server lacks is
+answered at v0 with UNSUPPORTED_VERSION and the ranges it serves (KIP-511).
+
+A Fetch that finds nothing waits (up to its ``max_wait``) for the next write; JoinGroup and SyncGroup answers
+that the broker gives later (:class:`~idemcore.net.messages.Pending`) are awaited. ``run_housekeeping`` runs
+every ``housekeeping_ms`` (transaction timeouts, markers, retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from idemcore.broker.broker import Broker
+from idemcore.errors import IdemcoreError
+from idemcore.net.messages import FetchRequest, FetchResponse, Pending
+from idemcore.net.wire.api import WireContext
+from idemcore.net.wire.apis import API_VERSIONS_KEY, API_VERSIONS_RANGE, APIS, api_versions_response
+from idemcore.net.wire.frames import (
+    SIZE,
+    MalformedFrameError,
+    UnsupportedApiError,
+    peek_request,
+    read_request,
+    response_frame,
+)
+
+log = logging.getLogger(__name__)
+
+#: Kafka's ``socket.request.max.bytes`` default: the largest request frame read.
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600
+DEFAULT_HOUSEKEEPING_MS = 1_000
+
+
+class Server:
+    """Serve ``broker`` over Kafka's protocol on ``host``:``port`` (0: a free port, see :attr:`address`).
+    ``advertised_host``: the host Metadata and FindCoordinator name (default ``host``). The server does not
+    close the broker: its owner does, after :meth:`stop`."""
+
+    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *, advertised_host: str | None = None,
+                 cluster_id: str = "idemcore", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 housekeeping_ms: int = DEFAULT_HOUSEKEEPING_MS) -> None:
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
+        if type(max_request_bytes) is not int or max_request_bytes < 64:
+            raise ValueError(f"max_request_bytes must be an integer of at least 64, got {max_request_bytes!r}")
+        if type(housekeeping_ms) is not int or housekeeping_ms < 1:
+            raise ValueError(f"housekeeping_ms must be a positive integer, got {housekeeping_ms!r}")
+        self.broker = broker
+        self.host, self.port = host, port
+        self.advertised_host = advertised_host
+        self.cluster_id = cluster_id
+        self.max_request_bytes = max_request_bytes
+        self.housekeeping_ms = housekeeping_ms
+        #: Counts for tests and logs: connections closed for a bad frame, requests the broker raised on.
+        self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0}
+        self._ctx: WireContext | None = None
+        self._server: asyncio.Server | None = None
+        self._written: asyncio.Condition | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # ------------------------------------------------------------ life cycle
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host and port listened on (the port chosen when 0 was asked for)."""
+        if self._ctx is None:
+            raise IdemcoreError("the server is not started")
+        return self.host, self._ctx.port
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port``, as clients' ``bootstrap.servers`` take it."""
+        host, port = self.address
+        return f"{host}:{port}"
+
+    async def start_serving(self) -> None:
+        """Listen (in the running loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._written = asyncio.Condition()
+        self._stopping = asyncio.Event()
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
+        port = self._server.sockets[0].getsockname()[1]
+        self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host, port, self.cluster_id,
+                                lambda: self.broker.topics)
+        self._housekeeper = asyncio.create_task(self._housekeeping())
+
+    async def serve_until_stopped(self) -> None:
+        """Serve until :meth:`request_stop`, then close every connection (in the running loop)."""
+        assert self._stopping is not None, "start_serving first"
+        await self._stopping.wait()
+        await self._close()
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop serving (any thread, or a signal handler)."""
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._housekeeper.cancel()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(self._housekeeper, *self._connections, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    def start(self) -> Server:
+        """Serve from a background thread; returns once listening (raises what listening raised)."""
+        if self._thread is not None:
+            raise IdemcoreError("the server is started already")
+        self._thread = threading.Thread(target=self._run_thread, name=f"idemcore-server-{self.port}", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
+        return self
+
+    def _run_thread(self) -> None:
+        async def main() -> None:
+            try:
+                await self.start_serving()
+            except BaseException as error:
+                self._start_error = error
+                self._started.set()
+                return
+            self._started.set()
+            await self.serve_until_stopped()
+        asyncio.run(main())
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread (connections are closed; the broker stays open)."""
+        if self._thread is None:
+            return
+        self.request_stop()
+        self._thread.join(30)
+        self._thread = None
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ serving
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(self.housekeeping_ms / 1000)
+            try:
+                self.broker.run_housekeeping()
+            except Exception:  # a failing timer must not stop the server; the next round tries again
+                log.exception("housekeeping failed")
+            await self._note_write()
+
+    async def _note_write(self) -> None:
+        assert self._written is not None
+        async with self._written:
+            self._written.notify_all()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self.stats["connections"] += 1
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                size = SIZE.unpack(await reader.readexactly(4))[0]
+                if not 8 <= size <= self.max_request_bytes:
+                    self.stats["malformed"] += 1
+                    log.info("closing %s: a request frame of %d bytes (allowed: 8 to %d)", peer, size,
+                             self.max_request_bytes)
+                    return
+                frame = await reader.readexactly(size)
+                chunks = await self._answer(frame, peer)
+                if chunks is None:
+                    continue
+                writer.writelines(chunks)
+                await writer.drain()
+        except _CloseConnection:
+            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, frame: bytes, peer: Any) -> Iterable[bytes] | None:
+        """The response frame's chunks, None when none is sent (acks=0); _CloseConnection when the frame is
+        not one to answer."""
+        assert self._ctx is not None
+        self.stats["requests"] += 1
+        try:
+            api_key, version, correlation_id = peek_request(frame)
+        except MalformedFrameError as error:
+            raise self._refuse("malformed", peer, error) from None
+        if api_key == API_VERSIONS_KEY:
+            low, high = API_VERSIONS_RANGE
+            if not low <= version <= high:
+                return response_frame(correlation_id, api_versions_response(0, error_code=35))
+            try:
+                read_request(frame)
+            except (MalformedFrameError, UnsupportedApiError) as error:
+                raise self._refuse("malformed", peer, error) from None
+            return response_frame(correlation_id, api_versions_response(version))
+        api = APIS.get(api_key)
+        if api is None or not api.min_version <= version <= api.max_version:
+            raise self._refuse("unsupported", peer, f"api key {api_key} version {version} is not served")
+        try:
+            _, body = read_request(frame)
+            message, carry = api.to_message(self._ctx, version, correlation_id, body)
+        except (MalformedFrameError, UnsupportedApiError, ValueError, TypeError, KeyError, AttributeError) as error:
+            raise self._refuse("malformed", peer, error) from None
+        try:
+            response = self.broker.handle(message)
+            if isinstance(response, Pending):
+                response = await _awaited(response)
+            elif type(message) is FetchRequest:
+                response = await self._waited_fetch(message, response)
+        except Exception as error:
+            self.stats["broker_errors"] += 1
+            log.exception("closing %s: the broker failed on %s v%d", peer, api.name, version)
+            raise _CloseConnection from error
+        if type(message) is not FetchRequest:
+            await self._note_write()
+        if response is None:
+            return None
+        try:
+            return response_frame(correlation_id, api.to_wire(self._ctx, version, body, response, carry))
+        except Exception as error:  # a translation bug: this client loses its connection, the others go on
+            self.stats["broker_errors"] += 1
+            log.exception("closing %s: could not answer %s v%d", peer, api.name, version)
+            raise _CloseConnection from error
+
+    async def _waited_fetch(self, request: FetchRequest, response: Any) -> Any:
+        """Kafka's delayed fetch: while the answer holds no batches and ``max_wait_ms`` has not passed, wait for
+        a write and ask again."""
+        assert self._written is not None
+        deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+        while (isinstance(response, FetchResponse) and response.error_code == 0
+               and not any(p.batches or p.error_code for p in response.partitions)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            async with self._written:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._written.wait(), remaining)
+            response = self.broker.handle(request)
+        return response
+
+    def _refuse(self, kind: str, peer: Any, why: object) -> _CloseConnection:
+        self.stats[kind] += 1
+        log.info("closing %s: %s", peer, why)
+        return _CloseConnection()
+
+
+class _CloseConnection(Exception):
+    """Stop serving this connection (a frame not to answer)."""
+
+
+async def _awaited(pending: Pending) -> Any:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    pending.add_done_callback(lambda response: future.done() or future.set_result(response))
+    return await future
