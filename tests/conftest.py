@@ -47,3 +47,17 @@ def small_dataset(tmp_path_factory):
                      row_group_rows=700, progress=False, anomalies={"duplicate_beyond_window": 2, "sequence_gap": 2,
                      "out_of_order": 2, "epoch_regression": 2, "fenced": 2, "hanging_transaction": 2})
     return out, truth
+
+
+@pytest.fixture
+def kafka_server(tmp_path):
+    """`idemcore serve` in process (a :class:`~idemcore.broker.server.Server` on a free loopback port) over a
+    fresh Kafka log directory; topics are created on first use. ``kafka_server.bootstrap``: host:port."""
+    from idemcore.broker import Broker
+    from idemcore.broker.server import Server
+
+    broker = Broker({}, data_dir=tmp_path / "kafka-logs", fsync=False)
+    server = Server(broker).start()
+    yield server
+    server.stop()
+    broker.close()
