@@ -53,7 +53,7 @@ class ServeProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> ServeProcess:
-        log = open(self.log_path, "ab")  # noqa: SIM115  # the child writes it; closed with the process
+        log = open(self.log_path, "ab")  # the child writes it; closed with the process
         self.process = subprocess.Popen(
             [sys.executable, "-m", "idemcore.cli", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
              *self.args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -283,5 +283,9 @@ class _CloseConnection(Exception):
 
 async def _awaited(pending: Pending) -> Any:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    pending.add_done_callback(lambda response: future.done() or future.set_result(response))
+
+    def resolve(response: Any) -> None:
+        if not future.done():  # the connection may have been cancelled meanwhile
+            future.set_result(response)
+    pending.add_done_callback(resolve)
     return await future

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from idemcore import __version__
 from idemcore.cli.audit import add_commands, print_error
 from idemcore.cli.logdir import add_commands as add_logdir_commands
-from idemcore.cli.serve import add_commands as add_serve_commands
 from idemcore.cli.options import (
     BACKEND_CHOICES,
     BACKEND_HELP,
@@ -20,6 +19,7 @@ from idemcore.cli.options import (
     show_progress,
     verbosity_options,
 )
+from idemcore.cli.serve import add_commands as add_serve_commands
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
 from idemcore.progress import bar as progress_bar

@@ -8,8 +8,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from idemcore.net.messages import Request, Response
-
 
 @dataclass(slots=True)
 class WireContext:
@@ -39,12 +37,13 @@ def topic_id_of(name: str) -> uuid.UUID:
     return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
 
 
-#: ``(context, version, correlation_id, kio request body) -> (message for Broker.handle, carry)``; the carry is
+#: ``(context, version, correlation_id, kio request body) -> (a Request for Broker.handle, carry)``; the carry is
 #: whatever the answer needs that the message does not hold (partitions refused before the broker, the order
 #: and form of the names asked for).
-ToMessage = Callable[[WireContext, int, int, Any], tuple[Request, Any]]
-#: ``(context, version, kio request body, Broker.handle's response, carry) -> kio response body``.
-ToWire = Callable[[WireContext, int, Any, Response, Any], Any]
+ToMessage = Callable[[WireContext, int, int, Any], tuple[Any, Any]]
+#: ``(context, version, kio request body, Broker.handle's Response, carry) -> kio response body``. (Typed Any:
+#: each API takes its own message types.)
+ToWire = Callable[[WireContext, int, Any, Any, Any], Any]
 
 
 class WireApi(NamedTuple):

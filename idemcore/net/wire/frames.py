@@ -104,10 +104,10 @@ def response_frame(correlation_id: int, response: Any) -> Chunks:
 def request_frame(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """The frame of a request ``body`` (a kio entity), with its size, as a client sends it."""
     cls, _, _ = request_codec(api_key, version)
-    header_cls = cls.__header_schema__
+    header_cls: Any = cls.__header_schema__  # type: ignore[attr-defined]
     header = make(header_cls, request_api_key=api_key, request_api_version=version,
                   correlation_id=correlation_id, client_id=client_id)
-    out = Chunks([b""])
+    out: Any = Chunks([b""])
     entity_writer(header_cls)(out, header)
     entity_writer(cls)(out, body)
     out[0] = SIZE.pack(sum(map(len, out)))
@@ -149,7 +149,7 @@ def _zero(kind: Any) -> Any:
         if issubclass(kind, enum.Enum):
             return kind(0)
         if issubclass(kind, datetime.timedelta):
-            return kind(datetime.timedelta(0))
+            return kind(datetime.timedelta(0))  # type: ignore[arg-type]  # kio's phantom timedelta types
         if issubclass(kind, bool):
             return False
         if issubclass(kind, int):
@@ -168,11 +168,14 @@ def _zero(kind: Any) -> Any:
 def make(cls: type, **values: Any) -> Any:
     """An entity of ``cls`` (one kio class: an API, version and entity) from ``values`` by field name. Names
     this version lacks are ignored, so one call builds every version; required fields left out get their zero
-    (:func:`_zero`)."""
+    (:func:`_zero`); an int for a duration (kio's timedelta fields) counts milliseconds."""
     kwargs = {}
     for name, kind, has_default in _fields(cls):
         if name in values:
-            kwargs[name] = values[name]
+            value = values[name]
+            if type(value) is int and isinstance(kind, type) and issubclass(kind, datetime.timedelta):
+                value = kind(datetime.timedelta(milliseconds=value))  # type: ignore[arg-type]  # idemcore counts ms
+            kwargs[name] = value
         elif not has_default:
             kwargs[name] = _zero(kind)
     return cls(**kwargs)

@@ -109,11 +109,12 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
 
 def decode_wire_batch(topic: str, partition: int, data: bytes) -> RecordBatch:
     """The RecordBatch of the one v2 batch a produce request carries for a partition (Produce v3+), keeping
-    ``data`` as its ``wire`` bytes. CorruptRecordError when ``data`` is not exactly one whole v2 batch with a
-    good CRC, or its records do not decode; ValueError for a control batch (clients may not write markers)."""
+    ``data`` as its ``wire`` bytes. CorruptRecordError when its first batch is cut short, fails its CRC, or its
+    records do not decode; ValueError for more than one batch or a control batch (clients may not write
+    markers)."""
     header, records = decode_batch(data, 0, check_crc=True)
-    if header.size_in_bytes != len(data):
-        raise CorruptRecordError(f"a produce request carries {len(data)} bytes for {topic}-{partition}, but "
+    if header.size_in_bytes != len(data):  # Kafka's INVALID_RECORD for v3+, not a corrupt batch
+        raise ValueError(f"a produce request carries {len(data)} bytes for {topic}-{partition}, but "
                                  f"its first batch is {header.size_in_bytes} bytes: exactly one batch is allowed")
     if header.is_control:
         raise ValueError(f"{topic}-{partition}: clients may not write control batches (transaction markers)")
