@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from idemcore.broker import topic_requests, txn_requests
+from idemcore.broker.admin_requests import admin_handlers
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
@@ -457,6 +458,7 @@ class Broker:
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
                 MetadataRequest: lambda r: topic_requests.metadata(self, r),
                 CreateTopicsRequest: lambda r: topic_requests.create_topics(self, r),
+                **admin_handlers(self),
             }
             self._recover()
             if self.data_dir is not None:
@@ -588,6 +590,17 @@ class Broker:
         if self._written_ends is not None:  # a slot for each new partition
             self._written_ends.close()
             self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())  # type: ignore[arg-type]
+
+    def partition_number(self, topic: str, partition: int) -> int | None:
+        """The broker-wide number of ``topic``-``partition`` in the producer-state table, None when the broker
+        does not serve it."""
+        return self._index.get((topic, partition))
+
+    @property
+    def started_txn_coordinator(self) -> TransactionCoordinator | None:
+        """The transaction coordinator if it has started; unlike :attr:`txn_coordinator` a read that never makes
+        ``__transaction_state``."""
+        return self._txn_coordinator
 
     @property
     def txn_coordinator(self) -> TransactionCoordinator:

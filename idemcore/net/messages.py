@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from idemcore.errors import IdemcoreError
+from idemcore.net.admin import AdminRequest, AdminResponse
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -457,8 +458,8 @@ class Pending:
 Request = (ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest | FindCoordinatorRequest
            | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest | TxnOffsetCommitRequest
            | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest | MetadataRequest
-           | CreateTopicsRequest)
+           | CreateTopicsRequest | AdminRequest)
 Response = (ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse | FindCoordinatorResponse
             | AddPartitionsToTxnResponse | AddOffsetsToTxnResponse | EndTxnResponse | TxnOffsetCommitResponse
             | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse | MetadataResponse
-            | CreateTopicsResponse)
+            | CreateTopicsResponse | AdminResponse)

@@ -8,6 +8,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode as WireError
 
+from idemcore.net.wire.admin import ADMIN_APIS
 from idemcore.net.wire.api import WireApi
 from idemcore.net.wire.fetch import FETCH, LIST_OFFSETS
 from idemcore.net.wire.frames import make, nested
@@ -28,6 +29,7 @@ API_VERSIONS_RANGE = (0, 4)
 APIS: dict[int, WireApi] = {api.key: api for api in (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS,
     INIT_PRODUCER_ID, FIND_COORDINATOR, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
+    *ADMIN_APIS,
 )}
 
 

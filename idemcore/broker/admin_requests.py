@@ -1,0 +1,160 @@
+"""The admin requests that find hanging transactions (KIP-664), as the broker answers them: DescribeProducers
+reads the producer state of its partitions, DescribeTransactions and ListTransactions ask the transaction
+coordinator. All three only read: none makes ``__transaction_state`` (a broker whose coordinator has not started
+owns no transactional id yet, as a Kafka broker that leads no partition of it).
+
+Kafka (core KafkaApis.handleDescribeProducersRequest / handleDescribeTransactionsRequest /
+handleListTransactionsRequest, ReplicaManager.activeProducerState, UnifiedLog.activeProducers,
+TransactionCoordinator.handleDescribeTransactions / handleListTransactions,
+TransactionStateManager.listTransactionStates), without the authorisation checks (idemcore has no ACLs).
+
+A request whose fields have the wrong types is answered INVALID_REQUEST with a message naming the value, never
+raised out of ``Broker.handle``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from idemcore.broker.coordinator import TransactionCoordinator, TransactionState
+from idemcore.broker.request_checks import checked
+from idemcore.net.admin import (
+    DescribedTransaction,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListedTransaction,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    PartitionProducers,
+    ProducerState,
+)
+from idemcore.protocol.codes import ErrorCode
+from idemcore.state.snapshot import snapshot_entries
+
+if TYPE_CHECKING:
+    from idemcore.broker.broker import Broker
+
+__all__ = ["admin_handlers", "describe_producers", "describe_transactions", "list_transactions"]
+
+#: Kafka's ``Topic.validate``: 1 to 249 ASCII alphanumerics, '.', '_' and '-', and neither "." nor "..".
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def admin_handlers(broker: Broker) -> dict[type, Callable[[Any], Any]]:
+    """The three requests' handlers over ``broker``, to merge into its dispatch table."""
+    return {
+        DescribeProducersRequest: lambda request: describe_producers(broker, request),
+        DescribeTransactionsRequest: lambda request: describe_transactions(broker, request),
+        ListTransactionsRequest: lambda request: list_transactions(broker, request),
+    }
+
+
+# ---------------------------------------------------------------- DescribeProducers
+
+
+def describe_producers(broker: Broker, request: DescribeProducersRequest) -> DescribeProducersResponse:
+    """Each requested partition's active producers: every producer with an entry in its producer state (those that
+    wrote only markers too), as Kafka's ``UnifiedLog.activeProducers`` lists them."""
+    pairs = request.partitions
+    problem = _malformed_pairs(pairs)
+    if problem is not None:
+        return DescribeProducersResponse((), request.request_id, ErrorCode.INVALID_REQUEST,
+                                         f"DescribeProducersRequest: {problem}")
+    answers = tuple(_partition_producers(broker, topic, partition) for topic, partition in pairs)
+    return DescribeProducersResponse(answers, request.request_id)
+
+
+def _malformed_pairs(pairs: object) -> str | None:
+    if not isinstance(pairs, tuple | list):
+        return f"partitions must be a tuple of (topic, partition) pairs, got {pairs!r:.80}"
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[0]) is str and type(pair[1]) is int):
+            return f"partition {pair!r:.80} is not a (topic name, partition number) pair"
+    return None
+
+
+def _partition_producers(broker: Broker, topic: str, partition: int) -> PartitionProducers:
+    # Kafka checks the name first (INVALID_TOPIC_EXCEPTION), then whether the topic, then the partition, exists.
+    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        return PartitionProducers(topic, partition, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                  error_message=f"topic name {topic!r:.300} is not legal: 1 to 249 of a-z, A-Z, 0-9, "
+                                                "'.', '_', '-', and not '.' or '..'")
+    number = broker.partition_number(topic, partition)
+    if number is None:
+        where = "topic" if topic not in broker.topics else "partition"
+        return PartitionProducers(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  error_message=f"broker {broker.broker_id} has no {where} {topic}-{partition}")
+    # The snapshot view is Kafka's ProducerStateEntry per producer: lastSeq of the newest retained batch (-1 when
+    # none), lastTimestamp, coordinatorEpoch, currentTxnFirstOffset (-1 when no transaction is open).
+    return PartitionProducers(topic, partition, ErrorCode.NONE, tuple(
+        ProducerState(entry.producer_id, entry.producer_epoch, entry.last_sequence, entry.timestamp,
+                      entry.coordinator_epoch, entry.current_txn_first_offset)
+        for entry in snapshot_entries(broker.state, number)))
+
+
+# ---------------------------------------------------------------- DescribeTransactions / ListTransactions
+
+
+def _started_coordinator(broker: Broker) -> TransactionCoordinator | None:
+    """The transaction coordinator if it has started; ``broker.txn_coordinator`` would make ``__transaction_state``,
+    which a read must not (Kafka makes it at FindCoordinator)."""
+    coordinator: TransactionCoordinator | None = broker.started_txn_coordinator
+    return coordinator
+
+
+def describe_transactions(broker: Broker, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    """Each requested id's state: NOT_COORDINATOR while the coordinator has not started (no partition of
+    ``__transaction_state`` is loaded), INVALID_REQUEST for "", TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
+    ids = request.transactional_ids
+    if not isinstance(ids, tuple | list):
+        return DescribeTransactionsResponse((), request.request_id, ErrorCode.INVALID_REQUEST,
+                                            f"DescribeTransactionsRequest: transactional_ids must be a tuple of "
+                                            f"strings, got {ids!r:.80}")
+    bad = [transactional_id for transactional_id in ids if type(transactional_id) is not str]
+    if bad:
+        return DescribeTransactionsResponse((), request.request_id, ErrorCode.INVALID_REQUEST,
+                                            f"DescribeTransactionsRequest: transactional id {bad[0]!r:.80} is not a "
+                                            "string")
+    coordinator = _started_coordinator(broker)
+    if coordinator is None:
+        return DescribeTransactionsResponse(tuple(
+            DescribedTransaction(transactional_id, ErrorCode.INVALID_REQUEST if transactional_id == ""
+                                 else ErrorCode.NOT_COORDINATOR) for transactional_id in ids), request.request_id)
+    answer = checked(request, lambda: coordinator.describe_transactions(ids))
+    if isinstance(answer, str):
+        return DescribeTransactionsResponse((), request.request_id, ErrorCode.INVALID_REQUEST, answer)
+    return DescribeTransactionsResponse(tuple(
+        DescribedTransaction(d.transactional_id, ErrorCode(d.error_code), d.state, d.producer_id, d.producer_epoch,
+                             d.transaction_timeout_ms, d.transaction_start_ms, d.topic_partitions)
+        for d in answer), request.request_id)
+
+
+def list_transactions(broker: Broker, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    """The ids the coordinator knows (none before it has started), filtered by state names, producer ids and how
+    long their transaction has run; state filters that name no state come back in ``unknown_state_filters``."""
+    states, producer_ids, duration = request.state_filters, request.producer_id_filters, request.duration_filter_ms
+    problem = None
+    if not isinstance(states, tuple | list) or any(type(name) is not str for name in states):
+        problem = f"state_filters must be a tuple of state names, got {states!r:.80}"
+    elif not isinstance(producer_ids, tuple | list) or any(type(pid) is not int for pid in producer_ids):
+        problem = f"producer_id_filters must be a tuple of producer ids, got {producer_ids!r:.80}"
+    elif type(duration) is not int:
+        problem = f"duration_filter_ms must be an int (negative: no filter), got {duration!r:.80}"
+    if problem is not None:
+        return ListTransactionsResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
+                                        error_message=f"ListTransactionsRequest: {problem}")
+    names = tuple(dict.fromkeys(states))  # Kafka takes the filters as a set: an unknown name is echoed once
+    coordinator = _started_coordinator(broker)
+    if coordinator is None:
+        return ListTransactionsResponse(ErrorCode.NONE, (), tuple(
+            name for name in names if TransactionState.from_name(name) is None), request.request_id)
+    result = checked(request, lambda: coordinator.list_transactions(names, producer_ids, duration))
+    if isinstance(result, str):
+        return ListTransactionsResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
+                                        error_message=result)
+    return ListTransactionsResponse(ErrorCode(result.error_code), tuple(
+        ListedTransaction(listing.transactional_id, listing.producer_id, listing.state)
+        for listing in result.transaction_states), result.unknown_state_filters, request.request_id)
