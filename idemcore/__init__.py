@@ -45,6 +45,10 @@ def __getattr__(name: str):
         from idemcore.broker import Broker
 
         return Broker
+    if name == "Server":
+        from idemcore.broker.server import Server
+
+        return Server
     raise AttributeError(f"module 'idemcore' has no attribute {name!r}")
 
 
@@ -72,6 +76,7 @@ __all__ = [
     "ProducerFencedError",
     "ProducerStateManager",
     "ProducerStateTable",
+    "Server",
     "Status",
     "TransactionAbortableError",
     "Verdicts",
