@@ -27,7 +27,7 @@ from typing import Any
 from idemcore.broker.broker import Broker
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import FetchRequest, FetchResponse, Pending
-from idemcore.net.wire.api import WireContext
+from idemcore.net.wire.api import WireContext, handle_each
 from idemcore.net.wire.apis import API_VERSIONS_KEY, API_VERSIONS_RANGE, APIS, api_versions_response
 from idemcore.net.wire.frames import (
     SIZE,
@@ -235,7 +235,7 @@ class Server:
         except (MalformedFrameError, UnsupportedApiError, ValueError, TypeError, KeyError, AttributeError) as error:
             raise self._refuse("malformed", peer, error) from None
         try:
-            response = self.broker.handle(message)
+            response = handle_each(self.broker.handle, message)
             if isinstance(response, Pending):
                 response = await _awaited(response)
             elif type(message) is FetchRequest:

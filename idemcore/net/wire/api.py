@@ -37,13 +37,22 @@ def topic_id_of(name: str) -> uuid.UUID:
     return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
 
 
-#: ``(context, version, correlation_id, kio request body) -> (a Request for Broker.handle, carry)``; the carry is
+#: ``(context, version, correlation_id, kio request body) -> (a Request for Broker.handle, carry)``, or a tuple of
+#: Requests when one wire request asks what several messages do (OffsetFetch v8+ for several groups): each goes
+#: through ``Broker.handle`` in turn (:func:`handle_each`) and ``to_wire`` gets the tuple of answers. The carry is
 #: whatever the answer needs that the message does not hold (partitions refused before the broker, the order
 #: and form of the names asked for).
 ToMessage = Callable[[WireContext, int, int, Any], tuple[Any, Any]]
 #: ``(context, version, kio request body, Broker.handle's Response, carry) -> kio response body``. (Typed Any:
 #: each API takes its own message types.)
 ToWire = Callable[[WireContext, int, Any, Any, Any], Any]
+
+
+def handle_each(handle: Callable[[Any], Any], message: Any) -> Any:
+    """``handle(message)``, or for a tuple of messages the tuple of their answers, in order."""
+    if type(message) is tuple:
+        return tuple(handle(one) for one in message)
+    return handle(message)
 
 
 class WireApi(NamedTuple):
