@@ -144,6 +144,13 @@ def _metadata_types(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
 def _malformed(batch: RecordBatch) -> tuple[ErrorCode, str] | None:
     """Why a batch cannot be appended at all, or None. Checked before the producer-state rules."""
     values = batch.values
+    if batch.wire is not None:  # from the wire: its header fields fit their widths and its records scanned whole
+        if len(values) == 0:
+            return ErrorCode.INVALID_RECORD, "a batch must hold at least one record"
+        if batch.producer_id < -1 or batch.producer_epoch < -1 or batch.base_sequence < -1:
+            return ErrorCode.INVALID_RECORD, (f"producer id {batch.producer_id}, epoch {batch.producer_epoch} or "
+                                              f"base sequence {batch.base_sequence} out of range")
+        return None
     well_typed = (type(batch.producer_id) is int and type(batch.producer_epoch) is int
                   and type(batch.base_sequence) is int and type(batch.max_timestamp) is int
                   and type(batch.is_transactional) is bool and type(values) in _CONTAINERS

@@ -723,10 +723,11 @@ class PartitionLog:
                                 f"{self.log_end_offset}")
         batch = RecordBatch(self.topic, self.partition, (), None, producer_id, producer_epoch, -1, timestamp, True)
         control = (int(control_type), coordinator_epoch)  # as _marker_batch reads it back
-        self._add(StoredBatch(base_offset, batch, None, None, control), base_offset,
-                  lambda: encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
-                                                producer_epoch=producer_epoch, timestamp=timestamp,
-                                                base_offset=base_offset, partition_leader_epoch=LEADER_EPOCH))
+        raw = bytes(encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
+                                          producer_epoch=producer_epoch, timestamp=timestamp,
+                                          base_offset=base_offset, partition_leader_epoch=LEADER_EPOCH))
+        # Kept (a marker is 78 bytes): every fetch over it serves these instead of encoding it again.
+        self._add(StoredBatch(base_offset, batch, None, None, control, raw), base_offset, lambda: raw)
 
     def _add(self, stored: StoredBatch, last_offset: int, encode: Callable[[], bytes | bytearray]) -> None:
         """Add a data batch or a marker: its transaction bookkeeping, and with a directory its bytes written
@@ -925,7 +926,11 @@ def _frozen(batch: RecordBatch) -> RecordBatch:
     changes nothing here) and without its wire bytes (the log keeps them with their offset set); the batch
     itself when that changes nothing."""
     headers = batch.headers
-    if batch.wire is None and type(batch.values) is tuple and (batch.keys is None or type(batch.keys) is tuple) and (
+    if batch.wire is not None:  # its record columns are read-only views of the bytes: only the bytes go
+        return RecordBatch(batch.topic, batch.partition, batch.values, batch.keys, batch.producer_id,
+                           batch.producer_epoch, batch.base_sequence, batch.max_timestamp, batch.is_transactional,
+                           headers)
+    if type(batch.values) is tuple and (batch.keys is None or type(batch.keys) is tuple) and (
             headers is None or type(headers) is tuple):
         return batch
     if headers is not None:

@@ -45,6 +45,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from idemcore.errors import BackendUnavailableError
 
@@ -162,27 +163,39 @@ def available_backends() -> list[str]:
 #: objects): like ``auto`` it takes the compiled encoder when it loads, else the Python twin.
 _RECORD_ENCODERS = {"cython": "idemcore.kernels.cython_record_encode",
                     "python": "idemcore.kernels.record_encode_reference"}
+#: The records scanner (a v2 records section checked without a Python object per record), the same way.
+_RECORD_SCANNERS = {"cython": "idemcore.kernels.cython_record_scan",
+                    "python": "idemcore.kernels.record_scan_reference"}
 
 
 @functools.cache
-def _load_record_encoder(name: str) -> Callable[..., bytearray]:
+def _load_twin(modules: tuple[tuple[str, str], ...], function: str, name: str) -> Callable[..., Any]:
+    """``function`` of backend ``name``'s module in ``modules`` (pairs of backend and module)."""
     try:
-        module = importlib.import_module(_RECORD_ENCODERS[name])
+        module = importlib.import_module(dict(modules)[name])
     except ImportError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BackendUnavailableError(f"backend {name!r} has no record encoder: {reason} (rebuild the extensions: "
+        raise BackendUnavailableError(f"backend {name!r} has no {function}: {reason} (rebuild the extensions: "
                                       "pip install -e .)") from exc
-    encode: Callable[..., bytearray] = module.encode_records
-    return encode
+    loaded: Callable[..., Any] = getattr(module, function)
+    return loaded
 
 
 @functools.cache
-def _auto_record_encoder() -> Callable[..., bytearray]:
+def _auto_twin(modules: tuple[tuple[str, str], ...], function: str) -> Callable[..., Any]:
     try:
-        return _load_record_encoder("cython")
+        return _load_twin(modules, function, "cython")
     except BackendUnavailableError as exc:
-        warnings.warn(f"idemcore encodes records in Python ({exc})", RuntimeWarning, stacklevel=3)
-        return _load_record_encoder("python")
+        warnings.warn(f"idemcore runs {function} in Python ({exc})", RuntimeWarning, stacklevel=3)
+        return _load_twin(modules, function, "python")
+
+
+def _get_twin(table: dict[str, str], function: str, name: str | Backend | None) -> Callable[..., Any]:
+    modules = tuple(sorted(table.items()))
+    name = _backend_name(name.name if isinstance(name, Backend) else name)
+    if name in table:
+        return _load_twin(modules, function, name)
+    return _auto_twin(modules, function)
 
 
 def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytearray]:
@@ -190,7 +203,10 @@ def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytea
     :func:`get_backend` chooses: a name, a :class:`Backend`, ``"auto"``, or None for ``$IDEMCORE_BACKEND``.
     ``cython`` raises BackendUnavailableError when its extension is not built; ``auto`` and ``numba`` fall back
     to the Python twin (``auto`` with one warning)."""
-    name = _backend_name(name.name if isinstance(name, Backend) else name)
-    if name in _RECORD_ENCODERS:
-        return _load_record_encoder(name)
-    return _auto_record_encoder()
+    return _get_twin(_RECORD_ENCODERS, "encode_records", name)
+
+
+def get_record_scanner(name: str | Backend | None = None) -> Callable[..., tuple[int, int, int, int, int]]:
+    """The ``scan_records`` function of a backend (:mod:`idemcore.kernels.record_scan_reference`), chosen as
+    :func:`get_record_encoder` chooses."""
+    return _get_twin(_RECORD_SCANNERS, "scan_records", name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 
-from idemcore.kernels import get_record_encoder
+from idemcore.kernels import get_record_encoder, get_record_scanner
 from idemcore.record.batch import RecordBatch
 from idemcore.record.crc import crc32c
 from idemcore.record.stored import StoredBatch
@@ -26,6 +26,7 @@ from idemcore.record.v2.codec import (
     _HEADER,
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
     CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
@@ -33,8 +34,11 @@ from idemcore.record.v2.codec import (
     BatchHeader,
     Record,
     _check_int,
+    compute_crc,
     decode_batch,
+    read_header,
 )
+from idemcore.record.v2.compression import Compression, decompress
 from idemcore.record.v2.control import encode_end_txn_marker
 from idemcore.record.v2.errors import CorruptRecordError
 from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
@@ -107,25 +111,100 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
                        header.is_transactional, headers if any(headers) else None)
 
 
-def decode_wire_batch(topic: str, partition: int, data: bytes) -> RecordBatch:
+class WireRecords:
+    """The records of a batch from the wire, decoded on first use (:class:`RecordColumn`): a broker storing the
+    batch as sent checks them with the records scanner and never needs them as Python objects."""
+
+    __slots__ = ("_columns", "count", "data")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data = data
+        self.count = count
+        self._columns: tuple[tuple, tuple, tuple] | None = None
+
+    def columns(self) -> tuple[tuple, tuple, tuple]:
+        """``(values, keys, headers)``, one entry per record."""
+        if self._columns is None:
+            _, records = decode_batch(self.data, 0, check_crc=False)
+            if records:
+                _, _, keys, values, headers, _ = zip(*records, strict=True)
+                self._columns = (values, keys, headers)
+            else:
+                self._columns = ((), (), ())
+        return self._columns
+
+
+class RecordColumn(Sequence):
+    """One field of a wire batch's records (values, keys or headers), decoded when first read."""
+
+    __slots__ = ("_field", "_records")
+
+    def __init__(self, records: WireRecords, field: int) -> None:
+        self._records = records
+        self._field = field
+
+    def __len__(self) -> int:
+        return self._records.count
+
+    def __getitem__(self, index):  # Sequence's int and slice forms
+        return self._records.columns()[self._field][index]
+
+    def __iter__(self):
+        return iter(self._records.columns()[self._field])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and not isinstance(other, str | bytes) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RecordColumn({self._records.columns()[self._field]!r:.200})"
+
+
+def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str | None = None) -> RecordBatch:
     """The RecordBatch of the one v2 batch a produce request carries for a partition (Produce v3+), keeping
-    ``data`` as its ``wire`` bytes. CorruptRecordError when its first batch is cut short, fails its CRC, or its
-    records do not decode; ValueError for more than one batch or a control batch (clients may not write
+    ``data`` as its ``wire`` bytes; its records are checked by the records scanner (``backend``: as
+    :func:`idemcore.kernels.get_record_scanner` chooses) and decoded only when read (:class:`RecordColumn`).
+    CorruptRecordError when its first batch is cut short, fails its CRC, or its records do not decode or have
+    offset deltas other than 0..n-1; ValueError for more than one batch or a control batch (clients may not write
     markers)."""
-    header, records = decode_batch(data, 0, check_crc=True)
+    header = read_header(data, 0)
+    if header.size_in_bytes > len(data):
+        raise CorruptRecordError(f"{topic}-{partition}: a batch of {header.size_in_bytes} bytes cut short at "
+                                 f"{len(data)}")
     if header.size_in_bytes != len(data):  # Kafka's INVALID_RECORD for v3+, not a corrupt batch
         raise ValueError(f"a produce request carries {len(data)} bytes for {topic}-{partition}, but "
-                                 f"its first batch is {header.size_in_bytes} bytes: exactly one batch is allowed")
+                         f"its first batch is {header.size_in_bytes} bytes: exactly one batch is allowed")
+    crc = compute_crc(data, 0, header)
+    if crc != header.crc:
+        raise CorruptRecordError(f"{topic}-{partition}: CRC-32C {crc:#010x} of the batch does not match its "
+                                 f"header's {header.crc:#010x}")
     if header.is_control:
         raise ValueError(f"{topic}-{partition}: clients may not write control batches (transaction markers)")
-    if len(records) != header.last_offset_delta + 1 or any(
-            record.offset_delta != k for k, record in enumerate(records)):
-        raise CorruptRecordError(f"{topic}-{partition}: a batch of {len(records)} records whose offset deltas "
-                                 f"are not 0..{len(records) - 1} (last offset delta {header.last_offset_delta})")
-    batch = record_batch_from(topic, partition, header, records)
-    return RecordBatch(batch.topic, batch.partition, batch.values, batch.keys, batch.producer_id,
-                       batch.producer_epoch, batch.base_sequence, batch.max_timestamp, batch.is_transactional,
-                       batch.headers, bytes(data))
+    count = header.record_count
+    if count < 0 or header.last_offset_delta != count - 1:
+        raise CorruptRecordError(f"{topic}-{partition}: {count} records with last offset delta "
+                                 f"{header.last_offset_delta}")
+    codec = header.attributes & COMPRESSION_MASK
+    section: bytes | memoryview = memoryview(data)[BATCH_HEADER_SIZE:]
+    if codec != Compression.NONE:
+        try:
+            section = decompress(codec, section)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{topic}-{partition}: {exc}") from None
+    status, position, index, null_keys, with_headers = get_record_scanner(backend)(section, count)
+    if status != 0:
+        _, decoded = decode_batch(data, 0, check_crc=False)  # the decoder's own message for what is wrong
+        deltas = [record.offset_delta for record in decoded]
+        raise CorruptRecordError(f"{topic}-{partition}: record {index} has offset delta {deltas[index]}"
+                                 if deltas != list(range(count)) else
+                                 f"{topic}-{partition}: the records do not scan at byte {position} (record {index})")
+    records = WireRecords(bytes(data), count)
+    # As record_batch_from: keys None when no record has one, headers None when no record has any.
+    return RecordBatch(topic, partition, RecordColumn(records, 0),
+                       None if null_keys == count else RecordColumn(records, 1), header.producer_id,
+                       header.producer_epoch, header.base_sequence, header.max_timestamp, header.is_transactional,
+                       RecordColumn(records, 2) if with_headers else None, records.data)
 
 
 def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> bytes | bytearray:
@@ -145,4 +224,5 @@ def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> 
     return encode_record_batch(batch, stored.base_offset, partition_leader_epoch)
 
 
-__all__ = ["decode_wire_batch", "encode_record_batch", "record_batch_from", "stored_batch_bytes"]
+__all__ = ["RecordColumn", "WireRecords", "decode_wire_batch", "encode_record_batch", "record_batch_from",
+           "stored_batch_bytes"]

@@ -1,0 +1,3 @@
+"""Stub of the compiled module built from idemcore/kernels/cython_record_scan.pyx."""
+
+def scan_records(data: bytes | bytearray | memoryview, count: int) -> tuple[int, int, int, int, int]: ...
