@@ -29,6 +29,7 @@ from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransact
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
+from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
 from idemcore.broker.producer_ids import (
     REACHABLE,
@@ -62,6 +63,7 @@ from idemcore.net.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     PartitionResponse,
+    Pending,
     ProduceRequest,
     ProduceResponse,
     Request,
@@ -466,6 +468,7 @@ class Broker:
                 MetadataRequest: lambda r: topic_requests.metadata(self, r),
                 CreateTopicsRequest: lambda r: topic_requests.create_topics(self, r),
                 **admin_handlers(self),
+                **membership_handlers(lambda: self.group_coordinator),
             }
             self._recover()
             if self.data_dir is not None:
@@ -485,8 +488,9 @@ class Broker:
 
     # ------------------------------------------------------------ the one request path
 
-    def handle(self, request: Request) -> Response | None:
-        """Answer one request (every transport calls this); None for a produce request with acks=0."""
+    def handle(self, request: Request) -> Response | Pending | None:
+        """Answer one request (every transport calls this); None for a produce request with acks=0; a
+        :class:`Pending` for an answer given later (JoinGroup, SyncGroup)."""
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         handler = self._handlers.get(type(request))
@@ -674,6 +678,8 @@ class Broker:
             self._txn_coordinator.abort_timed_out_transactions()
             self._txn_coordinator.expire_transactional_ids()
             self._txn_coordinator.retry_pending_markers()
+        if self._group_coordinator is not None:  # session and rebalance timeouts
+            self._group_coordinator.expire(self.clock())
         self.delete_old_segments(now_ms)
         self.clean_logs(now_ms)
 

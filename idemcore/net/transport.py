@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
-from idemcore.net.messages import Request, Response
+from idemcore.net.messages import Pending, Request, Response
 
 #: How long :meth:`InProcessTransport.tick` lets pass: the clients' clock is the wall clock there.
 _TICK_S = 0.001
@@ -36,8 +36,9 @@ class RequestHandler(Protocol):
     def topics(self) -> Mapping[str, int]:
         """Each topic's partition count."""
 
-    def handle(self, request: Request) -> Response | None:
-        """Answer one request; None when no answer is sent (a produce request with acks=0)."""
+    def handle(self, request: Request) -> Response | Pending | None:
+        """Answer one request; None when no answer is sent (a produce request with acks=0); a :class:`Pending`
+        for an answer given later (a JoinGroup waiting for its group)."""
 
 
 class Transport(Protocol):
@@ -84,11 +85,15 @@ def partition_count(topics: Mapping[str, int], topic: str) -> int:
 
 
 class InProcessTransport:
-    """Calls ``handler.handle`` in process: every request is answered at once and no answer is lost."""
+    """Calls ``handler.handle`` in process: no answer is lost. Most requests are answered at once; an answer the
+    handler gives later (a :class:`Pending`) reaches :meth:`poll` once it completes, unless the client
+    disconnected in between."""
 
     def __init__(self, handler: RequestHandler) -> None:
         self.handler = handler
         self._responses: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
+        #: Bumped by disconnect: a pending answer to an earlier connection is dropped.
+        self._connections: dict[str, int] = defaultdict(int)
 
     def now_ms(self) -> int:
         return wall_clock_ms()
@@ -98,7 +103,15 @@ class InProcessTransport:
 
     def send(self, client: str, request: Request) -> None:
         response = self.handler.handle(request)
-        if response is not None:
+        if isinstance(response, Pending):
+            connection = self._connections[client]
+
+            def deliver(answer: Response) -> None:
+                if self._connections[client] == connection:
+                    self._responses[client].append((request, answer))
+
+            response.add_done_callback(deliver)
+        elif response is not None:
             self._responses[client].append((request, response))
 
     def poll(self, client: str) -> list[tuple[Request, Response]]:
@@ -106,6 +119,7 @@ class InProcessTransport:
 
     def disconnect(self, client: str) -> None:
         self._responses.pop(client, None)
+        self._connections[client] += 1
 
     def tick(self) -> None:
         # A waiting client (a consumer polling an empty partition, a producer in its retry backoff) waits here,

@@ -27,9 +27,12 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)
     ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23  # a JoinGroup whose protocols share none with the group's
     TOPIC_AUTHORIZATION_FAILED = 29  # e.g. an internal topic in AddPartitionsToTxn (never authorised)
     INVALID_GROUP_ID = 24  # an empty group id
     UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
     TOPIC_ALREADY_EXISTS = 36
@@ -50,6 +53,7 @@ class ErrorCode(enum.IntEnum):
     OPERATION_NOT_ATTEMPTED = 55  # the other partitions of a request one of whose partitions failed
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     UNKNOWN_PRODUCER_ID = 59
+    MEMBER_ID_REQUIRED = 79  # JoinGroup v4+: rejoin with the member id this answer carries
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90

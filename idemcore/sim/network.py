@@ -37,6 +37,7 @@ from idemcore.net.messages import (
     OffsetFetchResponse,
     PartitionResponse,
     PartitionResult,
+    Pending,
     ProduceRequest,
     ProduceResponse,
     Request,
@@ -204,10 +205,15 @@ class SimulatedNetwork:
         if retriable:
             self.stats.retriable_errors += 1
         if retriable and self.rng.random() < 0.5:
-            response: Response | None = _error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)  # type: ignore[arg-type]
+            response: Response | None = _error_response(request,  # type: ignore[arg-type]
+                                                        ErrorCode.NOT_LEADER_OR_FOLLOWER)
         else:
             before = _log_ends(broker)
-            response = broker.handle(request)
+            answer = broker.handle(request)
+            if isinstance(answer, Pending):  # the simulated clients never join groups
+                raise IdemcoreError(f"the simulated network cannot carry an answer given later "
+                                    f"({type(request).__name__})")
+            response = answer
             after = _log_ends(broker)
             if len(after) > len(before):  # the request made an internal topic: its partitions start empty
                 before += [0] * (len(after) - len(before))

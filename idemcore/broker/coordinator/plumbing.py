@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from idemcore.broker.coordinator.collaborators import TopicPartition
-from idemcore.net.messages import ProduceRequest, Request, Response, TxnMarker, WriteTxnMarkersRequest
+from idemcore.net.messages import Pending, ProduceRequest, Request, Response, TxnMarker, WriteTxnMarkersRequest
 from idemcore.protocol.constants import TRANSACTION_STATE_TOPIC
 from idemcore.record.batch import RecordBatch
 
-Handle = Callable[[Request], Response | None]
+#: ``Broker.handle`` (the coordinators' writes are produce and marker requests, never answered later).
+Handle = Callable[[Request], Response | Pending | None]
 
 
 class HandledTransactionLog:

@@ -9,9 +9,13 @@ partition checks of ``KafkaApis``), in their order:
 2. A null group id: INVALID_GROUP_ID; an empty one too for TxnOffsetCommit (OffsetCommit and OffsetFetch accept
    ``""``, for backward compatibility, as Kafka does).
 3. A ``__consumer_offsets`` partition not loaded: NOT_COORDINATOR.
-4. Generation: a negative generation is a simple commit and is accepted (whatever the member id: the group is
-   Empty). A generation >= 0 names a member of a group with none: ILLEGAL_GENERATION when the group is unknown
-   (Kafka's answer before OffsetCommit v9, and always for TxnOffsetCommit), UNKNOWN_MEMBER_ID when it is known.
+4. Generation: for a group with members (or membership state), Kafka's ``validateOffsetCommit``: a member id or
+   generation >= 0 must name a member (UNKNOWN_MEMBER_ID) of this generation (ILLEGAL_GENERATION); an anonymous
+   plain commit into a group with members is UNKNOWN_MEMBER_ID; a plain commit while the group awaits its
+   assignment is REBALANCE_IN_PROGRESS. Otherwise a negative generation is a simple commit and is accepted
+   (whatever the member id: the group is Empty), and a generation >= 0 names a member of a group with none:
+   ILLEGAL_GENERATION when the group is unknown (Kafka's answer before OffsetCommit v9, and always for
+   TxnOffsetCommit), UNKNOWN_MEMBER_ID when it is known.
 5. Per partition: metadata longer than ``offset_metadata_max_bytes`` (counted as Java's ``String.length``):
    OFFSET_METADATA_TOO_LARGE. Negative offsets are stored as given (Kafka's broker does not check them).
 6. The remaining offsets go out as one batch; if the append fails, every partition that got this far answers
@@ -20,9 +24,15 @@ partition checks of ``KafkaApis``), in their order:
 Every write is durable before memory changes: the shard (:mod:`idemcore.broker.group.shard`) replays a record
 only after its append succeeded, and :meth:`GroupCoordinator.load` replays the same records after a restart.
 
-A group is known while it has committed offsets or an open transaction wrote some. Kafka keeps a simple group
-whose offsets are gone until its periodic cleanup deletes it; here that cleanup has always just run. Offset
-expiry (``offsets.retention.minutes``), OffsetDelete and group membership are not built.
+A group is known while it has committed offsets, an open transaction wrote some, or it has membership state.
+Kafka keeps a simple group whose offsets are gone until its periodic cleanup deletes it; here that cleanup has
+always just run. Offset expiry (``offsets.retention.minutes``) and OffsetDelete are not built.
+
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :mod:`idemcore.broker.group.membership`) is kept in
+memory only: Kafka also writes it to ``__consumer_offsets`` as GroupMetadata records, this coordinator does not,
+so after a restart members find their ids unknown and join again. A group with members checks a generation of an
+offset commit against them (rule 4 becomes Kafka's ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs
+the membership timers (sessions, rebalance and sync timeouts) and deletes Empty groups that have no offsets.
 
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
@@ -31,8 +41,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
+from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups
 from idemcore.broker.group.offsets_log import (
     OffsetCommitKey,
     OffsetCommitValue,
@@ -46,7 +58,19 @@ from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import OffsetShard, TopicPartition
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
-from idemcore.net.messages import FetchedOffset, OffsetEntry
+from idemcore.net.membership import (
+    INVALID_SESSION_TIMEOUT,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeavingMember,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from idemcore.net.messages import FetchedOffset, OffsetEntry, Pending
 from idemcore.protocol.codes import ControlType, ErrorCode
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
@@ -63,6 +87,9 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+#: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms.
+DEFAULT_MIN_SESSION_TIMEOUT_MS = 6000
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
 
 
 def java_length(text: str) -> int:
@@ -74,13 +101,17 @@ class GroupCoordinator:
     """Committed offsets per group, kept in ``__consumer_offsets``; see the module docstring.
 
     ``log_writer`` appends its batches, ``clock`` gives the commit time in ms, ``partition_exists`` says whether
-    the broker has a topic partition (None: every partition is taken to exist).
+    the broker has a topic partition (None: every partition is taken to exist). The session timeouts a JoinGroup
+    may ask for, and the initial rebalance's delay, are Kafka's ``group.*`` settings.
     """
 
     def __init__(self, log_writer: OffsetLogWriter, clock: Callable[[], int] = wall_clock_ms, *,
                  offsets_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
                  offset_metadata_max_bytes: int = DEFAULT_OFFSET_METADATA_MAX_BYTES,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
+                 max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
+                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS) -> None:
         if type(offsets_partitions) is not int or offsets_partitions < 1:
             raise ValueError(f"offsets_partitions must be a positive int, got {offsets_partitions!r}")
         if type(offset_metadata_max_bytes) is not int or offset_metadata_max_bytes < 0:
@@ -91,6 +122,13 @@ class GroupCoordinator:
         self.offsets_partitions = offsets_partitions
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self._shards: dict[int, OffsetShard] = {}
+        if type(min_session_timeout_ms) is not int or type(max_session_timeout_ms) is not int \
+                or not 0 <= min_session_timeout_ms <= max_session_timeout_ms:
+            raise ValueError(f"session timeouts must be ints with 0 <= min <= max, got {min_session_timeout_ms!r} "
+                             f"and {max_session_timeout_ms!r}")
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
 
     # ------------------------------------------------------------ introspection
 
@@ -114,8 +152,8 @@ class GroupCoordinator:
                       member_id: str = "") -> dict[TopicPartition, ErrorCode]:
         """Commit ``offsets`` for the group, outside any transaction; one error code per partition."""
         _check_member(generation_id, member_id)
-        return self._commit(group_id, _checked_offsets(offsets), generation_id, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
-                            transactional=False)
+        return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, NO_PRODUCER_ID,
+                            NO_PRODUCER_EPOCH, transactional=False)
 
     def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
                           offsets: Sequence[OffsetEntry], generation_id: int = -1,
@@ -130,11 +168,11 @@ class GroupCoordinator:
             if type(value) is not int:
                 raise TypeError(f"{name} must be an int, got {value!r:.80}")
         _check_member(generation_id, member_id)
-        return self._commit(group_id, _checked_offsets(offsets), generation_id, producer_id, producer_epoch,
-                            transactional=True)
+        return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, producer_id,
+                            producer_epoch, transactional=True)
 
-    def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, producer_id: int,
-                producer_epoch: int, transactional: bool) -> dict[TopicPartition, ErrorCode]:
+    def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, member_id: str,
+                producer_id: int, producer_epoch: int, transactional: bool) -> dict[TopicPartition, ErrorCode]:
         _check_group_id(group_id)
         answers: dict[TopicPartition, ErrorCode] = {}
         wanted: list[OffsetEntry] = []
@@ -145,7 +183,7 @@ class GroupCoordinator:
                 wanted.append(entry)
         if not wanted:
             return answers
-        error = self._group_error(group_id, generation_id, transactional)
+        error = self._group_error(group_id, generation_id, member_id, transactional)
         if error is not E.NONE:
             answers.update(((e.topic, e.partition), error) for e in wanted)
             return answers
@@ -178,13 +216,17 @@ class GroupCoordinator:
             shard.replay(base_offset + k, producer_id if transactional else NO_PRODUCER_ID, key, value)
         return answers
 
-    def _group_error(self, group_id: str | None, generation_id: int, transactional: bool) -> ErrorCode:
+    def _group_error(self, group_id: str | None, generation_id: int, member_id: str,
+                     transactional: bool) -> ErrorCode:
         """The group-wide answer, in Kafka's order (GroupCoordinatorService, then ClassicGroup)."""
         if group_id is None or (transactional and group_id == ""):
             return E.INVALID_GROUP_ID
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return E.NOT_COORDINATOR
+        membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional)
+        if membership is not None:
+            return _error_code(membership)
         if generation_id < 0:
             return E.NONE  # a simple commit: the group is (or becomes) an Empty group
         # A generation names a member, and a group without members has none.
@@ -229,6 +271,76 @@ class GroupCoordinator:
             else:
                 answer[(topic, partition)] = FetchedOffset(topic, partition, offset.offset, offset.metadata)
         return E.NONE, answer
+
+    # ------------------------------------------------------------ membership
+
+    def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse | Pending:
+        """Kafka's JoinGroup: an answer now (an error, MEMBER_ID_REQUIRED, this generation again) or a
+        :class:`Pending` completed when the join phase ends (by a later request or by :meth:`expire`)."""
+        _check_join(request)
+        rid = request.request_id
+        error = self._membership_error(request.group_id)
+        if error is None and not self.min_session_timeout_ms <= request.session_timeout_ms \
+                <= self.max_session_timeout_ms:
+            error = INVALID_SESSION_TIMEOUT
+        if error is not None:
+            return JoinGroupResponse(error, member_id=request.member_id, request_id=rid)
+        return self.classic_groups.join(request)
+
+    def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse | Pending:
+        """Kafka's SyncGroup: the leader's assignment sets every member's; a member answered before the leader
+        sent it waits (a :class:`Pending`)."""
+        _check_group_request(request, ("generation_id",), ("member_id",))
+        if not isinstance(request.assignments, tuple | list) or not all(
+                isinstance(a, tuple) and len(a) == 2 and type(a[0]) is str and isinstance(a[1], bytes)
+                for a in request.assignments):
+            raise TypeError(f"assignments must be (member_id str, bytes) pairs, got {request.assignments!r:.80}")
+        for name in ("protocol_type", "protocol_name"):
+            if not (getattr(request, name) is None or type(getattr(request, name)) is str):
+                raise TypeError(f"{name} must be a str or None, got {getattr(request, name)!r:.80}")
+        error = self._membership_error(request.group_id)
+        if error is not None:
+            return SyncGroupResponse(error, request_id=request.request_id)
+        return self.classic_groups.sync(request)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        _check_group_request(request, ("generation_id",), ("member_id",))
+        error = self._membership_error(request.group_id)
+        if error is not None:
+            return HeartbeatResponse(error, request.request_id)
+        return self.classic_groups.heartbeat(request)
+
+    def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        _check_group_request(request, (), ())
+        if not isinstance(request.members, tuple | list) or not all(
+                type(m) is LeavingMember and type(m.member_id) is str
+                and (m.group_instance_id is None or type(m.group_instance_id) is str) for m in request.members):
+            raise TypeError(f"members must be LeavingMember with a str member_id, got {request.members!r:.80}")
+        error = self._membership_error(request.group_id)
+        if error is not None:
+            return LeaveGroupResponse(error, request_id=request.request_id)
+        return self.classic_groups.leave(request)
+
+    def expire(self, now_ms: int) -> None:
+        """Run the membership timers due at ``now_ms`` (the broker's housekeeping calls this): members whose
+        session lapsed are removed, overdue join phases complete without the members that did not rejoin, members
+        that did not sync are removed. Empty groups without offsets are deleted (Kafka's periodic cleanup)."""
+        if type(now_ms) is not int:
+            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        self.classic_groups.expire(now_ms)
+        self.classic_groups.forget_empty(self._has_offsets)
+
+    def _has_offsets(self, group_id: str) -> bool:
+        shard = self._shards.get(self.partition_for(group_id))
+        return shard is not None and shard.group_exists(group_id)
+
+    def _membership_error(self, group_id: str | None) -> int | None:
+        """INVALID_GROUP_ID for a null or empty id, NOT_COORDINATOR when its partition is not loaded."""
+        if not group_id:
+            return int(E.INVALID_GROUP_ID)
+        if self.partition_for(group_id) not in self._shards:
+            return int(E.NOT_COORDINATOR)
+        return None
 
     # ------------------------------------------------------------ markers and loading
 
@@ -278,10 +390,51 @@ class GroupCoordinator:
         if skipped:
             log.info("%s-%d: skipped %d records that are not offset commits", CONSUMER_OFFSETS_TOPIC, partition,
                      skipped)
+        # Membership is not in the log: a reloaded partition starts without it (its waiting requests are answered
+        # NOT_COORDINATOR, and members join again).
+        self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
         self._shards[partition] = shard
 
 
 # ------------------------------------------------------------------ argument checks
+
+
+def _error_code(code: int) -> ErrorCode:
+    """``code`` as an ErrorCode; a code the enum lacks (REBALANCE_IN_PROGRESS) travels as its int."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return cast(ErrorCode, code)
+
+
+def _check_group_request(request: object, ints: tuple[str, ...], strings: tuple[str, ...]) -> None:
+    group_id = getattr(request, "group_id", None)
+    if not (group_id is None or type(group_id) is str):
+        raise TypeError(f"group_id must be a str, got {group_id!r:.80}")
+    if group_id:
+        _check_string(group_id, "group_id")
+    for name in ints:
+        value = getattr(request, name)
+        if type(value) is not int or not _INT32[0] <= value <= _INT32[1]:
+            raise TypeError(f"{name} must be an int32, got {value!r:.80}")
+    for name in strings:
+        if type(getattr(request, name)) is not str:
+            raise TypeError(f"{name} must be a str, got {getattr(request, name)!r:.80}")
+    instance = getattr(request, "group_instance_id", None)
+    if not (instance is None or type(instance) is str):
+        raise TypeError(f"group_instance_id must be a str or None, got {instance!r:.80}")
+
+
+def _check_join(request: JoinGroupRequest) -> None:
+    _check_group_request(request, ("session_timeout_ms", "rebalance_timeout_ms"),
+                         ("member_id", "protocol_type", "client_id"))
+    if not isinstance(request.protocols, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and type(p[0]) is str and isinstance(p[1], bytes)
+            for p in request.protocols):
+        raise TypeError(f"protocols must be a tuple of (name str, metadata bytes), got {request.protocols!r:.80}")
+    if type(request.member_id_required) is not bool:
+        raise TypeError(f"member_id_required must be a bool, got {request.member_id_required!r:.80}")
+
 
 
 def _check_group_id(group_id: object) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from idemcore.net.messages import ProduceRequest, Request, Response
+from idemcore.net.messages import Pending, ProduceRequest, Request, Response
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import CONSUMER_OFFSETS_TOPIC, NO_SEQUENCE
 from idemcore.record.batch import RecordBatch
 
-Handle = Callable[[Request], Response | None]
+#: ``Broker.handle`` (the coordinators' writes are produce and marker requests, never answered later).
+Handle = Callable[[Request], Response | Pending | None]
 
 
 class OffsetLogWriter(Protocol):
