@@ -74,3 +74,20 @@ def test_the_written_ends_cover_a_created_topic(tmp_path):
     segment.write_bytes(segment.read_bytes()[:-5])  # the last acknowledged batch damaged
     with pytest.raises(LogCorruptionError, match=r"new-0: .* the log ends at offset 2, but held 3"):
         Broker({"t": 1}, data_dir=tmp_path)
+
+
+def test_a_broker_without_fsync_makes_its_internal_topics_without_syncing_each_partition(tmp_path, monkeypatch):
+    """fsync=False is the page cache for every file a new partition writes (a served broker makes
+    __consumer_offsets' 50 partitions on its one event loop: a sync per file stalled every connection)."""
+    import os
+
+    broker = Broker({}, data_dir=tmp_path, fsync=False)
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    try:
+        broker.group_coordinator  # noqa: B018  # made on first use
+        assert broker.topics["__consumer_offsets"] == 50
+        assert len(calls) <= 4, f"{len(calls)} fsyncs"
+    finally:
+        broker.close()

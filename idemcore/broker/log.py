@@ -455,7 +455,7 @@ class PartitionLog:
             return
         log.warning("%s: rebuilding the %s %s from its segment (%s)", self.name, what, path,
                     "missing" if found is None else f"{len(found)} bytes, {len(wanted)} expected")
-        write_file_atomically(path, wanted)
+        write_file_atomically(path, wanted, self._fsync)
 
     def _epochs(self) -> bytes:
         """The leader-epoch-checkpoint this log implies: epoch 0 from its start offset, once it holds a batch
@@ -474,7 +474,7 @@ class PartitionLog:
         if found != wanted:
             if found is not None:
                 log.warning("%s: rewriting %s (%r, expected %r)", self.name, path, found[:40], wanted)
-            write_file_atomically(path, wanted)
+            write_file_atomically(path, wanted, self._fsync)
         self._epochs_written = bool(self.batches)
 
     # --- retention ------------------------------------------------------------------------------------------
