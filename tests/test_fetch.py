@@ -411,3 +411,38 @@ def test_list_offsets_gives_the_log_start_and_the_end_per_isolation(tmp_path):
     (bad, unknown) = broker.handle(ListOffsetsRequest(((TOPIC, 0), ("nope", 0, LATEST_TIMESTAMP)))).results  # type: ignore[arg-type]
     assert bad.error_code == ErrorCode.INVALID_REQUEST and unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     scenario.broker.kill()
+
+
+def test_list_offsets_by_timestamp_reads_record_timestamps_and_respects_isolation(tmp_path):
+    """Kafka's fetchOffsetForTimestamp: the first record whose timestamp is at least the target (per-record
+    timestamps of a batch stored as sent), the first with the largest for MAX_TIMESTAMP (-3), -1 when none or
+    when it lies at or past what the isolation level reads."""
+    from idemcore.net.messages import ListOffsetsRequest, ProduceRequest
+    from idemcore.record.v2 import decode_wire_batch, encode_batch
+    from idemcore.record.v2.codec import Record
+
+    sent = encode_batch([Record(k, 10 * k, b"k", b"v") for k in range(5)], base_offset=0, base_timestamp=1_000,
+                        max_timestamp=1_040)
+    broker = Broker({"t": 1}, data_dir=tmp_path, fsync=False)
+    try:
+        broker.handle(ProduceRequest((decode_wire_batch("t", 0, bytes(sent)),)))
+        broker.handle(ProduceRequest((RecordBatch("t", 0, [b"w"], producer_id=9, producer_epoch=0, base_sequence=0,
+                                                  max_timestamp=2_000, is_transactional=True),)))
+        broker.log("t", 0).note_open_transaction(9, 5)
+
+        def at(timestamp: int, level: int = READ_UNCOMMITTED) -> tuple[int, int]:
+            [result] = broker.handle(ListOffsetsRequest((("t", 0, timestamp),), level)).results
+            assert result.error_code == ErrorCode.NONE
+            return result.offset, result.timestamp
+
+        assert at(0) == (0, 1_000)
+        assert at(1_015) == (2, 1_020)  # inside the batch: record 2 is the first at or after it
+        assert at(1_040) == (4, 1_040)
+        assert at(1_500) == (5, 2_000)  # the open transaction's record, readable uncommitted
+        assert at(1_500, READ_COMMITTED) == (-1, -1)  # past the last stable offset (5)
+        assert at(3_000) == (-1, -1)
+        assert at(-3) == (5, 2_000)  # MAX_TIMESTAMP
+        [bad] = broker.handle(ListOffsetsRequest((("t", 0, -7),))).results
+        assert bad.error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        broker.close()

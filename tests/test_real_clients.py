@@ -280,8 +280,6 @@ def test_confluent_record_shapes(served, caplog):
     served.assert_clean(caplog)
 
 
-@pytest.mark.xfail(reason="ListOffsets answers EARLIEST and LATEST only (idemcore/broker/fetch.py list_offsets): a "
-                          "timestamp is answered INVALID_REQUEST", strict=True, raises=AssertionError)
 def test_confluent_offsets_for_times(served, caplog):
     """offsets_for_times (ListOffsets with a timestamp): the first offset whose timestamp is at or after it."""
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition

@@ -8,12 +8,13 @@ their records (Kafka's ``collectAbortedTransactions``)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from idemcore.broker.log import PartitionLog
 from idemcore.net.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     AbortedTransaction,
     FetchedPartition,
     FetchPartition,
@@ -24,8 +25,9 @@ from idemcore.net.messages import (
     ListOffsetsResponse,
 )
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED
+from idemcore.protocol.constants import NO_OFFSET, READ_COMMITTED, READ_UNCOMMITTED
 from idemcore.record.stored import StoredBatch
+from idemcore.record.v2 import decode_batch
 
 #: Finds a partition's log, None when the broker has no such partition.
 FindLog = Callable[[str, int], PartitionLog | None]
@@ -125,14 +127,49 @@ def list_offsets(find_log: FindLog, request: ListOffsetsRequest) -> ListOffsetsR
         partition_log = _log(find_log, topic, partition)
         if partition_log is None:
             results.append(ListedOffset(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        elif committed is None or type(timestamp) is not int or timestamp not in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+        elif committed is None or type(timestamp) is not int or not (
+                timestamp >= 0 or timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP)):
             results.append(ListedOffset(topic, partition, ErrorCode.INVALID_REQUEST))
         elif timestamp == EARLIEST_TIMESTAMP:
             results.append(ListedOffset(topic, partition, ErrorCode.NONE, partition_log.log_start_offset))
-        else:
+        elif timestamp == LATEST_TIMESTAMP:
             latest = partition_log.last_stable_offset if committed else partition_log.log_end_offset
             results.append(ListedOffset(topic, partition, ErrorCode.NONE, latest))
+        else:
+            # Kafka's Partition.fetchOffsetForTimestamp: a record found at or past what the isolation level may read
+            # is not answered (offset and timestamp -1).
+            limit = partition_log.last_stable_offset if committed else partition_log.log_end_offset
+            found = _by_timestamp(partition_log.batches, timestamp)
+            offset, at = found if found is not None and found[0] < limit else (NO_OFFSET, -1)
+            results.append(ListedOffset(topic, partition, ErrorCode.NONE, offset, at))
     return ListOffsetsResponse(tuple(results), request.request_id)
+
+
+def _record_times(stored: StoredBatch) -> Iterator[tuple[int, int]]:
+    """``(offset, timestamp)`` of each record of a stored batch: from its bytes when the log has them (per-record
+    timestamps as sent), else every record at the batch's max timestamp (as ``encode_record_batch`` writes it)."""
+    if stored.raw is None:
+        return ((offset, stored.batch.max_timestamp) for offset in stored.offsets())
+    header, records = decode_batch(stored.raw, check_crc=False)
+    return ((header.base_offset + r.offset_delta, header.base_timestamp + r.timestamp_delta) for r in records)
+
+
+def _by_timestamp(batches: list[StoredBatch], timestamp: int) -> tuple[int, int] | None:
+    """Kafka's ``UnifiedLog.fetchOffsetByTimestamp``: ``(offset, timestamp)`` of the first record whose timestamp is
+    at least ``timestamp`` (in the first batch whose max timestamp is), or for MAX_TIMESTAMP the first record with
+    the largest timestamp; None when there is none. Markers count, as in Kafka's segment scan."""
+    if timestamp == MAX_TIMESTAMP:
+        newest = max(batches, key=lambda stored: stored.batch.max_timestamp, default=None)
+        if newest is None:
+            return None
+        top = newest.batch.max_timestamp
+        return next(((offset, at) for offset, at in _record_times(newest) if at == top), None)
+    for stored in batches:
+        if stored.batch.max_timestamp >= timestamp:
+            found = next(((offset, at) for offset, at in _record_times(stored) if at >= timestamp), None)
+            if found is not None:
+                return found
+    return None
 
 
 def _log(find_log: FindLog, topic: object, partition: object) -> PartitionLog | None:

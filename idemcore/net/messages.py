@@ -289,11 +289,14 @@ class OffsetFetchResponse:
 #: ListOffsets' special timestamps: the log start, and the log end (read_committed: the last stable offset).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+#: ListOffsets v7+ (KIP-734): the first record with the largest timestamp.
+MAX_TIMESTAMP = -3
 
 
 @dataclass(slots=True, frozen=True)
 class ListOffsetsRequest:
-    """Per ``(topic, partition, timestamp)``: the offset for EARLIEST_TIMESTAMP or LATEST_TIMESTAMP."""
+    """Per ``(topic, partition, timestamp)``: the offset for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or
+    MAX_TIMESTAMP, or of the first record whose timestamp is at least a given one (>= 0)."""
 
     partitions: tuple[tuple[str, int, int], ...]
     isolation_level: int = READ_UNCOMMITTED
