@@ -560,3 +560,33 @@ def test_coordinator_forgotten_when_unreachable(kafka_server: Any) -> None:
         consumer = Consumer(transport)
         consumer.assign([(topic, 1)])
         assert [r.value for r in _read(consumer, 1)] == [b"after-the-move"]
+
+
+def test_a_killed_server_is_noticed_at_once_and_the_idempotent_producer_delivers_each_record_once(tmp_path: Any):
+    """SIGKILL of `idemcore serve` with produce requests in flight, restarted on the same port and directory: the
+    broken connection fails those requests at once (TcpTransport.lost; not after the 30 s request timeout), the
+    producer retries them with the same sequences, and every record is in the log once, in send order."""
+    from tests.peers import ServeProcess
+
+    serve = ServeProcess(tmp_path / "data", "--topics", "killed:2").start()
+    try:
+        with TcpTransport(serve.bootstrap) as transport:  # request_timeout_ms: the default 30 s
+            producer = Producer(transport, linger_ms=0, retry_backoff_ms=50, delivery_timeout_ms=60_000)
+            futures = [producer.send("killed", b"a%d" % i, partition=i % 2) for i in range(400)]
+            producer.poll()
+            serve.kill()
+            futures += [producer.send("killed", b"b%d" % i, partition=i % 2) for i in range(400)]
+            producer.poll()  # sent to a server that is gone: the connection breaks
+            started = time.monotonic()
+            serve.start()
+            producer.flush()
+            assert time.monotonic() - started < 20, "the lost requests waited for request_timeout_ms"
+            assert all(f.exception() is None for f in futures)
+            consumer = Consumer(transport)
+            consumer.assign([("killed", 0), ("killed", 1)])
+            read = _by_partition(_read(consumer, 800))
+            for partition in (0, 1):
+                sent = [b"%s%d" % (prefix, i) for prefix in (b"a", b"b") for i in range(partition, 400, 2)]
+                assert [r.value for r in read[partition]] == sent  # once each, in send order
+    finally:
+        serve.stop()

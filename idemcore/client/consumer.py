@@ -48,7 +48,7 @@ from idemcore.net.messages import (
     Request,
     Response,
 )
-from idemcore.net.transport import RequestHandler, Transport, as_transport
+from idemcore.net.transport import RequestHandler, Transport, as_transport, connection_broke
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ControlType, ErrorCode, error_name
 from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
@@ -461,9 +461,10 @@ class Consumer:
         """A request unanswered for ``request_timeout_ms`` breaks the connection, as in Kafka's NetworkClient:
         everything in flight is lost and asked again (a late answer to it can no longer arrive)."""
         now = self.transport.now_ms()
-        if any(now - pending.sent_ms >= self.request_timeout_ms for pending in self._inflight.values()):
-            log.info("%s: no answer within request_timeout_ms=%d; reconnecting", self.client_id,
-                     self.request_timeout_ms)
+        broke = connection_broke(self.transport, self.client_id)
+        if broke or any(now - pending.sent_ms >= self.request_timeout_ms for pending in self._inflight.values()):
+            log.info("%s: %s; reconnecting", self.client_id, "the connection broke" if broke else
+                     f"no answer within request_timeout_ms={self.request_timeout_ms}")
             self.transport.disconnect(self.client_id)
             lost = list(self._inflight.values())
             self._inflight.clear()

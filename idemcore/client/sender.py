@@ -19,7 +19,7 @@ from idemcore.net.messages import (
     Request,
     Response,
 )
-from idemcore.net.transport import Transport
+from idemcore.net.transport import Transport, connection_broke
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
 
@@ -224,10 +224,13 @@ class Sender:
     def _expire(self, now: int) -> None:
         # A request unanswered past request_timeout_ms breaks the connection: every request on it fails.
         txn = self.transactions
-        if any(now - entry.sent_ms >= self.config.request_timeout_ms for entry in self.inflight.values()) or (
+        broke = connection_broke(self.transport, self.client_id)  # lost at once: no need to wait for the timeout
+        if broke or any(now - entry.sent_ms >= self.config.request_timeout_ms for entry in self.inflight.values()) or (
                 txn is not None and txn.request_timed_out(now, self.config.request_timeout_ms)):
-            self.stats.request_timeouts += 1
+            if not broke:
+                self.stats.request_timeouts += 1
             self.transport.disconnect(self.client_id)
+            self._init_pending = None  # an InitProducerId on that connection is lost too: ask again
             if txn is not None:
                 txn.connection_lost(now)  # one connection carries both: its request is sent again
             entries = sorted(self.inflight.values(), key=lambda e: e.request.request_id)
@@ -236,6 +239,7 @@ class Sender:
                 for batch in entry.batches:
                     if not batch.done:
                         self._complete_batch(batch, ErrorCode.NETWORK_EXCEPTION, NO_OFFSET, now,
+                                             "the connection broke" if broke else
                                              f"no answer within request_timeout_ms={self.config.request_timeout_ms}")
         timeout = self.config.delivery_timeout_ms
         expired = self.accumulator.expired(now)

@@ -465,6 +465,8 @@ class TcpTransport:
         self._transactional_ids: dict[int, str] = {}
         self._responses: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
         self._errors: dict[str, list[Exception]] = defaultdict(list)
+        #: Clients a connection of which broke (see :meth:`lost`).
+        self._broken: set[str] = set()
         self._exchanges: dict[str, set[int]] = defaultdict(set)  # client -> ids of its exchanges in flight
         self._live: dict[int, _Exchange] = {}
         self._waiting: deque[_Waiting] = deque()
@@ -519,8 +521,17 @@ class TcpTransport:
             raise errors[0]
         return self._responses.pop(client, None) or []
 
+    def lost(self, client: str) -> bool:
+        """Whether a connection of ``client`` broke (not by :meth:`disconnect`) since the last call: what it had in
+        flight there is lost and will never be answered."""
+        if client in self._broken:
+            self._broken.discard(client)
+            return True
+        return False
+
     def disconnect(self, client: str) -> None:
         """Close ``client``'s connections: what it has in flight is lost; its next request reconnects."""
+        self._broken.discard(client)
         for key in [key for key in self._connections if key[0] == client]:
             connection = self._connections.pop(key)
             connection.close()
@@ -882,6 +893,7 @@ class TcpTransport:
                 return
             exchange.dead = True
             self._drop(exchange)
+            self._broken.add(exchange.client)
             log.debug("%s: %s lost: %s", exchange.client, type(exchange.request).__name__, why)
         return lost
 

@@ -76,6 +76,14 @@ def as_transport(obj: Transport | RequestHandler) -> Transport:
     return transport
 
 
+def connection_broke(transport: Transport, client: str) -> bool:
+    """Whether a connection of ``client`` broke since it last asked, losing what it had in flight (a
+    transport over a real network says so through an optional ``lost(client)`` method; Kafka's NetworkClient
+    fails those requests at once). Without it, a lost request shows only as a request timeout."""
+    lost = getattr(transport, "lost", None)
+    return bool(lost(client)) if lost is not None else False
+
+
 def partition_count(topics: Mapping[str, int], topic: str) -> int:
     """``topics[topic]``, or UnknownTopicError naming the topics there are."""
     try:
