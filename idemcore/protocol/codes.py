@@ -26,6 +26,7 @@ class ErrorCode(enum.IntEnum):
     RECORD_LIST_TOO_LARGE = 18  # a batch larger than the topic's segment.bytes (RecordBatchTooLargeException)
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20  # written, but the in-sync replicas shrank before the acks (retriable)
+    INVALID_REQUIRED_ACKS = 21  # a produce request's acks other than 0, 1 and -1
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23  # a JoinGroup whose protocols share none with the group's
     TOPIC_AUTHORIZATION_FAILED = 29  # e.g. an internal topic in AddPartitionsToTxn (never authorised)

@@ -23,19 +23,12 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i32
 
-from idemcore.errors import IdemcoreError
+from idemcore.net.wire.errors import MalformedFrameError, UnsupportedApiError
+from idemcore.net.wire.guard import check_lengths, header_end
 
 #: size, api_key, api_version, correlation_id: the same offsets in every request header version.
 REQUEST_HEAD = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
-
-
-class MalformedFrameError(IdemcoreError, ValueError):
-    """A frame that is not a request this server can read: truncated, trailing bytes, bad lengths, unknown tags."""
-
-
-class UnsupportedApiError(IdemcoreError, ValueError):
-    """A request for an API key or version this side has no schema for."""
 
 
 @cache
@@ -74,6 +67,9 @@ def read_request(frame: bytes | memoryview) -> tuple[Any, Any]:
     """``(header, body)`` of a request frame; MalformedFrameError or UnsupportedApiError naming what is wrong."""
     api_key, version, _ = peek_request(frame)
     cls, read_header, read_body = request_codec(api_key, version)
+    # Before kio's native reader: a length it would reserve memory for must fit in the frame.
+    header_cls: Any = cls.__header_schema__  # type: ignore[attr-defined]
+    check_lengths(cls, frame, header_end(frame, bool(getattr(header_cls, "__flexible__", False))))
     try:
         header, used = read_header(frame, 0)
         body, size = read_body(frame, used)

@@ -32,12 +32,15 @@ def topic_name_of(ctx: WireContext, topic: Any) -> str:
 def _to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) -> tuple[ProduceRequest, Any]:
     batches: list[RecordBatch] = []
     carry: ProduceCarry = []
+    acks = int(body.acks)
     for topic in body.topic_data:
         name = topic_name_of(ctx, topic)
         for data in topic.partition_data:
             partition = int(data.index)
             refusal: tuple[int, str] | None = None
-            if data.records is None or len(data.records) == 0:
+            if acks not in (0, 1, -1):  # Kafka answers every partition so, and writes nothing
+                refusal = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks {acks}: 0, 1 or -1 (all)")
+            elif data.records is None or len(data.records) == 0:
                 refusal = (ErrorCode.INVALID_RECORD, f"no record batch for {name}-{partition}")
             else:
                 try:
@@ -47,7 +50,7 @@ def _to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) 
                 except ValueError as error:
                     refusal = (ErrorCode.INVALID_RECORD, str(error))
             carry.append((name, partition, refusal))
-    request = ProduceRequest(tuple(batches), int(body.acks), millis(body.timeout), correlation_id)
+    request = ProduceRequest(tuple(batches), acks if acks in (0, 1, -1) else -1, millis(body.timeout), correlation_id)
     return request, carry
 
 
