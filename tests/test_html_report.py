@@ -36,8 +36,10 @@ from .test_replay import dataset_table
 
 SECTIONS = ["findings", "over-time", "partitions", "transactions", "lso", "hanging", "gaps", "zombies", "details",
             "provenance"]
-CHARTS = ["findings-over-time", "partition-heatmap", "partition-panels", "transaction-durations", "lso-lag",
-          "hanging-timeline"]
+CHARTS = ["findings-over-time", "partition-activity", "partition-heatmap", "partition-panels", "completed-durations",
+          "transaction-durations", "lso-lag", "hanging-timeline"]
+#: Charts drawn from batch timestamps only (the replay's timeline and transaction durations).
+TIMED_CHARTS = ["partition-activity", "completed-durations", "hanging-timeline"]
 #: Topic names no Kafka cluster allows, but a Parquet file may hold: each must show as text, never act.
 HOSTILE = {"topic-000": "<script>document.title='pwned'</script>",
            "topic-001": '"><img src=x onerror="document.title=1">$\\alpha$ & co'}
@@ -204,7 +206,11 @@ def test_without_batch_timestamps_the_time_axis_is_the_stream_order(dataset):
     page = render_html(report)
     assert "arrival order (seq_no: the data has no batch timestamps)" in page
     assert "The data has no batch timestamps: no time line." in page
-    assert all(f'id="chart-{name}"' in page for name in CHARTS if name != "hanging-timeline")
+    assert all(f'id="chart-{name}"' in page for name in CHARTS if name not in TIMED_CHARTS)
+    # The per-partition batches and the completed transactions' durations need timestamps: said, not drawn.
+    for name in ("partition-activity", "completed-durations"):
+        assert f'id="chart-{name}"' not in page and f'id="chart-{name}-unavailable"' in page
+    assert page.count("not available for this input") == 2
 
 
 def test_cli_demo_writes_the_page_and_says_where(spark, tmp_path, capsys):
@@ -382,11 +388,15 @@ _DOM = """JSON.stringify({
   brokenLinks: [...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href').slice(1))
       .filter(id => !document.getElementById(id)),
   svgLinks: document.querySelectorAll('svg a').length,
+  activityPanels: [...document.querySelectorAll('#chart-partition-activity text')]
+      .map(t => t.textContent).filter(t => / batches; findings besides duplicates: [0-9,]+; duplicates: /.test(t)),
+  durationSeries: [...document.querySelectorAll('#chart-completed-durations text')]
+      .map(t => t.textContent).filter(t => /^(committed|aborted) [(]/.test(t)),
   height: document.documentElement.scrollHeight,
 })"""
 
 
-def test_chromium_renders_the_page_without_errors(page, hostile, hostile_page, tmp_path):
+def test_chromium_renders_the_page_without_errors(report, page, hostile, hostile_page, tmp_path):
     binary = _chromium()
     from PIL import Image
 
@@ -410,6 +420,11 @@ def test_chromium_renders_the_page_without_errors(page, hostile, hostile_page, t
         for chart in dom["charts"]:
             assert chart["width"] > 600 and chart["height"] > 100 and chart["shapes"] > 20, chart
         assert dom["tables"] >= 8 and dom["rows"] > 100 and dom["svgLinks"] > 0
+        # The two charts drawn from what the replay collects: a panel per partition (8 partitions, the default
+        # cap of 8: none summed), and the completed transactions' durations, committed and aborted.
+        assert len(dom["activityPanels"]) == report.partitions.num_rows == 8, dom["activityPanels"]
+        txns = report.transactions()
+        assert dom["durationSeries"] == [f"committed ({txns['committed']:,})", f"aborted ({txns['aborted']:,})"]
         shot = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
         pixels = np.asarray(Image.open(io.BytesIO(shot)).convert("L"), dtype=np.float64)
         assert pixels.shape == (1000, 1280)

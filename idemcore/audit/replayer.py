@@ -9,7 +9,7 @@ counts per partition, and the transactions still open at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,9 +54,227 @@ def _from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
+# --- What the report's time charts need, collected as the batches go by ----------------------------------------------
+
+#: The finest bucket of the per-partition batch timeline: one second. Buckets are aligned to the epoch and only
+#: ever doubled, so any two timelines (tasks, or rounds of ``--follow``) merge exactly at the coarser width.
+TIMELINE_BASE_MS = 1000
+#: At most this many buckets per stream: when the span outgrows it, the width doubles (memory stays
+#: streams x TIMELINE_BUCKETS counts, whatever the batches).
+TIMELINE_BUCKETS = 256
+#: Lower edges (ms) of the transaction-duration histogram: four buckets per doubling (``2 ** (k / 4)`` rounded up),
+#: from 0 to about 70 years. Fixed edges make every task's histogram merge by adding counts.
+DURATION_EDGES_MS = np.unique(np.r_[0, np.ceil(2.0 ** (np.arange(0, 4 * 41 + 1) / 4.0))].astype(np.int64))
+#: Duration bucket of a transaction whose marker is older than its first batch (producer and broker clocks differ).
+NEGATIVE_DURATION = -1
+#: Duration bucket of a transaction whose first batch or marker has no timestamp.
+NO_DURATION = -2
+_TIMELINE_SCHEMA = pa.schema([pa.field(TOPIC, pa.string()), pa.field("partition", pa.int32()),
+                              pa.field("bucket", pa.int64()), pa.field("batches", pa.int64())])
+_DURATIONS_SCHEMA = pa.schema([pa.field("aborted", pa.bool_()), pa.field("bucket", pa.int64()),
+                               pa.field("transactions", pa.int64())])
+
+
+def empty_timeline() -> pa.Table:
+    return _TIMELINE_SCHEMA.empty_table()
+
+
+def empty_durations() -> pa.Table:
+    return _DURATIONS_SCHEMA.empty_table()
+
+
+def duration_buckets(durations: np.ndarray) -> np.ndarray:
+    """The histogram bucket of each duration (ms): an index into :data:`DURATION_EDGES_MS`, or
+    :data:`NEGATIVE_DURATION`."""
+    buckets = np.searchsorted(DURATION_EDGES_MS, durations, side="right") - 1
+    return np.where(durations < 0, NEGATIVE_DURATION, buckets).astype(np.int64)
+
+
+class BatchTimeline:
+    """Per stream id: batches per time bucket of their ``max_timestamp`` (dense: streams x buckets). Buckets are
+    ``floor(timestamp / width)``, ``width`` = :data:`TIMELINE_BASE_MS` times a power of two; batches without a
+    timestamp (0 or -1) are not placed."""
+
+    def __init__(self) -> None:
+        self.width = TIMELINE_BASE_MS
+        self.origin = 0  # the bucket of column 0
+        self.counts = np.zeros((0, 0), np.int64)
+
+    def add(self, ids: np.ndarray, timestamps: np.ndarray, streams: int) -> None:
+        timed = timestamps > 0
+        if not timed.all():
+            ids, timestamps = ids[timed], timestamps[timed]
+        if len(self.counts) < streams:
+            self.counts = np.pad(self.counts, ((0, streams - len(self.counts)), (0, 0)))
+        if not len(timestamps):
+            return
+        low, high = int(timestamps.min()) // self.width, int(timestamps.max()) // self.width
+        if self.counts.shape[1]:
+            low, high = min(low, self.origin), max(high, self.origin + self.counts.shape[1] - 1)
+        else:
+            self.origin = low
+        while high - low + 1 > TIMELINE_BUCKETS:
+            self._coarsen()
+            low, high = low // 2, high // 2
+        if low < self.origin or high >= self.origin + self.counts.shape[1]:
+            pad_left = self.origin - low if self.counts.shape[1] else 0
+            pad_right = high - low + 1 - self.counts.shape[1] - pad_left
+            self.counts = np.pad(self.counts, ((0, 0), (pad_left, pad_right)))
+            self.origin = low
+        columns = timestamps // self.width - self.origin
+        flat = ids.astype(np.int64) * self.counts.shape[1] + columns
+        first = int(flat.min())
+        # Counts over the touched cells only (a feed's streams are few and its span short).
+        self.counts.reshape(-1)[first:first + int(flat.max()) - first + 1] += np.bincount(flat - first)
+
+    def _coarsen(self) -> None:
+        """Double the width: bucket ``b`` becomes ``b // 2`` (floor: exact for any origin)."""
+        start = self.origin // 2
+        stop = (self.origin + self.counts.shape[1] - 1) // 2 + 1
+        wide = np.zeros((len(self.counts), stop - start), np.int64)
+        columns = (self.origin + np.arange(self.counts.shape[1])) // 2 - start
+        np.add.at(wide.T, columns, self.counts.T)
+        self.counts, self.origin, self.width = wide, start, self.width * 2
+
+    def table(self, keys: StreamKeys) -> pa.Table:
+        """The non-zero cells as rows (topic, partition, bucket, batches)."""
+        streams, columns = np.nonzero(self.counts)
+        topics, partitions = keys.decode(streams.astype(np.int32))
+        return pa.table({TOPIC: topics, "partition": pa.array(partitions, pa.int32()),
+                         "bucket": pa.array(columns + self.origin, pa.int64()),
+                         "batches": pa.array(self.counts[streams, columns], pa.int64())}, schema=_TIMELINE_SCHEMA)
+
+
+def merge_timelines(parts: list[tuple[pa.Table, int]]) -> tuple[pa.Table, int]:
+    """Timelines of tasks (table, width) as one at the widest width (a stream may appear in several: counts
+    add up). Coarsened like :class:`BatchTimeline` until the span fits :data:`TIMELINE_BUCKETS`."""
+    widths = [width for table, width in parts if table.num_rows]
+    if not widths:
+        return empty_timeline(), TIMELINE_BASE_MS
+    width = max(widths)
+    tables = [table.set_column(2, "bucket", pa.array(table.column("bucket").to_numpy() // (width // w), pa.int64()))
+              for table, w in parts if table.num_rows]
+    merged = pa.concat_tables(tables)
+    buckets = merged.column("bucket").to_numpy()
+    low, high = int(buckets.min()), int(buckets.max())
+    while high - low + 1 > TIMELINE_BUCKETS:
+        buckets, low, high, width = buckets // 2, low // 2, high // 2, width * 2
+    merged = merged.set_column(2, "bucket", pa.array(buckets, pa.int64()))
+    merged = merged.group_by([TOPIC, "partition", "bucket"]).aggregate([("batches", "sum")])
+    merged = merged.rename_columns([TOPIC, "partition", "bucket", "batches"]).cast(_TIMELINE_SCHEMA)
+    return merged.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), ("bucket", "ascending")]), width
+
+
+def merge_durations(tables: list[pa.Table]) -> pa.Table:
+    """Duration histograms added up (fixed buckets: exact)."""
+    merged = pa.concat_tables(tables) if tables else empty_durations()
+    merged = merged.group_by(["aborted", "bucket"]).aggregate([("transactions", "sum")])
+    merged = merged.rename_columns(["aborted", "bucket", "transactions"]).cast(_DURATIONS_SCHEMA)
+    return merged.sort_by([("aborted", "ascending"), ("bucket", "ascending")])
+
+
+@dataclass(frozen=True)
+class CompletedDurations:
+    """Transactions a fed batch completed, with their first batch's and marker's ``max_timestamp``."""
+
+    stream: np.ndarray
+    producer_id: np.ndarray
+    first_offset: np.ndarray
+    start_timestamp: np.ndarray
+    end_timestamp: np.ndarray
+    aborted: np.ndarray
+
+    @property
+    def duration_ms(self) -> np.ndarray:
+        return self.end_timestamp - self.start_timestamp
+
+
+class TxnDurations:
+    """How long completed transactions took (first batch to marker, by ``max_timestamp``), as a histogram over
+    :data:`DURATION_EDGES_MS` per outcome. The first batch of each open transaction is carried per (stream,
+    producer) from feed to feed: arrays, as few rows as transactions are open."""
+
+    def __init__(self) -> None:
+        self.histogram = np.zeros((2, len(DURATION_EDGES_MS) + 2), np.int64)  # [aborted, bucket + 2]
+        empty = np.zeros(0, np.int64)
+        self.open_stream, self.open_producer, self.open_offset, self.open_timestamp = empty, empty, empty, empty
+
+    def add(self, ids: np.ndarray, producer_id: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
+            data: np.ndarray, marker: np.ndarray, aborted: np.ndarray) -> CompletedDurations:
+        """One fed batch in stream order: appended transactional data batches (``data``) and markers
+        (``marker``), their assigned base ``offsets``; returns the transactions its markers completed."""
+        done = self.complete(ids, producer_id, offsets, timestamps, data, marker, aborted)
+        known = (done.start_timestamp > 0) & (done.end_timestamp > 0)
+        buckets = np.where(known, duration_buckets(done.duration_ms), NO_DURATION)
+        np.add.at(self.histogram, (done.aborted.astype(np.int64), buckets + 2), 1)
+        return done
+
+    def complete(self, ids: np.ndarray, producer_id: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
+                 data: np.ndarray, marker: np.ndarray, aborted: np.ndarray) -> CompletedDurations:
+        events = np.flatnonzero(data | marker)
+        stream = ids[events].astype(np.int64)
+        if not len(events):
+            return CompletedDurations(*(np.zeros(0, np.int64),) * 5, np.zeros(0, bool))
+        # Open transactions of the streams seen here go first, as a start event each (kind 0); data is kind 1,
+        # a marker kind 2. Events of one (stream, producer) in stream order: a marker after anything but a
+        # marker ends the transaction whose latest start precedes it (Kafka: the first transactional batch
+        # after a marker, or ever, starts one).
+        seen = np.zeros(max(int(stream.max()), int(self.open_stream.max(initial=-1))) + 1, bool)
+        seen[stream] = True
+        carried = seen[self.open_stream]
+        kind = np.r_[np.zeros(int(carried.sum()), np.int8), np.where(marker[events], 2, 1).astype(np.int8)]
+        stream = np.r_[self.open_stream[carried], stream]
+        producer = np.r_[self.open_producer[carried], producer_id[events].astype(np.int64)]
+        offset = np.r_[self.open_offset[carried], offsets[events].astype(np.int64)]
+        stamp = np.r_[self.open_timestamp[carried], timestamps[events].astype(np.int64)]
+        abort = np.r_[np.zeros(int(carried.sum()), bool), aborted[events].astype(bool)]
+        order = np.lexsort((np.arange(len(kind)), producer, stream))
+        kind, stream, producer, offset, stamp, abort = (a[order] for a in (kind, stream, producer, offset, stamp,
+                                                                            abort))
+        position = np.arange(len(kind))
+        new_key = np.r_[True, (stream[1:] != stream[:-1]) | (producer[1:] != producer[:-1])]
+        previous = np.r_[2, kind[:-1]]
+        is_start = (kind == 0) | ((kind == 1) & (new_key | (previous == 2)))
+        closing = (kind == 2) & ~new_key & (previous != 2)
+        last_start = np.maximum.accumulate(np.where(is_start, position, -1))
+        start = last_start[closing]
+        done = CompletedDurations(stream[closing], producer[closing], offset[start], stamp[start], stamp[closing],
+                                  abort[closing])
+        # What stays open: each key whose last event is not a marker, from its latest start.
+        last = np.r_[np.flatnonzero(new_key)[1:] - 1, len(kind) - 1]
+        still = last[kind[last] != 2]
+        at = last_start[still]
+        keep = ~carried
+        self.open_stream = np.r_[self.open_stream[keep], stream[at]]
+        self.open_producer = np.r_[self.open_producer[keep], producer[at]]
+        self.open_offset = np.r_[self.open_offset[keep], offset[at]]
+        self.open_timestamp = np.r_[self.open_timestamp[keep], stamp[at]]
+        return done
+
+    def table(self) -> pa.Table:
+        outcome, column = np.nonzero(self.histogram)
+        return pa.table({"aborted": pa.array(outcome.astype(bool)), "bucket": pa.array(column - 2, pa.int64()),
+                         "transactions": pa.array(self.histogram[outcome, column], pa.int64())},
+                        schema=_DURATIONS_SCHEMA)
+
+    def open_arrays(self) -> np.ndarray:
+        return np.stack([self.open_stream, self.open_producer, self.open_offset, self.open_timestamp], axis=1) \
+            if len(self.open_stream) else np.zeros((0, 4), np.int64)
+
+    def restore(self, histogram: np.ndarray, open_rows: np.ndarray) -> None:
+        self.histogram = histogram.astype(np.int64).reshape(2, -1)
+        rows = open_rows.astype(np.int64).reshape(-1, 4)
+        self.open_stream, self.open_producer, self.open_offset, self.open_timestamp = (rows[:, k].copy()
+                                                                                       for k in range(4))
+
+
 @dataclass(frozen=True)
 class TaskResult:
-    """What one task found: findings, per-partition counts, open transactions, and the time span seen."""
+    """What one task found: findings, per-partition counts, open transactions, and the time span seen.
+
+    For the report's time charts: ``timeline``, batches per (topic, partition, time bucket of ``timeline_ms``)
+    (:class:`BatchTimeline`), and ``txn_durations``, the histogram of completed transactions' durations
+    (:class:`TxnDurations`)."""
 
     findings: pa.Table
     partitions: pa.Table
@@ -64,16 +282,22 @@ class TaskResult:
     batches: int
     min_timestamp: int
     max_timestamp: int
+    timeline: pa.Table = field(default_factory=empty_timeline)
+    timeline_ms: int = TIMELINE_BASE_MS
+    txn_durations: pa.Table = field(default_factory=empty_durations)
 
     #: The Spark schema of :meth:`to_row` (a DDL string).
     SPARK_SCHEMA = ("findings binary, partitions binary, open_txns binary, batches long, "
-                    "min_timestamp long, max_timestamp long")
+                    "min_timestamp long, max_timestamp long, timeline binary, timeline_ms long, "
+                    "txn_durations binary")
 
     def to_row(self) -> dict[str, Any]:
-        """One row for the JVM: the three tables as Arrow IPC streams plus the scalars."""
+        """One row for the JVM: the tables as Arrow IPC streams plus the scalars."""
         return {"findings": _ipc(self.findings), "partitions": _ipc(self.partitions),
                 "open_txns": _ipc(self.open_txns), "batches": self.batches,
-                "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp}
+                "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp,
+                "timeline": _ipc(self.timeline), "timeline_ms": self.timeline_ms,
+                "txn_durations": _ipc(self.txn_durations)}
 
     @classmethod
     def empty(cls, order_by: str) -> TaskResult:
@@ -83,7 +307,8 @@ class TaskResult:
     @classmethod
     def from_row(cls, row: Any) -> TaskResult:
         return cls(_from_ipc(row["findings"]), _from_ipc(row["partitions"]), _from_ipc(row["open_txns"]),
-                   int(row["batches"]), int(row["min_timestamp"]), int(row["max_timestamp"]))
+                   int(row["batches"]), int(row["min_timestamp"]), int(row["max_timestamp"]),
+                   _from_ipc(row["timeline"]), int(row["timeline_ms"]), _from_ipc(row["txn_durations"]))
 
 
 class StreamReplayer:
@@ -103,6 +328,8 @@ class StreamReplayer:
         self._counters = {name: np.zeros(0, dtype=np.int64) for name in PARTITION_COUNTERS}
         self._findings: list[pa.Table] = []
         self._aborted = AbortedRecords()
+        self._timeline = BatchTimeline()
+        self._durations = TxnDurations()
 
     def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
         """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
@@ -151,6 +378,11 @@ class StreamReplayer:
         self._aborted.add(ids, packed["producer_id"], count, appended & packed["is_transactional"] & ~marker,
                           marker, packed["control_type"] == ControlType.ABORT, size)
         if timestamps:
+            stamps = packed["max_timestamp"]
+            self._timeline.add(ids, stamps, size)
+            self._durations.add(ids, packed["producer_id"], verdicts.base_offset, stamps,
+                                appended & packed["is_transactional"] & ~marker, marker,
+                                packed["control_type"] == ControlType.ABORT)
             self.min_timestamp = min(self.min_timestamp, int(packed["max_timestamp"].min()))
             self.max_timestamp = max(self.max_timestamp, int(packed["max_timestamp"].max()))
 
@@ -187,6 +419,9 @@ class StreamReplayer:
             "table_of": self.state._table_of, "aborted": self._aborted.per_stream,
             "pending": np.array([[s, p, n] for (s, p), n in pending.items()], np.int64).reshape(-1, 3),
             **{f"counter.{name}": array for name, array in self._counters.items()},
+            "timeline.counts": self._timeline.counts,
+            "timeline.place": np.array([self._timeline.width, self._timeline.origin], np.int64),
+            "durations.histogram": self._durations.histogram, "durations.open": self._durations.open_arrays(),
             **{f"table.{i}": save_state(table) for i, table in enumerate(self.state.tables)}}
         return values, arrays
 
@@ -213,6 +448,11 @@ class StreamReplayer:
         self._aborted.per_stream = arrays["aborted"].astype(np.int64)
         self._aborted._pending = {(s, p): n for s, p, n in arrays["pending"].tolist()}
         self._findings = []
+        self._timeline, self._durations = BatchTimeline(), TxnDurations()
+        if "timeline.counts" in arrays:  # absent from checkpoints written before the report's time charts
+            self._timeline.counts = arrays["timeline.counts"].astype(np.int64)
+            self._timeline.width, self._timeline.origin = (int(v) for v in arrays["timeline.place"])
+            self._durations.restore(arrays["durations.histogram"], arrays["durations.open"])
 
     def finish(self) -> TaskResult:
         """Everything the task found. Open transactions are those without a marker when the stream ends."""
@@ -230,7 +470,9 @@ class StreamReplayer:
         findings = pa.concat_tables(self._findings) if self._findings else empty_findings(self.order_by)
         empty = self.batches == 0 or self.min_timestamp > self.max_timestamp
         return TaskResult(findings, partition_table, open_txns, self.batches,
-                          0 if empty else self.min_timestamp, 0 if empty else self.max_timestamp)
+                          0 if empty else self.min_timestamp, 0 if empty else self.max_timestamp,
+                          self._timeline.table(self.keys), self._timeline.width, self._durations.table())
+
 
 
 def findings_schema(order_by: str) -> pa.Schema:

@@ -26,7 +26,7 @@ from idemcore.audit.coordinator_state import (
     TransactionLog,
     judge_open_txns,
 )
-from idemcore.audit.replayer import TaskResult
+from idemcore.audit.replayer import TaskResult, merge_durations, merge_timelines
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT32_MAX
 
@@ -64,6 +64,12 @@ class AuditReport:
     (:mod:`idemcore.audit.coordinator_state`). ``transaction_log``: the
     coordinator's state read from ``__transaction_state`` (None without it);
     ``transaction_log_status``: ``read``, ``absent`` or ``ignored``.
+
+    For the report's time charts, collected as the replay walked the batches: ``timeline``, batches per (topic,
+    partition, ``bucket``) where a bucket is ``floor(max_timestamp / timeline_ms)`` (batches without a timestamp
+    are in no bucket); ``txn_durations``, completed transactions per (``aborted``, ``bucket``) of the time from
+    their first batch to their marker (buckets of :data:`~idemcore.audit.replayer.DURATION_EDGES_MS`; -1: the
+    marker is older, -2: no timestamp). None: the input did not provide them (a report built by hand).
     """
 
     findings: pa.Table
@@ -77,6 +83,9 @@ class AuditReport:
     source: str = ""
     transaction_log: TransactionLog | None = None
     transaction_log_status: str = LOG_ABSENT
+    timeline: pa.Table | None = None
+    timeline_ms: int = 0
+    txn_durations: pa.Table | None = None
 
     @classmethod
     def from_results(cls, results: Iterable[TaskResult], *, order_by: str, seconds: float,
@@ -115,8 +124,10 @@ class AuditReport:
         partitions = partitions.sort_by([(TOPIC, "ascending"), ("partition", "ascending")])
         open_txns = open_txns.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), ("first_offset", "ascending")])
         findings = findings.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order_by, "ascending")])
+        timeline, timeline_ms = merge_timelines([(r.timeline, r.timeline_ms) for r in results])
+        durations = merge_durations([r.txn_durations for r in results])
         return cls(findings, partitions, open_txns, batches, seconds, order_by, hanging_after_ms, int(now_ms), source,
-                   transaction_log, status)
+                   transaction_log, status, timeline, timeline_ms, durations)
 
     # ------------------------------------------------------------ views
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from idemcore.audit.coordinator_state import CLEARED, HANGING, RECENT, UNCONFIRMED
-from idemcore.audit.html.data import DUPLICATE, Prepared, partition_label, top_partitions
+from idemcore.audit.html.data import DUPLICATE, Activity, Prepared, partition_label, top_partitions
+from idemcore.audit.replayer import DURATION_EDGES_MS
 
 #: A colour per finding (registry names), the same in every chart and in the page's legend.
 KIND_COLORS = {
@@ -495,3 +496,108 @@ def hanging_timeline(prepared: Prepared) -> tuple[str | None, int]:
                   loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_title("open transactions at the end of the audit")
         return _svg(figure), left_out
+
+
+#: Colours of the completed-transaction outcomes.
+OUTCOME_COLORS = {"committed": "#2ca02c", "aborted": "#d62728"}
+_BATCH_COLOR = "#4c78a8"
+_DAY_MS = 86_400_000.0
+
+
+def partition_activity(prepared: Prepared, data: Activity) -> str:
+    """Small multiples, one panel per partition (the busiest; the rest summed into the last): batches per time bin
+    as a filled step series, and on a second axis the batches with a finding per bin as markers (findings other
+    than duplicates: red triangles; duplicates: grey dots). Bins are exact (the replay's timeline buckets)."""
+    import matplotlib.dates as mdates
+
+    report = prepared.report
+    labels = [partition_label(report, int(r)) for r in data.rows]
+    if data.others:
+        labels.append(f"{data.others:,} other partitions (summed)")
+    edges = data.edges_ms / _DAY_MS  # matplotlib date numbers
+    centres = (edges[:-1] + edges[1:]) / 2
+    with _style("partition-activity"):
+        figure = _figure(0.7 + 0.95 * len(labels))
+        axes = figure.subplots(len(labels), 1, sharex=True, squeeze=False)[:, 0]
+        for k, (ax, label) in enumerate(zip(axes, labels, strict=True)):
+            batches = data.batches[k]
+            ax.stairs(batches, edges, fill=True, color=_BATCH_COLOR, alpha=0.85, linewidth=0, label="batches")
+            ax.set_ylim(0, max(1.0, float(batches.max()) * 1.1))
+            ax.yaxis.set_major_locator(_max_ticks(3))
+            ax.yaxis.set_major_formatter(_count_format())
+            title = ax.text(0.0, 1.02, f"{label}: {int(batches.sum()):,} batches; findings besides duplicates: "
+                            f"{int(data.findings[k].sum()):,}; duplicates: {int(data.duplicates[k].sum()):,}",
+                            transform=ax.transAxes, fontsize=7.5, fontweight="bold", va="bottom")
+            if k < len(data.rows):
+                title.set_url(f"#part-{int(data.rows[k])}")
+            marks = ax.twinx()
+            marks.spines["right"].set_visible(True)
+            top = max(1, int(max(data.findings[k].max(), data.duplicates[k].max())))
+            for values, marker, color, size, name in (
+                    (data.duplicates[k], "o", KIND_COLORS[DUPLICATE], 3, "duplicates"),
+                    (data.findings[k], "v", "#d62728", 5, "other findings")):
+                shown = np.flatnonzero(values)
+                marks.plot(centres[shown], values[shown], linestyle="none", marker=marker, color=color,
+                           markersize=size, label=name)
+            marks.set_ylim(0, top * 1.25)
+            marks.yaxis.set_major_locator(_max_ticks(3))
+            marks.tick_params(axis="y", labelsize=7, colors="#8a2222")
+            if k == 0:
+                handles = ax.get_legend_handles_labels()[0] + marks.get_legend_handles_labels()[0]
+                ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7,
+                          ncols=3, borderaxespad=0.1)
+        axes[len(labels) // 2].set_ylabel("batches per bin (left); batches with a finding (right, markers)")
+        locator = mdates.AutoDateLocator(minticks=4, maxticks=9)
+        axes[-1].xaxis.set_major_locator(locator)
+        axes[-1].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, show_offset=True))
+        axes[-1].set_xlim(edges[0], edges[-1])
+        axes[-1].set_xlabel(f"batch timestamp (UTC, max_timestamp), bins of {duration_label(data.width_ms)}")
+        return _svg(figure)
+
+
+def _max_ticks(n: int) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(nbins=n, integer=True, min_n_ticks=1)
+
+
+def completed_durations(prepared: Prepared) -> str | None:
+    """The distribution of completed transactions' durations (first batch to marker, by ``max_timestamp``): a
+    histogram over the replay's fixed log buckets, committed and aborted stacked; None when no completed
+    transaction has a measurable duration."""
+    durations = prepared.report.txn_durations
+    if durations is None or durations.num_rows == 0:
+        return None
+    buckets = durations.column("bucket").to_numpy()
+    counts = durations.column("transactions").to_numpy()
+    aborted = durations.column("aborted").to_numpy(zero_copy_only=False)
+    measured = buckets >= 0
+    if not measured.any():
+        return None
+    low, high = int(buckets[measured].min()), int(buckets[measured].max()) + 1
+    edges = np.append(DURATION_EDGES_MS, DURATION_EDGES_MS[-1] * 2)[low:high + 1].astype(np.float64)
+    edges[0] = max(edges[0], 0.5)  # bucket [0, 1) ms on a log axis
+    with _style("completed-durations"):
+        figure = _figure(2.8)
+        ax = figure.add_subplot()
+        bottom = np.zeros(high - low, np.int64)
+        for outcome, is_aborted in (("committed", False), ("aborted", True)):
+            mine = measured & (aborted == is_aborted)
+            if not mine.any():
+                continue
+            values = np.zeros(high - low, np.int64)
+            np.add.at(values, buckets[mine] - low, counts[mine])
+            drawn = np.flatnonzero(values)  # a bar per non-empty bucket, stacked: committed below, aborted above
+            ax.bar(edges[drawn], values[drawn], width=np.diff(edges)[drawn], bottom=bottom[drawn], align="edge",
+                   color=OUTCOME_COLORS[outcome], edgecolor="white", linewidth=0.4,
+                   label=f"{outcome} ({int(values.sum()):,})")
+            bottom += values
+        _log_ms_axis(ax)
+        ax.set_xlim(edges[0] / 3, edges[-1] * 3)  # room for a labelled tick on each side of a narrow spread
+        ax.set_ylim(0, max(1, int(bottom.max())) * 1.1)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlabel("ms from the transaction's first batch to its COMMIT/ABORT marker (their max_timestamp)")
+        ax.set_ylabel("transactions")
+        ax.set_title(f"completed transactions by duration ({int(counts[measured].sum()):,}), committed and aborted")
+        ax.legend(frameon=False, fontsize=7.5)
+        return _svg(figure)

@@ -40,6 +40,7 @@ class Limits:
     panels: int = 8  # partitions drawn in detail, one panel each (those with the most findings)
     timeline_rows: int = 40  # open transactions on the timeline
     time_bins: int = 60  # bins of every time axis
+    activity_partitions: int = 8  # partitions drawn one panel each by batches over time (the busiest; rest summed)
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
@@ -197,3 +198,71 @@ def top_partitions(score: np.ndarray, cap: int, keep_zero: bool = True) -> np.nd
 
 def partition_label(report: AuditReport, row: int) -> str:
     return f"{report.partitions.column(TOPIC)[row].as_py()}-{report.partitions.column('partition')[row].as_py()}"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Batches and findings per time bin for the busiest partitions (``rows``, one series each) and, when there
+    are more, the rest summed (the last series). Bins are the report's ``timeline`` buckets merged by a power of
+    two (``width_ms``, aligned to the epoch), so every count is exact: bin ``k`` holds the batches whose
+    ``max_timestamp`` lies in ``[(first + k) * width_ms, (first + k + 1) * width_ms)``."""
+
+    width_ms: int
+    first: int  # the bin (``floor(max_timestamp / width_ms)``) of column 0
+    rows: np.ndarray  # partition rows in ``report.partitions`` drawn each in its own series
+    others: int  # partitions summed into the last series (0: none)
+    batches: np.ndarray  # (series, bins)
+    findings: np.ndarray  # (series, bins): batches with a finding other than a duplicate
+    duplicates: np.ndarray  # (series, bins)
+    untimed_findings: int  # findings on batches without a timestamp: in no bin
+
+    @property
+    def edges_ms(self) -> np.ndarray:
+        return (self.first + np.arange(self.batches.shape[1] + 1, dtype=np.int64)) * self.width_ms
+
+
+def activity(prepared: Prepared) -> Activity | None:
+    """The data of the per-partition batches-over-time chart; None when the report has no timeline (not
+    collected for this input) or no batch had a timestamp."""
+    report, limits = prepared.report, prepared.limits
+    timeline = report.timeline
+    if timeline is None or timeline.num_rows == 0 or report.timeline_ms <= 0:
+        return None
+    part = partition_index(report, timeline)
+    buckets = timeline.column("bucket").to_numpy()
+    counts = timeline.column("batches").to_numpy()
+    findings = report.findings
+    stamps = _values(findings, "max_timestamp") if "max_timestamp" in findings.column_names \
+        else np.zeros(findings.num_rows, np.int64)
+    timed = stamps > NO_TIMESTAMP
+    finding_buckets = stamps[timed] // report.timeline_ms
+    low = int(min(buckets.min(), finding_buckets.min(initial=buckets.min())))
+    high = int(max(buckets.max(), finding_buckets.max(initial=buckets.max())))
+    factor = 1  # merge buckets by powers of two until the span fits the axis: bins stay exact and aligned
+    while high // factor - low // factor + 1 > limits.time_bins:
+        factor *= 2
+    first, bins = low // factor, high // factor - low // factor + 1
+    n = report.partitions.num_rows
+    per_partition = np.zeros((n, bins), np.int64)
+    ok = part >= 0
+    np.add.at(per_partition, (part[ok], buckets[ok] // factor - first), counts[ok])
+    duplicate = prepared.kinds.index(DUPLICATE) if DUPLICATE in prepared.kinds else -1
+    kind = prepared.finding_kind[timed]
+    where = prepared.finding_partition[timed]
+    columns = finding_buckets // factor - first
+    found = np.zeros((n, bins), np.int64)
+    dups = np.zeros((n, bins), np.int64)
+    good = where >= 0
+    np.add.at(found, (where[good & (kind != duplicate)], columns[good & (kind != duplicate)]), 1)
+    np.add.at(dups, (where[good & (kind == duplicate)], columns[good & (kind == duplicate)]), 1)
+    cap = limits.activity_partitions
+    rows = top_partitions(per_partition.sum(axis=1), cap - 1 if n > cap else cap)
+    others = n - len(rows)
+    rest = np.ones(n, bool)
+    rest[rows] = False
+
+    def series(matrix: np.ndarray) -> np.ndarray:
+        return np.vstack([matrix[rows], matrix[rest].sum(axis=0)]) if others else matrix[rows]
+
+    return Activity(report.timeline_ms * factor, first, rows, others, series(per_partition), series(found),
+                    series(dups), int((~timed).sum()))

@@ -21,7 +21,8 @@ import numpy as np
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.coordinator_state import LOG_READ, NOT_CONFIRMED
 from idemcore.audit.html import charts
-from idemcore.audit.html.data import DUPLICATE, HANGING, LABELS, Limits, Prepared, prepare
+from idemcore.audit.html.data import DUPLICATE, HANGING, LABELS, Limits, Prepared, activity, prepare
+from idemcore.audit.replayer import NEGATIVE_DURATION, NO_DURATION
 from idemcore.findings import FINDINGS, Finding
 
 if TYPE_CHECKING:
@@ -178,6 +179,11 @@ def _figure(svg: str | None, caption: str, name: str) -> str:
     return f'<figure class="chart" id="chart-{esc(name)}-figure">{svg}<figcaption>{caption}</figcaption></figure>'
 
 
+def _unavailable(name: str, text: str) -> str:
+    """Where a chart would be: why it is not (``id="chart-NAME-unavailable"``), never an empty or made-up chart."""
+    return f'<p class="muted" id="chart-{esc(name)}-unavailable">{text}</p>'
+
+
 def _swatch(color: str) -> str:
     return f'<span class="swatch" style="background:{esc(color)}"></span>'
 
@@ -257,11 +263,34 @@ def _findings_section(prepared: Prepared) -> str:
             f"{table}</section>")
 
 
+def _activity_figure(prepared: Prepared) -> str:
+    """Batches and findings per partition over time, from the timeline the replay collected."""
+    report = prepared.report
+    if report.timeline is None:
+        return _unavailable("partition-activity", "Batches per partition over time: not available for this input "
+                                                  "(the report carries no timeline of its batches).")
+    data = activity(prepared)
+    if data is None:
+        why = "no batch has a timestamp (max_timestamp)" if report.batches else "no batches"
+        return _unavailable("partition-activity", f"Batches per partition over time: not available for this input: "
+                                                  f"{why}.")
+    caption = (f"Batches per time bin of {esc(_duration(data.width_ms))} by their <code>max_timestamp</code>, one "
+               "panel per partition (the busiest by batches"
+               + (f"; the last panel sums the other {data.others:,}" if data.others else "")
+               + "); markers on the right axis: batches with a finding in that bin (red: other than duplicates, "
+               "grey: duplicates). Counts are exact: the replay counts every batch per partition and time bucket.")
+    if data.untimed_findings:
+        caption += f" {data.untimed_findings:,} findings are on batches without a timestamp and in no bin."
+    return _figure(charts.partition_activity(prepared, data), caption, "partition-activity")
+
+
 def _over_time_section(prepared: Prepared) -> str:
     axis = prepared.axis
     out = ['<section id="over-time"><h2>Findings over time</h2>']
     if axis is None:
-        out.append('<p class="muted">Nothing to draw: the audit found no batch with a finding.</p></section>')
+        out.append('<p class="muted">No finding to place in time: the audit found no batch with a finding.</p>')
+        out.append(_activity_figure(prepared))
+        out.append("</section>")
         return "".join(out)
     basis = ("the batch timestamps (each finding at its batch's <code>max_timestamp</code>)" if axis.time
              else f"the ordering column <code>{esc(prepared.report.order_by)}</code> (the data has no batch "
@@ -274,6 +303,7 @@ def _over_time_section(prepared: Prepared) -> str:
                "the heat map).</p>")
     out.append(_figure(charts.findings_over_time(prepared), "Findings per time bin over all partitions.",
                        "findings-over-time"))
+    out.append(_activity_figure(prepared))
     svg, others = charts.partition_heatmap(prepared)
     caption = ("Each row a partition (its label links to its row in the partition table): findings other than "
                "duplicates per time bin, and its batches.")
@@ -337,15 +367,44 @@ def _transactions_section(prepared: Prepared) -> str:
         lines.append(f"Hanging check: {check['candidates']:,} candidate(s) idle more than "
                      f"{report.hanging_after_ms:,} ms, {esc(NOT_CONFIRMED[check['transaction_log']])} (with the "
                      "<code>__transaction_state</code> partitions in the audit each is confirmed or cleared).")
+    completed = _completed_figure(prepared)
     svg = charts.transaction_durations(prepared)
-    caption = ("How long transactions have been open. The audit keeps no start time of the transactions that "
-               "completed (it counts them); each transaction open at the end is placed by its idle time, a lower "
+    caption = ("How long the transactions open at the end have been open: each is placed by its idle time, a lower "
                "bound of its age" + ("; each transactional id's latest transaction is placed by the coordinator's "
                                      "start and last-update timestamps." if report.transaction_log is not None
                                      else "."))
     body = _figure(svg, caption, "transaction-durations") if svg else \
         '<p class="muted">No transaction was open at the end, and no transaction log was read.</p>'
-    return (f'<section id="transactions"><h2>Transactions</h2><p>{"</p><p>".join(lines)}</p>{body}</section>')
+    return (f'<section id="transactions"><h2>Transactions</h2><p>{"</p><p>".join(lines)}</p>{completed}{body}'
+            "</section>")
+
+
+def _completed_figure(prepared: Prepared) -> str:
+    """The distribution of completed transactions' durations, from the histogram the replay collected."""
+    report = prepared.report
+    durations = report.txn_durations
+    if durations is None:
+        return _unavailable("completed-durations", "Durations of completed transactions: not available for this "
+                                                   "input (the report carries no durations).")
+    buckets = durations.column("bucket").to_numpy() if durations.num_rows else np.zeros(0, np.int64)
+    counts = durations.column("transactions").to_numpy() if durations.num_rows else np.zeros(0, np.int64)
+    negative, untimed = int(counts[buckets == NEGATIVE_DURATION].sum()), int(counts[buckets == NO_DURATION].sum())
+    txns = report.transactions()
+    if not txns["committed"] + txns["aborted"]:
+        return '<p class="muted" id="chart-completed-durations-none">No transaction completed.</p>'
+    svg = charts.completed_durations(prepared)
+    if svg is None:
+        return _unavailable("completed-durations", "Durations of completed transactions: not available for this "
+                                                   "input: their batches have no timestamps (max_timestamp).")
+    caption = ("Each transaction that completed, by the time from its first batch to its COMMIT or ABORT marker "
+               "(their <code>max_timestamp</code>), in fixed buckets of a quarter doubling each: committed below, "
+               "aborted stacked above. Transactions still open at the end are in the chart below.")
+    if negative:
+        caption += (f" {negative:,} transactions whose marker is older than their first batch (clocks of producer "
+                    "and broker differ) are not drawn.")
+    if untimed:
+        caption += f" {untimed:,} transactions without a timestamp on their first batch or marker are not drawn."
+    return _figure(svg, caption, "completed-durations")
 
 
 def _lso_section(prepared: Prepared) -> str:
