@@ -70,8 +70,8 @@ def test_without_the_extension_auto_falls_back_to_the_python_encoder_with_one_wa
     import idemcore.kernels as kernels
 
     monkeypatch.setitem(sys.modules, "idemcore.kernels.cython_record_encode", None)  # import raises ImportError
-    kernels._load_record_encoder.cache_clear()
-    kernels._auto_record_encoder.cache_clear()
+    kernels._load_twin.cache_clear()
+    kernels._auto_twin.cache_clear()
     try:
         with pytest.raises(BackendUnavailableError, match=r"^backend 'cython' has no record encoder: "):
             get_record_encoder("cython")
@@ -80,8 +80,8 @@ def test_without_the_extension_auto_falls_back_to_the_python_encoder_with_one_wa
         batch = RecordBatch("t", 0, (b"v",), None, 1, 0, 0, 0, False, ((("k", b"h"),),))
         assert encode_record_batch(batch, 0, backend="auto") == old_broker_encoding(batch, 0)
     finally:
-        kernels._load_record_encoder.cache_clear()
-        kernels._auto_record_encoder.cache_clear()
+        kernels._load_twin.cache_clear()
+        kernels._auto_twin.cache_clear()
 
 
 # --- producer -> broker -> log -------------------------------------------------------------------------------

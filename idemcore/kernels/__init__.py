@@ -169,33 +169,35 @@ _RECORD_SCANNERS = {"cython": "idemcore.kernels.cython_record_scan",
 
 
 @functools.cache
-def _load_twin(modules: tuple[tuple[str, str], ...], function: str, name: str) -> Callable[..., Any]:
-    """``function`` of backend ``name``'s module in ``modules`` (pairs of backend and module)."""
+def _load_twin(modules: tuple[tuple[str, str], ...], function: str, noun: str, name: str) -> Callable[..., Any]:
+    """``function`` of backend ``name``'s module in ``modules`` (pairs of backend and module); ``noun`` names it in
+    the error."""
     try:
         module = importlib.import_module(dict(modules)[name])
     except ImportError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BackendUnavailableError(f"backend {name!r} has no {function}: {reason} (rebuild the extensions: "
+        raise BackendUnavailableError(f"backend {name!r} has no {noun}: {reason} (rebuild the extensions: "
                                       "pip install -e .)") from exc
     loaded: Callable[..., Any] = getattr(module, function)
     return loaded
 
 
 @functools.cache
-def _auto_twin(modules: tuple[tuple[str, str], ...], function: str) -> Callable[..., Any]:
+def _auto_twin(modules: tuple[tuple[str, str], ...], function: str, noun: str, doing: str) -> Callable[..., Any]:
     try:
-        return _load_twin(modules, function, "cython")
+        return _load_twin(modules, function, noun, "cython")
     except BackendUnavailableError as exc:
-        warnings.warn(f"idemcore runs {function} in Python ({exc})", RuntimeWarning, stacklevel=3)
-        return _load_twin(modules, function, "python")
+        warnings.warn(f"idemcore {doing} in Python ({exc})", RuntimeWarning, stacklevel=4)
+        return _load_twin(modules, function, noun, "python")
 
 
-def _get_twin(table: dict[str, str], function: str, name: str | Backend | None) -> Callable[..., Any]:
+def _get_twin(table: dict[str, str], function: str, noun: str, doing: str,
+              name: str | Backend | None) -> Callable[..., Any]:
     modules = tuple(sorted(table.items()))
     name = _backend_name(name.name if isinstance(name, Backend) else name)
     if name in table:
-        return _load_twin(modules, function, name)
-    return _auto_twin(modules, function)
+        return _load_twin(modules, function, noun, name)
+    return _auto_twin(modules, function, noun, doing)
 
 
 def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytearray]:
@@ -203,10 +205,10 @@ def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytea
     :func:`get_backend` chooses: a name, a :class:`Backend`, ``"auto"``, or None for ``$IDEMCORE_BACKEND``.
     ``cython`` raises BackendUnavailableError when its extension is not built; ``auto`` and ``numba`` fall back
     to the Python twin (``auto`` with one warning)."""
-    return _get_twin(_RECORD_ENCODERS, "encode_records", name)
+    return _get_twin(_RECORD_ENCODERS, "encode_records", "record encoder", "encodes records", name)
 
 
 def get_record_scanner(name: str | Backend | None = None) -> Callable[..., tuple[int, int, int, int, int]]:
     """The ``scan_records`` function of a backend (:mod:`idemcore.kernels.record_scan_reference`), chosen as
     :func:`get_record_encoder` chooses."""
-    return _get_twin(_RECORD_SCANNERS, "scan_records", name)
+    return _get_twin(_RECORD_SCANNERS, "scan_records", "record scanner", "scans records", name)

@@ -36,24 +36,18 @@ class BatchColumns(NamedTuple):
 
 
 class StateArrays(NamedTuple):
-    """A :class:`idemcore.ProducerStateTable`: producer index, rows, rings, partitions, counters."""
+    """A :class:`idemcore.ProducerStateTable`: producer index, rows, partitions, counters.
 
-    slot_producer_id: np.ndarray
-    slot_partition: np.ndarray
-    slot_row: np.ndarray
-    row_partition: np.ndarray
-    row_producer_id: np.ndarray
-    row_partition_index: np.ndarray
-    row_epoch: np.ndarray
-    row_coordinator_epoch: np.ndarray
-    row_last_timestamp: np.ndarray
-    row_txn_first_offset: np.ndarray
-    ring_last_seq: np.ndarray
-    ring_offset_delta: np.ndarray
-    ring_last_offset: np.ndarray
-    ring_timestamp: np.ndarray
-    ring_head: np.ndarray
-    ring_len: np.ndarray
+    The index and the rows are one buffer each, passed as views of several widths (``slot_i64`` and
+    ``slot_i32`` of the index's 16-byte slots; ``row_i64`` to ``row_i8`` of the 192-byte rows): the layout is
+    in :mod:`idemcore.kernels.reference` (``SLOT_*``, ``ROW_*``)."""
+
+    slot_i64: np.ndarray
+    slot_i32: np.ndarray
+    row_i64: np.ndarray
+    row_i32: np.ndarray
+    row_i16: np.ndarray
+    row_i8: np.ndarray
     pslot_partition: np.ndarray
     pslot_index: np.ndarray
     partition_id: np.ndarray

@@ -8,6 +8,13 @@ memoryviews; the helpers take structs of raw pointers filled once per call (``Ba
 no helper copies dozens of memoryview structs per batch. check_batches reads the state through ``Lookup``,
 which holds only const pointers: it cannot write state.
 
+The state is one ``Row`` struct per producer row (192 bytes, 64-byte aligned; the reference's ``ROW_*``
+columns) and one 16-byte ``Slot`` (key beside row number) per index slot, reached through the views the table
+passes. validate_batches first prefills the verdict columns an appended batch has, then takes the usual batch
+through ``append_in_sequence`` (the first cache line of its row read, one more written); anything else goes
+through check_batch and commit_batch, which apply every rule. On a table of more than PREFETCH_MIN_ROWS rows it
+prefetches the index slot and the row of batches ahead (``prefetch``).
+
 Inlining matters (validate_batches is ~15% slower when check_batch and commit_batch are calls): a C compiler
 inlines a big static function only into its single caller. So check_batch and commit_batch are fused
 functions and each entry point calls its own copy: check_batch reads a ``Lookup`` in check_batches and the
@@ -19,6 +26,33 @@ them back into one.)
 from libc.stdint cimport INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
 
 from kernel_defs cimport *
+
+cdef extern from *:
+    """
+    /* GCC 12 at -O1 and above dropped __builtin_prefetch from this loop (measured): on x86 the instruction is
+       written out, as an asm the compiler must keep. */
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+      #define IDEMCORE_PREFETCH(p) __asm__ volatile("prefetcht0 %0" :: "m"(*(const char *)(p)))
+    #elif defined(__GNUC__)
+      #define IDEMCORE_PREFETCH(p) __builtin_prefetch((const void *)(p), 1, 3)
+    #else
+      #define IDEMCORE_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void IDEMCORE_PREFETCH(const void *p) noexcept nogil  # a hint to fetch p's cache line
+
+
+cdef enum:
+    # Prefetching in validate_batches, once the rows outgrow the caches: batch i fetches the index slot of batch
+    # i + SLOT_AHEAD and, through the slot fetched before, the row of batch i + ROW_AHEAD.
+    SLOT_AHEAD = 16
+    ROW_AHEAD = 8
+    PREFETCH_MIN_ROWS = 4096  # row capacity: 768 kB of rows, more than a core's L2
+
+cdef enum:
+    # The state layout (reference: ROW_WORDS, SLOT_WORDS; the fields are the Row and Slot structs below).
+    ROW_WORDS = 24
+    SLOT_WORDS = 2
 
 #: The codes compiled in, by the names of idemcore.kernels.reference's module globals (checked by the tests).
 KERNEL_CODES = {
@@ -52,6 +86,8 @@ KERNEL_CODES = {
     "N_PARTITIONS": N_PARTITIONS,
     "N_COMPLETED": N_COMPLETED,
     "INT64_MAX": INT64_MAX,
+    "ROW_WORDS": ROW_WORDS,
+    "SLOT_WORDS": SLOT_WORDS,
 }
 
 
@@ -73,21 +109,42 @@ cdef struct Batches:
     const int32_t *coordinator_epoch
 
 
+cdef struct RingEntry:
+    # A retained batch's offsets half (its sequence half is in the row's first cache line).
+    int64_t last_offset
+    int64_t timestamp
+
+
+cdef struct Row:
+    # One producer row, 192 bytes (the reference's ROW_* columns; row_layout() gives the offsets for the tests).
+    # Bytes 0-63 are all an in-sequence batch reads.
+    int16_t epoch
+    int8_t head
+    int8_t length
+    int32_t partition_index
+    int64_t txn_first_offset
+    int64_t last_timestamp
+    int32_t ring_last_seq[RING]
+    int32_t ring_offset_delta[RING]
+    RingEntry ring[RING]
+    int32_t coordinator_epoch
+    int32_t partition
+    int64_t producer_id
+    int64_t unused[4]
+
+
+cdef struct Slot:
+    # One producer index slot, 16 bytes: the key beside the row (row -1: empty).
+    int64_t producer_id
+    int32_t partition
+    int32_t row
+
+
 cdef struct Lookup:
-    # The state as check_batches reads it: const pointers. Ring arrays are row-major: [row * RING + pos].
-    const int64_t *slot_producer_id
-    const int32_t *slot_partition
-    const int32_t *slot_row
+    # The state as check_batches reads it: const pointers.
+    const Slot *slots
     Py_ssize_t slot_mask
-    const int32_t *row_partition_index
-    const int16_t *row_epoch
-    const int32_t *row_coordinator_epoch
-    const int64_t *row_txn_first_offset
-    const int32_t *ring_last_seq
-    const int32_t *ring_offset_delta
-    const int64_t *ring_last_offset
-    const int8_t *ring_head
-    const int8_t *ring_len
+    const Row *rows
     const int32_t *pslot_partition
     const int32_t *pslot_index
     Py_ssize_t pslot_mask
@@ -96,23 +153,9 @@ cdef struct Lookup:
 
 cdef struct State:
     # The state as validate_batches and commit_batches read and write it.
-    int64_t *slot_producer_id
-    int32_t *slot_partition
-    int32_t *slot_row
+    Slot *slots
     Py_ssize_t slot_mask
-    int32_t *row_partition
-    int64_t *row_producer_id
-    int32_t *row_partition_index
-    int16_t *row_epoch
-    int32_t *row_coordinator_epoch
-    int64_t *row_last_timestamp
-    int64_t *row_txn_first_offset
-    int32_t *ring_last_seq
-    int32_t *ring_offset_delta
-    int64_t *ring_last_offset
-    int64_t *ring_timestamp
-    int8_t *ring_head
-    int8_t *ring_len
+    Row *rows
     int32_t *pslot_partition
     int32_t *pslot_index
     Py_ssize_t pslot_mask
@@ -187,12 +230,12 @@ cdef inline int64_t partition_hash(int64_t partition) noexcept nogil:
     return h ^ (h >> 29)
 
 
-cdef inline Py_ssize_t producer_slot(const int64_t *slot_producer_id, const int32_t *slot_partition,
-                                     const int32_t *slot_row, Py_ssize_t mask,
-                                     int64_t producer_id, int64_t partition) noexcept nogil:
+cdef inline Py_ssize_t producer_slot(const Slot *slots, Py_ssize_t mask, int64_t producer_id,
+                                     int64_t partition) noexcept nogil:
     # Slot holding (partition, producer_id), or the empty slot where it would go.
     cdef Py_ssize_t slot = <Py_ssize_t>(producer_hash(producer_id, partition) & mask)
-    while slot_row[slot] >= 0 and not (slot_producer_id[slot] == producer_id and slot_partition[slot] == partition):
+    while slots[slot].row >= 0 and not (slots[slot].producer_id == producer_id
+                                        and slots[slot].partition == partition):
         slot = (slot + 1) & mask
     return slot
 
@@ -210,23 +253,67 @@ cdef inline bint power_of_two(Py_ssize_t n) noexcept nogil:
     return n > 0 and (n & (n - 1)) == 0
 
 
-def rebuild_producer_index(int64_t[::1] slot_producer_id, int32_t[::1] slot_partition, int32_t[::1] slot_row,
-                           const int64_t[::1] row_producer_id, const int32_t[::1] row_partition, Py_ssize_t n_rows):
+cdef const Row *rows_of(const int64_t[:, ::1] row_i64, const int32_t[:, ::1] row_i32,
+                        const int16_t[:, ::1] row_i16, const int8_t[:, ::1] row_i8) except NULL:
+    # The row records behind the four views (the same buffer, as ProducerStateTable makes them).
+    cdef Py_ssize_t n = row_i64.shape[0]
+    require(n > 0 and row_i64.shape[1] == ROW_WORDS and row_i32.shape[0] == n and row_i32.shape[1] == 2 * ROW_WORDS
+            and row_i16.shape[0] == n and row_i16.shape[1] == 4 * ROW_WORDS and row_i8.shape[0] == n
+            and row_i8.shape[1] == 8 * ROW_WORDS, "row views")
+    require(<char *>&row_i32[0, 0] == <char *>&row_i64[0, 0] and <char *>&row_i16[0, 0] == <char *>&row_i64[0, 0]
+            and <char *>&row_i8[0, 0] == <char *>&row_i64[0, 0], "row views of different buffers")
+    return <const Row *>&row_i64[0, 0]
+
+
+cdef const Slot *slots_of(const int64_t[:, ::1] slot_i64, const int32_t[:, ::1] slot_i32) except NULL:
+    # The index slots behind the two views.
+    cdef Py_ssize_t n = slot_i64.shape[0]
+    require(power_of_two(n) and slot_i64.shape[1] == SLOT_WORDS and slot_i32.shape[0] == n
+            and slot_i32.shape[1] == 2 * SLOT_WORDS and <char *>&slot_i32[0, 0] == <char *>&slot_i64[0, 0],
+            "producer index views")
+    return <const Slot *>&slot_i64[0, 0]
+
+
+def rebuild_producer_index(int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64,
+                           int32_t[:, ::1] row_i32, Py_ssize_t n_rows):
     """Empty the producer index and insert rows ``0..n_rows-1`` in row order."""
-    cdef Py_ssize_t slots = slot_row.shape[0]
+    cdef Slot *slots = <Slot *>slots_of(slot_i64, slot_i32)
+    cdef Py_ssize_t n_slots = slot_i64.shape[0]
     cdef Py_ssize_t s, row
-    if not (power_of_two(slots) and slot_producer_id.shape[0] == slots and slot_partition.shape[0] == slots
-            and 0 <= n_rows < slots and n_rows <= row_producer_id.shape[0] and n_rows <= row_partition.shape[0]):
-        raise ValueError("rebuild_producer_index: inconsistent index or row array shapes")
+    cdef const Row *rows
+    require(0 <= n_rows < n_slots and n_rows <= row_i64.shape[0] and row_i64.shape[1] == ROW_WORDS
+            and row_i32.shape[0] == row_i64.shape[0] and row_i32.shape[1] == 2 * ROW_WORDS
+            and <char *>&row_i32[0, 0] == <char *>&row_i64[0, 0], "rebuild_producer_index: index or row views")
+    rows = <const Row *>&row_i64[0, 0]
     with nogil:
-        for s in range(slots):
-            slot_row[s] = -1
+        for s in range(n_slots):
+            slots[s].row = -1
         for row in range(n_rows):
-            s = producer_slot(&slot_producer_id[0], &slot_partition[0], &slot_row[0], slots - 1,
-                              row_producer_id[row], row_partition[row])
-            slot_producer_id[s] = row_producer_id[row]
-            slot_partition[s] = row_partition[row]
-            slot_row[s] = <int32_t>row
+            s = producer_slot(slots, n_slots - 1, rows[row].producer_id, rows[row].partition)
+            slots[s].producer_id = rows[row].producer_id
+            slots[s].partition = rows[row].partition
+            slots[s].row = <int32_t>row
+
+
+def row_layout():
+    """Byte offsets of the compiled Row and Slot structs' fields, and their sizes (checked against the
+    reference's ROW_* and SLOT_* columns by the tests)."""
+    cdef Row r
+    cdef Slot t
+    cdef char *base = <char *>&r
+    return {
+        "row_size": sizeof(Row), "slot_size": sizeof(Slot),
+        "epoch": <char *>&r.epoch - base, "head": <char *>&r.head - base, "length": <char *>&r.length - base,
+        "partition_index": <char *>&r.partition_index - base,
+        "txn_first_offset": <char *>&r.txn_first_offset - base, "last_timestamp": <char *>&r.last_timestamp - base,
+        "ring_last_seq": <char *>&r.ring_last_seq[0] - base, "ring_offset_delta": <char *>&r.ring_offset_delta[0] - base,
+        "ring_last_offset": <char *>&r.ring[0].last_offset - base, "ring_timestamp": <char *>&r.ring[0].timestamp - base,
+        "ring_entry_size": sizeof(RingEntry),
+        "coordinator_epoch": <char *>&r.coordinator_epoch - base, "partition": <char *>&r.partition - base,
+        "producer_id": <char *>&r.producer_id - base,
+        "slot_producer_id": <char *>&t.producer_id - <char *>&t, "slot_partition": <char *>&t.partition - <char *>&t,
+        "slot_row": <char *>&t.row - <char *>&t,
+    }
 
 
 def rebuild_partition_index(int32_t[::1] pslot_partition, int32_t[::1] pslot_index, const int32_t[::1] partition_id,
@@ -277,30 +364,28 @@ cdef inline Py_ssize_t ring_pos(Py_ssize_t head, Py_ssize_t k) noexcept nogil:
     return pos - RING if pos >= RING else pos
 
 
-cdef inline Py_ssize_t find_duplicate(const StateView *s, Py_ssize_t row, int64_t first_seq,
-                                      int64_t last_seq) noexcept nogil:
+cdef inline Py_ssize_t find_duplicate(const Row *r, int64_t first_seq, int64_t last_seq) noexcept nogil:
     # Ring position of a retained batch with exactly this sequence range, or -1.
-    cdef const int32_t *seqs = s.ring_last_seq + row * RING
-    cdef const int32_t *deltas = s.ring_offset_delta + row * RING
-    cdef Py_ssize_t head = s.ring_head[row]
-    cdef Py_ssize_t length = s.ring_len[row]
+    cdef const int32_t *seqs = &r.ring_last_seq[0]
+    cdef Py_ssize_t head = r.head
+    cdef Py_ssize_t length = r.length
     cdef Py_ssize_t k, pos
     if length == RING and ((seqs[0] == last_seq) | (seqs[1] == last_seq) | (seqs[2] == last_seq)
                            | (seqs[3] == last_seq) | (seqs[4] == last_seq)) == 0:
         return -1  # full (the usual case) and without this last sequence: no ordered scan
     for k in range(length):
         pos = ring_pos(head, k)
-        if seqs[pos] == last_seq and seq_sub(last_seq, deltas[pos]) == first_seq:
+        if seqs[pos] == last_seq and seq_sub(last_seq, r.ring_offset_delta[pos]) == first_seq:
             return pos
     return -1
 
 
-cdef inline int64_t newest_last_seq(const StateView *s, Py_ssize_t row) noexcept nogil:
+cdef inline int64_t newest_last_seq(const Row *r) noexcept nogil:
     # Last sequence of the newest retained batch, -1 when none is retained.
-    cdef Py_ssize_t length = s.ring_len[row]
+    cdef Py_ssize_t length = r.length
     if length == 0:
         return -1
-    return s.ring_last_seq[row * RING + ring_pos(s.ring_head[row], length - 1)]
+    return r.ring_last_seq[ring_pos(r.head, length - 1)]
 
 
 cdef inline Step check_marker(int64_t epoch, int64_t coordinator_epoch, int64_t stored_epoch,
@@ -376,7 +461,7 @@ cdef inline int64_t log_end(const StateView *s, Py_ssize_t row, int64_t partitio
     # The partition's next offset (0 for a partition never appended to).
     cdef Py_ssize_t index
     if row >= 0:
-        return s.partition_next_offset[s.row_partition_index[row]]
+        return s.partition_next_offset[s.rows[row].partition_index]
     index = s.pslot_index[partition_slot(s.pslot_partition, s.pslot_index, s.pslot_mask, partition)]
     if index < 0:
         return 0
@@ -417,6 +502,7 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
     cdef int64_t txn_first = -1
     cdef int64_t first_offset, original_last
     cdef Step step
+    cdef const Row *r = NULL
 
     cdef int error = metadata_error(part, pid, epoch, first_seq, last_seq, given_offset, count,
                                     transactional, control, marker_type, origin)
@@ -425,27 +511,28 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
         return -1
 
     if pid >= 0:
-        slot = producer_slot(s.slot_producer_id, s.slot_partition, s.slot_row, s.slot_mask, pid, part)
-        row = s.slot_row[slot]
+        slot = producer_slot(s.slots, s.slot_mask, pid, part)
+        row = s.slots[slot].row
     if row >= 0:
-        stored_epoch = s.row_epoch[row]
-        stored_coordinator_epoch = s.row_coordinator_epoch[row]
-        txn_first = s.row_txn_first_offset[row]
+        r = &s.rows[row]
+        stored_epoch = r.epoch
+        stored_coordinator_epoch = r.coordinator_epoch
+        txn_first = r.txn_first_offset
 
     step = passed()
     if control:
         step = check_marker(epoch, b.coordinator_epoch[i], stored_epoch, stored_coordinator_epoch)
     elif pid >= 0:
         if origin == ORIGIN_CLIENT and row >= 0 and epoch == stored_epoch:
-            pos = find_duplicate(s, row, first_seq, last_seq)
+            pos = find_duplicate(r, first_seq, last_seq)
             if pos >= 0:  # a retry: answer with the original offsets, write nothing
-                original_last = s.ring_last_offset[row * RING + pos]
-                emit(out, i, DUPLICATE, E_NONE, original_last - s.ring_offset_delta[row * RING + pos],
-                     original_last, F_DUPLICATE, -1)
+                original_last = r.ring[pos].last_offset
+                emit(out, i, DUPLICATE, E_NONE, original_last - r.ring_offset_delta[pos], original_last,
+                     F_DUPLICATE, -1)
                 return slot
         step = check_epoch(epoch, stored_epoch, transactional, origin)
         if step.error == E_NONE and origin == ORIGIN_CLIENT:
-            step = check_sequence(stored_epoch, newest_last_seq(s, row) if row >= 0 else -1, epoch,
+            step = check_sequence(stored_epoch, newest_last_seq(r) if row >= 0 else -1, epoch,
                                   first_seq, last_seq)
         if step.error == E_NONE:
             step = check_txn_state(transactional, txn_first)
@@ -472,23 +559,35 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
     return slot
 
 
-cdef inline void ring_push(State *s, Py_ssize_t row, int64_t last_seq, int64_t last_offset, int64_t offset_delta,
+cdef inline void ring_push(Row *r, int64_t last_seq, int64_t last_offset, int64_t offset_delta,
                            int64_t timestamp) noexcept nogil:
     # Remember one batch; the oldest of five is dropped.
-    cdef Py_ssize_t head = s.ring_head[row]
-    cdef Py_ssize_t length = s.ring_len[row]
+    cdef Py_ssize_t head = r.head
+    cdef Py_ssize_t length = r.length
     cdef Py_ssize_t pos
     if length < RING:
         pos = ring_pos(head, length)
-        s.ring_len[row] = <int8_t>(length + 1)
+        r.length = <int8_t>(length + 1)
     else:
         pos = head
-        s.ring_head[row] = <int8_t>ring_pos(head, 1)
-    pos += row * RING
-    s.ring_last_seq[pos] = <int32_t>last_seq
-    s.ring_offset_delta[pos] = <int32_t>offset_delta
-    s.ring_last_offset[pos] = last_offset
-    s.ring_timestamp[pos] = timestamp
+        r.head = <int8_t>ring_pos(head, 1)
+    r.ring_last_seq[pos] = <int32_t>last_seq
+    r.ring_offset_delta[pos] = <int32_t>offset_delta
+    r.ring[pos].last_offset = last_offset
+    r.ring[pos].timestamp = timestamp
+
+
+cdef inline void init_row(Row *r, int64_t pid, int64_t part, Py_ssize_t part_index) noexcept nogil:
+    # A new entry as a first write creates it: epochs, timestamp and open-transaction offset -1, no batch.
+    r.partition = <int32_t>part
+    r.producer_id = pid
+    r.partition_index = <int32_t>part_index
+    r.epoch = -1
+    r.coordinator_epoch = -1
+    r.last_timestamp = -1
+    r.txn_first_offset = -1
+    r.head = 0
+    r.length = 0
 
 
 cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, State *s,
@@ -503,10 +602,11 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
     cdef int64_t epoch, timestamp
     cdef Py_ssize_t row = -1
     cdef Py_ssize_t pslot, part_index
+    cdef Row *r
     if pid >= 0:
-        row = s.slot_row[slot]
+        row = s.slots[slot].row
     if row >= 0:
-        part_index = s.row_partition_index[row]
+        part_index = s.rows[row].partition_index
     else:
         pslot = partition_slot(s.pslot_partition, s.pslot_index, s.pslot_mask, part)
         part_index = s.pslot_index[pslot]
@@ -527,30 +627,106 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
     if row < 0:
         row = s.counters[N_ROWS]
         s.counters[N_ROWS] = row + 1
-        s.slot_producer_id[slot] = pid
-        s.slot_partition[slot] = <int32_t>part
-        s.slot_row[slot] = <int32_t>row
-        s.row_partition[row] = <int32_t>part
-        s.row_producer_id[row] = pid
-        s.row_partition_index[row] = <int32_t>part_index
-        s.row_epoch[row] = -1
-        s.row_coordinator_epoch[row] = -1
-        s.row_last_timestamp[row] = -1
-        s.row_txn_first_offset[row] = -1
-        s.ring_head[row] = 0
-        s.ring_len[row] = 0
-    if epoch != s.row_epoch[row]:
-        s.ring_head[row] = 0
-        s.ring_len[row] = 0  # any change of epoch forgets the retained batches
-    s.row_epoch[row] = <int16_t>epoch
-    s.row_last_timestamp[row] = timestamp
+        s.slots[slot].producer_id = pid
+        s.slots[slot].partition = <int32_t>part
+        s.slots[slot].row = <int32_t>row
+        init_row(&s.rows[row], pid, part, part_index)
+    r = &s.rows[row]
+    if epoch != r.epoch:
+        r.head = 0
+        r.length = 0  # any change of epoch forgets the retained batches
+    r.epoch = <int16_t>epoch
+    r.last_timestamp = timestamp
     if b.is_control[i]:
-        s.row_coordinator_epoch[row] = b.coordinator_epoch[i]
-        s.row_txn_first_offset[row] = -1  # the marker ends the open transaction
+        r.coordinator_epoch = b.coordinator_epoch[i]
+        r.txn_first_offset = -1  # the marker ends the open transaction
     else:
-        ring_push(s, row, b.last_sequence[i], last_offset, b.record_count[i] - 1, timestamp)
-        if b.is_transactional[i] and s.row_txn_first_offset[row] < 0:
-            s.row_txn_first_offset[row] = first_offset  # the first transactional batch opens the transaction
+        ring_push(r, b.last_sequence[i], last_offset, b.record_count[i] - 1, timestamp)
+        if b.is_transactional[i] and r.txn_first_offset < 0:
+            r.txn_first_offset = first_offset  # the first transactional batch opens the transaction
+
+
+cdef inline bint append_in_sequence(Py_ssize_t i, const Batches *b, State *s, Verdicts *out) noexcept nogil:
+    # The usual CLIENT batch, checked and committed in one go: well-formed data of a known producer, same epoch,
+    # the next sequence after its newest retained batch, no retry of a retained one, no open transaction it would
+    # break, room for its offsets. Then it is APPENDED (the caller prefilled the constant verdict columns: only the
+    # offsets are written here) and committed as commit_batch would; else nothing is written and False returned,
+    # for check_batch and commit_batch to apply every rule (the reference: append_in_sequence).
+    cdef int64_t pid = b.producer_id[i]
+    cdef int64_t part = b.partition[i]
+    cdef int64_t epoch = b.producer_epoch[i]
+    cdef int64_t first_seq = b.base_sequence[i]
+    cdef int64_t last_seq = b.last_sequence[i]
+    cdef int64_t count = b.record_count[i]
+    cdef Py_ssize_t slot, row, head, length, pos
+    cdef Row *r
+    cdef int64_t *next_offset
+    cdef int64_t first_offset, last_offset, timestamp
+    if (pid < 0 or part < 0 or epoch < -1 or count < 1 or b.is_control[i] or b.base_offset[i] != -1
+            or first_seq < 0 or first_seq > SEQ_MAX or last_seq != seq_add(first_seq, count - 1)):
+        return False
+    slot = producer_slot(s.slots, s.slot_mask, pid, part)
+    row = s.slots[slot].row
+    if row < 0:
+        return False
+    r = &s.rows[row]
+    head = r.head
+    length = r.length
+    if (epoch != r.epoch or length == 0 or (r.txn_first_offset >= 0 and not b.is_transactional[i])
+            or not in_sequence(r.ring_last_seq[ring_pos(head, length - 1)], first_seq)
+            or find_duplicate(r, first_seq, last_seq) >= 0):
+        return False
+    next_offset = &s.partition_next_offset[r.partition_index]
+    first_offset = next_offset[0]
+    if first_offset > INT64_MAX - count:
+        return False
+    last_offset = first_offset + count - 1
+    out.base_offset[i] = first_offset
+    out.last_offset[i] = last_offset
+    next_offset[0] = last_offset + 1
+    if length < RING:
+        pos = ring_pos(head, length)
+        r.length = <int8_t>(length + 1)
+    else:
+        pos = head
+        r.head = <int8_t>ring_pos(head, 1)
+    timestamp = b.max_timestamp[i]
+    r.ring_last_seq[pos] = <int32_t>last_seq
+    r.ring_offset_delta[pos] = <int32_t>(count - 1)
+    r.ring[pos].last_offset = last_offset
+    r.ring[pos].timestamp = timestamp
+    r.last_timestamp = timestamp
+    if r.txn_first_offset < 0 and b.is_transactional[i]:
+        r.txn_first_offset = first_offset  # the first transactional batch opens the transaction
+    return True
+
+
+cdef inline void prefetch(const Batches *b, const State *s, Py_ssize_t i, Py_ssize_t stop) noexcept nogil:
+    # Ask for the cache lines later batches will need: a large table is a walk of dependent misses (slot, then
+    # row) that the processor cannot overlap on its own. Hints only: a wrong guess (a probe past the first slot)
+    # costs nothing but the fetch.
+    cdef Py_ssize_t j = i + SLOT_AHEAD
+    cdef const Slot *slot
+    if j < stop:
+        IDEMCORE_PREFETCH(&s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask])
+    j = i + ROW_AHEAD
+    if j < stop:
+        slot = &s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask]
+        if slot.row >= 0:
+            IDEMCORE_PREFETCH(&s.rows[slot.row])  # the first line: all an in-sequence batch reads
+
+
+cdef void prefill(Verdicts *out, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    # The verdict columns an appended batch has, whatever its offsets (a streaming pass the compiler vectorises).
+    cdef Py_ssize_t i
+    for i in range(start, stop):
+        out.status[i] = APPENDED
+    for i in range(start, stop):
+        out.error_code[i] = E_NONE
+    for i in range(start, stop):
+        out.finding[i] = F_NONE
+    for i in range(start, stop):
+        out.expected[i] = -1
 
 
 # ---------------------------------------------------------------- filling the structs (once per call)
@@ -591,28 +767,11 @@ cdef Batches batch_columns(
     return b
 
 
-cdef int check_state_shapes(
-    const int64_t[::1] slot_producer_id, const int32_t[::1] slot_partition, const int32_t[::1] slot_row,
-    const int32_t[::1] row_partition, const int64_t[::1] row_producer_id, const int32_t[::1] row_partition_index,
-    const int16_t[::1] row_epoch, const int32_t[::1] row_coordinator_epoch, const int64_t[::1] row_last_timestamp,
-    const int64_t[::1] row_txn_first_offset,
-    const int32_t[:, ::1] ring_last_seq, const int32_t[:, ::1] ring_offset_delta,
-    const int64_t[:, ::1] ring_last_offset, const int64_t[:, ::1] ring_timestamp,
-    const int8_t[::1] ring_head, const int8_t[::1] ring_len,
-    const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int32_t[::1] partition_id,
-    const int64_t[::1] partition_next_offset, const int64_t[::1] counters,
-) except -1:
-    cdef Py_ssize_t rows = row_epoch.shape[0]
-    cdef Py_ssize_t slots = slot_row.shape[0]
+cdef int check_partition_shapes(const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index,
+                                const int32_t[::1] partition_id, const int64_t[::1] partition_next_offset,
+                                const int64_t[::1] counters, Py_ssize_t rows, Py_ssize_t slots) except -1:
     cdef Py_ssize_t pslots = pslot_index.shape[0]
-    require(min(row_partition.shape[0], row_producer_id.shape[0], row_partition_index.shape[0],
-                row_coordinator_epoch.shape[0], row_last_timestamp.shape[0], row_txn_first_offset.shape[0],
-                ring_last_seq.shape[0], ring_offset_delta.shape[0], ring_last_offset.shape[0],
-                ring_timestamp.shape[0], ring_head.shape[0], ring_len.shape[0]) >= rows, "row arrays")
-    require(ring_last_seq.shape[1] == RING and ring_offset_delta.shape[1] == RING
-            and ring_last_offset.shape[1] == RING and ring_timestamp.shape[1] == RING, "ring width")
-    require(power_of_two(slots) and slot_producer_id.shape[0] == slots and slot_partition.shape[0] == slots
-            and slots > rows, "producer index")
+    require(slots > rows, "producer index")
     require(power_of_two(pslots) and pslot_partition.shape[0] == pslots and pslots > partition_id.shape[0]
             and partition_next_offset.shape[0] >= partition_id.shape[0], "partition index")
     require(counters.shape[0] >= 3, "counters")
@@ -620,27 +779,17 @@ cdef int check_state_shapes(
 
 
 cdef Lookup lookup_of(
-    const int64_t[::1] slot_producer_id, const int32_t[::1] slot_partition, const int32_t[::1] slot_row,
-    const int32_t[::1] row_partition_index, const int16_t[::1] row_epoch, const int32_t[::1] row_coordinator_epoch,
-    const int64_t[::1] row_txn_first_offset,
-    const int32_t[:, ::1] ring_last_seq, const int32_t[:, ::1] ring_offset_delta,
-    const int64_t[:, ::1] ring_last_offset, const int8_t[::1] ring_head, const int8_t[::1] ring_len,
-    const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int64_t[::1] partition_next_offset,
-) noexcept:
+    const int64_t[:, ::1] slot_i64, const int32_t[:, ::1] slot_i32, const int64_t[:, ::1] row_i64,
+    const int32_t[:, ::1] row_i32, const int16_t[:, ::1] row_i16, const int8_t[:, ::1] row_i8,
+    const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int32_t[::1] partition_id,
+    const int64_t[::1] partition_next_offset, const int64_t[::1] counters,
+) except *:
     cdef Lookup s
-    s.slot_producer_id = &slot_producer_id[0]
-    s.slot_partition = &slot_partition[0]
-    s.slot_row = &slot_row[0]
-    s.slot_mask = slot_row.shape[0] - 1
-    s.row_partition_index = &row_partition_index[0]
-    s.row_epoch = &row_epoch[0]
-    s.row_coordinator_epoch = &row_coordinator_epoch[0]
-    s.row_txn_first_offset = &row_txn_first_offset[0]
-    s.ring_last_seq = &ring_last_seq[0, 0]
-    s.ring_offset_delta = &ring_offset_delta[0, 0]
-    s.ring_last_offset = &ring_last_offset[0, 0]
-    s.ring_head = &ring_head[0]
-    s.ring_len = &ring_len[0]
+    s.slots = slots_of(slot_i64, slot_i32)
+    s.slot_mask = slot_i64.shape[0] - 1
+    s.rows = rows_of(row_i64, row_i32, row_i16, row_i8)
+    check_partition_shapes(pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
+                           row_i64.shape[0], slot_i64.shape[0])
     s.pslot_partition = &pslot_partition[0]
     s.pslot_index = &pslot_index[0]
     s.pslot_mask = pslot_index.shape[0] - 1
@@ -649,44 +798,24 @@ cdef Lookup lookup_of(
 
 
 cdef State state_of(
-    int64_t[::1] slot_producer_id, int32_t[::1] slot_partition, int32_t[::1] slot_row,
-    int32_t[::1] row_partition, int64_t[::1] row_producer_id, int32_t[::1] row_partition_index,
-    int16_t[::1] row_epoch, int32_t[::1] row_coordinator_epoch, int64_t[::1] row_last_timestamp,
-    int64_t[::1] row_txn_first_offset,
-    int32_t[:, ::1] ring_last_seq, int32_t[:, ::1] ring_offset_delta, int64_t[:, ::1] ring_last_offset,
-    int64_t[:, ::1] ring_timestamp, int8_t[::1] ring_head, int8_t[::1] ring_len,
+    int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
+    int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
     int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
     int64_t[::1] partition_next_offset, int64_t[::1] counters,
 ) except *:
     cdef State s
-    check_state_shapes(slot_producer_id, slot_partition, slot_row, row_partition, row_producer_id,
-                       row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp, row_txn_first_offset,
-                       ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-                       pslot_partition, pslot_index, partition_id, partition_next_offset, counters)
-    s.slot_producer_id = &slot_producer_id[0]
-    s.slot_partition = &slot_partition[0]
-    s.slot_row = &slot_row[0]
-    s.slot_mask = slot_row.shape[0] - 1
-    s.row_partition = &row_partition[0]
-    s.row_producer_id = &row_producer_id[0]
-    s.row_partition_index = &row_partition_index[0]
-    s.row_epoch = &row_epoch[0]
-    s.row_coordinator_epoch = &row_coordinator_epoch[0]
-    s.row_last_timestamp = &row_last_timestamp[0]
-    s.row_txn_first_offset = &row_txn_first_offset[0]
-    s.ring_last_seq = &ring_last_seq[0, 0]
-    s.ring_offset_delta = &ring_offset_delta[0, 0]
-    s.ring_last_offset = &ring_last_offset[0, 0]
-    s.ring_timestamp = &ring_timestamp[0, 0]
-    s.ring_head = &ring_head[0]
-    s.ring_len = &ring_len[0]
+    s.slots = <Slot *>slots_of(slot_i64, slot_i32)
+    s.slot_mask = slot_i64.shape[0] - 1
+    s.rows = <Row *>rows_of(row_i64, row_i32, row_i16, row_i8)
+    check_partition_shapes(pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
+                           row_i64.shape[0], slot_i64.shape[0])
     s.pslot_partition = &pslot_partition[0]
     s.pslot_index = &pslot_index[0]
     s.pslot_mask = pslot_index.shape[0] - 1
     s.partition_id = &partition_id[0]
     s.partition_next_offset = &partition_next_offset[0]
     s.counters = &counters[0]
-    s.row_capacity = row_epoch.shape[0]
+    s.row_capacity = row_i64.shape[0]
     s.partition_capacity = partition_id.shape[0]
     return s
 
@@ -732,12 +861,8 @@ def validate_batches(
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     int origin, Py_ssize_t start, Py_ssize_t stop,
-    int64_t[::1] slot_producer_id, int32_t[::1] slot_partition, int32_t[::1] slot_row,
-    int32_t[::1] row_partition, int64_t[::1] row_producer_id, int32_t[::1] row_partition_index,
-    int16_t[::1] row_epoch, int32_t[::1] row_coordinator_epoch, int64_t[::1] row_last_timestamp,
-    int64_t[::1] row_txn_first_offset,
-    int32_t[:, ::1] ring_last_seq, int32_t[:, ::1] ring_offset_delta, int64_t[:, ::1] ring_last_offset,
-    int64_t[:, ::1] ring_timestamp, int8_t[::1] ring_head, int8_t[::1] ring_len,
+    int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
+    int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
     int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
     int64_t[::1] partition_next_offset,
     int64_t[::1] counters,
@@ -751,19 +876,23 @@ def validate_batches(
     cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    cdef State st = state_of(slot_producer_id, slot_partition, slot_row, row_partition, row_producer_id,
-                             row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp,
-                             row_txn_first_offset, ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp,
-                             ring_head, ring_len, pslot_partition, pslot_index, partition_id, partition_next_offset,
-                             counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
+                             partition_id, partition_next_offset, counters)
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted)
     cdef Py_ssize_t i, slot
     cdef Py_ssize_t stopped = stop
+    cdef bint client = origin == ORIGIN_CLIENT
+    cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS  # (a table sized for many rows: they will come)
     with nogil:
+        prefill(&out, start, stop)
         for i in range(start, stop):
+            if ahead:
+                prefetch(&b, &st, i, stop)
+            if client and append_in_sequence(i, &b, &st, &out):
+                continue
             if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
                 stopped = i
                 break
@@ -779,13 +908,8 @@ def check_batches(
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     int origin, Py_ssize_t start, Py_ssize_t stop,
-    const int64_t[::1] slot_producer_id, const int32_t[::1] slot_partition, const int32_t[::1] slot_row,
-    const int32_t[::1] row_partition, const int64_t[::1] row_producer_id, const int32_t[::1] row_partition_index,
-    const int16_t[::1] row_epoch, const int32_t[::1] row_coordinator_epoch, const int64_t[::1] row_last_timestamp,
-    const int64_t[::1] row_txn_first_offset,
-    const int32_t[:, ::1] ring_last_seq, const int32_t[:, ::1] ring_offset_delta,
-    const int64_t[:, ::1] ring_last_offset, const int64_t[:, ::1] ring_timestamp,
-    const int8_t[::1] ring_head, const int8_t[::1] ring_len,
+    const int64_t[:, ::1] slot_i64, const int32_t[:, ::1] slot_i32, const int64_t[:, ::1] row_i64,
+    const int32_t[:, ::1] row_i32, const int16_t[:, ::1] row_i16, const int8_t[:, ::1] row_i8,
     const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int32_t[::1] partition_id,
     const int64_t[::1] partition_next_offset,
     int64_t[::1] counters,
@@ -800,14 +924,8 @@ def check_batches(
     cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    check_state_shapes(slot_producer_id, slot_partition, slot_row, row_partition, row_producer_id,
-                       row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp, row_txn_first_offset,
-                       ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-                       pslot_partition, pslot_index, partition_id, partition_next_offset, counters)
-    cdef Lookup look = lookup_of(slot_producer_id, slot_partition, slot_row, row_partition_index, row_epoch,
-                                 row_coordinator_epoch, row_txn_first_offset, ring_last_seq, ring_offset_delta,
-                                 ring_last_offset, ring_head, ring_len, pslot_partition, pslot_index,
-                                 partition_next_offset)
+    cdef Lookup look = lookup_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition,
+                                 pslot_index, partition_id, partition_next_offset, counters)
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
@@ -825,12 +943,8 @@ def commit_batches(
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     Py_ssize_t start, Py_ssize_t stop,
-    int64_t[::1] slot_producer_id, int32_t[::1] slot_partition, int32_t[::1] slot_row,
-    int32_t[::1] row_partition, int64_t[::1] row_producer_id, int32_t[::1] row_partition_index,
-    int16_t[::1] row_epoch, int32_t[::1] row_coordinator_epoch, int64_t[::1] row_last_timestamp,
-    int64_t[::1] row_txn_first_offset,
-    int32_t[:, ::1] ring_last_seq, int32_t[:, ::1] ring_offset_delta, int64_t[:, ::1] ring_last_offset,
-    int64_t[:, ::1] ring_timestamp, int8_t[::1] ring_head, int8_t[::1] ring_len,
+    int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
+    int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
     int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
     int64_t[::1] partition_next_offset,
     int64_t[::1] counters,
@@ -841,11 +955,8 @@ def commit_batches(
     cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    cdef State st = state_of(slot_producer_id, slot_partition, slot_row, row_partition, row_producer_id,
-                             row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp,
-                             row_txn_first_offset, ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp,
-                             ring_head, ring_len, pslot_partition, pslot_index, partition_id, partition_next_offset,
-                             counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
+                             partition_id, partition_next_offset, counters)
     cdef CommitVerdicts verdicts
     if start < stop:
         require(min(out_status.shape[0], out_base_offset.shape[0], out_last_offset.shape[0]) >= stop,
@@ -864,7 +975,6 @@ def commit_batches(
                 break
             slot = -1
             if b.producer_id[i] >= 0:
-                slot = producer_slot(st.slot_producer_id, st.slot_partition, st.slot_row, st.slot_mask,
-                                     b.producer_id[i], b.partition[i])
+                slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.partition[i])
             commit_batch(i, slot, &b, &st, &verdicts)
     return stopped

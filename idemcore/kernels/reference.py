@@ -73,6 +73,38 @@ N_ROWS = 0
 N_PARTITIONS = 1
 N_COMPLETED = 2
 
+# ---------------------------------------------------------------- the state layout
+#
+# One 192-byte record per (partition, producer id) row, 64-byte aligned, read through four views of one buffer
+# (row_i64, row_i32, row_i16, row_i8: the row's 24, 48, 96 and 192 words of each width). The first cache line is
+# all an in-sequence batch reads (the ring's sequences and deltas inline); it writes one more line, that of its
+# ring position's (last offset, timestamp) pair. Column numbers count words of the view's width (mirrored in
+# cython_kernels.pyx as a struct, checked by the tests):
+#   bytes   0-63   epoch i16 @0 | head i8 @2 | len i8 @3 | partition index i32 @4 | txn first offset i64 @8 |
+#                  last timestamp i64 @16 | ring last seq i32[5] @24 | ring offset delta i32[5] @44
+#   bytes  64-143  ring (last offset i64, timestamp i64)[5]
+#   bytes 144-191  coordinator epoch i32 @144 | partition i32 @148 | producer id i64 @152 | unused
+ROW_WORDS = 24
+ROW_EPOCH = 0  # row_i16
+ROW_HEAD = 2  # row_i8
+ROW_LEN = 3  # row_i8
+ROW_PARTITION_INDEX = 1  # row_i32
+ROW_TXN_FIRST_OFFSET = 1  # row_i64
+ROW_LAST_TIMESTAMP = 2  # row_i64
+ROW_RING_LAST_SEQ = 6  # row_i32, + position
+ROW_RING_OFFSET_DELTA = 11  # row_i32, + position
+ROW_RING_LAST_OFFSET = 8  # row_i64, + 2 * position
+ROW_RING_TIMESTAMP = 9  # row_i64, + 2 * position
+ROW_COORDINATOR_EPOCH = 36  # row_i32
+ROW_PARTITION = 37  # row_i32
+ROW_PRODUCER_ID = 19  # row_i64
+# The producer index: 16-byte slots (producer id i64 @0, partition i32 @8, row i32 @12; row -1: empty), read
+# through two views (slot_i64: 2 words a slot, slot_i32: 4), so a probe compares the key in the slot's own line.
+SLOT_WORDS = 2
+SLOT_PRODUCER_ID = 0  # slot_i64
+SLOT_PARTITION = 2  # slot_i32
+SLOT_ROW = 3  # slot_i32
+
 
 # ---------------------------------------------------------------- hashing
 
@@ -91,14 +123,14 @@ def partition_hash(partition):
     return h ^ (h >> 29)
 
 
-def producer_slot(slot_producer_id, slot_partition, slot_row, producer_id, partition):
+def producer_slot(slot_i64, slot_i32, producer_id, partition):
     """Slot holding ``(partition, producer_id)``, or the empty slot where it would go."""
-    mask = slot_row.shape[0] - 1
+    mask = slot_i64.shape[0] - 1
     slot = producer_hash(producer_id, partition) & mask
     while True:
-        if int(slot_row[slot]) < 0:
+        if int(slot_i32[slot, SLOT_ROW]) < 0:
             return slot
-        if int(slot_producer_id[slot]) == producer_id and int(slot_partition[slot]) == partition:
+        if int(slot_i64[slot, SLOT_PRODUCER_ID]) == producer_id and int(slot_i32[slot, SLOT_PARTITION]) == partition:
             return slot
         slot = (slot + 1) & mask
 
@@ -115,17 +147,17 @@ def partition_slot(pslot_partition, pslot_index, partition):
         slot = (slot + 1) & mask
 
 
-def rebuild_producer_index(slot_producer_id, slot_partition, slot_row, row_producer_id, row_partition, n_rows):
+def rebuild_producer_index(slot_i64, slot_i32, row_i64, row_i32, n_rows):
     """Empty the producer index and insert rows ``0..n_rows-1`` in row order."""
-    for s in range(slot_row.shape[0]):
-        slot_row[s] = -1
+    for s in range(slot_i64.shape[0]):
+        slot_i32[s, SLOT_ROW] = -1
     for row in range(n_rows):
-        pid = int(row_producer_id[row])
-        part = int(row_partition[row])
-        slot = producer_slot(slot_producer_id, slot_partition, slot_row, pid, part)
-        slot_producer_id[slot] = pid
-        slot_partition[slot] = part
-        slot_row[slot] = row
+        pid = int(row_i64[row, ROW_PRODUCER_ID])
+        part = int(row_i32[row, ROW_PARTITION])
+        slot = producer_slot(slot_i64, slot_i32, pid, part)
+        slot_i64[slot, SLOT_PRODUCER_ID] = pid
+        slot_i32[slot, SLOT_PARTITION] = part
+        slot_i32[slot, SLOT_ROW] = row
 
 
 def rebuild_partition_index(pslot_partition, pslot_index, partition_id, n_partitions):
@@ -173,31 +205,31 @@ def ring_pos(head, k):
     return pos
 
 
-def find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq):
+def find_duplicate(row_i32, row_i8, row, first_seq, last_seq):
     """Ring position of a retained batch with exactly this sequence range, or -1."""
-    head = int(ring_head[row])
-    length = int(ring_len[row])
+    head = int(row_i8[row, ROW_HEAD])
+    length = int(row_i8[row, ROW_LEN])
     if length == RING_SIZE:  # full (the usual case): a quick look for the last sequence before the ordered scan
         found = False
         for pos in range(RING_SIZE):
-            found = found or int(ring_last_seq[row, pos]) == last_seq
+            found = found or int(row_i32[row, ROW_RING_LAST_SEQ + pos]) == last_seq
         if not found:
             return -1
     for k in range(length):
         pos = ring_pos(head, k)
-        stored_last = int(ring_last_seq[row, pos])
+        stored_last = int(row_i32[row, ROW_RING_LAST_SEQ + pos])
         if stored_last == last_seq:
-            if seq_sub(stored_last, int(ring_offset_delta[row, pos])) == first_seq:
+            if seq_sub(stored_last, int(row_i32[row, ROW_RING_OFFSET_DELTA + pos])) == first_seq:
                 return pos
     return -1
 
 
-def newest_last_seq(ring_last_seq, ring_head, ring_len, row):
+def newest_last_seq(row_i32, row_i8, row):
     """Last sequence of the newest retained batch, -1 when none is retained."""
-    length = int(ring_len[row])
+    length = int(row_i8[row, ROW_LEN])
     if length == 0:
         return -1
-    return int(ring_last_seq[row, ring_pos(int(ring_head[row]), length - 1)])
+    return int(row_i32[row, ROW_RING_LAST_SEQ + ring_pos(int(row_i8[row, ROW_HEAD]), length - 1)])
 
 
 def check_marker(epoch, coordinator_epoch, stored_epoch, stored_coordinator_epoch):
@@ -274,11 +306,11 @@ def check_offsets(first_offset, record_count):
     return NONE, F_NONE, -1
 
 
-def log_end(row, part, row_partition_index, parts):
+def log_end(row, part, row_i32, parts):
     """The partition's next offset (0 for a partition never appended to)."""
     pslot_partition, pslot_index, _partition_id, partition_next_offset = parts
     if row >= 0:
-        return int(partition_next_offset[int(row_partition_index[row])])
+        return int(partition_next_offset[int(row_i32[row, ROW_PARTITION_INDEX])])
     index = int(pslot_index[partition_slot(pslot_partition, pslot_index, part)])
     if index < 0:
         return 0
@@ -296,7 +328,7 @@ def emit(out, i, status, error, base_offset, last_offset, finding, expected):
     out_expected[i] = expected
 
 
-def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns):
+def check_batch(i, batch, origin, slots, rows, parts, counters, out, txns):
     """Prepare batch ``i`` against the state as it stands (Kafka's ProducerAppendInfo): writes its verdict
     and, for a marker that ends a transaction, the completed transaction; changes no state. Returns the
     producer's index slot (-1 without a producer id) for :func:`commit_batch`. Arguments come in the groups
@@ -304,10 +336,8 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
     ``*args`` call, which Numba cannot inline."""
     (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
      _max_timestamp, is_transactional, is_control, control_type, coordinator_epoch) = batch
-    slot_producer_id, slot_partition, slot_row = index
-    (_row_partition, _row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch, _row_last_timestamp,
-     row_txn_first_offset) = rows
-    ring_last_seq, ring_offset_delta, ring_last_offset, _ring_timestamp, ring_head, ring_len = ring
+    slot_i64, slot_i32 = slots
+    row_i64, row_i32, row_i16, row_i8 = rows
     txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted = txns
     part = int(partition[i])
     pid = int(producer_id[i])
@@ -332,12 +362,12 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
     stored_coordinator_epoch = -1
     txn_first = -1
     if pid >= 0:
-        slot = producer_slot(slot_producer_id, slot_partition, slot_row, pid, part)
-        row = int(slot_row[slot])
+        slot = producer_slot(slot_i64, slot_i32, pid, part)
+        row = int(slot_i32[slot, SLOT_ROW])
     if row >= 0:
-        stored_epoch = int(row_epoch[row])
-        stored_coordinator_epoch = int(row_coordinator_epoch[row])
-        txn_first = int(row_txn_first_offset[row])
+        stored_epoch = int(row_i16[row, ROW_EPOCH])
+        stored_coordinator_epoch = int(row_i32[row, ROW_COORDINATOR_EPOCH])
+        txn_first = int(row_i64[row, ROW_TXN_FIRST_OFFSET])
 
     finding = F_NONE
     expected = -1
@@ -346,17 +376,17 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
                                                 stored_coordinator_epoch)
     elif pid >= 0:
         if origin == ORIGIN_CLIENT and row >= 0 and epoch == stored_epoch:
-            pos = find_duplicate(ring_last_seq, ring_offset_delta, ring_head, ring_len, row, first_seq, last_seq)
+            pos = find_duplicate(row_i32, row_i8, row, first_seq, last_seq)
             if pos >= 0:  # a retry: answer with the original offsets, write nothing
-                original_last = int(ring_last_offset[row, pos])
-                emit(out, i, DUPLICATE, NONE, original_last - int(ring_offset_delta[row, pos]), original_last,
-                     F_DUPLICATE, -1)
+                original_last = int(row_i64[row, ROW_RING_LAST_OFFSET + 2 * pos])
+                emit(out, i, DUPLICATE, NONE, original_last - int(row_i32[row, ROW_RING_OFFSET_DELTA + pos]),
+                     original_last, F_DUPLICATE, -1)
                 return slot
         error, finding, expected = check_epoch(epoch, stored_epoch, transactional, origin)
         if error == NONE and origin == ORIGIN_CLIENT:
             stored_last = -1
             if row >= 0:
-                stored_last = newest_last_seq(ring_last_seq, ring_head, ring_len, row)
+                stored_last = newest_last_seq(row_i32, row_i8, row)
             error, finding, expected = check_sequence(stored_epoch, stored_last, epoch, first_seq, last_seq)
         if error == NONE:
             error, finding, expected = check_txn_state(transactional, txn_first)
@@ -367,7 +397,7 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
     # Offsets from the log end, unless the log gave them (replication, recovery); refused past the int64 space.
     first_offset = given_offset
     if first_offset < 0:
-        first_offset = log_end(row, part, row_partition_index, parts)
+        first_offset = log_end(row, part, row_i32, parts)
     error, finding, expected = check_offsets(first_offset, count)
     if error != NONE:
         emit(out, i, REJECTED, error, -1, -1, finding, expected)
@@ -384,33 +414,44 @@ def check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
     return slot
 
 
-def ring_push(ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-              row, last_seq, last_offset, offset_delta, timestamp):
+def ring_push(row_i64, row_i32, row_i8, row, last_seq, last_offset, offset_delta, timestamp):
     """Remember one batch; the oldest of five is dropped."""
-    head = int(ring_head[row])
-    length = int(ring_len[row])
+    head = int(row_i8[row, ROW_HEAD])
+    length = int(row_i8[row, ROW_LEN])
     if length < RING_SIZE:
         pos = ring_pos(head, length)
-        ring_len[row] = length + 1
+        row_i8[row, ROW_LEN] = length + 1
     else:
         pos = head
-        ring_head[row] = ring_pos(head, 1)
-    ring_last_seq[row, pos] = last_seq
-    ring_offset_delta[row, pos] = offset_delta
-    ring_last_offset[row, pos] = last_offset
-    ring_timestamp[row, pos] = timestamp
+        row_i8[row, ROW_HEAD] = ring_pos(head, 1)
+    row_i32[row, ROW_RING_LAST_SEQ + pos] = last_seq
+    row_i32[row, ROW_RING_OFFSET_DELTA + pos] = offset_delta
+    row_i64[row, ROW_RING_LAST_OFFSET + 2 * pos] = last_offset
+    row_i64[row, ROW_RING_TIMESTAMP + 2 * pos] = timestamp
 
 
-def commit_batch(i, slot, batch, index, rows, ring, parts, counters, out):
+def init_row(rows, row, pid, part, part_index):
+    """A new entry as a first write creates it: epochs, timestamp and open-transaction offset -1, no batch."""
+    row_i64, row_i32, row_i16, row_i8 = rows
+    row_i32[row, ROW_PARTITION] = part
+    row_i64[row, ROW_PRODUCER_ID] = pid
+    row_i32[row, ROW_PARTITION_INDEX] = part_index
+    row_i16[row, ROW_EPOCH] = -1
+    row_i32[row, ROW_COORDINATOR_EPOCH] = -1
+    row_i64[row, ROW_LAST_TIMESTAMP] = -1
+    row_i64[row, ROW_TXN_FIRST_OFFSET] = -1
+    row_i8[row, ROW_HEAD] = 0
+    row_i8[row, ROW_LEN] = 0
+
+
+def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
     """Commit appended batch ``i`` (Kafka's ProducerStateManager.update): advance the partition's log end,
     create or update the producer's entry. ``slot``: the producer's index slot as :func:`check_batch`
     returned it, with no row inserted since. The caller has made room for one row and one partition."""
     (partition, producer_id, producer_epoch, _base_sequence, last_sequence, _base_offset, record_count,
      max_timestamp, is_transactional, is_control, _control_type, coordinator_epoch) = batch
-    slot_producer_id, slot_partition, slot_row = index
-    (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch, row_last_timestamp,
-     row_txn_first_offset) = rows
-    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len = ring
+    slot_i64, slot_i32 = slots
+    row_i64, row_i32, row_i16, row_i8 = rows
     pslot_partition, pslot_index, partition_id, partition_next_offset = parts
     _out_status, out_base_offset, out_last_offset = out
     part = int(partition[i])
@@ -419,9 +460,9 @@ def commit_batch(i, slot, batch, index, rows, ring, parts, counters, out):
     last_offset = int(out_last_offset[i])
     row = -1
     if pid >= 0:
-        row = int(slot_row[slot])
+        row = int(slot_i32[slot, SLOT_ROW])
     if row >= 0:
-        part_index = int(row_partition_index[row])
+        part_index = int(row_i32[row, ROW_PARTITION_INDEX])
     else:
         pslot = partition_slot(pslot_partition, pslot_index, part)
         part_index = int(pslot_index[pslot])
@@ -442,44 +483,79 @@ def commit_batch(i, slot, batch, index, rows, ring, parts, counters, out):
     if row < 0:
         row = int(counters[N_ROWS])
         counters[N_ROWS] = row + 1
-        slot_producer_id[slot] = pid
-        slot_partition[slot] = part
-        slot_row[slot] = row
-        row_partition[row] = part
-        row_producer_id[row] = pid
-        row_partition_index[row] = part_index
-        row_epoch[row] = -1
-        row_coordinator_epoch[row] = -1
-        row_last_timestamp[row] = -1
-        row_txn_first_offset[row] = -1
-        ring_head[row] = 0
-        ring_len[row] = 0
-    if epoch != int(row_epoch[row]):
-        ring_head[row] = 0
-        ring_len[row] = 0  # any change of epoch forgets the retained batches
-    row_epoch[row] = epoch
-    row_last_timestamp[row] = timestamp
+        slot_i64[slot, SLOT_PRODUCER_ID] = pid
+        slot_i32[slot, SLOT_PARTITION] = part
+        slot_i32[slot, SLOT_ROW] = row
+        init_row(rows, row, pid, part, part_index)
+    if epoch != int(row_i16[row, ROW_EPOCH]):
+        row_i8[row, ROW_HEAD] = 0
+        row_i8[row, ROW_LEN] = 0  # any change of epoch forgets the retained batches
+    row_i16[row, ROW_EPOCH] = epoch
+    row_i64[row, ROW_LAST_TIMESTAMP] = timestamp
     if is_control[i]:
-        row_coordinator_epoch[row] = int(coordinator_epoch[i])
-        row_txn_first_offset[row] = -1  # the marker ends the open transaction
+        row_i32[row, ROW_COORDINATOR_EPOCH] = int(coordinator_epoch[i])
+        row_i64[row, ROW_TXN_FIRST_OFFSET] = -1  # the marker ends the open transaction
     else:
-        ring_push(ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
-                  row, int(last_sequence[i]), last_offset, int(record_count[i]) - 1, timestamp)
-        if is_transactional[i] and int(row_txn_first_offset[row]) < 0:
-            row_txn_first_offset[row] = first_offset  # the first transactional batch opens the transaction
+        ring_push(row_i64, row_i32, row_i8, row, int(last_sequence[i]), last_offset, int(record_count[i]) - 1,
+                  timestamp)
+        if is_transactional[i] and int(row_i64[row, ROW_TXN_FIRST_OFFSET]) < 0:
+            row_i64[row, ROW_TXN_FIRST_OFFSET] = first_offset  # the first transactional batch opens the transaction
+
+
+def append_in_sequence(i, batch, slots, rows, parts, out):
+    """The usual CLIENT batch, checked and committed in one go: well-formed data of a known producer, same
+    epoch, the next sequence after its newest retained batch, no retry of a retained one, no open transaction it
+    would break, room for its offsets. Then it is APPENDED and committed exactly as :func:`check_batch` and
+    :func:`commit_batch` would, and True is returned; else nothing is written, for them to apply every rule."""
+    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+     max_timestamp, is_transactional, is_control, _control_type, _coordinator_epoch) = batch
+    slot_i64, slot_i32 = slots
+    row_i64, row_i32, row_i16, row_i8 = rows
+    _pslot_partition, _pslot_index, _partition_id, partition_next_offset = parts
+    pid = int(producer_id[i])
+    part = int(partition[i])
+    epoch = int(producer_epoch[i])
+    first_seq = int(base_sequence[i])
+    last_seq = int(last_sequence[i])
+    count = int(record_count[i])
+    if (pid < 0 or part < 0 or epoch < -1 or count < 1 or is_control[i] or int(base_offset[i]) != -1
+            or first_seq < 0 or first_seq > INT32_MAX or last_seq != seq_add(first_seq, count - 1)):
+        return False
+    slot = producer_slot(slot_i64, slot_i32, pid, part)
+    row = int(slot_i32[slot, SLOT_ROW])
+    if row < 0:
+        return False
+    head = int(row_i8[row, ROW_HEAD])
+    length = int(row_i8[row, ROW_LEN])
+    txn_first = int(row_i64[row, ROW_TXN_FIRST_OFFSET])
+    if epoch != int(row_i16[row, ROW_EPOCH]) or length == 0 or (txn_first >= 0 and not is_transactional[i]):
+        return False
+    if not in_sequence(int(row_i32[row, ROW_RING_LAST_SEQ + ring_pos(head, length - 1)]), first_seq):
+        return False
+    if find_duplicate(row_i32, row_i8, row, first_seq, last_seq) >= 0:
+        return False
+    part_index = int(row_i32[row, ROW_PARTITION_INDEX])
+    first_offset = int(partition_next_offset[part_index])
+    if first_offset > INT64_MAX - count:
+        return False
+    last_offset = first_offset + count - 1
+    emit(out, i, APPENDED, NONE, first_offset, last_offset, F_NONE, -1)
+    partition_next_offset[part_index] = last_offset + 1
+    timestamp = int(max_timestamp[i])
+    ring_push(row_i64, row_i32, row_i8, row, last_seq, last_offset, count - 1, timestamp)
+    row_i64[row, ROW_LAST_TIMESTAMP] = timestamp
+    if txn_first < 0 and is_transactional[i]:
+        row_i64[row, ROW_TXN_FIRST_OFFSET] = first_offset  # the first transactional batch opens the transaction
+    return True
 
 
 # ---------------------------------------------------------------- the entry points
-
 
 def validate_batches(
     partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     origin, start, stop,
-    slot_producer_id, slot_partition, slot_row,
-    row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-    row_last_timestamp, row_txn_first_offset,
-    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
+    slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
@@ -489,8 +565,9 @@ def validate_batches(
 
     Each batch sees the state its predecessors committed (a stream replayed in
     order). It stops early, returning that index, only when the table has no
-    room for one more producer row or partition; the caller grows the table
-    and calls again from there. Completed transactions are appended at
+    room for one more producer row or partition and the batch is not one
+    :func:`append_in_sequence` takes (that never adds a row); the caller grows
+    the table and calls again from there. Completed transactions are appended at
     ``counters[N_COMPLETED]``; the caller sizes the ``txn_*`` arrays for one
     per control batch.
 
@@ -503,22 +580,23 @@ def validate_batches(
     """
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
-    index = (slot_producer_id, slot_partition, slot_row)
-    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_last_timestamp, row_txn_first_offset)
-    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    slots = (slot_i64, slot_i32)
+    rows = (row_i64, row_i32, row_i16, row_i8)
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
     txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
     committed = (out_status, out_base_offset, out_last_offset)
-    row_capacity = row_epoch.shape[0]
+    row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
+    client = origin == ORIGIN_CLIENT
     for i in range(start, stop):
+        if client and append_in_sequence(i, batch, slots, rows, parts, out):
+            continue  # (the usual batch; the rest takes every rule in turn)
         if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
             return i
-        slot = check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
+        slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
         if out_status[i] == APPENDED:
-            commit_batch(i, slot, batch, index, rows, ring, parts, counters, committed)
+            commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop
 
 
@@ -526,10 +604,7 @@ def check_batches(
     partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     origin, start, stop,
-    slot_producer_id, slot_partition, slot_row,
-    row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-    row_last_timestamp, row_txn_first_offset,
-    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
+    slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
@@ -540,15 +615,13 @@ def check_batches(
     the same state, so no two may be for one partition (each gets the partition's log end). Returns ``stop``."""
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
-    index = (slot_producer_id, slot_partition, slot_row)
-    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_last_timestamp, row_txn_first_offset)
-    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    slots = (slot_i64, slot_i32)
+    rows = (row_i64, row_i32, row_i16, row_i8)
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
     txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
     for i in range(start, stop):
-        check_batch(i, batch, origin, index, rows, ring, parts, counters, out, txns)
+        check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
     return stop
 
 
@@ -556,10 +629,7 @@ def commit_batches(
     partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     start, stop,
-    slot_producer_id, slot_partition, slot_row,
-    row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-    row_last_timestamp, row_txn_first_offset,
-    ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len,
+    slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
     out_status, out_base_offset, out_last_offset,
@@ -569,13 +639,11 @@ def commit_batches(
     ``stop`` unless the table ran out of room (grow it and call again from there)."""
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
-    index = (slot_producer_id, slot_partition, slot_row)
-    rows = (row_partition, row_producer_id, row_partition_index, row_epoch, row_coordinator_epoch,
-            row_last_timestamp, row_txn_first_offset)
-    ring = (ring_last_seq, ring_offset_delta, ring_last_offset, ring_timestamp, ring_head, ring_len)
+    slots = (slot_i64, slot_i32)
+    rows = (row_i64, row_i32, row_i16, row_i8)
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     committed = (out_status, out_base_offset, out_last_offset)
-    row_capacity = row_epoch.shape[0]
+    row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
     for i in range(start, stop):
         if out_status[i] != APPENDED:
@@ -585,6 +653,6 @@ def commit_batches(
         slot = -1
         pid = int(producer_id[i])
         if pid >= 0:
-            slot = producer_slot(slot_producer_id, slot_partition, slot_row, pid, int(partition[i]))
-        commit_batch(i, slot, batch, index, rows, ring, parts, counters, committed)
+            slot = producer_slot(slot_i64, slot_i32, pid, int(partition[i]))
+        commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop

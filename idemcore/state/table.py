@@ -6,11 +6,18 @@ five batches ``(last_seq, offset_delta, last_offset, timestamp)``. Rows are
 found through an open-addressing index held in arrays, so the kernels never
 touch a Python object. Partitions have their own small index and carry the
 log end offset (the next offset to assign).
+
+Each row is one 192-byte record, 64-byte aligned (its layout: ``ROW_*`` in
+:mod:`idemcore.kernels.reference`), so a batch touches a row's first cache line
+and one more; each index slot holds its key beside the row number. The
+per-field arrays (``row_epoch``, ``ring_last_seq``, ...) are strided views of
+those records, reading and writing them in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +27,7 @@ from idemcore.kernels import reference as rules
 from idemcore.kernels.abi import StateArrays
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 
+#: The fields of a row and their dtypes (what the views give, and what ``state.persist`` writes).
 _ROW_FIELDS = {
     "row_partition": np.int32,
     "row_producer_id": np.int64,
@@ -37,13 +45,66 @@ _RING_FIELDS = {
 }
 _RING_POSITION_FIELDS = {"ring_head": np.int8, "ring_len": np.int8}
 _PARTITION_FIELDS = {"partition_id": np.int32, "partition_next_offset": np.int64}
-#: Every per-row array, in kernel order after the producer index.
+#: Every per-row field (each a view of the row records).
 ROW_ARRAYS = (*_ROW_FIELDS, *_RING_FIELDS, *_RING_POSITION_FIELDS)
+
+_R = NUM_BATCHES_TO_RETAIN
+#: Each per-row field as (row view of its width, column or columns) of the row records.
+_ROW_VIEWS: dict[str, tuple[str, int | slice]] = {
+    "row_partition": ("_row_i32", rules.ROW_PARTITION),
+    "row_producer_id": ("_row_i64", rules.ROW_PRODUCER_ID),
+    "row_partition_index": ("_row_i32", rules.ROW_PARTITION_INDEX),
+    "row_epoch": ("_row_i16", rules.ROW_EPOCH),
+    "row_coordinator_epoch": ("_row_i32", rules.ROW_COORDINATOR_EPOCH),
+    "row_last_timestamp": ("_row_i64", rules.ROW_LAST_TIMESTAMP),
+    "row_txn_first_offset": ("_row_i64", rules.ROW_TXN_FIRST_OFFSET),
+    "ring_last_seq": ("_row_i32", slice(rules.ROW_RING_LAST_SEQ, rules.ROW_RING_LAST_SEQ + _R)),
+    "ring_offset_delta": ("_row_i32", slice(rules.ROW_RING_OFFSET_DELTA, rules.ROW_RING_OFFSET_DELTA + _R)),
+    "ring_last_offset": ("_row_i64", slice(rules.ROW_RING_LAST_OFFSET, rules.ROW_RING_LAST_OFFSET + 2 * _R, 2)),
+    "ring_timestamp": ("_row_i64", slice(rules.ROW_RING_TIMESTAMP, rules.ROW_RING_TIMESTAMP + 2 * _R, 2)),
+    "ring_head": ("_row_i8", rules.ROW_HEAD),
+    "ring_len": ("_row_i8", rules.ROW_LEN),
+}
+_SLOT_VIEWS: dict[str, tuple[str, int]] = {
+    "slot_producer_id": ("_slot_i64", rules.SLOT_PRODUCER_ID),
+    "slot_partition": ("_slot_i32", rules.SLOT_PARTITION),
+    "slot_row": ("_slot_i32", rules.SLOT_ROW),
+}
+_CACHE_LINE = 64
+_Item = TypeVar("_Item", bound=np.generic)
 
 
 def _slots_for(capacity: int) -> int:
     # Index at most half full: a power of two at least twice the capacity.
     return 1 << max(4, (2 * capacity - 1).bit_length())
+
+
+def _aligned_zeros(rows: int, words: int) -> npt.NDArray[np.int64]:
+    """A zeroed C-contiguous ``(rows, words)`` int64 array whose data starts on a cache line."""
+    spare = _CACHE_LINE // 8
+    raw = np.zeros(rows * words + spare, dtype=np.int64)
+    skip = (-raw.ctypes.data % _CACHE_LINE) // 8
+    return raw[skip:skip + rows * words].reshape(rows, words)
+
+
+class _View(Generic[_Item]):
+    """A per-field array of the table: a strided view of the row records or index slots (not settable)."""
+
+    def __init__(self, views: dict[str, tuple[str, Any]]):
+        self._views = views
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, table: Any, owner: type | None = None) -> npt.NDArray[_Item]:
+        if table is None:
+            return self  # type: ignore[return-value]  # (the class attribute, for introspection)
+        buffer, columns = self._views[self._name]
+        view: npt.NDArray[_Item] = getattr(table, buffer)[:, columns]
+        return view
+
+    def __set__(self, table: Any, value: Any) -> None:
+        raise AttributeError(f"{self._name} is a view of the table's rows: assign into it ({self._name}[...] = ...)")
 
 
 class ProducerStateTable:
@@ -53,24 +114,34 @@ class ProducerStateTable:
     state across chunks of a stream.
     """
 
-    # The arrays below are set by name (setattr) in _allocate_rows / _allocate_partitions; declared here for
-    # the type checker (annotations only: no class attributes). Dtypes as in _ROW_FIELDS, _RING_FIELDS,
-    # _RING_POSITION_FIELDS and _PARTITION_FIELDS; ring_* (except head and len) are (rows, NUM_BATCHES_TO_RETAIN).
-    row_partition: npt.NDArray[np.int32]
-    row_producer_id: npt.NDArray[np.int64]
-    row_partition_index: npt.NDArray[np.int32]
-    row_epoch: npt.NDArray[np.int16]
-    row_coordinator_epoch: npt.NDArray[np.int32]
-    row_last_timestamp: npt.NDArray[np.int64]
-    row_txn_first_offset: npt.NDArray[np.int64]
-    ring_last_seq: npt.NDArray[np.int32]
-    ring_offset_delta: npt.NDArray[np.int32]
-    ring_last_offset: npt.NDArray[np.int64]
-    ring_timestamp: npt.NDArray[np.int64]
-    ring_head: npt.NDArray[np.int8]
-    ring_len: npt.NDArray[np.int8]
+    # Views of the row records (dtypes as in _ROW_FIELDS, _RING_FIELDS and _RING_POSITION_FIELDS; ring_* except
+    # head and len are (rows, NUM_BATCHES_TO_RETAIN)) and of the index slots.
+    row_partition = _View[np.int32](_ROW_VIEWS)
+    row_producer_id = _View[np.int64](_ROW_VIEWS)
+    row_partition_index = _View[np.int32](_ROW_VIEWS)
+    row_epoch = _View[np.int16](_ROW_VIEWS)
+    row_coordinator_epoch = _View[np.int32](_ROW_VIEWS)
+    row_last_timestamp = _View[np.int64](_ROW_VIEWS)
+    row_txn_first_offset = _View[np.int64](_ROW_VIEWS)
+    ring_last_seq = _View[np.int32](_ROW_VIEWS)
+    ring_offset_delta = _View[np.int32](_ROW_VIEWS)
+    ring_last_offset = _View[np.int64](_ROW_VIEWS)
+    ring_timestamp = _View[np.int64](_ROW_VIEWS)
+    ring_head = _View[np.int8](_ROW_VIEWS)
+    ring_len = _View[np.int8](_ROW_VIEWS)
+    slot_producer_id = _View[np.int64](_SLOT_VIEWS)
+    slot_partition = _View[np.int32](_SLOT_VIEWS)
+    slot_row = _View[np.int32](_SLOT_VIEWS)
+    # Set in _allocate_partitions (by name).
     partition_id: npt.NDArray[np.int32]
     partition_next_offset: npt.NDArray[np.int64]
+    # The row records and index slots, and their views of the other widths (_bind_views).
+    _row_i64: npt.NDArray[np.int64]
+    _row_i32: npt.NDArray[np.int32]
+    _row_i16: npt.NDArray[np.int16]
+    _row_i8: npt.NDArray[np.int8]
+    _slot_i64: npt.NDArray[np.int64]
+    _slot_i32: npt.NDArray[np.int32]
 
     def __init__(self, row_capacity: int = 1024, partition_capacity: int = 16):
         if row_capacity < 1 or partition_capacity < 1:
@@ -84,22 +155,24 @@ class ProducerStateTable:
 
     # ------------------------------------------------------------ allocation
 
-    def _allocate_rows(self, capacity: int, keep: int = 0, old: dict | None = None) -> None:
+    def _allocate_rows(self, capacity: int, keep: int = 0, old: np.ndarray | None = None) -> None:
+        """Room for ``capacity`` rows; ``old``: the previous row records, of which the first ``keep`` are kept.
+        The index is left empty (``_reindex`` fills it)."""
         self._arrays = None
-        for name, dtype in {**_ROW_FIELDS, **_RING_POSITION_FIELDS}.items():
-            array = np.zeros(capacity, dtype=dtype)
-            if old is not None:
-                array[:keep] = old[name][:keep]
-            setattr(self, name, array)
-        for name, dtype in _RING_FIELDS.items():
-            array = np.zeros((capacity, NUM_BATCHES_TO_RETAIN), dtype=dtype)
-            if old is not None:
-                array[:keep] = old[name][:keep]
-            setattr(self, name, array)
-        slots = _slots_for(capacity)
-        self.slot_producer_id = np.zeros(slots, dtype=np.int64)
-        self.slot_partition = np.zeros(slots, dtype=np.int32)
-        self.slot_row = np.full(slots, -1, dtype=np.int32)
+        rows = _aligned_zeros(capacity, rules.ROW_WORDS)
+        if old is not None:
+            rows[:keep] = old[:keep]
+        self._row_i64 = rows
+        slots = _aligned_zeros(_slots_for(capacity), rules.SLOT_WORDS)
+        slots.view(np.int32)[:, rules.SLOT_ROW] = -1
+        self._slot_i64 = slots
+        self._bind_views()
+
+    def _bind_views(self) -> None:
+        self._row_i32 = self._row_i64.view(np.int32)
+        self._row_i16 = self._row_i64.view(np.int16)
+        self._row_i8 = self._row_i64.view(np.int8)
+        self._slot_i32 = self._slot_i64.view(np.int32)
 
     def _allocate_partitions(self, capacity: int, keep: int = 0, old: dict | None = None) -> None:
         self._arrays = None
@@ -112,21 +185,15 @@ class ProducerStateTable:
         self.pslot_partition = np.zeros(slots, dtype=np.int32)
         self.pslot_index = np.full(slots, -1, dtype=np.int32)
 
-    def _rows(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in ROW_ARRAYS}
-
     def _reindex(self, backend: Backend) -> None:
-        backend.rebuild_producer_index(
-            self.slot_producer_id, self.slot_partition, self.slot_row,
-            self.row_producer_id, self.row_partition, self.n_producers,
-        )
+        backend.rebuild_producer_index(self._slot_i64, self._slot_i32, self._row_i64, self._row_i32, self.n_producers)
         backend.rebuild_partition_index(self.pslot_partition, self.pslot_index, self.partition_id, self.n_partitions)
 
     def grow(self, backend: Backend | str | None = None) -> None:
         """Double whichever of rows or partitions is full (the kernel stopped for room)."""
         backend = get_backend(backend)
-        if self.n_producers >= len(self.row_epoch):
-            self._allocate_rows(2 * len(self.row_epoch), self.n_producers, self._rows())
+        if self.n_producers >= len(self._row_i64):
+            self._allocate_rows(2 * len(self._row_i64), self.n_producers, self._row_i64)
         if self.n_partitions >= len(self.partition_id):
             old = {name: getattr(self, name) for name in _PARTITION_FIELDS}
             self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
@@ -140,8 +207,7 @@ class ProducerStateTable:
             raise ValueError(f"remove must have one flag per producer row ({n}), got shape {remove.shape}")
         keep = ~remove
         kept = int(keep.sum())
-        for array in self._rows().values():
-            array[:kept] = array[:n][keep]
+        self._row_i64[:kept] = self._row_i64[:n][keep]
         self.counters[rules.N_ROWS] = kept
         self.generation += 1
         self._reindex(get_backend(backend))
@@ -175,17 +241,17 @@ class ProducerStateTable:
         index = self._partition_index(partition, backend)
         n = self.n_producers  # (adding the partition may have grown the table, never its rows' count)
         need = n + len(pids)
-        if need > len(self.row_epoch):
-            capacity = len(self.row_epoch)
+        if need > len(self._row_i64):
+            capacity = len(self._row_i64)
             while capacity < need:
                 capacity *= 2
-            self._allocate_rows(capacity, n, self._rows())
+            self._allocate_rows(capacity, n, self._row_i64)
         rows = np.arange(n, need)
         self.row_partition[rows] = partition
         self.row_producer_id[rows] = pids
         self.row_partition_index[rows] = index
         for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset"):
-            getattr(self, name)[rows] = -1  # as commit_batch creates a row
+            getattr(self, name)[rows] = -1  # as commit_batch creates a row (init_row)
         for name in (*_RING_FIELDS, *_RING_POSITION_FIELDS):
             getattr(self, name)[rows] = 0  # rows past n may hold what remove_rows left there
         self.counters[rules.N_ROWS] = need
@@ -222,7 +288,9 @@ class ProducerStateTable:
         """Index, row, ring and partition arrays plus counters, as the kernels take them (kept until the
         table reallocates)."""
         if self._arrays is None:
-            self._arrays = StateArrays(**{name: getattr(self, name) for name in StateArrays._fields})
+            self._arrays = StateArrays(self._slot_i64, self._slot_i32, self._row_i64, self._row_i32, self._row_i16,
+                                       self._row_i8, self.pslot_partition, self.pslot_index, self.partition_id,
+                                       self.partition_next_offset, self.counters)
         return self._arrays
 
     # ------------------------------------------------------------ reading
@@ -241,9 +309,8 @@ class ProducerStateTable:
         """Row number of a producer's entry on a partition, or None."""
         if producer_id < 0:
             return None
-        slot = rules.producer_slot(self.slot_producer_id, self.slot_partition, self.slot_row,
-                                   int(producer_id), int(partition))
-        row = int(self.slot_row[slot])
+        slot = rules.producer_slot(self._slot_i64, self._slot_i32, int(producer_id), int(partition))
+        row = int(self._slot_i32[slot, rules.SLOT_ROW])
         return row if row >= 0 else None
 
     def next_offset(self, partition: int) -> int:
@@ -285,9 +352,13 @@ class ProducerStateTable:
         """An independent copy."""
         clone = object.__new__(ProducerStateTable)
         for name, value in vars(self).items():
-            if isinstance(value, np.ndarray):
+            if name in ("_row_i64", "_slot_i64"):
+                value = _aligned_zeros(*value.shape)
+                value[:] = getattr(self, name)
+            elif isinstance(value, np.ndarray):
                 value = value.copy()
             setattr(clone, name, None if name == "_arrays" else value)  # the kernel view is rebuilt on use
+        clone._bind_views()  # (the narrower views of the copied records, not of this table's)
         return clone
 
     def __repr__(self) -> str:
