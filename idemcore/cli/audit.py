@@ -357,6 +357,8 @@ def _run_follow(args: argparse.Namespace) -> int:
     for option, given in (("--html", args.html is not None), ("--spark", args.spark)):
         if given:
             raise IdemcoreError(f"{option} does not go with --follow")
+    if args.engine == "spark":
+        return _run_follow_spark(args)
     checkpoint = args.checkpoint
     if checkpoint is None and args.out is not None:
         checkpoint = args.out / "_checkpoint"
@@ -426,12 +428,101 @@ def _run_follow(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_follow_spark(args: argparse.Namespace) -> int:
+    """`audit --follow --engine spark`: a Structured Streaming query (a micro-batch every --interval-ms) until
+    Ctrl-C (SIGINT or SIGTERM: the query is stopped; a micro-batch cut short runs again on restart and rewrites
+    the same findings file). One line per new finding (first ones), a line per micro-batch that read something."""
+    import signal
+
+    from idemcore.audit.follow import LOG_DIR, source_kind
+    from idemcore.audit.spark import follow_stream, get_session
+
+    if source_kind(args.path) == LOG_DIR:
+        raise IdemcoreError(f"{args.path} is a Kafka log directory: --engine spark follows a Parquet directory; "
+                            "a log directory is followed in process only (--engine local, the default)")
+    if args.out is None:
+        raise IdemcoreError("--engine spark needs --out DIR (findings files, and the checkpoint by default)")
+    checkpoint = args.checkpoint if args.checkpoint is not None else args.out / "_checkpoint"
+    stopping: list[int] = []
+
+    def stop_soon(signum: int, frame: Any) -> None:
+        stopping.append(signum)
+
+    totals = {"batches": 0, "micro_batches": 0, "findings": 0}
+    counts: dict[str, int] = {}
+
+    def on_batch(batch_id: int, findings: Any) -> None:
+        totals["findings"] += findings.num_rows
+        names = findings.column("finding").to_pylist()
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        if args.json:
+            return
+        order = "seq_no" if "seq_no" in findings.column_names else "base_offset"
+        for row in findings.slice(0, _FOLLOW_LINES).to_pylist():
+            print(f"batch {batch_id}: {row['finding']}: {row['topic']}-{row['partition']} producer "
+                  f"{row['producer_id']} epoch {row['producer_epoch']} sequence {row['base_sequence']} "
+                  f"{order} {row[order]}", flush=True)
+        if findings.num_rows > _FOLLOW_LINES:
+            print(f"batch {batch_id}: ... and {findings.num_rows - _FOLLOW_LINES:,} more in "
+                  f"{args.out}/findings-{batch_id:08d}.parquet", flush=True)
+
+    started = time.perf_counter()
+    with _one_line_warnings():
+        spark = get_session(args.master, progress=show_progress(args))
+        previous = {sig: signal.signal(sig, stop_soon) for sig in (signal.SIGINT, signal.SIGTERM)}
+        query = None
+        reported = -1
+        try:
+            query = follow_stream(spark, args.path, args.out, checkpoint,
+                                  trigger={"processingTime": f"{args.interval_ms} milliseconds"},
+                                  order_by=args.order_by, origin=args.origin, backend=args.backend,
+                                  on_batch=on_batch)
+            while not stopping and query.isActive:
+                query.awaitTermination(0.2)
+                for progress in query.recentProgress:
+                    batch_id, rows = int(progress["batchId"]), int(progress["numInputRows"])
+                    if batch_id <= reported or not rows:
+                        continue
+                    reported = batch_id
+                    totals["batches"] += rows
+                    totals["micro_batches"] += 1
+                    seconds = progress["durationMs"].get("triggerExecution", 0) / 1000
+                    line = {"batch": batch_id, "batches": rows, "seconds": seconds}
+                    print(json.dumps(line) if args.json else
+                          f"batch {batch_id}: {rows:,} batches read in {seconds:.1f} s", flush=True)
+            if query.exception() is not None:
+                raise IdemcoreError(f"the streaming query failed: {query.exception()}")
+        finally:
+            if query is not None:
+                try:
+                    query.stop()
+                except Exception:  # the JVM may be going away with the same Ctrl-C
+                    pass
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    seconds = time.perf_counter() - started
+    final = {"micro_batches": totals["micro_batches"], "batches": totals["batches"], "findings": totals["findings"],
+             "by_finding": counts, "seconds": round(seconds, 3), "out": str(args.out), "checkpoint": str(checkpoint)}
+    if args.json:
+        print(json.dumps({"final": final}), flush=True)
+    else:
+        print(f"stopped after {totals['micro_batches']:,} micro-batch(es) in {seconds:.1f} s: "
+              f"{totals['batches']:,} batches, {totals['findings']:,} finding(s) "
+              + (f"({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
+              + f"; findings in {args.out}; checkpoint {checkpoint}", flush=True)
+    return 0
+
+
 @_needs_extra("pyarrow")
 def run_audit(args: argparse.Namespace) -> int:
     from idemcore.record.kafka_files.names import is_log_path
 
     if args.follow:
         return _run_follow(args)
+    if args.engine != "local":
+        raise IdemcoreError("--engine goes with --follow (the one-shot audit of Parquet always runs on Spark; "
+                            "--spark audits a Kafka log directory with Spark)")
     log_dir = "://" not in args.path and is_log_path(args.path)
     if args.html is not None:
         _check_html(args.html, args.path)
@@ -650,8 +741,13 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                           "in-process (Parquet is always audited with Spark)")
     aud.add_argument("--follow", action="store_true",
                      help="keep auditing PATH as it grows (a Parquet directory gaining files, or a Kafka log "
-                          "directory whose segments grow), in-process: new findings as they appear, one line each "
+                          "directory whose segments grow), in-process unless --engine spark: new findings as they "
+                          "appear, one line each "
                           "and OUT/findings-<round>.parquet; stops cleanly on Ctrl-C")
+    aud.add_argument("--engine", choices=("local", "spark"), default="local",
+                     help="--follow: local (in-process, Parquet or Kafka log directory; the default) or spark "
+                          "(a Structured Streaming query on --master over a Parquet directory; state per stream in "
+                          "Spark's state store, findings in OUT/findings-<micro-batch>.parquet)")
     aud.add_argument("--interval-ms", type=positive, default=1000,
                      help="--follow: milliseconds between rounds (default 1,000)")
     aud.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
