@@ -406,7 +406,7 @@ def test_list_offsets_gives_the_log_start_and_the_end_per_isolation(tmp_path):
     assert listed(EARLIEST_TIMESTAMP, READ_COMMITTED) == listed(EARLIEST_TIMESTAMP, READ_UNCOMMITTED) == (0, start)
     assert listed(LATEST_TIMESTAMP, READ_COMMITTED) == (0, 10)
     assert listed(LATEST_TIMESTAMP, READ_UNCOMMITTED) == (0, 12)
-    assert listed(12345, READ_COMMITTED)[0] == ErrorCode.INVALID_REQUEST
+    assert listed(-7, READ_COMMITTED)[0] == ErrorCode.INVALID_REQUEST  # no such special timestamp
     assert listed(LATEST_TIMESTAMP, 7)[0] == ErrorCode.INVALID_REQUEST
     (bad, unknown) = broker.handle(ListOffsetsRequest(((TOPIC, 0), ("nope", 0, LATEST_TIMESTAMP)))).results  # type: ignore[arg-type]
     assert bad.error_code == ErrorCode.INVALID_REQUEST and unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
