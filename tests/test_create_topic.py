@@ -91,3 +91,18 @@ def test_a_broker_without_fsync_makes_its_internal_topics_without_syncing_each_p
         assert len(calls) <= 4, f"{len(calls)} fsyncs"
     finally:
         broker.close()
+
+
+def test_a_topic_of_more_partitions_than_the_limit_is_refused_at_once(tmp_path):
+    from idemcore.net.messages import CreateTopicsRequest, NewTopic
+    from idemcore.protocol.codes import ErrorCode
+
+    broker = Broker({}, data_dir=tmp_path, fsync=False)
+    try:
+        [result] = broker.handle(CreateTopicsRequest((NewTopic("huge", 2_000_000_000),))).results
+        assert result.error_code == ErrorCode.INVALID_PARTITIONS and "10,000" in result.error_message
+        with pytest.raises(ValueError, match="more than the 10,000"):
+            broker.create_topic("huge", 10_001)
+        assert "huge" not in broker.topics
+    finally:
+        broker.close()

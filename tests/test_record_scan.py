@@ -30,20 +30,21 @@ def section_of(records: list[tuple]) -> bytes:
     return bytes(batch[BATCH_HEADER_SIZE:])
 
 
-def decoder_verdict(section: bytes, count: int) -> tuple[bool, int, int]:
-    """(accepted, null keys, records with headers) as the decoder sees ``section``."""
+def decoder_verdict(section: bytes, count: int) -> tuple[bool, int, int, int]:
+    """(accepted, null keys, records with headers, largest timestamp delta) as the decoder sees ``section``."""
     try:
         records = _decode_records(section, count, _Origin(0, None, 0))
     except CorruptRecordError:
-        return False, 0, 0
+        return False, 0, 0, 0
     if [r.offset_delta for r in records] != list(range(count)):
-        return False, 0, 0
-    return True, sum(r.key is None for r in records), sum(bool(r.headers) for r in records)
+        return False, 0, 0, 0
+    return (True, sum(r.key is None for r in records), sum(bool(r.headers) for r in records),
+            max((r.timestamp_delta for r in records), default=0))
 
 
-def scanner_verdict(name: str, section: bytes, count: int) -> tuple[bool, int, int]:
-    status, _, _, nulls, headed = get_record_scanner(name)(section, count)
-    return (True, nulls, headed) if status == 0 else (False, 0, 0)
+def scanner_verdict(name: str, section: bytes, count: int) -> tuple[bool, int, int, int]:
+    status, _, _, nulls, headed, max_delta = get_record_scanner(name)(section, count)
+    return (True, nulls, headed, max_delta) if status == 0 else (False, 0, 0, 0)
 
 
 @pytest.mark.parametrize("name", SCANNERS)
@@ -83,7 +84,7 @@ def test_a_mutated_section_gets_the_decoders_verdict(name, records, data):
 def test_offset_deltas_other_than_their_index_are_status_2(name):
     batch = encode_batch([Record(0, 0, b"k", b"a"), Record(2, 0, b"k", b"b")], base_offset=0, base_timestamp=0,
                          max_timestamp=0)
-    status, _, index, _, _ = get_record_scanner(name)(bytes(batch[BATCH_HEADER_SIZE:]), 2)
+    status, _, index, _, _, _ = get_record_scanner(name)(bytes(batch[BATCH_HEADER_SIZE:]), 2)
     assert (status, index) == (2, 1)
 
 
@@ -121,3 +122,22 @@ def test_the_broker_stores_a_wire_batch_and_serves_its_records(tmp_path):
         assert refused.responses[0].error_code == ErrorCode.INVALID_RECORD  # a compacted topic needs keys
     finally:
         broker.close()
+
+
+def test_a_wire_batch_gets_its_records_largest_timestamp_as_kafka_sets_it():
+    """Kafka's LogValidator: the max timestamp (and CREATE_TIME) come from the records, whatever the header says;
+    the CRC is computed again and only those header fields change."""
+    from idemcore.record.v2 import read_header, verify_crc
+    from idemcore.record.v2.codec import TimestampType
+
+    records = [Record(k, delta, b"k", b"v") for k, delta in enumerate((0, 700, 300))]
+    for claimed, kind in ((500, TimestampType.CREATE_TIME), (900, TimestampType.LOG_APPEND_TIME)):
+        data = bytes(encode_batch(records, base_offset=0, base_timestamp=1_000, max_timestamp=claimed,
+                                  timestamp_type=kind))
+        batch = decode_wire_batch("t", 0, data)
+        header = read_header(batch.wire)
+        assert (batch.max_timestamp, header.max_timestamp, header.timestamp_type) == \
+            (1_700, 1_700, TimestampType.CREATE_TIME)
+        assert verify_crc(batch.wire) and batch.wire[61:] == data[61:]
+    honest = bytes(encode_batch(records, base_offset=0, base_timestamp=1_000, max_timestamp=1_700))
+    assert decode_wire_batch("t", 0, honest).wire == honest  # as sent when the header is right

@@ -276,3 +276,39 @@ def test_idemcore_serve_refuses_bad_arguments_in_one_line(tmp_path):
             assert "Traceback" not in result.stderr
     finally:
         busy.close()
+
+
+def test_a_partition_named_twice_gets_each_answer_in_turn(server):
+    first = bytes(encode_record_batch(RecordBatch("t", 0, [b"first"]), 0))
+    second = bytes(encode_record_batch(RecordBatch("t", 0, [b"second"]), 0))
+    cls = load_request_schema(0, 9)
+    parts = tuple(make(nested(cls, "PartitionProduceData"), index=0, records=data) for data in (first, second))
+    body = make(cls, acks=-1, topic_data=(make(nested(cls, "TopicProduceData"), name="t", partition_data=parts),))
+    answer = decoded(ProduceResponse, 9, exchange(server.address, 0, 9, body))
+    got = [(p.error_code, p.base_offset) for t in answer.responses for p in t.partition_responses]
+    assert got == [(0, 0), (42, -1)]  # written at 0; the second batch for the partition refused INVALID_REQUEST
+    assert server.broker.log("t", 0).log_end_offset == 1
+
+
+def test_a_compression_bomb_is_refused_without_taking_the_memory(server, monkeypatch):
+    from idemcore.record.v2 import compression
+
+    monkeypatch.setattr(compression, "MAX_DECOMPRESSED_BYTES", 1 << 20)  # the bound, scaled down for the test
+    bomb = bytes(encode_batch([Record(0, 0, None, b"\0" * (8 << 20))], base_offset=0, base_timestamp=0,
+                              max_timestamp=0, compression=Compression.ZSTD))
+    assert len(bomb) < 2_000
+    answer = decoded(ProduceResponse, 9, exchange(server.address, 0, 9, produce_body(9, "t", 0, bomb)))
+    [part] = answer.responses[0].partition_responses
+    assert part.error_code == 2 and "a batch may decompress to" in part.error_message  # CORRUPT_MESSAGE
+
+
+def test_a_broker_answer_declaring_a_huge_array_is_refused_not_allocated():
+    """What the server does for requests, the client does for answers: a compact array count of 2**32 - 2 in an
+    ApiVersions v3 answer would make kio reserve 34 GB and abort the process (checked in a child, so a regression
+    fails this test instead of killing the run)."""
+    script = (
+        "from idemcore.net.wire.frames import read_response, MalformedFrameError\n"
+        "frame = (7).to_bytes(4, 'big') + b'\\x00\\x00' + b'\\xfe\\xff\\xff\\xff\\x0f' + bytes(20)\n"
+        "try:\n    read_response(18, 3, frame)\nexcept MalformedFrameError as error:\n    print('refused:', error)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "refused:" in result.stdout, (result.returncode, result.stderr[-300:])

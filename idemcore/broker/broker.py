@@ -89,6 +89,7 @@ from idemcore.protocol.constants import (
     INT16_MAX,
     INT32_MAX,
     INTERNAL_TOPICS,
+    MAX_PARTITIONS_PER_TOPIC,
     OFFSETS_TOPIC_SEGMENT_BYTES,
     TRANSACTION_STATE_SEGMENT_BYTES,
     TRANSACTION_STATE_TOPIC,
@@ -221,6 +222,9 @@ def _check_topic(name: object, count: object) -> None:
                          "(Kafka's rule; a topic names a directory)")
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise ValueError(f"topic {name!r}: {count:,} partitions is more than the {MAX_PARTITIONS_PER_TOPIC:,} a topic "
+                         "may have here")
 
 
 class TopicExistsError(IdemcoreError):
@@ -361,8 +365,9 @@ class Broker:
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
         if type(auto_create_topics) is not bool:
             raise TypeError(f"auto_create_topics must be True or False, got {auto_create_topics!r}")
-        if type(default_partitions) is not int or default_partitions < 1:
-            raise ValueError(f"default_partitions must be a positive integer, got {default_partitions!r}")
+        if type(default_partitions) is not int or not 1 <= default_partitions <= MAX_PARTITIONS_PER_TOPIC:
+            raise ValueError(f"default_partitions must be an integer from 1 to {MAX_PARTITIONS_PER_TOPIC:,}, got "
+                             f"{default_partitions!r}")
         #: Kafka's ``auto.create.topics.enable`` and ``num.partitions``: a Metadata request naming a topic the
         #: broker lacks makes it with ``default_partitions``; CreateTopics with -1 partitions too.
         self.auto_create_topics = auto_create_topics

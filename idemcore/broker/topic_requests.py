@@ -19,7 +19,7 @@ from idemcore.net.messages import (
     TopicMetadata,
 )
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import INTERNAL_TOPICS
+from idemcore.protocol.constants import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC
 
 if TYPE_CHECKING:
     from idemcore.broker.broker import Broker
@@ -68,9 +68,9 @@ def _create(broker: Broker, topic: NewTopic, validate_only: bool) -> CreatedTopi
     if name in broker.topics:
         return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists with "
                             f"{broker.topics[name]} partitions", broker.topics[name])
-    if type(count) is not int or count < 1:
-        return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (at least "
-                            "1, or -1 for the broker's default)")
+    if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+        return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
+                            f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
     try:
         configs = _typed_configs(topic.configs)
     except ValueError as error:

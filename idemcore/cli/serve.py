@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from idemcore.cli.options import positive
+from idemcore.cli.options import non_negative, positive
 
 
 def _topic_list(text: str) -> list[tuple[str, int]]:
@@ -63,7 +63,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(server: Any, args: argparse.Namespace) -> None:
-    await server.start_serving()
+    try:
+        await server.start_serving()
+    except OSError as error:  # name what could not be listened on, in one line
+        raise OSError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
@@ -96,7 +99,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument("--fsync", action="store_true",
                        help="fsync before answering acks=all (survives a machine crash; default: like Kafka, the OS "
                             "page cache, which survives a crash of this process)")
-    serve.add_argument("--node-id", type=int, default=0, help="this broker's node id (default 0)")
+    serve.add_argument("--node-id", type=non_negative, default=0, help="this broker's node id (default 0)")
     serve.add_argument("--max-request-bytes", type=positive, default=104_857_600,
                        help="largest request accepted (Kafka's socket.request.max.bytes; default 104857600)")
     serve.set_defaults(run=run_serve)

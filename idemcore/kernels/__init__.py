@@ -208,7 +208,7 @@ def get_record_encoder(name: str | Backend | None = None) -> Callable[..., bytea
     return _get_twin(_RECORD_ENCODERS, "encode_records", "record encoder", "encodes records", name)
 
 
-def get_record_scanner(name: str | Backend | None = None) -> Callable[..., tuple[int, int, int, int, int]]:
+def get_record_scanner(name: str | Backend | None = None) -> Callable[..., tuple[int, int, int, int, int, int]]:
     """The ``scan_records`` function of a backend (:mod:`idemcore.kernels.record_scan_reference`), chosen as
     :func:`get_record_encoder` chooses."""
     return _get_twin(_RECORD_SCANNERS, "scan_records", "record scanner", "scans records", name)

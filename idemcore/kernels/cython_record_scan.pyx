@@ -39,7 +39,7 @@ cdef inline Py_ssize_t _zigzag(const unsigned char[::1] data, Py_ssize_t pos, Py
 
 
 cdef int _scan(const unsigned char[::1] data, Py_ssize_t count, Py_ssize_t* where, Py_ssize_t* at,
-               Py_ssize_t* null_keys, Py_ssize_t* with_headers) noexcept nogil:
+               Py_ssize_t* null_keys, Py_ssize_t* with_headers, int64_t* max_delta) noexcept nogil:
     cdef Py_ssize_t end = data.shape[0]
     cdef Py_ssize_t pos = 0, record_end, index = 0, headers, k, nulls = 0, headed = 0
     cdef int64_t value
@@ -59,6 +59,8 @@ cdef int _scan(const unsigned char[::1] data, Py_ssize_t count, Py_ssize_t* wher
         pos = _zigzag(data, pos, end, 10, 64, &value)  # timestamp delta
         if pos < 0:
             return SCAN_MALFORMED
+        if index == 0 or value > max_delta[0]:
+            max_delta[0] = value
         pos = _zigzag(data, pos, end, 5, 32, &value)  # offset delta
         if pos < 0:
             return SCAN_MALFORMED
@@ -105,12 +107,13 @@ cdef int _scan(const unsigned char[::1] data, Py_ssize_t count, Py_ssize_t* wher
 
 
 def scan_records(const unsigned char[::1] data, Py_ssize_t count):
-    """``(status, position, record index, null keys, records with headers)``: status 0 when ``data`` holds
-    exactly ``count`` well-formed records with offset deltas 0..count-1; 1 when it is malformed (the position and
-    record where the scan stopped); 2 when a record's offset delta is not its index. The two counts are of a
-    whole scan (status 0)."""
+    """``(status, position, record index, null keys, records with headers, largest timestamp delta)``: status 0
+    when ``data`` holds exactly ``count`` well-formed records with offset deltas 0..count-1; 1 when it is
+    malformed (the position and record where the scan stopped); 2 when a record's offset delta is not its index.
+    The counts and the largest delta are of a whole scan (status 0; the delta 0 for no records)."""
     cdef Py_ssize_t where = 0, at = 0, nulls = 0, headed = 0
+    cdef int64_t max_delta = 0
     cdef int status
     with nogil:
-        status = _scan(data, count, &where, &at, &nulls, &headed)
-    return status, where, at, nulls, headed
+        status = _scan(data, count, &where, &at, &nulls, &headed, &max_delta)
+    return status, where, at, nulls, headed, max_delta

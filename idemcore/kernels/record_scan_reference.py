@@ -1,9 +1,9 @@
 """The records scanner in Python: the twin of ``cython_record_scan.scan_records`` (used where the extension is not
 built). ``scan_records(data, count) -> (status, position, record index, records without a key, records with
-headers)``: status 0 when ``data`` holds exactly ``count`` well-formed v2 records with offset deltas
-0..count-1, 1 when it is malformed (where the scan stopped), 2 when an offset delta is not its record's index;
-the counts are of a whole scan. It accepts exactly what the v2 decoder (``record.v2.codec.decode_batch``)
-decodes; the tests hold both twins to the decoder."""
+headers, largest timestamp delta)``: status 0 when ``data`` holds exactly ``count`` well-formed v2 records with
+offset deltas 0..count-1, 1 when it is malformed (where the scan stopped), 2 when an offset delta is not its
+record's index; the counts and the largest delta (0 for no records) are of a whole scan. It accepts exactly
+what the v2 decoder (``record.v2.codec.decode_batch``) decodes; the tests hold both twins to the decoder."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ def _zigzag(data: bytes, pos: int, end: int, max_bytes: int, bits: int) -> tuple
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def scan_records(data: bytes | bytearray | memoryview, count: int) -> tuple[int, int, int, int, int]:
+def scan_records(data: bytes | bytearray | memoryview, count: int) -> tuple[int, int, int, int, int, int]:
     data = bytes(data)
     end = len(data)
-    pos = index = nulls = headed = start = 0
+    pos = index = nulls = headed = start = max_delta = 0
     try:
         while index < count:
             start = pos
@@ -45,10 +45,11 @@ def scan_records(data: bytes | bytearray | memoryview, count: int) -> tuple[int,
                 raise _Malformed
             record_end = pos + length
             pos += 1  # attributes
-            _, pos = _zigzag(data, pos, end, 10, 64)  # timestamp delta
+            delta, pos = _zigzag(data, pos, end, 10, 64)  # timestamp delta
+            max_delta = delta if index == 0 else max(max_delta, delta)
             offset_delta, pos = _zigzag(data, pos, end, 5, 32)
             if offset_delta != index:
-                return SCAN_OFFSET_DELTA, start, index, 0, 0
+                return SCAN_OFFSET_DELTA, start, index, 0, 0, 0
             size, pos = _zigzag(data, pos, end, 5, 32)  # key
             if size < -1 or size > record_end - pos:
                 raise _Malformed
@@ -75,7 +76,7 @@ def scan_records(data: bytes | bytearray | memoryview, count: int) -> tuple[int,
                 raise _Malformed
             index += 1
     except _Malformed:
-        return SCAN_MALFORMED, start, index, 0, 0
+        return SCAN_MALFORMED, start, index, 0, 0, 0
     if pos != end:
-        return SCAN_MALFORMED, pos, index, 0, 0
-    return SCAN_OK, pos, index, nulls, headed
+        return SCAN_MALFORMED, pos, index, 0, 0, 0
+    return SCAN_OK, pos, index, nulls, headed, max_delta

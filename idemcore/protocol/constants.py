@@ -59,3 +59,7 @@ OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 #: Kafka's default ``offset.metadata.max.bytes``: the longest metadata a committed offset may carry (Kafka counts
 #: it in UTF-16 code units, ``String.length()``, despite the name).
 DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096
+
+#: The most partitions one topic may have here (Kafka's KRaft controller refuses more than 10,000 records per
+#: request): a request for 2e9 would hold a broker for hours.
+MAX_PARTITIONS_PER_TOPIC = 10_000

@@ -24,7 +24,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i32
 
 from idemcore.net.wire.errors import MalformedFrameError, UnsupportedApiError
-from idemcore.net.wire.guard import check_lengths, header_end
+from idemcore.net.wire.guard import check_lengths, header_end, response_header_end
 
 #: size, api_key, api_version, correlation_id: the same offsets in every request header version.
 REQUEST_HEAD = struct.Struct(">hhi")
@@ -113,8 +113,11 @@ def request_frame(api_key: int, version: int, correlation_id: int, client_id: st
 def read_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """``(correlation_id, body)`` of a response frame to a request of ``api_key`` at ``version``."""
     cls = load_response_schema(api_key, version)
+    header_cls: Any = cls.__header_schema__
+    # A broker's answer gets the same bound as a client's request: a length kio would reserve must fit.
+    check_lengths(cls, frame, response_header_end(frame, bool(getattr(header_cls, "__flexible__", False))))
     try:
-        header, used = entity_reader(cls.__header_schema__)(frame, 0)
+        header, used = entity_reader(header_cls)(frame, 0)
         body, size = entity_reader(cls)(frame, used)
     except (SerialError, KeyError, ValueError, UnicodeDecodeError, OverflowError) as error:
         raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None

@@ -1,4 +1,5 @@
-"""Every length in a request frame checked against the bytes left, before kio's native reader sees the frame.
+"""Every length in a request (or response) frame checked against the bytes left, before kio's native reader sees
+the frame.
 
 kio 0.6.5's reader reserves an array's declared length up front: a frame of 24 bytes declaring 2^32 elements
 makes the allocation fail, and Rust aborts the whole process. This walk follows the same schema (kio's classes
@@ -105,7 +106,7 @@ def check_lengths(cls: type, frame: bytes | memoryview, position: int) -> None:
     reader = _Reader(frame, position)
     _walk(cls, reader)
     if reader.pos != reader.end:
-        raise MalformedFrameError(f"{reader.end - reader.pos} bytes after the request")
+        raise MalformedFrameError(f"{reader.end - reader.pos} bytes after the message")
 
 
 def header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
@@ -116,6 +117,15 @@ def header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
     if size < -1:
         raise MalformedFrameError(f"client id of length {size}")
     reader.take(max(size, 0), "the client id")
+    if flexible_header:
+        _tagged(reader, frozenset())
+    return reader.pos
+
+
+def response_header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
+    """Where a response header ends: the correlation id, and in header v1 its tagged fields."""
+    reader = _Reader(frame, 0)
+    reader.take(4, "the correlation id")
     if flexible_header:
         _tagged(reader, frozenset())
     return reader.pos

@@ -57,10 +57,12 @@ def _to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) 
 def _to_wire(ctx: WireContext, version: int, body: Any, response: ProduceResponse, carry: ProduceCarry) -> Any:
     cls = response_class(body)
     topic_cls, partition_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
-    answers = {(answer.topic, answer.partition): answer for answer in response.responses}
+    # The broker answers the batches it was given in their order: paired in turn, so a partition named twice gets
+    # each of its answers (the first written, the second refused), not one for both.
+    answers = iter(response.responses)
     by_topic: dict[str, list[Any]] = {}
     for name, partition, refusal in carry:
-        answer = answers.get((name, partition)) if refusal is None else None
+        answer = next(answers, None) if refusal is None else None
         if answer is None:
             code, message = refusal if refusal is not None else (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer")
             answer = PartitionResponse(name, partition, code, error_message=message)

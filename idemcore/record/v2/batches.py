@@ -30,6 +30,7 @@ from idemcore.record.v2.codec import (
     CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
     Record,
@@ -192,19 +193,41 @@ def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str |
             section = decompress(codec, section)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{topic}-{partition}: {exc}") from None
-    status, position, index, null_keys, with_headers = get_record_scanner(backend)(section, count)
+    status, position, index, null_keys, with_headers, max_delta = get_record_scanner(backend)(section, count)
     if status != 0:
         _, decoded = decode_batch(data, 0, check_crc=False)  # the decoder's own message for what is wrong
         deltas = [record.offset_delta for record in decoded]
         raise CorruptRecordError(f"{topic}-{partition}: record {index} has offset delta {deltas[index]}"
                                  if deltas != list(range(count)) else
                                  f"{topic}-{partition}: the records do not scan at byte {position} (record {index})")
+    max_timestamp = header.base_timestamp + max_delta if count else header.max_timestamp
+    if max_timestamp != header.max_timestamp or header.attributes & TIMESTAMP_TYPE_MASK:
+        # Kafka's LogValidator sets a CREATE_TIME batch's max timestamp to its records' largest (and its type to
+        # CREATE_TIME), whatever the client wrote there: the log's time index and retention go by it.
+        data = _with_max_timestamp(data, max_timestamp, header.attributes & ~TIMESTAMP_TYPE_MASK)
     records = WireRecords(bytes(data), count)
     # As record_batch_from: keys None when no record has one, headers None when no record has any.
     return RecordBatch(topic, partition, RecordColumn(records, 0),
                        None if null_keys == count else RecordColumn(records, 1), header.producer_id,
-                       header.producer_epoch, header.base_sequence, header.max_timestamp, header.is_transactional,
+                       header.producer_epoch, header.base_sequence, max_timestamp, header.is_transactional,
                        RecordColumn(records, 2) if with_headers else None, records.data)
+
+
+_MAX_TIMESTAMP = struct.Struct(">q")
+_ATTRIBUTES = struct.Struct(">h")
+#: Where a v2 header keeps them (after base offset, length, leader epoch, magic, CRC; attributes, last offset
+#: delta, base timestamp).
+_ATTRIBUTES_AT, _MAX_TIMESTAMP_AT = ATTRIBUTES_OFFSET, ATTRIBUTES_OFFSET + 14
+
+
+def _with_max_timestamp(data: bytes, max_timestamp: int, attributes: int) -> bytes:
+    """``data`` with the header's max timestamp and attributes replaced, and its CRC-32C computed again."""
+    out = bytearray(data)
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes)
+    _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_AT, max_timestamp)
+    with memoryview(out) as view:
+        _CRC.pack_into(out, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> bytes | bytearray:

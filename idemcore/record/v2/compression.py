@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import cramjam
+import numpy as np
 
 from idemcore.record.v2.errors import CorruptRecordError
 
@@ -65,24 +68,67 @@ def compress(codec: Compression | int, data: bytes | bytearray | memoryview) -> 
     raise ValueError(f"unknown compression codec {codec!r}; expected one of 0-4 (none, gzip, snappy, lz4, zstd)")
 
 
-def decompress(codec: Compression | int, data: bytes | bytearray | memoryview) -> bytes:
-    """The records section ``data`` decompressed. Raises CorruptRecordError (one line) when it does not."""
+#: The most bytes one batch's records may decompress to. A few KB of zeros compress 1 GiB (a compression bomb):
+#: without a bound one small produce request makes the reader allocate gigabytes. Kafka streams records one by
+#: one; here the whole section is decompressed into a buffer of this size at most (reserved, only touched as
+#: written), and a batch needing more is refused as corrupt.
+MAX_DECOMPRESSED_BYTES = 1 << 28
+
+
+def decompress(codec: Compression | int, data: bytes | bytearray | memoryview, limit: int | None = None) -> bytes:
+    """The records section ``data`` decompressed, at most ``limit`` bytes (default MAX_DECOMPRESSED_BYTES).
+    Raises CorruptRecordError (one line) when it does not decompress or would take more."""
+    if limit is None:
+        limit = MAX_DECOMPRESSED_BYTES
     try:
         if codec == Compression.NONE:
             return bytes(data)
         if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _bounded(cramjam.gzip.decompress_into, data, limit)
         if codec == Compression.SNAPPY:
-            return _snappy_decode(memoryview(data))
+            return _snappy_decode(memoryview(data), limit)
         if codec == Compression.LZ4:
             _check_lz4_frame(memoryview(data))
-            return bytes(cramjam.lz4.decompress(data))
+            return _bounded(cramjam.lz4.decompress_into, data, limit)
         if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(cramjam.zstd.decompress_into, data, limit)
     except cramjam.DecompressionError as exc:
         reason = " ".join(str(exc).split())  # one line
+        if "failed to write whole buffer" in reason:
+            reason = f"it takes more than the {limit:,} bytes a batch may decompress to"
         raise CorruptRecordError(f"{Compression(codec).name.lower()} data does not decompress: {reason}") from None
     raise CorruptRecordError(f"unknown compression codec {codec} (attributes bits 0-2 allow 0-4)")
+
+
+def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Decompress into buffers growing 8x from 8x the input, up to ``limit``: a normal batch takes one try, a
+    bomb stops at the limit (numpy's uninitialised buffers: nothing is written but the output)."""
+    size = min(limit + 1, max(1 << 16, 8 * len(data)))
+    while True:
+        out = np.empty(size, dtype=np.uint8)
+        try:
+            written = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if "failed to write whole buffer" not in str(exc) or size > limit:
+                raise
+            size = min(limit + 1, size * 8)
+            continue
+        if written < size:  # filled exactly: it may have been cut, so try a larger buffer
+            return out[:written].tobytes()
+        if size > limit:
+            raise cramjam.DecompressionError("failed to write whole buffer")
+        size = min(limit + 1, size * 8)
+
+
+def _raw_snappy_length(view: memoryview) -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint)."""
+    value = shift = 0
+    for pos in range(min(5, len(view))):
+        value |= (view[pos] & 0x7F) << shift
+        if view[pos] < 0x80:
+            return value
+        shift += 7
+    raise CorruptRecordError("a snappy block's length varint is cut off or longer than 5 bytes")
 
 
 def _xerial_snappy(data: bytes | bytearray | memoryview) -> bytes:
@@ -95,9 +141,11 @@ def _xerial_snappy(data: bytes | bytearray | memoryview) -> bytes:
     return bytes(out)
 
 
-def _snappy_decode(view: memoryview) -> bytes:
-    if bytes(view[:8]) != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))  # plain snappy, as SnappyInputStream accepts it
+def _snappy_decode(view: memoryview, limit: int) -> bytes:
+    if bytes(view[:8]) != XERIAL_MAGIC:  # plain snappy, as SnappyInputStream accepts it
+        if _raw_snappy_length(view) > limit:
+            raise cramjam.DecompressionError("failed to write whole buffer")
+        return bytes(cramjam.snappy.decompress_raw(view))
     if len(view) < len(XERIAL_HEADER):
         raise CorruptRecordError(f"snappy data ends inside its {len(XERIAL_HEADER)}-byte xerial header "
                                  f"({len(view)} bytes)")
@@ -111,6 +159,8 @@ def _snappy_decode(view: memoryview) -> bytes:
         pos += 4
         if length < 0 or length > end - pos:
             raise CorruptRecordError(f"snappy block length {length} at byte {pos - 4} runs past the end ({end} bytes)")
+        if len(out) + _raw_snappy_length(view[pos:pos + length]) > limit:  # declared before it is allocated
+            raise cramjam.DecompressionError("failed to write whole buffer")
         out += cramjam.snappy.decompress_raw(view[pos:pos + length])
         pos += length
     return bytes(out)
