@@ -18,7 +18,7 @@ from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
 from idemcore.net.wire.errors import MalformedFrameError
 
-_FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "timedelta_i32": 4,
+_FIXED = {"bool": 1, "int8": 1, "int16": 2, "error_code": 2, "uint16": 2, "int32": 4, "uint32": 4, "timedelta_i32": 4,
           "int64": 8, "timedelta_i64": 8, "float64": 8, "datetime_i64": 8, "uuid": 16}
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
