@@ -75,7 +75,7 @@ from idemcore.net.messages import (
 from idemcore.net.tcp import TcpTransport, TransportTimeoutError
 from idemcore.net.transport import UnknownTopicError
 from idemcore.net.wire import client as wire_client
-from idemcore.net.wire.api import WireApi, WireContext
+from idemcore.net.wire.api import WireContext
 from idemcore.net.wire.apis import APIS
 from idemcore.net.wire.frames import read_request, read_response, request_frame, response_frame
 from idemcore.protocol.constants import READ_COMMITTED
@@ -85,11 +85,6 @@ from idemcore.record.v2 import encode_end_txn_marker, encode_record_batch
 from tests.peers import TansuProcess, free_port
 
 # ---------------------------------------------------------------- the codec, both directions, no network
-
-
-def _server_apis() -> dict[int, WireApi]:
-    """The server's translations."""
-    return dict(APIS)
 
 
 CTX = WireContext(7, "broker.example", 9092, "cluster", lambda: {"t": 3, "u": 3})
@@ -127,7 +122,7 @@ CASES: dict[int, tuple[Any, Any]] = {
 
 
 def _versions() -> Iterator[tuple[int, int]]:
-    servers = _server_apis()
+    servers = APIS
     for key in sorted(CASES):
         api, server = wire_client.BY_KEY[key], servers[key]
         for version in range(max(api.min_version, server.min_version), min(api.max_version, server.max_version) + 1):
@@ -156,7 +151,7 @@ def _comparable(message: Any) -> Any:
 @pytest.mark.parametrize(("key", "version"), list(_versions()))
 def test_codec_round_trip(key: int, version: int) -> None:
     """The client writes each request as the server reads it, and reads each response as the server wrote it."""
-    api, server = wire_client.BY_KEY[key], _server_apis()[key]
+    api, server = wire_client.BY_KEY[key], APIS[key]
     request, response = CASES[key]
     if key == 10 and version == 0:
         assert request.key_type == GROUP_KEY  # v0 finds group coordinators only

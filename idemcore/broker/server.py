@@ -47,10 +47,12 @@ DEFAULT_HOUSEKEEPING_MS = 1_000
 
 class Server:
     """Serve ``broker`` over Kafka's protocol on ``host``:``port`` (0: a free port, see :attr:`address`).
-    ``advertised_host``: the host Metadata and FindCoordinator name (default ``host``). The server does not
-    close the broker: its owner does, after :meth:`stop`."""
+    ``advertised_host`` / ``advertised_port``: where Metadata and FindCoordinator send clients (default: the address
+    listened on; another when clients reach the server through a proxy, as Kafka's ``advertised.listeners``). The
+    server does not close the broker: its owner does, after :meth:`stop`."""
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *, advertised_host: str | None = None,
+                 advertised_port: int | None = None,
                  cluster_id: str = "idemcore", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  housekeeping_ms: int = DEFAULT_HOUSEKEEPING_MS) -> None:
         if type(port) is not int or not 0 <= port <= 65535:
@@ -62,12 +64,14 @@ class Server:
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
         self.cluster_id = cluster_id
         self.max_request_bytes = max_request_bytes
         self.housekeeping_ms = housekeeping_ms
         #: Counts for tests and logs: connections closed for a bad frame, requests the broker raised on.
         self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0}
         self._ctx: WireContext | None = None
+        self._bound_port = 0
         self._server: asyncio.Server | None = None
         self._written: asyncio.Condition | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -84,7 +88,7 @@ class Server:
         """The host and port listened on (the port chosen when 0 was asked for)."""
         if self._ctx is None:
             raise IdemcoreError("the server is not started")
-        return self.host, self._ctx.port
+        return self.host, self._bound_port
 
     @property
     def bootstrap(self) -> str:
@@ -98,9 +102,9 @@ class Server:
         self._written = asyncio.Condition()
         self._stopping = asyncio.Event()
         self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
-        port = self._server.sockets[0].getsockname()[1]
-        self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host, port, self.cluster_id,
-                                lambda: self.broker.topics)
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+        self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
+                                self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
         self._housekeeper = asyncio.create_task(self._housekeeping())
 
     async def serve_until_stopped(self) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, NamedTuple
 
 
@@ -19,13 +20,15 @@ class WireContext:
     port: int
     cluster_id: str
     topics: Callable[[], Mapping[str, int]]
+    _names: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        """The topic whose id is ``topic_id``, None when there is none."""
-        for name in self.topics():
-            if topic_id_of(name) == topic_id:
-                return name
-        return None
+        """The topic whose id is ``topic_id``, None when there is none (a Fetch v13+ asks this per topic: the map
+        is built again only when the broker's topics changed)."""
+        topics = self.topics()
+        if len(self._names) != len(topics):  # topics are only ever added
+            self._names = {topic_id_of(name): name for name in topics}
+        return self._names.get(topic_id) if topic_id is not None else None
 
 
 #: Topic ids (KIP-516) are derived from the name: stable across restarts without a file, and a client that
@@ -33,6 +36,7 @@ class WireContext:
 _TOPIC_ID_NAMESPACE = uuid.UUID("6b1d4c1e-0a5f-4d8e-9a55-6964656d636f")
 
 
+@cache
 def topic_id_of(name: str) -> uuid.UUID:
     return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
 

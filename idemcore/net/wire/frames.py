@@ -67,9 +67,14 @@ def read_request(frame: bytes | memoryview) -> tuple[Any, Any]:
     """``(header, body)`` of a request frame; MalformedFrameError or UnsupportedApiError naming what is wrong."""
     api_key, version, _ = peek_request(frame)
     cls, read_header, read_body = request_codec(api_key, version)
-    # Before kio's native reader: a length it would reserve memory for must fit in the frame.
-    header_cls: Any = cls.__header_schema__  # type: ignore[attr-defined]
-    check_lengths(cls, frame, header_end(frame, bool(getattr(header_cls, "__flexible__", False))))
+    return _read(cls, version, read_header, read_body, frame, header_end)
+
+
+def _read(cls: Any, version: int, read_header: Callable, read_body: Callable, frame: bytes | memoryview,
+          end_of_header: Callable[[bytes | memoryview, bool], int]) -> tuple[Any, Any]:
+    """Header and body of a request or response frame of ``cls``: every length bounded first (kio's native reader
+    reserves what a length declares), then kio's readers; MalformedFrameError naming what is wrong."""
+    check_lengths(cls, frame, end_of_header(frame, bool(getattr(cls.__header_schema__, "__flexible__", False))))
     try:
         header, used = read_header(frame, 0)
         body, size = read_body(frame, used)
@@ -77,7 +82,7 @@ def read_request(frame: bytes | memoryview) -> tuple[Any, Any]:
         # KeyError: kio 0.6 cannot skip a tagged field its schema does not know.
         raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None
     if used + size != len(frame):
-        raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after the request")
+        raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after it")
     return header, body
 
 
@@ -111,19 +116,17 @@ def request_frame(api_key: int, version: int, correlation_id: int, client_id: st
 
 
 def read_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
-    """``(correlation_id, body)`` of a response frame to a request of ``api_key`` at ``version``."""
-    cls = load_response_schema(api_key, version)
-    header_cls: Any = cls.__header_schema__
-    # A broker's answer gets the same bound as a client's request: a length kio would reserve must fit.
-    check_lengths(cls, frame, response_header_end(frame, bool(getattr(header_cls, "__flexible__", False))))
-    try:
-        header, used = entity_reader(header_cls)(frame, 0)
-        body, size = entity_reader(cls)(frame, used)
-    except (SerialError, KeyError, ValueError, UnicodeDecodeError, OverflowError) as error:
-        raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None
-    if used + size != len(frame):
-        raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after the response")
+    """``(correlation_id, body)`` of a response frame to a request of ``api_key`` at ``version`` (a broker's answer
+    is bounded as a client's request is)."""
+    cls, read_header, read_body = _response_readers(api_key, version)
+    header, body = _read(cls, version, read_header, read_body, frame, response_header_end)
     return header.correlation_id, body
+
+
+@cache
+def _response_readers(api_key: int, version: int) -> tuple[Any, Callable, Callable]:
+    cls: Any = load_response_schema(api_key, version)
+    return cls, entity_reader(cls.__header_schema__), entity_reader(cls)
 
 
 # ---------------------------------------------------------------- building entities by field name

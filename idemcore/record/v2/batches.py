@@ -40,7 +40,6 @@ from idemcore.record.v2.codec import (
     read_header,
 )
 from idemcore.record.v2.compression import Compression, decompress
-from idemcore.record.v2.control import encode_end_txn_marker
 from idemcore.record.v2.errors import CorruptRecordError
 from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -231,19 +230,14 @@ def _with_max_timestamp(data: bytes, max_timestamp: int, attributes: int) -> byt
 
 
 def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> bytes | bytearray:
-    """The v2 bytes of a stored batch: as the log holds them when it has them (``raw``), else encoded from its
-    fields (a data batch or a transaction marker)."""
+    """The v2 bytes of a stored batch: as the log holds them (``raw``: a batch from the wire or a segment, and
+    every marker), else encoded from its fields (a data batch appended in process to a log kept in memory)."""
     if stored.raw is not None:
         return stored.raw
     batch = stored.batch
-    if stored.control is not None:
-        control_type, coordinator_epoch = stored.control
-        return encode_end_txn_marker(control_type, coordinator_epoch, producer_id=batch.producer_id,
-                                     producer_epoch=batch.producer_epoch, timestamp=batch.max_timestamp,
-                                     base_offset=stored.base_offset, partition_leader_epoch=partition_leader_epoch)
-    if stored.offset_deltas is not None:
-        raise ValueError(f"the compacted batch at offset {stored.base_offset} of {batch.topic}-{batch.partition} "
-                         "has no stored bytes to serve")
+    if stored.control is not None or stored.offset_deltas is not None:  # the log keeps these bytes: never here
+        raise ValueError(f"the batch at offset {stored.base_offset} of {batch.topic}-{batch.partition} has no "
+                         "stored bytes to serve")
     return encode_record_batch(batch, stored.base_offset, partition_leader_epoch)
 
 
