@@ -145,8 +145,6 @@ def test_a_kafka_log_directory_is_followed_in_process_only(spark, tmp_path):
         follow_stream(spark, tmp_path / "logs", tmp_path / "out")
 
 
-@pytest.mark.skipif(not os.environ.get("IDEMCORE_SPARK_CLI_TESTS"),
-                    reason="starts its own Spark in a subprocess (~30-45 s); IDEMCORE_SPARK_CLI_TESTS=1 runs it")
 def test_cli_engine_spark_reports_findings_and_stops_cleanly_on_ctrl_c(dataset, tmp_path):
     files, whole = dataset
     source, out = tmp_path / "in", tmp_path / "out"
