@@ -582,8 +582,6 @@ def test_unknown_tagged_fields_are_answered_or_closed(server, in_header, in_body
     assert_served(server)
 
 
-@pytest.mark.xfail(strict=True, reason="kio 0.6 cannot skip an unknown tagged field (KeyError): the server closes "
-                                       "the connection where Kafka (KIP-482) ignores the field and answers")
 @pytest.mark.parametrize(("in_header", "in_body"), [(True, False), (False, True)])
 def test_unknown_tagged_fields_are_skipped_as_kip_482_says(server, in_header, in_body):
     frames, _ = exchange(server.address, _with_unknown_tags(12, in_header=in_header, in_body=in_body))

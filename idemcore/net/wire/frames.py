@@ -24,7 +24,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i32
 
 from idemcore.net.wire.errors import MalformedFrameError, UnsupportedApiError
-from idemcore.net.wire.guard import check_lengths, header_end, response_header_end
+from idemcore.net.wire.guard import Edits, check_lengths, header_end, response_header_end, without
 
 #: size, api_key, api_version, correlation_id: the same offsets in every request header version.
 REQUEST_HEAD = struct.Struct(">hhi")
@@ -71,15 +71,17 @@ def read_request(frame: bytes | memoryview) -> tuple[Any, Any]:
 
 
 def _read(cls: Any, version: int, read_header: Callable, read_body: Callable, frame: bytes | memoryview,
-          end_of_header: Callable[[bytes | memoryview, bool], int]) -> tuple[Any, Any]:
+          end_of_header: Callable[[bytes | memoryview, bool, Edits], int]) -> tuple[Any, Any]:
     """Header and body of a request or response frame of ``cls``: every length bounded first (kio's native reader
     reserves what a length declares), then kio's readers; MalformedFrameError naming what is wrong."""
-    check_lengths(cls, frame, end_of_header(frame, bool(getattr(cls.__header_schema__, "__flexible__", False))))
+    edits: Edits = []
+    check_lengths(cls, frame, end_of_header(frame, bool(getattr(cls.__header_schema__, "__flexible__", False)), edits),
+                  edits)
+    frame = without(frame, edits)
     try:
         header, used = read_header(frame, 0)
         body, size = read_body(frame, used)
     except (SerialError, KeyError, ValueError, UnicodeDecodeError, OverflowError) as error:
-        # KeyError: kio 0.6 cannot skip a tagged field its schema does not know.
         raise MalformedFrameError(f"{cls.__name__} v{version}: {type(error).__name__}: {error}"[:300]) from None
     if used + size != len(frame):
         raise MalformedFrameError(f"{cls.__name__} v{version}: {len(frame) - used - size} bytes after it")

@@ -4,8 +4,8 @@ the frame.
 kio 0.6.5's reader reserves an array's declared length up front: a frame of 24 bytes declaring 2^32 elements
 makes the allocation fail, and Rust aborts the whole process. This walk follows the same schema (kio's classes
 and their ``kafka_type`` metadata) without building anything: each array, string and bytes length must fit in
-what is left of the frame, and the walk must end at the frame's end. It also refuses tagged fields the schema
-does not know (kio would raise KeyError on them)."""
+what is left of the frame, and the walk must end at the frame's end. Tagged fields the schema does not know are
+cut out before kio reads the frame (Kafka skips them, KIP-482; kio 0.6 raises KeyError on them)."""
 
 from __future__ import annotations
 
@@ -53,11 +53,15 @@ def _plan(cls: type) -> _Plan:
     return _Plan(bool(getattr(cls, "__flexible__", False)), tuple(fields), frozenset(tags))
 
 
-class _Reader:
-    __slots__ = ("data", "end", "pos")
+#: What to change in a frame: ``(start, end, replacement)`` byte ranges (a tagged-field count, an unknown field).
+Edits = list[tuple[int, int, bytes]]
 
-    def __init__(self, data: bytes | memoryview, pos: int) -> None:
-        self.data, self.pos, self.end = data, pos, len(data)
+
+class _Reader:
+    __slots__ = ("data", "edits", "end", "pos")
+
+    def __init__(self, data: bytes | memoryview, pos: int, edits: Edits) -> None:
+        self.data, self.pos, self.end, self.edits = data, pos, len(data), edits
 
     def take(self, size: int, what: str) -> None:
         if size < 0 or size > self.end - self.pos:
@@ -100,19 +104,20 @@ class _Reader:
         return size
 
 
-def check_lengths(cls: type, frame: bytes | memoryview, position: int) -> None:
-    """Walk the body of ``cls`` (a kio request class) in ``frame`` from ``position``; MalformedFrameError for a
-    length beyond the frame, an unknown tag, or bytes after the body."""
-    reader = _Reader(frame, position)
+def check_lengths(cls: type, frame: bytes | memoryview, position: int, edits: Edits) -> None:
+    """Walk the body of ``cls`` (a kio request or response class) in ``frame`` from ``position``; MalformedFrameError
+    for a length beyond the frame or bytes after the body. Tagged fields the schema does not know go into
+    ``edits`` to be cut (:func:`without`): Kafka skips them (KIP-482), and kio 0.6 raises on them."""
+    reader = _Reader(frame, position, edits)
     _walk(cls, reader)
     if reader.pos != reader.end:
         raise MalformedFrameError(f"{reader.end - reader.pos} bytes after the message")
 
 
-def header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
+def header_end(frame: bytes | memoryview, flexible_header: bool, edits: Edits) -> int:
     """Where a request header ends: api key, version, correlation id, the client id (always a nullable int16
-    string), and in header v2 its tagged fields."""
-    reader = _Reader(frame, 8)
+    string), and in header v2 its tagged fields (unknown ones into ``edits``)."""
+    reader = _Reader(frame, 8, edits)
     size = reader.int16()
     if size < -1:
         raise MalformedFrameError(f"client id of length {size}")
@@ -122,9 +127,9 @@ def header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
     return reader.pos
 
 
-def response_header_end(frame: bytes | memoryview, flexible_header: bool) -> int:
+def response_header_end(frame: bytes | memoryview, flexible_header: bool, edits: Edits) -> int:
     """Where a response header ends: the correlation id, and in header v1 its tagged fields."""
-    reader = _Reader(frame, 0)
+    reader = _Reader(frame, 0, edits)
     reader.take(4, "the correlation id")
     if flexible_header:
         _tagged(reader, frozenset())
@@ -175,12 +180,41 @@ def _value(field: _Field, reader: _Reader, flexible: bool, element: bool) -> Non
 
 
 def _tagged(reader: _Reader, known: frozenset[int]) -> None:
+    start = reader.pos
     count = reader.uvarint()
+    count_end = reader.pos
     if count > reader.end - reader.pos:
         raise MalformedFrameError(f"{count} tagged fields where {reader.end - reader.pos} bytes are left")
+    unknown: Edits = []
     for _ in range(count):
+        field_start = reader.pos
         tag = reader.uvarint()
         size = reader.uvarint()
-        if tag not in known:  # kio 0.6 cannot skip a tag its schema lacks (KeyError): refused here by name
-            raise MalformedFrameError(f"unknown tagged field {tag}")
         reader.take(size, f"tagged field {tag}")
+        if tag not in known:
+            unknown.append((field_start, reader.pos, b""))
+    if unknown:
+        reader.edits.append((start, count_end, _uvarint(count - len(unknown))))
+        reader.edits.extend(unknown)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def without(frame: bytes | memoryview, edits: Edits) -> bytes | memoryview:
+    """``frame`` with ``edits`` applied (the unknown tagged fields cut, their counts lowered)."""
+    if not edits:
+        return frame
+    parts: list[bytes | memoryview] = []
+    position = 0
+    for start, end, replacement in sorted(edits):
+        parts += (frame[position:start], replacement)
+        position = end
+    parts.append(frame[position:])
+    return b"".join(parts)
