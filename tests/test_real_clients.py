@@ -1133,3 +1133,15 @@ def test_aiokafka_idempotent_and_send_offsets_to_transaction(served, caplog):
         assert [(o, k) for o, k, _ in read_back[partition]] == [(i, key_of(s)) for i, s in enumerate(sequences)]
         assert [(k, v) for _, k, v in output[partition]] == [(key_of(s), b"out-%d" % s) for s in sequences]
     served.assert_clean(caplog)
+
+
+def test_confluent_lists_every_topic(served, caplog):
+    """librdkafka's list_topics sends Metadata v13 for all topics with three bytes after the body, which Kafka's
+    parser ignores: the server must answer it, not close the connection."""
+    from confluent_kafka.admin import AdminClient
+
+    create_topics(served.bootstrap, {"listed": 2})
+    admin = AdminClient({"bootstrap.servers": served.bootstrap, **QUIET})
+    topics = bounded(30, lambda: admin.list_topics(timeout=10).topics)
+    assert len(topics["listed"].partitions) == 2
+    served.assert_clean(caplog)

@@ -312,3 +312,32 @@ def test_a_broker_answer_declaring_a_huge_array_is_refused_not_allocated():
         "try:\n    read_response(18, 3, frame)\nexcept MalformedFrameError as error:\n    print('refused:', error)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "refused:" in result.stdout, (result.returncode, result.stderr[-300:])
+
+
+def test_serve_topics_brings_back_a_topic_whose_topics_json_entry_was_lost(tmp_path, caplog):
+    """topics.json lost: the partitions stay on disk, unserved, and the broker says so; `--topics NAME:N`, as that
+    warning and CreateTopics' refusal advise, serves them again with every record."""
+    from idemcore.net.messages import ProduceRequest
+
+    data_dir = tmp_path / "data"
+    broker = Broker({}, data_dir=data_dir, fsync=False)
+    broker.create_topic("s", 2)
+    broker.handle(ProduceRequest((RecordBatch("s", 1, [b"x"] * 5),)))
+    broker.close()
+    (data_dir / "topics.json").unlink()
+    with caplog.at_level("WARNING", logger="idemcore.broker.broker"):
+        Broker({}, data_dir=data_dir, fsync=False).close()
+    assert "does not serve, with data: s-1" in caplog.text
+    serve = ServeProcess(data_dir, "--topics", "s:2").start()
+    assert serve.stop() == 0, serve.output()
+    broker = Broker({"s": 2}, data_dir=data_dir, fsync=False)
+    try:
+        assert broker.log("s", 1).log_end_offset == 5
+    finally:
+        broker.close()
+
+
+def test_serve_refuses_an_empty_data_dir():
+    result = subprocess.run([sys.executable, "-m", "idemcore.cli", "serve", "--data-dir", ""], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "an empty path" in result.stderr and "Traceback" not in result.stderr

@@ -100,6 +100,7 @@ from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import (
     encode_offset_checkpoint,
     encode_snapshot,
+    parse_partition_dir,
     read_offset_checkpoint,
     write_file_atomically,
 )
@@ -483,6 +484,7 @@ class Broker:
                                        if name not in {p.name for p in self._logs}}
                 self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())
             self._started = True
+            self._warn_unserved()
             if CONSUMER_OFFSETS_TOPIC in self.topics:  # before the coordinator below re-sends markers there
                 self._start_group_coordinator()
             if TRANSACTION_STATE_TOPIC in self.topics:  # finish what the last run decided (Prepare* markers)
@@ -504,6 +506,19 @@ class Broker:
         return handler(request)
 
     # ------------------------------------------------------------ recovery
+
+    def _warn_unserved(self) -> None:
+        """Say which partition directories with data this broker does not serve (a topic missing from its
+        topics and from topics.json): their records are not lost, but no client can read them."""
+        if self.data_dir is None:
+            return
+        unserved = sorted(entry.name for entry in self.data_dir.iterdir()
+                          if (parsed := parse_partition_dir(entry.name)) is not None and parsed not in self._index
+                          and entry.is_dir() and any(f.stat().st_size for f in entry.glob("*.log")))
+        if unserved:
+            log.warning("%s holds partitions this broker does not serve, with data: %s (give their topics to the "
+                        "broker, e.g. idemcore serve --topics NAME:PARTITIONS, to serve them again)", self.data_dir,
+                        ", ".join(unserved[:10]) + (f" and {len(unserved) - 10} more" if len(unserved) > 10 else ""))
 
     def _recovery_points(self) -> dict[str, int]:
         """Each partition's log end when the broker last started or closed cleanly (none: all 0)."""

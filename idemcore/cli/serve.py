@@ -37,12 +37,22 @@ def _port(text: str) -> int:
     return port
 
 
+def _directory(text: str) -> Path:
+    if not text:  # Path("") is the current directory
+        raise argparse.ArgumentTypeError("an empty path; name a directory")
+    return Path(text)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from idemcore.broker import Broker
     from idemcore.broker.server import Server
 
-    broker = Broker({}, data_dir=args.data_dir, fsync=args.fsync, auto_create_topics=not args.no_auto_create_topics,
-                    default_partitions=args.default_partitions, broker_id=args.node_id)
+    # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
+    # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
+    on_disk = {name: count for name, count in args.topics if (args.data_dir / f"{name}-0").is_dir()}
+    broker = Broker(on_disk, data_dir=args.data_dir, fsync=args.fsync,
+                    auto_create_topics=not args.no_auto_create_topics, default_partitions=args.default_partitions,
+                    broker_id=args.node_id)
     try:
         for name, partitions in args.topics:
             if name not in broker.topics:
@@ -84,7 +94,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "idempotently and transactionally and consume read_committed, over Kafka's wire protocol; the "
                     "data directory is a Kafka log directory. Topics are created on first use (unless "
                     "--no-auto-create-topics), by CreateTopics, or by --topics. Stops cleanly on SIGINT/SIGTERM.")
-    serve.add_argument("--data-dir", type=Path, required=True,
+    serve.add_argument("--data-dir", type=_directory, required=True,
                        help="the Kafka log directory (created if missing; a restart recovers it)")
     serve.add_argument("--port", type=_port, default=9092, help="TCP port (default 9092; 0: any free port)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

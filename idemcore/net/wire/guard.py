@@ -4,7 +4,7 @@ the frame.
 kio 0.6.5's reader reserves an array's declared length up front: a frame of 24 bytes declaring 2^32 elements
 makes the allocation fail, and Rust aborts the whole process. This walk follows the same schema (kio's classes
 and their ``kafka_type`` metadata) without building anything: each array, string and bytes length must fit in
-what is left of the frame, and the walk must end at the frame's end. Tagged fields the schema does not know are
+what is left of the frame. Tagged fields the schema does not know are
 cut out before kio reads the frame (Kafka skips them, KIP-482; kio 0.6 raises KeyError on them)."""
 
 from __future__ import annotations
@@ -106,12 +106,10 @@ class _Reader:
 
 def check_lengths(cls: type, frame: bytes | memoryview, position: int, edits: Edits) -> None:
     """Walk the body of ``cls`` (a kio request or response class) in ``frame`` from ``position``; MalformedFrameError
-    for a length beyond the frame or bytes after the body. Tagged fields the schema does not know go into
+    for a length beyond the frame. Tagged fields the schema does not know go into
     ``edits`` to be cut (:func:`without`): Kafka skips them (KIP-482), and kio 0.6 raises on them."""
     reader = _Reader(frame, position, edits)
-    _walk(cls, reader)
-    if reader.pos != reader.end:
-        raise MalformedFrameError(f"{reader.end - reader.pos} bytes after the message")
+    _walk(cls, reader)  # bytes after the body are left alone, as Kafka's parser leaves them (see frames._read)
 
 
 def header_end(frame: bytes | memoryview, flexible_header: bool, edits: Edits) -> int:
