@@ -283,7 +283,8 @@ class _RequestColumns:
         self.batch.control_type[:] = -1
         self.verdicts = Verdicts.allocate(capacity)
         self.txns = TxnColumns(np.zeros(capacity, np.int32), np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
-                               np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8))
+                               np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8),
+                               np.zeros(capacity, np.int64))
         self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
                                      self.verdicts.out_last_offset)
 

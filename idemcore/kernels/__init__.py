@@ -12,6 +12,9 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     stands, writing no state (at most one batch per partition).
 ``commit_batches(...) -> int``
     commit the batches ``check_batches`` accepted (after the log write).
+``reserve_rows(...) -> int``
+    the pre-pass of a validation split into lanes of partitions (``state.lanes``):
+    every batch's partition and producer row, entries added for new ones.
 ``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
     refill the open-addressing indexes after the table grows or drops rows.
 ``drain_partitions(...) -> int``
@@ -72,6 +75,7 @@ class Backend:
     validate_batches: Callable[..., int]
     check_batches: Callable[..., int]
     commit_batches: Callable[..., int]
+    reserve_rows: Callable[..., int]
     rebuild_producer_index: Callable[..., None]
     rebuild_partition_index: Callable[..., None]
     drain_partitions: Callable[..., int]

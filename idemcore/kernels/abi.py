@@ -8,6 +8,7 @@ these names in this order.
 ``validate_batches(*BatchColumns, origin, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
+``reserve_rows(partition, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
 ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
@@ -67,13 +68,14 @@ class VerdictColumns(NamedTuple):
 
 
 class TxnColumns(NamedTuple):
-    """Transactions completed by markers, appended at ``counters[N_COMPLETED]``."""
+    """Transactions completed by markers, appended at ``counters[N_COMPLETED]`` in batch order."""
 
     txn_partition: np.ndarray
     txn_producer_id: np.ndarray
     txn_first_offset: np.ndarray
     txn_last_offset: np.ndarray
     txn_aborted: np.ndarray
+    txn_marker: np.ndarray  # int64: the index of the marker batch that closed it
 
 
 class CommitVerdicts(NamedTuple):
@@ -82,6 +84,16 @@ class CommitVerdicts(NamedTuple):
     out_status: np.ndarray
     out_base_offset: np.ndarray
     out_last_offset: np.ndarray
+
+
+class LaneColumns(NamedTuple):
+    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0; rank within the
+    bucket; row, -1 without a producer id) and per bucket (int64 count, one more than the partition capacity)."""
+
+    batch_bucket: np.ndarray
+    batch_rank: np.ndarray
+    batch_row: np.ndarray
+    bucket_count: np.ndarray
 
 
 #: Parameter names of each entry point, in order (checked against every backend by the tests).
@@ -93,6 +105,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "check_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                       *TxnColumns._fields),
     "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
+    "reserve_rows": ("partition", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
 }
 
 

@@ -183,6 +183,7 @@ cdef struct Completed:
     int64_t *first_offset
     int64_t *last_offset
     uint8_t *aborted
+    int64_t *marker
     Py_ssize_t capacity
 
 
@@ -556,6 +557,7 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
             done.first_offset[k] = txn_first
             done.last_offset[k] = first_offset
             done.aborted[k] = marker_type == CONTROL_ABORT
+            done.marker[k] = i
     return slot
 
 
@@ -839,7 +841,7 @@ cdef Verdicts verdicts_of(int8_t[::1] out_status, int16_t[::1] out_error_code, i
 
 cdef Completed completed_of(int64_t[::1] counters, int32_t[::1] txn_partition, int64_t[::1] txn_producer_id,
                             int64_t[::1] txn_first_offset, int64_t[::1] txn_last_offset,
-                            uint8_t[::1] txn_aborted) noexcept:
+                            uint8_t[::1] txn_aborted, int64_t[::1] txn_marker) noexcept:
     cdef Completed done
     done.counters = &counters[0]
     done.partition = &txn_partition[0]
@@ -847,8 +849,9 @@ cdef Completed completed_of(int64_t[::1] counters, int32_t[::1] txn_partition, i
     done.first_offset = &txn_first_offset[0]
     done.last_offset = &txn_last_offset[0]
     done.aborted = &txn_aborted[0]
+    done.marker = &txn_marker[0]
     done.capacity = min(txn_partition.shape[0], txn_producer_id.shape[0], txn_first_offset.shape[0],
-                        txn_last_offset.shape[0], txn_aborted.shape[0])
+                        txn_last_offset.shape[0], txn_aborted.shape[0], txn_marker.shape[0])
     return done
 
 
@@ -869,7 +872,7 @@ def validate_batches(
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
     int8_t[::1] out_finding, int64_t[::1] out_expected,
     int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
-    int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted,
+    int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
     """Check and commit batches ``start..stop-1`` one after the other; return the first index not processed
     (``stop`` unless the table has no room for one more row or partition). See the reference."""
@@ -881,7 +884,7 @@ def validate_batches(
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
-                                       txn_aborted)
+                                       txn_aborted, txn_marker)
     cdef Py_ssize_t i, slot
     cdef Py_ssize_t stopped = stop
     cdef bint client = origin == ORIGIN_CLIENT
@@ -916,7 +919,7 @@ def check_batches(
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
     int8_t[::1] out_finding, int64_t[::1] out_expected,
     int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
-    int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted,
+    int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, writing no state but
     ``counters[N_COMPLETED]`` and the ``txn_*`` columns (every batch sees the same state, so no two may belong
@@ -929,7 +932,7 @@ def check_batches(
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
-                                       txn_aborted)
+                                       txn_aborted, txn_marker)
     cdef Py_ssize_t i
     with nogil:
         for i in range(start, stop):
@@ -977,4 +980,76 @@ def commit_batches(
             if b.producer_id[i] >= 0:
                 slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.partition[i])
             commit_batch(i, slot, &b, &st, &verdicts)
+    return stopped
+
+
+def reserve_rows(
+    const int32_t[::1] partition, const int64_t[::1] producer_id, Py_ssize_t start, Py_ssize_t stop,
+    int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
+    int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
+    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
+    int64_t[::1] partition_next_offset,
+    int64_t[::1] counters,
+    int32_t[::1] batch_bucket, int32_t[::1] batch_rank, int32_t[::1] batch_row, int64_t[::1] bucket_count,
+):
+    """The pre-pass of a validation split into lanes: every batch's bucket (partition index + 1, 0 for a negative
+    partition), rank in its bucket and producer row, adding entries for new partitions and producers; returns
+    the first index not processed (``stop`` unless the table would be left without a spare row or partition).
+    See the reference."""
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
+                             partition_id, partition_next_offset, counters)
+    if start < stop:
+        require(start >= 0 and min(partition.shape[0], producer_id.shape[0], batch_bucket.shape[0],
+                                   batch_rank.shape[0], batch_row.shape[0]) >= stop,
+                "start..stop beyond the batch columns")
+    require(bucket_count.shape[0] > st.partition_capacity, "bucket_count shorter than the partitions + 1")
+    cdef const int32_t *parts = &partition[0]
+    cdef const int64_t *pids = &producer_id[0]
+    cdef int64_t *counts = &bucket_count[0]
+    cdef Py_ssize_t i, j, pslot, slot, index, row, bucket
+    cdef int64_t part, pid, rank
+    cdef Py_ssize_t stopped = stop
+    cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
+    with nogil:
+        for i in range(start, stop):
+            if ahead:
+                j = i + SLOT_AHEAD
+                if j < stop:
+                    IDEMCORE_PREFETCH(&st.slots[producer_hash(pids[j], parts[j]) & st.slot_mask])
+            part = parts[i]
+            pid = pids[i]
+            bucket = 0
+            row = -1
+            if part >= 0:
+                pslot = partition_slot(st.pslot_partition, st.pslot_index, st.pslot_mask, part)
+                index = st.pslot_index[pslot]
+                if index < 0:
+                    index = st.counters[N_PARTITIONS]
+                    if index + 1 >= st.partition_capacity:
+                        stopped = i
+                        break
+                    st.pslot_partition[pslot] = <int32_t>part
+                    st.pslot_index[pslot] = <int32_t>index
+                    st.partition_id[index] = <int32_t>part
+                    st.partition_next_offset[index] = 0
+                    st.counters[N_PARTITIONS] = index + 1
+                if pid >= 0:
+                    slot = producer_slot(st.slots, st.slot_mask, pid, part)
+                    row = st.slots[slot].row
+                    if row < 0:
+                        row = st.counters[N_ROWS]
+                        if row + 1 >= st.row_capacity:
+                            stopped = i
+                            break
+                        st.slots[slot].producer_id = pid
+                        st.slots[slot].partition = <int32_t>part
+                        st.slots[slot].row = <int32_t>row
+                        init_row(&st.rows[row], pid, part, index)
+                        st.counters[N_ROWS] = row + 1
+                bucket = index + 1
+            rank = counts[bucket]
+            counts[bucket] = rank + 1
+            batch_bucket[i] = <int32_t>bucket
+            batch_rank[i] = <int32_t>rank
+            batch_row[i] = <int32_t>row
     return stopped

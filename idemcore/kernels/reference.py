@@ -338,7 +338,7 @@ def check_batch(i, batch, origin, slots, rows, parts, counters, out, txns):
      _max_timestamp, is_transactional, is_control, control_type, coordinator_epoch) = batch
     slot_i64, slot_i32 = slots
     row_i64, row_i32, row_i16, row_i8 = rows
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted = txns
+    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker = txns
     part = int(partition[i])
     pid = int(producer_id[i])
     epoch = int(producer_epoch[i])
@@ -411,6 +411,7 @@ def check_batch(i, batch, origin, slots, rows, parts, counters, out, txns):
         txn_first_offset[k] = txn_first
         txn_last_offset[k] = first_offset
         txn_aborted[k] = marker_type == CONTROL_ABORT
+        txn_marker[k] = i
     return slot
 
 
@@ -559,7 +560,7 @@ def validate_batches(
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted,
+    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """Check and commit batches ``start..stop-1`` one after the other; return the first index not processed.
 
@@ -584,7 +585,7 @@ def validate_batches(
     rows = (row_i64, row_i32, row_i16, row_i8)
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
-    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
+    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     committed = (out_status, out_base_offset, out_last_offset)
     row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
@@ -608,7 +609,7 @@ def check_batches(
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted,
+    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, changing no state
     (the broker commits them with :func:`commit_batches` once the log write succeeded). Every batch sees
@@ -619,7 +620,7 @@ def check_batches(
     rows = (row_i64, row_i32, row_i16, row_i8)
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
-    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted)
+    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     for i in range(start, stop):
         check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
     return stop
@@ -655,4 +656,63 @@ def commit_batches(
         if pid >= 0:
             slot = producer_slot(slot_i64, slot_i32, pid, int(partition[i]))
         commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
+    return stop
+
+
+def reserve_rows(
+    partition, producer_id, start, stop,
+    slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
+    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    counters,
+    batch_bucket, batch_rank, batch_row, bucket_count,
+):
+    """The pre-pass of a validation split into lanes (``state.lanes``): give every batch of ``start..stop-1``
+    its partition and producer row before any is checked, so lanes that own disjoint partitions can then run
+    :func:`validate_batches` side by side without inserting into the shared indexes.
+
+    A partition or (partition, producer id) not in the table gets an entry as a first write would create it
+    (next offset 0; :func:`init_row`): until a batch is committed to it, it reads exactly as an absent one, and
+    the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the partition's
+    index + 1; 0 for a negative partition, which no rule lets through), ``batch_rank`` (how many batches of the
+    bucket came before it: ``bucket_count[bucket]``, then counted) and ``batch_row`` (-1 without a producer
+    id). Returns the first index not processed: ``stop``, unless adding an entry would leave the table without
+    a spare row or partition (lanes' ``validate_batches`` stops at a full table); grow it and call again."""
+    rows = (row_i64, row_i32, row_i16, row_i8)
+    row_capacity = row_i64.shape[0]
+    partition_capacity = partition_id.shape[0]
+    for i in range(start, stop):
+        part = int(partition[i])
+        pid = int(producer_id[i])
+        bucket = 0
+        row = -1
+        if part >= 0:
+            pslot = partition_slot(pslot_partition, pslot_index, part)
+            index = int(pslot_index[pslot])
+            if index < 0:
+                index = int(counters[N_PARTITIONS])
+                if index + 1 >= partition_capacity:
+                    return i
+                pslot_partition[pslot] = part
+                pslot_index[pslot] = index
+                partition_id[index] = part
+                partition_next_offset[index] = 0
+                counters[N_PARTITIONS] = index + 1
+            if pid >= 0:
+                slot = producer_slot(slot_i64, slot_i32, pid, part)
+                row = int(slot_i32[slot, SLOT_ROW])
+                if row < 0:
+                    row = int(counters[N_ROWS])
+                    if row + 1 >= row_capacity:
+                        return i
+                    slot_i64[slot, SLOT_PRODUCER_ID] = pid
+                    slot_i32[slot, SLOT_PARTITION] = part
+                    slot_i32[slot, SLOT_ROW] = row
+                    init_row(rows, row, pid, part, index)
+                    counters[N_ROWS] = row + 1
+            bucket = index + 1
+        rank = int(bucket_count[bucket])
+        bucket_count[bucket] = rank + 1
+        batch_bucket[i] = bucket
+        batch_rank[i] = rank
+        batch_row[i] = row
     return stop

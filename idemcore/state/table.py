@@ -189,12 +189,13 @@ class ProducerStateTable:
         backend.rebuild_producer_index(self._slot_i64, self._slot_i32, self._row_i64, self._row_i32, self.n_producers)
         backend.rebuild_partition_index(self.pslot_partition, self.pslot_index, self.partition_id, self.n_partitions)
 
-    def grow(self, backend: Backend | str | None = None) -> None:
-        """Double whichever of rows or partitions is full (the kernel stopped for room)."""
+    def grow(self, backend: Backend | str | None = None, spare: int = 0) -> None:
+        """Double whichever of rows or partitions is full (the kernel stopped for room), or would be left with no
+        more than ``spare`` free entries (``reserve_rows`` keeps one)."""
         backend = get_backend(backend)
-        if self.n_producers >= len(self._row_i64):
+        if self.n_producers + spare >= len(self._row_i64):
             self._allocate_rows(2 * len(self._row_i64), self.n_producers, self._row_i64)
-        if self.n_partitions >= len(self.partition_id):
+        if self.n_partitions + spare >= len(self.partition_id):
             old = {name: getattr(self, name) for name in _PARTITION_FIELDS}
             self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
         self._reindex(backend)
@@ -212,6 +213,29 @@ class ProducerStateTable:
         self.generation += 1
         self._reindex(get_backend(backend))
         return n - kept
+
+    def remove_partitions(self, remove: np.ndarray, backend: Backend | str | None = None) -> int:
+        """Drop the partitions where ``remove`` (bool, one per partition) is true; return how many. A partition
+        that still has producer rows cannot be removed (ValueError)."""
+        p, n = self.n_partitions, self.n_producers
+        remove = np.asarray(remove, dtype=bool)
+        if remove.shape != (p,):
+            raise ValueError(f"remove must have one flag per partition ({p}), got shape {remove.shape}")
+        held = remove[self.row_partition_index[:n]]
+        if held.any():
+            partition = int(self.partition_id[self.row_partition_index[:n][held][0]])
+            raise ValueError(f"partition {partition} still has producer rows: remove them first")
+        keep = ~remove
+        kept = int(keep.sum())
+        self.row_partition_index[:n] = (np.cumsum(keep) - 1)[self.row_partition_index[:n]]
+        for name in _PARTITION_FIELDS:
+            array = getattr(self, name)
+            array[:kept] = array[:p][keep]
+            array[kept:p] = 0
+        self.counters[rules.N_PARTITIONS] = kept
+        self.generation += 1
+        self._reindex(get_backend(backend))
+        return p - kept
 
     def set_next_offset(self, partition: int, offset: int, backend: Backend | str | None = None) -> None:
         """Set the offset the next batch appended to ``partition`` gets (its log end, e.g. after recovery loaded

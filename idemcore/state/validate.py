@@ -22,6 +22,7 @@ from idemcore.kernels import reference as rules
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
 from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.record.columns import BatchMetadata
+from idemcore.state import lanes
 from idemcore.state.table import ProducerStateTable
 
 
@@ -34,6 +35,7 @@ class CompletedTxns:
     first_offset: np.ndarray  # int64, first offset of the transaction's data
     last_offset: np.ndarray  # int64, offset of the marker
     aborted: np.ndarray  # bool
+    marker: np.ndarray  # int64, the index (in the call's batches) of the marker that closed it
 
     def __len__(self) -> int:
         return len(self.partition)
@@ -41,7 +43,7 @@ class CompletedTxns:
     @classmethod
     def empty(cls, size: int) -> CompletedTxns:
         return cls(np.zeros(size, np.int32), np.zeros(size, np.int64), np.zeros(size, np.int64),
-                   np.zeros(size, np.int64), np.zeros(size, np.bool_))
+                   np.zeros(size, np.int64), np.zeros(size, np.bool_), np.zeros(size, np.int64))
 
     @classmethod
     def concat(cls, parts: list[CompletedTxns]) -> CompletedTxns:
@@ -52,7 +54,7 @@ class CompletedTxns:
     def kernel_columns(self) -> TxnColumns:
         """The columns as the kernels write them (``aborted`` as a uint8 view)."""
         return TxnColumns(self.partition, self.producer_id, self.first_offset, self.last_offset,
-                          self.aborted.view(np.uint8))
+                          self.aborted.view(np.uint8), self.marker)
 
     def head(self, size: int) -> CompletedTxns:
         return CompletedTxns(*(getattr(self, name)[:size] for name in self.__dataclass_fields__))
@@ -126,11 +128,21 @@ def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origi
     return packed, state, Origin.parse(origin), get_backend(backend)
 
 
+def check_threads(threads: Any) -> int:
+    """``threads`` if it is a whole number of at least 1, else ValueError naming it."""
+    if isinstance(threads, bool) or not isinstance(threads, int | np.integer) or threads < 1:
+        raise ValueError(f"threads must be a whole number of at least 1, not {threads!r}")
+    return int(threads)
+
+
 def validate(
     batches: Any,
     state: ProducerStateTable | None = None,
     origin: str | Origin = "client",
     backend: str | Backend | None = None,
+    *,
+    threads: int = 1,
+    group: bool | None = None,
 ) -> Verdicts:
     """Apply Kafka's producer-state rules to every batch, in order, committing each accepted one.
 
@@ -141,9 +153,19 @@ def validate(
     ``"replication"``; it applies to data batches, control batches are always
     checked as markers written by the coordinator. ``backend``: ``"cython"``,
     ``"numba"``, ``"python"``, ``"auto"`` or None (``$IDEMCORE_BACKEND``).
+
+    ``threads``: split the partitions over this many threads, each checking its
+    own partitions' batches in order (the compiled backends release the GIL;
+    ``python`` runs the lanes one after another). ``group``: check the batches
+    partition by partition, which keeps a partition's producers in the caches;
+    None chooses by :func:`idemcore.state.lanes.should_group`. Either way the
+    verdicts, the completed transactions and the state are those of one thread
+    in input order (see :mod:`idemcore.state.lanes`).
     """
+    check_threads(threads)
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)))
+    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)), threads=threads,
+                         group=group)
 
 
 def check(
@@ -211,9 +233,14 @@ def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, s
 
 
 def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
-                  out: VerdictColumns) -> Verdicts:
+                  out: VerdictColumns, threads: int = 1, group: bool | None = None) -> Verdicts:
     """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
     of bigger ones, of :data:`VERDICT_DTYPES`)."""
+    check_threads(threads)
+    if group is None:
+        group = lanes.should_group(state, len(packed))
+    if group or (threads > 1 and len(packed) > 1):
+        return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads), bool(group))
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txns = completed.kernel_columns()
     columns = packed.kernel_columns()

@@ -1,0 +1,104 @@
+"""validate(threads=N, group=...): lanes of partitions give what one thread in input order gives.
+
+Checked against the single-threaded validate of the same backend (itself checked against the oracle and the
+reference in test_properties): every verdict column, the completed transactions in order, and the state.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import idemcore
+from idemcore import ProducerStateTable
+from idemcore.state import lanes, validate
+
+from .helpers import batches, data
+from .test_properties import SETTINGS, _txn_rows, assert_same_state, chaotic_stream, origins, streams
+
+SPLITS = [(1, True), (2, False), (2, True), (3, False), (4, True)]
+
+
+def assert_same_verdicts(result, reference):
+    for name, column in reference.to_dict().items():
+        np.testing.assert_array_equal(getattr(result, name), column, err_msg=name)
+    assert _txn_rows(result) == _txn_rows(reference)
+    np.testing.assert_array_equal(result.completed_txns.marker, reference.completed_txns.marker)
+
+
+@SETTINGS
+@given(rows=streams(), origin=origins, split=st.sampled_from(SPLITS),
+       cuts=st.lists(st.integers(0, 60), max_size=3))
+def test_lanes_equal_one_thread(backend, rows, origin, split, cuts):
+    threads, group = split
+    whole_state = ProducerStateTable()
+    whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
+    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
+    state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # reserve_rows grows it mid-pass
+    parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend, threads=threads, group=group)
+             for a, b in itertools.pairwise(bounds)]
+    for name, column in whole.to_dict().items():
+        np.testing.assert_array_equal(np.concatenate([getattr(p, name) for p in parts]), column, err_msg=name)
+    assert [txn for p in parts for txn in _txn_rows(p)] == _txn_rows(whole)
+    assert_same_state(state, whole_state)
+    assert state.n_producers == whole_state.n_producers and state.n_partitions == whole_state.n_partitions
+
+
+@pytest.mark.parametrize("origin", ["client", "replication"])
+@pytest.mark.parametrize("threads, group", SPLITS)
+def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, group):
+    columns = chaotic_stream(20_000, seed=5)
+    columns["is_control"][::97] = True  # markers closing transactions across all partitions
+    columns["control_type"][::97] = np.arange(len(columns["control_type"][::97])) % 2
+    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=2, partition_capacity=1)
+    reference = validate(columns, ref_state, origin=origin, backend=backend)
+    result = validate(columns, state, origin=origin, backend=backend, threads=threads, group=group)
+    assert len(reference.completed_txns) > 20
+    assert_same_verdicts(result, reference)
+    assert_same_state(state, ref_state)
+    # the state carries on as one thread's would
+    more = chaotic_stream(5_000, seed=6)
+    assert_same_verdicts(validate(more, state, origin=origin, backend=backend, threads=threads),
+                         validate(more, ref_state, origin=origin, backend=backend))
+    assert_same_state(state, ref_state)
+
+
+def test_refused_first_writes_leave_no_entry():
+    # A new producer whose first batch is refused, on a partition nothing is written to: reserve_rows added
+    # entries for both, which must not stay.
+    rows = [{"partition": 0, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0},
+            {"partition": 1, "producer_id": 6, "producer_epoch": 0, "base_sequence": -1, "last_sequence": -1,
+             "is_transactional": True},  # no sequence from a client: INVALID_RECORD
+            {"partition": 0, "producer_id": 7, "producer_epoch": 0, "base_sequence": 3, "last_sequence": 2},
+            {"partition": 0, "producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0}]
+    rows = [{"record_count": 1, **row} for row in rows]
+    state = ProducerStateTable()
+    verdicts = validate(batches(rows), state, threads=2, group=True)
+    assert verdicts.status.tolist() == [0, 2, 2, 0]
+    assert state.n_partitions == 1 and state.n_producers == 2
+    assert sorted(state.row_producer_id[:2].tolist()) == [5, 7]
+    assert state.row_of(1, 6) is None and state.next_offset(1) == 0
+    assert state.next_offset(0) == 2
+
+
+def test_deal_puts_the_biggest_first_on_the_least_loaded_lane():
+    assert lanes.deal(np.array([0, 10, 3, 3, 4]), 2).tolist() == [0, 0, 1, 1, 1]
+    assert lanes.deal(np.array([0, 5]), 3).tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_threads_must_be_a_whole_number(threads):
+    with pytest.raises(ValueError, match=f"threads must be .* not {threads!r}"):
+        validate(batches([{"producer_id": 1}]), threads=threads)
+
+
+def test_remove_partitions_refuses_one_with_rows():
+    state = ProducerStateTable()
+    validate(batches([data(1, 0, 0, partition=3)]), state)
+    with pytest.raises(ValueError, match="partition 3 still has producer rows"):
+        state.remove_partitions(np.array([True]))
