@@ -37,6 +37,7 @@ def test_the_compiled_row_is_the_reference_layout():
     assert layout["coordinator_epoch"] == 4 * rules.ROW_COORDINATOR_EPOCH
     assert layout["partition"] == 4 * rules.ROW_PARTITION
     assert layout["producer_id"] == 8 * rules.ROW_PRODUCER_ID
+    assert layout["reserved_by"] == 8 * rules.ROW_RESERVED_BY
     assert layout["slot_producer_id"] == 8 * rules.SLOT_PRODUCER_ID
     assert layout["slot_partition"] == 4 * rules.SLOT_PARTITION and layout["slot_row"] == 4 * rules.SLOT_ROW
     # An in-sequence batch reads the first cache line only.

@@ -14,7 +14,8 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     commit the batches ``check_batches`` accepted (after the log write).
 ``reserve_rows(...) -> int``
     the pre-pass of a validation split into lanes of partitions (``state.lanes``):
-    every batch's partition and producer row, entries added for new ones.
+    every batch's partition and producer row, entries added for new ones;
+    ``validate_listed(...) -> int`` is validate_batches over a lane's batches.
 ``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
     refill the open-addressing indexes after the table grows or drops rows.
 ``drain_partitions(...) -> int``
@@ -76,6 +77,7 @@ class Backend:
     check_batches: Callable[..., int]
     commit_batches: Callable[..., int]
     reserve_rows: Callable[..., int]
+    validate_listed: Callable[..., int]
     rebuild_producer_index: Callable[..., None]
     rebuild_partition_index: Callable[..., None]
     drain_partitions: Callable[..., int]

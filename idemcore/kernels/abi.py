@@ -9,6 +9,7 @@ these names in this order.
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
 ``reserve_rows(partition, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
+``validate_listed(*BatchColumns, origin, listed, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
 ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
@@ -87,11 +88,10 @@ class CommitVerdicts(NamedTuple):
 
 
 class LaneColumns(NamedTuple):
-    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0; rank within the
-    bucket; row, -1 without a producer id) and per bucket (int64 count, one more than the partition capacity)."""
+    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0; row, -1 without a
+    producer id) and per bucket (int64 count of batches; one more bucket than the partition capacity)."""
 
     batch_bucket: np.ndarray
-    batch_rank: np.ndarray
     batch_row: np.ndarray
     bucket_count: np.ndarray
 
@@ -106,6 +106,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                       *TxnColumns._fields),
     "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
     "reserve_rows": ("partition", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
+    "validate_listed": (*BatchColumns._fields, "origin", "listed", *SCALARS_COMMIT, *StateArrays._fields,
+                        *VerdictColumns._fields, *TxnColumns._fields),
 }
 
 

@@ -130,7 +130,8 @@ cdef struct Row:
     int32_t coordinator_epoch
     int32_t partition
     int64_t producer_id
-    int64_t unused[4]
+    int64_t reserved_by  # reserve_rows: the batch that added the entry (no rule reads it)
+    int64_t unused[3]
 
 
 cdef struct Slot:
@@ -311,7 +312,7 @@ def row_layout():
         "ring_last_offset": <char *>&r.ring[0].last_offset - base, "ring_timestamp": <char *>&r.ring[0].timestamp - base,
         "ring_entry_size": sizeof(RingEntry),
         "coordinator_epoch": <char *>&r.coordinator_epoch - base, "partition": <char *>&r.partition - base,
-        "producer_id": <char *>&r.producer_id - base,
+        "producer_id": <char *>&r.producer_id - base, "reserved_by": <char *>&r.reserved_by - base,
         "slot_producer_id": <char *>&t.producer_id - <char *>&t, "slot_partition": <char *>&t.partition - <char *>&t,
         "slot_row": <char *>&t.row - <char *>&t,
     }
@@ -990,24 +991,24 @@ def reserve_rows(
     int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
     int64_t[::1] partition_next_offset,
     int64_t[::1] counters,
-    int32_t[::1] batch_bucket, int32_t[::1] batch_rank, int32_t[::1] batch_row, int64_t[::1] bucket_count,
+    int32_t[::1] batch_bucket, int32_t[::1] batch_row, int64_t[::1] bucket_count,
 ):
     """The pre-pass of a validation split into lanes: every batch's bucket (partition index + 1, 0 for a negative
-    partition), rank in its bucket and producer row, adding entries for new partitions and producers; returns
+    partition) and producer row, counted per bucket, adding entries for new partitions and producers; returns
     the first index not processed (``stop`` unless the table would be left without a spare row or partition).
     See the reference."""
     cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
                              partition_id, partition_next_offset, counters)
     if start < stop:
         require(start >= 0 and min(partition.shape[0], producer_id.shape[0], batch_bucket.shape[0],
-                                   batch_rank.shape[0], batch_row.shape[0]) >= stop,
+                                   batch_row.shape[0]) >= stop,
                 "start..stop beyond the batch columns")
     require(bucket_count.shape[0] > st.partition_capacity, "bucket_count shorter than the partitions + 1")
     cdef const int32_t *parts = &partition[0]
     cdef const int64_t *pids = &producer_id[0]
     cdef int64_t *counts = &bucket_count[0]
     cdef Py_ssize_t i, j, pslot, slot, index, row, bucket
-    cdef int64_t part, pid, rank
+    cdef int64_t part, pid
     cdef Py_ssize_t stopped = stop
     cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
     with nogil:
@@ -1045,11 +1046,83 @@ def reserve_rows(
                         st.slots[slot].partition = <int32_t>part
                         st.slots[slot].row = <int32_t>row
                         init_row(&st.rows[row], pid, part, index)
+                        st.rows[row].reserved_by = i
                         st.counters[N_ROWS] = row + 1
                 bucket = index + 1
-            rank = counts[bucket]
-            counts[bucket] = rank + 1
+            counts[bucket] += 1
             batch_bucket[i] = <int32_t>bucket
-            batch_rank[i] = <int32_t>rank
             batch_row[i] = <int32_t>row
+    return stopped
+
+
+cdef inline void prefetch_listed(const Batches *b, const State *s, const int64_t *listed, Py_ssize_t k,
+                                 Py_ssize_t stop) noexcept nogil:
+    # prefetch() for the batches a lane lists: the slot and row of the listed batches ahead.
+    cdef Py_ssize_t j
+    cdef const Slot *slot
+    if k + SLOT_AHEAD < stop:
+        j = listed[k + SLOT_AHEAD]
+        IDEMCORE_PREFETCH(&s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask])
+    if k + ROW_AHEAD < stop:
+        j = listed[k + ROW_AHEAD]
+        slot = &s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask]
+        if slot.row >= 0:
+            IDEMCORE_PREFETCH(&s.rows[slot.row])
+
+
+def validate_listed(
+    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
+    const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
+    const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
+    int origin, const int64_t[::1] listed, Py_ssize_t start, Py_ssize_t stop,
+    int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
+    int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
+    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
+    int64_t[::1] partition_next_offset,
+    int64_t[::1] counters,
+    int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
+    int8_t[::1] out_finding, int64_t[::1] out_expected,
+    int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
+    int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
+):
+    """validate_batches over the batches ``listed[start:stop]`` (ascending indices), their verdict columns
+    prefilled by the caller; returns the first position in ``listed`` not processed. See the reference."""
+    cdef Py_ssize_t n = min(partition.shape[0], out_status.shape[0])
+    cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+                                   record_count, max_timestamp, is_transactional, is_control, control_type,
+                                   coordinator_epoch, 0, n)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
+                             partition_id, partition_next_offset, counters)
+    cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
+                                    out_expected, 0, n)
+    cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
+                                       txn_aborted, txn_marker)
+    cdef Py_ssize_t k, i, slot
+    cdef Py_ssize_t stopped = stop
+    cdef Py_ssize_t bad = -1
+    cdef bint client = origin == ORIGIN_CLIENT
+    cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
+    if start < stop:
+        require(start >= 0 and listed.shape[0] >= stop, "start..stop beyond the listed batches")
+    cdef const int64_t *lst = &listed[0]
+    with nogil:
+        for k in range(start, stop):  # (every index checked first: prefetch reads the ones ahead)
+            if lst[k] < 0 or lst[k] >= n:
+                bad = k
+                break
+    require(bad < 0, "a listed batch beyond the batch columns")
+    with nogil:
+        for k in range(start, stop):
+            i = lst[k]
+            if ahead:
+                prefetch_listed(&b, &st, lst, k, stop)
+            if client and append_in_sequence(i, &b, &st, &out):
+                continue
+            if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
+                stopped = k
+                break
+            slot = check_batch(i, &b, origin, &st, &out, &done)
+            if out.status[i] == APPENDED:
+                commit_batch(i, slot, &b, &st, &out)
     return stopped

@@ -28,7 +28,7 @@ JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True}
 #: pay reference counting on every batch.
 HELPER_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "inline": "always"}
 _ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches", "check_batches",
-                 "commit_batches", "reserve_rows", "drain_partitions", "scan_batches")
+                 "commit_batches", "reserve_rows", "validate_listed", "drain_partitions", "scan_batches")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
@@ -38,7 +38,7 @@ _FUNCTIONS = (
     "find_duplicate", "newest_last_seq", "check_marker", "check_epoch", "sequence_error", "sequence_finding",
     "check_sequence", "check_txn_state", "check_offsets", "log_end", "emit", "check_batch", "ring_push", "init_row",
     "commit_batch", "append_in_sequence",
-    *_ENTRY_POINTS[:6],
+    *_ENTRY_POINTS[:7],
 )
 
 
@@ -63,6 +63,7 @@ validate_batches = _compiled["validate_batches"]
 check_batches = _compiled["check_batches"]
 commit_batches = _compiled["commit_batches"]
 reserve_rows = _compiled["reserve_rows"]
+validate_listed = _compiled["validate_listed"]
 drain_partitions = _compiled_drain["drain_partitions"]
 rebuild_producer_index = _compiled["rebuild_producer_index"]
 rebuild_partition_index = _compiled["rebuild_partition_index"]

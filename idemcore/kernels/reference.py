@@ -83,7 +83,8 @@ N_COMPLETED = 2
 #   bytes   0-63   epoch i16 @0 | head i8 @2 | len i8 @3 | partition index i32 @4 | txn first offset i64 @8 |
 #                  last timestamp i64 @16 | ring last seq i32[5] @24 | ring offset delta i32[5] @44
 #   bytes  64-143  ring (last offset i64, timestamp i64)[5]
-#   bytes 144-191  coordinator epoch i32 @144 | partition i32 @148 | producer id i64 @152 | unused
+#   bytes 144-191  coordinator epoch i32 @144 | partition i32 @148 | producer id i64 @152 |
+#                  reserved by i64 @160 (reserve_rows: the batch that added the entry; no rule reads it) | unused
 ROW_WORDS = 24
 ROW_EPOCH = 0  # row_i16
 ROW_HEAD = 2  # row_i8
@@ -98,6 +99,7 @@ ROW_RING_TIMESTAMP = 9  # row_i64, + 2 * position
 ROW_COORDINATOR_EPOCH = 36  # row_i32
 ROW_PARTITION = 37  # row_i32
 ROW_PRODUCER_ID = 19  # row_i64
+ROW_RESERVED_BY = 20  # row_i64
 # The producer index: 16-byte slots (producer id i64 @0, partition i32 @8, row i32 @12; row -1: empty), read
 # through two views (slot_i64: 2 words a slot, slot_i32: 4), so a probe compares the key in the slot's own line.
 SLOT_WORDS = 2
@@ -664,7 +666,7 @@ def reserve_rows(
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
-    batch_bucket, batch_rank, batch_row, bucket_count,
+    batch_bucket, batch_row, bucket_count,
 ):
     """The pre-pass of a validation split into lanes (``state.lanes``): give every batch of ``start..stop-1``
     its partition and producer row before any is checked, so lanes that own disjoint partitions can then run
@@ -673,9 +675,9 @@ def reserve_rows(
     A partition or (partition, producer id) not in the table gets an entry as a first write would create it
     (next offset 0; :func:`init_row`): until a batch is committed to it, it reads exactly as an absent one, and
     the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the partition's
-    index + 1; 0 for a negative partition, which no rule lets through), ``batch_rank`` (how many batches of the
-    bucket came before it: ``bucket_count[bucket]``, then counted) and ``batch_row`` (-1 without a producer
-    id). Returns the first index not processed: ``stop``, unless adding an entry would leave the table without
+    index + 1; 0 for a negative partition, which no rule lets through) and ``batch_row`` (-1 without a producer
+    id), and counts it in ``bucket_count``; an added row remembers the batch that added it
+    (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave the table without
     a spare row or partition (lanes' ``validate_batches`` stops at a full table); grow it and call again."""
     rows = (row_i64, row_i32, row_i16, row_i8)
     row_capacity = row_i64.shape[0]
@@ -708,11 +710,48 @@ def reserve_rows(
                     slot_i32[slot, SLOT_PARTITION] = part
                     slot_i32[slot, SLOT_ROW] = row
                     init_row(rows, row, pid, part, index)
+                    row_i64[row, ROW_RESERVED_BY] = i
                     counters[N_ROWS] = row + 1
             bucket = index + 1
-        rank = int(bucket_count[bucket])
-        bucket_count[bucket] = rank + 1
+        bucket_count[bucket] += 1
         batch_bucket[i] = bucket
-        batch_rank[i] = rank
         batch_row[i] = row
+    return stop
+
+
+
+def validate_listed(
+    partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
+    origin, listed, start, stop,
+    slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
+    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    counters,
+    out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
+    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
+):
+    """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order): a lane's
+    batches among all of a call's (``state.lanes``). The caller prefills their verdict columns as an appended
+    batch has them (APPENDED, NONE, F_NONE, -1: the compiled twin writes only an in-sequence batch's offsets).
+    Returns the first position in ``listed`` not processed (``stop`` unless the table ran out of room)."""
+    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+             max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
+    slots = (slot_i64, slot_i32)
+    rows = (row_i64, row_i32, row_i16, row_i8)
+    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
+    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
+    committed = (out_status, out_base_offset, out_last_offset)
+    row_capacity = row_i64.shape[0]
+    partition_capacity = partition_id.shape[0]
+    client = origin == ORIGIN_CLIENT
+    for k in range(start, stop):
+        i = int(listed[k])
+        if client and append_in_sequence(i, batch, slots, rows, parts, out):
+            continue
+        if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
+            return k
+        slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
+        if out_status[i] == APPENDED:
+            commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop

@@ -142,7 +142,6 @@ def validate(
     backend: str | Backend | None = None,
     *,
     threads: int = 1,
-    group: bool | None = None,
 ) -> Verdicts:
     """Apply Kafka's producer-state rules to every batch, in order, committing each accepted one.
 
@@ -156,16 +155,13 @@ def validate(
 
     ``threads``: split the partitions over this many threads, each checking its
     own partitions' batches in order (the compiled backends release the GIL;
-    ``python`` runs the lanes one after another). ``group``: check the batches
-    partition by partition, which keeps a partition's producers in the caches;
-    None chooses by :func:`idemcore.state.lanes.should_group`. Either way the
-    verdicts, the completed transactions and the state are those of one thread
-    in input order (see :mod:`idemcore.state.lanes`).
+    ``python`` runs the lanes one after another). The verdicts, the completed
+    transactions and the state are those of one thread in input order (see
+    :mod:`idemcore.state.lanes`).
     """
     check_threads(threads)
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)), threads=threads,
-                         group=group)
+    return validate_into(packed, state, origin, kernel, Verdicts.allocate(len(packed)), threads=threads)
 
 
 def check(
@@ -233,14 +229,13 @@ def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, s
 
 
 def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
-                  out: VerdictColumns, threads: int = 1, group: bool | None = None) -> Verdicts:
+                  out: VerdictColumns, threads: int = 1) -> Verdicts:
     """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
     of bigger ones, of :data:`VERDICT_DTYPES`)."""
-    check_threads(threads)
-    if group is None:
-        group = lanes.should_group(state, len(packed))
-    if group or (threads > 1 and len(packed) > 1):
-        return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads), bool(group))
+    if check_threads(threads) > 1 and len(packed) > 1:
+        partition = packed["partition"]
+        if partition.min() != partition.max():  # (one partition is one lane)
+            return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads))
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txns = completed.kernel_columns()
     columns = packed.kernel_columns()
