@@ -677,8 +677,8 @@ def reserve_rows(
     the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the partition's
     index + 1; 0 for a negative partition, which no rule lets through) and ``batch_row`` (-1 without a producer
     id), and counts it in ``bucket_count``; an added row remembers the batch that added it
-    (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave the table without
-    a spare row or partition (lanes' ``validate_batches`` stops at a full table); grow it and call again."""
+    (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave
+    the table without a spare row or partition (lanes stop at a full table); grow it and call again."""
     rows = (row_i64, row_i32, row_i16, row_i8)
     row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
