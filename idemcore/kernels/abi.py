@@ -9,7 +9,8 @@ these names in this order.
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
 ``reserve_rows(partition, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
-``validate_listed(*BatchColumns, origin, listed, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
+``validate_listed(*BatchColumns, origin, listed, batch_row, start, stop, *StateArrays, *VerdictColumns,
+*TxnColumns) -> int``
 ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
@@ -106,7 +107,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                       *TxnColumns._fields),
     "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
     "reserve_rows": ("partition", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
-    "validate_listed": (*BatchColumns._fields, "origin", "listed", *SCALARS_COMMIT, *StateArrays._fields,
+    "validate_listed": (*BatchColumns._fields, "origin", "listed", "batch_row", *SCALARS_COMMIT,
+                        *StateArrays._fields,
                         *VerdictColumns._fields, *TxnColumns._fields),
 }
 

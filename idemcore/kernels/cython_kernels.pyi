@@ -57,7 +57,7 @@ def validate_listed(
     partition: np.ndarray, producer_id: np.ndarray, producer_epoch: np.ndarray, base_sequence: np.ndarray,
     last_sequence: np.ndarray, base_offset: np.ndarray, record_count: np.ndarray, max_timestamp: np.ndarray,
     is_transactional: np.ndarray, is_control: np.ndarray, control_type: np.ndarray, coordinator_epoch: np.ndarray,
-    origin: int, listed: np.ndarray, start: int, stop: int,
+    origin: int, listed: np.ndarray, batch_row: np.ndarray, start: int, stop: int,
     slot_i64: np.ndarray, slot_i32: np.ndarray, row_i64: np.ndarray, row_i32: np.ndarray, row_i16: np.ndarray,
     row_i8: np.ndarray,
     pslot_partition: np.ndarray, pslot_index: np.ndarray, partition_id: np.ndarray,

@@ -649,29 +649,40 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
             r.txn_first_offset = first_offset  # the first transactional batch opens the transaction
 
 
+cdef inline bint plain_data(Py_ssize_t i, const Batches *b) noexcept nogil:
+    # Well-formed data of a producer id with a sequence, its offsets left to the log: what append_in_sequence
+    # takes (the reference: plain_data).
+    cdef int64_t first_seq = b.base_sequence[i]
+    cdef int64_t count = b.record_count[i]
+    return not (b.producer_id[i] < 0 or b.partition[i] < 0 or b.producer_epoch[i] < -1 or count < 1
+                or b.is_control[i] or b.base_offset[i] != -1 or first_seq < 0 or first_seq > SEQ_MAX
+                or b.last_sequence[i] != seq_add(first_seq, count - 1))
+
+
 cdef inline bint append_in_sequence(Py_ssize_t i, const Batches *b, State *s, Verdicts *out) noexcept nogil:
     # The usual CLIENT batch, checked and committed in one go: well-formed data of a known producer, same epoch,
     # the next sequence after its newest retained batch, no retry of a retained one, no open transaction it would
     # break, room for its offsets. Then it is APPENDED (the caller prefilled the constant verdict columns: only the
     # offsets are written here) and committed as commit_batch would; else nothing is written and False returned,
     # for check_batch and commit_batch to apply every rule (the reference: append_in_sequence).
-    cdef int64_t pid = b.producer_id[i]
-    cdef int64_t part = b.partition[i]
+    cdef Py_ssize_t row
+    if not plain_data(i, b):
+        return False
+    row = s.slots[producer_slot(s.slots, s.slot_mask, b.producer_id[i], b.partition[i])].row
+    return row >= 0 and append_to_row(i, row, b, s, out)
+
+
+cdef inline bint append_to_row(Py_ssize_t i, Py_ssize_t row, const Batches *b, State *s,
+                               Verdicts *out) noexcept nogil:
+    # append_in_sequence of a plain_data batch whose producer row is known.
     cdef int64_t epoch = b.producer_epoch[i]
     cdef int64_t first_seq = b.base_sequence[i]
     cdef int64_t last_seq = b.last_sequence[i]
     cdef int64_t count = b.record_count[i]
-    cdef Py_ssize_t slot, row, head, length, pos
+    cdef Py_ssize_t head, length, pos
     cdef Row *r
     cdef int64_t *next_offset
     cdef int64_t first_offset, last_offset, timestamp
-    if (pid < 0 or part < 0 or epoch < -1 or count < 1 or b.is_control[i] or b.base_offset[i] != -1
-            or first_seq < 0 or first_seq > SEQ_MAX or last_seq != seq_add(first_seq, count - 1)):
-        return False
-    slot = producer_slot(s.slots, s.slot_mask, pid, part)
-    row = s.slots[slot].row
-    if row < 0:
-        return False
     r = &s.rows[row]
     head = r.head
     length = r.length
@@ -1055,19 +1066,14 @@ def reserve_rows(
     return stopped
 
 
-cdef inline void prefetch_listed(const Batches *b, const State *s, const int64_t *listed, Py_ssize_t k,
+cdef inline void prefetch_listed(const State *s, const int64_t *listed, const int32_t *rows, Py_ssize_t k,
                                  Py_ssize_t stop) noexcept nogil:
-    # prefetch() for the batches a lane lists: the slot and row of the listed batches ahead.
-    cdef Py_ssize_t j
-    cdef const Slot *slot
+    # prefetch() for the batches a lane lists, whose rows are known: the row of the listed batch ahead.
+    cdef Py_ssize_t row
     if k + SLOT_AHEAD < stop:
-        j = listed[k + SLOT_AHEAD]
-        IDEMCORE_PREFETCH(&s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask])
-    if k + ROW_AHEAD < stop:
-        j = listed[k + ROW_AHEAD]
-        slot = &s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask]
-        if slot.row >= 0:
-            IDEMCORE_PREFETCH(&s.rows[slot.row])
+        row = rows[listed[k + SLOT_AHEAD]]
+        if 0 <= row < s.row_capacity:
+            IDEMCORE_PREFETCH(&s.rows[row])
 
 
 def validate_listed(
@@ -1075,7 +1081,7 @@ def validate_listed(
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
-    int origin, const int64_t[::1] listed, Py_ssize_t start, Py_ssize_t stop,
+    int origin, const int64_t[::1] listed, const int32_t[::1] batch_row, Py_ssize_t start, Py_ssize_t stop,
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
     int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
@@ -1086,8 +1092,9 @@ def validate_listed(
     int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
     int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
-    """validate_batches over the batches ``listed[start:stop]`` (ascending indices), their verdict columns
-    prefilled by the caller; returns the first position in ``listed`` not processed. See the reference."""
+    """validate_batches over the batches ``listed[start:stop]`` (ascending indices) whose rows reserve_rows
+    gave in ``batch_row``, their verdict columns prefilled by the caller; returns the first position in
+    ``listed`` not processed. See the reference."""
     cdef Py_ssize_t n = min(partition.shape[0], out_status.shape[0])
     cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
@@ -1098,14 +1105,16 @@ def validate_listed(
                                     out_expected, 0, n)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
-    cdef Py_ssize_t k, i, slot
+    cdef Py_ssize_t k, i, slot, row
     cdef Py_ssize_t stopped = stop
     cdef Py_ssize_t bad = -1
     cdef bint client = origin == ORIGIN_CLIENT
     cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
     if start < stop:
         require(start >= 0 and listed.shape[0] >= stop, "start..stop beyond the listed batches")
+    require(batch_row.shape[0] >= n, "batch_row shorter than the batch columns")
     cdef const int64_t *lst = &listed[0]
+    cdef const int32_t *rows = &batch_row[0]
     with nogil:
         for k in range(start, stop):  # (every index checked first: prefetch reads the ones ahead)
             if lst[k] < 0 or lst[k] >= n:
@@ -1116,9 +1125,14 @@ def validate_listed(
         for k in range(start, stop):
             i = lst[k]
             if ahead:
-                prefetch_listed(&b, &st, lst, k, stop)
-            if client and append_in_sequence(i, &b, &st, &out):
-                continue
+                prefetch_listed(&st, lst, rows, k, stop)
+            if client and plain_data(i, &b):
+                row = rows[i]
+                if 0 <= row < st.counters[N_ROWS]:
+                    if append_to_row(i, row, &b, &st, &out):
+                        continue
+                elif append_in_sequence(i, &b, &st, &out):
+                    continue
             if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
                 stopped = k
                 break

@@ -505,29 +505,42 @@ def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
             row_i64[row, ROW_TXN_FIRST_OFFSET] = first_offset  # the first transactional batch opens the transaction
 
 
+def plain_data(i, batch):
+    """Batch ``i`` is well-formed data of a producer id with a sequence, its offsets left to the log: what
+    :func:`append_in_sequence` takes (anything else goes through every rule)."""
+    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+     _max_timestamp, _is_transactional, is_control, _control_type, _coordinator_epoch) = batch
+    first_seq = int(base_sequence[i])
+    count = int(record_count[i])
+    return not (int(producer_id[i]) < 0 or int(partition[i]) < 0 or int(producer_epoch[i]) < -1 or count < 1
+                or is_control[i] or int(base_offset[i]) != -1 or first_seq < 0 or first_seq > INT32_MAX
+                or int(last_sequence[i]) != seq_add(first_seq, count - 1))
+
+
 def append_in_sequence(i, batch, slots, rows, parts, out):
     """The usual CLIENT batch, checked and committed in one go: well-formed data of a known producer, same
     epoch, the next sequence after its newest retained batch, no retry of a retained one, no open transaction it
     would break, room for its offsets. Then it is APPENDED and committed exactly as :func:`check_batch` and
     :func:`commit_batch` would, and True is returned; else nothing is written, for them to apply every rule."""
-    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
-     max_timestamp, is_transactional, is_control, _control_type, _coordinator_epoch) = batch
+    if not plain_data(i, batch):
+        return False
     slot_i64, slot_i32 = slots
+    row = int(slot_i32[producer_slot(slot_i64, slot_i32, int(batch[1][i]), int(batch[0][i])), SLOT_ROW])
+    if row < 0:
+        return False
+    return append_to_row(i, row, batch, rows, parts, out)
+
+
+def append_to_row(i, row, batch, rows, parts, out):
+    """:func:`append_in_sequence` of a :func:`plain_data` batch whose producer row is known to be ``row``."""
+    (_partition, _producer_id, producer_epoch, base_sequence, last_sequence, _base_offset, record_count,
+     max_timestamp, is_transactional, _is_control, _control_type, _coordinator_epoch) = batch
     row_i64, row_i32, row_i16, row_i8 = rows
     _pslot_partition, _pslot_index, _partition_id, partition_next_offset = parts
-    pid = int(producer_id[i])
-    part = int(partition[i])
     epoch = int(producer_epoch[i])
     first_seq = int(base_sequence[i])
     last_seq = int(last_sequence[i])
     count = int(record_count[i])
-    if (pid < 0 or part < 0 or epoch < -1 or count < 1 or is_control[i] or int(base_offset[i]) != -1
-            or first_seq < 0 or first_seq > INT32_MAX or last_seq != seq_add(first_seq, count - 1)):
-        return False
-    slot = producer_slot(slot_i64, slot_i32, pid, part)
-    row = int(slot_i32[slot, SLOT_ROW])
-    if row < 0:
-        return False
     head = int(row_i8[row, ROW_HEAD])
     length = int(row_i8[row, ROW_LEN])
     txn_first = int(row_i64[row, ROW_TXN_FIRST_OFFSET])
@@ -723,7 +736,7 @@ def reserve_rows(
 def validate_listed(
     partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
-    origin, listed, start, stop,
+    origin, listed, batch_row, start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
     pslot_partition, pslot_index, partition_id, partition_next_offset,
     counters,
@@ -731,7 +744,8 @@ def validate_listed(
     txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order): a lane's
-    batches among all of a call's (``state.lanes``). The caller prefills their verdict columns as an appended
+    batches among all of a call's (``state.lanes``), ``batch_row`` their rows as :func:`reserve_rows` gave
+    them (a row that is not a table row is looked up instead). The caller prefills their verdict columns as an appended
     batch has them (APPENDED, NONE, F_NONE, -1: the compiled twin writes only an in-sequence batch's offsets).
     Returns the first position in ``listed`` not processed (``stop`` unless the table ran out of room)."""
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
@@ -747,8 +761,13 @@ def validate_listed(
     client = origin == ORIGIN_CLIENT
     for k in range(start, stop):
         i = int(listed[k])
-        if client and append_in_sequence(i, batch, slots, rows, parts, out):
-            continue
+        if client and plain_data(i, batch):
+            row = int(batch_row[i])
+            if 0 <= row < int(counters[N_ROWS]):
+                if append_to_row(i, row, batch, rows, parts, out):
+                    continue
+            elif append_in_sequence(i, batch, slots, rows, parts, out):
+                continue
         if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
             return k
         slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
