@@ -10,6 +10,7 @@ import itertools
 from unittest import mock
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -105,3 +106,50 @@ def test_remove_partitions_refuses_one_with_rows():
     validate(batches([data(1, 0, 0, partition=3)]), state)
     with pytest.raises(ValueError, match="partition 3 still has producer rows"):
         state.remove_partitions(np.array([True]))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from idemcore.synth.dataset import generate
+
+    from .test_replay import dataset_table
+
+    out = tmp_path_factory.mktemp("lanes") / "ds"
+    generate(out, topics=2, partitions=4, producers=12, batches=12_000, seed=5, partitions_per_file=4,
+             progress=False)
+    return dataset_table(out)
+
+
+def test_replayer_threads_find_what_one_thread_finds(dataset, monkeypatch):
+    from idemcore.audit import replayer as replayer_module
+    from idemcore.audit import shards
+
+    monkeypatch.setattr(shards, "OWN_TABLE_RUN", 16)  # every stream its own table: tables run side by side
+    monkeypatch.setattr(replayer_module, "FEED_ROWS", 1500)
+    one = replayer_module.replay_table(dataset)
+    two = replayer_module.replay_table(dataset, replayer=replayer_module.StreamReplayer(order_by="seq_no",
+                                                                                        threads=2))
+    assert one.findings.num_rows > 10  # the dataset has duplicates, gaps and transactions to find
+    for name in ("findings", "partitions", "open_txns", "txn_durations", "timeline"):
+        assert getattr(two, name).equals(getattr(one, name)), name
+    assert two.batches == one.batches == dataset.num_rows
+
+
+def test_sharded_state_names_each_transactions_marker(dataset, monkeypatch):
+    from idemcore.audit import shards
+    from idemcore.audit.replayer import StreamReplayer
+
+    monkeypatch.setattr(shards, "OWN_TABLE_RUN", 16)
+    replayer = StreamReplayer(order_by="seq_no", threads=2)
+    frame = dataset.to_pandas()
+    frame = frame.sort_values(["topic", "partition", "seq_no"], kind="stable").reset_index(drop=True)
+    # streams interleaved at random, each in its own order: every stream's rows get random places, in order
+    frame["place"] = np.random.default_rng(2).permutation(len(frame))
+    frame["place"] = frame.groupby(["topic", "partition"], observed=True)["place"].transform(np.sort)
+    interleaved = pa.Table.from_pandas(frame.sort_values("place").drop(columns="place"), preserve_index=False)
+    verdicts = replayer.feed(interleaved)
+    done = verdicts.completed_txns
+    assert len(done) > 5
+    marker = done.marker
+    assert (interleaved.column("is_control").to_numpy()[marker]).all()
+    np.testing.assert_array_equal(verdicts.base_offset[marker], done.last_offset)

@@ -141,7 +141,9 @@ class LogState(ShardedState):
             self._note_log_end(packed, ids, bounds)
             for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
                 views = VerdictColumns(*(column[start:stop] for column in out))
-                completed += self._replay(packed.slice(start, stop), int(self._table_of[ids[start]]), views)
+                for part in self._replay(packed.slice(start, stop), int(self._table_of[ids[start]]), views):
+                    part.marker[:] += start  # (the index in this call's batches)
+                    completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
 
     def _note_log_end(self, packed: BatchMetadata, ids: np.ndarray, bounds: np.ndarray) -> None:

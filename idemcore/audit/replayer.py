@@ -315,13 +315,13 @@ class StreamReplayer:
     """Feed a task's batches in stream order; read verdicts per feed and a :class:`TaskResult` at the end."""
 
     def __init__(self, origin: str | Origin = "client", order_by: str = "seq_no",
-                 backend: str | Backend | None = None, collect: bool = True):
+                 backend: str | Backend | None = None, collect: bool = True, threads: int = 1):
         self.origin = Origin.parse(origin)
         self.order_by = order_by
         self.backend = get_backend(backend)
         self.collect = collect
         self.keys = StreamKeys()
-        self.state = ShardedState(self.origin, self.backend)
+        self.state = ShardedState(self.origin, self.backend, threads)  # threads: streams' tables side by side
         self.batches = 0
         self.min_timestamp = np.iinfo(np.int64).max
         self.max_timestamp = np.iinfo(np.int64).min

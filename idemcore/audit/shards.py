@@ -17,8 +17,9 @@ from idemcore.kernels import Backend
 from idemcore.kernels.abi import VerdictColumns
 from idemcore.protocol.codes import Origin
 from idemcore.record.columns import BatchMetadata
+from idemcore.state import lanes
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts, validate, validate_into
+from idemcore.state.validate import CompletedTxns, Verdicts, check_threads, validate, validate_into
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.
 OWN_TABLE_RUN = 1024
@@ -32,9 +33,10 @@ def _runs(values: np.ndarray) -> np.ndarray:
 class ShardedState:
     """Validate packed batches whose ``partition`` column holds stream ids, state kept per stream."""
 
-    def __init__(self, origin: Origin, backend: Backend):
+    def __init__(self, origin: Origin, backend: Backend, threads: int = 1):
         self.origin = origin
         self.backend = backend
+        self.threads = check_threads(threads)  # tables validated side by side (they share nothing)
         self.tables: list[ProducerStateTable] = [ProducerStateTable()]  # 0: shared by short streams
         self._table_of = np.zeros(0, dtype=np.int32)  # per stream id; -1 until first seen
 
@@ -66,18 +68,25 @@ class ShardedState:
             packed, table = packed.take(order), table[order]
             bounds = _runs(table)
         out = Verdicts.allocate(n)
-        completed = []
-        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+
+        def run(span: tuple[int, int]) -> CompletedTxns:
+            start, stop = span
             views = VerdictColumns(*(column[start:stop] for column in out))  # the kernel writes in place
             part = validate_into(packed.slice(start, stop), self.tables[int(table[start])], self.origin,
-                                 self.backend, views)
-            completed.append(part.completed_txns)
+                                 self.backend, views).completed_txns
+            part.marker[:] += start
+            return part
+
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        mapped = lanes.thread_map(run, spans, self.threads, self.backend)
+        completed = CompletedTxns.concat(list(mapped))
         if order is not None:
             restored = VerdictColumns(*(np.empty_like(grouped) for grouped in out))
             for grouped, back in zip(out, restored, strict=True):
                 back[order] = grouped
             out = restored
-        return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
+            completed.marker[:] = order[completed.marker]
+        return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
 
     def log_end_offsets(self, streams: int) -> np.ndarray:
         """Next offset per stream id (0 for a stream with nothing appended)."""

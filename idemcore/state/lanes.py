@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import functools
 import heapq
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +44,21 @@ from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 
 @functools.cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="idemcore-lane")
+
+
+def thread_map(function: Callable[[_T], _R], items: Sequence[_T], threads: int, kernel: Backend) -> Iterator[_R]:
+    """``map(function, items)`` on up to ``threads`` threads, in order; on this thread when one is enough or the
+    kernel holds the GIL (``python``)."""
+    if threads > 1 and len(items) > 1 and kernel.name != "python":
+        return _pool(min(threads, len(items))).map(function, items)
+    return map(function, items)
 
 
 def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable
@@ -125,8 +138,7 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
         return kernel.validate_listed(*columns, int(origin), listed[t], row, 0, len(listed[t]),
                                       *arrays._replace(counters=counters[t]), *out, *region)
 
-    run = _pool(lanes).map if lanes > 1 and kernel.name != "python" else map
-    stopped = list(run(lane, range(lanes)))
+    stopped = list(thread_map(lane, range(lanes), lanes, kernel))
     if any(stop < len(mine) for stop, mine in zip(stopped, listed, strict=True)):
         raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
 
