@@ -25,13 +25,17 @@ def bench_memory_baseline(benchmark, streams, record, stream):
 
 
 @pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["cython", "numba"])
-def bench_validate(benchmark, streams, record, backend, stream):
+def bench_validate(benchmark, streams, record, backend, threads, stream):
+    """validate() from an empty table, on 1 and 2 threads (lanes of partitions: stream (a) has one partition,
+    so one lane)."""
     packed = streams[stream]
-    validate(packed.slice(0, 10_000), backend=backend)  # compile / warm caches outside the timing
-    verdicts = benchmark.pedantic(validate, args=(packed,), kwargs={"backend": backend}, rounds=3, iterations=1)
+    validate(packed.slice(0, 10_000), backend=backend, threads=threads)  # compile / warm outside the timing
+    verdicts = benchmark.pedantic(validate, args=(packed,), kwargs={"backend": backend, "threads": threads},
+                                  rounds=3, iterations=1)
     assert verdicts.counts()["duplicate"] > 0
-    record(f"validate {backend} {stream}", benchmark, len(packed))
+    record(f"validate {backend} t{threads} {stream}", benchmark, len(packed))
 
 
 @pytest.mark.parametrize("stream", STREAMS)
@@ -51,7 +55,7 @@ def bench_validate_presized(benchmark, streams, record, backend, stream):
 
     verdicts = benchmark.pedantic(validate, setup=fresh, rounds=3, iterations=1)
     assert verdicts.counts()["duplicate"] > 0
-    record(f"validate presized {backend} {stream}", benchmark, len(packed))
+    record(f"validate presized {backend} t1 {stream}", benchmark, len(packed))
 
 
 @pytest.mark.parametrize("stream", STREAMS)
