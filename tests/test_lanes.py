@@ -153,3 +153,33 @@ def test_sharded_state_names_each_transactions_marker(dataset, monkeypatch):
     marker = done.marker
     assert (interleaved.column("is_control").to_numpy()[marker]).all()
     np.testing.assert_array_equal(verdicts.base_offset[marker], done.last_offset)
+
+
+def test_an_interrupted_lane_leaves_no_thread_writing_behind(monkeypatch):
+    # One lane is interrupted at once, the other is slow: validate must not return (raise) before the slow one
+    # has ended, and the table must hold no entry reserved for a batch that was never committed.
+    import dataclasses
+    import threading
+    import time
+
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend("cython")
+    ended = threading.Event()
+
+    def listed(*args):
+        if len(args[13]) and args[0][args[13][0]] == 0:  # the lane holding partition 0
+            raise KeyboardInterrupt
+        time.sleep(0.3)
+        result = kernel.validate_listed(*args)
+        ended.set()
+        return result
+
+    interrupted = dataclasses.replace(kernel, validate_listed=listed)
+    rows = [data(pid, 0, 0, partition=pid % 2) for pid in range(40)]
+    state = ProducerStateTable()
+    with pytest.raises(KeyboardInterrupt):
+        validate(batches(rows), state, backend=interrupted, threads=2)
+    assert ended.is_set()
+    assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(1, 40, 2))
+    assert state.n_partitions == 1 and state.next_offset(1) == 20

@@ -78,8 +78,7 @@ class ShardedState:
             return part
 
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-        mapped = lanes.thread_map(run, spans, self.threads, self.backend)
-        completed = CompletedTxns.concat(list(mapped))
+        completed = CompletedTxns.concat(lanes.thread_map(run, spans, self.threads, self.backend))
         if order is not None:
             restored = VerdictColumns(*(np.empty_like(grouped) for grouped in out))
             for grouped, back in zip(out, restored, strict=True):

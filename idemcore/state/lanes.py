@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
@@ -53,12 +53,17 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="idemcore-lane")
 
 
-def thread_map(function: Callable[[_T], _R], items: Sequence[_T], threads: int, kernel: Backend) -> Iterator[_R]:
-    """``map(function, items)`` on up to ``threads`` threads, in order; on this thread when one is enough or the
-    kernel holds the GIL (``python``)."""
-    if threads > 1 and len(items) > 1 and kernel.name != "python":
-        return _pool(min(threads, len(items))).map(function, items)
-    return map(function, items)
+def thread_map(function: Callable[[_T], _R], items: Sequence[_T], threads: int, kernel: Backend) -> list[_R]:
+    """``[function(item) for item in items]`` on up to ``threads`` threads; on this thread when one is enough or
+    the kernel holds the GIL (``python``). Returns, or raises, only once every call has ended: an interrupt of
+    the caller does not leave threads writing the state behind it."""
+    if threads <= 1 or len(items) <= 1 or kernel.name == "python":
+        return [function(item) for item in items]
+    futures = [_pool(min(threads, len(items))).submit(function, item) for item in items]
+    try:
+        return [future.result() for future in futures]
+    finally:
+        wait(futures)
 
 
 def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable
@@ -138,7 +143,14 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
         return kernel.validate_listed(*columns, int(origin), listed[t], row, 0, len(listed[t]),
                                       *arrays._replace(counters=counters[t]), *out, *region)
 
-    stopped = list(thread_map(lane, range(lanes), lanes, kernel))
+    try:
+        stopped = thread_map(lane, range(lanes), lanes, kernel)
+    except BaseException:  # an interrupt: the lanes have ended; their verdicts are not all written
+        _drop_untouched(state, old_rows, old_partitions, kernel)
+        state.generation += 1
+        raise
+    _drop_unwritten(state, old_rows, old_partitions, row, out.out_status, kernel)
+    state.generation += 1
     if any(stop < len(mine) for stop, mine in zip(stopped, listed, strict=True)):
         raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
 
@@ -147,8 +159,6 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     kept = kept[np.argsort(txns.marker[kept], kind="stable")]  # in the order one pass closes them
     completed = CompletedTxns(*(getattr(txns, name)[kept] for name in CompletedTxns.__dataclass_fields__))
     state.counters[rules.N_COMPLETED] = len(completed)
-    _drop_unwritten(state, old_rows, old_partitions, row, out.out_status, kernel)
-    state.generation += 1
     return Verdicts(*out, completed, kernel.name)
 
 
@@ -165,6 +175,22 @@ def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_partitions: in
         written[rows[rows >= old_rows] - old_rows] = True
         if not written.all():
             state.remove_rows(np.concatenate([np.zeros(old_rows, bool), ~written]), kernel)
+    _drop_empty_partitions(state, old_partitions, kernel)
+
+
+def _drop_empty_partitions(state: ProducerStateTable, old_partitions: int, kernel: Backend) -> None:
     unwritten = state.partition_next_offset[old_partitions:state.n_partitions] == 0
     if unwritten.any():
         state.remove_partitions(np.concatenate([np.zeros(old_partitions, bool), unwritten]), kernel)
+
+
+def _drop_untouched(state: ProducerStateTable, old_rows: int, old_partitions: int, kernel: Backend) -> None:
+    """After an interrupt, when the verdicts do not say which batches were committed: remove the added entries
+    still as reserve_rows made them (an entry that reads as absent to every rule, committed or not)."""
+    n = state.n_producers
+    fresh = ((state.row_epoch[old_rows:n] == -1) & (state.ring_len[old_rows:n] == 0)
+             & (state.row_txn_first_offset[old_rows:n] == -1) & (state.row_last_timestamp[old_rows:n] == -1)
+             & (state.row_coordinator_epoch[old_rows:n] == -1))
+    if fresh.any():
+        state.remove_rows(np.concatenate([np.zeros(old_rows, bool), fresh]), kernel)
+    _drop_empty_partitions(state, old_partitions, kernel)
