@@ -1,17 +1,24 @@
 """Spark side by side, one run, the same generated data (scripts/dev bench -k spark):
 
-(a) ``idemcore.spark.validate`` on a DataFrame vs an identity ``mapInArrow`` over the same DataFrame;
-(b) path-mode ``audit`` of the whole Parquet dataset in local[2] (batches/s, and per core);
-(c) the in-process kernel on the same data, one core: kernel alone, and reading + replaying.
+(a) ``idemcore.spark.validate`` on a DataFrame vs an identity ``mapInArrow`` over the same DataFrame: the default
+    route (a plain Parquet scan: no shuffle, files replayed in the workers) and the shuffle route
+    (``num_partitions`` given, what every other DataFrame takes);
+(b) path-mode ``audit`` of the whole Parquet dataset in local[2] (batches/s, and per core), and its marginal
+    rate between two dataset sizes ($IDEMCORE_BENCH_MARGINAL, default 10M and 40M batches), so Spark's start
+    and the per-job costs cancel;
+(c) the in-process kernel on the same data, one core: kernel alone, and reading + replaying;
+(d) ``audit(df)`` vs an identity ``mapInArrow`` of the same DataFrame: the default route (a plain Parquet scan,
+    audited in path mode on its files) and the rows route (the same rows behind a filter: shuffle, sort, Arrow).
 
-The dataset (``idemcore generate``: 4 topics x 64 partitions, 1,000 producers, $IDEMCORE_BENCH_BATCHES
-batches, default 20,000,000) is generated once into bench/.data and reused.
+The datasets (``idemcore generate``: 4 topics x 64 partitions, 1,000 producers, $IDEMCORE_BENCH_BATCHES
+batches, default 20,000,000; and the marginal sizes) are generated once into bench/.data and reused.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +36,20 @@ CORES = 2
 FRAME_FILES = 2  # (a) runs over the first files: rows through the JVM-Python hop are the slow part
 
 
+#: The two dataset sizes of the marginal path-mode rate (b).
+MARGINAL = tuple(int(n) for n in os.environ.get("IDEMCORE_BENCH_MARGINAL", "10000000,40000000").split(","))
+
+
+def _dataset(batches: int) -> Path:
+    path = Path(__file__).parent / ".data" / f"spark-{batches}-seed1"
+    if not (path / "truth.json").exists():
+        generate(path, topics=4, partitions=64, producers=1000, batches=batches, seed=1, overwrite=True)
+    return path / DATA_DIR
+
+
 @pytest.fixture(scope="session")
 def dataset() -> Path:
-    path = Path(__file__).parent / ".data" / f"spark-{BATCHES}-seed1"
-    if not (path / "truth.json").exists():
-        generate(path, topics=4, partitions=64, producers=1000, batches=BATCHES, seed=1, overwrite=True)
-    return path / DATA_DIR
+    return _dataset(BATCHES)
 
 
 @pytest.fixture(scope="session")
@@ -57,34 +72,70 @@ def frame(spark, dataset):
     return spark.read.parquet(*files), rows
 
 
+def _rounds(jobs: dict, rounds: int = 3) -> dict[str, float]:
+    """Each round runs the jobs back to back, so a noisy neighbour slows them alike; the best second of each."""
+    times: dict[str, list[float]] = {label: [] for label in jobs}
+    for job in jobs.values():  # start the Python workers (and the JIT of the JVM) outside the timing
+        job()
+    for _ in range(rounds):
+        for label, job in jobs.items():
+            started = time.perf_counter()
+            job()
+            times[label].append(time.perf_counter() - started)
+    return {label: min(seconds) for label, seconds in times.items()}
+
+
 def bench_spark_a_validate_beside_identity(benchmark, record_seconds, frame):
-    """Each round runs the three jobs back to back, so a noisy neighbour slows all three alike."""
     from idemcore.audit.spark import validate as spark_validate
     from idemcore.audit.spark.frame import clustered
 
     df, rows = frame
 
-    def identity_batches(batches):  # local: pickled by value, the workers cannot import this module
+    def _identity_batches(batches):  # local: pickled by value, the workers cannot import this module
         yield from batches
     jobs = {
-        "spark (a) identity mapInArrow": df.mapInArrow(identity_batches, df.schema),
-        # What validate pays before its kernel runs: the shuffle by (topic, partition) and the sort by seq_no.
-        "spark (a) clustered identity": clustered(df, "seq_no", 2 * CORES).mapInArrow(identity_batches, df.schema),
-        "spark (a) validate": spark_validate(df, num_partitions=2 * CORES),
+        "spark (a) identity mapInArrow": df.mapInArrow(_identity_batches, df.schema),
+        # What the shuffle route pays before its kernel runs: the shuffle by (topic, partition) and the sort.
+        "spark (a) clustered identity": clustered(df, "seq_no", 2 * CORES).mapInArrow(_identity_batches, df.schema),
+        "spark (a) validate": spark_validate(df),  # a plain Parquet scan: no shuffle
+        "spark (a) validate via shuffle": spark_validate(df, num_partitions=2 * CORES),
     }
-    times: dict[str, list[float]] = {label: [] for label in jobs}
+    best = benchmark.pedantic(_rounds, args=({label: partial(_noop_write, job) for label, job in jobs.items()},),
+                              rounds=1, iterations=1)
+    for label, seconds in best.items():
+        record_seconds(label, seconds, rows)
+    identity = best["spark (a) identity mapInArrow"]
+    print(f"\n(a) {rows:,} batches, best of 3: " + ", ".join(f"{label.removeprefix('spark (a) ')} {seconds:.2f} s "
+                                                         f"({identity / seconds:.2f} of identity)"
+                                                         for label, seconds in best.items()))
 
-    def one_round() -> None:
-        for label, job in jobs.items():
-            started = time.perf_counter()
-            _noop_write(job)
-            times[label].append(time.perf_counter() - started)
-    one_round()  # start the Python workers outside the timing
-    for seconds in times.values():
-        seconds.clear()
-    benchmark.pedantic(one_round, rounds=3, iterations=1)
-    for label, seconds in times.items():
-        record_seconds(label, min(seconds), rows)
+
+def bench_spark_d_audit_frame_beside_identity(benchmark, record_seconds, spark, frame):
+    from pyspark.sql import functions as F
+
+    from idemcore.audit.spark import audit
+
+    df, rows = frame
+
+    def _identity_batches(batches):  # local: pickled by value, the workers cannot import this module
+        yield from batches
+    rows_route = df.filter(F.col("seq_no") >= 0)  # the same rows, not a plain scan: shuffle, sort, Arrow
+    identity = df.mapInArrow(_identity_batches, df.schema)
+    jobs = {
+        "spark (d) identity mapInArrow": partial(_noop_write, identity),
+        "spark (d) audit(df)": partial(audit, df, spark=spark),
+        "spark (d) audit(df) rows route": partial(audit, rows_route, spark=spark),
+    }
+    reports = {label: job() for label, job in jobs.items() if "audit" in label}
+    first, second = reports.values()
+    assert first.findings.equals(second.findings) and first.partitions.equals(second.partitions)
+    best = benchmark.pedantic(_rounds, args=(jobs,), rounds=1, iterations=1)
+    for label, seconds in best.items():
+        record_seconds(label, seconds, rows)
+    print(f"\n(d) {rows:,} batches, best of 3: " + ", ".join(f"{label.removeprefix('spark (d) ')} {seconds:.2f} s "
+                                                         f"({rows / seconds / 1e6:.2f} M/s)"
+                                                         for label, seconds in best.items())
+          + f"; audit(df) / rows route: {best['spark (d) audit(df) rows route'] / best['spark (d) audit(df)']:.2f}x")
 
 
 def bench_spark_b_path_mode_audit(benchmark, record, spark, dataset):
@@ -94,6 +145,22 @@ def bench_spark_b_path_mode_audit(benchmark, record, spark, dataset):
     report = benchmark.pedantic(audit, args=(dataset,), kwargs={"spark": spark}, rounds=3, iterations=1)
     assert report.finding_counts()["sequence_gap"] == 3
     record("spark (b) path-mode audit", benchmark, report.batches)
+
+
+def bench_spark_b_path_mode_marginal(benchmark, record_seconds, spark):
+    """Path-mode audit at two sizes, rounds interleaved: (n2 - n1) / (t2 - t1) / cores, Spark's start cancels."""
+    from idemcore.audit.spark import audit
+
+    small, large = (_dataset(n) for n in MARGINAL)
+    best = benchmark.pedantic(_rounds, args=({"small": partial(audit, small, spark=spark),
+                                              "large": partial(audit, large, spark=spark)},),
+                              rounds=1, iterations=1)
+    sizes = [sum(pq.ParquetFile(f).metadata.num_rows for f in parquet_files(path)) for path in (small, large)]
+    batches, seconds = sizes[1] - sizes[0], best["large"] - best["small"]
+    record_seconds("spark (b) marginal path-mode audit", seconds, batches)
+    print(f"\n(b) path-mode audit {sizes[0]:,} batches {best['small']:.2f} s, {sizes[1]:,} batches "
+          f"{best['large']:.2f} s: marginal {batches / seconds / 1e6:.2f} M batches/s = "
+          f"{batches / seconds / 1e6 / CORES:.2f} per core (aim >= 20 per core)")
 
 
 @pytest.fixture(scope="session")

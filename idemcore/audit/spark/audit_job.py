@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from idemcore.audit import DEFAULT_HANGING_AFTER_MS, AuditReport, TaskResult
+from idemcore.audit.columns import TOPIC
 from idemcore.audit.report import REPORT_FILES
 from idemcore.audit.spark.frame import clustered
-from idemcore.audit.spark.plan import WATCHED, TaskPlan, plan_row_groups, read_footers
+from idemcore.audit.spark.plan import WATCHED, Footer, TaskPlan, plan_row_groups, read_footers
+from idemcore.audit.spark.scan import scanned_parquet
 from idemcore.audit.spark.schema import (
     check_arrow_schemas,
     check_footer_values,
@@ -22,6 +24,7 @@ from idemcore.audit.spark.schema import (
 from idemcore.audit.spark.session import check_master, get_session
 from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
 from idemcore.protocol.codes import Origin
+from idemcore.record.columns import COLUMNS
 
 #: One row per task: its result, or the data error that stopped it (with an empty result).
 RESULT_SCHEMA = f"{TaskResult.SPARK_SCHEMA}, error string"
@@ -65,6 +68,17 @@ def _audit_rows(origin: Origin, order_by: str, backend: str | None):
         else:
             yield result_batch(replayer.finish().to_row())
     return run
+
+
+def _path_job(session: Any, footers: list[Footer], target: Any, order: str, origin: Origin, backend: str | None,
+              tasks: int | None) -> Any:
+    """The path-mode job over the row groups of ``footers``: one Spark partition per task plan, whose Python
+    worker reads its row groups itself; one result row per task."""
+    count = tasks or 2 * session.sparkContext.defaultParallelism
+    plans = plan_row_groups([group for footer in footers for group in footer.groups], count)
+    # One row (the task number) per Spark partition; the plans travel with the function.
+    tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
+    return tasks_frame.mapInArrow(_audit_paths(plans, origin, target, order, backend), RESULT_SCHEMA)
 
 
 def _session(master: str | None, spark: Any, started: float, progress: bool) -> tuple[Any, float]:
@@ -124,11 +138,14 @@ def audit(
 
     ``source``: a Parquet file or directory (or a list of them) — *path mode*: Spark distributes row
     groups, Python workers read them with pyarrow, only findings and summaries come back — or a Spark
-    DataFrame, clustered by (topic, partition) and sorted first. Files may differ in their columns' types
+    DataFrame. A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(...)``, maybe with
+    columns selected; see :func:`~idemcore.audit.spark.scan.scanned_parquet`) is audited in path mode on its
+    files; any other is clustered by (topic, partition) and sorted first, and its rows (the columns the
+    replay reads) go to Python through Arrow. Files may differ in their columns' types
     and in the optional columns they have (see :func:`~idemcore.audit.spark.schema.check_arrow_schemas`);
     a null or a value out of range raises ValueError naming the file, column, value and row, before
     Spark starts where the files' statistics show it. ``tasks``: in path mode, how many
-    tasks (default twice Spark's default parallelism); for a DataFrame, the partitions of its shuffle
+    tasks (default twice Spark's default parallelism); for another DataFrame, the partitions of its shuffle
     (default ``spark.sql.shuffle.partitions``). ``hanging_after_ms`` / ``now_ms``: see
     :meth:`AuditReport.from_results`. ``out``: also write ``findings.parquet`` and ``summary.json``
     there. ``spark``/``master``: the session to use, or the master of a new one (``local[*]``).
@@ -146,16 +163,22 @@ def audit(
         target, order = check_arrow_schemas(((f.path, f.schema) for f in footers), order_by)
         check_footer_values(footers, target)
         session, started = _session(master, spark, started, progress)
-        count = tasks or 2 * session.sparkContext.defaultParallelism
-        plans = plan_row_groups([group for footer in footers for group in footer.groups], count)
-        # One row (the task number) per Spark partition; the plans travel with the function.
-        tasks_frame = session.range(0, len(plans), numPartitions=len(plans))
-        results = tasks_frame.mapInArrow(_audit_paths(plans, origin, target, order, backend), RESULT_SCHEMA)
+        results = _path_job(session, footers, target, order, origin, backend, tasks)
         label = str(source) if not isinstance(source, list | tuple) else f"{len(footers)} files"
     else:
         session, started = _session(master, spark, started, progress)
         order = check_input(source.schema, order_by)
-        results = clustered(source, order, tasks).mapInArrow(_audit_rows(origin, order, backend), RESULT_SCHEMA)
+        scan = scanned_parquet(source, order)
+        if scan is not None:
+            # A plain scan of Parquet files: path mode on its files, the rows never leave the JVM as rows.
+            footers, target = scan
+            check_footer_values(footers, target)
+            results = _path_job(session, footers, target, order, origin, backend, tasks)
+        else:
+            # Only the columns the replay reads cross the shuffle and the hop to Python.
+            read = [name for name in source.columns if name in (TOPIC, *COLUMNS, order)]
+            results = clustered(source.select(*read), order, tasks).mapInArrow(_audit_rows(origin, order, backend),
+                                                                               RESULT_SCHEMA)
         label = "DataFrame"
     rows = collect_task_rows(session, results, progress)
     report = AuditReport.from_results((TaskResult.from_row(row) for row in rows), order_by=order,
