@@ -133,3 +133,18 @@ def test_validate_of_a_parquet_scan_takes_each_column_as_spark_reads_it(spark, s
     assert "Exchange" not in fast._jdf.queryExecution().executedPlan().toString()
     assert fast.schema == validate(frame, num_partitions=2).schema
     assert _verdict_rows(fast) == _verdict_rows(validate(frame, num_partitions=2))
+
+
+def test_a_path_mode_task_replays_on_the_cores_spark_gave_it(spark, monkeypatch):
+    # spark.task.cpus is read in the task (1 in this session's local[2]); outside a task there is no context.
+    from idemcore.audit.spark.audit_job import task_threads
+
+    assert spark.sparkContext.parallelize([0, 1], 2).map(lambda _: task_threads()).collect() == [1, 1]
+    assert task_threads() == 1
+
+    class TwoCores:
+        def cpus(self) -> int:
+            return 2
+
+    monkeypatch.setattr("pyspark.TaskContext.get", staticmethod(lambda: TwoCores()))
+    assert task_threads() == 2

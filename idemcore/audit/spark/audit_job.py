@@ -35,6 +35,15 @@ def _error_batch(exc: Exception, order: str, files: Sequence[str] = ()) -> Any:
     return error_batch(exc, TaskResult.empty(order).to_row(), list(files), list(files), "in the rows of")
 
 
+def task_threads() -> int:
+    """The cores Spark gave this task (``spark.task.cpus``, default 1): the replayer's threads, so a job run
+    with ``--conf spark.task.cpus=2`` validates each task's streams on two cores. 1 outside a task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return max(1, int(context.cpus())) if context is not None else 1
+
+
 def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str, backend: str | None):
     # Names and types were checked on the driver: a worker reads its files and gives them the target schema.
     def run(batches: Iterator[Any]) -> Iterator[Any]:
@@ -46,7 +55,8 @@ def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str,
             for task in batch.column("id").to_pylist():
                 plan = plans[task]
                 try:
-                    result = replay_checked(read_task(plan, target), StreamReplayer(origin, order, backend))
+                    replayer = StreamReplayer(origin, order, backend, threads=task_threads())
+                    result = replay_checked(read_task(plan, target), replayer)
                 except (ValueError, OSError) as exc:
                     yield _error_batch(exc, order, [path for path, _ in plan.groups])
                 else:
