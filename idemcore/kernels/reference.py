@@ -743,11 +743,12 @@ def validate_listed(
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
     txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
-    """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order): a lane's
-    batches among all of a call's (``state.lanes``), ``batch_row`` their rows as :func:`reserve_rows` gave
-    them (a row that is not a table row is looked up instead). The caller prefills their verdict columns as an appended
-    batch has them (APPENDED, NONE, F_NONE, -1: the compiled twin writes only an in-sequence batch's offsets).
-    Returns the first position in ``listed`` not processed (``stop`` unless the table ran out of room)."""
+    """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order; an empty
+    ``listed``: the batches ``start..stop-1``): a lane's batches among all of a call's (``state.lanes``),
+    ``batch_row`` their rows as :func:`reserve_rows` gave them (a row that is not a table row is looked up
+    instead). The caller prefills their verdict columns as an appended batch has them (APPENDED, NONE, F_NONE,
+    -1: the compiled twin writes only an in-sequence batch's offsets). Returns the first position in ``listed``
+    not processed (``stop`` unless the table ran out of room)."""
     batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
@@ -759,8 +760,9 @@ def validate_listed(
     row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
     client = origin == ORIGIN_CLIENT
+    every = listed.shape[0] == 0
     for k in range(start, stop):
-        i = int(listed[k])
+        i = k if every else int(listed[k])
         if client and plain_data(i, batch):
             row = int(batch_row[i])
             if 0 <= row < int(counters[N_ROWS]):

@@ -125,12 +125,13 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     bucket, row, counts = _reserve(kernel, columns, state)
     lanes = max(1, min(threads, MAX_THREADS, int(np.count_nonzero(counts))))
     if lanes == 1:
-        listed = [np.arange(n, dtype=np.int64)]
+        listed = [np.empty(0, np.int64)]  # (every batch, in order)
     else:
         batch_lane = deal(counts, lanes)[bucket]
         listed = [np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
     _prefill(out)
-    controls = [int(np.count_nonzero(columns.is_control[lane])) for lane in listed]
+    controls = [int(np.count_nonzero(columns.is_control[lane] if len(lane) else columns.is_control))
+                for lane in listed]
     txns = CompletedTxns.empty(sum(controls))
     txn_start = np.concatenate([[0], np.cumsum(controls)]).astype(np.int64)
     txn_columns = txns.kernel_columns()
@@ -140,7 +141,7 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     def lane(t: int) -> int:
         counters[t][rules.N_COMPLETED] = 0
         region = [column[txn_start[t]:txn_start[t + 1]] for column in txn_columns]
-        return kernel.validate_listed(*columns, int(origin), listed[t], row, 0, len(listed[t]),
+        return kernel.validate_listed(*columns, int(origin), listed[t], row, 0, len(listed[t]) or n,
                                       *arrays._replace(counters=counters[t]), *out, *region)
 
     try:
@@ -151,7 +152,7 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
         raise
     _drop_unwritten(state, old_rows, old_partitions, row, out.out_status, kernel)
     state.generation += 1
-    if any(stop < len(mine) for stop, mine in zip(stopped, listed, strict=True)):
+    if any(stop < (len(mine) or n) for stop, mine in zip(stopped, listed, strict=True)):
         raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
 
     kept = np.concatenate([np.arange(txn_start[t], txn_start[t] + int(counters[t][rules.N_COMPLETED]))
