@@ -68,6 +68,11 @@ INT16_MAX = 32767
 # INT64_MAX - 1, so that the log end after it still fits.
 INT64_MAX = 9223372036854775807
 
+# Prefetching in validate_listed, once the rows outgrow the caches (as in cython_kernels.pyx): the rows of the
+# batch PREFETCH_AHEAD places ahead, on a table of at least PREFETCH_MIN_ROWS rows.
+PREFETCH_AHEAD = 16
+PREFETCH_MIN_ROWS = 4096
+
 # counters[] layout, shared with idemcore.state.table.
 N_ROWS = 0
 N_PARTITIONS = 1
@@ -733,6 +738,12 @@ def reserve_rows(
 
 
 
+def prefetch_row(row_i64, row):
+    """A hint to fetch the cache lines of ``row``: nothing here; an LLVM prefetch where Numba compiles this module
+    (``numba_kernels``)."""
+    return None
+
+
 def validate_listed(
     partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
@@ -761,8 +772,13 @@ def validate_listed(
     partition_capacity = partition_id.shape[0]
     client = origin == ORIGIN_CLIENT
     every = listed.shape[0] == 0
+    ahead = row_capacity >= PREFETCH_MIN_ROWS
     for k in range(start, stop):
         i = k if every else int(listed[k])
+        if ahead and k + PREFETCH_AHEAD < stop:
+            later = int(batch_row[k + PREFETCH_AHEAD if every else int(listed[k + PREFETCH_AHEAD])])
+            if 0 <= later < row_capacity:
+                prefetch_row(row_i64, later)
         if client and plain_data(i, batch):
             row = int(batch_row[i])
             if 0 <= row < int(counters[N_ROWS]):
