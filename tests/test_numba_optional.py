@@ -124,4 +124,4 @@ def test_numba_kernels_count_no_references():
     for name in ("validate_batches", "validate_listed", "reserve_rows", "check_batches", "commit_batches"):
         function = getattr(nk, name)
         assert function.targetoptions.get("_nrt") is False, name
-        assert function.py_func.__qualname__ == f"{name}_norefs"
+        assert function.py_func.__qualname__ == f"{name}{nk._CACHE_TAG}" and nk._CACHE_TAG.startswith("_norefs_")

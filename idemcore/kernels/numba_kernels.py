@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib
 import types
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -40,9 +42,11 @@ def _without_refcounts() -> dict[str, Any]:
 
 #: One place for JIT options: integer code, so no fastmath; cached on disk.
 JIT_OPTIONS = {"nopython": True, "cache": True, "nogil": True, **_without_refcounts()}
-#: Numba's disk cache is keyed by the source, not the options: functions compiled with other options are cached
+#: Numba's disk cache is keyed by a function's own source file, not by its options nor by this module (which
+#: swaps some helpers): functions compiled with other options, or by another version of this module, are cached
 #: under another name (the tag is part of each cache file's name).
-_CACHE_TAG = "_norefs" if "_nrt" in JIT_OPTIONS else ""
+_CACHE_TAG = ("_norefs" if "_nrt" in JIT_OPTIONS else "") + "_" + hashlib.sha1(
+    Path(__file__).read_bytes()).hexdigest()[:8]
 #: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
 #: pay reference counting on every batch.
 HELPER_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "inline": "always"}
