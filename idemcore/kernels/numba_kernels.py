@@ -80,32 +80,41 @@ def _compile_module_functions(module: types.ModuleType, names: tuple[str, ...], 
 ir = importlib.import_module("llvmlite.ir")  # (llvmlite comes with numba; it has no type hints)
 
 
-@intrinsic
-def _prefetch_row(typingctx, rows, row):
-    """reference.prefetch_row compiled: an LLVM prefetch of the three cache lines of ``rows[row]`` (the first,
-    read by an in-sequence batch, and those of the ring entry it writes)."""
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        index = context.cast(builder, args[1], signature.args[1], numba.types.intp)
-        address = cgutils.get_item_pointer2(
-            context, builder, data=array.data, shape=cgutils.unpack_tuple(builder, array.shape),
-            strides=cgutils.unpack_tuple(builder, array.strides), layout=array_type.layout,
-            inds=[index, ir.Constant(ir.IntType(64), 0)])
-        byte_pointer = ir.IntType(8).as_pointer()
-        word = ir.IntType(32)
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, word, word, word]), "llvm.prefetch.p0")
-        base = builder.bitcast(address, byte_pointer)
-        for offset in (0, 64, 128):  # read, locality 3 (keep), data cache
-            line = builder.gep(base, [ir.Constant(ir.IntType(64), offset)])
-            builder.call(prefetch, [line, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
-        return context.get_dummy_value()
-    return numba.types.none(rows, row), codegen
+def _prefetch_lines(lines: int) -> Any:
+    """An intrinsic ``(array2d, index)`` prefetching the first ``lines`` cache lines of ``array2d[index]``."""
+    @intrinsic
+    def prefetch(typingctx, rows, row):
+        return numba.types.none(rows, row), functools.partial(_prefetch_codegen, lines)
+    return prefetch
+
+
+def _prefetch_codegen(lines, context, builder, signature, args):
+    """An LLVM prefetch (read, locality 3, data cache) of each of the first ``lines`` cache lines of
+    ``args[0][args[1]]``."""
+    array_type = signature.args[0]
+    array = context.make_array(array_type)(context, builder, args[0])
+    index = context.cast(builder, args[1], signature.args[1], numba.types.intp)
+    address = cgutils.get_item_pointer2(
+        context, builder, data=array.data, shape=cgutils.unpack_tuple(builder, array.shape),
+        strides=cgutils.unpack_tuple(builder, array.strides), layout=array_type.layout,
+        inds=[index, ir.Constant(ir.IntType(64), 0)])
+    byte_pointer = ir.IntType(8).as_pointer()
+    word = ir.IntType(32)
+    prefetch = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, word, word, word]), "llvm.prefetch.p0")
+    base = builder.bitcast(address, byte_pointer)
+    for offset in range(0, 64 * lines, 64):
+        line = builder.gep(base, [ir.Constant(ir.IntType(64), offset)])
+        builder.call(prefetch, [line, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
+    return context.get_dummy_value()
 
 
 _compiled_sequences = _compile_module_functions(sequences, _SEQUENCES)
-_prefetch = {"prefetch_row": reference.prefetch_row if getattr(numba.config, "DISABLE_JIT", False) else _prefetch_row}
+# reference.prefetch_row and prefetch_slot compiled: the row's three lines (the first, read by an in-sequence
+# batch, and those of the ring entry it writes), the slot's one (interpreted under DISABLE_JIT: the no-ops).
+_prefetch = ({"prefetch_row": reference.prefetch_row, "prefetch_slot": reference.prefetch_slot}
+             if getattr(numba.config, "DISABLE_JIT", False)
+             else {"prefetch_row": _prefetch_lines(3), "prefetch_slot": _prefetch_lines(1)})
 _compiled = _compile_module_functions(reference, _FUNCTIONS, {**_compiled_sequences, **_prefetch})
 
 _compiled_drain = _compile_module_functions(drain_reference, ("drain_partitions",), _compiled_sequences)

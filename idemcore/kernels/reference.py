@@ -700,7 +700,12 @@ def reserve_rows(
     rows = (row_i64, row_i32, row_i16, row_i8)
     row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
+    ahead = row_capacity >= PREFETCH_MIN_ROWS
+    mask = slot_i64.shape[0] - 1
     for i in range(start, stop):
+        if ahead and i + PREFETCH_AHEAD < stop:
+            prefetch_slot(slot_i64, producer_hash(int(producer_id[i + PREFETCH_AHEAD]),
+                                                  int(partition[i + PREFETCH_AHEAD])) & mask)
         part = int(partition[i])
         pid = int(producer_id[i])
         bucket = 0
@@ -741,6 +746,11 @@ def reserve_rows(
 def prefetch_row(row_i64, row):
     """A hint to fetch the cache lines of ``row``: nothing here; an LLVM prefetch where Numba compiles this module
     (``numba_kernels``)."""
+    return None
+
+
+def prefetch_slot(slot_i64, slot):
+    """A hint to fetch the cache line of index slot ``slot``, as :func:`prefetch_row`."""
     return None
 
 
