@@ -148,3 +148,15 @@ def test_a_path_mode_task_replays_on_the_cores_spark_gave_it(spark, monkeypatch)
 
     monkeypatch.setattr("pyspark.TaskContext.get", staticmethod(lambda: TwoCores()))
     assert task_threads() == 2
+
+
+def test_a_file_read_twice_is_audited_as_spark_reads_it(spark, small_dataset):
+    # spark.read.parquet(f, f) reads f's rows twice (inputFiles() names it once): no shortcut, the rows route
+    # sees every row Spark shows.
+    path, _ = small_dataset
+    first = str(sorted((path / "data").glob("*.parquet"))[0])
+    twice = spark.read.parquet(first, first)
+    assert scanned_files(twice) is None
+    assert scanned_files(spark.read.parquet(str(path / "data"), first)) is None  # a file and its directory
+    assert scanned_files(spark.read.parquet(first)) is not None
+    assert audit(twice).batches == twice.count() == 2 * pq.ParquetFile(first).metadata.num_rows

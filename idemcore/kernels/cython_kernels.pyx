@@ -1136,7 +1136,7 @@ def validate_listed(
                 prefetch_listed(&st, lst, rows, k, stop)
             if client and plain_data(i, &b):
                 row = rows[i]
-                if 0 <= row < st.counters[N_ROWS]:
+                if 0 <= row < st.counters[N_ROWS] and row < st.row_capacity:
                     if append_to_row(i, row, &b, &st, &out):
                         continue
                 elif append_in_sequence(i, &b, &st, &out):

@@ -688,7 +688,7 @@ def reserve_rows(
 ):
     """The pre-pass of a validation split into lanes (``state.lanes``): give every batch of ``start..stop-1``
     its partition and producer row before any is checked, so lanes that own disjoint partitions can then run
-    :func:`validate_batches` side by side without inserting into the shared indexes.
+    :func:`validate_listed` side by side without inserting into the shared indexes.
 
     A partition or (partition, producer id) not in the table gets an entry as a first write would create it
     (next offset 0; :func:`init_row`): until a batch is committed to it, it reads exactly as an absent one, and
@@ -696,7 +696,8 @@ def reserve_rows(
     index + 1; 0 for a negative partition, which no rule lets through) and ``batch_row`` (-1 without a producer
     id), and counts it in ``bucket_count``; an added row remembers the batch that added it
     (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave
-    the table without a spare row or partition (lanes stop at a full table); grow it and call again."""
+    the table without a spare row or partition (:func:`validate_listed` stops at a full table); grow it and call
+    again. The caller gives a table with a spare row and partition to begin with."""
     rows = (row_i64, row_i32, row_i16, row_i8)
     row_capacity = row_i64.shape[0]
     partition_capacity = partition_id.shape[0]
@@ -791,7 +792,7 @@ def validate_listed(
                 prefetch_row(row_i64, later)
         if client and plain_data(i, batch):
             row = int(batch_row[i])
-            if 0 <= row < int(counters[N_ROWS]):
+            if 0 <= row < min(int(counters[N_ROWS]), row_capacity):
                 if append_to_row(i, row, batch, rows, parts, out):
                     continue
             elif append_in_sequence(i, batch, slots, rows, parts, out):

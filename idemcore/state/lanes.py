@@ -73,6 +73,8 @@ def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable
     n = len(columns.partition)
     bucket = np.empty(n, np.int32)
     row = np.empty(n, np.int32)
+    if state.n_producers + 1 >= len(state.row_producer_id) or state.n_partitions + 1 >= len(state.partition_id):
+        state.grow(kernel, spare=1)  # a full table (a lane stops at one, even adding nothing): make the spare
     counts = np.zeros(len(state.partition_id) + 1, np.int64)
     start = 0
     while True:
@@ -187,7 +189,9 @@ def _drop_empty_partitions(state: ProducerStateTable, old_partitions: int, kerne
 
 def _drop_untouched(state: ProducerStateTable, old_rows: int, old_partitions: int, kernel: Backend) -> None:
     """After an interrupt, when the verdicts do not say which batches were committed: remove the added entries
-    still as reserve_rows made them (an entry that reads as absent to every rule, committed or not)."""
+    still as reserve_rows made them. Such an entry reads as absent to every rule, committed or not (a marker of
+    epoch -1, coordinator epoch -1 and timestamp -1 leaves one so), so later verdicts are one pass's; the table
+    may then lack such an entry that one pass would hold."""
     n = state.n_producers
     fresh = ((state.row_epoch[old_rows:n] == -1) & (state.ring_len[old_rows:n] == 0)
              & (state.row_txn_first_offset[old_rows:n] == -1) & (state.row_last_timestamp[old_rows:n] == -1)

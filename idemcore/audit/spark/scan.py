@@ -51,6 +51,9 @@ def scanned_files(df: Any) -> list[str] | None:
             return None
         if not relation.partitionSchema().isEmpty():
             return None  # hive-style partition directories: some columns are not in the files
+        listed = [str(status.getPath().toString()) for status in _scala_list(relation.location().allFiles())]
+        if len(listed) != len(set(listed)):
+            return None  # a file named twice (a path given twice, or a file and its directory): Spark reads it twice
         files = [_local(str(path)) for path in df.inputFiles()]
     except Exception:  # not a classic DataFrame (Spark Connect), or Spark's internals differ: no shortcut
         return None
