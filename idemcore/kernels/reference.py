@@ -570,6 +570,19 @@ def append_to_row(i, row, batch, rows, parts, out):
     return True
 
 
+def apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
+    """Batch ``i`` through every rule: :func:`check_batch`, then :func:`commit_batch` if APPENDED. False, with
+    nothing written, when the table has no room for one more row or partition (the caller grows it)."""
+    row_i64 = rows[0]
+    partition_id = parts[2]
+    if int(counters[N_ROWS]) >= row_i64.shape[0] or int(counters[N_PARTITIONS]) >= partition_id.shape[0]:
+        return False
+    slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
+    if out[0][i] == APPENDED:
+        commit_batch(i, slot, batch, slots, rows, parts, counters, (out[0], out[2], out[3]))
+    return True
+
+
 # ---------------------------------------------------------------- the entry points
 
 def validate_batches(
@@ -606,18 +619,12 @@ def validate_batches(
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
     txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
-    committed = (out_status, out_base_offset, out_last_offset)
-    row_capacity = row_i64.shape[0]
-    partition_capacity = partition_id.shape[0]
     client = origin == ORIGIN_CLIENT
     for i in range(start, stop):
         if client and append_in_sequence(i, batch, slots, rows, parts, out):
             continue  # (the usual batch; the rest takes every rule in turn)
-        if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
+        if not apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
             return i
-        slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
-        if out_status[i] == APPENDED:
-            commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop
 
 
@@ -778,9 +785,7 @@ def validate_listed(
     parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
     txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
-    committed = (out_status, out_base_offset, out_last_offset)
     row_capacity = row_i64.shape[0]
-    partition_capacity = partition_id.shape[0]
     client = origin == ORIGIN_CLIENT
     every = listed.shape[0] == 0
     ahead = row_capacity >= PREFETCH_MIN_ROWS
@@ -797,9 +802,6 @@ def validate_listed(
                     continue
             elif append_in_sequence(i, batch, slots, rows, parts, out):
                 continue
-        if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
+        if not apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
             return k
-        slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
-        if out_status[i] == APPENDED:
-            commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop

@@ -128,12 +128,12 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     lanes = max(1, min(threads, MAX_THREADS, int(np.count_nonzero(counts))))
     if lanes == 1:
         listed = [np.empty(0, np.int64)]  # (every batch, in order)
+        controls = [int(np.count_nonzero(columns.is_control))]
     else:
         batch_lane = deal(counts, lanes)[bucket]
         listed = [np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
+        controls = np.bincount(batch_lane[columns.is_control.view(bool)], minlength=lanes).tolist()
     _prefill(out)
-    controls = [int(np.count_nonzero(columns.is_control[lane] if len(lane) else columns.is_control))
-                for lane in listed]
     txns = CompletedTxns.empty(sum(controls))
     txn_start = np.concatenate([[0], np.cumsum(controls)]).astype(np.int64)
     txn_columns = txns.kernel_columns()
@@ -171,7 +171,7 @@ def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_partitions: in
     single pass holds. Usually the batch that added an entry was appended (then nothing is looked at but those
     batches); a committed partition has a next offset of at least 1 (a batch's last offset + 1)."""
     new_rows = state.n_producers - old_rows
-    added_by = state._row_i64[old_rows:state.n_producers, rules.ROW_RESERVED_BY]
+    added_by = state.row_reserved_by[old_rows:state.n_producers]
     if new_rows and not (status[added_by] == Status.APPENDED).all():
         written = np.zeros(new_rows, bool)
         rows = row[status == Status.APPENDED]

@@ -58,6 +58,7 @@ _ROW_VIEWS: dict[str, tuple[str, int | slice]] = {
     "row_coordinator_epoch": ("_row_i32", rules.ROW_COORDINATOR_EPOCH),
     "row_last_timestamp": ("_row_i64", rules.ROW_LAST_TIMESTAMP),
     "row_txn_first_offset": ("_row_i64", rules.ROW_TXN_FIRST_OFFSET),
+    "row_reserved_by": ("_row_i64", rules.ROW_RESERVED_BY),  # scratch of state.lanes: not state, not persisted
     "ring_last_seq": ("_row_i32", slice(rules.ROW_RING_LAST_SEQ, rules.ROW_RING_LAST_SEQ + _R)),
     "ring_offset_delta": ("_row_i32", slice(rules.ROW_RING_OFFSET_DELTA, rules.ROW_RING_OFFSET_DELTA + _R)),
     "ring_last_offset": ("_row_i64", slice(rules.ROW_RING_LAST_OFFSET, rules.ROW_RING_LAST_OFFSET + 2 * _R, 2)),
@@ -123,6 +124,7 @@ class ProducerStateTable:
     row_coordinator_epoch = _View[np.int32](_ROW_VIEWS)
     row_last_timestamp = _View[np.int64](_ROW_VIEWS)
     row_txn_first_offset = _View[np.int64](_ROW_VIEWS)
+    row_reserved_by = _View[np.int64](_ROW_VIEWS)
     ring_last_seq = _View[np.int32](_ROW_VIEWS)
     ring_offset_delta = _View[np.int32](_ROW_VIEWS)
     ring_last_offset = _View[np.int64](_ROW_VIEWS)

@@ -233,7 +233,7 @@ def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Orig
                   out: VerdictColumns, threads: int = 1) -> Verdicts:
     """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
     of bigger ones, of :data:`VERDICT_DTYPES`)."""
-    if (check_threads(threads) > 1 and len(packed) > 1) or len(packed) >= lanes.MIN_BATCHES:
+    if (threads > 1 and len(packed) > 1) or len(packed) >= lanes.MIN_BATCHES:  # (threads: check_threads'd)
         return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads))
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txns = completed.kernel_columns()
