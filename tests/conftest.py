@@ -37,6 +37,16 @@ def spark():
     session.stop()
 
 
+@pytest.fixture
+def arrow_batch_size(spark, request):
+    """Spark's Arrow batch size set to the test's parameter (indirect), and put back after."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(request.param))
+    yield request.param
+    spark.conf.set(key, before)
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
     """A generated dataset: 2 topics x 3 partitions, a file per stream, each stream in several row groups."""

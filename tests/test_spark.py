@@ -44,15 +44,6 @@ def scrambled_frame(spark, small_table):
     return spark.createDataFrame(frame)
 
 
-@pytest.fixture
-def arrow_batch_size(spark, request):
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(key)
-    spark.conf.set(key, str(request.param))
-    yield request.param
-    spark.conf.set(key, before)
-
-
 @pytest.mark.parametrize("arrow_batch_size", [1, 7, 10000], indirect=True)
 @pytest.mark.parametrize("input_partitions", [1, 5])
 def test_validate_equals_the_in_process_kernel(scrambled_frame, reference, arrow_batch_size, input_partitions):

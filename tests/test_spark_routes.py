@@ -71,15 +71,6 @@ def _verdict_rows(frame) -> list[tuple]:
     return sorted(tuple(row) for row in frame.collect())
 
 
-@pytest.fixture
-def arrow_batch_size(spark, request):
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(key)
-    spark.conf.set(key, str(request.param))
-    yield request.param
-    spark.conf.set(key, before)
-
-
 @pytest.mark.parametrize("arrow_batch_size", [7, 10000], indirect=True)
 def test_validate_of_a_parquet_scan_skips_the_shuffle_and_equals_the_udf_route(spark, scan, arrow_batch_size):
     from idemcore.audit.spark.frame import _FILE_KEY
