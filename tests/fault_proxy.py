@@ -31,6 +31,15 @@ _REQUEST_HEAD = struct.Struct(">hhi")
 MAX_FRAME = 64 << 20
 
 
+async def _read_frame(reader: asyncio.StreamReader, min_size: int) -> tuple[bytes, bytes] | None:
+    """The next frame's 4-byte size and its bytes; None for a size outside ``min_size``..MAX_FRAME (close)."""
+    head = await reader.readexactly(4)
+    size = _SIZE.unpack(head)[0]
+    if not min_size <= size <= MAX_FRAME:
+        return None
+    return head, await reader.readexactly(size)
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """Per-request probabilities (each request gets at most one fault)."""
@@ -186,12 +195,9 @@ class FaultProxy:
     async def _requests(self, rng: random.Random, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         response_faults: dict[int, tuple[int, str]], closed: asyncio.Event) -> None:
         try:
-            while True:
-                head = await reader.readexactly(4)
-                size = _SIZE.unpack(head)[0]
-                if not 0 <= size <= MAX_FRAME:
-                    return
-                frame = await reader.readexactly(size)
+            while (read := await _read_frame(reader, 0)) is not None:
+                head, frame = read
+                size = len(frame)
                 self.counts["requests"] += 1
                 api_key, _, correlation_id = _REQUEST_HEAD.unpack_from(frame) if size >= 8 else (-1, -1, -1)
                 fault = self._choose(rng, api_key)
@@ -218,12 +224,9 @@ class FaultProxy:
     async def _responses(self, rng: random.Random, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          response_faults: dict[int, tuple[int, str]], closed: asyncio.Event) -> None:
         try:
-            while True:
-                head = await reader.readexactly(4)
-                size = _SIZE.unpack(head)[0]
-                if not 4 <= size <= MAX_FRAME:
-                    return
-                frame = await reader.readexactly(size)
+            while (read := await _read_frame(reader, 4)) is not None:
+                head, frame = read
+                size = len(frame)
                 self.counts["responses"] += 1
                 correlation_id = _SIZE.unpack_from(frame)[0]
                 api_key, fault = response_faults.pop(correlation_id, (-1, None))

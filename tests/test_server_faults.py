@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from idemcore.broker import Broker
 from idemcore.broker.server import Server
 from tests.fault_proxy import FaultPlan, FaultProxy
 from tests.peers import ServeProcess, free_port
+from tests.real_client_helpers import read_confluent
 
 TOPIC = "faults"
 PARTITIONS = 3
@@ -75,34 +76,11 @@ class Sent:
 
 def read_back(bootstrap: str, *, read_committed: bool = False, timeout: float = 60) -> dict[int, list[tuple[int,
                                                                                                          bytes]]]:
-    """Every record of TOPIC, per partition: (offset, key), read with confluent-kafka's assign() from offset 0 up
-    to each partition's high watermark (the last stable offset under read_committed)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault-readback", "enable.auto.commit": False,
-                         "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-                         "enable.partition.eof": True, "log_level": 2})
-    try:
-        ends = {}
-        for partition in range(PARTITIONS):
-            _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
-            ends[partition] = high
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-        at_end: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"read back timed out; partitions at their end: {sorted(at_end)}"
-            for message in consumer.consume(1000, 0.5):
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if message.offset() >= ends[message.partition()] or read_committed:
-                            at_end.add(message.partition())
-                        continue
-                    raise AssertionError(f"read back: {error}")
-                records[message.partition()].append((message.offset(), message.key()))
-        return records
-    finally:
-        consumer.close()
+    """Every record of TOPIC, per partition: (offset, key), read from offset 0 to each partition's end (the last
+    stable offset under read_committed) with confluent-kafka's assign()."""
+    read = read_confluent(bootstrap, TOPIC, range(PARTITIONS),
+                          "read_committed" if read_committed else "read_uncommitted", timeout)
+    return {p: [(offset, key) for offset, key, _ in read.records[p]] for p in range(PARTITIONS)}
 
 
 def check_idempotent(sent: Sent, records: dict[int, list[tuple[int, bytes]]]) -> None:
@@ -165,6 +143,20 @@ def no_broker_errors(caplog: pytest.LogCaptureFixture, *servers: Server) -> None
         assert server.stats["broker_errors"] == 0, server.stats
 
 
+def produce_numbered(producer: Producer, sent: Sent, i: int, deadline: float) -> None:
+    """Record ``i`` (key ``%08d``) to partition ``i % PARTITIONS``, noted in ``sent``; polls while the queue is full."""
+    partition = i % PARTITIONS
+    key = b"%08d" % i
+    sent.order[partition].append(key)
+    while True:
+        try:
+            producer.produce(TOPIC, key=key, value=b"value-%d" % i, partition=partition, on_delivery=sent.on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+            assert time.monotonic() < deadline, "the producer's queue did not drain"
+
+
 def flush_bounded(producer: Producer, deadline: float) -> int:
     left = len(producer)
     while left and time.monotonic() < deadline:
@@ -189,17 +181,7 @@ def test_idempotent_producer_through_lost_responses_and_dropped_connections(tmp_
                              "message.timeout.ms": 60_000, "request.timeout.ms": 5000, **FAST_CLIENT})
         deadline = time.monotonic() + RUN_TIMEOUT_S
         for i in range(IDEMPOTENT_RECORDS):
-            partition = i % PARTITIONS
-            key = b"%08d" % i
-            sent.order[partition].append(key)
-            while True:
-                try:
-                    producer.produce(TOPIC, key=key, value=b"value-%d" % i, partition=partition,
-                                     on_delivery=sent.on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-                    assert time.monotonic() < deadline, "the producer's queue did not drain"
+            produce_numbered(producer, sent, i, deadline)
             if i % 100 == 0:
                 producer.poll(0)
         left = flush_bounded(producer, deadline)
@@ -237,17 +219,7 @@ def test_idempotent_producer_across_sigkill_and_restart(tmp_path):
         kills = 0
         in_flight: list[int] = []  # records not yet acknowledged at each kill
         for i in range(KILL_RECORDS):
-            partition = i % PARTITIONS
-            key = b"%08d" % i
-            sent.order[partition].append(key)
-            while True:
-                try:
-                    producer.produce(TOPIC, key=key, value=b"value-%d" % i, partition=partition,
-                                     on_delivery=sent.on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-                    assert time.monotonic() < deadline, "the producer's queue did not drain"
+            produce_numbered(producer, sent, i, deadline)
             if kills < KILLS and i == kill_at[kills]:
                 # Wait until part of what was sent is acknowledged, so that the kill has acked records behind it,
                 # then send a burst (below) and kill in its middle: unacknowledged records in flight.
