@@ -132,13 +132,14 @@ def list_offsets(find_log: FindLog, request: ListOffsetsRequest) -> ListOffsetsR
             results.append(ListedOffset(topic, partition, ErrorCode.INVALID_REQUEST))
         elif timestamp == EARLIEST_TIMESTAMP:
             results.append(ListedOffset(topic, partition, ErrorCode.NONE, partition_log.log_start_offset))
-        elif timestamp == LATEST_TIMESTAMP:
-            latest = partition_log.last_stable_offset if committed else partition_log.log_end_offset
-            results.append(ListedOffset(topic, partition, ErrorCode.NONE, latest))
         else:
-            # Kafka's Partition.fetchOffsetForTimestamp: a record found at or past what the isolation level may read
-            # is not answered (offset and timestamp -1).
+            # What the isolation level may read: the last stable offset for read_committed, else the log end.
             limit = partition_log.last_stable_offset if committed else partition_log.log_end_offset
+            if timestamp == LATEST_TIMESTAMP:
+                results.append(ListedOffset(topic, partition, ErrorCode.NONE, limit))
+                continue
+            # Kafka's Partition.fetchOffsetForTimestamp: a record found at or past that limit is not answered
+            # (offset and timestamp -1).
             found = _by_timestamp(partition_log.batches, timestamp)
             offset, at = found if found is not None and found[0] < limit else (NO_OFFSET, -1)
             results.append(ListedOffset(topic, partition, ErrorCode.NONE, offset, at))
@@ -151,7 +152,7 @@ def _record_times(stored: StoredBatch) -> Iterator[tuple[int, int]]:
     if stored.raw is None:
         return ((offset, stored.batch.max_timestamp) for offset in stored.offsets())
     header, records = decode_batch(stored.raw, check_crc=False)
-    return ((header.base_offset + r.offset_delta, header.base_timestamp + r.timestamp_delta) for r in records)
+    return ((header.offset_of(r), header.timestamp_of(r)) for r in records)  # (LOG_APPEND_TIME: the max timestamp)
 
 
 def _by_timestamp(batches: list[StoredBatch], timestamp: int) -> tuple[int, int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
-    on_disk = {name: count for name, count in args.topics if (args.data_dir / f"{name}-0").is_dir()}
+    on_disk = {name: count for name, count in args.topics
+               if any(os.path.lexists(args.data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
     broker = Broker(on_disk, data_dir=args.data_dir, fsync=args.fsync,
                     auto_create_topics=not args.no_auto_create_topics, default_partitions=args.default_partitions,
                     broker_id=args.node_id)
