@@ -17,6 +17,7 @@ from typing import NamedTuple
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
 from idemcore.net.wire.errors import MalformedFrameError
+from idemcore.record.v2.varint import put_unsigned
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "error_code": 2, "uint16": 2, "int32": 4, "uint32": 4, "timedelta_i32": 4,
           "int64": 8, "timedelta_i64": 8, "float64": 8, "datetime_i64": 8, "uuid": 16}
@@ -198,10 +199,7 @@ def _tagged(reader: _Reader, known: frozenset[int]) -> None:
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
+    put_unsigned(out, value)
     return bytes(out)
 
 
