@@ -413,19 +413,25 @@ def _run_follow(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    seconds = time.perf_counter() - started
-    final = {"rounds": totals["rounds"], "batches": totals["batches"], "findings": totals["findings"],
+    _print_final(args, "rounds", "round(s)", totals, counts, time.perf_counter() - started, checkpoint)
+    return 0
+
+
+def _print_final(args: argparse.Namespace, unit: str, unit_text: str, totals: dict[str, int], counts: dict[str, int],
+                 seconds: float, checkpoint: Path | None) -> None:
+    """The summary a follow prints when it stops: one JSON object with --json, else a line; ``unit`` counts the
+    rounds (in process) or micro-batches (Spark)."""
+    final = {unit: totals[unit], "batches": totals["batches"], "findings": totals["findings"],
              "by_finding": counts, "seconds": round(seconds, 3),
              "out": str(args.out) if args.out else None, "checkpoint": str(checkpoint) if checkpoint else None}
     if args.json:
         print(json.dumps({"final": final}), flush=True)
     else:
-        print(f"stopped after {totals['rounds']:,} round(s) in {seconds:.1f} s: {totals['batches']:,} batches, "
+        print(f"stopped after {totals[unit]:,} {unit_text} in {seconds:.1f} s: {totals['batches']:,} batches, "
               f"{totals['findings']:,} finding(s) "
               + (f"({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
               + (f"; findings in {args.out}" if args.out else "")
               + (f"; checkpoint {checkpoint}" if checkpoint else ""), flush=True)
-    return 0
 
 
 def _run_follow_spark(args: argparse.Namespace) -> int:
@@ -501,16 +507,8 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
                     pass
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    seconds = time.perf_counter() - started
-    final = {"micro_batches": totals["micro_batches"], "batches": totals["batches"], "findings": totals["findings"],
-             "by_finding": counts, "seconds": round(seconds, 3), "out": str(args.out), "checkpoint": str(checkpoint)}
-    if args.json:
-        print(json.dumps({"final": final}), flush=True)
-    else:
-        print(f"stopped after {totals['micro_batches']:,} micro-batch(es) in {seconds:.1f} s: "
-              f"{totals['batches']:,} batches, {totals['findings']:,} finding(s) "
-              + (f"({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
-              + f"; findings in {args.out}; checkpoint {checkpoint}", flush=True)
+    _print_final(args, "micro_batches", "micro-batch(es)", totals, counts, time.perf_counter() - started,
+                 checkpoint)
     return 0
 
 
