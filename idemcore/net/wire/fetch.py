@@ -35,14 +35,13 @@ def _fetch_to_message(ctx: WireContext, version: int, correlation_id: int, body:
             name = ctx.topic_name(topic.topic_id)
             if name is None:
                 unknown.extend((topic.topic_id, int(p.partition)) for p in topic.partitions)
-                # Asked by no name: the broker answers UNKNOWN_TOPIC_OR_PARTITION, so a fetch holding an error is
-                # answered at once (not held for max_wait); the answer names them by id (UNKNOWN_TOPIC_ID).
-                wanted.extend(FetchPartition("", int(p.partition), 0, 0) for p in topic.partitions)
-                continue
+                continue  # answered by id (UNKNOWN_TOPIC_ID) in _fetch_to_wire
         wanted.extend(FetchPartition(str(name), int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
                       for p in topic.partitions)
     isolation = int(getattr(body, "isolation_level", READ_UNCOMMITTED))
-    request = FetchRequest(tuple(wanted), isolation, int(body.max_bytes), int(body.min_bytes), millis(body.max_wait),
+    # A fetch holding an error is answered at once, as Kafka does, not held for max_wait.
+    max_wait = 0 if unknown else millis(body.max_wait)
+    request = FetchRequest(tuple(wanted), isolation, int(body.max_bytes), int(body.min_bytes), max_wait,
                            correlation_id)
     return request, unknown
 
@@ -53,8 +52,7 @@ def _fetch_to_wire(ctx: WireContext, version: int, body: Any, response: FetchRes
     aborted_cls = nested(cls, "AbortedTransaction")
     by_topic: dict[str, list[Any]] = {}
     for answer in response.partitions:
-        if answer.topic:  # "": a topic id the broker lacks, answered below
-            by_topic.setdefault(answer.topic, []).append(_partition(partition_cls, aborted_cls, answer))
+        by_topic.setdefault(answer.topic, []).append(_partition(partition_cls, aborted_cls, answer))
     topics = [make(topic_cls, topic=name, topic_id=topic_id_of(name), partitions=tuple(partitions))
               for name, partitions in by_topic.items()]
     for topic_id, partition in unknown:
