@@ -39,23 +39,26 @@ def bench_validate(benchmark, streams, record, backend, threads, stream):
 
 
 @pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["cython", "numba"])
-def bench_validate_presized(benchmark, streams, record, backend, stream):
-    """validate() into a table made (and its pages touched) outside the timing, sized for the stream's streams:
-    the kernels without the table's growth (bench_validate starts from an empty table)."""
+def bench_validate_presized(benchmark, streams, record, backend, threads, stream):
+    """validate() without allocation: into a table made (and its pages touched) outside the timing, sized for the
+    stream's streams, writing into the verdict arrays of an earlier call (``out=``): the kernels alone, as a loop
+    over chunks runs them (bench_validate starts from an empty table and fresh verdict arrays)."""
     packed = streams[stream]
     rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["partition"]))  # at most this many streams
-    validate(packed.slice(0, 10_000), backend=backend)
+    validate(packed.slice(0, 10_000), backend=backend, threads=threads)
+    out = validate(packed, backend=backend)  # (every page of the verdicts touched)
 
     def fresh():
         state = ProducerStateTable(row_capacity=rows + 1, partition_capacity=128)  # (+1: the pre-pass keeps one spare)
         for array in state.kernel_arrays():
             array[...] = array.copy()  # first-touch page faults outside the timing
-        return (packed,), {"state": state, "backend": backend}
+        return (packed,), {"state": state, "backend": backend, "threads": threads, "out": out}
 
     verdicts = benchmark.pedantic(validate, setup=fresh, rounds=3, iterations=1)
     assert verdicts.counts()["duplicate"] > 0
-    record(f"validate presized {backend} t1 {stream}", benchmark, len(packed))
+    record(f"validate presized+out {backend} t{threads} {stream}", benchmark, len(packed))
 
 
 @pytest.mark.parametrize("stream", STREAMS)

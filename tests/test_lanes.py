@@ -234,3 +234,36 @@ def test_a_listed_row_past_the_table_is_looked_up_not_read():
         kernel.validate_listed(*packed.kernel_columns(), 0, np.empty(0, np.int64), np.array([3000], np.int32), 0, 1,
                                *copy.kernel_arrays(), *out, *txns)
         assert out.out_base_offset[0] == 1, name
+
+
+@SETTINGS
+@given(rows=streams(), threads=st.sampled_from(THREADS), cuts=st.lists(st.integers(0, 60), max_size=3),
+       long_path=st.booleans())
+def test_verdicts_written_into_an_earlier_calls(backend, rows, threads, cuts, long_path):
+    # validate(..., out=): each chunk's verdicts land in the same arrays, stale values from the chunk before
+    # overwritten, on the short path and the lanes' path alike.
+    whole = validate(batches(rows), ProducerStateTable(), backend=backend)
+    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
+    state = ProducerStateTable()
+    out = validate(packed.slice(len(rows) - 1, len(rows)), ProducerStateTable(), backend=backend)  # (stale values)
+    out = idemcore.Verdicts(*(np.resize(column, len(rows) + 3) for column in out.to_dict().values()),
+                            out.completed_txns, out.backend)
+    with mock.patch.object(lanes, "MIN_BATCHES", 1 if long_path else 10**9):
+        for a, b in itertools.pairwise(bounds):
+            part = validate(packed.slice(a, b), state, backend=backend, threads=threads, out=out)
+            assert len(part) == b - a and np.shares_memory(part.status, out.status)
+            for name, column in whole.to_dict().items():
+                np.testing.assert_array_equal(getattr(part, name), column[a:b], err_msg=name)
+
+
+def test_out_must_be_long_enough_and_of_verdicts():
+    rows = batches([data(1, 0, 0), data(1, 0, 1)])
+    short = validate(batches([data(2, 0, 0)]))
+    with pytest.raises(ValueError, match="out holds verdicts for 1 batches, fewer than the 2 given"):
+        validate(rows, out=short)
+    with pytest.raises(TypeError, match="out must be the Verdicts of an earlier call, not dict"):
+        validate(rows, out=short.to_dict())
+    wide = idemcore.Verdicts(*(np.zeros(2, np.int64),) * 6, short.completed_txns, "cython")
+    with pytest.raises(ValueError, match=r"out\.status is not a writeable contiguous int8 array"):
+        validate(rows, out=wide)

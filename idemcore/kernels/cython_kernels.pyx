@@ -1024,6 +1024,8 @@ def reserve_rows(
     cdef int64_t part, pid
     cdef Py_ssize_t stopped = stop
     cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
+    cdef int64_t last_part = -1
+    cdef Py_ssize_t last_index = -1
     with nogil:
         for i in range(start, stop):
             if ahead:
@@ -1035,8 +1037,11 @@ def reserve_rows(
             bucket = 0
             row = -1
             if part >= 0:
-                pslot = partition_slot(st.pslot_partition, st.pslot_index, st.pslot_mask, part)
-                index = st.pslot_index[pslot]
+                if part == last_part:
+                    index = last_index  # (a run of one partition: no probe)
+                else:
+                    pslot = partition_slot(st.pslot_partition, st.pslot_index, st.pslot_mask, part)
+                    index = st.pslot_index[pslot]
                 if index < 0:
                     index = st.counters[N_PARTITIONS]
                     if index + 1 >= st.partition_capacity:
@@ -1047,6 +1052,8 @@ def reserve_rows(
                     st.partition_id[index] = <int32_t>part
                     st.partition_next_offset[index] = 0
                     st.counters[N_PARTITIONS] = index + 1
+                last_part = part
+                last_index = index
                 if pid >= 0:
                     slot = producer_slot(st.slots, st.slot_mask, pid, part)
                     row = st.slots[slot].row

@@ -710,6 +710,7 @@ def reserve_rows(
     partition_capacity = partition_id.shape[0]
     ahead = row_capacity >= PREFETCH_MIN_ROWS
     mask = slot_i64.shape[0] - 1
+    last_part, last_index = -1, -1  # the partition of the batch before, and its index
     for i in range(start, stop):
         if ahead and i + PREFETCH_AHEAD < stop:
             prefetch_slot(slot_i64, producer_hash(int(producer_id[i + PREFETCH_AHEAD]),
@@ -719,8 +720,11 @@ def reserve_rows(
         bucket = 0
         row = -1
         if part >= 0:
-            pslot = partition_slot(pslot_partition, pslot_index, part)
-            index = int(pslot_index[pslot])
+            pslot = -1
+            index = last_index
+            if part != last_part:  # (a run of one partition probes its index once)
+                pslot = partition_slot(pslot_partition, pslot_index, part)
+                index = int(pslot_index[pslot])
             if index < 0:
                 index = int(counters[N_PARTITIONS])
                 if index + 1 >= partition_capacity:
@@ -730,6 +734,7 @@ def reserve_rows(
                 partition_id[index] = part
                 partition_next_offset[index] = 0
                 counters[N_PARTITIONS] = index + 1
+            last_part, last_index = part, index
             if pid >= 0:
                 slot = producer_slot(slot_i64, slot_i32, pid, part)
                 row = int(slot_i32[slot, SLOT_ROW])
