@@ -15,12 +15,12 @@ through ``append_in_sequence`` (the first cache line of its row read, one more w
 through check_batch and commit_batch, which apply every rule. On a table of more than PREFETCH_MIN_ROWS rows it
 prefetches the index slot and the row of batches ahead (``prefetch``).
 
-Inlining matters (validate_batches is ~15% slower when check_batch and commit_batch are calls): a C compiler
-inlines a big static function only into its single caller. So check_batch and commit_batch are fused
-functions and each entry point calls its own copy: check_batch reads a ``Lookup`` in check_batches and the
-``State`` in validate_batches; commit_batch reads the offsets from the ``Verdicts`` in validate_batches and
-from ``CommitVerdicts`` in commit_batches. (The copies differ in struct layout, so the compiler does not fold
-them back into one.)
+check_batch and commit_batch are fused functions, one copy per struct they read: check_batch reads a
+``Lookup`` in check_batches and the ``State`` elsewhere; commit_batch reads the offsets from the ``Verdicts``
+(validate_batches, validate_listed) or from ``CommitVerdicts`` (commit_batches). A C compiler inlines a big
+static function only into its single caller, and the copies differ in struct layout, so it does not fold them
+back into one. validate_batches and validate_listed share the slow path (``apply_every_rule``), as in the
+reference; it is rare on a real stream, so its check_batch staying a call costs little.
 """
 
 from libc.stdint cimport INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
@@ -649,6 +649,20 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
             r.txn_first_offset = first_offset  # the first transactional batch opens the transaction
 
 
+cdef inline bint apply_every_rule(Py_ssize_t i, const Batches *b, int origin, State *s, Verdicts *out,
+                                  Completed *done) noexcept nogil:
+    # Batch i through every rule: check_batch, then commit_batch if APPENDED (the slot check_batch found: no
+    # second probe). False, with nothing written, when the table has no room for one more row or partition (the
+    # caller returns for it to grow). The reference: apply_every_rule.
+    cdef Py_ssize_t slot
+    if s.counters[N_ROWS] >= s.row_capacity or s.counters[N_PARTITIONS] >= s.partition_capacity:
+        return False
+    slot = check_batch(i, b, origin, s, out, done)
+    if out.status[i] == APPENDED:
+        commit_batch(i, slot, b, s, out)
+    return True
+
+
 cdef inline bint plain_data(Py_ssize_t i, const Batches *b) noexcept nogil:
     # Well-formed data of a producer id with a sequence, its offsets left to the log: what append_in_sequence
     # takes (the reference: plain_data).
@@ -899,7 +913,7 @@ def validate_batches(
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
-    cdef Py_ssize_t i, slot
+    cdef Py_ssize_t i
     cdef Py_ssize_t stopped = stop
     cdef bint client = origin == ORIGIN_CLIENT
     cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS  # (a table sized for many rows: they will come)
@@ -910,12 +924,9 @@ def validate_batches(
                 prefetch(&b, &st, i, stop)
             if client and append_in_sequence(i, &b, &st, &out):
                 continue
-            if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
+            if not apply_every_rule(i, &b, origin, &st, &out, &done):
                 stopped = i
                 break
-            slot = check_batch(i, &b, origin, &st, &out, &done)
-            if out.status[i] == APPENDED:
-                commit_batch(i, slot, &b, &st, &out)  # the slot check_batch found: no second probe
     return stopped
 
 
@@ -1117,7 +1128,7 @@ def validate_listed(
                                     out_expected, 0, n)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
-    cdef Py_ssize_t k, i, slot, row
+    cdef Py_ssize_t k, i, row
     cdef Py_ssize_t stopped = stop
     cdef Py_ssize_t bad = -1
     cdef bint client = origin == ORIGIN_CLIENT
@@ -1148,10 +1159,7 @@ def validate_listed(
                         continue
                 elif append_in_sequence(i, &b, &st, &out):
                     continue
-            if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
+            if not apply_every_rule(i, &b, origin, &st, &out, &done):
                 stopped = k
                 break
-            slot = check_batch(i, &b, origin, &st, &out, &done)
-            if out.status[i] == APPENDED:
-                commit_batch(i, slot, &b, &st, &out)
     return stopped
