@@ -34,14 +34,14 @@ def assert_same_verdicts(result, reference):
 
 @SETTINGS
 @given(rows=streams(), origin=origins, threads=st.sampled_from(THREADS),
-       cuts=st.lists(st.integers(0, 60), max_size=3))
-def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts):
+       cuts=st.lists(st.integers(0, 60), max_size=3), chunk=st.sampled_from([lanes.PIPELINE_CHUNK, 1, 3, 8]))
+def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
     packed = idemcore.BatchMetadata.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # reserve_rows grows it mid-pass
-    with mock.patch.object(lanes, "MIN_BATCHES", 1):
+    with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk):
         parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend, threads=threads)
                  for a, b in itertools.pairwise(bounds)]
     for name, column in whole.to_dict().items():
@@ -51,9 +51,11 @@ def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts):
     assert state.n_producers == whole_state.n_producers and state.n_partitions == whole_state.n_partitions
 
 
+@pytest.mark.parametrize("chunk", [lanes.PIPELINE_CHUNK, 1_000])  # 1,000: the next chunk reserved beside the lanes
 @pytest.mark.parametrize("origin", ["client", "replication"])
 @pytest.mark.parametrize("threads", THREADS)
-def test_lanes_on_a_large_chaotic_stream(backend, origin, threads):
+def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkeypatch):
+    monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
     columns = chaotic_stream(20_000, seed=5)
     columns["is_control"][::97] = True  # markers closing transactions across all partitions
     columns["control_type"][::97] = np.arange(len(columns["control_type"][::97])) % 2
@@ -183,6 +185,41 @@ def test_an_interrupted_lane_leaves_no_thread_writing_behind(monkeypatch):
     assert ended.is_set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(1, 40, 2))
     assert state.n_partitions == 1 and state.next_offset(1) == 20
+
+
+def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
+    # Chunk by chunk, the next chunk's pre-pass runs while the lanes check this one: interrupted there, validate
+    # must not raise before those lanes have ended, and keeps what they committed.
+    import dataclasses
+    import threading
+    import time
+
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend("cython")
+    ended = threading.Event()
+
+    def reserve_rows(*args):
+        if args[2] > 0:  # the second chunk's pre-pass
+            raise KeyboardInterrupt
+        return kernel.reserve_rows(*args)
+
+    def listed(*args):
+        time.sleep(0.3)
+        result = kernel.validate_listed(*args)
+        ended.set()
+        return result
+
+    interrupted = dataclasses.replace(kernel, reserve_rows=reserve_rows, validate_listed=listed)
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    monkeypatch.setattr(lanes, "PIPELINE_CHUNK", 20)
+    rows = [data(pid, 0, 0, partition=pid % 2) for pid in range(40)]
+    state = ProducerStateTable()
+    with pytest.raises(KeyboardInterrupt):
+        validate(batches(rows), state, backend=interrupted, threads=2)
+    assert ended.is_set()
+    assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(20))
+    assert state.next_offset(0) == 10 and state.next_offset(1) == 10
 
 
 def test_a_full_table_gets_its_spare_before_the_lanes():

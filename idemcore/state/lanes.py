@@ -13,6 +13,11 @@ be checked in any interleaving as long as each partition's batches keep their or
 4. sorts the completed transactions by the marker that closed them, and drops the entries step 1 added that no
    batch was committed to (a first write that was refused).
 
+On more than one thread a long call goes chunk by chunk (``PIPELINE_CHUNK``): step 1 for the next chunk runs on
+the calling thread while the lanes check this one. That is safe because a chunk's lanes only touch rows and
+partitions reserved before they started, and find existing keys only along probe chains no insertion changes
+(an insertion fills an empty slot; no slot is emptied during a call); the table grows only once they have ended.
+
 The verdicts, the completed transactions (in order) and the state (``ProducerStateTable.canonical``) are the
 ones :func:`idemcore.validate` computes on one thread; only row numbers may differ.
 
@@ -31,7 +36,7 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
@@ -39,7 +44,7 @@ import numpy.typing as npt
 
 from idemcore.kernels import Backend
 from idemcore.kernels import reference as rules
-from idemcore.kernels.abi import BatchColumns, VerdictColumns
+from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
@@ -66,22 +71,22 @@ def thread_map(function: Callable[[_T], _R], items: Sequence[_T], threads: int, 
         wait(futures)
 
 
-def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable
-             ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
-    """reserve_rows over every batch, growing the table as it asks: each batch's bucket and row, and the
-    number of batches in each bucket."""
-    n = len(columns.partition)
-    bucket = np.empty(n, np.int32)
-    row = np.empty(n, np.int32)
+def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, bucket: npt.NDArray[np.int32],
+             row: npt.NDArray[np.int32], start: int, stop: int,
+             before_growing: Callable[[], object] = lambda: None) -> npt.NDArray[np.int64]:
+    """reserve_rows over batches ``start..stop-1``, growing the table as it asks (``before_growing`` first: the
+    lanes still reading the old arrays must end): each batch's bucket and row, and the number of batches in each
+    bucket."""
     if state.n_producers + 1 >= len(state.row_producer_id) or state.n_partitions + 1 >= len(state.partition_id):
+        before_growing()
         state.grow(kernel, spare=1)  # a full table (a lane stops at one, even adding nothing): make the spare
     counts = np.zeros(len(state.partition_id) + 1, np.int64)
-    start = 0
     while True:
-        start = kernel.reserve_rows(columns.partition, columns.producer_id, start, n, *state.kernel_arrays(),
+        start = kernel.reserve_rows(columns.partition, columns.producer_id, start, stop, *state.kernel_arrays(),
                                     bucket, row, counts)
-        if start >= n:
-            return bucket, row, counts[:state.n_partitions + 1]
+        if start >= stop:
+            return counts[:state.n_partitions + 1]
+        before_growing()
         state.grow(kernel, spare=1)
         counts = np.concatenate([counts, np.zeros(len(state.partition_id) + 1 - len(counts), np.int64)])
 
@@ -116,6 +121,12 @@ MAX_THREADS = 127
 MIN_BATCHES = 500_000
 
 
+#: On more than one thread, a call of at least two chunks of this many batches is taken chunk by chunk: the
+#: pre-pass (serial: it inserts into the shared indexes) of the next chunk runs on the calling thread while the
+#: lanes check this one.
+PIPELINE_CHUNK = 1 << 20
+
+
 def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
                       out: VerdictColumns, threads: int):  # -> Verdicts (a cycle to state.validate)
     """:func:`idemcore.validate` over up to ``threads`` lanes of partitions, on as many threads."""
@@ -124,45 +135,91 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     columns = packed.kernel_columns()
     n = len(packed)
     old_rows, old_partitions = state.n_producers, state.n_partitions
-    bucket, row, counts = _reserve(kernel, columns, state)
-    lanes = max(1, min(threads, MAX_THREADS, int(np.count_nonzero(counts))))
-    if lanes == 1:
-        listed = [np.empty(0, np.int64)]  # (every batch, in order)
-        controls = [int(np.count_nonzero(columns.is_control))]
-    else:
-        batch_lane = deal(counts, lanes)[bucket]
-        listed = [np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
-        controls = np.bincount(batch_lane[columns.is_control.view(bool)], minlength=lanes).tolist()
+    bucket, row = np.empty(n, np.int32), np.empty(n, np.int32)
     _prefill(out)
-    txns = CompletedTxns.empty(sum(controls))
-    txn_start = np.concatenate([[0], np.cumsum(controls)]).astype(np.int64)
-    txn_columns = txns.kernel_columns()
-    counters = [state.counters.copy() for _ in listed]
-    arrays = state.kernel_arrays()
-
-    def lane(t: int) -> int:
-        counters[t][rules.N_COMPLETED] = 0
-        region = [column[txn_start[t]:txn_start[t + 1]] for column in txn_columns]
-        return kernel.validate_listed(*columns, int(origin), listed[t], row, 0, len(listed[t]) or n,
-                                      *arrays._replace(counters=counters[t]), *out, *region)
-
+    txns = CompletedTxns.empty(int(np.count_nonzero(columns.is_control)))
+    lanes = _Lanes(kernel, columns, int(origin), row, out, txns.kernel_columns(), threads)
+    chunk = PIPELINE_CHUNK if threads > 1 and n >= 2 * PIPELINE_CHUNK else max(n, 1)
     try:
-        stopped = thread_map(lane, range(lanes), lanes, kernel)
-    except BaseException:  # an interrupt: the lanes have ended; their verdicts are not all written
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            counts = _reserve(kernel, columns, state, bucket, row, start, stop, lanes.wait)
+            lanes.wait()  # a partition's batches of this chunk follow those of the chunk before
+            lanes.start(state, bucket, counts, start, stop)
+        lanes.wait()
+    except BaseException:  # an interrupt, or a kernel bug: every lane has ended; their verdicts are not all written
+        lanes.wait(quietly=True)
         _drop_untouched(state, old_rows, old_partitions, kernel)
         state.generation += 1
         raise
     _drop_unwritten(state, old_rows, old_partitions, row, out.out_status, kernel)
     state.generation += 1
-    if any(stop < (len(mine) or n) for stop, mine in zip(stopped, listed, strict=True)):
-        raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
-
-    kept = np.concatenate([np.arange(txn_start[t], txn_start[t] + int(counters[t][rules.N_COMPLETED]))
-                           for t in range(lanes)]).astype(np.int64)
+    kept = lanes.completed()
     kept = kept[np.argsort(txns.marker[kept], kind="stable")]  # in the order one pass closes them
     completed = CompletedTxns(*(getattr(txns, name)[kept] for name in CompletedTxns.__dataclass_fields__))
     state.counters[rules.N_COMPLETED] = len(completed)
     return Verdicts(*out, completed, kernel.name)
+
+
+class _Lanes:
+    """The lanes of one call: each chunk's partitions dealt out and checked on the pool (on the calling thread
+    with one thread, or the ``python`` kernel), each lane writing completed transactions to its own stretch of
+    the transaction columns."""
+
+    def __init__(self, kernel: Backend, columns: BatchColumns, origin: int, row: npt.NDArray[np.int32],
+                 out: VerdictColumns, txn_columns: Sequence[np.ndarray], threads: int):
+        self.kernel, self.columns, self.origin, self.row, self.out = kernel, columns, origin, row, out
+        self.txn_columns, self.threads = txn_columns, threads
+        self.txn_cursor = 0
+        self.regions: list[tuple[int, np.ndarray]] = []  # per lane run: its first transaction slot, its counters
+        self.running: list[Future[None]] = []
+
+    def start(self, state: ProducerStateTable, bucket: npt.NDArray[np.int32], counts: npt.NDArray[np.int64],
+              start: int, stop: int) -> None:
+        """Start checking batches ``start..stop-1``, whose rows reserve_rows gave."""
+        lanes = max(1, min(self.threads, MAX_THREADS, int(np.count_nonzero(counts))))
+        control = self.columns.is_control[start:stop].view(bool)
+        if lanes == 1:
+            runs = [(np.empty(0, np.int64), start, stop)]  # (every batch, in order)
+            controls = [int(np.count_nonzero(control))]
+        else:
+            batch_lane = deal(counts, lanes)[bucket[start:stop]]
+            listed = [start + np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
+            runs = [(mine, 0, len(mine)) for mine in listed]
+            controls = np.bincount(batch_lane[control], minlength=lanes).tolist()
+        arrays = state.kernel_arrays()
+        jobs = []
+        for (listed_t, lo, hi), count in zip(runs, controls, strict=True):
+            counters = state.counters.copy()
+            counters[rules.N_COMPLETED] = 0
+            region = [column[self.txn_cursor:self.txn_cursor + count] for column in self.txn_columns]
+            self.regions.append((self.txn_cursor, counters))
+            self.txn_cursor += count
+            jobs.append(functools.partial(self._check, listed_t, lo, hi, arrays._replace(counters=counters), region))
+        if self.threads > 1 and self.kernel.name != "python":
+            pool = _pool(self.threads)
+            self.running = [pool.submit(job) for job in jobs]
+        else:
+            for job in jobs:
+                job()
+
+    def _check(self, listed: np.ndarray, lo: int, hi: int, arrays: StateArrays, region: list[np.ndarray]) -> None:
+        stopped = self.kernel.validate_listed(*self.columns, self.origin, listed, self.row, lo, hi, *arrays,
+                                              *self.out, *region)
+        if stopped < hi:
+            raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
+
+    def wait(self, quietly: bool = False) -> None:
+        """Return once every running lane has ended; raise the first one's error unless ``quietly``."""
+        wait(self.running)
+        if not quietly:
+            for future in self.running:
+                future.result()
+
+    def completed(self) -> npt.NDArray[np.int64]:
+        """Where the lanes wrote their completed transactions."""
+        return np.concatenate([np.arange(first, first + int(counters[rules.N_COMPLETED]), dtype=np.int64)
+                               for first, counters in self.regions] or [np.empty(0, np.int64)])
 
 
 def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_partitions: int, row: npt.NDArray[np.int32],
