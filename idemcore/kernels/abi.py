@@ -89,9 +89,9 @@ class CommitVerdicts(NamedTuple):
 
 
 class LaneColumns(NamedTuple):
-    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0; row, -1 without a
-    producer id or with a negative partition) and per bucket (int64 count of batches; one more bucket than the
-    partition capacity)."""
+    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0, unless the array is
+    empty; row, -1 without a producer id or with a negative partition) and per bucket (int64 count of batches;
+    one more bucket than the partition capacity)."""
 
     batch_bucket: np.ndarray
     batch_row: np.ndarray

@@ -1024,8 +1024,8 @@ def reserve_rows(
     cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
                              partition_id, partition_next_offset, counters)
     if start < stop:
-        require(start >= 0 and min(partition.shape[0], producer_id.shape[0], batch_bucket.shape[0],
-                                   batch_row.shape[0]) >= stop,
+        require(start >= 0 and min(partition.shape[0], producer_id.shape[0], batch_row.shape[0]) >= stop
+                and (batch_bucket.shape[0] == 0 or batch_bucket.shape[0] >= stop),
                 "start..stop beyond the batch columns")
     require(bucket_count.shape[0] > st.partition_capacity, "bucket_count shorter than the partitions + 1")
     cdef const int32_t *parts = &partition[0]
@@ -1035,6 +1035,7 @@ def reserve_rows(
     cdef int64_t part, pid
     cdef Py_ssize_t stopped = stop
     cdef bint ahead = st.row_capacity >= PREFETCH_MIN_ROWS
+    cdef bint buckets = batch_bucket.shape[0] > 0  # (empty: one lane, which needs only the rows)
     cdef int64_t last_part = -1
     cdef Py_ssize_t last_index = -1
     with nogil:
@@ -1081,7 +1082,8 @@ def reserve_rows(
                         st.counters[N_ROWS] = row + 1
                 bucket = index + 1
             counts[bucket] += 1
-            batch_bucket[i] = <int32_t>bucket
+            if buckets:
+                batch_bucket[i] = <int32_t>bucket
             batch_row[i] = <int32_t>row
     return stopped
 

@@ -700,8 +700,9 @@ def reserve_rows(
     A partition or (partition, producer id) not in the table gets an entry as a first write would create it
     (next offset 0; :func:`init_row`): until a batch is committed to it, it reads exactly as an absent one, and
     the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the partition's
-    index + 1; 0 for a negative partition, which no rule lets through) and ``batch_row`` (-1 without a producer
-    id), and counts it in ``bucket_count``; an added row remembers the batch that added it
+    index + 1; 0 for a negative partition, which no rule lets through; not written when ``batch_bucket`` is
+    empty: one lane needs only the rows) and ``batch_row`` (-1 without a producer id), and counts it in
+    ``bucket_count``; an added row remembers the batch that added it
     (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave
     the table without a spare row or partition (:func:`validate_listed` stops at a full table); grow it and call
     again. The caller gives a table with a spare row and partition to begin with."""
@@ -710,6 +711,7 @@ def reserve_rows(
     partition_capacity = partition_id.shape[0]
     ahead = row_capacity >= PREFETCH_MIN_ROWS
     mask = slot_i64.shape[0] - 1
+    buckets = batch_bucket.shape[0] > 0
     last_part, last_index = -1, -1  # the partition of the batch before, and its index
     for i in range(start, stop):
         if ahead and i + PREFETCH_AHEAD < stop:
@@ -750,7 +752,8 @@ def reserve_rows(
                     counters[N_ROWS] = row + 1
             bucket = index + 1
         bucket_count[bucket] += 1
-        batch_bucket[i] = bucket
+        if buckets:
+            batch_bucket[i] = bucket
         batch_row[i] = row
     return stop
 

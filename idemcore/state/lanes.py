@@ -135,7 +135,7 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     columns = packed.kernel_columns()
     n = len(packed)
     old_rows, old_partitions = state.n_producers, state.n_partitions
-    bucket, row = np.empty(n, np.int32), np.empty(n, np.int32)
+    bucket, row = np.empty(n if threads > 1 else 0, np.int32), np.empty(n, np.int32)  # (one lane: no buckets)
     _prefill(out)
     txns = CompletedTxns.empty(int(np.count_nonzero(columns.is_control)))
     lanes = _Lanes(kernel, columns, int(origin), row, out, txns.kernel_columns(), threads)
