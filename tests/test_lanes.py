@@ -6,6 +6,7 @@ reference in test_properties): every verdict column, the completed transactions 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from unittest import mock
 
@@ -302,5 +303,59 @@ def test_out_must_be_long_enough_and_of_verdicts():
     with pytest.raises(TypeError, match="out must be the Verdicts of an earlier call, not dict"):
         validate(rows, out=short.to_dict())
     wide = idemcore.Verdicts(*(np.zeros(2, np.int64),) * 6, short.completed_txns, "cython")
-    with pytest.raises(ValueError, match=r"out\.status is not a writeable contiguous int8 array"):
+    with pytest.raises(ValueError, match=r"out\.status is not a writeable contiguous 1-D int8 array"):
         validate(rows, out=wide)
+    buffer = validate(batches([data(2, 0, k) for k in range(5)]))
+    for bad, message in [(dict(expected=buffer.expected[:1]), "out holds verdicts for 1 batches, fewer than the 2"),
+                         (dict(finding=buffer.finding.reshape(5, 1)), r"out\.finding is not .* 1-D int8")]:
+        with pytest.raises(ValueError, match=message):
+            validate(rows, out=dataclasses.replace(buffer, **bad))
+
+
+def test_out_sharing_memory_is_refused(backend):
+    # A kernel reads a batch's input after writing other batches' verdicts: out columns overlapping each other
+    # or an input column would give wrong verdicts (input columns of the right dtype are not copied).
+    rows = batches([data(1, 0, k, base_offset=-1) for k in range(4)])
+    buffer = validate(rows, backend=backend)
+    with pytest.raises(ValueError, match=r"out\.last_offset shares memory with out\.expected"):
+        validate(rows, out=dataclasses.replace(buffer, last_offset=buffer.expected), backend=backend)
+    rows["base_offset"] = buffer.expected  # (int64, as the input column wants: taken as it is)
+    with pytest.raises(ValueError, match=r"out\.expected shares memory with base_offset"):
+        validate(rows, out=buffer, backend=backend)
+
+
+def test_an_interrupt_between_two_submits_waits_for_the_first(monkeypatch):
+    # The lanes are submitted one by one; an interrupt between two must still wait for those already running.
+    import threading
+    import time
+
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend("cython")
+    ended = threading.Event()
+
+    def listed(*args):
+        time.sleep(0.3)
+        result = kernel.validate_listed(*args)
+        ended.set()
+        return result
+
+    real = lanes._pool(2)
+
+    class InterruptedPool:
+        calls = 0
+
+        def submit(self, *args):
+            InterruptedPool.calls += 1
+            if InterruptedPool.calls == 2:
+                raise KeyboardInterrupt  # stands for a signal delivered between the two submits
+            return real.submit(*args)
+
+    monkeypatch.setattr(lanes, "_pool", lambda threads: InterruptedPool())
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    state = ProducerStateTable()
+    with pytest.raises(KeyboardInterrupt):
+        validate(batches([data(pid, 0, 0, partition=pid % 2) for pid in range(40)]), state,
+                 backend=dataclasses.replace(kernel, validate_listed=listed), threads=2)
+    assert ended.is_set()
+    assert state.n_producers == 20 and state.next_offset(0) + state.next_offset(1) == 20

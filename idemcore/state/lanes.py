@@ -64,8 +64,11 @@ def thread_map(function: Callable[[_T], _R], items: Sequence[_T], threads: int, 
     the caller does not leave threads writing the state behind it."""
     if threads <= 1 or len(items) <= 1 or kernel.name == "python":
         return [function(item) for item in items]
-    futures = [_pool(min(threads, len(items))).submit(function, item) for item in items]
+    futures: list[Future[_R]] = []
     try:
+        pool = _pool(min(threads, len(items)))
+        for item in items:
+            futures.append(pool.submit(function, item))  # (one at a time: an interrupt here still waits for them)
         return [future.result() for future in futures]
     finally:
         wait(futures)
@@ -198,7 +201,9 @@ class _Lanes:
             jobs.append(functools.partial(self._check, listed_t, lo, hi, arrays._replace(counters=counters), region))
         if self.threads > 1 and self.kernel.name != "python":
             pool = _pool(self.threads)
-            self.running = [pool.submit(job) for job in jobs]
+            self.running = []
+            for job in jobs:
+                self.running.append(pool.submit(job))  # (one at a time: an interrupt here still waits for them)
         else:
             for job in jobs:
                 job()

@@ -98,12 +98,14 @@ class Verdicts:
 
     def reuse(self, size: int) -> VerdictColumns:
         """The first ``size`` of each per-batch column, to be overwritten (``validate(..., out=)``)."""
-        if size > len(self):
-            raise ValueError(f"out holds verdicts for {len(self)} batches, fewer than the {size} given")
-        for name, column in self.to_dict().items():
-            if column.dtype != VERDICT_DTYPES[name] or not column.flags.c_contiguous or not column.flags.writeable:
-                raise ValueError(f"out.{name} is not a writeable contiguous {VERDICT_DTYPES[name]} array")
-        return VerdictColumns(*(column[:size] for column in self.to_dict().values()))
+        columns = self.to_dict()
+        for name, column in columns.items():
+            if column.dtype != VERDICT_DTYPES[name] or column.ndim != 1 or not column.flags.c_contiguous \
+                    or not column.flags.writeable:
+                raise ValueError(f"out.{name} is not a writeable contiguous 1-D {VERDICT_DTYPES[name]} array")
+            if len(column) < size:
+                raise ValueError(f"out holds verdicts for {len(column)} batches, fewer than the {size} given")
+        return VerdictColumns(*(column[:size] for column in columns.values()))
 
     def counts(self) -> dict[str, int]:
         """How many batches were appended, duplicates, and rejected with each error."""
@@ -135,6 +137,19 @@ def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origi
     elif not isinstance(state, ProducerStateTable):
         raise TypeError(f"state must be a ProducerStateTable, not {type(state).__name__}")
     return packed, state, Origin.parse(origin), get_backend(backend)
+
+
+def _refuse_shared_memory(out: VerdictColumns, inputs: BatchColumns) -> None:
+    """ValueError when a verdict column to be written shares memory with another one or with an input column
+    (the kernels read a batch's input after writing other batches' verdicts). Exact for the 1-D contiguous
+    arrays both are."""
+    arrays = {f"out.{name[4:]}": array for name, array in out._asdict().items()}
+    arrays.update(inputs._asdict())
+    names = list(arrays)
+    for k, name in enumerate(names[:len(out)]):
+        for other in names[k + 1:]:
+            if np.may_share_memory(arrays[name], arrays[other]):
+                raise ValueError(f"{name} shares memory with {other}: out must be arrays of its own")
 
 
 def check_threads(threads: Any) -> int:
@@ -170,16 +185,22 @@ def validate(
     :mod:`idemcore.state.lanes`, which also takes every call of at least
     ``lanes.MIN_BATCHES`` batches: its pre-pass makes the check faster).
 
-    ``out``: the verdicts of an earlier call, at least as long as ``batches``,
-    whose columns this call overwrites (the returned verdicts' columns are views
-    of them). A loop over chunks saves the page faults of fresh arrays: on this
-    project's bench machine they cost about 60 ms per 20M batches.
+    ``out``: verdicts of an earlier call, at least as long as ``batches``, whose
+    columns this call overwrites (the returned verdicts' columns are views of
+    them; pass the same full-length buffer each time, not the returned views).
+    A loop over chunks saves the page faults of fresh arrays: on this project's
+    bench machine about 60 ms per 20M batches. Columns that overlap each other
+    or an input column raise ValueError.
     """
     check_threads(threads)
     if out is not None and not isinstance(out, Verdicts):
         raise TypeError(f"out must be the Verdicts of an earlier call, not {type(out).__name__}")
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    columns = Verdicts.allocate(len(packed)) if out is None else out.reuse(len(packed))
+    if out is None:
+        columns = Verdicts.allocate(len(packed))
+    else:
+        columns = out.reuse(len(packed))
+        _refuse_shared_memory(columns, packed.kernel_columns())
     return validate_into(packed, state, origin, kernel, columns, threads=threads)
 
 
