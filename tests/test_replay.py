@@ -396,3 +396,109 @@ def test_path_mode_workers_still_name_null_values(tmp_path, small_dataset):
         audit(tmp_path, spark=spark, tasks=1)
     with pytest.raises(InputError, match=message):
         spark.run_tasks()
+
+
+def _first_sight(pairs: list[tuple[str, int]], known: dict[tuple[str, int], int]) -> list[int]:
+    """Dense ids in order of first sight, by walking the rows."""
+    return [known.setdefault(pair, len(known)) for pair in pairs]
+
+
+def test_stream_keys_of_chunked_columns_equal_a_row_by_row_walk():
+    # Runs of string topics (run-length encoded), dictionaries of one topic and of several (one with a topic
+    # twice), chunk edges inside a run and between topics of one partition, partitions chunked unlike topics,
+    # and interleaved rows whose last pair first shows up after the rows numbered first.
+    rng = np.random.default_rng(5)
+    keys: StreamKeys = StreamKeys()
+    known: dict[tuple[str, int], int] = {}
+    runs = [(f"t{int(rng.integers(3))}", int(rng.integers(4))) for _ in range(60)]
+    rows = [pair for pair in runs for _ in range(int(rng.integers(100, 400)))]
+    topics = [topic for topic, _ in rows]
+    partition = np.array([p for _, p in rows], np.int64)
+    cuts = [0, 1, 5000, 5001, len(rows)]  # the last chunk is long enough to be sampled first
+    split = [partition[:7], partition[7:9000], partition[9000:]]
+    for kind in (pa.string(), pa.large_string()):
+        topic = pa.chunked_array([pa.array(topics[a:b], kind) for a, b in itertools.pairwise(cuts)])
+        assert keys.encode_chunks(topic, split).tolist() == _first_sight(rows, known)
+    dictionaries = [pa.array(topics[a:b]).dictionary_encode() for a, b in itertools.pairwise(cuts)]
+    one_topic = pa.DictionaryArray.from_arrays(pa.array([0, 0, 0], pa.int32()), pa.array(["t0", "t0"]))
+    doubled = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1], pa.int32()), pa.array(["t1", "t9", "t1"]))
+    topic = pa.chunked_array([*dictionaries, one_topic, doubled])
+    more = [(str(t), int(p)) for t, p in zip(topic.to_pylist(), np.r_[partition, 2, 2, 2, 2, 2, 3, 3], strict=True)]
+    assert keys.encode_chunks(topic, [*split, np.array([2, 2, 2, 2, 2, 3, 3])]).tolist() == _first_sight(more, known)
+    n = 70_000
+    interleaved = [(f"t{int(t)}", int(p)) for t, p in zip(rng.integers(2, size=n), rng.integers(3, size=n),
+                                                         strict=True)]
+    interleaved[-3] = ("late", 7)
+    topic = pa.array([t for t, _ in interleaved]).dictionary_encode()
+    assert keys.encode(topic, np.array([p for _, p in interleaved])).tolist() == _first_sight(interleaved, known)
+    decoded_topics, decoded_partitions = keys.decode(np.arange(len(known)))
+    assert list(zip(decoded_topics.to_pylist(), decoded_partitions.tolist(), strict=True)) == list(known)
+
+
+def test_stream_order_of_chunks_equals_that_of_the_whole_column():
+    rng = np.random.default_rng(9)
+    for ids, order in [(np.repeat([0, 1, 2], 50), np.tile(np.arange(50), 3)),  # clustered, each in order
+                       (np.tile([0, 1, 2], 50), np.arange(150)),  # arrival order
+                       (np.repeat([0, 1, 2], 50), rng.permutation(150))]:  # to be sorted
+        whole = in_stream_order(ids, order)
+        for cuts in ([], [1], [50], [49, 50, 51, 100], [149]):
+            parts = np.split(order, cuts)
+            got = in_stream_order(ids, parts)
+            assert (got is None and whole is None) or got.tolist() == whole.tolist()
+
+
+def _replayed(table: pa.Table, feed_rows: int) -> dict:
+    """Everything a replay keeps: the task's tables and scalars, and the checkpoint's arrays."""
+    from idemcore.audit import StreamReplayer
+    from idemcore.audit import replayer as replayer_module
+
+    replayer = StreamReplayer()
+    for start in range(0, table.num_rows, feed_rows):
+        replayer_module.feed_in_order(table.slice(start, feed_rows), replayer)
+    values, arrays = replayer.to_checkpoint()
+    result = replayer.finish()
+    tables = {name: getattr(result, name).to_pydict() for name in ("findings", "partitions", "open_txns",
+                                                                    "timeline", "txn_durations")}
+    return {**tables, "values": values, "batches": result.batches, "span": (result.min_timestamp,
+                                                                              result.max_timestamp),
+            "arrays": {name: array if isinstance(array, bytes) else np.asarray(array).tolist()
+                       for name, array in arrays.items()}}
+
+
+@pytest.mark.parametrize("layout", ["clustered", "interleaved"])
+@pytest.mark.parametrize("feed_rows", [97, 6000])
+def test_counts_by_runs_equal_counts_by_rows(monkeypatch, small_dataset, layout, feed_rows):
+    # Streams in long runs are counted (and sharded) per run; forcing the per-row way must change nothing.
+    # Small feeds: most hold no transactional batch, while transactions stay open across them.
+    from idemcore.audit import replayer as replayer_module
+    from idemcore.audit import shards
+
+    path, _ = small_dataset
+    table = dataset_table(path)
+    if layout == "interleaved":
+        table = table.sort_by("seq_no")
+    assert table.column("is_control").to_numpy().any()
+    fast = _replayed(table, feed_rows)
+    monkeypatch.setattr(replayer_module, "stream_runs", lambda ids, most: None)
+    monkeypatch.setattr(shards, "stream_runs", lambda ids, most: None)
+    monkeypatch.setattr(replayer_module, "TIMELINE_RUNS", 0)
+    assert fast == _replayed(table, feed_rows)
+    assert _cut_free(fast) == _cut_free(_replayed(table, table.num_rows))  # one feed: transactional batches in it
+    # Independently of both: the records of aborted transactions, and a duration for every completed one.
+    partitions = fast["partitions"]
+    assert dict(zip(zip(partitions["topic"], partitions["partition"], strict=True), partitions["aborted_records"],
+                    strict=True)) == brute_force_aborted_records(table)
+    completed = sum(partitions["committed_txns"]) + sum(partitions["aborted_txns"])
+    assert sum(fast["txn_durations"]["transactions"]) == completed > 0
+
+
+def _cut_free(replayed: dict) -> dict:
+    """What does not depend on how the rows were cut into feeds (producer tables are assigned per feed; open
+    transactions are listed in the order the feeds left them)."""
+    arrays = replayed["arrays"]
+    kept = {name: arrays[name] for name in arrays if name.startswith(("counter.", "timeline.", "aborted"))}
+    return {**{name: replayed[name] for name in ("findings", "partitions", "timeline", "txn_durations", "batches",
+                                                  "span")},
+            "open_txns": sorted(zip(*replayed["open_txns"].values(), strict=True)), **kept,
+            **{name: sorted(map(tuple, arrays[name])) for name in ("pending", "durations.open")},
+            "histogram": arrays["durations.histogram"]}

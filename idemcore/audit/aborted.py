@@ -21,13 +21,17 @@ class AbortedRecords:
         self.per_stream = np.zeros(0, dtype=np.int64)
         self._pending: dict[tuple[int, int], int] = {}  # records of the open transaction, by (stream, producer)
 
+    def grow(self, streams: int) -> None:
+        """Room for stream ids below ``streams``."""
+        if len(self.per_stream) < streams:
+            self.per_stream = np.pad(self.per_stream, (0, streams - len(self.per_stream)))
+
     def add(self, ids: np.ndarray, producer_id: np.ndarray, records: np.ndarray, data: np.ndarray,
             marker: np.ndarray, aborted: np.ndarray, streams: int) -> None:
         """One fed batch, its rows in stream order (stream id, producer, records): which rows are appended
         transactional data batches (``data``), which appended markers (``marker``), which markers ABORT
         (``aborted``). A marker ending no transaction has no records before it to count."""
-        if len(self.per_stream) < streams:
-            self.per_stream = np.pad(self.per_stream, (0, streams - len(self.per_stream)))
+        self.grow(streams)
         events = np.flatnonzero(data | marker)
         if not len(events):
             return

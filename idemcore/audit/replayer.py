@@ -18,7 +18,7 @@ import pyarrow as pa
 from idemcore.audit.aborted import AbortedRecords
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.keys import StreamKeys
-from idemcore.audit.shards import ShardedState
+from idemcore.audit.shards import ShardedState, stream_runs
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, Origin, Status
@@ -41,6 +41,8 @@ def status_names(codes: np.ndarray) -> pa.Array:
 PARTITION_COUNTERS = ("batches", "appended", "duplicates", "rejected", "records", "committed_txns", "aborted_txns")
 #: Rows fed to the kernel at a time (bounds the verdict arrays of a big task).
 FEED_ROWS = 1 << 20
+#: A feed whose streams come in runs of this many rows on average is counted per run, not per row.
+COUNT_BY_RUNS = 16
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -62,6 +64,8 @@ TIMELINE_BASE_MS = 1000
 #: At most this many buckets per stream: when the span outgrows it, the width doubles (memory stays
 #: streams x TIMELINE_BUCKETS counts, whatever the batches).
 TIMELINE_BUCKETS = 256
+#: At most this many runs of one stream in a feed are counted into the timeline one run at a time.
+TIMELINE_RUNS = 256
 #: Lower edges (ms) of the transaction-duration histogram: four buckets per doubling (``2 ** (k / 4)`` rounded up),
 #: from 0 to about 70 years. Fixed edges make every task's histogram merge by adding counts.
 DURATION_EDGES_MS = np.unique(np.r_[0, np.ceil(2.0 ** (np.arange(0, 4 * 41 + 1) / 4.0))].astype(np.int64))
@@ -100,15 +104,22 @@ class BatchTimeline:
         self.origin = 0  # the bucket of column 0
         self.counts = np.zeros((0, 0), np.int64)
 
-    def add(self, ids: np.ndarray, timestamps: np.ndarray, streams: int) -> None:
-        timed = timestamps > 0
-        if not timed.all():
-            ids, timestamps = ids[timed], timestamps[timed]
+    def add(self, ids: np.ndarray, timestamps: np.ndarray, streams: int, bounds: np.ndarray | None = None,
+            span: tuple[int, int] | None = None) -> None:
+        """``bounds``: the runs of equal ``ids`` (starts, then the end) when there are few; ``span``: the
+        smallest and largest of ``timestamps`` if already known."""
         if len(self.counts) < streams:
             self.counts = np.pad(self.counts, ((0, streams - len(self.counts)), (0, 0)))
         if not len(timestamps):
             return
-        low, high = int(timestamps.min()) // self.width, int(timestamps.max()) // self.width
+        smallest, largest = span if span is not None else (int(timestamps.min()), int(timestamps.max()))
+        if largest <= 0:
+            return
+        if smallest <= 0:  # the min tells whether any row lacks a timestamp: no mask pass otherwise
+            timed = timestamps > 0
+            ids, timestamps, bounds = ids[timed], timestamps[timed], None
+            smallest = int(timestamps.min())
+        low, high = smallest // self.width, largest // self.width
         if self.counts.shape[1]:
             low, high = min(low, self.origin), max(high, self.origin + self.counts.shape[1] - 1)
         else:
@@ -121,11 +132,23 @@ class BatchTimeline:
             pad_right = high - low + 1 - self.counts.shape[1] - pad_left
             self.counts = np.pad(self.counts, ((0, 0), (pad_left, pad_right)))
             self.origin = low
-        columns = timestamps // self.width - self.origin
-        flat = ids.astype(np.int64) * self.counts.shape[1] + columns
+        width = self.counts.shape[1]
+        # floor((t - origin * w) / w) == floor(t / w) - origin, and t - origin * w >= 0: no overflow.
+        columns = timestamps - self.origin * self.width
+        np.floor_divide(columns, self.width, out=columns)
+        if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: a bincount per run
+            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
+                                           strict=True):
+                self.counts[stream] += np.bincount(columns[start:stop], minlength=width)
+            return
+        flat = ids.astype(np.int64)
+        flat *= width
+        flat += columns
         first = int(flat.min())
+        flat -= first
         # Counts over the touched cells only (a feed's streams are few and its span short).
-        self.counts.reshape(-1)[first:first + int(flat.max()) - first + 1] += np.bincount(flat - first)
+        counted = np.bincount(flat)
+        self.counts.reshape(-1)[first:first + len(counted)] += counted
 
     def _coarsen(self) -> None:
         """Double the width: bucket ``b`` becomes ``b // 2`` (floor: exact for any origin)."""
@@ -357,37 +380,58 @@ class StreamReplayer:
                 self._counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
         counters = self._counters
         # Every batch, then the few that were not appended (duplicates and rejections), by stream.
-        batches = np.bincount(ids, minlength=size)
-        not_appended = np.flatnonzero(verdicts.status)
-        by_status = np.bincount(ids[not_appended].astype(np.int64) * 3 + verdicts.status[not_appended],
+        status = verdicts.status
+        not_appended = np.flatnonzero(status != Status.APPENDED)  # a bool mask: nonzero on int8 is far slower
+        count = packed["record_count"]
+        bounds = stream_runs(ids, len(ids) // COUNT_BY_RUNS)
+        if bounds is not None:  # streams in long runs: sums per run, then per stream
+            starts = bounds[:-1]
+            run_ids = ids[starts]
+            batches = np.zeros(size, np.int64)
+            np.add.at(batches, run_ids, np.diff(bounds))
+            records = np.zeros(size, np.int64)
+            np.add.at(records, run_ids, np.add.reduceat(count, starts, dtype=np.int64))
+        else:
+            wide = ids.astype(np.intp)  # bincount converts int32 ids on every call otherwise
+            batches = np.bincount(wide, minlength=size)
+            records = np.bincount(wide, weights=count, minlength=size).astype(np.int64)  # exact below 2**53
+        by_status = np.bincount(ids[not_appended].astype(np.int64) * 3 + status[not_appended],
                                 minlength=3 * size).reshape(size, 3)
         counters["batches"] += batches
         counters["duplicates"] += by_status[:, Status.DUPLICATE]
         counters["rejected"] += by_status[:, Status.REJECTED]
         counters["appended"] += batches - by_status[:, Status.DUPLICATE] - by_status[:, Status.REJECTED]
         # Records appended: all records, less those of the batches not appended.
-        count = packed["record_count"]
-        records = np.bincount(ids, weights=count, minlength=size) \
-            - np.bincount(ids[not_appended], weights=count[not_appended], minlength=size)
-        counters["records"] += records.astype(np.int64)
+        if len(not_appended):
+            records -= np.bincount(ids[not_appended], weights=count[not_appended],
+                                   minlength=size).astype(np.int64)
+        counters["records"] += records
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
         counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
-        appended = verdicts.status == Status.APPENDED
-        marker = appended & packed["is_control"]
-        self._aborted.add(ids, packed["producer_id"], count, appended & packed["is_transactional"] & ~marker,
-                          marker, packed["control_type"] == ControlType.ABORT, size)
+        # Transactions see only the transactional batches and markers (in order): usually few, often none.
+        is_txn, is_control = packed["is_transactional"], packed["is_control"]
+        txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
+        if txn is not None:
+            appended = status[txn] == Status.APPENDED
+            marker = appended & is_control[txn]
+            data = appended & is_txn[txn] & ~marker
+            abort = packed["control_type"][txn] == ControlType.ABORT
+            txn_ids, producer = ids[txn], packed["producer_id"][txn]
+            self._aborted.add(txn_ids, producer, count[txn], data, marker, abort, size)
+        else:
+            self._aborted.grow(size)
         if timestamps:
             stamps = packed["max_timestamp"]
-            self._timeline.add(ids, stamps, size)
-            self._durations.add(ids, packed["producer_id"], verdicts.base_offset, stamps,
-                                appended & packed["is_transactional"] & ~marker, marker,
-                                packed["control_type"] == ControlType.ABORT)
-            self.min_timestamp = min(self.min_timestamp, int(packed["max_timestamp"].min()))
-            self.max_timestamp = max(self.max_timestamp, int(packed["max_timestamp"].max()))
+            smallest, largest = int(stamps.min()), int(stamps.max())
+            self._timeline.add(ids, stamps, size, bounds, (smallest, largest))
+            if txn is not None:
+                self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
+            self.min_timestamp = min(self.min_timestamp, smallest)
+            self.max_timestamp = max(self.max_timestamp, largest)
 
     def _keep_findings(self, packed: BatchMetadata, verdicts: Verdicts, order: pa.Array | None) -> None:
-        rows = np.flatnonzero(verdicts.finding)
+        rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
         if not len(rows):
             return
         found = packed.take(rows).to_dict()
@@ -498,17 +542,41 @@ def _numpy(values: Any, name: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
-def in_stream_order(ids: np.ndarray, order: np.ndarray) -> np.ndarray | None:
-    """None when every stream's rows are already in order, else the stable permutation that orders them."""
-    if len(order) < 2:
+def _chunks(values: Any, name: str) -> list[np.ndarray]:
+    """An Arrow column's chunks as NumPy arrays, not combined (no copy of a number column)."""
+    if values.null_count:
+        raise ValueError(f"column {name!r} contains {values.null_count} null value(s)")
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return [chunk.to_numpy(zero_copy_only=False) for chunk in chunks if len(chunk)]
+
+
+def in_stream_order(ids: np.ndarray, order: np.ndarray | list[np.ndarray]) -> np.ndarray | None:
+    """None when every stream's rows are already in order, else the stable permutation that orders them.
+    ``order``: an array, or consecutive arrays (the chunks of a column, tested one by one)."""
+    parts = [part for part in order if len(part)] if isinstance(order, list) else [order]
+    if sum(len(part) for part in parts) < 2:
         return None
-    rising = order[1:] >= order[:-1]
-    if rising.all():
+    if _each_pair(parts, ids, streams=False):
         return None  # globally ordered (arrival order over all streams)
-    new_stream = ids[1:] != ids[:-1]
-    if (ids[1:] >= ids[:-1]).all() and (rising | new_stream).all():
+    if (ids[1:] >= ids[:-1]).all() and _each_pair(parts, ids, streams=True):
         return None  # clustered by stream (ids are given in order of first sight), each in order
-    return np.lexsort((order, ids))
+    return np.lexsort((np.concatenate(parts) if len(parts) > 1 else parts[0], ids))
+
+
+def _each_pair(parts: list[np.ndarray], ids: np.ndarray, streams: bool) -> bool:
+    """Whether every row's order is at least its predecessor's (``streams``: or the row starts another
+    stream), ``parts`` laid end to end."""
+    offset = 0
+    for k, part in enumerate(parts):
+        held = part[1:] >= part[:-1]
+        if streams:
+            held |= ids[offset + 1:offset + len(part)] != ids[offset:offset + len(part) - 1]
+        if not held.all():
+            return False
+        if k and not (part[0] >= parts[k - 1][-1] or (streams and ids[offset] != ids[offset - 1])):
+            return False
+        offset += len(part)
+    return True
 
 
 def replay_table(table: pa.Table, origin: str | Origin = "client", order_by: str | None = None,
@@ -529,8 +597,8 @@ def feed_in_order(table: pa.Table, replayer: StreamReplayer) -> None:
     """Feed ``table`` (columns checked by the caller) to ``replayer``, each stream's rows in
     ``replayer.order_by`` order, without finishing: more may follow (``idemcore audit --follow``)."""
     order = replayer.order_by
-    ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-    permutation = in_stream_order(ids, _numpy(table.column(order), order))
+    ids = replayer.keys.encode_chunks(table.column(TOPIC), _chunks(table.column("partition"), "partition"))
+    permutation = in_stream_order(ids, _chunks(table.column(order), order))
     if permutation is not None:
         table, ids = table.take(permutation), ids[permutation]
     start = 0

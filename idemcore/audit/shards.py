@@ -30,6 +30,16 @@ def _runs(values: np.ndarray) -> np.ndarray:
     return np.r_[0, np.flatnonzero(values[1:] != values[:-1]) + 1, len(values)]
 
 
+def stream_runs(ids: np.ndarray, most: int) -> np.ndarray | None:
+    """:func:`_runs` of ``ids`` if there are at most ``most`` + 1 runs, else None (without listing them)."""
+    if not len(ids):
+        return None
+    change = ids[1:] != ids[:-1]
+    if np.count_nonzero(change) > most:
+        return None
+    return np.r_[0, np.flatnonzero(change) + 1, len(ids)]
+
+
 class ShardedState:
     """Validate packed batches whose ``partition`` column holds stream ids, state kept per stream."""
 
@@ -41,10 +51,13 @@ class ShardedState:
         self._table_of = np.zeros(0, dtype=np.int32)  # per stream id; -1 until first seen
 
     def _assign_tables(self, ids: np.ndarray) -> None:
-        top = int(ids.max())
+        self._assign_counted(np.bincount(ids))
+
+    def _assign_counted(self, rows: np.ndarray) -> None:
+        """Tables for the streams first seen here; ``rows``: this batch's rows per stream id (up to the last)."""
+        top = len(rows) - 1
         if len(self._table_of) <= top:
             self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
-        rows = np.bincount(ids, minlength=top + 1)
         for stream in np.flatnonzero((rows > 0) & (self._table_of[:top + 1] < 0)).tolist():
             if rows[stream] >= OWN_TABLE_RUN:
                 self._table_of[stream] = len(self.tables)
@@ -58,18 +71,30 @@ class ShardedState:
         if n == 0:
             return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
         ids = packed["partition"]
-        self._assign_tables(ids)
-        table = self._table_of[ids]
-        bounds = _runs(table)
         order = None
-        if len(bounds) - 1 > max(64, n // 256):  # rows of different tables interleave: group them, stably
-            narrow = table.astype(np.int16) if len(self.tables) <= np.iinfo(np.int16).max else table
-            order = np.argsort(narrow, kind="stable")  # 16-bit keys: NumPy sorts them by radix
-            packed, table = packed.take(order), table[order]
+        runs = stream_runs(ids, max(64, n // 256))
+        if runs is not None:  # streams in few runs, so tables too: no pass over the rows
+            run_ids = ids[runs[:-1]]
+            rows = np.zeros(int(run_ids.max()) + 1, np.int64)
+            np.add.at(rows, run_ids, np.diff(runs))
+            self._assign_counted(rows)
+            run_table = self._table_of[run_ids]
+            first = np.r_[True, run_table[1:] != run_table[:-1]]
+            bounds, span_table = np.r_[runs[:-1][first], n], run_table[first]
+        else:
+            self._assign_tables(ids)
+            table = self._table_of[ids]
             bounds = _runs(table)
+            if len(bounds) - 1 > max(64, n // 256):  # rows of different tables interleave: group them, stably
+                narrow = table.astype(np.int16) if len(self.tables) <= np.iinfo(np.int16).max else table
+                order = np.argsort(narrow, kind="stable")  # 16-bit keys: NumPy sorts them by radix
+                packed, table = packed.take(order), table[order]
+                bounds = _runs(table)
+            span_table = table[bounds[:-1]]
         out = Verdicts.allocate(n)
 
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        tables = span_table.tolist()
         parts: list[CompletedTxns] = [CompletedTxns.empty(0)] * len(spans)
 
         def run(indices: list[int]) -> None:
@@ -77,14 +102,14 @@ class ShardedState:
             for k in indices:
                 start, stop = spans[k]
                 views = VerdictColumns(*(column[start:stop] for column in out))  # the kernel writes in place
-                part = validate_into(packed.slice(start, stop), self.tables[int(table[start])], self.origin,
+                part = validate_into(packed.slice(start, stop), self.tables[tables[k]], self.origin,
                                      self.backend, views).completed_txns
                 part.marker[:] += start
                 parts[k] = part
 
         by_table: dict[int, list[int]] = {}
-        for k, (start, _) in enumerate(spans):
-            by_table.setdefault(int(table[start]), []).append(k)
+        for k, number in enumerate(tables):
+            by_table.setdefault(number, []).append(k)
         lanes.thread_map(run, list(by_table.values()), self.threads, self.backend)
         completed = CompletedTxns.concat(parts)
         if order is not None:
