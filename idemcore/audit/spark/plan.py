@@ -89,14 +89,14 @@ def _parquet_files_at_uri(uri: str) -> list[str]:
     return [prefix + f for f in files]
 
 
-def open_parquet(path: str) -> pq.ParquetFile:
-    """A Parquet file by local path or URI."""
+def open_parquet(path: str, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
+    """A Parquet file by local path or URI (``read_dictionary``: string columns read as dictionaries)."""
     if _is_uri(path):
         from pyarrow import fs
 
         filesystem, inner = fs.FileSystem.from_uri(path)
-        return pq.ParquetFile(filesystem.open_input_file(inner))
-    return pq.ParquetFile(path)
+        return pq.ParquetFile(filesystem.open_input_file(inner), read_dictionary=read_dictionary)
+    return pq.ParquetFile(path, read_dictionary=read_dictionary)
 
 
 def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, int]] | None:
@@ -285,7 +285,7 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
     tables = []
     for path, indexes in plan.groups:
         try:
-            parquet = open_parquet(path)
+            parquet = open_parquet(path, read_dictionary=[TOPIC])  # (as the replay keys it: no cast, no hashing)
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
             table = parquet.read_row_groups(indexes, columns=columns, use_threads=False)
         except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
