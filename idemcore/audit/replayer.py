@@ -41,6 +41,8 @@ def status_names(codes: np.ndarray) -> pa.Array:
 PARTITION_COUNTERS = ("batches", "appended", "duplicates", "rejected", "records", "committed_txns", "aborted_txns")
 #: Rows fed to the kernel at a time (bounds the verdict arrays of a big task).
 FEED_ROWS = 1 << 20
+#: A table whose chunks hold fewer rows than this on average is combined before it is fed.
+TINY_CHUNK_ROWS = 1024
 #: A feed whose streams come in runs of this many rows on average is counted per run, not per row.
 COUNT_BY_RUNS = 16
 
@@ -597,6 +599,8 @@ def feed_in_order(table: pa.Table, replayer: StreamReplayer) -> None:
     """Feed ``table`` (columns checked by the caller) to ``replayer``, each stream's rows in
     ``replayer.order_by`` order, without finishing: more may follow (``idemcore audit --follow``)."""
     order = replayer.order_by
+    if table.num_rows and max(col.num_chunks for col in table.columns) > table.num_rows // TINY_CHUNK_ROWS:
+        table = table.combine_chunks()  # many tiny chunks: combined once, not walked chunk by chunk below
     ids = replayer.keys.encode_chunks(table.column(TOPIC), _chunks(table.column("partition"), "partition"))
     permutation = in_stream_order(ids, _chunks(table.column(order), order))
     if permutation is not None:
