@@ -595,9 +595,11 @@ def replay_checked(table: pa.Table, replayer: StreamReplayer) -> TaskResult:
     return replayer.finish()
 
 
-def feed_in_order(table: pa.Table, replayer: StreamReplayer) -> None:
+def feed_in_order(table: pa.Table, replayer: StreamReplayer, out: Any = None) -> np.ndarray | None:
     """Feed ``table`` (columns checked by the caller) to ``replayer``, each stream's rows in
-    ``replayer.order_by`` order, without finishing: more may follow (``idemcore audit --follow``)."""
+    ``replayer.order_by`` order, without finishing: more may follow (``idemcore audit --follow``). ``out``:
+    per-batch verdict columns (``Verdicts.allocate(table.num_rows)``) to write each feed's verdicts to, in the
+    order fed. Returns the permutation that put the rows in that order, or None when they already were."""
     order = replayer.order_by
     if table.num_rows and max(col.num_chunks for col in table.columns) > table.num_rows // TINY_CHUNK_ROWS:
         table = table.combine_chunks()  # many tiny chunks: combined once, not walked chunk by chunk below
@@ -607,5 +609,10 @@ def feed_in_order(table: pa.Table, replayer: StreamReplayer) -> None:
         table, ids = table.take(permutation), ids[permutation]
     start = 0
     for batch in table.to_batches(max_chunksize=FEED_ROWS):  # the table's own chunks: columns convert without copies
-        replayer.feed(batch, ids[start:start + batch.num_rows])
-        start += batch.num_rows
+        stop = start + batch.num_rows
+        verdicts = replayer.feed(batch, ids[start:stop])
+        if out is not None:
+            for column, values in zip(out, verdicts.to_dict().values(), strict=True):
+                column[start:stop] = values
+        start = stop
+    return permutation

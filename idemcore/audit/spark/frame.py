@@ -64,30 +64,16 @@ def _file_verdicts(path: str, target: Any, origin: Origin, order_by: str,
     schema) and their verdict codes (status, error_code, base_offset, last_offset, finding), in the file's
     row order."""
     from idemcore.audit import StreamReplayer
-    from idemcore.audit.replayer import FEED_ROWS, _numpy, in_stream_order
+    from idemcore.audit.replayer import feed_in_order
     from idemcore.audit.spark.plan import TaskPlan, open_parquet, read_task
     from idemcore.state.validate import Verdicts
 
     groups = list(range(open_parquet(path).metadata.num_row_groups))
-    table = rows = read_task(TaskPlan([(path, groups)]), target)
-    replayer = StreamReplayer(origin, order_by, backend, collect=False)
-    ids = replayer.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-    permutation = in_stream_order(ids, _numpy(table.column(order_by), order_by))
-    if permutation is not None:
-        table, ids = table.take(permutation), ids[permutation]
-    out = Verdicts.allocate(table.num_rows)  # in stream order, then back to the file's
-    start = 0
-    for batch in table.to_batches(max_chunksize=FEED_ROWS):
-        verdicts = replayer.feed(batch, ids[start:start + batch.num_rows])
-        stop = start + batch.num_rows
-        for column, values in zip(out, (verdicts.status, verdicts.error_code, verdicts.base_offset,
-                                        verdicts.last_offset, verdicts.finding), strict=False):
-            column[start:stop] = values
-        start = stop
-    status, error_code, base, last, finding = out[:5]
-    if permutation is not None:
-        status, error_code, base, last, finding = (_unpermuted(c, permutation) for c in out[:5])
-    return rows, [status, error_code, base, last, finding]
+    rows = read_task(TaskPlan([(path, groups)]), target)
+    out = Verdicts.allocate(rows.num_rows)  # in stream order, then back to the file's
+    permutation = feed_in_order(rows, StreamReplayer(origin, order_by, backend, collect=False), out)
+    codes = list(out[:5])  # status, error_code, base_offset, last_offset, finding
+    return rows, codes if permutation is None else [_unpermuted(column, permutation) for column in codes]
 
 
 def _unpermuted(values: Any, permutation: Any) -> Any:
