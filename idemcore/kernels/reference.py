@@ -758,7 +758,6 @@ def reserve_rows(
     return stop
 
 
-
 def prefetch_row(row_i64, row):
     """A hint to fetch the cache lines of ``row``: nothing here; an LLVM prefetch where Numba compiles this module
     (``numba_kernels``)."""
