@@ -359,3 +359,38 @@ def test_an_interrupt_between_two_submits_waits_for_the_first(monkeypatch):
                  backend=dataclasses.replace(kernel, validate_listed=listed), threads=2)
     assert ended.is_set()
     assert state.n_producers == 20 and state.next_offset(0) + state.next_offset(1) == 20
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
+    # A real SIGINT landing halfway through a reallocation (rows replaced, index not yet rebuilt) is held back
+    # until the table is whole: the KeyboardInterrupt comes out, and the table goes on as one whose index is
+    # rebuilt from its rows (persist's save/load).
+    import signal
+
+    from idemcore.state import persist
+    from idemcore.state import table as table_module
+
+    real = table_module._aligned_zeros
+    pressed: list[int] = []
+
+    def interrupted(rows, words):
+        if words == table_module.rules.SLOT_WORDS and not pressed:  # the new index, the new rows already in place
+            pressed.append(rows)
+            signal.raise_signal(signal.SIGINT)
+        return real(rows, words)
+
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    columns = chaotic_stream(4_000, seed=8)
+    state = ProducerStateTable(row_capacity=4, partition_capacity=2)
+    monkeypatch.setattr(table_module, "_aligned_zeros", interrupted)  # (after the first allocation: in a growth)
+    with pytest.raises(KeyboardInterrupt):
+        validate(columns, state, threads=threads)
+    assert pressed
+    monkeypatch.setattr(table_module, "_aligned_zeros", real)
+    for row in range(state.n_producers):
+        assert state.row_of(int(state.row_partition[row]), int(state.row_producer_id[row])) == row
+    rebuilt = persist.load_state(persist.save_state(state))
+    more = chaotic_stream(2_000, seed=9)
+    assert_same_verdicts(validate(more, state, threads=threads), validate(more, rebuilt, threads=threads))
+    assert_same_state(state, rebuilt)

@@ -42,6 +42,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
 from idemcore.kernels import reference as rules
 from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
@@ -151,9 +152,10 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
             lanes.start(state, bucket, counts, start, stop, beside_prepass=stop < n)
         lanes.wait()
     except BaseException:  # an interrupt, or a kernel bug: every lane has ended; their verdicts are not all written
-        lanes.wait(quietly=True)
-        _drop_untouched(state, old_rows, old_partitions, kernel)
-        state.generation += 1
+        with deferred_interrupts():  # (a second Ctrl-C must not cut the cleanup short either)
+            lanes.wait(quietly=True)
+            _drop_untouched(state, old_rows, old_partitions, kernel)
+            state.generation += 1
         raise
     _drop_unwritten(state, old_rows, old_partitions, row, out.out_status, kernel)
     state.generation += 1

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import reference as rules
 from idemcore.kernels.abi import StateArrays
@@ -195,12 +196,13 @@ class ProducerStateTable:
         """Double whichever of rows or partitions is full (the kernel stopped for room), or would be left with no
         more than ``spare`` free entries (``reserve_rows`` keeps one)."""
         backend = get_backend(backend)
-        if self.n_producers + spare >= len(self._row_i64):
-            self._allocate_rows(2 * len(self._row_i64), self.n_producers, self._row_i64)
-        if self.n_partitions + spare >= len(self.partition_id):
-            old = {name: getattr(self, name) for name in _PARTITION_FIELDS}
-            self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
-        self._reindex(backend)
+        with deferred_interrupts():  # (rows replaced, index not rebuilt: a table no kernel can use)
+            if self.n_producers + spare >= len(self._row_i64):
+                self._allocate_rows(2 * len(self._row_i64), self.n_producers, self._row_i64)
+            if self.n_partitions + spare >= len(self.partition_id):
+                old = {name: getattr(self, name) for name in _PARTITION_FIELDS}
+                self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
+            self._reindex(backend)
 
     def remove_rows(self, remove: np.ndarray, backend: Backend | str | None = None) -> int:
         """Drop the rows where ``remove`` (bool, one per producer row) is true; return how many."""
@@ -210,10 +212,12 @@ class ProducerStateTable:
             raise ValueError(f"remove must have one flag per producer row ({n}), got shape {remove.shape}")
         keep = ~remove
         kept = int(keep.sum())
-        self._row_i64[:kept] = self._row_i64[:n][keep]
-        self.counters[rules.N_ROWS] = kept
-        self.generation += 1
-        self._reindex(get_backend(backend))
+        backend = get_backend(backend)
+        with deferred_interrupts():  # (rows moved, index not rebuilt: see grow)
+            self._row_i64[:kept] = self._row_i64[:n][keep]
+            self.counters[rules.N_ROWS] = kept
+            self.generation += 1
+            self._reindex(backend)
         return n - kept
 
     def remove_partitions(self, remove: np.ndarray, backend: Backend | str | None = None) -> int:
@@ -229,14 +233,16 @@ class ProducerStateTable:
             raise ValueError(f"partition {partition} still has producer rows: remove them first")
         keep = ~remove
         kept = int(keep.sum())
-        self.row_partition_index[:n] = (np.cumsum(keep) - 1)[self.row_partition_index[:n]]
-        for name in _PARTITION_FIELDS:
-            array = getattr(self, name)
-            array[:kept] = array[:p][keep]
-            array[kept:p] = 0
-        self.counters[rules.N_PARTITIONS] = kept
-        self.generation += 1
-        self._reindex(get_backend(backend))
+        backend = get_backend(backend)
+        with deferred_interrupts():  # (partitions moved, index not rebuilt: see grow)
+            self.row_partition_index[:n] = (np.cumsum(keep) - 1)[self.row_partition_index[:n]]
+            for name in _PARTITION_FIELDS:
+                array = getattr(self, name)
+                array[:kept] = array[:p][keep]
+                array[kept:p] = 0
+            self.counters[rules.N_PARTITIONS] = kept
+            self.generation += 1
+            self._reindex(backend)
         return p - kept
 
     def set_next_offset(self, partition: int, offset: int, backend: Backend | str | None = None) -> None:
@@ -264,25 +270,26 @@ class ProducerStateTable:
             if len(bad):
                 raise ValueError(f"producer id {int(bad[0])} {what}")
         backend = get_backend(backend)
-        index = self._partition_index(partition, backend)
-        n = self.n_producers  # (adding the partition may have grown the table, never its rows' count)
-        need = n + len(pids)
-        if need > len(self._row_i64):
-            capacity = len(self._row_i64)
-            while capacity < need:
-                capacity *= 2
-            self._allocate_rows(capacity, n, self._row_i64)
-        rows = np.arange(n, need)
-        self.row_partition[rows] = partition
-        self.row_producer_id[rows] = pids
-        self.row_partition_index[rows] = index
-        for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset"):
-            getattr(self, name)[rows] = -1  # as commit_batch creates a row (init_row)
-        for name in (*_RING_FIELDS, *_RING_POSITION_FIELDS):
-            getattr(self, name)[rows] = 0  # rows past n may hold what remove_rows left there
-        self.counters[rules.N_ROWS] = need
-        self.generation += 1
-        self._reindex(backend)
+        with deferred_interrupts():  # (rows added, index not rebuilt: see grow)
+            index = self._partition_index(partition, backend)
+            n = self.n_producers  # (adding the partition may have grown the table, never its rows' count)
+            need = n + len(pids)
+            if need > len(self._row_i64):
+                capacity = len(self._row_i64)
+                while capacity < need:
+                    capacity *= 2
+                self._allocate_rows(capacity, n, self._row_i64)
+            rows = np.arange(n, need)
+            self.row_partition[rows] = partition
+            self.row_producer_id[rows] = pids
+            self.row_partition_index[rows] = index
+            for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset"):
+                getattr(self, name)[rows] = -1  # as commit_batch creates a row (init_row)
+            for name in (*_RING_FIELDS, *_RING_POSITION_FIELDS):
+                getattr(self, name)[rows] = 0  # rows past n may hold what remove_rows left there
+            self.counters[rules.N_ROWS] = need
+            self.generation += 1
+            self._reindex(backend)
         return rows
 
     def _partition_index(self, partition: int, backend: Backend) -> int:
@@ -298,11 +305,12 @@ class ProducerStateTable:
             self.grow(backend)
             slot = rules.partition_slot(self.pslot_partition, self.pslot_index, partition)
         index = self.n_partitions
-        self.pslot_partition[slot] = partition
-        self.pslot_index[slot] = index
-        self.partition_id[index] = partition
-        self.partition_next_offset[index] = 0
-        self.counters[rules.N_PARTITIONS] = index + 1
+        with deferred_interrupts():  # (a slot naming an index not yet counted: see grow)
+            self.pslot_partition[slot] = partition
+            self.pslot_index[slot] = index
+            self.partition_id[index] = partition
+            self.partition_next_offset[index] = 0
+            self.counters[rules.N_PARTITIONS] = index + 1
         return index
 
     def expired_rows(self, now_ms: int, expiration_ms: int) -> np.ndarray:
