@@ -341,3 +341,24 @@ def test_follow_does_not_use_pickle():
             "and any(getattr(m, 'pickle', None) is sys.modules['pickle'] for m in "
             "(sys.modules['idemcore.audit.follow'], sys.modules['idemcore.audit.checkpoint'])))")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_the_cli_says_which_incomplete_file_it_waits_for(attempts, tmp_path):
+    # Files are read in name order: an empty or unfinished .parquet ahead of the rest holds them all back, and
+    # the follow says so (once), rather than idling in silence.
+    source = tmp_path / "in"
+    add_file(source, 1, chunks(attempts)[0])
+    (source / "part-00000.parquet").write_bytes(b"")  # a writer's file not written yet
+    process = _cli(str(source), "--interval-ms", "20")
+    try:
+        lines = _wait_for_line(process, "waiting for an incomplete file")
+        time.sleep(0.3)  # more idle rounds: not said again
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    time.sleep(0.1)
+    said = [line for line in lines if "waiting for an incomplete file" in line]
+    assert len(said) == 1 and "part-00000.parquet" in said[0], lines
+    assert not any("batches (" in line for line in lines)

@@ -372,6 +372,7 @@ def _run_follow(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop_soon) for sig in (signal.SIGINT, signal.SIGTERM)}
     totals = {"rounds": 0, "batches": 0, "findings": 0}
     counts: dict[str, int] = {}
+    shown_waiting: list[str] = []  # the incomplete files last reported
 
     def on_round(result: Any) -> None:
         totals["rounds"] += 1
@@ -401,6 +402,11 @@ def _run_follow(args: argparse.Namespace) -> int:
                   f"transaction(s), {result.report.hanging_transactions().num_rows:,} hanging"
                   + (f"; waiting for {len(result.waiting)} incomplete file(s)" if result.waiting else ""),
                   flush=True)
+        elif result.waiting and result.waiting != shown_waiting:  # said once, not every idle round
+            more = f" (and {len(result.waiting) - 1} more)" if len(result.waiting) > 1 else ""
+            print(f"round {result.round}: waiting for an incomplete file, read in name order: "
+                  f"{result.waiting[0]}{more}", flush=True)
+        shown_waiting[:] = result.waiting
 
     started = time.perf_counter()
     try:
