@@ -555,3 +555,18 @@ def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path
     pq.write_table(pa.table(rows), b)
     table = read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)
     assert table.column("record_count").to_pylist() == [5, 1, 5, 1]  # the marker holds one record
+
+
+def test_a_file_rewritten_after_planning_is_refused_not_mixed(tmp_path):
+    # The driver plans by a file's footer; a worker reading another version of the file (rewritten while the
+    # audit ran) would audit a mix of the two. It names the file instead.
+    rows = batch_rows(3, 400)
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table(rows), path, row_group_size=400)
+    footers = read_footers(path)
+    target, _ = check_arrow_schemas((f.path, f.schema) for f in footers)
+    plans = plan_row_groups([group for footer in footers for group in footer.groups], 1)
+    assert read_task(plans[0], target).num_rows == 400  # as planned: read
+    pq.write_table(pa.table({name: values[:240] for name, values in rows.items()}), path, row_group_size=80)
+    with pytest.raises(ValueError, match=r"cannot read .*f\.parquet: the file changed after the audit planned"):
+        read_task(plans[0], target)

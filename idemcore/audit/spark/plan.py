@@ -34,6 +34,13 @@ class RowGroup:
     rows: int
     low: tuple[str, int] | None  # smallest (topic, partition) in it; None when statistics are missing
     high: tuple[str, int] | None
+    footer: tuple[int, int, int] | None = None  # its file's footer_print, as the driver read it
+
+
+def footer_print(metadata: pq.FileMetaData) -> tuple[int, int, int]:
+    """What tells a file's footer from another's: its size, rows and row groups (a file rewritten between the
+    driver's planning and a worker's read has another)."""
+    return metadata.serialized_size, metadata.num_rows, metadata.num_row_groups
 
 
 def _is_uri(path: str) -> bool:
@@ -154,7 +161,7 @@ def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
             bounds = _range(group.column(names.index(TOPIC)).statistics,
                             group.column(names.index("partition")).statistics)
         low, high = bounds if bounds else (None, None)
-        groups.append(RowGroup(path, index, group.num_rows, low, high))
+        groups.append(RowGroup(path, index, group.num_rows, low, high, footer_print(metadata)))
     stats = {}
     for name in watched:
         if name in names and name in arrow_schema.names:
@@ -201,6 +208,7 @@ class TaskPlan:
     groups: list[tuple[str, list[int]]]
     part: int = 0
     parts: int = 1
+    footers: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # per path, when the driver read it
 
 
 def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
@@ -238,9 +246,14 @@ def plan_row_groups(row_groups: list[RowGroup], tasks: int) -> list[TaskPlan]:
     for _, _, members in sorted(bins, key=lambda b: b[1]):
         whole = [g for _, component, _, parts in members if parts == 1 for g in component]
         if whole:
-            plans.append(TaskPlan(_by_file(whole)))
-        plans.extend(TaskPlan(_by_file(component), part, parts) for _, component, part, parts in members if parts > 1)
+            plans.append(TaskPlan(_by_file(whole), footers=_footers(whole)))
+        plans.extend(TaskPlan(_by_file(component), part, parts, _footers(component))
+                     for _, component, part, parts in members if parts > 1)
     return plans
+
+
+def _footers(groups: list[RowGroup]) -> dict[str, tuple[int, int, int]]:
+    return {group.path: group.footer for group in groups if group.footer is not None}
 
 
 def _by_file(groups: list[RowGroup]) -> list[tuple[str, list[int]]]:
@@ -286,6 +299,10 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
     for path, indexes in plan.groups:
         try:
             parquet = open_parquet(path, read_dictionary=[TOPIC])  # (as the replay keys it: no cast, no hashing)
+            planned = plan.footers.get(path)
+            if planned is not None and footer_print(parquet.metadata) != planned:
+                raise ValueError("the file changed after the audit planned its row groups (rewritten while the "
+                                 "audit ran?): audit it again once it is written")
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
             table = parquet.read_row_groups(indexes, columns=columns, use_threads=False)
         except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
