@@ -56,3 +56,15 @@ def test_generate_overwrite_of_a_user_directory_fails_in_one_line(tmp_path):
                  "--batches", "3000", "--partitions-per-file", "2", "--overwrite")
     assert result.returncode == 2 and "refusing to replace it" in result.stderr and "Traceback" not in result.stderr
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_checkpoint_options_are_refused_where_they_do_not_apply(tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    result = cli("audit", str(source), "--checkpoint", str(tmp_path / "ckpt"))
+    assert result.returncode == 2 and "--checkpoint goes with --follow" in result.stderr
+    kept = tmp_path / "mytruth.json"
+    kept.write_text("{}")
+    result = cli("audit", str(source), "--follow", "--checkpoint", str(kept))
+    assert result.returncode == 2 and "is a file, not a directory" in result.stderr
+    assert "Traceback" not in result.stderr and kept.read_text() == "{}"

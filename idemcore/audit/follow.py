@@ -214,6 +214,8 @@ class Follower:
         self.resumed = False
         self._failed = False
         for name, where in (("out", self.out), ("checkpoint", self.checkpoint)):
+            if where is not None and where.exists() and not where.is_dir():
+                raise ValueError(f"{name} {where} is a file, not a directory: give a directory (new or its own)")
             if where is not None and self.source.is_dir() and (
                     self.source.resolve() == where.resolve() or self.source.resolve() in where.resolve().parents):
                 raise ValueError(f"{name} {where} is inside the followed {self.source}: it would be read as input")

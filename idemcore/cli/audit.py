@@ -524,6 +524,8 @@ def run_audit(args: argparse.Namespace) -> int:
 
     if args.follow:
         return _run_follow(args)
+    if args.checkpoint is not None:
+        raise IdemcoreError("--checkpoint goes with --follow (a one-shot audit keeps no state to resume)")
     if args.engine != "local":
         raise IdemcoreError("--engine goes with --follow (the one-shot audit of Parquet always runs on Spark; "
                             "--spark audits a Kafka log directory with Spark)")

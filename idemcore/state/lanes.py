@@ -205,7 +205,7 @@ class _Lanes:
             self.txn_cursor += count
             jobs.append(functools.partial(self._check, listed_t, lo, hi, arrays._replace(counters=counters), region))
         if self.threads > 1 and self.kernel.name != "python":
-            pool = _pool(self.threads)
+            pool = _pool(min(self.threads, MAX_THREADS))  # (no more lanes than that: one pool for any more)
             self.running = []
             for job in jobs:
                 self.running.append(pool.submit(job))  # (one at a time: an interrupt here still waits for them)
