@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,18 @@ def _task_counts(tracker: Any, group: str) -> tuple[int, int]:
             if stage:
                 done += stage.numCompletedTasks
                 total += stage.numTasks
+    return done, total
+
+
+def _settled_counts(tracker: Any, group: str, wait: float = 2.0, interval: float = 0.05) -> tuple[int, int]:
+    """The counts once the jobs have ended: Spark's status tracker learns of finished tasks from its listener
+    bus after the job has returned, so it may lag behind by a moment (waited for, at most ``wait`` seconds)."""
+    done, total = _task_counts(tracker, group)
+    for _ in range(int(wait / interval)):
+        if done >= total:
+            break
+        time.sleep(interval)
+        done, total = _task_counts(tracker, group)
     return done, total
 
 
@@ -46,8 +59,7 @@ def spark_progress(spark: Any, description: str, enabled: bool = True, interval:
     try:
         yield
         if enabled:
-            done, total = _task_counts(context.statusTracker(), group)
-            bar.total, bar.n = total, done
+            bar.total, bar.n = _settled_counts(context.statusTracker(), group)
             bar.refresh()
     finally:
         stop.set()
