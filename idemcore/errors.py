@@ -9,3 +9,8 @@ class IdemcoreError(Exception):
 
 class BackendUnavailableError(IdemcoreError, ImportError):
     """A kernel backend was asked for by name but could not be loaded."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (pyarrow's and the JVM's messages span several): its lines joined by "; "."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__

@@ -53,13 +53,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.logdir import LogReplayer, LogState, _located, _offset_spans
 from idemcore.audit.replayer import StreamReplayer, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
+from idemcore.errors import one_line
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import header_scan_reference as scan_codes
 from idemcore.kernels.abi import HeaderScanColumns
@@ -73,6 +73,7 @@ from idemcore.record.kafka_files.segment import (
     SegmentScan,
     _stop,
 )
+from idemcore.record.parquet_files import open_parquet, write_parquet
 
 #: In the findings (else checkpoint) directory: the file a follower holds locked.
 LOCK_FILE = ".follow-lock"
@@ -151,7 +152,7 @@ def read_findings(out: str | os.PathLike[str]) -> pa.Table:
     files = findings_files(out)
     if not files:
         raise FileNotFoundError(f"{out}: no {FINDINGS_PREFIX}*.parquet")
-    table = pa.concat_tables([pq.read_table(path) for _, path in files], promote_options="default")
+    table = pa.concat_tables([open_parquet(path).read() for _, path in files], promote_options="default")
     order = "seq_no" if "seq_no" in table.column_names else "base_offset"
     return table.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order, "ascending")])
 
@@ -341,7 +342,7 @@ class Follower:
         findings_file = None
         if self.out is not None and findings.num_rows:
             findings_file = self.out / f"{FINDINGS_PREFIX}{self.round:08d}.parquet"
-            _write_atomically(findings_file, lambda partial: pq.write_table(findings, partial), self.fsync)
+            _write_atomically(findings_file, lambda partial: write_parquet(findings, partial), self.fsync)
         self._save()
         self._failed = False
         seconds = time.perf_counter() - started
@@ -372,10 +373,14 @@ class Follower:
     def _poll_parquet(self, read: list[str], waiting: list[str]) -> list[pa.Table]:
         for name, path in self._new_parquet_files():
             try:
-                table = pq.read_table(path)
+                parquet = open_parquet(path)
             except (OSError, pa.ArrowInvalid) as exc:  # incomplete: no footer yet
                 waiting.append(f"{path}: {exc}")
                 break
+            try:
+                table = parquet.read()
+            except (OSError, pa.ArrowInvalid) as exc:  # its footer is written, so the file is whole: corrupt
+                raise ValueError(f"cannot read {path}: {one_line(exc)}") from None
             if self.replayer is None:
                 _, self.order_by = required_columns(table.schema.names, self.order_by)
             try:

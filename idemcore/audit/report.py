@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.coordinator_state import (
@@ -29,6 +28,7 @@ from idemcore.audit.coordinator_state import (
 from idemcore.audit.replayer import TaskResult, merge_durations, merge_timelines
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, INT32_MAX
+from idemcore.record.parquet_files import write_parquet
 
 #: A transaction open longer than Kafka's default ``transaction.max.timeout.ms`` is hanging.
 DEFAULT_HANGING_AFTER_MS = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
@@ -324,8 +324,8 @@ class AuditReport:
         out.mkdir(parents=True, exist_ok=True)
         paths = {name: out / file for name, file in REPORT_FILES.items()}
         partial = {name: path.with_name(f".{path.name}.partial") for name, path in paths.items()}
-        pq.write_table(self.findings, partial["findings"])
-        pq.write_table(self.producers(), partial["producers"])
+        write_parquet(self.findings, partial["findings"])
+        write_parquet(self.producers(), partial["producers"])
         partial["summary"].write_text(json.dumps(self.summary(), separators=(",", ":")) + "\n")
         for name, path in paths.items():
             os.replace(partial[name], path)

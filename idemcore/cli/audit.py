@@ -448,6 +448,7 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
 
     from idemcore.audit.follow import LOG_DIR, source_kind
     from idemcore.audit.spark import follow_stream, get_session
+    from idemcore.audit.spark.session import java_causes
 
     if source_kind(args.path) == LOG_DIR:
         raise IdemcoreError(f"{args.path} is a Kafka log directory: --engine spark follows a Parquet directory; "
@@ -504,7 +505,7 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
                     print(json.dumps(line) if args.json else
                           f"batch {batch_id}: {rows:,} batches read in {seconds:.1f} s", flush=True)
             if query.exception() is not None:
-                raise IdemcoreError(f"the streaming query failed: {query.exception()}")
+                raise IdemcoreError(f"the streaming query failed: {java_causes(query.exception())}")
         finally:
             if query is not None:
                 try:

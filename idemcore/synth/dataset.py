@@ -215,7 +215,8 @@ def _write_parquet(staging: Path, columns: dict[str, np.ndarray], truth: dict[st
                    update: Callable[[], Any]) -> dict[str, Any]:
     """``staging/data/*.parquet``; the truth document."""
     import pyarrow as pa  # here, not at import: the CLI imports this module without the arrow extra
-    import pyarrow.parquet as pq
+
+    from idemcore.record.parquet_files import write_parquet
 
     topics, partitions = parameters["topics"], parameters["partitions"]
     stream = columns["partition"]  # global stream number: topic * partitions + partition
@@ -238,7 +239,7 @@ def _write_parquet(staging: Path, columns: dict[str, np.ndarray], truth: dict[st
             "seq_no": pa.array(columns["seq_no"][rows]),
         })
         name = f"{DATA_DIR}/{topic_name(topic)}-{partition:05d}.parquet"
-        pq.write_table(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
+        write_parquet(table, staging / name, row_group_size=row_group_rows, **PARQUET_OPTIONS)
         files.append(name)
         update()
     return {

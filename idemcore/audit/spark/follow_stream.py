@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.follow import FINDINGS_PREFIX, _lock, _write_atomically, findings_files
 from idemcore.audit.replayer import findings_schema
 from idemcore.audit.spark.udfs import STREAM_STATE_SCHEMA
 from idemcore.protocol.codes import Origin
+from idemcore.record.parquet_files import write_parquet
 
 __all__ = ["DEFAULT_TRIGGER_MS", "attempts_schema", "findings_state_function", "follow_stream",
            "stream_findings_schema"]
@@ -237,7 +237,7 @@ def follow_stream(spark: Any, source: str | os.PathLike[str], out: str | os.Path
         table = table.cast(arrow_schema) if table.num_rows else arrow_schema.empty_table()
         path = out / f"{FINDINGS_PREFIX}{batch_id:08d}.parquet"
         if table.num_rows:
-            _write_atomically(path, lambda partial: pq.write_table(table, partial), fsync)
+            _write_atomically(path, lambda partial: write_parquet(table, partial), fsync)
         elif path.exists():
             path.unlink()
         if on_batch is not None:

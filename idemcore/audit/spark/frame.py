@@ -65,7 +65,8 @@ def _file_verdicts(path: str, target: Any, origin: Origin, order_by: str,
     row order."""
     from idemcore.audit import StreamReplayer
     from idemcore.audit.replayer import feed_in_order
-    from idemcore.audit.spark.plan import TaskPlan, open_parquet, read_task
+    from idemcore.audit.spark.plan import TaskPlan, read_task
+    from idemcore.record.parquet_files import open_parquet
     from idemcore.state.validate import Verdicts
 
     groups = list(range(open_parquet(path).metadata.num_row_groups))

@@ -24,7 +24,9 @@ import pyarrow.parquet as pq
 
 from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
+from idemcore.errors import one_line
 from idemcore.record.columns import COLUMNS
+from idemcore.record.parquet_files import open_parquet
 
 
 @dataclass(frozen=True)
@@ -94,16 +96,6 @@ def _parquet_files_at_uri(uri: str) -> list[str]:
     if not files:
         raise ValueError(f"no Parquet files under {uri}")
     return [prefix + f for f in files]
-
-
-def open_parquet(path: str, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
-    """A Parquet file by local path or URI (``read_dictionary``: string columns read as dictionaries)."""
-    if _is_uri(path):
-        from pyarrow import fs
-
-        filesystem, inner = fs.FileSystem.from_uri(path)
-        return pq.ParquetFile(filesystem.open_input_file(inner), read_dictionary=read_dictionary)
-    return pq.ParquetFile(path, read_dictionary=read_dictionary)
 
 
 def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, int]] | None:
@@ -306,7 +298,7 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
             table = parquet.read_row_groups(indexes, columns=columns, use_threads=False)
         except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
-            raise type(exc)(f"cannot read {path}: {exc}") from None
+            raise type(exc)(f"cannot read {path}: {one_line(exc)}") from None
         tables.append(table if target is None else conform(table, target, path, _file_row(parquet.metadata, indexes)))
     table = pa.concat_tables(tables, promote_options="default")
     if plan.parts > 1:

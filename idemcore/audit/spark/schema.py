@@ -256,7 +256,7 @@ def check_footer_values(footers: Iterable[Any], target: pa.Schema) -> None:
 
 
 def _locate(path: str, name: str) -> InputError:
-    from idemcore.audit.spark.plan import open_parquet
+    from idemcore.record.parquet_files import open_parquet
 
     error = bad_value(path, name, open_parquet(path).read(columns=[name], use_threads=False).column(name))
     return error or InputError(f"column {name!r} in {path}: its statistics show a null or a value that "

@@ -26,6 +26,7 @@ LOCAL_SETTINGS = {
     "spark.driver.memory": "4g",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
+    "spark.hadoop.parquet.page.verify-checksum.enabled": "true",  # a flipped byte: an error, not values
 }
 
 
@@ -57,6 +58,13 @@ def check_master(master: str) -> None:
     if not _MASTER.fullmatch(master):
         raise ValueError(f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], "
                          "spark://HOST:PORT, yarn or k8s://HOST:PORT")
+
+
+def java_causes(exc: BaseException) -> str:
+    """One line for a failed Spark job or query: the message of each Java ``Caused by:`` in ``exc``, outermost
+    first (say, the file a task could not read, then why), else the first line of its Java exception."""
+    found = [line.split(": ", 2)[-1].strip() for line in str(exc).splitlines() if line.startswith("Caused by: ")]
+    return ": ".join(found) if found else _reason(exc)
 
 
 def _reason(exc: BaseException) -> str:
