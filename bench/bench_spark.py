@@ -27,8 +27,10 @@ import pytest
 
 from idemcore import BatchMetadata, Origin, get_backend
 from idemcore.audit import StreamKeys, replay_table
+from idemcore.audit.columns import TOPIC
 from idemcore.audit.shards import ShardedState
 from idemcore.audit.spark.plan import parquet_files
+from idemcore.record.parquet_files import open_parquet
 from idemcore.synth.dataset import DATA_DIR, generate
 
 BATCHES = int(os.environ.get("IDEMCORE_BENCH_BATCHES", 20_000_000))
@@ -41,7 +43,7 @@ MARGINAL = tuple(int(n) for n in os.environ.get("IDEMCORE_BENCH_MARGINAL", "1000
 
 
 def _dataset(batches: int) -> Path:
-    path = Path(__file__).parent / ".data" / f"spark-{batches}-seed1"
+    path = Path(__file__).parent / ".data" / f"spark-{batches}-seed1-crc"  # (-crc: page CRCs, as generate writes now)
     if not (path / "truth.json").exists():
         generate(path, topics=4, partitions=64, producers=1000, batches=batches, seed=1, overwrite=True)
     return path / DATA_DIR
@@ -187,7 +189,7 @@ def bench_spark_c_in_process_read_and_replay(benchmark, record, dataset):
     files = parquet_files(dataset)
 
     def run():
-        return [replay_table(pq.read_table(f, use_threads=False)) for f in files]
+        return [replay_table(open_parquet(f, read_dictionary=[TOPIC]).read(use_threads=False)) for f in files]
     results = benchmark.pedantic(run, rounds=3, iterations=1)
     batches = sum(r.batches for r in results)
     assert batches == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
