@@ -73,7 +73,14 @@ from idemcore.record.kafka_files.segment import (
     SegmentScan,
     _stop,
 )
-from idemcore.record.parquet_files import open_parquet, write_parquet
+from idemcore.record.parquet_files import (
+    READ_ERRORS,
+    checked,
+    footer_written,
+    open_parquet,
+    unreadable,
+    write_parquet,
+)
 
 #: In the findings (else checkpoint) directory: the file a follower holds locked.
 LOCK_FILE = ".follow-lock"
@@ -152,9 +159,16 @@ def read_findings(out: str | os.PathLike[str]) -> pa.Table:
     files = findings_files(out)
     if not files:
         raise FileNotFoundError(f"{out}: no {FINDINGS_PREFIX}*.parquet")
-    table = pa.concat_tables([open_parquet(path).read() for _, path in files], promote_options="default")
+    table = pa.concat_tables([_read_findings_file(path) for _, path in files], promote_options="default")
     order = "seq_no" if "seq_no" in table.column_names else "base_offset"
     return table.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order, "ascending")])
+
+
+def _read_findings_file(path: Path) -> pa.Table:
+    try:
+        return open_parquet(path).read()
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc) from None
 
 
 def source_kind(source: str | os.PathLike[str]) -> str:
@@ -374,13 +388,15 @@ class Follower:
         for name, path in self._new_parquet_files():
             try:
                 parquet = open_parquet(path)
-            except (OSError, pa.ArrowInvalid) as exc:  # incomplete: no footer yet
-                waiting.append(f"{path}: {exc}")
+            except READ_ERRORS as exc:
+                if footer_written(path):  # whole, so corrupt: it will not get better
+                    raise unreadable(path, exc) from None
+                waiting.append(f"{path}: {one_line(exc)}")  # incomplete: no footer yet
                 break
             try:
-                table = parquet.read()
-            except (OSError, pa.ArrowInvalid) as exc:  # its footer is written, so the file is whole: corrupt
-                raise ValueError(f"cannot read {path}: {one_line(exc)}") from None
+                table = checked(parquet.read())
+            except READ_ERRORS as exc:  # its footer is written, so the file is whole: corrupt
+                raise unreadable(path, exc) from None
             if self.replayer is None:
                 _, self.order_by = required_columns(table.schema.names, self.order_by)
             try:

@@ -483,6 +483,8 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with _one_line_warnings():
         spark = get_session(args.master, progress=show_progress(args))
+        from pyspark.errors import StreamingQueryException  # (pyspark is there: the session started)
+
         previous = {sig: signal.signal(sig, stop_soon) for sig in (signal.SIGINT, signal.SIGTERM)}
         query = None
         reported = -1
@@ -492,7 +494,10 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
                                   order_by=args.order_by, origin=args.origin, backend=args.backend,
                                   on_batch=on_batch)
             while not stopping and query.isActive:
-                query.awaitTermination(0.2)
+                try:
+                    query.awaitTermination(0.2)
+                except StreamingQueryException as exc:  # (a Java stack trace): one line
+                    raise IdemcoreError(f"the streaming query failed: {java_causes(exc)}") from None
                 for progress in query.recentProgress:
                     batch_id, rows = int(progress["batchId"]), int(progress["numInputRows"])
                     if batch_id <= reported or not rows:

@@ -21,7 +21,7 @@ from idemcore.audit.spark.schema import (
     check_footer_values,
     check_input,
 )
-from idemcore.audit.spark.session import check_master, get_session
+from idemcore.audit.spark.session import check_master, get_session, verify_page_crcs
 from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
 from idemcore.protocol.codes import Origin
 from idemcore.record.columns import COLUMNS
@@ -148,9 +148,11 @@ def audit(
 
     ``source``: a Parquet file or directory (or a list of them) — *path mode*: Spark distributes row
     groups, Python workers read them with pyarrow, only findings and summaries come back — or a Spark
-    DataFrame. A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(...)``, maybe with
-    columns selected; see :func:`~idemcore.audit.spark.scan.scanned_parquet`) is audited in path mode on its
-    files; any other is clustered by (topic, partition) and sorted first, and its rows (the columns the
+    DataFrame (whose session then checks Parquet page CRCs:
+    :func:`~idemcore.audit.spark.session.verify_page_crcs`). A DataFrame that is a plain scan of Parquet
+    files (``spark.read.parquet(...)``, maybe with columns selected; see
+    :func:`~idemcore.audit.spark.scan.scanned_parquet`) is audited in path mode on its files; any other is
+    clustered by (topic, partition) and sorted first, and its rows (the columns the
     replay reads) go to Python through Arrow. Files may differ in their columns' types
     and in the optional columns they have (see :func:`~idemcore.audit.spark.schema.check_arrow_schemas`);
     a null or a value out of range raises ValueError naming the file, column, value and row, before
@@ -177,6 +179,7 @@ def audit(
         label = str(source) if not isinstance(source, list | tuple) else f"{len(footers)} files"
     else:
         session, started = _session(master, spark, started, progress)
+        verify_page_crcs(source.sparkSession)
         order = check_input(source.schema, order_by)
         scan = scanned_parquet(source, order)
         if scan is not None:

@@ -53,6 +53,7 @@ import pyarrow as pa
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.follow import FINDINGS_PREFIX, _lock, _write_atomically, findings_files
 from idemcore.audit.replayer import findings_schema
+from idemcore.audit.spark.session import java_causes
 from idemcore.audit.spark.udfs import STREAM_STATE_SCHEMA
 from idemcore.protocol.codes import Origin
 from idemcore.record.parquet_files import write_parquet
@@ -158,7 +159,11 @@ def _input_schema(spark: Any, source: Path, order_by: str | None, schema: Any) -
 
     if schema is None:
         files = sorted(p for p in source.glob("*.parquet") if not p.name.startswith((".", "_")))
-        schema = spark.read.parquet(str(files[0])).schema if files else attempts_schema()
+        try:
+            schema = spark.read.parquet(str(files[0])).schema if files else attempts_schema()
+        except Exception as exc:  # (py4j's error, a Java stack trace) a file half written in place, corrupt...
+            raise ValueError(f"cannot read {files[0]}: {java_causes(exc)} (a writer should write under a "
+                             "hidden name, then rename)") from None
     if not isinstance(schema, StructType):
         schema = StructType.fromDDL(schema)
     names, order = required_columns(schema.fieldNames(), order_by)

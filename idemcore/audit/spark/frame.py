@@ -7,6 +7,7 @@ from typing import Any
 
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.spark.schema import check_input
+from idemcore.audit.spark.session import verify_page_crcs
 from idemcore.protocol.codes import Origin
 
 #: Columns validate() adds, with their Spark types.
@@ -66,10 +67,13 @@ def _file_verdicts(path: str, target: Any, origin: Origin, order_by: str,
     from idemcore.audit import StreamReplayer
     from idemcore.audit.replayer import feed_in_order
     from idemcore.audit.spark.plan import TaskPlan, read_task
-    from idemcore.record.parquet_files import open_parquet
+    from idemcore.record.parquet_files import READ_ERRORS, open_parquet, unreadable
     from idemcore.state.validate import Verdicts
 
-    groups = list(range(open_parquet(path).metadata.num_row_groups))
+    try:
+        groups = list(range(open_parquet(path).metadata.num_row_groups))
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc) from None
     rows = read_task(TaskPlan([(path, groups)]), target)
     out = Verdicts.allocate(rows.num_rows)  # in stream order, then back to the file's
     permutation = feed_in_order(rows, StreamReplayer(origin, order_by, backend, collect=False), out)
@@ -193,9 +197,11 @@ def validate(df: Any, origin: str | Origin = "client", *, order_by: str | None =
     the verdict of its row in its file (Spark's ``_metadata.row_index``); when every column of ``df`` is one
     the replay reads, the worker takes the rows from the file too (only the file's key and the row's index
     cross from the JVM). The rows keep the scan's partitioning and order. Its footers are read, and a small
-    job names its files, when this is called.
+    job names its files, when this is called. ``df``'s session checks Parquet page CRCs from then on
+    (:func:`~idemcore.audit.spark.session.verify_page_crcs`).
     """
     order = check_input(df.schema, order_by)
+    verify_page_crcs(df.sparkSession)
     out_schema = validated_schema(df, order_by)
     origin = Origin.parse(origin)  # the enum travels to the workers
     if num_partitions is None:

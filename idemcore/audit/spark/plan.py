@@ -26,7 +26,7 @@ from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
 from idemcore.errors import one_line
 from idemcore.record.columns import COLUMNS
-from idemcore.record.parquet_files import open_parquet
+from idemcore.record.parquet_files import READ_ERRORS, checked, open_parquet, unreadable
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,9 @@ def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
         parquet = open_parquet(path)
         metadata = parquet.metadata
         arrow_schema = parquet.schema_arrow
-    except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
-        raise type(exc)(f"{path} is not a readable Parquet file: {exc}") from None
+    except READ_ERRORS as exc:  # pyarrow's messages do not name the file
+        kind = OSError if isinstance(exc, OSError) else ValueError
+        raise kind(f"{path} is not a readable Parquet file: {one_line(exc)}") from None
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     has_keys = TOPIC in names and "partition" in names  # else no ranges; the column checks name what is missing
     groups = []
@@ -296,9 +297,9 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
                 raise ValueError("the file changed after the audit planned its row groups (rewritten while the "
                                  "audit ran?): audit it again once it is written")
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
-            table = parquet.read_row_groups(indexes, columns=columns, use_threads=False)
-        except (OSError, ValueError) as exc:  # pyarrow's messages do not name the file
-            raise type(exc)(f"cannot read {path}: {one_line(exc)}") from None
+            table = checked(parquet.read_row_groups(indexes, columns=columns, use_threads=False))
+        except READ_ERRORS as exc:
+            raise unreadable(path, exc) from None
         tables.append(table if target is None else conform(table, target, path, _file_row(parquet.metadata, indexes)))
     table = pa.concat_tables(tables, promote_options="default")
     if plan.parts > 1:

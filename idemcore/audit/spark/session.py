@@ -18,6 +18,9 @@ from idemcore.progress import waiting
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: Settings for a session idemcore creates: Arrow on, no UI, few shuffle partitions, workers on this Python.
+#: Spark's reader checks the CRCs of Parquet pages only when told to (a flipped byte then fails the read).
+VERIFY_PAGE_CRCS = "parquet.page.verify-checksum.enabled"
+
 LOCAL_SETTINGS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
@@ -26,7 +29,7 @@ LOCAL_SETTINGS = {
     "spark.driver.memory": "4g",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
-    "spark.hadoop.parquet.page.verify-checksum.enabled": "true",  # a flipped byte: an error, not values
+    f"spark.hadoop.{VERIFY_PAGE_CRCS}": "true",  # a flipped byte: an error, not other values
 }
 
 
@@ -58,6 +61,12 @@ def check_master(master: str) -> None:
     if not _MASTER.fullmatch(master):
         raise ValueError(f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], "
                          "spark://HOST:PORT, yarn or k8s://HOST:PORT")
+
+
+def verify_page_crcs(spark: Any) -> None:
+    """Have ``spark``'s Parquet reads check page CRCs from now on (sessions idemcore starts do from the start;
+    this is for a DataFrame of the caller's own session)."""
+    spark.conf.set(VERIFY_PAGE_CRCS, "true")
 
 
 def java_causes(exc: BaseException) -> str:
