@@ -362,3 +362,5 @@ def test_the_cli_says_which_incomplete_file_it_waits_for(attempts, tmp_path):
     said = [line for line in lines if "waiting for an incomplete file" in line]
     assert len(said) == 1 and "part-00000.parquet" in said[0], lines
     assert not any("batches (" in line for line in lines)
+    (final,) = [line.rstrip("\n") for line in lines if line.startswith("stopped after")]
+    assert re.fullmatch(r"stopped after \S+ round\(s\) in [\d.]+ s: 0 batches, 0 finding\(s\)(; .*)?", final), final

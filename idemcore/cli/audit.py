@@ -434,8 +434,8 @@ def _print_final(args: argparse.Namespace, unit: str, unit_text: str, totals: di
         print(json.dumps({"final": final}), flush=True)
     else:
         print(f"stopped after {totals[unit]:,} {unit_text} in {seconds:.1f} s: {totals['batches']:,} batches, "
-              f"{totals['findings']:,} finding(s) "
-              + (f"({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
+              f"{totals['findings']:,} finding(s)"
+              + (f" ({', '.join(f'{n:,} {name}' for name, n in counts.items())})" if counts else "")
               + (f"; findings in {args.out}" if args.out else "")
               + (f"; checkpoint {checkpoint}" if checkpoint else ""), flush=True)
 
