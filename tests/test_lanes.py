@@ -75,6 +75,24 @@ def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkey
     assert_same_state(state, ref_state)
 
 
+@pytest.mark.parametrize(("threads", "chunk"), [(1, lanes.PIPELINE_CHUNK), (2, 1_000), (3, 7_777)])
+def test_tables_big_enough_to_prefetch_give_the_references_answers(backend, threads, chunk, monkeypatch):
+    # From PREFETCH_MIN_ROWS rows the compiled kernels take their prefetching loops (reserve_rows hashes batches
+    # ahead, validate_listed and validate_batches fetch rows ahead), which smaller tests never reach.
+    from idemcore.kernels import reference as rules
+
+    monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
+    columns = chaotic_stream(30_000, seed=7, producers=1_500)  # about 7,000 streams
+    expected = validate(columns, ProducerStateTable(), backend="python")
+    one_pass = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, partition_capacity=8)
+    assert_same_verdicts(validate(columns, one_pass, backend=backend), expected)  # (under MIN_BATCHES: one pass)
+    state = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, partition_capacity=8)
+    with mock.patch.object(lanes, "MIN_BATCHES", 1):
+        assert_same_verdicts(validate(columns, state, backend=backend, threads=threads), expected)
+    assert state.n_producers > rules.PREFETCH_MIN_ROWS  # (grown past it mid-pass)
+    assert_same_state(state, one_pass)
+
+
 def test_refused_first_writes_leave_no_entry():
     # A new producer whose first batch is refused, on a partition nothing is written to: reserve_rows added
     # entries for both, which must not stay.

@@ -152,10 +152,10 @@ def test_chunked_equals_whole(backend, rows, origin, cuts):
     assert_same_state(state, whole_state)
 
 
-def chaotic_stream(n: int, seed: int) -> dict[str, np.ndarray]:
+def chaotic_stream(n: int, seed: int, producers: int = 300) -> dict[str, np.ndarray]:
     """A synthetic stream of many producers, then scrambled: swapped neighbours, epoch changes, wrap-around."""
     rng = np.random.default_rng(seed)
-    columns = synthetic_stream(n, n_producers=300, n_partitions=5, retry_fraction=0.05,
+    columns = synthetic_stream(n, n_producers=producers, n_partitions=5, retry_fraction=0.05,
                                first_sequence=INT32_MAX - 40, seed=seed)
     swap = np.flatnonzero(rng.random(len(columns["partition"]) - 1) < 0.02)
     for column in columns.values():
