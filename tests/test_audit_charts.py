@@ -5,6 +5,7 @@ hand-made input, the same whatever the chunking, the tasks, the checkpoint or th
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -255,7 +256,9 @@ def test_a_log_directory_audit_carries_the_data_in_process_and_in_spark(spark, l
 
 def test_the_page_draws_both_charts_or_says_why_not():
     report = _report(_table(TRANSACTIONS))
-    page = render_html(report, command="x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (nothing a user could act on: matplotlib's layout notes)
+        page = render_html(report, command="x")
     assert 'id="chart-partition-activity"' in page and 'id="chart-completed-durations"' in page
     assert "completed transactions by duration (3), committed and aborted" in page
     assert "1 transactions whose marker is older than their first batch" in page

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,7 +62,9 @@ def _svg(figure: Any) -> str:
 
     FigureCanvasSVG(figure)
     out = io.StringIO()
-    figure.savefig(out, format="svg", metadata={"Date": None, "Creator": "idemcore (matplotlib)"})
+    with warnings.catch_warnings():  # (a chart of very few bars: matplotlib keeps its default layout, and says so)
+        warnings.filterwarnings("ignore", message="constrained_layout not applied", category=UserWarning)
+        figure.savefig(out, format="svg", metadata={"Date": None, "Creator": "idemcore (matplotlib)"})
     text = out.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
