@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +220,19 @@ def _cli(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@contextmanager
+def _stopped_by_ctrl_c(process: subprocess.Popen[str]) -> Iterator[None]:
+    """Run the block, then Ctrl-C the follow, which must exit 0 (killed if anything fails on the way)."""
+    try:
+        yield
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    time.sleep(0.1)  # (the reader thread takes the last lines)
+
+
 def _wait_for_line(process: subprocess.Popen[str], text: str, timeout: float = 20.0) -> list[str]:
     lines: list[str] = []
     done = threading.Event()
@@ -262,17 +277,11 @@ def test_ctrl_c_stops_the_cli_cleanly_with_a_consistent_checkpoint(attempts, tmp
     for k in range(3):
         add_file(source, k, parts[k])
     process = _cli(str(source), "--out", str(out), "--interval-ms", "20")
-    try:
+    with _stopped_by_ctrl_c(process):
         lines = _wait_for_line(process, "batches (")
         # A second follower on the same directory, while the first runs, is refused (it would double findings).
         with pytest.raises(ValueError, match="in use by another `idemcore audit --follow` process"):
             Follower(source, out, out / "_checkpoint")
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-    time.sleep(0.1)
     assert any(line.startswith("stopped after") for line in lines), lines
     assert any(": duplicate:" in line for line in lines)
     add_file(source, 3, parts[3])
@@ -350,15 +359,9 @@ def test_the_cli_says_which_incomplete_file_it_waits_for(attempts, tmp_path):
     add_file(source, 1, chunks(attempts)[0])
     (source / "part-00000.parquet").write_bytes(b"")  # a writer's file not written yet
     process = _cli(str(source), "--interval-ms", "20")
-    try:
+    with _stopped_by_ctrl_c(process):
         lines = _wait_for_line(process, "waiting for an incomplete file")
         time.sleep(0.3)  # more idle rounds: not said again
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-    time.sleep(0.1)
     said = [line for line in lines if "waiting for an incomplete file" in line]
     assert len(said) == 1 and "part-00000.parquet" in said[0], lines
     assert not any("batches (" in line for line in lines)

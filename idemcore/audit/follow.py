@@ -78,6 +78,7 @@ from idemcore.record.parquet_files import (
     checked,
     footer_written,
     open_parquet,
+    read_parquet,
     unreadable,
     write_parquet,
 )
@@ -159,16 +160,9 @@ def read_findings(out: str | os.PathLike[str]) -> pa.Table:
     files = findings_files(out)
     if not files:
         raise FileNotFoundError(f"{out}: no {FINDINGS_PREFIX}*.parquet")
-    table = pa.concat_tables([_read_findings_file(path) for _, path in files], promote_options="default")
+    table = pa.concat_tables([read_parquet(path) for _, path in files], promote_options="default")
     order = "seq_no" if "seq_no" in table.column_names else "base_offset"
     return table.sort_by([(TOPIC, "ascending"), ("partition", "ascending"), (order, "ascending")])
-
-
-def _read_findings_file(path: Path) -> pa.Table:
-    try:
-        return open_parquet(path).read()
-    except READ_ERRORS as exc:
-        raise unreadable(path, exc) from None
 
 
 def source_kind(source: str | os.PathLike[str]) -> str:

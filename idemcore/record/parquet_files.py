@@ -22,7 +22,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-#: What pyarrow raises for a file it cannot read (ArrowException: NotImplementedError for an unknown type, ...).
+from idemcore.errors import one_line
+
+#: What pyarrow raises for a file it cannot read: OSError (I/O, a failed CRC), ValueError (ArrowInvalid: a
+#: malformed footer or page) and any other ArrowException (ArrowNotImplementedError: a type it does not know).
 READ_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 
@@ -37,7 +40,7 @@ def open_parquet(path: str | os.PathLike[str], read_dictionary: list[str] | None
     counts agree (ValueError if not)."""
     path = os.fspath(path)
     source: Any = path
-    if "://" in path:
+    if is_uri(path):
         from pyarrow import fs
 
         filesystem, inner = fs.FileSystem.from_uri(path)
@@ -48,6 +51,21 @@ def open_parquet(path: str | os.PathLike[str], read_dictionary: list[str] | None
         raise ValueError(f"no column {exc.args[0].decode(errors='replace')!r} to read as a dictionary") from None
     check_footer(parquet.metadata)
     return parquet
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` is a URI for a pyarrow filesystem (``file://``, ``hdfs://``, ``s3://``...), not a local
+    path."""
+    return "://" in path
+
+
+def read_parquet(path: str | os.PathLike[str]) -> pa.Table:
+    """The whole file, checked as :func:`open_parquet` and :func:`checked` check it; an error names the file
+    (:func:`unreadable`)."""
+    try:
+        return checked(open_parquet(path).read())
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc) from None
 
 
 def check_footer(metadata: pq.FileMetaData) -> None:
@@ -90,13 +108,13 @@ def checked(table: pa.Table) -> pa.Table:
     return table
 
 
-def unreadable(path: str | os.PathLike[str], exc: BaseException) -> OSError | ValueError:
+def unreadable(path: str | os.PathLike[str], exc: BaseException, said: str = "cannot read {path}"
+               ) -> OSError | ValueError:
     """The error to raise for a file pyarrow could not read (its messages do not name the file, and may span
-    lines): "cannot read PATH: why" on one line, an OSError for an I/O error or a failed CRC, else ValueError."""
-    from idemcore.errors import one_line
-
+    lines): ``said`` (``{path}`` filled in), then why, on one line; an OSError for an I/O error or a failed CRC,
+    else ValueError."""
     kind = OSError if isinstance(exc, OSError) else ValueError
-    return kind(f"cannot read {os.fspath(path)}: {one_line(exc)}")
+    return kind(f"{said.format(path=os.fspath(path))}: {one_line(exc)}")
 
 
 def footer_written(path: str | os.PathLike[str]) -> bool:

@@ -161,7 +161,7 @@ def _input_schema(spark: Any, source: Path, order_by: str | None, schema: Any) -
         files = sorted(p for p in source.glob("*.parquet") if not p.name.startswith((".", "_")))
         try:
             schema = spark.read.parquet(str(files[0])).schema if files else attempts_schema()
-        except Exception as exc:  # (py4j's error, a Java stack trace) a file half written in place, corrupt...
+        except Exception as exc:  # py4j's error with a Java stack trace: a file half written in place, or corrupt
             raise ValueError(f"cannot read {files[0]}: {java_causes(exc)} (a writer should write under a "
                              "hidden name, then rename)") from None
     if not isinstance(schema, StructType):

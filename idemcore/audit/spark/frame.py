@@ -67,14 +67,9 @@ def _file_verdicts(path: str, target: Any, origin: Origin, order_by: str,
     from idemcore.audit import StreamReplayer
     from idemcore.audit.replayer import feed_in_order
     from idemcore.audit.spark.plan import TaskPlan, read_task
-    from idemcore.record.parquet_files import READ_ERRORS, open_parquet, unreadable
     from idemcore.state.validate import Verdicts
 
-    try:
-        groups = list(range(open_parquet(path).metadata.num_row_groups))
-    except READ_ERRORS as exc:
-        raise unreadable(path, exc) from None
-    rows = read_task(TaskPlan([(path, groups)]), target)
+    rows = read_task(TaskPlan([(path, None)]), target)  # (every row group)
     out = Verdicts.allocate(rows.num_rows)  # in stream order, then back to the file's
     permutation = feed_in_order(rows, StreamReplayer(origin, order_by, backend, collect=False), out)
     codes = list(out[:5])  # status, error_code, base_offset, last_offset, finding

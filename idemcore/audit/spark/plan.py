@@ -13,7 +13,7 @@ import heapq
 import os
 import warnings
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,8 @@ import pyarrow.parquet as pq
 
 from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
-from idemcore.errors import one_line
 from idemcore.record.columns import COLUMNS
-from idemcore.record.parquet_files import READ_ERRORS, checked, open_parquet, unreadable
+from idemcore.record.parquet_files import READ_ERRORS, checked, is_uri, open_parquet, unreadable
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,6 @@ def footer_print(metadata: pq.FileMetaData) -> tuple[int, int, int]:
     return metadata.serialized_size, metadata.num_rows, metadata.num_row_groups
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path
-
-
 def _hidden(relative_parts: tuple[str, ...]) -> bool:
     # Spark's and Hadoop's conventions: _SUCCESS, _temporary/, .crc files and the like are not data.
     return any(part.startswith((".", "_")) for part in relative_parts)
@@ -63,7 +58,7 @@ def parquet_files(source: str | os.PathLike | list | tuple) -> list[str]:
     if isinstance(source, list | tuple):
         return [f for item in source for f in parquet_files(item)]
     text = os.fspath(source)
-    if _is_uri(text):
+    if is_uri(text):
         return _parquet_files_at_uri(text)
     path = Path(text)
     if path.is_file():
@@ -141,9 +136,8 @@ def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
         parquet = open_parquet(path)
         metadata = parquet.metadata
         arrow_schema = parquet.schema_arrow
-    except READ_ERRORS as exc:  # pyarrow's messages do not name the file
-        kind = OSError if isinstance(exc, OSError) else ValueError
-        raise kind(f"{path} is not a readable Parquet file: {one_line(exc)}") from None
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc, "{path} is not a readable Parquet file") from None
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     has_keys = TOPIC in names and "partition" in names  # else no ranges; the column checks name what is missing
     groups = []
@@ -198,7 +192,7 @@ class TaskPlan:
     """What one task reads: ``groups`` (path, row group indexes); of the streams in them, only those in
     stream slice ``part`` of ``parts`` (a hash of topic and partition), so tasks still own whole streams."""
 
-    groups: list[tuple[str, list[int]]]
+    groups: Sequence[tuple[str, list[int] | None]]  # None: every row group of the file
     part: int = 0
     parts: int = 1
     footers: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # per path, when the driver read it
@@ -297,6 +291,7 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
                 raise ValueError("the file changed after the audit planned its row groups (rewritten while the "
                                  "audit ran?): audit it again once it is written")
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
+            indexes = list(range(parquet.num_row_groups)) if indexes is None else indexes
             table = checked(parquet.read_row_groups(indexes, columns=columns, use_threads=False))
         except READ_ERRORS as exc:
             raise unreadable(path, exc) from None

@@ -17,10 +17,10 @@ from idemcore.progress import waiting
 #: Log4j 2 settings for the JVM of a session idemcore starts: errors only.
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-#: Settings for a session idemcore creates: Arrow on, no UI, few shuffle partitions, workers on this Python.
 #: Spark's reader checks the CRCs of Parquet pages only when told to (a flipped byte then fails the read).
 VERIFY_PAGE_CRCS = "parquet.page.verify-checksum.enabled"
 
+#: Settings for a session idemcore creates: Arrow on, no UI, few shuffle partitions, workers on this Python.
 LOCAL_SETTINGS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
