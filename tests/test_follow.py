@@ -143,6 +143,35 @@ def test_out_of_an_earlier_follow_without_its_checkpoint_is_refused(attempts, tm
         Follower(source, source / "out")
 
 
+def test_a_checkpoint_given_with_another_out_is_refused_and_deletes_nothing(attempts, tmp_path):
+    # Resuming removes the findings files of rounds after the checkpoint's (their checkpoint never landed): in
+    # the checkpoint's own out only. Given another follow's out, it used to delete that follow's findings.
+    source, mine, theirs = tmp_path / "in", tmp_path / "mine", tmp_path / "theirs"
+    for k, part in enumerate(chunks(attempts)[:3]):
+        add_file(source, k, part)
+        follow(source, theirs, tmp_path / "their-ckpt", rounds=1)
+    written = findings_files(theirs)
+    assert written and written[-1][0] > 1
+    follow(source, mine, tmp_path / "my-ckpt", rounds=1)  # my checkpoint: round 1
+    with pytest.raises(ValueError, match=r"checkpoint of a follow writing its findings to .*mine, not .*theirs"):
+        Follower(source, theirs, tmp_path / "my-ckpt")
+    assert findings_files(theirs) == written
+
+
+def test_two_followers_cannot_share_a_checkpoint(attempts, tmp_path):
+    # Each writing its own out, they would overwrite each other's checkpoint (a lock is per process: the first
+    # follower is the CLI's).
+    source = tmp_path / "in"
+    add_file(source, 0, chunks(attempts)[0])
+    process = _cli(str(source), "--out", str(tmp_path / "out1"), "--checkpoint", str(tmp_path / "ckpt"),
+                   "--interval-ms", "20")
+    with _stopped_by_ctrl_c(process):
+        _wait_for_line(process, "batches (")
+        with pytest.raises(ValueError, match=r"ckpt is in use by another `idemcore audit --follow` process"):
+            Follower(source, tmp_path / "out2", tmp_path / "ckpt")
+        assert not (tmp_path / "out2").exists() or not findings_files(tmp_path / "out2")
+
+
 def _produce(broker: Broker, topic: str, partition: int, pid: int, epoch: int, seq: int, at: int,
              transactional: bool = False) -> None:
     batch = RecordBatch(topic, partition, [b"v%d" % seq] * 2, None, pid, epoch, seq, at, transactional)

@@ -228,7 +228,14 @@ class Follower:
             if where is not None and self.source.is_dir() and (
                     self.source.resolve() == where.resolve() or self.source.resolve() in where.resolve().parents):
                 raise ValueError(f"{name} {where} is inside the followed {self.source}: it would be read as input")
-        self._lock = _lock(self.out if self.out is not None else self.checkpoint)
+        # Both directories: two followers sharing a checkpoint would overwrite each other's rounds.
+        self._locks: list[int | None] = []
+        try:
+            for where in dict.fromkeys((self.out, self.checkpoint)):
+                self._locks.append(_lock(where))
+        except BaseException:
+            self.close()
+            raise
         if self.out is not None:
             for partial in self.out.glob(f".{FINDINGS_PREFIX}*.partial"):
                 partial.unlink()
@@ -236,9 +243,10 @@ class Follower:
 
     def close(self) -> None:
         """Let another follower take the directory (a dead process releases it too)."""
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        for descriptor in self._locks:
+            if descriptor is not None:
+                os.close(descriptor)
+        self._locks = []
 
     # ------------------------------------------------------------ checkpoint
 
@@ -252,6 +260,10 @@ class Follower:
             if saved.get("source") != str(self.source.resolve()) or saved.get("kind") != self.kind:
                 raise ValueError(f"{path} is the checkpoint of following {saved.get('source')} ({saved.get('kind')}), "
                                  f"not {self.source.resolve()} ({self.kind})")
+            if self.out is not None and "out" in saved and saved["out"] != self._out_name():
+                # (findings files of rounds after the checkpoint's are removed below: only its own out's)
+                raise ValueError(f"{path} is the checkpoint of a follow writing its findings to {saved['out']}, not "
+                                 f"{self._out_name()}: give that --out, or another checkpoint directory")
             try:
                 self._restore(saved, arrays)
             except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -270,12 +282,15 @@ class Follower:
         if path is not None:
             self.checkpoint.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
 
+    def _out_name(self) -> str | None:
+        return str(self.out.resolve()) if self.out is not None else None
+
     def _save(self) -> None:
         path = self._checkpoint_path()
         if path is None:
             return
         values: dict[str, Any] = {
-            "source": str(self.source.resolve()), "kind": self.kind, "round": self.round,
+            "source": str(self.source.resolve()), "kind": self.kind, "out": self._out_name(), "round": self.round,
             "read_files": sorted(self.read_files), "positions": {k: list(v) for k, v in self.positions.items()},
             "reported": sorted([list(mark) for mark in self.reported], key=str), "order_by": self.order_by,
             "origin": self.origin, "replayer": None}
