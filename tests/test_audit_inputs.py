@@ -570,3 +570,22 @@ def test_a_file_rewritten_after_planning_is_refused_not_mixed(tmp_path):
     pq.write_table(pa.table({name: values[:240] for name, values in rows.items()}), path, row_group_size=80)
     with pytest.raises(ValueError, match=r"cannot read .*f\.parquet: the file changed after the audit planned"):
         read_task(plans[0], target)
+
+
+def test_a_rewrite_alike_in_rows_row_groups_and_footer_size_is_refused_too(tmp_path):
+    # Two epochs changed: the same rows, row groups and footer size as the planned version (all the driver used
+    # to compare), another file size.
+    rows = batch_rows(3, 400)
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table(rows), path, row_group_size=80)
+    footers = read_footers(path)
+    target, _ = check_arrow_schemas((f.path, f.schema) for f in footers)
+    plans = plan_row_groups([group for footer in footers for group in footer.groups], 1)
+    before = pq.ParquetFile(path).metadata
+    rows["producer_epoch"][1:3] += 1
+    pq.write_table(pa.table(rows), path, row_group_size=80)
+    after = pq.ParquetFile(path).metadata
+    assert (after.serialized_size, after.num_rows, after.num_row_groups) == \
+        (before.serialized_size, before.num_rows, before.num_row_groups)
+    with pytest.raises(ValueError, match=r"cannot read .*f\.parquet: the file changed after the audit planned"):
+        read_task(plans[0], target)

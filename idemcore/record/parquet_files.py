@@ -59,6 +59,17 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
+def file_size(path: str | os.PathLike[str]) -> int:
+    """The size in bytes of a local file or of one at a URI."""
+    path = os.fspath(path)
+    if is_uri(path):
+        from pyarrow import fs
+
+        filesystem, inner = fs.FileSystem.from_uri(path)
+        return int(filesystem.get_file_info(inner).size)
+    return os.path.getsize(path)
+
+
 def read_parquet(path: str | os.PathLike[str]) -> pa.Table:
     """The whole file, checked as :func:`open_parquet` and :func:`checked` check it; an error names the file
     (:func:`unreadable`)."""

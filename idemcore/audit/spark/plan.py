@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
 from idemcore.record.columns import COLUMNS
-from idemcore.record.parquet_files import READ_ERRORS, checked, is_uri, open_parquet, unreadable
+from idemcore.record.parquet_files import READ_ERRORS, checked, file_size, is_uri, open_parquet, unreadable
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,14 @@ class RowGroup:
     rows: int
     low: tuple[str, int] | None  # smallest (topic, partition) in it; None when statistics are missing
     high: tuple[str, int] | None
-    footer: tuple[int, int, int] | None = None  # its file's footer_print, as the driver read it
+    footer: tuple[int, int, int, int] | None = None  # its file's footer_print, as the driver read it
 
 
-def footer_print(metadata: pq.FileMetaData) -> tuple[int, int, int]:
-    """What tells a file's footer from another's: its size, rows and row groups (a file rewritten between the
-    driver's planning and a worker's read has another)."""
-    return metadata.serialized_size, metadata.num_rows, metadata.num_row_groups
+def footer_print(path: str, metadata: pq.FileMetaData) -> tuple[int, int, int, int]:
+    """What tells one version of a file from another: its size, its footer's size, rows and row groups (a file
+    rewritten between the driver's planning and a worker's read has another; a rewrite alike in all four is
+    not told apart)."""
+    return file_size(path), metadata.serialized_size, metadata.num_rows, metadata.num_row_groups
 
 
 def _hidden(relative_parts: tuple[str, ...]) -> bool:
@@ -148,7 +149,7 @@ def read_footer(path: str, watched: Collection[str] = WATCHED) -> Footer:
             bounds = _range(group.column(names.index(TOPIC)).statistics,
                             group.column(names.index("partition")).statistics)
         low, high = bounds if bounds else (None, None)
-        groups.append(RowGroup(path, index, group.num_rows, low, high, footer_print(metadata)))
+        groups.append(RowGroup(path, index, group.num_rows, low, high, footer_print(path, metadata)))
     stats = {}
     for name in watched:
         if name in names and name in arrow_schema.names:
@@ -195,7 +196,7 @@ class TaskPlan:
     groups: Sequence[tuple[str, list[int] | None]]  # None: every row group of the file
     part: int = 0
     parts: int = 1
-    footers: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # per path, when the driver read it
+    footers: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # per path, when the driver read it
 
 
 def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
@@ -239,7 +240,7 @@ def plan_row_groups(row_groups: list[RowGroup], tasks: int) -> list[TaskPlan]:
     return plans
 
 
-def _footers(groups: list[RowGroup]) -> dict[str, tuple[int, int, int]]:
+def _footers(groups: list[RowGroup]) -> dict[str, tuple[int, int, int, int]]:
     return {group.path: group.footer for group in groups if group.footer is not None}
 
 
@@ -287,7 +288,7 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
         try:
             parquet = open_parquet(path, read_dictionary=[TOPIC])  # (as the replay keys it: no cast, no hashing)
             planned = plan.footers.get(path)
-            if planned is not None and footer_print(parquet.metadata) != planned:
+            if planned is not None and footer_print(path, parquet.metadata) != planned:
                 raise ValueError("the file changed after the audit planned its row groups (rewritten while the "
                                  "audit ran?): audit it again once it is written")
             columns = None if target is None else [name for name in target.names if name in parquet.schema_arrow.names]
