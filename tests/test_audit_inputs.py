@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from idemcore.audit import AuditReport, StreamReplayer, replay_table
 from idemcore.audit.replayer import replay_checked
-from idemcore.audit.spark.plan import plan_row_groups, read_footer, read_footers, read_task
+from idemcore.audit.spark.plan import TaskPlan, plan_row_groups, read_footer, read_footers, read_task
 from idemcore.audit.spark.schema import InputError, check_arrow_schemas, check_footer_values, conform
 from idemcore.audit.spark.session import check_master
 from idemcore.cli import main
@@ -535,7 +535,6 @@ def test_a_bad_value_a_spark_worker_finds_is_one_line_and_fails_no_task(spark, t
 
 
 def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path):
-    from idemcore.audit.spark.plan import TaskPlan
     from idemcore.record.columns import BatchMetadata
 
     rows = {"topic": ["t"] * 3, "partition": [0] * 3, "producer_id": [-1, 5, 5], "producer_epoch": [-1, 0, 0],
@@ -557,19 +556,28 @@ def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path
     assert table.column("record_count").to_pylist() == [5, 1, 5, 1]  # the marker holds one record
 
 
+REWRITTEN = r"cannot read .*f\.parquet: the file changed after the audit planned"
+
+
+def _planned(path, rows: dict[str, np.ndarray], row_group_size: int) -> tuple[pa.Schema, TaskPlan]:
+    """``rows`` written to ``path``, and the one task the driver plans for it (with its target schema)."""
+    pq.write_table(pa.table(rows), path, row_group_size=row_group_size)
+    footers = read_footers(path)
+    target, _ = check_arrow_schemas((f.path, f.schema) for f in footers)
+    (plan,) = plan_row_groups([group for footer in footers for group in footer.groups], 1)
+    return target, plan
+
+
 def test_a_file_rewritten_after_planning_is_refused_not_mixed(tmp_path):
     # The driver plans by a file's footer; a worker reading another version of the file (rewritten while the
     # audit ran) would audit a mix of the two. It names the file instead.
     rows = batch_rows(3, 400)
     path = tmp_path / "f.parquet"
-    pq.write_table(pa.table(rows), path, row_group_size=400)
-    footers = read_footers(path)
-    target, _ = check_arrow_schemas((f.path, f.schema) for f in footers)
-    plans = plan_row_groups([group for footer in footers for group in footer.groups], 1)
-    assert read_task(plans[0], target).num_rows == 400  # as planned: read
+    target, plan = _planned(path, rows, 400)
+    assert read_task(plan, target).num_rows == 400  # as planned: read
     pq.write_table(pa.table({name: values[:240] for name, values in rows.items()}), path, row_group_size=80)
-    with pytest.raises(ValueError, match=r"cannot read .*f\.parquet: the file changed after the audit planned"):
-        read_task(plans[0], target)
+    with pytest.raises(ValueError, match=REWRITTEN):
+        read_task(plan, target)
 
 
 def test_a_rewrite_alike_in_rows_row_groups_and_footer_size_is_refused_too(tmp_path):
@@ -577,15 +585,12 @@ def test_a_rewrite_alike_in_rows_row_groups_and_footer_size_is_refused_too(tmp_p
     # to compare), another file size.
     rows = batch_rows(3, 400)
     path = tmp_path / "f.parquet"
-    pq.write_table(pa.table(rows), path, row_group_size=80)
-    footers = read_footers(path)
-    target, _ = check_arrow_schemas((f.path, f.schema) for f in footers)
-    plans = plan_row_groups([group for footer in footers for group in footer.groups], 1)
+    target, plan = _planned(path, rows, 80)
     before = pq.ParquetFile(path).metadata
     rows["producer_epoch"][1:3] += 1
     pq.write_table(pa.table(rows), path, row_group_size=80)
     after = pq.ParquetFile(path).metadata
     assert (after.serialized_size, after.num_rows, after.num_row_groups) == \
         (before.serialized_size, before.num_rows, before.num_row_groups)
-    with pytest.raises(ValueError, match=r"cannot read .*f\.parquet: the file changed after the audit planned"):
-        read_task(plans[0], target)
+    with pytest.raises(ValueError, match=REWRITTEN):
+        read_task(plan, target)
