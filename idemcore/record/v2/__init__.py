@@ -10,7 +10,13 @@
 - ``errors``: ``CorruptRecordError`` and its ``IncompleteBatchError``.
 """
 
-from idemcore.record.v2.batches import decode_wire_batch, encode_record_batch, record_batch_from, stored_batch_bytes
+from idemcore.record.v2.batches import (
+    decode_stored_batches,
+    decode_wire_batch,
+    encode_record_batch,
+    record_batch_from,
+    stored_batch_bytes,
+)
 from idemcore.record.v2.codec import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -56,6 +62,7 @@ __all__ = [
     "compute_crc",
     "control_type_id",
     "decode_batch",
+    "decode_stored_batches",
     "decode_wire_batch",
     "encode_batch",
     "encode_end_txn_marker",
