@@ -66,7 +66,7 @@ FILES = {
     "snapshot": "t-0/00000000000000000008.snapshot",
     "shutdown snapshot": "t-0/00000000000000000010.snapshot",
     "leader epochs": "t-0/leader-epoch-checkpoint",
-    "checkpoint": "log-end-offsets.json",
+    "checkpoint": "recovery-point-offset-checkpoint",
     "id store": "producer_ids.sqlite",
     "lock": ".lock",
     "written ends": "written-log-ends",

@@ -38,6 +38,7 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.segment import SegmentScan, scan_segment
+from idemcore.record.v2 import CorruptRecordError, iter_batches
 from idemcore.record.kafka_files.writers import TEMPORARY_SUFFIX, write_file_atomically
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,10 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
     # recovery point (as Kafka's loadSegmentFiles rebuilds a missing or corrupt index).
     first = len(segments) if clean and recovery_point >= active.base_offset else max(
         (k for k, segment in enumerate(segments) if segment.base_offset <= recovery_point), default=0)
+    if first == len(segments) and not _tail_ends_at(active, recovery_point):
+        log.warning("%s: %s does not end at offset %d, where it ended at the clean shutdown: scanning it", name,
+                    active.log.name, recovery_point)
+        first = len(segments) - 1
     to_scan = sorted({k for k, segment in enumerate(segments) if not _indexes_sane(segment)}
                      | set(range(first, len(segments))))
     if not to_scan or to_scan[-1] != len(segments) - 1:
@@ -175,6 +180,28 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
         else:
             segment.close()
     return LoadedLog(segments, truncated, scanned)
+
+
+def _tail_ends_at(segment: LogSegment, end: int) -> bool:
+    """Whether the batches after the segment's last offset index entry are whole, CRC-valid, written by this
+    broker, contiguous, and end exactly at the file's end and at offset ``end`` (Kafka's ``readNextOffset`` at a
+    clean load reads the same bytes: at most about index.interval.bytes and one batch)."""
+    if segment.size == 0:
+        return end == segment.base_offset
+    expected, position = (segment.base_offset, 0)
+    if segment.index.size:
+        relative, position = struct.unpack(">ii", segment.index.read(segment.index.size - 8, 8))
+        expected = None  # the entry names the batch's last offset: its base is read from the file
+    data = segment.log.read(position, segment.size - position)
+    try:
+        for _, header in iter_batches(data, check_crc=True):
+            if (expected is not None and header.base_offset != expected) or (
+                    header.partition_leader_epoch != LEADER_EPOCH):
+                return False
+            expected = header.next_offset
+    except CorruptRecordError:
+        return False
+    return expected == end
 
 
 def _indexes_sane(segment: LogSegment) -> bool:
@@ -239,6 +266,9 @@ def _rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan, rows: np
         time_index += entries[1]
     if closed:
         time_index += segment.final_time_entry()
+    elif segment.final_time_entry_due() and segment.time_index.read(0, segment.time_index.size) == (
+            bytes(time_index) + segment.peek_final_time_entry()):
+        time_index += segment.final_time_entry()  # the active segment was closed cleanly: its entry stays
     for store, wanted, what in ((segment.index, offset_index, "offset index"),
                                 (segment.time_index, time_index, "time index")):
         found = store.read(0, store.size)

@@ -243,7 +243,14 @@ class PartitionLog:
             scan = scan_segment(Path(segment.log.name), partition=number)
             keep = np.flatnonzero(scan["base_offset"] >= offset)
             if len(keep):
-                parts.append(scan.metadata().take(keep))
+                part = scan.metadata().take(keep)
+                # A batch spans its offset range whatever compaction removed from it (its producer's sequence
+                # range too), as the replay counts it.
+                span = np.where(part["is_control"], 1, scan["last_offset"][keep] - scan["base_offset"][keep] + 1)
+                part["record_count"][:] = span
+                base = part["base_sequence"].astype(np.int64)
+                part["last_sequence"][:] = np.where(base >= 0, (base + span - 1) % (INT32_MAX + 1), -1)
+                parts.append(part)
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else concatenate(parts)

@@ -122,14 +122,20 @@ class LogSegment:
         self.bytes_since += size
         return offset_entry, time_entry
 
+    def final_time_entry_due(self) -> bool:
+        return self.max_timestamp >= 0 and (self.last_time_timestamp is None
+                                            or self.max_timestamp > self.last_time_timestamp)
+
+    def peek_final_time_entry(self) -> bytes:
+        return TIME_ENTRY.pack(self.max_timestamp, self.max_timestamp_offset - self.base_offset)
+
     def final_time_entry(self) -> bytes:
         """The time index entry for the largest timestamp so far, if it grew since the last entry (also the one
         written when the segment stops being the active one: roll, clean close)."""
-        if self.max_timestamp < 0 or (self.last_time_timestamp is not None
-                                      and self.max_timestamp <= self.last_time_timestamp):
+        if not self.final_time_entry_due():
             return b""
         self.last_time_timestamp = self.max_timestamp
-        return TIME_ENTRY.pack(self.max_timestamp, self.max_timestamp_offset - self.base_offset)
+        return self.peek_final_time_entry()
 
     def append(self, data: bytes | bytearray | memoryview, last_offset: int, max_timestamp: int,
                txn_entry: bytes) -> None:
