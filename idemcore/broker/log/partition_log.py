@@ -203,15 +203,24 @@ class PartitionLog:
     def read(self, offset: int, limit: int, max_bytes: int, min_one: bool) -> tuple[bytes, int]:
         """The whole stored batches from the one holding ``offset`` on (the first after it if compaction emptied
         that one), those starting below ``limit`` that fit in ``max_bytes`` (``min_one``: the first whatever its
-        size), from one segment as Kafka's ``LocalLog.read`` does, and the offset after the last one (``offset``
-        when none). The bytes are the file's, never decoded."""
+        size), and the offset after the last one (``offset`` when none). The bytes are the files', never decoded;
+        unlike Kafka's ``LocalLog.read`` an answer may span segments, so a small segment never caps a fetch."""
+        parts: list[bytes] = []
+        position = offset
         for segment in self.segments[self._segment_index(offset):]:
-            if segment.base_offset >= limit:
+            if segment.base_offset >= limit or max_bytes <= 0 and not min_one:
                 break
-            data, after = segment.read(offset, limit, max_bytes, min_one)
+            data, after = segment.read(position, limit, max_bytes, min_one)
             if data:
-                return data, after
-        return b"", offset
+                parts.append(data)
+                max_bytes -= len(data)
+                min_one = False
+                position = after
+            if after < segment.next_offset and (data or segment.next_offset > position):
+                break  # stopped inside this segment: by the limit or the bytes
+        if not parts:
+            return b"", offset
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), position
 
     @property
     def batches(self) -> list[StoredBatch]:
