@@ -385,7 +385,7 @@ def _check_replication(values: Mapping[str, Any], origins: Mapping[str, str]) ->
 def _zookeeper_connect(text: str) -> bool:
     """ZooKeeper's connect string: ``host:port`` pairs, comma-separated, then an optional ``/chroot``."""
     hosts, slash, chroot = text.partition("/")
-    if slash and (not chroot or chroot.endswith("/") or "//" in chroot):
+    if slash and (not chroot or chroot.startswith("/") or chroot.endswith("/") or "//" in chroot):
         return False
     pairs = [pair.strip() for pair in hosts.split(",")]
     return bool(pairs) and all(_HOST_PORT.fullmatch(pair) and int(pair.rsplit(":", 1)[1]) <= 65535 for pair in pairs)
