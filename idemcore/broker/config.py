@@ -104,13 +104,13 @@ class BrokerConfig:
     def from_properties(cls, properties: Mapping[str, str], origins: Mapping[str, str] | None = None) -> BrokerConfig:
         """Check ``properties`` (Kafka's names, string values) the way ``KafkaConfig`` does; raise
         :class:`~idemcore.errors.ConfigError` in one line naming the setting and its value. A name Kafka's broker
-        would not know is logged as a warning and ignored, as Kafka does."""
+        would not know is logged as a warning and ignored, as Kafka does (once every value passed: a refusal is
+        the one line said)."""
         origins = dict(origins or {})
         values: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
         for name, text in properties.items():
             key = KEYS.get(name)
             if key is None:
-                _warn_unknown(name, origins.get(name))
                 continue
             if not isinstance(text, str):
                 raise ConfigError(f"{name}{_origin(origins, name)}: a value must be a string, got {text!r}")
@@ -122,6 +122,9 @@ class BrokerConfig:
                      log_roll_ms=_roll_ms(values, supplied), log_retention_ms=_retention_ms(values, supplied),
                      log_flush_interval_ms=_flush_interval_ms(values))
         _check_replication(values, supplied)
+        for name in properties:
+            if name not in KEYS:
+                _warn_unknown(name, origins.get(name))
         idle = config.not_acted_on()
         if idle:
             log.warning("accepted and checked, not acted on yet (README: Broker settings): %s", ", ".join(idle))

@@ -8,9 +8,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemcore.cli.options import non_negative, positive
+
+if TYPE_CHECKING:
+    from idemcore.broker.config import BrokerConfig
 
 
 def _topic_list(text: str) -> list[tuple[str, int]]:
@@ -44,9 +47,10 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path]:
     """The broker's settings: --config, then each --override over it, then the flags over both (a flag is a
-    shortcut for the setting its help names, so the command line's last word wins, as --override's does)."""
+    shortcut for the setting its help names, so the command line's last word wins, as --override's does), and
+    the log directory, which serve needs."""
     from idemcore.broker.config import BrokerConfig, read_settings, shortcut_listener
     from idemcore.errors import ConfigError
 
@@ -79,15 +83,14 @@ def _settings(args: argparse.Namespace) -> Any:
     config = BrokerConfig.from_properties(properties, origins)
     if config.log_dir is None:
         raise ConfigError("no log directory: set log.dirs in --config (or --override log.dirs=DIR), or give --data-dir")
-    return config
+    return config, config.log_dir
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from idemcore.broker import Broker
     from idemcore.broker.server import Server
 
-    config = _settings(args)
-    data_dir = config.log_dir
+    config, data_dir = _settings(args)
     # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
     on_disk = {name: count for name, count in args.topics
