@@ -6,8 +6,8 @@ format is described there). Built by setup.py into idemcore.kernels.cython_recor
 Why it exists: the producer encodes every batch it sends, and in Python ~70% of that time is varints. It holds the
 GIL throughout (it reads Python objects: no nogil loop, unlike the kernels over arrays). Two passes over the
 records: the first sizes every record (and checks every type; timestamp deltas kept in a C array), the second
-writes into one bytearray of the exact size, with memcpy for keys and values. Errors are raised through the twin's helpers so
-the messages are the same. The second pass checks every write against the end of the buffer, so even a header
+writes into one bytearray of the exact size, with memcpy for keys and values. Errors are raised through the twin's
+helpers so the messages are the same. The second pass checks every write against the end of the buffer, so even a header
 sequence that changed between the passes (a list mutated by a ``__getitem__``) cannot write past it: it raises.
 """
 
