@@ -16,7 +16,9 @@ broker in Rust, in memory) where both apply, in one run:
    each producing 10,000 records of 100 bytes a second to its own partition of a fresh 8-partition topic for
    $IDEMCORE_BENCH_STORAGE_LOAD_S seconds (default 10) after a 1 s warm-up, without consumers and then with 2
    read_committed consumers (each in its own process) reading every partition; p50 and p99 of librdkafka's own
-   latency (produce() to acknowledgement), on idemcore and tansu in turn.
+   latency (produce() to acknowledgement), on idemcore and tansu in turn; $IDEMCORE_BENCH_STORAGE_ROUNDS rounds
+   (default 1; the table shows the medians, ``extra_info`` every round). These figures move with whatever else
+   runs on the machine (the 1-minute load average before each load is shown): on 2 busy cores, a few rounds.
 3. **small produce requests**: 4 connections, each an idempotent producer of its own partition sending 5,000
    Produce requests of one 100-byte record (acks=all, 5 in flight, built before the clock starts): requests per
    second of wall time, and per second of the broker's CPU time (user + system from /proc/PID/stat, all its
@@ -26,7 +28,8 @@ Nothing asserts on a timing: the figures go to each benchmark's ``extra_info`` a
 The data directories live in one temporary directory under /tmp, removed after the run. The client, the brokers
 and whatever else runs share the machine's cores.
 
-Run: scripts/dev bench -k storage (a quick run: IDEMCORE_BENCH_STORAGE_GB=0.1,0.2 IDEMCORE_BENCH_STORAGE_LOAD_S=5)
+Run: scripts/dev bench -k storage (a quick run: IDEMCORE_BENCH_STORAGE_GB=0.1,0.2 IDEMCORE_BENCH_STORAGE_LOAD_S=5;
+more latency rounds: IDEMCORE_BENCH_STORAGE_ROUNDS=3)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import itertools
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -64,6 +68,8 @@ def _sizes(text: str) -> list[float]:
 
 SIZES_GIB = _sizes(os.environ.get("IDEMCORE_BENCH_STORAGE_GB", "0.5,1,2,4"))
 LOAD_S = float(os.environ.get("IDEMCORE_BENCH_STORAGE_LOAD_S", "10"))
+#: Rounds of the latency loads (each round: every load on every broker in turn; the table shows the medians).
+LOAD_ROUNDS = int(os.environ.get("IDEMCORE_BENCH_STORAGE_ROUNDS", "1"))
 RECORD_BYTES = 1024
 PARTITIONS = 8
 CONSUMER_COUNTS = (0, 2)
@@ -107,7 +113,7 @@ class LatencyRow:
 
 _steps: list[SizeStep] = []
 _skipped: list[str] = []
-_latency: dict[tuple[str, int], LatencyRow] = {}
+_latency: dict[tuple[str, int], list[LatencyRow]] = {}  # (broker, consumers) -> one row per round
 _small: dict[str, tuple[int, float, float | None]] = {}  # broker -> (requests, wall seconds, broker CPU seconds)
 
 
@@ -303,24 +309,23 @@ def _cpu_delta(peer: Peer, before: float | None) -> float | None:
 
 def bench_storage_produce_latency(benchmark, peers):
     def run() -> None:
-        for consumers in CONSUMER_COUNTS:
-            for name, peer in peers.items():
-                topic = work.fresh_topic(peer.bootstrap, f"latency-{consumers}", PARTITIONS)
-                load_before = os.getloadavg()[0]
-                cpu = peer.cpu_seconds()
-                result = load.latency_load(peer.bootstrap, topic, LOAD_S, consumers)
-                spent = _cpu_delta(peer, cpu)
-                _latency[(name, consumers)] = LatencyRow(
-                    result.percentile(50), result.percentile(99), result.records / result.seconds, result.max_gap,
-                    spent / result.records if spent is not None and result.records else None, result.consumed,
-                    load_before)
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    for (name, consumers), row in _latency.items():
-        benchmark.extra_info[f"{name} {consumers} consumers"] = {
+        for consumers, (name, peer) in itertools.product(CONSUMER_COUNTS, peers.items()):
+            topic = work.fresh_topic(peer.bootstrap, f"latency-{consumers}", PARTITIONS)
+            load_before = os.getloadavg()[0]
+            cpu = peer.cpu_seconds()
+            result = load.latency_load(peer.bootstrap, topic, LOAD_S, consumers)
+            spent = _cpu_delta(peer, cpu)
+            _latency.setdefault((name, consumers), []).append(LatencyRow(
+                result.percentile(50), result.percentile(99), result.records / result.seconds, result.max_gap,
+                spent / result.records if spent is not None and result.records else None, result.consumed,
+                load_before))
+    benchmark.pedantic(run, rounds=LOAD_ROUNDS, iterations=1)
+    for (name, consumers), rows in _latency.items():
+        benchmark.extra_info[f"{name} {consumers} consumers"] = [{
             "p50 ms": round(row.p50 * 1e3, 2), "p99 ms": round(row.p99 * 1e3, 2),
             "records/s": round(row.records_per_s), "pacing max gap ms": round(row.max_gap * 1e3, 1),
             "server CPU us/record": None if row.cpu_per_record is None else round(row.cpu_per_record * 1e6, 2),
-            "consumed": row.consumed, "load average before": row.load_before}
+            "consumed": row.consumed, "load average before": row.load_before} for row in rows]
 
 
 def bench_storage_small_produce(benchmark, peers):
@@ -342,6 +347,11 @@ def bench_storage_small_produce(benchmark, peers):
 
 def _f(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -411,7 +421,8 @@ def _write_sizes(write: Any) -> None:
 
 def _write_latency(write: Any) -> None:
     write(f"Produce latency: 8 idempotent producers x {load.RATE:,} records/s of {work.RECORD_BYTES} bytes, each to "
-          f"its own partition (acks=all, linger.ms 5), {LOAD_S:g} s after a 1 s warm-up; librdkafka's latency, ms:")
+          f"its own partition (acks=all, linger.ms 5), {LOAD_S:g} s after a 1 s warm-up; librdkafka's latency; "
+          f"the median of {LOAD_ROUNDS} round(s):")
     names = [name for name in (IDEMCORE, TANSU) if any(key[0] == name for key in _latency)]
     write(f"  {'':<40}" + "".join(f"{name:>12}" for name in names) + f"{'idemcore/tansu':>16}")
     for consumers in CONSUMER_COUNTS:
@@ -423,7 +434,7 @@ def _write_latency(write: Any) -> None:
                                           ("server CPU us/record", "cpu_per_record", 1e-6, 2),
                                           ("client's longest pause ms", "max_gap", 1e-3, 1),
                                           ("load average before", "load_before", 1, 2)):
-            values = {name: getattr(row, get) for name, row in rows.items()}
+            values = {name: _median([getattr(row, get) for row in runs]) for name, runs in rows.items()}
             ratio = (f"{values[IDEMCORE] / values[TANSU]:.1f}" if label[:3] in ("p50", "p99") and IDEMCORE in values
                      and TANSU in values and values[TANSU] else "")
             write(f"  {f'{consumers} consumers, {label}':<40}"
