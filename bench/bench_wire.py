@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import wire_workloads as work
+from server_stats import Peer
 
 from tests.peers import ServeProcess, TansuProcess, tansu_binary
 
@@ -56,21 +57,6 @@ class Result:
 
 #: (workload, broker name) -> its best round
 _best: dict[tuple[str, str], Result] = {}
-
-
-@dataclass
-class Peer:
-    bootstrap: str
-    pid: int
-
-    def cpu_seconds(self) -> float | None:
-        """This broker process's user + system CPU seconds so far (Linux /proc), None elsewhere."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +155,7 @@ class _Summary:
             return
         write = terminalreporter.write_line
         write("")
-        write(f"Over the wire, confluent-kafka {_client_version()}; records/s of the best round, the broker's CPU "
+        write(f"Over the wire, confluent-kafka {work.client_version()}; records/s of the best round, the broker's CPU "
               f"per record the mean of the rounds; the client and the brokers share {os.cpu_count()} cores:")
         write(f"  {'':<32}{'idemcore':>12}{'tansu':>12}{'idemcore/tansu':>16}{'idemcore --fsync':>18}")
         for workload in ("idempotent produce", "transactional produce", "read_committed consume"):
@@ -194,9 +180,3 @@ class _Summary:
                       f"{cells.get(FSYNC, '-'):>18}")
         write(f"  producer: {', '.join(f'{k}={v}' for k, v in work.PRODUCER_SETTINGS.items())}; "
               f"{work.RECORD_BYTES}-byte records")
-
-
-def _client_version() -> str:
-    import confluent_kafka
-
-    return f"{confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})"

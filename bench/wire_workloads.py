@@ -14,6 +14,7 @@ import argparse
 import itertools
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 #: The producer settings of every produce workload (librdkafka's names). linger.ms 5 and batch.size 1,000,000
@@ -39,51 +40,67 @@ TIMEOUT_S = 60
 _names = itertools.count()
 
 
+def client_version() -> str:
+    """confluent-kafka's version and librdkafka's, for a benchmark's table."""
+    import confluent_kafka
+
+    return f"{confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})"
+
+
 def values(count: int) -> list[bytes]:
     """``count`` records of 100 bytes each."""
     return [b"%0100d" % i for i in range(count)]
 
 
-def fresh_topic(bootstrap: str, prefix: str) -> str:
-    """A new topic of 1 partition (CreateTopics), so that every round starts from an empty log."""
+def fresh_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
+    """A new topic of ``partitions`` partitions (CreateTopics), so that every round starts from an empty log."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    future = admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name]
+    future = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)[name]
     future.result(TIMEOUT_S)
-    _wait_leader(admin, name)
+    _wait_leader(admin, name, partitions)
     return name
 
 
-def _wait_leader(admin: Any, topic: str) -> None:
+def _wait_leader(admin: Any, topic: str, partitions: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is not None and meta.error is None and meta.partitions and meta.partitions[0].leader >= 0:
+        if (meta is not None and meta.error is None and len(meta.partitions) == partitions
+                and all(p.leader >= 0 for p in meta.partitions.values())):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"{topic} has no leader after {TIMEOUT_S} s")
+    raise RuntimeError(f"{topic} has no leader for each of its {partitions} partitions after {TIMEOUT_S} s")
 
 
-def _producer(bootstrap: str, topic: str, **extra: Any) -> tuple[Any, list[Any]]:
+def _producer(bootstrap: str, topic: str, latencies: list[float] | None = None, **extra: Any) -> tuple[Any, list[Any]]:
     """A producer connected and holding its metadata for ``topic`` (not yet timed), and the list its callbacks
-    fill: errors, and the records that failed (delivery reports only for those, so none costs a callback)."""
+    fill: errors, and the records that failed. Without ``latencies`` only a failed record gets a delivery report
+    (so none costs a callback); with it every record does, and an acknowledged one appends its latency there
+    (librdkafka's, seconds from produce() to the acknowledgement)."""
     from confluent_kafka import Producer
 
     errors: list[Any] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+        elif latencies is not None:
+            latencies.append(message.latency())
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, **extra,
                          "error_cb": lambda error: error.fatal() and errors.append(error),
-                         "delivery.report.only.error": True,
-                         "on_delivery": lambda error, message: errors.append(error)})
+                         "delivery.report.only.error": latencies is None,
+                         "on_delivery": delivered})
     producer.list_topics(topic, timeout=10)
     return producer, errors
 
 
-def _produce(producer: Any, topic: str, value: bytes) -> None:
+def _produce(producer: Any, topic: str, value: bytes, partition: int = 0) -> None:
     while True:
         try:
-            producer.produce(topic, value, partition=0)
+            producer.produce(topic, value, partition=partition)
             return
         except BufferError:
             producer.poll(0.001)
@@ -96,13 +113,17 @@ def _check(errors: list[Any], topic: str) -> None:
         raise RuntimeError(f"{topic}: {len(errors)} errors, the first {errors[:3]}")
 
 
-def produce_idempotent(bootstrap: str, topic: str, records: list[bytes]) -> float:
-    """Seconds to produce ``records`` idempotently (from the first produce to flush returning, every record
-    acknowledged)."""
+def produce_idempotent(bootstrap: str, topic: str, records: Iterable[bytes], partitions: int = 1) -> float:
+    """Seconds to produce ``records`` idempotently, the i-th to partition i % ``partitions`` (from the first
+    produce to flush returning, every record acknowledged)."""
     producer, errors = _producer(bootstrap, topic)
     start = time.perf_counter()
-    for value in records:
-        _produce(producer, topic, value)
+    if partitions == 1:
+        for value in records:
+            _produce(producer, topic, value)
+    else:
+        for i, value in enumerate(records):
+            _produce(producer, topic, value, i % partitions)
     undelivered = producer.flush(TIMEOUT_S)
     seconds = time.perf_counter() - start
     _check(errors, topic)
@@ -127,8 +148,10 @@ def produce_transactional(bootstrap: str, topic: str, records: list[bytes], per_
     return seconds
 
 
-def consume_read_committed(bootstrap: str, topic: str, count: int) -> float:
-    """Seconds for a read_committed consumer (assigned, from the beginning) to receive ``count`` records."""
+def consume_read_committed(bootstrap: str, topic: str, count: int, partitions: int = 1,
+                           timeout_s: float = TIMEOUT_S) -> float:
+    """Seconds for a read_committed consumer (assigned ``partitions`` partitions, from the beginning) to receive
+    ``count`` records."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
@@ -136,9 +159,9 @@ def consume_read_committed(bootstrap: str, topic: str, count: int) -> float:
     try:
         consumer.list_topics(topic, timeout=10)
         received = 0
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         start = time.perf_counter()
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         while received < count:
             for message in consumer.consume(10_000, 0.5):
                 error = message.error()
@@ -146,7 +169,7 @@ def consume_read_committed(bootstrap: str, topic: str, count: int) -> float:
                     raise RuntimeError(f"{topic}: the consumer got {error}")
                 received += 1
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{topic}: {received} of {count} records after {TIMEOUT_S} s")
+                raise RuntimeError(f"{topic}: {received} of {count} records after {timeout_s} s")
         seconds = time.perf_counter() - start
     finally:
         consumer.close()

@@ -11,6 +11,10 @@ class BackendUnavailableError(IdemcoreError, ImportError):
     """A kernel backend was asked for by name but could not be loaded."""
 
 
+class ConfigError(IdemcoreError, ValueError):
+    """A setting is invalid or contradicts another one (a producer's, or a broker's ``server.properties``)."""
+
+
 def one_line(exc: BaseException) -> str:
     """``exc``'s message on one line (pyarrow's and the JVM's messages span several): its lines joined by "; "."""
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__

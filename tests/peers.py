@@ -23,8 +23,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_listening(port: int, process: subprocess.Popen | None = None, timeout: float = START_TIMEOUT_S) -> None:
-    """Return once 127.0.0.1:``port`` accepts connections; RuntimeError if ``process`` exits or time runs out."""
+def wait_listening(port: int, process: subprocess.Popen | None = None, timeout: float = START_TIMEOUT_S,
+                   poll_s: float = 0.05) -> None:
+    """Return once 127.0.0.1:``port`` accepts connections (tried every ``poll_s``); RuntimeError if ``process``
+    exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -33,7 +35,7 @@ def wait_listening(port: int, process: subprocess.Popen | None = None, timeout: 
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
-            time.sleep(0.05)
+            time.sleep(poll_s)
     raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout} s")
 
 
@@ -52,13 +54,15 @@ class ServeProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> ServeProcess:
+    def start(self, poll_s: float = 0.05, timeout: float = START_TIMEOUT_S) -> ServeProcess:
+        """Start the child and return once it listens (tried every ``poll_s``, for at most ``timeout`` seconds: a
+        benchmark timing the restart of a large log asks for finer and longer)."""
         log = open(self.log_path, "ab")  # the child writes it; closed with the process
         self.process = subprocess.Popen(
             [sys.executable, "-m", "idemcore.cli", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
              *self.args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
-        wait_listening(self.port, self.process)
+        wait_listening(self.port, self.process, timeout, poll_s)
         return self
 
     def kill(self) -> None:

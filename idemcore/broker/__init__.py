@@ -5,6 +5,7 @@ Room for what comes next: ``coordinator/`` (transactions, group offsets) and
 """
 
 from idemcore.broker.broker import Broker, TopicExistsError
+from idemcore.broker.config import BrokerConfig
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 
-__all__ = ["Broker", "LogCorruptionError", "PartitionLog", "TopicExistsError"]
+__all__ = ["Broker", "BrokerConfig", "LogCorruptionError", "PartitionLog", "TopicExistsError"]

@@ -8,9 +8,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemcore.cli.options import non_negative, positive
+
+if TYPE_CHECKING:
+    from idemcore.broker.config import BrokerConfig
 
 
 def _topic_list(text: str) -> list[tuple[str, int]]:
@@ -38,33 +41,70 @@ def _port(text: str) -> int:
     return port
 
 
-def _directory(text: str) -> Path:
+def _path(text: str) -> Path:
     if not text:  # Path("") is the current directory
-        raise argparse.ArgumentTypeError("an empty path; name a directory")
+        raise argparse.ArgumentTypeError("an empty path; name a directory or file")
     return Path(text)
+
+
+def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, Path]:
+    """The broker's settings: --config, then each --override over it, then the flags over both (a flag is a
+    shortcut for the setting its help names, so the command line's last word wins, as --override's does), and
+    the log directory, which serve needs."""
+    from idemcore.broker.config import BrokerConfig, read_settings, shortcut_listener
+    from idemcore.errors import ConfigError
+
+    properties, origins = read_settings(args.config, args.override)
+
+    def put(key: str, value: object, flag: str) -> None:
+        properties[key], origins[key] = str(value), flag
+
+    if args.data_dir is not None:
+        put("log.dirs", args.data_dir, "--data-dir")
+    if args.node_id is not None:
+        put("broker.id", args.node_id, "--node-id")
+        put("node.id", args.node_id, "--node-id")
+    if args.host is not None or args.port is not None:
+        flags = " and ".join(flag for flag, value in (("--host", args.host), ("--port", args.port))
+                             if value is not None)
+        put("listeners", shortcut_listener(properties.get("listeners"), args.host, args.port,
+                                           origin=origins.get("listeners", "")), flags)
+    if args.advertised_host is not None:
+        # Port 0: the port listened on, unless advertised.listeners names one.
+        put("advertised.listeners", shortcut_listener(properties.get("advertised.listeners"), args.advertised_host,
+                                                      None, "advertised.listeners", "PLAINTEXT://:0",
+                                                      origins.get("advertised.listeners", "")), "--advertised-host")
+    if args.default_partitions is not None:
+        put("num.partitions", args.default_partitions, "--default-partitions")
+    if args.no_auto_create_topics:
+        put("auto.create.topics.enable", "false", "--no-auto-create-topics")
+    if args.max_request_bytes is not None:
+        put("socket.request.max.bytes", args.max_request_bytes, "--max-request-bytes")
+    config = BrokerConfig.from_properties(properties, origins)
+    if config.log_dir is None:
+        raise ConfigError("no log directory: set log.dirs in --config (or --override log.dirs=DIR), or give --data-dir")
+    return config, config.log_dir
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from idemcore.broker import Broker
     from idemcore.broker.server import Server
 
+    config, data_dir = _settings(args)
     # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
     on_disk = {name: count for name, count in args.topics
-               if any(os.path.lexists(args.data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
-    broker = Broker(on_disk, data_dir=args.data_dir, fsync=args.fsync,
-                    auto_create_topics=not args.no_auto_create_topics, default_partitions=args.default_partitions,
-                    broker_id=args.node_id)
+               if any(os.path.lexists(data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
+    broker = Broker(on_disk, fsync=args.fsync, **config.broker_kwargs())
     try:
         for name, partitions in args.topics:
             if name not in broker.topics:
                 broker.create_topic(name, partitions)
             elif broker.topics[name] != partitions:
-                raise ValueError(f"--topics {name}:{partitions}, but {args.data_dir} serves {name!r} with "
+                raise ValueError(f"--topics {name}:{partitions}, but {data_dir} serves {name!r} with "
                                  f"{broker.topics[name]} partitions")
-        server = Server(broker, args.host, args.port, advertised_host=args.advertised_host,
-                        max_request_bytes=args.max_request_bytes)
-        asyncio.run(_serve(server, args))
+        server = Server(broker, **config.server_kwargs())
+        asyncio.run(_serve(server, data_dir))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the close short
             signal.signal(sig, signal.SIG_IGN)
@@ -74,18 +114,18 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(server: Any, args: argparse.Namespace) -> None:
+async def _serve(server: Any, data_dir: Path) -> None:
     try:
         await server.start_serving()
     except OSError as error:  # name what could not be listened on, in one line
-        raise OSError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
+        raise OSError(f"cannot listen on {server.host}:{server.port}: {error.strerror or error}") from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
     host, port = server.address
     topics = ", ".join(f"{name}:{count}" for name, count in sorted(server.broker.topics.items())) or "none yet"
     print(f"idemcore serve: listening on {host}:{port} (bootstrap.servers={host}:{port}); data dir "
-          f"{args.data_dir}; topics: {topics}", flush=True)
+          f"{data_dir}; topics: {topics}", flush=True)
     await server.serve_until_stopped()
 
 
@@ -94,24 +134,36 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "serve", parents=[common], help="serve Kafka's protocol on a TCP port (a broker for Kafka clients)",
         description="A Kafka-compatible broker: Kafka's clients (librdkafka, kafka-python, aiokafka, Java) produce "
                     "idempotently and transactionally and consume read_committed, over Kafka's wire protocol; the "
-                    "data directory is a Kafka log directory. Topics are created on first use (unless "
-                    "--no-auto-create-topics), by CreateTopics, or by --topics. Stops cleanly on SIGINT/SIGTERM.")
-    serve.add_argument("--data-dir", type=_directory, required=True,
-                       help="the Kafka log directory (created if missing; a restart recovers it)")
-    serve.add_argument("--port", type=_port, default=9092, help="TCP port (default 9092; 0: any free port)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+                    "data directory is a Kafka log directory. Settings by Kafka's names come from --config (a "
+                    "server.properties file, as kafka-server-start.sh takes) and --override key=value (over the "
+                    "file); each flag below sets the setting its help names, over both. Topics are created on first "
+                    "use (unless auto.create.topics.enable=false), by CreateTopics, or by --topics. Stops cleanly on "
+                    "SIGINT/SIGTERM. Exit status 2 for a bad setting, named in one line.")
+    serve.add_argument("--config", type=_path, default=None, metavar="server.properties",
+                       help="Kafka's broker settings, a Java properties file (README: Broker settings)")
+    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="a setting over --config's (repeatable), as kafka-server-start.sh --override")
+    serve.add_argument("--data-dir", type=_path, default=None,
+                       help="sets log.dirs: the Kafka log directory (created if missing; a restart recovers it); "
+                            "needed unless log.dirs or log.dir is set")
+    serve.add_argument("--port", type=_port, default=None,
+                       help="sets the port of listeners (default 9092; 0: any free port)")
+    serve.add_argument("--host", default=None,
+                       help="sets the host of listeners: the address to bind (default 127.0.0.1)")
     serve.add_argument("--advertised-host", default=None,
-                       help="the host clients are told to connect to (default: --host)")
+                       help="sets the host of advertised.listeners: the host clients are told to connect to "
+                            "(default: listeners')")
     serve.add_argument("--topics", type=_topic_list, default=[],
                        help="topics to create if missing, name:partitions,... (e.g. orders:8,audit:1)")
-    serve.add_argument("--default-partitions", type=positive, default=1,
-                       help="partitions of an auto-created topic (Kafka's num.partitions; default 1)")
+    serve.add_argument("--default-partitions", type=positive, default=None,
+                       help="sets num.partitions: partitions of an auto-created topic (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true",
-                       help="a topic must be created first (Kafka's auto.create.topics.enable=false)")
+                       help="sets auto.create.topics.enable=false: a topic must be created first")
     serve.add_argument("--fsync", action="store_true",
                        help="fsync before answering acks=all (survives a machine crash; default: like Kafka, the OS "
                             "page cache, which survives a crash of this process)")
-    serve.add_argument("--node-id", type=non_negative, default=0, help="this broker's node id (default 0)")
-    serve.add_argument("--max-request-bytes", type=positive, default=104_857_600,
-                       help="largest request accepted (Kafka's socket.request.max.bytes; default 104857600)")
+    serve.add_argument("--node-id", type=non_negative, default=None,
+                       help="sets broker.id and node.id: this broker's id (default 0)")
+    serve.add_argument("--max-request-bytes", type=positive, default=None,
+                       help="sets socket.request.max.bytes: the largest request accepted (default 104857600)")
     serve.set_defaults(run=run_serve)

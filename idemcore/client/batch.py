@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -10,6 +11,7 @@ from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch, records_size
+from idemcore.record.v2 import NO_PARTITION_LEADER_EPOCH, encode_record_batch, with_producer_state
 
 
 class RecordMetadata(NamedTuple):
@@ -47,6 +49,7 @@ class ProducerBatch:
         "producer_epoch",
         "producer_id",
         "sent",
+        "sent_batch",
         "sequence_reset",
         "size",
         "timestamps",
@@ -79,6 +82,9 @@ class ProducerBatch:
         self.base_offset = NO_OFFSET
         self.error: DeliveryError | None = None
         self.parts: tuple[ProducerBatch, ProducerBatch] | None = None  # the halves it was split into
+        #: What every attempt sends, its v2 bytes as ``wire``: built at the first (see ``to_wire``), dropped once
+        #: the batch is done (its futures need only ``timestamps``).
+        self.sent_batch: RecordBatch | None = None
 
     @property
     def record_count(self) -> int:
@@ -139,21 +145,51 @@ class ProducerBatch:
         return batch, position
 
     def to_wire(self, transactional: bool = False) -> RecordBatch:
-        """A fresh, immutable copy of what one attempt sends (every attempt the same records, keys and headers);
-        ``transactional``: written inside a transaction (the batch's transactional attribute bit)."""
+        """What one attempt sends: the batch's RecordBatch v2 bytes (``wire``) with its records' fields, built
+        once, when the batch is first drained with its producer id, epoch and base sequence (Kafka's
+        ProducerBatch.close), and every record with its own timestamp (base timestamp the first record's,
+        Kafka's MemoryRecordsBuilder). A retry sends the same object, so the same bytes; after the producer state
+        was reset (an epoch bump, or sequences moved down past a failed batch) only the header is rewritten, the
+        records left as they are (Kafka's resetProducerState). ``transactional``: written inside a transaction
+        (the batch's transactional attribute bit). Immutable: a log keeping the bytes never sees them change."""
+        sent = self.sent_batch
+        if sent is None:
+            sent = self.sent_batch = self._build(transactional)
+        elif (sent.producer_id != self.producer_id or sent.producer_epoch != self.producer_epoch
+              or sent.base_sequence != self.base_sequence or sent.is_transactional != transactional):
+            assert sent.wire is not None  # _build always sets it
+            sent = self.sent_batch = dataclasses.replace(
+                sent, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence, is_transactional=transactional,
+                wire=with_producer_state(sent.wire, self.producer_id, self.producer_epoch, self.base_sequence,
+                                         transactional))
+        return sent
+
+    def _build(self, transactional: bool) -> RecordBatch:
         headers = self.all_headers()
-        return RecordBatch(self.topic, self.partition, tuple(self.values),
-                           None if self.keys is None else tuple(self.keys), self.producer_id, self.producer_epoch,
-                           self.base_sequence, max(self.timestamps), transactional,
-                           None if headers is None else tuple(headers))
+        timestamps = self.timestamps
+        # One timestamp for the whole batch (send_batch's, or records sent within one millisecond): deltas 0, and
+        # no per-record tuple. count() runs in C.
+        first = timestamps[0] if timestamps else 0
+        uniform = timestamps.count(first) == len(timestamps)
+        batch = RecordBatch(self.topic, self.partition, tuple(self.values),
+                            None if self.keys is None else tuple(self.keys), self.producer_id, self.producer_epoch,
+                            self.base_sequence, first if uniform else max(timestamps), transactional,
+                            None if headers is None else tuple(headers),
+                            timestamps=None if uniform else tuple(timestamps))
+        # Kafka's producer leaves the partition leader epoch unset (-1): the broker writes its own.
+        wire = encode_record_batch(batch, 0, NO_PARTITION_LEADER_EPOCH)
+        return dataclasses.replace(batch, wire=bytes(wire))
 
     def complete(self, base_offset: int) -> None:
         self.done = True
         self.base_offset = base_offset
+        self.sent_batch = None
 
     def fail(self, error_code: int, message: str, *, from_broker: bool = False) -> None:
         """End the batch with an error; a broker's ``error_message`` already names the partition and code."""
         self.done = True
+        self.sent_batch = None
         if not from_broker:
             message = f"{self.topic}-{self.partition}: {message} ({ErrorCode(error_code).name})"
         self.error = DeliveryError(error_code, message)

@@ -5,13 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from idemcore.errors import IdemcoreError
+from idemcore.errors import ConfigError
 from idemcore.protocol.constants import INT32_MAX, MAX_IN_FLIGHT_WITH_IDEMPOTENCE
-
-
-class ConfigError(IdemcoreError, ValueError):
-    """A producer setting is invalid or contradicts another one."""
-
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 #: Kafka's boolean settings take only true/false (any case), as its ConfigDef parses them.

@@ -95,7 +95,8 @@ class ConsumerClosedError(ConsumerError):
 
 @dataclass(frozen=True, slots=True)
 class ConsumerRecord:
-    """One record as ``poll`` returns it; ``timestamp`` is its batch's (the log keeps one per batch)."""
+    """One record as ``poll`` returns it; ``timestamp`` is its own (CREATE_TIME: as its producer set it), or
+    its batch's max timestamp under LOG_APPEND_TIME."""
 
     topic: str
     partition: int
@@ -144,12 +145,15 @@ def fetched_steps(answer: FetchedPartition, batches: Sequence[StoredBatch], fetc
             continue
         keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
         headers = batch.headers if batch.headers is not None else ((),) * batch.record_count
-        for offset, key, value, record_headers in zip(stored.offsets(), keys, batch.values, headers, strict=True):
+        # Each record's own (base timestamp + its delta), or the batch's max for all (LOG_APPEND_TIME, one time).
+        timestamps = batch.timestamps if batch.timestamps is not None else (batch.max_timestamp,) * batch.record_count
+        for offset, key, value, record_headers, timestamp in zip(stored.offsets(), keys, batch.values, headers,
+                                                                 timestamps, strict=True):
             if offset < position:
                 continue  # before the fetch offset: the batch started earlier
             position = offset + 1
             steps.append((position, ConsumerRecord(answer.topic, answer.partition, offset, key, value,
-                                                   tuple((k, v) for k, v in record_headers), batch.max_timestamp)))
+                                                   tuple((k, v) for k, v in record_headers), timestamp)))
     if last_end is not None and last_end > position:
         steps.append((last_end, None))  # the batch's last offset survives compaction: never fetch it again
     return steps

@@ -403,7 +403,11 @@ def _timestamp(value: Any) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"timestamp must be an integer (ms since the epoch), not {type(value).__name__}")
     stamp = int(value)
-    if not -2**63 <= stamp < 2**63:  # refused at send: in a batch it would fail the records beside it
+    # Refused at send, as Kafka's ProducerRecord does: in a batch it would fail the records beside it (and two
+    # timestamps of 0 or more are always a timestamp delta apart that fits a varlong).
+    if stamp < 0:
+        raise ValueError(f"timestamp {stamp} is negative: a record's timestamp is 0 or more (ms since the epoch)")
+    if stamp >= 2**63:
         raise ValueError(f"timestamp {stamp} is out of the int64 range")
     return stamp
 

@@ -3,10 +3,11 @@
 ``encode_records`` from idemcore.kernels.record_encode_reference (same arguments, same bytes, same errors; the
 format is described there). Built by setup.py into idemcore.kernels.cython_record_encode.
 
-Why it exists: the broker encodes every batch it appends, and in Python ~70% of that time is varints. It holds the
-GIL throughout (it reads Python objects: no nogil loop, unlike the kernels over arrays). Two passes over the records: the first sizes every record (and checks every type), the second writes into one
-bytearray of the exact size, with memcpy for keys and values. Errors are raised through the twin's helpers so
-the messages are the same. The second pass checks every write against the end of the buffer, so even a header
+Why it exists: the producer encodes every batch it sends, and in Python ~70% of that time is varints. It holds the
+GIL throughout (it reads Python objects: no nogil loop, unlike the kernels over arrays). Two passes over the
+records: the first sizes every record (and checks every type; timestamp deltas kept in a C array), the second
+writes into one bytearray of the exact size, with memcpy for keys and values. Errors are raised through the twin's
+helpers so the messages are the same. The second pass checks every write against the end of the buffer, so even a header
 sequence that changed between the passes (a list mutated by a ``__getitem__``) cannot write past it: it raises.
 """
 
@@ -14,15 +15,17 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndS
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_AsEncodedString, PyUnicode_DATA, PyUnicode_GET_LENGTH
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from idemcore.kernels.record_encode_reference import (
     bad_header_value,
     bad_type,
     check_lengths,
+    delta_out_of_range,
     encode_header_key,
     header_pair,
+    timestamp_of,
     too_long,
 )
 
@@ -153,13 +156,35 @@ cdef char *put_headers(char *p, char *end, tuple pairs, Py_ssize_t index) except
     return p
 
 
-def encode_records(values, keys, headers, Py_ssize_t reserve):
+cdef int64_t int64_timestamp(object timestamp, Py_ssize_t index) except? -1:
+    """A record's timestamp as an int64: an exact int read in C, anything else (or an int past int64) through
+    the twin, which converts it or raises its error naming the record."""
+    if type(timestamp) is int:
+        try:
+            return timestamp
+        except OverflowError:
+            pass
+    return timestamp_of(index, timestamp)
+
+
+cdef uint64_t zigzag_delta(int64_t timestamp, int64_t base, Py_ssize_t index) except? 0xFFFFFFFFFFFFFFFF:
+    """The zig-zag varlong value of ``timestamp - base``, or the twin's error when the delta passes int64."""
+    cdef int64_t delta = <int64_t>(<uint64_t>timestamp - <uint64_t>base)  # wraps: checked on the next line
+    if ((timestamp ^ base) & (timestamp ^ delta)) < 0:  # operands of unlike sign, and the sign flipped
+        raise delta_out_of_range(index, timestamp, base)
+    return (<uint64_t>delta << 1) ^ <uint64_t>(delta >> 63)
+
+
+def encode_records(values, keys, headers, Py_ssize_t reserve, timestamps=None):
     """``reserve`` zero bytes, then the records (see record_encode_reference)."""
     cdef tuple value_tuple = values if type(values) is tuple else tuple(values)
     cdef tuple key_tuple = None
     cdef tuple header_tuple = None
+    cdef tuple timestamp_tuple = None
     cdef Py_ssize_t count = len(value_tuple), index, body, total = reserve
     cdef Py_ssize_t *lengths
+    cdef uint64_t *deltas = NULL  # each record's zig-zag timestamp delta (None: every one 0)
+    cdef int64_t base = 0
     cdef bytearray out
     cdef char *p
     cdef char *end
@@ -172,14 +197,27 @@ def encode_records(values, keys, headers, Py_ssize_t reserve):
         key_tuple = keys if type(keys) is tuple else tuple(keys)
     if headers is not None:
         header_tuple = headers if type(headers) is tuple else tuple(headers)
-    check_lengths(count, key_tuple, header_tuple)
+    if timestamps is not None:
+        timestamp_tuple = timestamps if type(timestamps) is tuple else tuple(timestamps)
+    check_lengths(count, key_tuple, header_tuple, timestamp_tuple)
     lengths = <Py_ssize_t *>PyMem_Malloc(max(count, 1) * sizeof(Py_ssize_t))
     if lengths == NULL:
         raise MemoryError()
     try:
+        if timestamp_tuple is not None:
+            deltas = <uint64_t *>PyMem_Malloc(max(count, 1) * sizeof(uint64_t))
+            if deltas == NULL:
+                raise MemoryError()
+            if count:
+                base = int64_timestamp(timestamp_tuple[0], 0)
         # Pass 1: every record's length (and every type checked).
         for index in range(count):
-            body = 2 + varint_size((<uint64_t>index) << 1)  # attributes, timestamp delta, offset delta
+            body = 1 + varint_size((<uint64_t>index) << 1)  # attributes, offset delta
+            if deltas == NULL:
+                body += 1  # timestamp delta 0
+            else:
+                deltas[index] = zigzag_delta(int64_timestamp(timestamp_tuple[index], index), base, index)
+                body += varint_size(deltas[index])
             body += nullable_size(None if key_tuple is None else key_tuple[index], index, "key")
             body += nullable_size(value_tuple[index], index, "value")
             if header_tuple is None:
@@ -205,8 +243,8 @@ def encode_records(values, keys, headers, Py_ssize_t reserve):
             p = put_varint(p, (<uint64_t>body) << 1)
             start = p
             p[0] = 0  # attributes
-            p[1] = 0  # timestamp delta
-            p = put_varint(p + 2, (<uint64_t>index) << 1)
+            p = put_varint(p + 1, 0 if deltas == NULL else deltas[index])  # timestamp delta
+            p = put_varint(p, (<uint64_t>index) << 1)
             p = put_nullable(p, end, None if key_tuple is None else key_tuple[index])
             p = put_nullable(p, end, value_tuple[index])
             if header_tuple is None:
@@ -226,4 +264,5 @@ def encode_records(values, keys, headers, Py_ssize_t reserve):
             raise RuntimeError("the records changed while they were being encoded")
     finally:
         PyMem_Free(lengths)
+        PyMem_Free(deltas)
     return out

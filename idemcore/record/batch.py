@@ -42,9 +42,13 @@ class RecordBatch:
     max_timestamp: int = 0
     is_transactional: bool = False
     headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None
-    #: The v2 bytes a client sent over the wire (``record.v2.decode_wire_batch``), which the log stores as sent
-    #: (compression and per-record timestamps included) instead of an encoding of the fields above.
+    #: The v2 bytes a client sent over the wire (``record.v2.decode_wire_batch``), or idemcore's producer built
+    #: (``client.batch.ProducerBatch``), which the log stores as sent (compression and per-record timestamps
+    #: included) instead of an encoding of the fields above.
     wire: bytes | None = field(default=None, compare=False, repr=False)
+    #: Each record's own timestamp (CREATE_TIME: the batch's base timestamp plus the record's delta), or None
+    #: when every record's is ``max_timestamp`` (one timestamp for the batch, or LOG_APPEND_TIME).
+    timestamps: Sequence[int] | None = None
 
     @property
     def record_count(self) -> int:

@@ -119,7 +119,9 @@ class ClientApi(NamedTuple):
 
 
 def batch_bytes(batch: RecordBatch) -> bytes | bytearray:
-    """The v2 bytes a produce request carries for ``batch``: base offset 0 (the broker assigns offsets)."""
+    """The v2 bytes a produce request carries for ``batch``: its ``wire`` bytes as they are (idemcore's Producer
+    builds them once per batch, every record with its own timestamp), else an encoding of its fields, base
+    offset 0 (the broker assigns offsets)."""
     if batch.wire is not None:
         return batch.wire
     return encode_record_batch(batch, 0)

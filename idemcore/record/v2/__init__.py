@@ -1,7 +1,8 @@
 """RecordBatch v2, Kafka's batch format on the wire and on disk, bytes-exact.
 
-- ``batches``: ``encode_record_batch`` and ``record_batch_from``: a ``RecordBatch`` as the broker stores it,
-  and back (the records written by the compiled encoder when it is built);
+- ``batches``: ``encode_record_batch`` and ``record_batch_from``: a ``RecordBatch`` as a producer writes it
+  and the broker stores it, and back (the records written by the compiled encoder when it is built);
+  ``with_producer_state`` for a batch resent under a new epoch or sequence;
 - ``codec``: ``BatchHeader``, ``Record``, ``read_header``, ``iter_batches``, ``verify_crc``,
   ``decode_batch``, ``encode_batch`` (CRC-32C through ``crc32c``);
 - ``compression``: the records section's codecs as Kafka frames them (through ``cramjam``);
@@ -16,6 +17,7 @@ from idemcore.record.v2.batches import (
     encode_record_batch,
     record_batch_from,
     stored_batch_bytes,
+    with_producer_state,
 )
 from idemcore.record.v2.codec import (
     BATCH_HEADER_SIZE,
@@ -76,4 +78,5 @@ __all__ = [
     "set_partition_leader_epoch",
     "stored_batch_bytes",
     "verify_crc",
+    "with_producer_state",
 ]

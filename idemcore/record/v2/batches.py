@@ -1,15 +1,19 @@
-"""A :class:`~idemcore.record.batch.RecordBatch` as RecordBatch v2 bytes, and back: how the broker stores a batch.
+"""A :class:`~idemcore.record.batch.RecordBatch` as RecordBatch v2 bytes, and back: how a producer writes a batch
+and the broker stores it.
 
-``encode_record_batch`` writes what the broker's log holds: uncompressed, CREATE_TIME, base timestamp and every
-record's timestamp the batch's ``max_timestamp`` (the in-process batch carries only that one: timestamp deltas
-0), offset deltas ``0..n-1``, each record's key, value and headers. Byte for byte what
-``codec.encode_batch`` writes for the same records; faster, because the records section is written by
-:func:`idemcore.kernels.get_record_encoder` (compiled when the extension is built) straight into the buffer
-that then receives the header and the CRC-32C (``crc32c``).
+``encode_record_batch`` writes uncompressed, CREATE_TIME batches: with ``timestamps`` the base timestamp is the
+first record's and each record's delta counts from it (Kafka's MemoryRecordsBuilder), without them the base
+timestamp and every record's is ``max_timestamp`` (deltas 0); offset deltas ``0..n-1``, each record's key, value
+and headers. Byte for byte what ``codec.encode_batch`` writes for the same records; faster, because the records
+section is written by :func:`idemcore.kernels.get_record_encoder` (compiled when the extension is built) straight
+into the buffer that then receives the header and the CRC-32C (``crc32c``). ``with_producer_state`` rewrites a
+built batch's producer id, epoch, base sequence and transactional flag, its records untouched (Kafka's
+``reopenAndRewriteProducerState``).
 
 ``record_batch_from`` is the inverse over a decoded batch (``codec.decode_batch``): keys None when every key is,
-headers None when no record has any. What a RecordBatch has no field for (per-record offsets and timestamps,
-the partition leader epoch) is not kept: the caller checks what it requires of them.
+headers None when no record has any, timestamps None when every record's is the batch's max timestamp. What a
+RecordBatch has no field for (per-record offsets, the partition leader epoch) is not kept: the caller checks
+what it requires of them.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ _default_encoder: Callable[..., bytearray] | None = None
 
 def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_epoch: int = 0, *,
                         backend: str | None = None) -> bytearray:
-    """The v2 bytes of ``batch`` at ``base_offset``, as the broker stores it (module docstring): the encoder's
-    own buffer, not a copy (a copy of a 1 MB batch costs more than encoding it).
+    """The v2 bytes of ``batch`` at ``base_offset`` (module docstring): the encoder's own buffer, not a copy (a
+    copy of a 1 MB batch costs more than encoding it). With ``batch.timestamps``, ``batch.max_timestamp`` is
+    written as the header's max timestamp: the caller's (their largest, as a producer has it).
 
     ``backend`` picks the records encoder (``"cython"``, ``"python"``; default: as ``$IDEMCORE_BACKEND`` says
     when first used, else the fastest); every one writes the same bytes. Raises TypeError for a value, key or
@@ -67,12 +72,18 @@ def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_e
     else:
         encode = _default_encoder = get_record_encoder()
     count = len(batch.values)
-    out = encode(batch.values, batch.keys, batch.headers, BATCH_HEADER_SIZE)
+    timestamps = batch.timestamps
     max_timestamp = batch.max_timestamp
+    if timestamps is None:
+        out = encode(batch.values, batch.keys, batch.headers, BATCH_HEADER_SIZE)
+        base_timestamp = max_timestamp
+    else:
+        out = encode(batch.values, batch.keys, batch.headers, BATCH_HEADER_SIZE, timestamps)
+        base_timestamp = timestamps[0] if count else max_timestamp
     try:
         _HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
                           TRANSACTIONAL_MASK if batch.is_transactional else 0, count - 1 if count else 0,
-                          max_timestamp, max_timestamp, batch.producer_id, batch.producer_epoch,
+                          base_timestamp, max_timestamp, batch.producer_id, batch.producer_epoch,
                           batch.base_sequence, count)
     except struct.error:
         _explain_header(batch, base_offset, partition_leader_epoch, len(out) - LOG_OVERHEAD)
@@ -95,7 +106,11 @@ def _explain_header(batch: RecordBatch, base_offset: int, partition_leader_epoch
 
 def record_batch_from(topic: str, partition: int, header: BatchHeader, records: Sequence[Record]) -> RecordBatch:
     """The RecordBatch of a decoded v2 batch (``codec.decode_batch``): producer metadata, ``max_timestamp`` and
-    the transactional flag from ``header``; keys, values and headers from ``records``.
+    the transactional flag from ``header``; keys, values, headers and timestamps from ``records``.
+
+    ``timestamps``: under CREATE_TIME each record's base timestamp + delta, as Kafka's consumer reads them; None
+    when that is ``max_timestamp`` for every record (nothing built) and under LOG_APPEND_TIME (the max
+    timestamp is every record's). Built in one pass in C from the deltas the transpose below gives anyway.
 
     Raises ValueError for what a RecordBatch cannot hold: a control batch (transaction markers are not data),
     naming the batch's offset. Null values (tombstones) are kept as None; offset deltas are the caller's.
@@ -107,10 +122,15 @@ def record_batch_from(topic: str, partition: int, header: BatchHeader, records: 
         return RecordBatch(topic, partition, (), None, header.producer_id, header.producer_epoch,
                            header.base_sequence, header.max_timestamp, header.is_transactional)
     # One transpose in C rather than a loop per field: Record is a tuple.
-    _, _, keys, values, headers, _ = zip(*records, strict=True)
+    _, deltas, keys, values, headers, _ = zip(*records, strict=True)
+    base = header.base_timestamp
+    timestamps = None
+    if not header.attributes & TIMESTAMP_TYPE_MASK and (base != header.max_timestamp
+                                                          or deltas.count(0) != len(deltas)):
+        timestamps = tuple(map(base.__add__, deltas))
     return RecordBatch(topic, partition, values, None if keys.count(None) == len(keys) else keys,
                        header.producer_id, header.producer_epoch, header.base_sequence, header.max_timestamp,
-                       header.is_transactional, headers if any(headers) else None)
+                       header.is_transactional, headers if any(headers) else None, timestamps=timestamps)
 
 
 class WireRecords:
@@ -216,6 +236,9 @@ def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str |
 
 _MAX_TIMESTAMP = struct.Struct(">q")
 _ATTRIBUTES = struct.Struct(">h")
+#: A v2 header's producer id, epoch and base sequence, side by side from byte 43.
+_PRODUCER_STATE = struct.Struct(">qhi")
+_PRODUCER_STATE_AT = 43
 #: Where a v2 header keeps them (after base offset, length, leader epoch, magic, CRC; attributes, last offset
 #: delta, base timestamp).
 _ATTRIBUTES_AT, _MAX_TIMESTAMP_AT = ATTRIBUTES_OFFSET, ATTRIBUTES_OFFSET + 14
@@ -228,6 +251,28 @@ def _with_max_timestamp(data: bytes, max_timestamp: int, attributes: int) -> byt
     _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_AT, max_timestamp)
     with memoryview(out) as view:
         _CRC.pack_into(out, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def with_producer_state(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int,
+                        is_transactional: bool) -> bytes:
+    """The one v2 batch ``data`` with its producer id, epoch, base sequence and transactional flag replaced and
+    its CRC-32C computed again; its records, timestamps and length as they were (Kafka's
+    ``MemoryRecordsBuilder.reopenAndRewriteProducerState``: a batch resent under a bumped epoch or moved
+    sequences). ValueError naming a field outside its width."""
+    header = read_header(data, 0)
+    attributes = header.attributes & ~TRANSACTIONAL_MASK | (TRANSACTIONAL_MASK if is_transactional else 0)
+    out = bytearray(data)
+    try:
+        _PRODUCER_STATE.pack_into(out, _PRODUCER_STATE_AT, producer_id, producer_epoch, base_sequence)
+    except struct.error:
+        _check_int("producer_id", producer_id, INT64_MIN, INT64_MAX)
+        _check_int("producer_epoch", producer_epoch, -(1 << 15), (1 << 15) - 1)
+        _check_int("base_sequence", base_sequence, INT32_MIN, INT32_MAX)
+        raise
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes)
+    with memoryview(out) as view:
+        _CRC.pack_into(out, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:header.size_in_bytes]))
     return bytes(out)
 
 
@@ -274,4 +319,4 @@ def decode_stored_batches(topic: str, partition: int, records: bytes | memoryvie
 
 
 __all__ = ["RecordColumn", "WireRecords", "decode_stored_batches", "decode_wire_batch", "encode_record_batch",
-           "record_batch_from", "stored_batch_bytes"]
+           "record_batch_from", "stored_batch_bytes", "with_producer_state"]

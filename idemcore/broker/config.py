@@ -1,0 +1,394 @@
+"""Kafka's broker settings by Kafka's names: ``server.properties`` read, typed and checked once into a
+:class:`BrokerConfig`, which gives today's ``Broker(...)`` and ``Server(...)`` their arguments.
+
+The settings, their types, defaults and ranges are in :mod:`idemcore.broker.config_keys`; values are read as
+Kafka's ``ConfigDef`` reads them (trimmed; ``true``/``false`` in any case; whole numbers of the type's width; a
+LIST split on commas), and the derived settings follow ``KafkaConfig``'s rules (``log.roll.ms`` over
+``log.roll.hours``; ``log.retention.ms`` over ``.minutes`` over ``.hours``; ``node.id`` and ``broker.id`` one
+id; ``log.dirs`` over ``log.dir``; ``advertised.listeners`` falling back to ``listeners``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import javaproperties
+
+from idemcore.broker.config_keys import KEYS, Key, Kind, Use
+from idemcore.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Where ``idemcore serve`` listens when ``listeners`` is not set: loopback, not Kafka's every interface.
+DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+#: Kafka's ``EndPoint`` syntax: NAME://host:port, an IPv6 host in brackets.
+_ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
+#: Kafka's default ``listener.security.protocol.map``: a listener's name is its security protocol.
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_HOST_PORT = re.compile(r"[^\s:/,]+:[0-9]{1,5}")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A PLAINTEXT listener: ``host`` (empty: every interface, as in Kafka) and ``port`` (0: any free port)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"PLAINTEXT://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One broker's settings, by Kafka's names, read and checked once (:meth:`from_properties`, :meth:`load`).
+
+    ``config["log.segment.bytes"]`` gives any setting (its default when not supplied; None for an unset one
+    without a default). What idemcore does with each today:
+
+    - honoured (:meth:`broker_kwargs`, :meth:`server_kwargs`): ``broker.id``/``node.id``, ``listeners``,
+      ``advertised.listeners``, ``log.dirs``/``log.dir`` (one directory for now), ``num.partitions``,
+      ``auto.create.topics.enable``, ``log.segment.bytes``, ``log.roll.ms``/``.hours``, ``log.retention.ms``/
+      ``.minutes``/``.hours``/``.bytes``, ``log.index.interval.bytes``, ``message.max.bytes``,
+      ``socket.request.max.bytes``, ``producer.id.expiration.ms``, ``transaction.state.log.num.partitions``,
+      ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1);
+    - checked and kept, waiting for a broker argument (the storage rewrite): ``log.retention.check.interval.ms``,
+      ``log.cleanup.policy``, ``log.flush.*``, ``transactional.id.expiration.ms``, the internal topics' segment
+      sizes, the transaction coordinator's cleanup intervals, ``offset.metadata.max.bytes``, ``group.*``;
+    - checked and kept for replication: ``zookeeper.*``, ``replica.*``, ``num.replica.fetchers``,
+      ``unclean.leader.election.enable``, ``min.insync.replicas`` (1), the internal topics' replication factor
+      and ``transaction.state.log.min.isr`` (a lone broker makes the internal topics with one replica, where Kafka
+      waits for enough brokers);
+    - checked, no meaning here: thread counts and socket buffer sizes.
+
+    ``default.replication.factor`` and ``min.insync.replicas`` above 1 are refused: one broker cannot keep a
+    second replica, and refusing is better than acknowledging writes with less durability than asked.
+    """
+
+    values: Mapping[str, Any]
+    #: The settings given (file, overrides, flags), each with where it came from.
+    origins: Mapping[str, str]
+    broker_id: int
+    log_dir: Path | None
+    listener: Endpoint
+    #: Where clients are sent (None: the listener, the port it was given).
+    advertised: Endpoint | None
+    log_roll_ms: int
+    log_retention_ms: int
+    log_flush_interval_ms: int
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in KEYS:
+            raise KeyError(f"{name!r} is not a broker setting idemcore knows")
+        return self.values[name]
+
+    # ------------------------------------------------------------ building
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        """The settings of the properties file ``path`` (if any), each ``key=value`` of ``overrides`` over them (as
+        ``kafka-server-start.sh server.properties --override key=value``)."""
+        return cls.from_properties(*read_settings(path, overrides))
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str], origins: Mapping[str, str] | None = None) -> BrokerConfig:
+        """Check ``properties`` (Kafka's names, string values) the way ``KafkaConfig`` does; raise
+        :class:`~idemcore.errors.ConfigError` in one line naming the setting and its value. A name Kafka's broker
+        would not know is logged as a warning and ignored, as Kafka does (once every value passed: a refusal is
+        the one line said)."""
+        origins = dict(origins or {})
+        values: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
+        for name, text in properties.items():
+            key = KEYS.get(name)
+            if key is None:
+                continue
+            if not isinstance(text, str):
+                raise ConfigError(f"{name}{_origin(origins, name)}: a value must be a string, got {text!r}")
+            values[name] = _parse(key, text, _origin(origins, name))
+        supplied = {name: origins.get(name, "") for name in properties if name in KEYS}
+        config = cls(values=MappingProxyType(values), origins=MappingProxyType(supplied),
+                     broker_id=_broker_id(values, supplied), log_dir=_log_dir(values, supplied),
+                     listener=_listener(values, supplied), advertised=_advertised(values, supplied),
+                     log_roll_ms=_roll_ms(values, supplied), log_retention_ms=_retention_ms(values, supplied),
+                     log_flush_interval_ms=_flush_interval_ms(values))
+        _check_replication(values, supplied)
+        for name in properties:
+            if name not in KEYS:
+                _warn_unknown(name, origins.get(name))
+        idle = config.not_acted_on()
+        if idle:
+            log.warning("accepted and checked, not acted on yet (README: Broker settings): %s", ", ".join(idle))
+        return config
+
+    # ------------------------------------------------------------ using
+
+    def not_acted_on(self) -> list[str]:
+        """The settings given that today's broker does not act on (kept for the storage rewrite and
+        replication, or without meaning here), in the order of :data:`~idemcore.broker.config_keys.KEYS`."""
+        return [name for name, key in KEYS.items() if name in self.origins and key.use is not Use.HONOURED]
+
+    def broker_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of today's :class:`~idemcore.broker.Broker` these settings give."""
+        v = self.values
+        return {
+            "broker_id": self.broker_id,
+            "data_dir": self.log_dir,
+            "default_partitions": v["num.partitions"],
+            "auto_create_topics": v["auto.create.topics.enable"],
+            "segment_bytes": v["log.segment.bytes"],
+            "segment_ms": self.log_roll_ms,
+            "retention_ms": self.log_retention_ms,
+            # Kafka deletes by size only for a positive retention.bytes: any negative value means no limit.
+            "retention_bytes": max(-1, v["log.retention.bytes"]),
+            "index_interval_bytes": v["log.index.interval.bytes"],
+            "message_max_bytes": v["message.max.bytes"],
+            "producer_id_expiration_ms": v["producer.id.expiration.ms"],
+            "transaction_state_partitions": v["transaction.state.log.num.partitions"],
+            "transaction_max_timeout_ms": v["transaction.max.timeout.ms"],
+            "offsets_topic_partitions": v["offsets.topic.num.partitions"],
+        }
+
+    def server_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~idemcore.broker.server.Server` (after the broker) these settings give:
+        where to listen, where to send clients, the largest request."""
+        advertised = self.advertised
+        if advertised is None and self.listener.host == "":
+            # Kafka advertises the machine's canonical host name for a listener on every interface.
+            advertised = Endpoint(socket.getfqdn(), 0)
+        return {
+            "host": self.listener.host,
+            "port": self.listener.port,
+            "advertised_host": advertised.host if advertised is not None else None,
+            # Port 0 advertised: the port bound (Kafka's KafkaServer does the same).
+            "advertised_port": (advertised.port or None) if advertised is not None else None,
+            "max_request_bytes": self.values["socket.request.max.bytes"],
+        }
+
+
+# ------------------------------------------------------------ reading
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A Java properties file (what ``kafka-server-start.sh`` takes): ``key=value``, ``key: value`` or
+    ``key value``, ``#``/``!`` comments, backslash escapes and continuation lines, read as ISO-8859-1 as
+    ``java.util.Properties.load`` reads a stream; a key given twice keeps its last value."""
+    try:
+        with open(path, "rb") as stream:
+            return dict(javaproperties.load(stream))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the properties file {path}: {exc.strerror or exc}") from None
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def read_settings(path: str | Path | None, overrides: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
+    """The properties of the file ``path`` (if any) with ``overrides`` (``key=value``) over them, and where each
+    came from (the file's name, or ``--override``)."""
+    properties = read_properties(path) if path is not None else {}
+    origins = dict.fromkeys(properties, str(path))
+    for text in overrides:
+        key, value = parse_override(text)
+        properties[key], origins[key] = value, "--override"
+    return properties, origins
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """``key=value`` of ``--override`` (the value may hold more ``=``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--override takes key=value, got {text!r}")
+    return key.strip(), value
+
+
+def shortcut_listener(current: str | None, host: str | None, port: int | None, name: str = "listeners",
+                      default: str = DEFAULT_LISTENER, origin: str = "") -> str:
+    """``current`` (a ``listeners`` or ``advertised.listeners`` value; None: ``default``) with its host and/or
+    port replaced: how the ``--host``, ``--port`` and ``--advertised-host`` flags set those settings."""
+    endpoint = _one_endpoint(name, current if current is not None else default, f" (from {origin})" if origin else "")
+    return str(Endpoint(endpoint.host if host is None else host, endpoint.port if port is None else port))
+
+
+# ------------------------------------------------------------ values
+
+
+def _origin(origins: Mapping[str, str], name: str) -> str:
+    origin = origins.get(name)
+    return f" (from {origin})" if origin else ""
+
+
+def _warn_unknown(name: str, origin: str | None) -> None:
+    near = difflib.get_close_matches(name, KEYS, n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    log.warning("the configuration %r%s was supplied but isn't a known config: ignored%s", name,
+                f" (from {origin})" if origin else "", hint)
+
+
+def _parse(key: Key, text: str, origin: str) -> Any:
+    """``text`` as Kafka's ``ConfigDef.parseType`` reads a value of ``key``'s type, then checked against its
+    range or choices."""
+    value = text.strip()
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"invalid value {text!r} for {key.name}{origin}: {reason}")
+
+    if key.kind is Kind.BOOLEAN:
+        if value.lower() not in ("true", "false"):
+            raise bad("expected true or false")
+        return value.lower() == "true"
+    if key.kind is Kind.STRING:
+        return value
+    if key.kind is Kind.LIST:
+        items = [item for item in re.split(r"\s*,\s*", value) if item] if value else []
+        wrong = [item for item in items if key.choices and item not in key.choices]
+        if wrong:
+            raise bad(f"{wrong[0]!r} is not one of {', '.join(key.choices)}")
+        return tuple(items)
+    low, high = key.kind.bounds
+    if not _INTEGER.fullmatch(value) or not low <= int(value) <= high:
+        raise bad(f"not a number of type {key.kind.value} (a whole number from {low} to {high})")
+    number = int(value)
+    if (key.low is not None and number < key.low) or (key.high is not None and number > key.high):
+        if key.high is None:
+            limit = f"at least {key.low}"
+        elif key.low == key.high:
+            limit = f"{key.low}"
+        else:
+            limit = f"from {key.low} to {key.high}"
+        raise bad(f"must be {limit}" + (f" ({key.note})" if key.note else ""))
+    return number
+
+
+# ------------------------------------------------------------ derived settings (KafkaConfig's rules)
+
+
+def _broker_id(values: Mapping[str, Any], origins: Mapping[str, str]) -> int:
+    """``broker.id`` and ``node.id`` name one id (``KafkaConfig.populateSynonyms``): either one sets both, and
+    both set must agree. Neither: 0 (Kafka's -1 asks ZooKeeper for an id, and this broker runs without it)."""
+    broker_id, node_id = values["broker.id"], values["node.id"]
+    if broker_id is not None and node_id is not None and broker_id != node_id:
+        raise ConfigError(f"node.id={node_id}{_origin(origins, 'node.id')} and broker.id={broker_id}"
+                          f"{_origin(origins, 'broker.id')} differ: they name one id, set them to the same value")
+    chosen = broker_id if broker_id is not None else node_id
+    return 0 if chosen is None else int(chosen)
+
+
+def _log_dir(values: Mapping[str, Any], origins: Mapping[str, str]) -> Path | None:
+    """``log.dirs``, else ``log.dir``, as Kafka's comma-separated list; None when neither is set (Kafka's
+    default ``/tmp/kafka-logs`` is not taken: a log in /tmp is lost at the next boot)."""
+    name = "log.dirs" if values["log.dirs"] is not None else "log.dir"
+    text = values[name]
+    if text is None:
+        return None
+    dirs = [item for item in re.split(r"\s*,\s*", text) if item]
+    if not dirs:
+        raise ConfigError(f"invalid value {text!r} for {name}{_origin(origins, name)}: at least one log directory "
+                          "must be defined via log.dirs or log.dir")
+    if len(dirs) > 1:
+        raise ConfigError(f"{name}={text!r}{_origin(origins, name)} names {len(dirs)} directories: idemcore serves "
+                          "one log directory for now (the log is being rewritten); name one")
+    return Path(dirs[0])
+
+
+def _one_endpoint(name: str, text: str, origin: str) -> Endpoint:
+    """The one PLAINTEXT endpoint of a ``listeners``-style value (Kafka's ``NAME://host:port,...``)."""
+    parts = [part for part in re.split(r"\s*,\s*", text.strip()) if part]
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(f"invalid value {text!r} for {name}{origin}: {reason}")
+
+    if not parts:
+        raise bad("no listener (expected PLAINTEXT://host:port)")
+    if len(parts) > 1:
+        raise bad(f"{len(parts)} listeners: idemcore serves one, PLAINTEXT://host:port")
+    match = _ENDPOINT.fullmatch(parts[0])
+    if match is None:
+        raise bad("expected PLAINTEXT://host:port (an IPv6 host in brackets)")
+    protocol = match["name"].upper()
+    if protocol not in _PROTOCOLS:
+        raise bad(f"no security protocol for the listener name {match['name']!r} (names are taken as "
+                  f"{', '.join(_PROTOCOLS)}; listener.security.protocol.map is not read)")
+    if protocol != "PLAINTEXT":
+        raise bad(f"idemcore serves PLAINTEXT only, not {protocol}")
+    port = int(match["port"])
+    if not 0 <= port <= 65535:
+        raise bad(f"port {port} is not from 0 to 65535")
+    return Endpoint(match["host"], port)
+
+
+def _listener(values: Mapping[str, Any], origins: Mapping[str, str]) -> Endpoint:
+    text = values["listeners"]
+    return _one_endpoint("listeners", DEFAULT_LISTENER if text is None else text, _origin(origins, "listeners"))
+
+
+def _advertised(values: Mapping[str, Any], origins: Mapping[str, str]) -> Endpoint | None:
+    """``advertised.listeners``, else ``listeners`` (KafkaConfig's rule), which must not be 0.0.0.0."""
+    name = "advertised.listeners" if values["advertised.listeners"] is not None else "listeners"
+    text = values[name]
+    if text is None:
+        return None
+    endpoint = _one_endpoint(name, text, _origin(origins, name))
+    if endpoint.host == "0.0.0.0":
+        fallback = "" if name == "advertised.listeners" else " (advertised.listeners is unset, so listeners is " \
+            "advertised)"
+        raise ConfigError(f"{name}={text!r}{_origin(origins, name)}: advertised.listeners cannot use the "
+                          f"nonroutable meta-address 0.0.0.0{fallback}; set advertised.listeners to a routable host")
+    return endpoint if name == "advertised.listeners" else None
+
+
+def _roll_ms(values: Mapping[str, Any], origins: Mapping[str, str]) -> int:
+    ms = values["log.roll.ms"]
+    if ms is None:
+        return int(values["log.roll.hours"]) * 3_600_000
+    if ms < 1:
+        raise ConfigError(f"invalid value {ms} for log.roll.ms{_origin(origins, 'log.roll.ms')}: must be at least 1")
+    return int(ms)
+
+
+def _retention_ms(values: Mapping[str, Any], origins: Mapping[str, str]) -> int:
+    """``log.retention.ms``, else ``.minutes``, else ``.hours``; any negative: no limit (-1); 0 is refused."""
+    name, unit = next((name, unit) for name, unit in (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                                                      ("log.retention.hours", 3_600_000)) if values[name] is not None)
+    ms = int(values[name]) * unit
+    if ms == 0:
+        raise ConfigError(f"invalid value 0 for {name}{_origin(origins, name)}: log.retention.ms must be unlimited "
+                          "(-1) or at least 1")
+    return -1 if ms < 0 else ms
+
+
+def _flush_interval_ms(values: Mapping[str, Any]) -> int:
+    ms = values["log.flush.interval.ms"]
+    return int(values["log.flush.scheduler.interval.ms"] if ms is None else ms)
+
+
+def _check_replication(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """KafkaConfig's two rules on the follower's fetch wait, and the form of ``zookeeper.connect``."""
+    wait = values["replica.fetch.wait.max.ms"]
+    for name, why in (("replica.socket.timeout.ms", "to prevent unnecessary socket timeouts"),
+                      ("replica.lag.time.max.ms", "to prevent frequent changes in ISR")):
+        if wait > values[name]:
+            raise ConfigError(f"replica.fetch.wait.max.ms={wait}{_origin(origins, 'replica.fetch.wait.max.ms')} is "
+                              f"more than {name}={values[name]}{_origin(origins, name)}: it must be at most that, "
+                              f"{why}")
+    connect = values["zookeeper.connect"]
+    if connect is not None and not _zookeeper_connect(connect):
+        raise ConfigError(f"invalid value {connect!r} for zookeeper.connect{_origin(origins, 'zookeeper.connect')}: "
+                          "expected host:port[,host:port...][/chroot]")
+
+
+def _zookeeper_connect(text: str) -> bool:
+    """ZooKeeper's connect string: ``host:port`` pairs, comma-separated, then an optional ``/chroot``."""
+    hosts, slash, chroot = text.partition("/")
+    if slash and (not chroot or chroot.startswith("/") or chroot.endswith("/") or "//" in chroot):
+        return False
+    pairs = [pair.strip() for pair in hosts.split(",")]
+    return bool(pairs) and all(_HOST_PORT.fullmatch(pair) and int(pair.rsplit(":", 1)[1]) <= 65535 for pair in pairs)

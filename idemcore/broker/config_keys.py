@@ -1,0 +1,162 @@
+"""The broker settings :class:`~idemcore.broker.config.BrokerConfig` accepts: Kafka's names, types, defaults and
+ranges (Kafka 3.x: ``KafkaConfig``, ``ServerLogConfigs``, ``TransactionLogConfigs``, ``ReplicationConfigs``), and
+what each does in idemcore today.
+
+A range stricter than Kafka's says why in ``note``: it is where idemcore's broker or server needs more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from idemcore.broker.group.coordinator import DEFAULT_MAX_SESSION_TIMEOUT_MS, DEFAULT_MIN_SESSION_TIMEOUT_MS
+from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS
+from idemcore.protocol.constants import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_MESSAGE_MAX_BYTES,
+    DEFAULT_OFFSET_METADATA_MAX_BYTES,
+    DEFAULT_OFFSETS_TOPIC_PARTITIONS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_STATE_PARTITIONS,
+    DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+    MAX_PARTITIONS_PER_TOPIC,
+    OFFSETS_TOPIC_SEGMENT_BYTES,
+    TRANSACTION_STATE_SEGMENT_BYTES,
+)
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+#: The smallest segment Kafka 3.x takes (``LegacyRecord.RECORD_OVERHEAD_V0``).
+MIN_SEGMENT_BYTES = 14
+#: The smallest request frame the server reads (``Server``'s own floor).
+MIN_REQUEST_BYTES = 64
+
+
+class Kind(Enum):
+    """Kafka's ``ConfigDef.Type`` of a setting, with the range of its integers."""
+
+    BOOLEAN = "BOOLEAN"
+    SHORT = "SHORT"
+    INT = "INT"
+    LONG = "LONG"
+    STRING = "STRING"
+    LIST = "LIST"
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        bits = {"SHORT": 16, "INT": 32, "LONG": 64}[self.value]
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+class Use(Enum):
+    """What idemcore does with a setting today."""
+
+    #: Given to ``Broker(...)`` or ``Server(...)``: it acts as in Kafka.
+    HONOURED = "honoured"
+    #: Checked and kept; acting on it needs a broker argument that does not exist yet (the storage rewrite).
+    PENDING = "pending"
+    #: Checked and kept for replication (a second broker, ZooKeeper); one broker has nothing to do with it.
+    REPLICATION = "replication"
+    #: Checked; no meaning here (thread counts, socket buffers: one asyncio loop serves every connection).
+    INERT = "inert"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting: Kafka's name, type and default (None: unset, as Kafka's ``null`` default); ``low``/``high``:
+    the range; ``choices``: the allowed items of a LIST; ``note``: why a range is stricter than Kafka's."""
+
+    name: str
+    kind: Kind
+    default: object
+    use: Use
+    low: int | None = None
+    high: int | None = None
+    choices: tuple[str, ...] = ()
+    note: str = ""
+
+
+_H, _P, _R, _I = Use.HONOURED, Use.PENDING, Use.REPLICATION, Use.INERT
+_HOUR_MS = 3_600_000
+_PARTITIONS_NOTE = f"at most {MAX_PARTITIONS_PER_TOPIC:,} partitions per topic here"
+
+KEYS: dict[str, Key] = {key.name: key for key in (
+    # General and socket server
+    Key("broker.id", Kind.INT, None, _H, low=0,
+        note="-1 asks ZooKeeper to generate an id, and this broker runs without it: name the id"),
+    Key("node.id", Kind.INT, None, _H, low=0, note="as broker.id"),
+    Key("listeners", Kind.STRING, None, _H),
+    Key("advertised.listeners", Kind.STRING, None, _H),
+    Key("socket.request.max.bytes", Kind.INT, 104_857_600, _H, low=MIN_REQUEST_BYTES,
+        note="the server reads no frame smaller than a request header's worth"),
+    Key("message.max.bytes", Kind.INT, DEFAULT_MESSAGE_MAX_BYTES, _H, low=1,
+        note="0 would refuse every batch"),
+    Key("num.network.threads", Kind.INT, 3, _I, low=1),
+    Key("num.io.threads", Kind.INT, 8, _I, low=1),
+    Key("socket.send.buffer.bytes", Kind.INT, 102_400, _I),
+    Key("socket.receive.buffer.bytes", Kind.INT, 102_400, _I),
+    # Log
+    Key("log.dirs", Kind.STRING, None, _H),
+    Key("log.dir", Kind.STRING, None, _H),
+    Key("num.partitions", Kind.INT, 1, _H, low=1, high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),
+    Key("auto.create.topics.enable", Kind.BOOLEAN, True, _H),
+    Key("log.segment.bytes", Kind.INT, DEFAULT_SEGMENT_BYTES, _H, low=MIN_SEGMENT_BYTES),
+    Key("log.roll.ms", Kind.LONG, None, _H),
+    Key("log.roll.hours", Kind.INT, 168, _H, low=1),
+    Key("log.retention.ms", Kind.LONG, None, _H),
+    Key("log.retention.minutes", Kind.INT, None, _H),
+    Key("log.retention.hours", Kind.INT, 168, _H),
+    Key("log.retention.bytes", Kind.LONG, -1, _H),
+    Key("log.index.interval.bytes", Kind.INT, DEFAULT_INDEX_INTERVAL_BYTES, _H, low=0),
+    Key("log.retention.check.interval.ms", Kind.LONG, 300_000, _P, low=1),
+    Key("log.cleanup.policy", Kind.LIST, ("delete",), _P, choices=("compact", "delete")),
+    Key("log.flush.interval.messages", Kind.LONG, LONG_MAX, _P, low=1),
+    Key("log.flush.interval.ms", Kind.LONG, None, _P),
+    Key("log.flush.scheduler.interval.ms", Kind.LONG, LONG_MAX, _P),
+    Key("log.flush.offset.checkpoint.interval.ms", Kind.INT, 60_000, _P, low=0),
+    Key("log.flush.start.offset.checkpoint.interval.ms", Kind.INT, 60_000, _P, low=0),
+    Key("num.recovery.threads.per.data.dir", Kind.INT, 1, _I, low=1),
+    # Producer state, transactions and their coordinator
+    Key("producer.id.expiration.ms", Kind.INT, DEFAULT_PRODUCER_ID_EXPIRATION_MS, _H, low=1),
+    Key("transaction.state.log.num.partitions", Kind.INT, DEFAULT_TRANSACTION_STATE_PARTITIONS, _H, low=1,
+        high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),
+    Key("transaction.max.timeout.ms", Kind.INT, DEFAULT_TRANSACTION_MAX_TIMEOUT_MS, _H, low=1),
+    Key("transactional.id.expiration.ms", Kind.INT, DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS, _P, low=1),
+    Key("transaction.state.log.segment.bytes", Kind.INT, TRANSACTION_STATE_SEGMENT_BYTES, _P, low=1),
+    Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Kind.INT, 10_000, _P, low=1),
+    Key("transaction.remove.expired.transaction.cleanup.interval.ms", Kind.INT, _HOUR_MS, _P, low=1),
+    Key("transaction.state.log.replication.factor", Kind.SHORT, 3, _R, low=1),
+    Key("transaction.state.log.min.isr", Kind.INT, 2, _R, low=1),
+    # Consumer groups and their coordinator
+    Key("offsets.topic.num.partitions", Kind.INT, DEFAULT_OFFSETS_TOPIC_PARTITIONS, _H, low=1,
+        high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),
+    Key("offsets.topic.segment.bytes", Kind.INT, OFFSETS_TOPIC_SEGMENT_BYTES, _P, low=1),
+    Key("offset.metadata.max.bytes", Kind.INT, DEFAULT_OFFSET_METADATA_MAX_BYTES, _P),
+    Key("group.min.session.timeout.ms", Kind.INT, DEFAULT_MIN_SESSION_TIMEOUT_MS, _P),
+    Key("group.max.session.timeout.ms", Kind.INT, DEFAULT_MAX_SESSION_TIMEOUT_MS, _P),
+    Key("group.initial.rebalance.delay.ms", Kind.INT, DEFAULT_INITIAL_REBALANCE_DELAY_MS, _P),
+    Key("offsets.topic.replication.factor", Kind.SHORT, 3, _R, low=1),
+    # Replication
+    Key("default.replication.factor", Kind.INT, 1, _H, low=1, high=1,
+        note="this broker runs alone, so a topic has one replica; replication comes later"),
+    Key("min.insync.replicas", Kind.INT, 1, _R, low=1, high=1,
+        note="this broker runs alone: with more, Kafka answers every acks=all produce NOT_ENOUGH_REPLICAS, which "
+             "idemcore does not do yet"),
+    Key("unclean.leader.election.enable", Kind.BOOLEAN, False, _R),
+    Key("zookeeper.connect", Kind.STRING, None, _R),
+    Key("zookeeper.session.timeout.ms", Kind.INT, 18_000, _R),
+    Key("zookeeper.connection.timeout.ms", Kind.INT, None, _R),
+    Key("replica.lag.time.max.ms", Kind.LONG, 30_000, _R),
+    Key("replica.fetch.max.bytes", Kind.INT, 1_048_576, _R, low=0),
+    Key("replica.fetch.min.bytes", Kind.INT, 1, _R),
+    Key("replica.fetch.wait.max.ms", Kind.INT, 500, _R),
+    Key("replica.fetch.response.max.bytes", Kind.INT, 10_485_760, _R, low=0),
+    Key("replica.fetch.backoff.ms", Kind.INT, 1_000, _R, low=0),
+    Key("replica.socket.timeout.ms", Kind.INT, 30_000, _R),
+    Key("replica.socket.receive.buffer.bytes", Kind.INT, 65_536, _R),
+    Key("replica.high.watermark.checkpoint.interval.ms", Kind.LONG, 5_000, _R),
+    Key("num.replica.fetchers", Kind.INT, 1, _R, low=1, note="0 would leave no fetcher"),
+)}
