@@ -798,7 +798,8 @@ class Broker:
         floor_file = IdFloorFile(self.data_dir)
         floor = floor_file.read()
         store_path = self.data_dir / SQLITE_STORE_NAME
-        used = any(os.path.lexists(self.data_dir / name) for name in (RECOVERY_POINT_CHECKPOINT, OLD_LOG_END_CHECKPOINT))
+        used = any(os.path.lexists(self.data_dir / name)
+                   for name in (RECOVERY_POINT_CHECKPOINT, OLD_LOG_END_CHECKPOINT))
         if floor is None and not os.path.lexists(store_path) and used:
             # Both records of the ids handed out are gone: a producer that got an id and has not written yet
             # would share it. Checked before opening the store creates it, so a second start is refused too.

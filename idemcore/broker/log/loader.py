@@ -38,8 +38,8 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.segment import SegmentScan, scan_segment
-from idemcore.record.v2 import CorruptRecordError, iter_batches
 from idemcore.record.kafka_files.writers import TEMPORARY_SUFFIX, write_file_atomically
+from idemcore.record.v2 import CorruptRecordError, iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +188,10 @@ def _tail_ends_at(segment: LogSegment, end: int) -> bool:
     clean load reads the same bytes: at most about index.interval.bytes and one batch)."""
     if segment.size == 0:
         return end == segment.base_offset
-    expected, position = (segment.base_offset, 0)
+    expected: int | None = segment.base_offset
+    position = 0
     if segment.index.size:
-        relative, position = struct.unpack(">ii", segment.index.read(segment.index.size - 8, 8))
+        _, position = struct.unpack(">ii", segment.index.read(segment.index.size - 8, 8))
         expected = None  # the entry names the batch's last offset: its base is read from the file
     data = segment.log.read(position, segment.size - position)
     try:

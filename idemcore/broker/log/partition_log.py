@@ -208,7 +208,7 @@ class PartitionLog:
         parts: list[bytes] = []
         position = offset
         for segment in self.segments[self._segment_index(offset):]:
-            if segment.base_offset >= limit or max_bytes <= 0 and not min_one:
+            if segment.base_offset >= limit or (max_bytes <= 0 and not min_one):
                 break
             data, after = segment.read(position, limit, max_bytes, min_one)
             if data:
