@@ -78,7 +78,10 @@ class FileStore(ByteStore):
 
     def _descriptor(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except PermissionError:  # a rolled segment's file is only read: its mode need not allow writes
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
         return self._fd
 
     def read(self, position: int, length: int) -> bytes:
