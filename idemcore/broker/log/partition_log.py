@@ -479,15 +479,16 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync the active segment whatever the fsync setting (rolled segments were fsync'd when they rolled),
-        and its ``.txnindex`` when an ABORT wrote to it (a marker's entry is as durable as the marker). The offset
-        and time indexes are not: loading after a crash derives them again from the batches."""
+        and before it its ``.txnindex`` when an ABORT wrote to it (a marker's entry is at least as durable as the
+        marker; loading cuts entries past the log end). The offset and time indexes are not: loading after a crash
+        derives them again from the batches."""
         if self._directory is None:
             return
         active = self.segments[-1]
-        active.log.sync()
-        if self._txn_dirty:
+        if self._txn_dirty:  # first: a durable ABORT marker always has its durable entry
             active.txn_index.sync()
             self._txn_dirty = False
+        active.log.sync()
         self.synced_bytes = active.size
         self._dirty = False
 

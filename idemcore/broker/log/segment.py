@@ -139,19 +139,20 @@ class LogSegment:
 
     def append(self, data: bytes | bytearray | memoryview, last_offset: int, max_timestamp: int,
                txn_entry: bytes) -> None:
-        """Write one batch at the end, with its index entries (and ``.txnindex`` entry when it is an ABORT
-        marker ending a transaction). A failed write leaves the files longer: :meth:`restore` cuts them back."""
+        """Write one batch at the end, with its index entries (and ``.txnindex`` entry, written first, when it is
+        an ABORT marker ending a transaction). A failed write leaves the files longer: :meth:`restore` cuts them
+        back."""
         position = self.log.size
         if self.first_timestamp == -1 and position == 0:
             self.first_timestamp = max_timestamp
         offset_entry, time_entry = self.index_entries(position, len(data), last_offset, max_timestamp)
+        if txn_entry:  # before the marker: a crash between them leaves an entry past the log end, which loading cuts
+            self.txn_index.append(txn_entry)
         self.log.append(data)
         if offset_entry:
             self.index.append(offset_entry)
         if time_entry:
             self.time_index.append(time_entry)
-        if txn_entry:
-            self.txn_index.append(txn_entry)
         self.next_offset = last_offset + 1
 
     def restore(self, saved: IndexState, position: int, next_offset: int) -> None:
@@ -198,12 +199,13 @@ class LogSegment:
                 high = middle
         return found
 
-    def headers(self, position: int = 0, end: int | None = None) -> Iterator[HeaderPosition]:
+    def headers(self, position: int = 0, end: int | None = None, chunk_bytes: int = _CHUNK) -> Iterator[HeaderPosition]:
         """The batch headers from ``position`` (a batch's start) to ``end`` (default: the segment's size), read in
-        chunks. Stops at a batch that does not fit (a torn tail is never met here: loading cut it)."""
+        chunks of ``chunk_bytes`` (a batch larger than a chunk is skipped, not read). Stops at a batch that does
+        not fit (a torn tail is never met here: loading cut it)."""
         end = self.log.size if end is None else end
         while position + HEADER_BYTES <= end:
-            chunk = self.log.read(position, min(_CHUNK, end - position))
+            chunk = self.log.read(position, min(max(chunk_bytes, HEADER_BYTES), end - position))
             at = 0
             while at + HEADER_BYTES <= len(chunk):
                 base, length = _PREFIX.unpack_from(chunk, at)
@@ -224,7 +226,8 @@ class LogSegment:
         if hint_offset == offset:
             return hint_position
         _, position = self._index_floor(offset)
-        for header in self.headers(position):
+        # About index.interval.bytes lie between entries: read that much at a time, not the rest of the segment.
+        for header in self.headers(position, chunk_bytes=min(self.index_interval_bytes + 2 * HEADER_BYTES, _CHUNK)):
             if header.last_offset >= offset:
                 return header.position
         return self.log.size
