@@ -453,7 +453,11 @@ class Broker:
             self._wrote_here = self.data_dir is not None and (
                 os.path.lexists(self.data_dir / RECOVERY_POINT_CHECKPOINT)
                 or os.path.lexists(self.data_dir / OLD_LOG_END_CHECKPOINT))
-            self._clean_shutdown = self.data_dir is not None and os.path.lexists(self.data_dir / CLEAN_SHUTDOWN_FILE)
+            marker = None if self.data_dir is None else self.data_dir / CLEAN_SHUTDOWN_FILE
+            self._clean_shutdown = marker is not None and os.path.lexists(marker)
+            if marker is not None and self._clean_shutdown and not os.path.isfile(marker):
+                raise LogCorruptionError(f"{marker} is not a file; the broker writes one at a clean shutdown. "
+                                         "Remove it (the logs are then scanned as after a crash)")
             starts = self._log_starts = self._offsets_file(
                 LOG_START_CHECKPOINT, "where each log starts since retention deleted its oldest segments: restore "
                 "it, or write it again from the first segment of each partition")
@@ -465,8 +469,8 @@ class Broker:
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
                     point = self._checkpoint.get((name, partition), 0)
-                    self._open_partition(name, partition, max(point, written.get(f"{name}-{partition}", 0)),
-                                         starts.get((name, partition), 0), cleaned.get((name, partition), 0))
+                    self._open_partition(name, partition, point, starts.get((name, partition), 0),
+                                         cleaned.get((name, partition), 0), written.get(f"{name}-{partition}", 0))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {
@@ -559,7 +563,8 @@ class Broker:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
 
-    def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int) -> None:
+    def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int,
+                        written_end: int = 0) -> None:
         """Open (recover or create) one partition's log under the next broker-wide partition number."""
         directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
         self._index[(name, partition)] = len(self._logs)
@@ -567,6 +572,7 @@ class Broker:
                                      log_start_offset=log_start, cleaned_offset=cleaned,
                                      cut_torn_tail=self._wrote_here,
                                      clean_shutdown=self._clean_shutdown and (name, partition) in self._checkpoint,
+                                     written_end=written_end,
                                      **self.topic_configs[name].log_settings())
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
@@ -1184,7 +1190,9 @@ class Broker:
                     if partition_log.log_end_offset not in partition_log.snapshot_offsets():
                         self._write_snapshot(partition_log, partition_log.log_end_offset)
                 self._write_log_end_checkpoint()  # every log is synced and closed
-                write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")  # type: ignore[operator]
+                # Kafka 3.x's content (CleanShutdownFileHandler); only the file's presence is read back.
+                write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE,  # type: ignore[operator]
+                                      b'{"version":0,"brokerEpoch":-1}')
         finally:
             self._release()
 

@@ -7,15 +7,16 @@ header scan (every CRC checked), their offset and time indexes rebuilt when they
 imply, their ``.txnindex`` cut to the log end, and a torn tail of the last segment cut; the segments below are
 trusted as Kafka trusts flushed ones.
 
-``recovery_point`` is also a floor: the log held at least that much when the broker last started, closed or
-wrote it (``written-log-ends``). Damage below it, a segment missing below it, a rolled segment that is damaged
-(it was fsync'd before the next one started), or offsets that skip or repeat raise :class:`LogCorruptionError`
-naming the file and the byte position. A data directory in idemcore's earlier frame format (a file named
-``log``) is refused with a message saying so.
+``floor``: the log held at least that much when the broker last started, closed or wrote it (the recovery point,
+or the end it last wrote in this boot: ``written-log-ends``). Damage below it, a segment missing below it, a
+rolled segment that is damaged (it was fsync'd before the next one started), or offsets that skip or repeat raise
+:class:`LogCorruptionError` naming the file and the byte position. A data directory in idemcore's earlier frame
+format (a file named ``log``) is refused with a message saying so.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -76,7 +77,8 @@ def delete_segment_files(name: str, directory: Path, base: int, why: str) -> Non
         (directory / offset_file_name(base, suffix)).unlink(missing_ok=True)
 
 
-def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_offset: int, cleaned_offset: int,
+def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int, log_start_offset: int,
+                  cleaned_offset: int,
                   index_interval_bytes: int, fsync: bool, clean: bool, cut_torn_tail: bool) -> LoadedLog:
     """The segments of ``directory`` (module docstring), the active one last, open for appends."""
     if (directory / "log").exists():
@@ -93,14 +95,14 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
     while len(bases) > 1 and bases[1] <= log_start_offset:  # a retention cut short, finished here
         delete_segment_files(name, directory, bases.pop(0), "below the log start offset")
     if not bases:
-        if recovery_point > log_start_offset:
+        if floor > log_start_offset:
             raise LogCorruptionError(
                 f"{name}: {directory / offset_file_name(log_start_offset, LOG_SUFFIX)} is missing (the directory "
-                f"holds no segment), but held offsets up to {recovery_point - 1} when the broker last started, "
+                f"holds no segment), but held offsets up to {floor - 1} when the broker last started, "
                 f"closed or wrote it. Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
         segment = segment_files(directory, log_start_offset, index_interval_bytes, create=True)
         return LoadedLog([segment], 0, 0)
-    if bases[0] > log_start_offset and bases[0] > 0 and recovery_point > log_start_offset:
+    if bases[0] > log_start_offset and bases[0] > 0 and floor > log_start_offset:
         raise LogCorruptionError(
             f"{name}: {directory / offset_file_name(bases[0], LOG_SUFFIX)} starts at offset {bases[0]} where offset "
             f"{log_start_offset} belongs: {directory / offset_file_name(log_start_offset, LOG_SUFFIX)} is missing "
@@ -117,12 +119,22 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
     # recovery point (as Kafka's loadSegmentFiles rebuilds a missing or corrupt index).
     first = len(segments) if clean and recovery_point >= active.base_offset else max(
         (k for k, segment in enumerate(segments) if segment.base_offset <= recovery_point), default=0)
-    if first == len(segments) and not _tail_ends_at(active, recovery_point):
-        log.warning("%s: %s does not end at offset %d, where it ended at the clean shutdown: scanning it", name,
-                    active.log.name, recovery_point)
-        first = len(segments) - 1
-    to_scan = sorted({k for k, segment in enumerate(segments) if not _indexes_sane(segment)}
-                     | set(range(first, len(segments))))
+    for segment in segments:  # something else where a .txnindex belongs: refused, naming it
+        if os.path.isdir(segment.txn_index.name):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), segment.txn_index.name)
+    suspect = {k for k, segment in enumerate(segments) if not _indexes_sane(segment)}
+    if first == len(segments):
+        # Each segment's tail, as Kafka's readNextOffset reads the active one's: whole, CRC-valid batches ending
+        # where the next segment starts (the active one: at the recovery point). A segment failing it is scanned,
+        # and its damage named.
+        for k, segment in enumerate(segments):
+            end = recovery_point if k == len(segments) - 1 else segments[k + 1].base_offset
+            if k not in suspect and not _tail_ends_at(segment, end):
+                log.warning("%s: %s does not end whole at offset %d: scanning it", name, segment.log.name, end)
+                suspect.add(k)
+        if len(segments) - 1 in suspect:
+            first = len(segments) - 1
+    to_scan = sorted(suspect | set(range(first, len(segments))))
     if not to_scan or to_scan[-1] != len(segments) - 1:
         active.next_offset = max(recovery_point, active.base_offset)
         active.load_index_state()
@@ -143,9 +155,9 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
         scan = scan_segment(Path(segment.log.name))
         scanned += scan.size
         valid, expected, bad = _check_scan(name, scan, segment.base_offset, cleaned_offset)
-        if bad is not None and (not last or expected < recovery_point):
+        if bad is not None and (not last or expected < floor):
             why = ("a rolled segment (fsync'd before the next one started) is damaged" if not last else
-                   f"the log ends at offset {expected}, but held {recovery_point} when the broker last started, "
+                   f"the log ends at offset {expected}, but held {floor} when the broker last started, "
                    "closed or wrote it (damaged outside the broker)")
             raise LogCorruptionError(f"{name}: {segment.log.name} is corrupt at byte {valid}: {bad}; {why}. "
                                      f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
@@ -155,10 +167,10 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, log_start_
                 f"{segments[k + 1].base_offset}: {directory / offset_file_name(expected, LOG_SUFFIX)} is missing or "
                 f"{segment.log.name} is shorter (deleted or cut outside the broker). Restore it, or remove "
                 f"{CHECKPOINT_HINT} and the partition to start over")
-        if last and expected < recovery_point:
+        if last and expected < floor:
             raise LogCorruptionError(
                 f"{name}: {segment.log.name} is shorter, or {directory / offset_file_name(expected, LOG_SUFFIX)} is "
-                f"missing: the log ends at offset {expected}, but held {recovery_point} when the broker last "
+                f"missing: the log ends at offset {expected}, but held {floor} when the broker last "
                 "started, closed or wrote it (deleted, cut or damaged outside the broker). "
                 f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
         if last and valid != segment.size:

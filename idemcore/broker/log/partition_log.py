@@ -98,9 +98,9 @@ def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, 
 class PartitionLog:
     """Batches of one topic-partition, in offset order, in segment files under ``directory`` or in memory
     (module docstring). ``recovery_point``: the log end when the broker last started or closed cleanly (its
-    checkpoint), or when it last wrote the log in this boot (its written ends: a killed process's writes stay in
-    the OS); with ``clean_shutdown`` it is the log end and nothing is scanned, else the segments from the one
-    holding it on are (:mod:`.loader`).
+    checkpoint); with ``clean_shutdown`` it is the log end and no segment is read whole, else the segments from
+    the one holding it on are scanned (:mod:`.loader`). ``written_end``: the end the broker last wrote in this
+    boot (a killed process's writes stay in the OS): the log must reach it, or it was damaged from outside.
 
     ``segment_bytes``, ``segment_ms`` and ``index_interval_bytes`` are Kafka's ``segment.bytes``,
     ``segment.ms`` and ``index.interval.bytes``; ``clock`` gives the time in ms (for ``segment.ms`` of
@@ -111,7 +111,7 @@ class PartitionLog:
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
-                 cut_torn_tail: bool = True, clean_shutdown: bool = False) -> None:
+                 cut_torn_tail: bool = True, clean_shutdown: bool = False, written_end: int = 0) -> None:
         for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
                                        ("segment_ms", segment_ms, 1, 2**63 - 1),
                                        ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
@@ -156,7 +156,8 @@ class PartitionLog:
             return
         directory.mkdir(parents=True, exist_ok=True)
         loaded: LoadedLog = load_segments(
-            self.name, directory, recovery_point=recovery_point, log_start_offset=log_start_offset,
+            self.name, directory, recovery_point=recovery_point, floor=max(recovery_point, written_end),
+            log_start_offset=log_start_offset,
             cleaned_offset=cleaned_offset, index_interval_bytes=index_interval_bytes, fsync=fsync,
             clean=clean_shutdown, cut_torn_tail=cut_torn_tail)
         self.segments = loaded.segments

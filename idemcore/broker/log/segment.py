@@ -13,12 +13,15 @@ that timestamp grew, and one last time index entry when the segment stops being 
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from idemcore.broker.log.store import ByteStore
 from idemcore.record.kafka_files.writers import encode_txn_index_entry
+
+log = logging.getLogger(__name__)
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -88,6 +91,8 @@ class LogSegment:
         self.first_timestamp: int | None = -1
         # The offset and position after the last read: a consumer reading on asks for exactly that next.
         self._hint = (base_offset, 0)
+        #: An index entry was found naming no batch (damaged outside the broker): reads walk from the start.
+        self.index_damaged = False
 
     @property
     def size(self) -> int:
@@ -225,12 +230,27 @@ class LogSegment:
         hint_offset, hint_position = self._hint
         if hint_offset == offset:
             return hint_position
-        _, position = self._index_floor(offset)
+        entry_offset, position = self._index_floor(offset)
+        if position and not self._entry_holds(entry_offset, position):
+            # A damaged index (Kafka's would be found by its sanity check, or not at all): walk from the start.
+            if not self.index_damaged:
+                log.warning("%s: its offset index entry (%d, %d) names no batch ending there: reading without it",
+                            self.log.name, entry_offset, position)
+            self.index_damaged = True
+            position = 0
         # About index.interval.bytes lie between entries: read that much at a time, not the rest of the segment.
         for header in self.headers(position, chunk_bytes=min(self.index_interval_bytes + 2 * HEADER_BYTES, _CHUNK)):
             if header.last_offset >= offset:
                 return header.position
         return self.log.size
+
+    def _entry_holds(self, entry_offset: int, position: int) -> bool:
+        """Whether a v2 batch starts at ``position`` and ends at ``entry_offset`` (what an index entry says)."""
+        head = self.log.read(position, HEADER_BYTES)
+        if len(head) < HEADER_BYTES or head[16] != 2:
+            return False
+        base = _PREFIX.unpack_from(head, 0)[0]
+        return base + _LAST_DELTA.unpack_from(head, 23)[0] == entry_offset
 
     def read(self, offset: int, limit: int, max_bytes: int, min_one: bool) -> tuple[bytes, int]:
         """The whole batches from the one holding ``offset`` on whose base offset is below ``limit`` and that fit
