@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from idemcore.broker.coordinator import TransactionCoordinator, TransactionState
-from idemcore.broker.request_checks import checked
+from idemcore.broker.input_checks import checked
 from idemcore.net.admin import (
     DescribedTransaction,
     DescribeProducersRequest,
