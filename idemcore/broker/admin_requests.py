@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from idemcore.broker.coordinator import TransactionCoordinator, TransactionState
 from idemcore.broker.input_checks import checked
+from idemcore.broker.replica_manager import ReplicaManager
+from idemcore.broker.topics import Topics
 from idemcore.net.admin import (
     DescribedTransaction,
     DescribeProducersRequest,
@@ -34,17 +37,26 @@ from idemcore.net.admin import (
 from idemcore.protocol.codes import ErrorCode
 from idemcore.state.snapshot import snapshot_entries
 
-if TYPE_CHECKING:
-    from idemcore.broker.broker import Broker
 
-__all__ = ["admin_handlers", "describe_producers", "describe_transactions", "list_transactions"]
+@dataclass(frozen=True)
+class AdminSources:
+    """What the admin requests read: the partitions and their producer state, the topic catalog, the broker's
+    id, and the transaction coordinator once it has started (None before: a read never starts it, as Kafka
+    makes ``__transaction_state`` at FindCoordinator)."""
+
+    replicas: ReplicaManager
+    topics: Topics
+    broker_id: int
+    txn_coordinator: Callable[[], TransactionCoordinator | None]
+
+__all__ = ["AdminSources", "admin_handlers", "describe_producers", "describe_transactions", "list_transactions"]
 
 #: Kafka's ``Topic.validate``: 1 to 249 ASCII alphanumerics, '.', '_' and '-', and neither "." nor "..".
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
-def admin_handlers(broker: Broker) -> dict[type, Callable[[Any], Any]]:
-    """The three requests' handlers over ``broker``, to merge into its dispatch table."""
+def admin_handlers(broker: AdminSources) -> dict[type, Callable[[Any], Any]]:
+    """The three requests' handlers over what ``broker`` holds, to merge into its dispatch table."""
     return {
         DescribeProducersRequest: lambda request: describe_producers(broker, request),
         DescribeTransactionsRequest: lambda request: describe_transactions(broker, request),
@@ -55,7 +67,7 @@ def admin_handlers(broker: Broker) -> dict[type, Callable[[Any], Any]]:
 # ---------------------------------------------------------------- DescribeProducers
 
 
-def describe_producers(broker: Broker, request: DescribeProducersRequest) -> DescribeProducersResponse:
+def describe_producers(broker: AdminSources, request: DescribeProducersRequest) -> DescribeProducersResponse:
     """Each requested partition's active producers: every producer with an entry in its producer state (those that
     wrote only markers too), as Kafka's ``UnifiedLog.activeProducers`` lists them."""
     pairs = request.partitions
@@ -76,14 +88,14 @@ def _malformed_pairs(pairs: object) -> str | None:
     return None
 
 
-def _partition_producers(broker: Broker, topic: str, partition: int) -> PartitionProducers:
+def _partition_producers(broker: AdminSources, topic: str, partition: int) -> PartitionProducers:
     # Kafka checks the name first (INVALID_TOPIC_EXCEPTION), then whether the topic, then the partition, exists.
     if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
         return PartitionProducers(topic, partition, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                   error_message=f"topic name {topic!r:.300} is not legal: 1 to 249 of a-z, A-Z, 0-9, "
                                                 "'.', '_', '-', and not '.' or '..'")
-    number = broker.partition_number(topic, partition)
-    if number is None:
+    found = broker.replicas.partition(topic, partition)
+    if found is None:
         where = "topic" if topic not in broker.topics else "partition"
         return PartitionProducers(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                   error_message=f"broker {broker.broker_id} has no {where} {topic}-{partition}")
@@ -92,20 +104,18 @@ def _partition_producers(broker: Broker, topic: str, partition: int) -> Partitio
     return PartitionProducers(topic, partition, ErrorCode.NONE, tuple(
         ProducerState(entry.producer_id, entry.producer_epoch, entry.last_sequence, entry.timestamp,
                       entry.coordinator_epoch, entry.current_txn_first_offset)
-        for entry in snapshot_entries(broker.state, number)))
+        for entry in snapshot_entries(broker.replicas.state, found.number)))
 
 
 # ---------------------------------------------------------------- DescribeTransactions / ListTransactions
 
 
-def _started_coordinator(broker: Broker) -> TransactionCoordinator | None:
-    """The transaction coordinator if it has started; ``broker.txn_coordinator`` would make ``__transaction_state``,
-    which a read must not (Kafka makes it at FindCoordinator)."""
-    coordinator: TransactionCoordinator | None = broker.started_txn_coordinator
-    return coordinator
+def _started_coordinator(broker: AdminSources) -> TransactionCoordinator | None:
+    """The transaction coordinator if it has started (a read must not make ``__transaction_state``)."""
+    return broker.txn_coordinator()
 
 
-def describe_transactions(broker: Broker, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+def describe_transactions(broker: AdminSources, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     """Each requested id's state: NOT_COORDINATOR while the coordinator has not started (no partition of
     ``__transaction_state`` is loaded), INVALID_REQUEST for "", TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
     ids = request.transactional_ids
@@ -132,7 +142,7 @@ def describe_transactions(broker: Broker, request: DescribeTransactionsRequest) 
         for d in answer), request.request_id)
 
 
-def list_transactions(broker: Broker, request: ListTransactionsRequest) -> ListTransactionsResponse:
+def list_transactions(broker: AdminSources, request: ListTransactionsRequest) -> ListTransactionsResponse:
     """The ids the coordinator knows (none before it has started), filtered by state names, producer ids and how
     long their transaction has run; state filters that name no state come back in ``unknown_state_filters``."""
     states, producer_ids, duration = request.state_filters, request.producer_id_filters, request.duration_filter_ms

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from idemcore.broker import topic_requests, txn_requests
-from idemcore.broker.admin_requests import admin_handlers
+from idemcore.broker.admin_requests import AdminSources, admin_handlers
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
@@ -206,7 +206,8 @@ class Broker:
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
                 MetadataRequest: lambda r: topic_requests.metadata(self.topic_catalog, r),
                 CreateTopicsRequest: lambda r: topic_requests.create_topics(self.topic_catalog, r),
-                **admin_handlers(self),
+                **admin_handlers(AdminSources(self.replicas, self.topic_catalog, broker_id,
+                                              lambda: self._txn_coordinator)),
                 **membership_handlers(lambda: self.group_coordinator),
             }
             self.log_manager.started()
@@ -429,7 +430,7 @@ class Broker:
 
     def clean_logs(self, now_ms: int | None = None) -> int:
         """Compact the partitions of topics whose ``cleanup.policy`` includes ``compact`` (Kafka's log cleaner;
-        :meth:`PartitionLog.clean`) at ``now_ms`` (default: the clock), after recording in
+        :func:`~idemcore.broker.log.cleaner.clean_log`) at ``now_ms`` (default: the clock), after recording in
         ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed."""
         self._check_open()
         return self.log_manager.clean_logs(self.topic_configs, self.clock() if now_ms is None else now_ms)

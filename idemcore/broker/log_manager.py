@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from idemcore.broker.log import LogCorruptionError, PartitionLog
+from idemcore.broker.log.cleaner import clean_log
 from idemcore.broker.producer_ids import (
     SQLITE_STORE_NAME,
     BlockStoreError,
@@ -249,7 +250,7 @@ class LogManager:
             return 0
         self._cleaned.update({(p.topic, p.partition): stop for p, stop in due})
         self._write_offsets_file(CLEANER_CHECKPOINT, self._cleaned)  # before a segment changes: gaps allowed there
-        return sum(partition_log.clean(now, configs[partition_log.topic].delete_retention_ms)
+        return sum(clean_log(partition_log, now, configs[partition_log.topic].delete_retention_ms)
                    for partition_log, _ in due)
 
     # --- producer ids ----------------------------------------------------------------------------------------

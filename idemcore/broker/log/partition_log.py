@@ -600,12 +600,6 @@ class PartitionLog:
         stop = max(base for base in bases if base <= limit)
         return None if stop <= bases[0] else stop
 
-    def clean(self, now_ms: int, delete_retention_ms: int) -> int:
-        """Compact the segments below :meth:`cleanable_offset` (:func:`.cleaner.clean_log`); the bytes removed."""
-        from idemcore.broker.log.cleaner import clean_log  # the cleaner builds on this class
-
-        return clean_log(self, now_ms, delete_retention_ms)
-
     # --- producer-state snapshots ---------------------------------------------------------------------------
 
     def snapshot_offsets(self) -> list[int]:
