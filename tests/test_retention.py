@@ -87,7 +87,7 @@ def test_a_retention_cut_short_after_the_checkpoint_is_finished_at_the_next_star
     broker = Broker({"t": 1}, data_dir=tmp_path, clock=clock, retention_bytes=300, **SMALL)
     for seq in range(20):
         _send(broker, 1, seq, clock.now)
-    monkeypatch.setattr(PartitionLog, "delete_segments_below", lambda self, start: None)  # dies before deleting
+    monkeypatch.setattr(PartitionLog, "delete_start_breached_segments", lambda self: 0)  # dies before deleting
     broker.delete_old_segments()
     monkeypatch.undo()
     start = read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint").entries[0].offset
