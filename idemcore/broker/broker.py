@@ -752,9 +752,10 @@ class Broker:
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention (``retention_ms``, ``retention_bytes``) at ``now_ms`` (default: the clock): delete the
         whole segments that are due in every partition and advance their log start offsets, recorded in
-        ``log-start-offset-checkpoint`` before any file goes (Kafka's ``deleteOldSegments``). Producer state is
-        kept (producers whose batches are gone still have their sequence until they expire). Returns how many
-        partitions moved their start."""
+        ``log-start-offset-checkpoint`` before any file goes (Kafka's ``deleteOldSegments``); in every partition,
+        whatever its policy, delete the segments whose successor starts at or below its log start (one a roll
+        left below a start DeleteRecords moved). Producer state is kept (producers whose batches are gone still
+        have their sequence until they expire). Returns how many partitions moved their start."""
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         now = self.clock() if now_ms is None else now_ms
@@ -766,6 +767,8 @@ class Broker:
                 if start is not None:
                     moves.append((partition_log, start))
         self.increment_log_start_offsets({(p.topic, p.partition): start for p, start in moves})
+        for partition_log in self._logs:  # whatever the policy (Kafka's deleteLogStartOffsetBreachedSegments)
+            partition_log.delete_start_breached_segments()
         return len(moves)
 
     def increment_log_start_offsets(self, starts: Mapping[tuple[str, int], int]) -> None:

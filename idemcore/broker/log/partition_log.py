@@ -122,6 +122,8 @@ class PartitionLog:
         #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
         #: log-start-offset-checkpoint before the segments below it are deleted.
         self.log_start_offset = log_start_offset
+        # The log start whose snapshots and epoch checkpoint delete_start_breached_segments last brought in line.
+        self._tidied_start = log_start_offset
         #: Where the last compaction stopped (the active segment's base then): below it, records and whole
         #: batches may be missing, as compaction leaves them; recorded by the broker in cleaner-offset-checkpoint.
         self.cleaned_offset = cleaned_offset
@@ -593,7 +595,12 @@ class PartitionLog:
         """Delete the segments whose successor starts at or below the log start offset, with their indexes
         (Kafka's ``deleteLogStartOffsetBreachedSegments``: the active segment always stays), the snapshots below
         the start, and move ``leader-epoch-checkpoint``'s first entry to the start (Kafka's
-        ``LeaderEpochFileCache.truncateFromStart``). Returns how many segments went."""
+        ``LeaderEpochFileCache.truncateFromStart``). Returns how many segments went. Cheap when there is nothing to
+        do: the broker's retention check calls it for every log, as Kafka's does (a segment rolled at or below the
+        start after it moved goes then)."""
+        breached = len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset
+        if not breached and self._tidied_start == self.log_start_offset:
+            return 0
         deleted = 0
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             segment = self.segments.pop(0)
@@ -611,6 +618,7 @@ class PartitionLog:
         if not path.exists() or path.read_bytes() != epochs:
             write_file_atomically(path, epochs, self._fsync)
         self._epochs_written = self._has_batches()
+        self._tidied_start = self.log_start_offset
         return deleted
 
     # --- compaction (the cleaner rewrites segments through these) ---------------------------------------------
