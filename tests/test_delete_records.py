@@ -9,8 +9,10 @@ admin clients against ``idemcore serve``."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -379,3 +381,114 @@ def test_a_malformed_in_process_answer_still_translates():
     (topic,) = kp_topics.DeleteRecordsResponse.decode(frame, version=2, header=True, framed=True).to_dict()["topics"]
     assert topic["partitions"] == [{"partition_index": 0, "low_watermark": -1,
                                     "error_code": ErrorCode.INVALID_REQUEST}]
+
+
+# ---------------------------------------------------------------- real admin clients against `idemcore serve`
+
+SERVE_TIMEOUT_S = 20
+
+
+def _confluent_consumer(bootstrap: str, reset: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{reset}", "enable.auto.commit": False,
+                     "auto.offset.reset": reset, "fetch.wait.max.ms": 50, "log.connection.close": False})
+
+
+def _first_from(bootstrap: str, offset: int, reset: str = "earliest") -> tuple[int, bytes] | str:
+    """What a confluent-kafka consumer assigned at ``offset`` gets first: ``(offset, value)``, or the name of the
+    error librdkafka reports."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _confluent_consumer(bootstrap, reset)
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, offset)])
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                return str(message.error().name())
+            return message.offset(), message.value()
+        raise AssertionError(f"nothing read from offset {offset} in {SERVE_TIMEOUT_S} s")
+    finally:
+        consumer.close()
+
+
+def _watermarks(bootstrap: str) -> tuple[int, int]:
+    from confluent_kafka import TopicPartition
+
+    consumer = _confluent_consumer(bootstrap, "earliest")
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=SERVE_TIMEOUT_S)
+        return low, high
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_and_kafka_python_delete_records_from_idemcore_serve(tmp_path):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    from confluent_kafka.admin import AdminClient
+    from kafka.errors import OffsetOutOfRangeError
+
+    from tests.peers import ServeProcess
+
+    serve = ServeProcess(tmp_path / "data", "--topics", f"{TOPIC}:1", "--quiet",
+                         "--override", "log.segment.bytes=512")
+    serve.start()
+    clients: list[Any] = []
+    try:
+        producer = confluent_kafka.Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True,
+                                             "linger.ms": 0, "log.connection.close": False})
+        for i in range(30):  # a batch each: segments of about 7
+            producer.produce(TOPIC, b"v%d" % i, partition=0)
+            assert producer.flush(SERVE_TIMEOUT_S) == 0
+        directory = tmp_path / "data" / f"{TOPIC}-0"
+        assert len(files(directory, ".log")) > 3
+
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap, "log.connection.close": False})
+        partition = confluent_kafka.TopicPartition(TOPIC, 0, 10)
+        (future,) = admin.delete_records([partition], request_timeout=SERVE_TIMEOUT_S).values()
+        assert future.result(SERVE_TIMEOUT_S).low_watermark == 10
+        kafka_admin = kafka.KafkaAdminClient(bootstrap_servers=serve.bootstrap, request_timeout_ms=10_000)
+        clients.append(kafka_admin)
+        tp = kafka.TopicPartition(TOPIC, 0)
+        assert kafka_admin.delete_records({tp: 13})[tp]["low_watermark"] == 13
+        assert kafka_admin.delete_records({tp: 5})[tp]["low_watermark"] == 13  # below the start: no change
+        with pytest.raises(OffsetOutOfRangeError):
+            kafka_admin.delete_records({tp: 31})
+        segments = files(directory, ".log")
+        assert segments[0] <= 13 and all(base > 13 for base in segments[1:])
+        assert (tmp_path / "data" / "log-start-offset-checkpoint").read_text().splitlines() == ["0", "1", "t 0 13"]
+
+        assert _first_from(serve.bootstrap, confluent_kafka.OFFSET_BEGINNING) == (13, b"v13")
+        assert _first_from(serve.bootstrap, 5) == (13, b"v13")  # OFFSET_OUT_OF_RANGE, reset to the earliest
+        assert _first_from(serve.bootstrap, 5, reset="error") == "_AUTO_OFFSET_RESET"
+        assert _watermarks(serve.bootstrap) == (13, 30)
+
+        kafka_admin.close()
+        clients.clear()
+        del producer, admin  # librdkafka's clients close when collected: none keeps reconnecting meanwhile
+        gc.collect()
+        serve.kill()  # SIGKILL: the start is in its checkpoint already
+        serve.start()
+        assert _watermarks(serve.bootstrap) == (13, 30)
+        assert _first_from(serve.bootstrap, 0) == (13, b"v13")
+        serve.stop()  # a clean stop and start
+        serve.start()
+        assert _watermarks(serve.bootstrap) == (13, 30)
+
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap, "log.connection.close": False})
+        everything = confluent_kafka.TopicPartition(TOPIC, 0, confluent_kafka.OFFSET_END)  # -1: the high watermark
+        (future,) = admin.delete_records([everything], request_timeout=SERVE_TIMEOUT_S).values()
+        assert future.result(SERVE_TIMEOUT_S).low_watermark == 30
+        assert _watermarks(serve.bootstrap) == (30, 30)
+        del admin
+        gc.collect()
+    finally:
+        for client in clients:
+            client.close()
+        serve.stop()
+    assert "Traceback" not in serve.output()
