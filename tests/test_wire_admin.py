@@ -1,7 +1,8 @@
 """DescribeProducers v0, DescribeTransactions v0 and ListTransactions v0–1 on the wire: every served version
 through kio and back, and the bytes cross-checked against kafka-python 3's independent codec (``kafka.protocol``,
 generated from the same Kafka JSON schemas), as docs/research/kio-evaluation.md describes; then a real broker
-answering kafka-python's requests through the translations (a server without its socket)."""
+answering kafka-python's requests through the translations (a server without its socket). DeleteRecords' served
+versions are checked here, its translations in tests/test_delete_records.py."""
 
 from __future__ import annotations
 

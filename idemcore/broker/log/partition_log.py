@@ -119,8 +119,9 @@ class PartitionLog:
                 raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
         self.topic = topic
         self.partition = partition
-        #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
-        #: log-start-offset-checkpoint before the segments below it are deleted.
+        #: The first offset readers may read (Kafka's log start offset): raised by retention (to a segment's base)
+        #: and DeleteRecords (anywhere up to the log end, inside a segment or a batch too), recorded by the broker
+        #: in log-start-offset-checkpoint before the segments below it are deleted.
         self.log_start_offset = log_start_offset
         # The log start whose snapshots and epoch checkpoint delete_start_breached_segments last brought in line.
         self._tidied_start = log_start_offset
