@@ -303,6 +303,25 @@ def test_the_start_survives_restarts_and_producers_keep_their_state(tmp_path, st
         assert send(again, 2, 12, 1) == (NONE, 13)
 
 
+def test_retention_goes_on_from_a_start_inside_a_segment(tmp_path):
+    day = 86_400_000
+    now = 10 * day
+    with Broker({TOPIC: 1}, data_dir=tmp_path, clock=lambda: now, retention_ms=day, segment_bytes=200,
+                index_interval_bytes=0) as broker:
+        for seq in range(0, 8, 2):  # two days old: segments 0 and 4
+            batch = RecordBatch(TOPIC, 0, [b"a", b"b"], None, 1, 0, seq, now - 2 * day)
+            assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == NONE
+        batch = RecordBatch(TOPIC, 0, [b"c", b"d"], None, 1, 0, 8, now)  # fresh: segment 8
+        assert broker.handle(ProduceRequest((batch,))).responses[0].error_code == NONE
+        assert delete_one(broker, 5) == (NONE, 5)
+        log = broker.log(TOPIC, 0)
+        assert log.segment_bases == [4, 8]
+        assert broker.delete_old_segments() == 1  # segment 4, expired, holding the start
+        assert (log.log_start_offset, log.segment_bases) == (8, [8])
+        assert read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint").entries == [(TOPIC, 0, 8)]
+        assert delete_one(broker, 6) == (NONE, 8)
+
+
 def test_a_killed_broker_replays_the_batch_holding_the_start(tmp_path):
     broker = open_broker(tmp_path, segment_bytes=1 << 20)  # one segment: no snapshot until the clean close
     send(broker, 1, 0, 5)
