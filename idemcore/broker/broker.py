@@ -180,6 +180,9 @@ class Broker:
                                        message_max_bytes)
         self.replicas.on_marker = self._marker_written
         self.topic_catalog.open_partitions = self.replicas.open_topic
+        #: What the admin requests read and move.
+        self.admin_sources = AdminSources(self.replicas, self.topic_catalog, broker_id,
+                                          lambda: self._txn_coordinator, self.log_manager)
         try:
             self.producer_ids = producer_ids if producer_ids is not None else \
                 self.log_manager.own_producer_ids(broker_id)
@@ -206,8 +209,7 @@ class Broker:
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
                 MetadataRequest: lambda r: topic_requests.metadata(self.topic_catalog, r),
                 CreateTopicsRequest: lambda r: topic_requests.create_topics(self.topic_catalog, r),
-                **admin_handlers(AdminSources(self.replicas, self.topic_catalog, broker_id,
-                                              lambda: self._txn_coordinator)),
+                **admin_handlers(self.admin_sources),
                 **membership_handlers(lambda: self.group_coordinator),
             }
             self.log_manager.started()
@@ -434,6 +436,11 @@ class Broker:
         ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed."""
         self._check_open()
         return self.log_manager.clean_logs(self.topic_configs, self.clock() if now_ms is None else now_ms)
+
+    def increment_log_start_offsets(self, starts: Mapping[tuple[str, int], int]) -> None:
+        """Raise log start offsets (DeleteRecords): :meth:`LogManager.increment_log_start_offsets`."""
+        self._check_open()
+        self.log_manager.increment_log_start_offsets(starts)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for ``producer_id_expiration_ms`` with no open transaction; return how many."""

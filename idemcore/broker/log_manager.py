@@ -223,23 +223,51 @@ class LogManager:
 
     def delete_old_segments(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         """Apply each topic's retention at ``now``: delete the whole segments that are due and advance the log
-        start offsets, recorded in ``log-start-offset-checkpoint`` before any file goes (Kafka's
-        ``deleteOldSegments``). Returns how many partitions moved their start."""
-        moves = []
+        start offsets (through :meth:`increment_log_start_offsets`, Kafka's ``deleteOldSegments``); in every
+        partition, whatever its policy, delete the segments whose successor starts at or below its log start (one
+        a roll left below a start DeleteRecords moved). Producer state is kept (producers whose batches are gone
+        still have their sequence until they expire). Returns how many partitions moved their start."""
+        moves = {}
         for partition_log in self.logs:
             config = configs[partition_log.topic]
             if config.deletes:
                 start = partition_log.retention_start(now, config.retention_ms, config.retention_bytes)
                 if start is not None:
-                    moves.append((partition_log, start))
-        if not moves:
-            return 0
-        # Partitions this broker does not serve keep their entries, as in the other checkpoints.
-        self._log_starts.update({(p.topic, p.partition): start for p, start in moves})
-        self._write_offsets_file(LOG_START_CHECKPOINT, self._log_starts)  # only logs with a directory have retention
-        for partition_log, start in moves:
-            partition_log.delete_segments_below(start)
+                    moves[(partition_log.topic, partition_log.partition)] = start
+        self.increment_log_start_offsets(moves)
+        for partition_log in self.logs:  # whatever the policy (Kafka's deleteLogStartOffsetBreachedSegments)
+            partition_log.delete_start_breached_segments()
         return len(moves)
+
+    def increment_log_start_offsets(self, starts: Mapping[Key, int]) -> None:
+        """Raise each partition's log start offset to the one given (never lower, never past its log end:
+        ValueError before anything changes), record the starts in ``log-start-offset-checkpoint`` (after an fsync
+        of those logs, so no start lies past what a power loss keeps), and only then delete the segments whose
+        successor starts at or below the new start (Kafka's ``maybeIncrementLogStartOffset`` then
+        ``deleteLogStartOffsetBreachedSegments``; Kafka deletes at its next retention check). Retention and
+        DeleteRecords both move the start through here. An OSError writing the checkpoint leaves every start as
+        it was."""
+        by_key = {(p.topic, p.partition): p for p in self.logs}
+        moves = []
+        for key, start in starts.items():
+            partition_log = by_key[key]
+            if type(start) is not int or start > partition_log.log_end_offset:
+                raise ValueError(f"{partition_log.name}: the log start offset cannot move to {start!r}, past the "
+                                 f"log end {partition_log.log_end_offset}")
+            if start > partition_log.log_start_offset:
+                moves.append((partition_log, start))
+        if not moves:
+            return
+        if self.data_dir is not None:
+            for partition_log, _ in moves:
+                partition_log.flush()
+            # Partitions this broker does not serve keep their entries, as in the other checkpoints.
+            recorded = {**self._log_starts, **{(p.topic, p.partition): start for p, start in moves}}
+            self._write_offsets_file(LOG_START_CHECKPOINT, recorded)
+            self._log_starts = recorded
+        for partition_log, start in moves:
+            partition_log.maybe_increment_log_start_offset(start)
+            partition_log.delete_start_breached_segments()
 
     def clean_logs(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         """Compact the logs of topics whose ``cleanup.policy`` includes ``compact`` (Kafka's log cleaner), after
