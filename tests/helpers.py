@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from idemcore.record.columns import COLUMNS
@@ -31,3 +33,24 @@ def marker(pid, epoch, commit=True, coordinator_epoch=0, **extra) -> dict:
     return {"producer_id": pid, "producer_epoch": epoch, "base_sequence": -1, "last_sequence": -1,
             "record_count": 1, "is_control": True, "is_transactional": True, "control_type": 1 if commit else 0,
             "coordinator_epoch": coordinator_epoch, **extra}
+
+
+def forget_recovery_points(data_dir) -> None:
+    """Remove a broker's recovery points and clean-shutdown marker, so that its next start scans every segment (as
+    after a crash with nothing flushed): damage a clean start trusts is then found."""
+    for name in ("recovery-point-offset-checkpoint", ".kafka_cleanshutdown", "written-log-ends"):
+        (Path(data_dir) / name).unlink(missing_ok=True)
+
+
+def set_recovery_point(data_dir, topic: str, partition: int, offset: int) -> None:
+    """Make ``data_dir`` look as a broker that crashed after starting with ``topic-partition`` at ``offset``
+    leaves it: that recovery point in Kafka's checkpoint, no clean-shutdown marker."""
+    from idemcore.record.kafka_files import encode_offset_checkpoint, read_offset_checkpoint
+
+    path = Path(data_dir) / "recovery-point-offset-checkpoint"
+    points = {}
+    if path.exists():
+        points = {(e.topic, e.partition): e.offset for e in read_offset_checkpoint(path).entries}
+    points[(topic, partition)] = offset
+    path.write_bytes(encode_offset_checkpoint((t, p, o) for (t, p), o in sorted(points.items())))
+    (Path(data_dir) / ".kafka_cleanshutdown").unlink(missing_ok=True)

@@ -61,7 +61,7 @@ def _die() -> None:
 
 def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
     """In the child: make the n-th write, fsync, rename or unlink of the broker its last (n picked by ``rng``)."""
-    import idemcore.broker.log as partition_log
+    from idemcore.broker.log.store import FileStore
 
     countdown = [rng.randint(1, 160)]
 
@@ -72,14 +72,14 @@ def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
             return True
         return False
 
-    write, fsync, replace, os_write, pwrite, unlink = (partition_log._write, os.fsync, os.replace, os.write,
-                                                      os.pwrite, os.unlink)
+    append, fsync, replace, os_write, pwrite, unlink = (FileStore.append, os.fsync, os.replace, os.write,
+                                                       os.pwrite, os.unlink)
 
-    def torn_write(file: Any, data: bytes) -> None:
-        if due(f"write {Path(file.name).name}"):
-            write(file, bytes(data)[:rng.randrange(len(data) + 1)])
+    def torn_append(store: Any, data: bytes) -> None:
+        if due(f"write {store.path.name}"):
+            append(store, bytes(data)[:rng.randrange(len(data) + 1)])
             _die()
-        write(file, data)
+        append(store, data)
 
     def killing(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any) -> Any:
@@ -93,7 +93,7 @@ def _arm(rng: random.Random, report: Callable[[str], None]) -> None:
             return call(*args)
         return wrapper
 
-    partition_log._write = torn_write
+    FileStore.append = torn_append  # type: ignore[method-assign]
     os.fsync = killing("os.fsync", fsync)
     os.replace = killing("os.replace", replace)
     os.write = killing("os.write", os_write)

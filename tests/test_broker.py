@@ -19,6 +19,7 @@ from idemcore.errors import IdemcoreError
 from idemcore.net.messages import InitProducerIdRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
+from tests.helpers import set_recovery_point
 
 #: Batches carry the time the tests start: a restart from a snapshot forgets producers idle for a day (Kafka).
 NOW = wall_clock_ms()
@@ -266,7 +267,7 @@ def test_a_log_shorter_than_at_the_last_start_or_close_is_refused(tmp_path, dama
                "cut": r"is corrupt at byte \d+: .*the log ends at offset 1, but held 2"}[damage]
     with pytest.raises(LogCorruptionError, match=rf"t-0: .*{message} when the broker last started, closed or wrote it"):
         Broker({"t": 1}, data_dir=tmp_path)
-    (tmp_path / "log-end-offsets.json").unlink()  # the operator accepts the loss, as the message says
+    (tmp_path / "recovery-point-offset-checkpoint").unlink()  # the operator accepts the loss, as the message says
     (tmp_path / "written-log-ends").unlink()
     if damage == "cut":  # without recovery points nothing says the broker wrote the tail: it is not cut for them
         with pytest.raises(LogCorruptionError, match=r"not cut\. Move the file aside, or truncate it to 69 bytes"):
@@ -344,7 +345,7 @@ def test_a_frame_inside_the_torn_write_is_not_taken_for_corruption(tmp_path):
         broker.handle(ProduceRequest((batch(0, [b"x" * 40 + inner], seq=1),)))
     path = tmp_path / "b" / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-5])  # torn in a crash, with no checkpoint of the run
-    (tmp_path / "b" / "log-end-offsets.json").write_text('{"t-0": 1}')
+    set_recovery_point(tmp_path / "b", "t", 0, 1)
     rewind_written_end(tmp_path / "b", "t-0", 1)
     with Broker({"t": 1}, data_dir=tmp_path / "b") as broker:
         assert broker.log("t", 0).log_end_offset == 1 and broker.log("t", 0).truncated_bytes > 0
@@ -378,7 +379,7 @@ def test_a_torn_write_of_crafted_bytes_never_blocks_a_restart(tmp_path):
         broker.handle(ProduceRequest((batch(0, [b"\x10\x00\x00\x00" * 250_000], seq=1),)))
     path = tmp_path / "t-0" / "00000000000000000000.log"
     path.write_bytes(path.read_bytes()[:-100])  # the crash tore the big write; no close after it
-    (tmp_path / "log-end-offsets.json").write_text('{"t-0": 1}')  # as the start before it left it
+    set_recovery_point(tmp_path, "t", 0, 1)  # as the start before it left it
     rewind_written_end(tmp_path, "t-0", 1)
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert broker.log("t", 0).log_end_offset == 1

@@ -114,9 +114,15 @@ def _marker(offset: int, pid: int, commit: bool) -> StoredBatch:
     return StoredBatch(offset, batch, None, None, (int(ControlType.COMMIT if commit else ControlType.ABORT), 0))
 
 
-def _answer(batches: list[StoredBatch], aborted: list[tuple[int, int]] = (), stable: int = 1000) -> FetchedPartition:
+def _answer(batches: list[StoredBatch], aborted: list[tuple[int, int]] = (),
+            stable: int = 1000) -> tuple[FetchedPartition, tuple[StoredBatch, ...]]:
+    """A fetch answer and its batches as the consumer decodes them from its records."""
     return FetchedPartition(TOPIC, 0, ErrorCode.NONE, 1000, stable, 0,
-                            tuple(AbortedTransaction(pid, first) for pid, first in aborted), tuple(batches))
+                            tuple(AbortedTransaction(pid, first) for pid, first in aborted)), tuple(batches)
+
+
+def _steps(answer: tuple[FetchedPartition, tuple[StoredBatch, ...]], offset: int, read_committed: bool):
+    return fetched_steps(answer[0], answer[1], offset, read_committed)
 
 
 def _offsets(steps) -> tuple[list[int], int]:
@@ -128,39 +134,39 @@ def test_an_aborted_range_ends_at_its_producers_abort_marker():
     # 8 p3 plain batch with an aborted producer id: only transactional batches are dropped · 9 COMMIT p1
     batches = [_data(0, 1, 2), _data(2, 2, 1), _data(3, 1, 1), _marker(4, 1, False), _data(5, 1, 2),
                _marker(7, 2, True), _data(8, 3, 1, transactional=False), _marker(9, 1, True)]
-    steps = fetched_steps(_answer(batches, aborted=[(3, 8), (1, 0)]), 0, read_committed=True)
+    steps = _steps(_answer(batches, aborted=[(3, 8), (1, 0)]), 0, read_committed=True)
     assert _offsets(steps) == ([2, 5, 6, 8], 10)
     assert [position for position, record in steps if record is None] == [2, 4, 5, 8, 10]  # skips move on
-    uncommitted = fetched_steps(_answer(batches, aborted=[(1, 0)]), 0, read_committed=False)
+    uncommitted = _steps(_answer(batches, aborted=[(1, 0)]), 0, read_committed=False)
     assert _offsets(uncommitted) == ([0, 1, 2, 3, 5, 6, 8], 10)  # every data record, never a marker
 
 
 def test_records_before_the_fetch_offset_and_markers_behind_it_are_skipped():
     batches = [_data(0, 1, 4, transactional=False), _marker(4, 1, True), _data(5, 1, 2, transactional=False)]
-    assert _offsets(fetched_steps(_answer(batches), 2, True)) == ([2, 3, 5, 6], 7)
-    assert _offsets(fetched_steps(_answer(batches[1:]), 5, True)) == ([5, 6], 7)  # a marker before: no step back
-    assert fetched_steps(_answer(batches[1:]), 5, True)[0][0] == 6
+    assert _offsets(_steps(_answer(batches), 2, True)) == ([2, 3, 5, 6], 7)
+    assert _offsets(_steps(_answer(batches[1:]), 5, True)) == ([5, 6], 7)  # a marker before: no step back
+    assert _steps(_answer(batches[1:]), 5, True)[0][0] == 6
 
 
 def test_compaction_gaps_give_each_record_its_offset_and_the_position_the_batch_end():
     # Base 10, records left at deltas 1 and 4 of 0..6; then a batch compaction emptied (base 17, deltas 0..2).
     batches = [_data(10, 5, 2, transactional=False, deltas=(1, 4), last_delta=6),
                StoredBatch(17, RecordBatch(TOPIC, 0, (), None, 5, 0, 7, NOW), (), 2)]
-    steps = fetched_steps(_answer(batches), 10, True)
+    steps = _steps(_answer(batches), 10, True)
     assert _offsets(steps) == ([11, 14], 20)
     assert [r.value for _, r in steps if r is not None] == [b"11", b"14"]
 
 
 def test_nothing_at_or_past_the_answers_last_stable_offset_is_used():
     batches = [_data(0, 100, 2, transactional=False), _data(2, 1, 2), _data(4, 100, 1, transactional=False)]
-    assert _offsets(fetched_steps(_answer(batches, stable=2), 0, True)) == ([0, 1], 2)
-    assert _offsets(fetched_steps(_answer(batches, stable=2), 0, False)) == ([0, 1, 2, 3, 4], 5)  # uncommitted: all
+    assert _offsets(_steps(_answer(batches, stable=2), 0, True)) == ([0, 1], 2)
+    assert _offsets(_steps(_answer(batches, stable=2), 0, False)) == ([0, 1, 2, 3, 4], 5)  # uncommitted: all
 
 
 def test_records_carry_key_headers_and_the_batch_timestamp():
     batch = RecordBatch(TOPIC, 0, [b"v0", None], [b"k0", None], 4, 0, 0, 1234, False,
                         [[("h", b"x"), ("h", None)], []])
-    ((_, first), (_, second)) = fetched_steps(_answer([StoredBatch(7, batch)]), 7, True)
+    ((_, first), (_, second)) = _steps(_answer([StoredBatch(7, batch)]), 7, True)
     assert first == ConsumerRecord(TOPIC, 0, 7, b"k0", b"v0", (("h", b"x"), ("h", None)), 1234)
     assert second == ConsumerRecord(TOPIC, 0, 8, None, None, (), 1234)
 

@@ -12,6 +12,10 @@ data directory and a broker starts on it. The outcome each cell must have is in 
   every id in the logs and its records continue the offsets; a second broker is refused the directory
   (naming the holder); and a further restart finds all of it again.
 
+* ``READ_ERROR``, (d) the start succeeds (after a clean shutdown Kafka's loader, and ours, does not read
+  flushed segments whole) and reading the partition finds the damage (a CRC mismatch, or offsets that do not
+  follow).
+
 Never (c): a start that succeeds with an acknowledged record missing, or offsets restarting or repeating.
 
 A file the broker starts keeping is one more ``FILES`` entry and its six ``MATRIX`` rows;
@@ -24,6 +28,7 @@ roll and at a clean shutdown), and ``leader-epoch-checkpoint``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -45,6 +50,7 @@ from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import ProduceRequest, TxnMarker, WriteTxnMarkersRequest
 from idemcore.record.batch import RecordBatch
+from idemcore.record.v2 import CorruptRecordError
 
 REPO = Path(__file__).resolve().parent.parent
 TOPICS = {"t": 2}
@@ -66,7 +72,8 @@ FILES = {
     "snapshot": "t-0/00000000000000000008.snapshot",
     "shutdown snapshot": "t-0/00000000000000000010.snapshot",
     "leader epochs": "t-0/leader-epoch-checkpoint",
-    "checkpoint": "log-end-offsets.json",
+    "checkpoint": "recovery-point-offset-checkpoint",
+    "clean shutdown": ".kafka_cleanshutdown",
     "id store": "producer_ids.sqlite",
     "lock": ".lock",
     "written ends": "written-log-ends",
@@ -74,7 +81,7 @@ FILES = {
 }
 #: Files that only one way of stopping leaves: Kafka snapshots the producer state at a clean shutdown, and the
 #: broker keeps the newest two snapshots.
-ONLY_AFTER = {"shutdown snapshot": "closed", "older snapshot": "killed"}
+ONLY_AFTER = {"shutdown snapshot": "closed", "older snapshot": "killed", "clean shutdown": "closed"}
 #: Every broker here: three segments per partition of at most 300 bytes (an aborted transaction, 150 bytes,
 #: then two 72-byte batches; four; two), an index entry for every batch but the first of a segment.
 SETTINGS = {"segment_bytes": 300, "index_interval_bytes": 0}
@@ -96,13 +103,20 @@ class Error:
 
 
 SAFE = "safe"
+#: (d) The start succeeds, and reading the partition finds the damage: a batch fails its CRC check, or (a flipped
+#: base offset, outside the CRC) its offsets do not follow the batch before it. Kafka's start does not read
+#: flushed segments either; its readers (and an audit of the log directory) find such damage.
+READ_ERROR = "read error"
 
 # file, fault, outcome after a clean close, outcome after the process was killed
 MATRIX = [
     # A rolled segment was fsync'd before the next one started: any damage to it is from outside, whatever
     # the recovery point says. Missing, empty or cut, its offsets are gone; refuse, naming it. A rolled segment
     # is only read.
-    *[(file, fault, outcome, outcome) for file in ("segment", "middle segment")
+    # After a clean shutdown a start reads only each segment's tail after its last index entry (Kafka's
+    # readNextOffset, CRC-checked here): a missing, emptied or cut segment is found there; a flipped byte before
+    # that tail is found when the batch is read (every reader checks the CRC), as in Kafka.
+    *[(file, fault, READ_ERROR if fault == "flip" else outcome, outcome) for file in ("segment", "middle segment")
       for fault, outcome in (("delete", Error("is missing")), ("truncate-0", Error("is shorter")),
                              ("truncate-half", Error("is shorter|is corrupt")), ("flip", Error("is corrupt")),
                              ("read-only", SAFE), ("directory", Error("Is a directory")))],
@@ -148,11 +162,17 @@ MATRIX = [
     # Written by atomic rename, a checkpoint is never empty, cut or garbled by the broker: this is damage
     # from outside. Taking it for absent would silently drop the protection it gives; the message says to
     # remove it to start anyway.
-    ("checkpoint", "truncate-0", Error("not a log-end checkpoint"), Error("not a log-end checkpoint")),
-    ("checkpoint", "truncate-half", Error("not a log-end checkpoint"), Error("not a log-end checkpoint")),
-    ("checkpoint", "flip", Error("not a log-end checkpoint"), Error("not a log-end checkpoint")),
+    ("checkpoint", "truncate-0", Error("is damaged"), Error("is damaged")),
+    ("checkpoint", "truncate-half", Error("is damaged"), Error("is damaged")),
+    ("checkpoint", "flip", Error("is damaged"), Error("is damaged")),
     # Replaced by rename, never written in place: the file's own mode does not matter.
     ("checkpoint", "read-only", SAFE, SAFE),
+    # Only its presence is read (a clean shutdown: no segment scanned); removed at start. Without it every log is
+    # scanned from its recovery point, as after a crash: safe. Its content is not read: safe. Something else in
+    # its place is refused, naming it.
+    *[("clean shutdown", fault, SAFE, SAFE) for fault in ("delete", "truncate-0", "truncate-half", "flip",
+                                                          "read-only")],
+    ("clean shutdown", "directory", Error("is not a file"), Error("is not a file")),
     # Neither readable nor replaceable: refuse at once, before reading any log as if there were no recovery
     # points, and leave nothing behind (no lock held, no temporary file).
     ("checkpoint", "directory", Error(), Error()),
@@ -470,6 +490,20 @@ def _start_fails_clearly(data_dir: Path, path: Path, expected: Error, original: 
     return [f"the start succeeded; expected a clear error naming {path}", *found]
 
 
+def _start_then_reading_fails(data_dir: Path) -> list[str]:
+    """(d): the problems found, none if the start succeeded and reading t-0 (every batch decoded, its CRC
+    checked, its offsets following the last batch's, as an audit of the log directory reads it) finds the
+    damage."""
+    with Broker(TOPICS, data_dir=data_dir, **SETTINGS) as broker:
+        try:
+            batches = broker.log("t", 0).batches
+        except CorruptRecordError as exc:
+            return [] if "CRC mismatch" in str(exc) else [f"reading failed, but not on a CRC: {exc}"]
+    if any(b.base_offset != a.next_offset for a, b in itertools.pairwise(batches)):
+        return []  # a base offset (outside the CRC) was hit: the offsets no longer follow
+    return ["the start succeeded and every batch read back: the damage went unseen"]
+
+
 @pytest.mark.parametrize("file, fault, mode, expected", CELLS)
 def test_fault_matrix(workspace, template, file, fault, mode, expected):
     source, acked = template(mode)
@@ -480,6 +514,8 @@ def test_fault_matrix(workspace, template, file, fault, mode, expected):
     with _writes_denied(data_dir, path) if fault == "read-only" else contextlib.nullcontext():
         if isinstance(expected, Error):
             problems = _start_fails_clearly(data_dir, path, expected, source / FILES[file], acked)
+        elif expected == READ_ERROR:
+            problems = _start_then_reading_fails(data_dir)
         else:
             problems = _start_safely(data_dir, acked)
     assert not problems, f"{file} {fault} after the broker {mode}, expected {expected!r}:\n  " + "\n  ".join(problems)

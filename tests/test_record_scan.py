@@ -12,7 +12,7 @@ from idemcore.broker import Broker
 from idemcore.kernels import get_record_scanner
 from idemcore.net.messages import FetchPartition, FetchRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
-from idemcore.record.v2 import CorruptRecordError, decode_batch, decode_wire_batch, encode_batch
+from idemcore.record.v2 import CorruptRecordError, decode_batch, decode_stored_batches, decode_wire_batch, encode_batch
 from idemcore.record.v2.codec import BATCH_HEADER_SIZE, Record, _decode_records, _Origin
 from idemcore.record.v2.compression import Compression
 from idemcore.record.v2.varint import encode_varint
@@ -115,7 +115,7 @@ def test_the_broker_stores_a_wire_batch_and_serves_its_records(tmp_path):
         answer = broker.handle(ProduceRequest((decode_wire_batch("t", 0, data),)))
         assert [r.error_code for r in answer.responses] == [ErrorCode.NONE]
         fetched = broker.handle(FetchRequest((FetchPartition("t", 0, 0),)))
-        [stored] = fetched.partitions[0].batches
+        [stored] = decode_stored_batches("t", 0, fetched.partitions[0].records)
         assert list(stored.batch.values) == [b"v0", b"v1", b"v2"] and stored.raw[8:12] == data[8:12]
         keyless = bytes(encode_batch([Record(0, 0, None, b"v")], base_offset=0, base_timestamp=0, max_timestamp=0))
         refused = broker.handle(ProduceRequest((decode_wire_batch("c", 0, keyless),)))

@@ -30,7 +30,6 @@ from idemcore.kernels import get_record_encoder
 from idemcore.net import tcp
 from idemcore.net.messages import FetchedPartition, ProduceRequest
 from idemcore.net.tcp import TcpTransport
-from idemcore.net.wire.client import stored_batches
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from idemcore.record.v2 import (
@@ -38,6 +37,7 @@ from idemcore.record.v2 import (
     Record,
     TimestampType,
     decode_batch,
+    decode_stored_batches,
     encode_batch,
     encode_record_batch,
     read_header,
@@ -384,9 +384,8 @@ def test_the_consumer_gives_each_record_its_own_timestamp_from_fetched_bytes():
                                                     timestamps=(T0 + 50, T0, T0 + 7)), 10))
     appended = encode_batch([Record(0, 0, None, b"d"), Record(1, 3, None, b"e")], base_offset=13,
                             base_timestamp=T0, max_timestamp=T0 + 999, timestamp_type=TimestampType.LOG_APPEND_TIME)
-    answer = FetchedPartition("t", 0, high_watermark=15, last_stable_offset=15,
-                              batches=stored_batches("t", 0, stamped + appended))
-    steps = fetched_steps(answer, 11, read_committed=False)
+    answer = FetchedPartition("t", 0, high_watermark=15, last_stable_offset=15, records=stamped + appended)
+    steps = fetched_steps(answer, decode_stored_batches("t", 0, answer.records), 11, read_committed=False)
     assert [(r.offset, r.timestamp) for _, r in steps if r is not None] == \
         [(11, T0), (12, T0 + 7), (13, T0 + 999), (14, T0 + 999)]
 

@@ -64,10 +64,11 @@ def test_a_killed_broker_writes_no_checkpoint_and_its_torn_tail_is_cut_at_restar
 
     broker = Broker({"t": 1}, data_dir=tmp_path, fsync=False)
     assert produce(broker, 0) == produce(broker, 1) == 0
-    checkpoint = (tmp_path / "log-end-offsets.json").read_text()
+    checkpoint = (tmp_path / "recovery-point-offset-checkpoint").read_text()
     path, start = broker.log("t", 0).path, broker.log("t", 0).last_append_position
     broker.kill()
-    assert (tmp_path / "log-end-offsets.json").read_text() == checkpoint  # a clean close would record offset 2
+    # A clean close would record offset 2.
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == checkpoint
     os.truncate(path, start + 5)  # as if killed while writing the second batch: its end was never recorded
     rewind_written_end(tmp_path, "t-0", 1)
     with Broker({"t": 1}, data_dir=tmp_path) as again:

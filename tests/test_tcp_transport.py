@@ -80,8 +80,7 @@ from idemcore.net.wire.apis import APIS
 from idemcore.net.wire.frames import read_request, read_response, request_frame, response_frame
 from idemcore.protocol.constants import READ_COMMITTED
 from idemcore.record.batch import RecordBatch
-from idemcore.record.stored import StoredBatch
-from idemcore.record.v2 import encode_end_txn_marker, encode_record_batch
+from idemcore.record.v2 import decode_stored_batches, encode_end_txn_marker, encode_record_batch
 from tests.peers import TansuProcess, free_port
 
 # ---------------------------------------------------------------- the codec, both directions, no network
@@ -99,8 +98,8 @@ CASES: dict[int, tuple[Any, Any]] = {
     1: (FetchRequest((FetchPartition("t", 0, 4, 1000), FetchPartition("u", 2, 0, 2000)), READ_COMMITTED, 50_000, 1,
                      250),
         FetchResponse((FetchedPartition("t", 0, 0, 12, 11, 0, (AbortedTransaction(5, 3),),
-                                        (StoredBatch(4, BATCH_T),)),
-                       FetchedPartition("u", 2, 1, -1, -1, -1, None, ())))),
+                                        bytes(encode_record_batch(BATCH_T, 4))),
+                       FetchedPartition("u", 2, 1, -1, -1, -1, None, b"")))),
     2: (ListOffsetsRequest((("t", 0, -2), ("u", 1, -1)), READ_COMMITTED),
         ListOffsetsResponse((ListedOffset("t", 0, 0, 3, -1), ListedOffset("u", 1, 0, 9, -1)))),
     3: (MetadataRequest(("t", "u"), True), MetadataResponse((TopicMetadata("t", 0, 3), TopicMetadata("u", 0, 2)))),
@@ -136,11 +135,11 @@ def _with_id(message: Any, request_id: int) -> Any:
 
 
 def _comparable(message: Any) -> Any:
-    """What must survive the wire: fetched batches by their fields (``raw`` is the client's own), produce errors
-    by code (a message exists only from v8)."""
+    """What must survive the wire: fetched records byte for byte, produce errors by code (a message exists only
+    from v8)."""
     if isinstance(message, FetchResponse):
         return [(p.topic, p.partition, p.error_code, p.high_watermark, p.last_stable_offset, p.aborted_transactions,
-                 [(s.base_offset, s.batch, s.control) for s in p.batches]) for p in message.partitions]
+                 p.records) for p in message.partitions]
     if isinstance(message, ProduceResponse):
         return [(r.topic, r.partition, r.error_code, r.base_offset) for r in message.responses]
     if isinstance(message, ProduceRequest):
@@ -194,12 +193,12 @@ def test_fetched_batches_keep_markers_and_drop_a_cut_tail() -> None:
     data = bytes(encode_record_batch(BATCH_T, 0)) + encode_end_txn_marker(1, 4, producer_id=5, producer_epoch=1,
                                                                           timestamp=9, base_offset=2)
     tail = bytes(encode_record_batch(BATCH_T, 3))
-    stored = wire_client.stored_batches("t", 0, data + tail[: len(tail) // 2])
+    stored = decode_stored_batches("t", 0, data + tail[: len(tail) // 2])
     assert [(s.base_offset, s.control) for s in stored] == [(0, None), (2, (1, 4))]
     assert stored[0].batch == RecordBatch("t", 0, (b"a", b"bb"), (b"k", None), 5, 1, 3, 1_000, False)
     assert stored[0].raw == data[: len(stored[0].raw or b"")]
     assert stored[1].batch.is_transactional and stored[1].next_offset == 3
-    assert wire_client.stored_batches("t", 0, None) == ()
+    assert decode_stored_batches("t", 0, None) == ()
 
 
 def test_pick_version() -> None:
@@ -486,7 +485,8 @@ def test_requests_split_over_leaders_are_joined(kafka_server: Any) -> None:
         response = answers[0][1]
         assert sorted(p.partition for p in response.partitions) == [0, 1, 2]
         assert response.request_id == 5
-        assert sorted(v for p in response.partitions for b in p.batches for v in b.batch.values) == \
+        assert sorted(v for p in response.partitions for b in decode_stored_batches(p.topic, p.partition, p.records)
+                      for v in b.batch.values) == \
             sorted(b"v%d" % i for i in range(30))
         assert {node for (client, node, _) in transport._connections if client == "reader"} == {0, other}
 

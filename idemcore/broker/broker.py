@@ -30,7 +30,7 @@ from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.membership_requests import membership_handlers
-from idemcore.broker.log import LogCorruptionError, PartitionLog, StoredBatch
+from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.producer_ids import (
     REACHABLE,
     SQLITE_STORE_NAME,
@@ -96,7 +96,7 @@ from idemcore.protocol.constants import (
 )
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.columns import COLUMNS, BatchMetadata, concatenate
 from idemcore.record.kafka_files import (
     encode_offset_checkpoint,
     encode_snapshot,
@@ -114,8 +114,14 @@ log = logging.getLogger(__name__)
 
 _ACKS = (0, 1, -1)
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-#: In data_dir: each partition's log end offset when the broker last started or closed cleanly.
-LOG_END_CHECKPOINT = "log-end-offsets.json"
+#: In data_dir: each partition's recovery point, the log end when the broker last started or closed cleanly
+#: (Kafka's file and format); after a clean shutdown every log ends there and none is scanned.
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+#: In data_dir: written once every log is closed and checkpointed, removed at the next start (Kafka's marker).
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+#: In data_dir: the recovery points as idemcore wrote them before it wrote Kafka's checkpoint (read once, then
+#: replaced by RECOVERY_POINT_CHECKPOINT).
+OLD_LOG_END_CHECKPOINT = "log-end-offsets.json"
 #: In data_dir: where each log starts once retention deleted its oldest segments (Kafka's file and format).
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 #: In data_dir: the topics create_topic made (idemcore's own; Kafka keeps topics in its metadata log).
@@ -427,7 +433,8 @@ class Broker:
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
-        self._checkpoint: dict[str, int] = {}
+        self._checkpoint: dict[tuple[str, int], int] = {}
+        self._clean_shutdown = False
         self._log_starts: dict[tuple[str, int], int] = {}
         self._wrote_here = False
         self._created: dict[str, dict[str, Any]] = {}
@@ -443,7 +450,14 @@ class Broker:
             self._index: dict[tuple[str, int], int] = {}
             self._checkpoint = self._recovery_points()
             # Without a checkpoint this broker never started here: tails it finds are not its torn writes.
-            self._wrote_here = self.data_dir is not None and os.path.lexists(self.data_dir / LOG_END_CHECKPOINT)
+            self._wrote_here = self.data_dir is not None and (
+                os.path.lexists(self.data_dir / RECOVERY_POINT_CHECKPOINT)
+                or os.path.lexists(self.data_dir / OLD_LOG_END_CHECKPOINT))
+            marker = None if self.data_dir is None else self.data_dir / CLEAN_SHUTDOWN_FILE
+            self._clean_shutdown = marker is not None and os.path.lexists(marker)
+            if marker is not None and self._clean_shutdown and not os.path.isfile(marker):
+                raise LogCorruptionError(f"{marker} is not a file; the broker writes one at a clean shutdown. "
+                                         "Remove it (the logs are then scanned as after a crash)")
             starts = self._log_starts = self._offsets_file(
                 LOG_START_CHECKPOINT, "where each log starts since retention deleted its oldest segments: restore "
                 "it, or write it again from the first segment of each partition")
@@ -454,9 +468,9 @@ class Broker:
             self._created = self._created_topics(defaults)
             for name in sorted(self.topics):
                 for partition in range(self.topics[name]):
-                    key = f"{name}-{partition}"
-                    self._open_partition(name, partition, max(self._checkpoint.get(key, 0), written.get(key, 0)),
-                                         starts.get((name, partition), 0), cleaned.get((name, partition), 0))
+                    point = self._checkpoint.get((name, partition), 0)
+                    self._open_partition(name, partition, point, starts.get((name, partition), 0),
+                                         cleaned.get((name, partition), 0), written.get(f"{name}-{partition}", 0))
             self.state = ProducerStateTable(partition_capacity=max(16, len(self._logs)))
             self._columns = _RequestColumns(max(8, min(len(self._logs), 1024)))
             self._handlers: dict[type, Callable] = {
@@ -480,6 +494,9 @@ class Broker:
             self._recover()
             if self.data_dir is not None:
                 self._write_log_end_checkpoint()  # the floor from now on: what recovery found
+                # From the first append on the logs may end past their recovery points: a crash must scan.
+                if os.path.lexists(self.data_dir / CLEAN_SHUTDOWN_FILE):
+                    os.unlink(self.data_dir / CLEAN_SHUTDOWN_FILE)
                 # Partitions this broker does not serve keep what an earlier broker wrote in this boot.
                 self._unserved_ends = {name: end for name, end in written.items()
                                        if name not in {p.name for p in self._logs}}
@@ -521,27 +538,42 @@ class Broker:
                         "broker, e.g. idemcore serve --topics NAME:PARTITIONS, to serve them again)", self.data_dir,
                         ", ".join(unserved[:10]) + (f" and {len(unserved) - 10} more" if len(unserved) > 10 else ""))
 
-    def _recovery_points(self) -> dict[str, int]:
-        """Each partition's log end when the broker last started or closed cleanly (none: all 0)."""
-        if self.data_dir is None or not os.path.lexists(self.data_dir / LOG_END_CHECKPOINT):
+    def _recovery_points(self) -> dict[tuple[str, int], int]:
+        """Each partition's log end when the broker last started or closed cleanly (none: all 0), from Kafka's
+        ``recovery-point-offset-checkpoint``, or once from the JSON file earlier versions of idemcore wrote."""
+        if self.data_dir is None:
             return {}
-        path = self.data_dir / LOG_END_CHECKPOINT
+        if os.path.lexists(self.data_dir / RECOVERY_POINT_CHECKPOINT) or not os.path.lexists(
+                self.data_dir / OLD_LOG_END_CHECKPOINT):
+            return self._offsets_file(RECOVERY_POINT_CHECKPOINT, "where each log ended when the broker last started "
+                                      "or stopped: remove it to scan every log")
+        path = self.data_dir / OLD_LOG_END_CHECKPOINT
         try:
             ends = json.loads(path.read_text())
-            return {str(name): int(end) for name, end in ends.items()}
+            points = {}
+            for name, end in ends.items():
+                parsed = parse_partition_dir(str(name))
+                if parsed is None:
+                    raise ValueError(f"{name!r} is not a topic-partition name")
+                points[parsed] = int(end)
+            return points
         except OSError as exc:
             raise LogCorruptionError(f"{path} cannot be read ({exc.strerror}); remove it to start anyway") from None
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise LogCorruptionError(f"{path} is not a log-end checkpoint ({exc}); remove it to start anyway") \
                 from None
 
-    def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int) -> None:
+    def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int,
+                        written_end: int = 0) -> None:
         """Open (recover or create) one partition's log under the next broker-wide partition number."""
         directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
         self._index[(name, partition)] = len(self._logs)
         partition_log = PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
                                      log_start_offset=log_start, cleaned_offset=cleaned,
-                                     cut_torn_tail=self._wrote_here, **self.topic_configs[name].log_settings())
+                                     cut_torn_tail=self._wrote_here,
+                                     clean_shutdown=self._clean_shutdown and (name, partition) in self._checkpoint,
+                                     written_end=written_end,
+                                     **self.topic_configs[name].log_settings())
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
         partition_log.on_roll = self._write_snapshot
@@ -772,7 +804,9 @@ class Broker:
         floor_file = IdFloorFile(self.data_dir)
         floor = floor_file.read()
         store_path = self.data_dir / SQLITE_STORE_NAME
-        if floor is None and not os.path.lexists(store_path) and (self.data_dir / LOG_END_CHECKPOINT).exists():
+        used = any(os.path.lexists(self.data_dir / name)
+                   for name in (RECOVERY_POINT_CHECKPOINT, OLD_LOG_END_CHECKPOINT))
+        if floor is None and not os.path.lexists(store_path) and used:
             # Both records of the ids handed out are gone: a producer that got an id and has not written yet
             # would share it. Checked before opening the store creates it, so a second start is refused too.
             raise BlockStoreError(
@@ -793,26 +827,31 @@ class Broker:
             raise LogCorruptionError(str(exc)) from None
 
     def _write_log_end_checkpoint(self) -> None:
-        """Record every log's end, after making the logs durable (whatever ``fsync`` says, as Kafka flushes
-        before moving a recovery point): the checkpoint never counts data a power loss could take back.
-        Partitions this broker does not serve keep their entries."""
+        """Record every log's end as its recovery point (``recovery-point-offset-checkpoint``), after making the
+        logs durable (whatever ``fsync`` says, as Kafka flushes before moving a recovery point): the checkpoint
+        never counts data a power loss could take back. Partitions this broker does not serve keep their
+        entries. The JSON file of earlier versions goes once this one is written."""
         # Both callers run it only with a data_dir (close: a lock descriptor is held only with one).
         assert self.data_dir is not None
         for partition_log in self._logs:
             partition_log.flush()
-        self._checkpoint.update({p.name: p.log_end_offset for p in self._logs})
-        write_file_atomically(self.data_dir / LOG_END_CHECKPOINT, json.dumps(self._checkpoint).encode())
+        self._checkpoint.update({(p.topic, p.partition): p.log_end_offset for p in self._logs})
+        self._write_offsets_file(RECOVERY_POINT_CHECKPOINT, self._checkpoint)
+        if os.path.lexists(self.data_dir / OLD_LOG_END_CHECKPOINT):
+            os.unlink(self.data_dir / OLD_LOG_END_CHECKPOINT)
 
     def _recover(self) -> None:
         """Producer state from each partition's newest valid snapshot, then the batches after it replayed (all of
         them where there is none), with REPLICATION origin; the logs' roll hook set to take snapshots."""
-        stored: list[tuple[int, StoredBatch]] = []
+        scanned: list[BatchMetadata] = []
         unusable: list[tuple[PartitionLog, int, str]] = []  # deleted only once the whole start succeeded
         for number, partition_log in enumerate(self._logs):
             start = self._load_snapshot(number, partition_log, unusable)
-            stored += [(number, batch) for batch in partition_log.batches if batch.base_offset >= start]
-        if stored:
-            self._replay(stored)
+            if start < partition_log.log_end_offset:
+                found = partition_log.scan_from(start, number)
+                if found is not None:
+                    scanned.append(found)
+        replayed = self._replay(scanned) if scanned else 0
         for number, partition_log in enumerate(self._logs):
             if partition_log.log_end_offset:
                 self.state.set_next_offset(number, partition_log.log_end_offset, self.backend)
@@ -831,7 +870,7 @@ class Broker:
         for partition_log, offset, why in unusable:
             partition_log.delete_snapshot(offset, why)
         log.info("broker %d recovered %s: %d batches replayed after the snapshots", self.broker_id, self.data_dir,
-                 len(stored))
+                 replayed)
 
     def _load_snapshot(self, number: int, partition_log: PartitionLog,
                        unusable: list[tuple[PartitionLog, int, str]]) -> int:
@@ -866,19 +905,20 @@ class Broker:
         number = self._index[(partition_log.topic, partition_log.partition)]
         partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
 
-    def _replay(self, stored: list[tuple[int, StoredBatch]]) -> None:
-        columns = _RequestColumns(len(stored))
-        for k, (number, batch) in enumerate(stored):
-            columns.put(k, number, batch.batch, batch.next_offset - batch.base_offset, batch.control)
-            columns.batch.base_offset[k] = batch.base_offset
-        verdicts = validate_into(columns.packed(len(stored)), self.state, Origin.REPLICATION, self.backend,
-                                 columns.verdicts)
+    def _replay(self, scanned: list[BatchMetadata]) -> int:
+        """Replay the scanned batches (each partition's from its snapshot on) into the state with REPLICATION
+        origin; how many there were."""
+        columns = scanned[0] if len(scanned) == 1 else concatenate(scanned)
+        count = len(columns)
+        verdicts = validate_into(columns, self.state, Origin.REPLICATION, self.backend, Verdicts.allocate(count))
         bad = np.flatnonzero(verdicts.status != Status.APPENDED)
         if len(bad):
-            number, first = stored[int(bad[0])]
-            reason = ErrorCode(int(verdicts.error_code[bad[0]])).name
-            raise LogCorruptionError(f"{self._logs[number].name}: the batch at offset {first.base_offset} does not "
-                                     f"replay ({reason})")
+            row = int(bad[0])
+            number = int(columns["partition"][row])
+            reason = ErrorCode(int(verdicts.error_code[row])).name
+            raise LogCorruptionError(f"{self._logs[number].name}: the batch at offset "
+                                     f"{int(columns['base_offset'][row])} does not replay ({reason})")
+        return count
 
     # ------------------------------------------------------------ handlers
 
@@ -1150,6 +1190,9 @@ class Broker:
                     if partition_log.log_end_offset not in partition_log.snapshot_offsets():
                         self._write_snapshot(partition_log, partition_log.log_end_offset)
                 self._write_log_end_checkpoint()  # every log is synced and closed
+                # Kafka 3.x's content (CleanShutdownFileHandler); only the file's presence is read back.
+                write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE,  # type: ignore[operator]
+                                      b'{"version":0,"brokerEpoch":-1}')
         finally:
             self._release()
 

@@ -265,7 +265,7 @@ class Server:
         assert self._written is not None
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
         while (isinstance(response, FetchResponse) and response.error_code == 0
-               and not any(p.batches or p.error_code for p in response.partitions)):
+               and not any(p.records or p.error_code for p in response.partitions)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

@@ -26,7 +26,7 @@ import functools
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,8 @@ from idemcore.net.messages import (
 from idemcore.net.transport import RequestHandler, Transport, as_transport, connection_broke
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ControlType, ErrorCode, error_name
 from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
+from idemcore.record.stored import StoredBatch
+from idemcore.record.v2 import CorruptRecordError, decode_stored_batches
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +111,10 @@ class ConsumerRecord:
 _Step = tuple[int, ConsumerRecord | None]
 
 
-def fetched_steps(answer: FetchedPartition, fetch_offset: int, read_committed: bool) -> list[_Step]:
-    """Walk one partition's fetched batches from ``fetch_offset`` as Kafka's ``CompletedFetch`` does: the records
+def fetched_steps(answer: FetchedPartition, batches: Sequence[StoredBatch], fetch_offset: int,
+                  read_committed: bool) -> list[_Step]:
+    """Walk one partition's fetched ``batches`` (``answer.records`` decoded) from ``fetch_offset`` as Kafka's
+    ``CompletedFetch`` does: the records
     to return, each with the position after it, and the skips (markers, aborted batches, the end of the last
     batch, which compaction may have emptied) that move the position without a record."""
     aborted = deque(sorted(answer.aborted_transactions or (), key=lambda txn: txn.first_offset))
@@ -119,7 +123,7 @@ def fetched_steps(answer: FetchedPartition, fetch_offset: int, read_committed: b
     steps: list[_Step] = []
     position = fetch_offset
     last_end = None
-    for stored in answer.batches:
+    for stored in batches:
         if read_committed and 0 <= stable < stored.next_offset:
             break  # never past the last stable offset, even if a broker sent it
         batch = stored.batch
@@ -672,10 +676,16 @@ class Consumer:
 
     def _on_fetched(self, tp: TopicPartition, state: _Partition, answer: FetchedPartition, offset: int,
                     now: int) -> None:
-        code = answer.error_code
+        code, message = answer.error_code, answer.error_message
         topic, partition = tp
+        batches: tuple[StoredBatch, ...] = ()
         if code == ErrorCode.NONE:
-            steps = fetched_steps(answer, offset, self.read_committed)
+            try:  # decoded here, not by the broker or the transport (Kafka's consumer checks each batch's CRC)
+                batches = decode_stored_batches(topic, partition, answer.records)
+            except CorruptRecordError as error:
+                code, message = ErrorCode.CORRUPT_MESSAGE, f"{topic}-{partition}: {error}"
+        if code == ErrorCode.NONE:
+            steps = fetched_steps(answer, batches, offset, self.read_committed)
             if steps:
                 state.steps, state.next_step = steps, 0
                 self._ready.append(tp)
@@ -692,7 +702,7 @@ class Consumer:
         elif code in RETRIABLE_ERRORS:
             state.not_before = now + self.retry_backoff_ms
         else:
-            why = f" ({answer.error_message})" if answer.error_message else ""
+            why = f" ({message})" if message else ""
             self._fetch_errors.append(ConsumerError(f"fetching partition {topic}-{partition} at offset {offset} "
                                                     f"failed: {_name(code)}{why}"))
             state.not_before = now + self.retry_backoff_ms

@@ -23,7 +23,6 @@ from idemcore.protocol.constants import (
     TopicPartition,
 )
 from idemcore.record.batch import RecordBatch
-from idemcore.record.stored import StoredBatch
 
 
 @dataclass(slots=True, frozen=True)
@@ -338,7 +337,7 @@ class AbortedTransaction:
 
 @dataclass(slots=True, frozen=True)
 class FetchedPartition:
-    """One partition's batches from ``fetch_offset`` on, whole (the first may start before it). read_committed:
+    """One partition's batches from ``fetch_offset`` on (the first may start before it). read_committed:
     none at or beyond ``last_stable_offset``, and ``aborted_transactions`` lists those overlapping the batches."""
 
     topic: str
@@ -348,7 +347,9 @@ class FetchedPartition:
     last_stable_offset: int = NO_OFFSET
     log_start_offset: int = NO_OFFSET
     aborted_transactions: tuple[AbortedTransaction, ...] | None = None
-    batches: tuple[StoredBatch, ...] = ()
+    #: The batches as the log holds them, back to back (Kafka's ``Records``): a broker never decodes them; the
+    #: consumer does (``record.v2.decode_stored_batches``). Over the wire a last batch may be cut short.
+    records: bytes = b""
     error_message: str | None = None
 
 

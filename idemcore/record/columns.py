@@ -8,7 +8,7 @@ strings, nulls, values out of range) raises ``ValueError`` naming the column.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,12 @@ class BatchMetadata:
         return BatchColumns(*(
             array.view(np.uint8) if array.dtype == np.bool_ else array for array in self._columns.values()
         ))
+
+
+def concatenate(parts: Sequence[BatchMetadata]) -> BatchMetadata:
+    """The batches of ``parts``, one after the other (copies)."""
+    first = parts[0].to_dict()
+    return BatchMetadata({name: np.concatenate([part[name] for part in parts]) for name in first})
 
 
 def _columns_of(data: Any) -> Mapping[str, Any]:

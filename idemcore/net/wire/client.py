@@ -72,14 +72,8 @@ from idemcore.net.wire.frames import make, nested
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_UNCOMMITTED
 from idemcore.record.batch import RecordBatch
-from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import (
-    CorruptRecordError,
-    decode_batch,
     encode_record_batch,
-    iter_batches,
-    parse_end_txn_marker,
-    record_batch_from,
 )
 
 API_VERSIONS_KEY = 18
@@ -198,35 +192,6 @@ def _encode_fetch(request: FetchRequest, version: int) -> Any:
                 forgotten_topics_data=(), rack_id="", cluster_id=None)
 
 
-def stored_batches(topic: str, partition: int, records: bytes | memoryview | None) -> tuple[StoredBatch, ...]:
-    """The batches of one partition's fetched ``records``, as a log holds them (data and markers, each with its
-    bytes as ``raw``). A last batch cut short is dropped; a corrupt batch raises CorruptRecordError."""
-    if not records:
-        return ()
-    data = bytes(records)
-    out: list[StoredBatch] = []
-    for position, header in iter_batches(data, 0, allow_partial_tail=True):
-        raw = data[position:position + header.size_in_bytes]
-        header, decoded = decode_batch(raw, 0, check_crc=True)
-        if header.is_control:
-            marker = parse_end_txn_marker(decoded[0]) if len(decoded) == 1 else None
-            if marker is None:
-                raise CorruptRecordError(f"{topic}-{partition}: the control batch at offset {header.base_offset} "
-                                         "is not one transaction marker", position)
-            batch = RecordBatch(topic, partition, (), None, header.producer_id, header.producer_epoch, -1,
-                                header.max_timestamp, True)
-            out.append(StoredBatch(header.base_offset, batch, None, None,
-                                   (int(marker.control_type), marker.coordinator_epoch), raw))
-            continue
-        batch = record_batch_from(topic, partition, header, decoded)
-        deltas = tuple(record.offset_delta for record in decoded)
-        if header.last_offset_delta == len(decoded) - 1 and deltas == tuple(range(len(decoded))):
-            out.append(StoredBatch(header.base_offset, batch, raw=raw))
-        else:  # compaction left gaps
-            out.append(StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta, raw=raw))
-    return tuple(out)
-
-
 def _decode_fetch(request: FetchRequest, version: int, body: Any) -> FetchResponse:
     partitions: list[FetchedPartition] = []
     for topic in body.responses:
@@ -234,18 +199,13 @@ def _decode_fetch(request: FetchRequest, version: int, body: Any) -> FetchRespon
         for p in topic.partitions:
             index = int(p.partition_index)
             code = int(p.error_code)
-            message = None
-            try:
-                batches = stored_batches(name, index, p.records)
-            except CorruptRecordError as error:
-                code, message, batches = ErrorCode.CORRUPT_MESSAGE, f"{name}-{index}: {error}", ()
             aborted = getattr(p, "aborted_transactions", None)
             partitions.append(FetchedPartition(
                 name, index, code, int(p.high_watermark), int(getattr(p, "last_stable_offset", -1)),
                 int(getattr(p, "log_start_offset", -1)),
                 None if aborted is None else tuple(AbortedTransaction(int(a.producer_id), int(a.first_offset))
                                                    for a in aborted),
-                batches, message))
+                bytes(p.records or b"")))
     return FetchResponse(tuple(partitions), int(getattr(body, "error_code", 0)), request.request_id)
 
 

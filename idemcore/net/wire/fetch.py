@@ -1,6 +1,6 @@
 """Fetch (v4+: isolation level, last stable offset, aborted transactions; v13+ by topic id) and ListOffsets on
-the wire. A fetch answers each partition's stored batches as the log holds them (``stored_batch_bytes``), one
-``records`` per partition; sessions (KIP-227) are not kept: every answer is a full one, session id 0."""
+the wire. A fetch answers each partition's stored batches as the log holds them (its bytes), one ``records``
+per partition; sessions (KIP-227) are not kept: every answer is a full one, session id 0."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
 from idemcore.net.wire.frames import make, millis, nested, response_class
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import READ_UNCOMMITTED
-from idemcore.record.v2 import stored_batch_bytes
 
 #: Kafka's UNKNOWN_TOPIC_ID (v13+: a topic id the broker does not have).
 UNKNOWN_TOPIC_ID = 100
@@ -66,11 +65,10 @@ def _partition(partition_cls: type, aborted_cls: type, answer: FetchedPartition)
     aborted = None if answer.aborted_transactions is None else tuple(
         make(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
         for a in answer.aborted_transactions)
-    records = b"".join(stored_batch_bytes(stored) for stored in answer.batches)
     return make(partition_cls, partition_index=answer.partition, error_code=WireError(answer.error_code),
                 high_watermark=answer.high_watermark, last_stable_offset=answer.last_stable_offset,
                 log_start_offset=answer.log_start_offset, aborted_transactions=aborted,
-                preferred_read_replica=-1, records=records)
+                preferred_read_replica=-1, records=answer.records)
 
 
 def _list_to_message(ctx: WireContext, version: int, correlation_id: int,

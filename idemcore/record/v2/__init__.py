@@ -12,6 +12,7 @@
 """
 
 from idemcore.record.v2.batches import (
+    decode_stored_batches,
     decode_wire_batch,
     encode_record_batch,
     record_batch_from,
@@ -63,6 +64,7 @@ __all__ = [
     "compute_crc",
     "control_type_id",
     "decode_batch",
+    "decode_stored_batches",
     "decode_wire_batch",
     "encode_batch",
     "encode_end_txn_marker",

@@ -41,9 +41,11 @@ from idemcore.record.v2.codec import (
     _check_int,
     compute_crc,
     decode_batch,
+    iter_batches,
     read_header,
 )
 from idemcore.record.v2.compression import Compression, decompress
+from idemcore.record.v2.control import parse_end_txn_marker
 from idemcore.record.v2.errors import CorruptRecordError
 from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -286,5 +288,35 @@ def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> 
     return encode_record_batch(batch, stored.base_offset, partition_leader_epoch)
 
 
-__all__ = ["RecordColumn", "WireRecords", "decode_wire_batch", "encode_record_batch", "record_batch_from",
-           "stored_batch_bytes", "with_producer_state"]
+def decode_stored_batches(topic: str, partition: int, records: bytes | memoryview | None) -> tuple[StoredBatch, ...]:
+    """The batches of one partition's ``records`` (a fetch answer's, or a segment's bytes), as a log holds them
+    (data and markers, each with its bytes as ``raw``). A last batch cut short is dropped; a corrupt batch raises
+    CorruptRecordError."""
+    if not records:
+        return ()
+    data = bytes(records)
+    out: list[StoredBatch] = []
+    for position, header in iter_batches(data, 0, allow_partial_tail=True):
+        raw = data[position:position + header.size_in_bytes]
+        header, decoded = decode_batch(raw, 0, check_crc=True)
+        if header.is_control:
+            marker = parse_end_txn_marker(decoded[0]) if len(decoded) == 1 else None
+            if marker is None:
+                raise CorruptRecordError(f"{topic}-{partition}: the control batch at offset {header.base_offset} "
+                                         "is not one transaction marker", position)
+            batch = RecordBatch(topic, partition, (), None, header.producer_id, header.producer_epoch, -1,
+                                header.max_timestamp, True)
+            out.append(StoredBatch(header.base_offset, batch, None, None,
+                                   (int(marker.control_type), marker.coordinator_epoch), raw))
+            continue
+        batch = record_batch_from(topic, partition, header, decoded)
+        deltas = tuple(record.offset_delta for record in decoded)
+        if header.last_offset_delta == len(decoded) - 1 and deltas == tuple(range(len(decoded))):
+            out.append(StoredBatch(header.base_offset, batch, raw=raw))
+        else:  # compaction left gaps
+            out.append(StoredBatch(header.base_offset, batch, deltas, header.last_offset_delta, raw=raw))
+    return tuple(out)
+
+
+__all__ = ["RecordColumn", "WireRecords", "decode_stored_batches", "decode_wire_batch", "encode_record_batch",
+           "record_batch_from", "stored_batch_bytes", "with_producer_state"]

@@ -1,0 +1,10 @@
+"""A partition's log stored as Kafka stores it (Kafka's storage module, ``storage/.../internals/log/``):
+:mod:`.store` (file or memory bytes), :mod:`.segment` (``LogSegment``: a ``.log`` with its indexes),
+:mod:`.loader` (``LogLoader``: clean and crash loading), :mod:`.partition_log` (``UnifiedLog``: appends, reads,
+rolls, retention, transactions), :mod:`.cleaner` (compaction)."""
+
+from idemcore.broker.log.loader import CHECKPOINT_HINT, LEADER_EPOCH, LogCorruptionError
+from idemcore.broker.log.partition_log import PartitionLog
+from idemcore.broker.log.segment import AbortedTxn, LogSegment
+
+__all__ = ["CHECKPOINT_HINT", "LEADER_EPOCH", "AbortedTxn", "LogCorruptionError", "LogSegment", "PartitionLog"]

@@ -1,0 +1,632 @@
+"""A partition's log: its segments in offset order, the transactions open in it, and where it starts and ends
+(Kafka's ``UnifiedLog`` over its ``LocalLog``).
+
+Memory does not grow with the log: per segment a few numbers (:mod:`.segment`), per producer with an open
+transaction one entry; the batches are in the files (or, without a directory, in one ``bytearray`` per log).
+Appends write the bytes the producer sent with only the base offset and partition leader epoch set (fields
+outside the CRC), reads return the file's bytes (:meth:`PartitionLog.read`), and the aborted transactions a
+read_committed fetch needs come from the ``.txnindex`` files (Kafka's ``collectAbortedTransactions``).
+
+``directory`` (the broker's ``<data_dir>/<topic>-<partition>/``) holds Kafka's files: per segment
+``<base offset, 20 digits>.log``, ``.index``, ``.timeindex`` and (once it holds an entry) ``.txnindex``;
+beside them ``<offset>.snapshot`` (the producer state at that offset, written by the broker, which owns the
+state, through :meth:`write_snapshot` when a segment rolls (``on_roll``) and at a clean close; the newest two
+are kept) and ``leader-epoch-checkpoint`` (epoch 0 from the log's first offset: one broker).
+
+Segments roll by size (``segment.bytes``: a batch that would take the active segment past it starts a new one)
+and by time (``segment.ms``: a batch whose timestamp is more than that after the segment's first batch's, or,
+without timestamps, when the segment is that old by the clock; Kafka's ``LogSegment.shouldRoll`` without
+jitter). Loading: :mod:`.loader`. Compaction: :mod:`.cleaner`.
+
+**Differences from Kafka**: the indexes are appended as batches are, not preallocated (``segment.index.bytes``)
+and trimmed at roll: readers (``record.kafka_files``) accept both. A log without a directory keeps one segment
+in memory and never rolls.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from idemcore.broker.log.loader import (
+    LEADER_EPOCH,
+    LoadedLog,
+    delete_segment_files,
+    load_segments,
+    segment_files,
+)
+from idemcore.broker.log.segment import TIME_ENTRY, AbortedTxn, LogSegment
+from idemcore.broker.log.store import MemoryStore
+from idemcore.clock import wall_clock_ms
+from idemcore.errors import IdemcoreError
+from idemcore.protocol.codes import ControlType
+from idemcore.protocol.constants import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
+    INT32_MAX,
+)
+from idemcore.record.batch import RecordBatch
+from idemcore.record.columns import BatchMetadata, concatenate
+from idemcore.record.kafka_files.names import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    offset_file_name,
+    parse_offset_file,
+)
+from idemcore.record.kafka_files.segment import scan_segment
+from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
+from idemcore.record.stored import StoredBatch
+from idemcore.record.v2 import (
+    decode_batch,
+    decode_stored_batches,
+    encode_end_txn_marker,
+    encode_record_batch,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
+
+log = logging.getLogger(__name__)
+
+
+def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
+                 control_type: int | None) -> AbortedTxn | None:
+    """Kafka's ongoing-transaction bookkeeping for one batch (``open_txns``: producer id -> its transaction's
+    first offset), and the aborted transaction an ABORT marker completes (the transaction's first offset, the
+    marker's, and the last stable offset after it: the first offset of another producer's open transaction, else
+    the marker's + 1, as ``ProducerStateManager.lastStableOffset``; none for a marker that ends no transaction
+    here)."""
+    if not is_transactional:
+        return None
+    if control_type is None:
+        open_txns.setdefault(producer_id, base_offset)
+        return None
+    if producer_id not in open_txns:  # ends no transaction here (Kafka's appendEndTxnMarker: no CompletedTxn)
+        return None
+    first = open_txns.pop(producer_id)
+    if control_type != ControlType.ABORT:
+        return None
+    return AbortedTxn(first, base_offset, producer_id, min(open_txns.values(), default=base_offset + 1))
+
+
+class PartitionLog:
+    """Batches of one topic-partition, in offset order, in segment files under ``directory`` or in memory
+    (module docstring). ``recovery_point``: the log end when the broker last started or closed cleanly (its
+    checkpoint); with ``clean_shutdown`` it is the log end and no segment is read whole, else the segments from
+    the one holding it on are scanned (:mod:`.loader`). ``written_end``: the end the broker last wrote in this
+    boot (a killed process's writes stay in the OS): the log must reach it, or it was damaged from outside.
+
+    ``segment_bytes``, ``segment_ms`` and ``index_interval_bytes`` are Kafka's ``segment.bytes``,
+    ``segment.ms`` and ``index.interval.bytes``; ``clock`` gives the time in ms (for ``segment.ms`` of
+    batches without timestamps).
+    """
+
+    def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
+                 recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                 clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
+                 cut_torn_tail: bool = True, clean_shutdown: bool = False, written_end: int = 0) -> None:
+        for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
+                                       ("segment_ms", segment_ms, 1, 2**63 - 1),
+                                       ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
+        self.topic = topic
+        self.partition = partition
+        #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
+        #: log-start-offset-checkpoint before the segments below it are deleted.
+        self.log_start_offset = log_start_offset
+        #: Where the last compaction stopped (the active segment's base then): below it, records and whole
+        #: batches may be missing, as compaction leaves them; recorded by the broker in cleaner-offset-checkpoint.
+        self.cleaned_offset = cleaned_offset
+        self.truncated_bytes = 0
+        #: Bytes of segment files read while loading (none after a clean shutdown).
+        self.scanned_bytes = 0
+        #: Bytes of the active segment known to be on disk (fsync'd); every older segment is, whole.
+        self.synced_bytes = 0
+        self.segment_bytes = segment_bytes
+        self.segment_ms = segment_ms
+        self.index_interval_bytes = index_interval_bytes
+        self._clock = clock if clock is not None else wall_clock_ms
+        self._directory = directory
+        self._fsync = fsync
+        self._closed = False
+        self._dirty = False
+        self._txn_dirty = False
+        self._last_position = 0
+        # Enough to take the last append back: the segment state before it, its producer's open transaction.
+        self._undo: tuple[object, int, int, int, int | None] | None = None
+        self._segment_created = self._clock()
+        #: Called with the log and the new segment's base offset when a segment rolls, before the new segment
+        #: exists (the broker writes the producer-state snapshot at that offset).
+        self.on_roll: Callable[[PartitionLog, int], None] | None = None
+        #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
+        self._open_txns: dict[int, int] = {}
+        self.segments: list[LogSegment]
+        if directory is None:
+            self.segments = [LogSegment(log_start_offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
+                                        index_interval_bytes)]
+            self._epochs_written = True
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        loaded: LoadedLog = load_segments(
+            self.name, directory, recovery_point=recovery_point, floor=max(recovery_point, written_end),
+            log_start_offset=log_start_offset,
+            cleaned_offset=cleaned_offset, index_interval_bytes=index_interval_bytes, fsync=fsync,
+            clean=clean_shutdown, cut_torn_tail=cut_torn_tail)
+        self.segments = loaded.segments
+        self.truncated_bytes = loaded.truncated_bytes
+        self.scanned_bytes = loaded.scanned_bytes
+        self.synced_bytes = self.segments[-1].size
+        self._check_epochs(directory)
+
+    # --- where the log is -----------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def segment_bases(self) -> list[int]:
+        """Base offsets of the segments, oldest first; the last is the active one."""
+        return [segment.base_offset for segment in self.segments]
+
+    @property
+    def path(self) -> Path | None:
+        """The active segment's ``.log`` file, or None for a log kept in memory."""
+        return None if self._directory is None else Path(self.segments[-1].log.name)
+
+    @property
+    def last_append_position(self) -> int:
+        """The byte (of the active segment) at which the last appended batch starts: a crash mid-write tears
+        from there."""
+        return self._last_position
+
+    def _has_batches(self) -> bool:
+        return self.log_end_offset > self.segments[0].base_offset or any(s.size for s in self.segments)
+
+    # --- reads ----------------------------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        """The segment holding ``offset`` (the first one for an offset below the log)."""
+        return max(bisect.bisect_right(self.segments, offset, key=lambda segment: segment.base_offset) - 1, 0)
+
+    def read(self, offset: int, limit: int, max_bytes: int, min_one: bool) -> tuple[bytes, int]:
+        """The whole stored batches from the one holding ``offset`` on (the first after it if compaction emptied
+        that one), those starting below ``limit`` that fit in ``max_bytes`` (``min_one``: the first whatever its
+        size), and the offset after the last one (``offset`` when none). The bytes are the files', never decoded;
+        unlike Kafka's ``LocalLog.read`` an answer may span segments, so a small segment never caps a fetch."""
+        parts: list[bytes] = []
+        position = offset
+        for segment in self.segments[self._segment_index(offset):]:
+            if segment.base_offset >= limit or (max_bytes <= 0 and not min_one):
+                break
+            data, after = segment.read(position, limit, max_bytes, min_one)
+            if data:
+                parts.append(data)
+                max_bytes -= len(data)
+                min_one = False
+                position = after
+            if after < segment.next_offset and (data or segment.next_offset > position):
+                break  # stopped inside this segment: by the limit or the bytes
+        if not parts:
+            return b"", offset
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), position
+
+    @property
+    def batches(self) -> list[StoredBatch]:
+        """Every batch read back from the files and decoded, in offset order: for tests and tools (loading an
+        internal topic), never on the produce or fetch path."""
+        out: list[StoredBatch] = []
+        for segment in self.segments:
+            out += decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size))
+        return out
+
+    def records(self) -> Iterator[tuple[int, bytes | None, bytes | None, RecordBatch]]:
+        """Every record as ``(offset, key, value, batch)``, in offset order (read from the files)."""
+        for segment in self.segments:
+            for stored in decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size)):
+                batch = stored.batch
+                keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+                for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
+                    yield offset, key, value, batch
+
+    def scan_from(self, offset: int, number: int) -> BatchMetadata | None:
+        """The batch metadata columns (``partition`` = ``number``) of the batches at or after ``offset``, read by
+        the native header scan (recovery replays them into the producer state); None when there are none."""
+        parts: list[BatchMetadata] = []
+        for segment in self.segments[self._segment_index(offset):]:
+            if not segment.size:
+                continue
+            if self._directory is None:
+                raise IdemcoreError(f"{self.name}: a log kept in memory is never recovered")
+            scan = scan_segment(Path(segment.log.name), partition=number)
+            keep = np.flatnonzero(scan["base_offset"] >= offset)
+            if len(keep):
+                part = scan.metadata().take(keep)
+                # A batch spans its offset range whatever compaction removed from it (its producer's sequence
+                # range too), as the replay counts it.
+                span = np.where(part["is_control"], 1, scan["last_offset"][keep] - scan["base_offset"][keep] + 1)
+                part["record_count"][:] = span
+                base = part["base_sequence"].astype(np.int64)
+                part["last_sequence"][:] = np.where(base >= 0, (base + span - 1) % (INT32_MAX + 1), -1)
+                parts.append(part)
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else concatenate(parts)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(producer id, first offset)`` of every transaction aborted here that overlaps ``[start, end)``: its
+        first offset below ``end``, its ABORT marker at or after ``start`` (what a read_committed fetch of that
+        range must drop, Kafka's ``collectAbortedTransactions``), in the order of their markers.
+
+        Read from the ``.txnindex`` of the segment holding ``start`` and those after it. First offsets are not
+        ordered, so the walk goes on past ``end`` until an entry's last stable offset reaches ``end``: every
+        transaction aborted after it began at or after that offset, so none further can overlap (Kafka's
+        ``TxnIndexSearchResult.isComplete``)."""
+        found = []
+        for segment in self.segments[self._segment_index(start):]:
+            for txn in segment.aborted():
+                if txn.last_offset < start:
+                    continue
+                if txn.first_offset < end:
+                    found.append((txn.producer_id, txn.first_offset))
+                if txn.last_stable_offset >= end:
+                    return found
+        return found
+
+    def offset_for_timestamp(self, timestamp: int, max_timestamp: bool = False) -> tuple[int, int] | None:
+        """Kafka's ``UnifiedLog.fetchOffsetByTimestamp``: ``(offset, timestamp)`` of the first record whose
+        timestamp is at least ``timestamp`` (in the first batch whose max timestamp is), or with
+        ``max_timestamp`` the first record with the largest timestamp; None when there is none. The time index
+        says which segment; headers are walked from there and one batch decoded."""
+        if max_timestamp:
+            newest = max(self.segments, key=lambda segment: segment.largest_timestamp())
+            top = newest.largest_timestamp()
+            if top < 0:
+                return None
+            return self._first_record_at(newest, top, exact=True)
+        for segment in self.segments:
+            if segment.largest_timestamp() >= timestamp:
+                found = self._first_record_at(segment, timestamp, exact=False)
+                if found is not None:
+                    return found
+        return None
+
+    def _first_record_at(self, segment: LogSegment, timestamp: int, exact: bool) -> tuple[int, int] | None:
+        for header in segment.headers(self._time_index_floor(segment, timestamp)):
+            if header.max_timestamp < timestamp:
+                continue
+            batch_header, records = decode_batch(segment.log.read(header.position, header.size), check_crc=False)
+            for record in records:
+                at = batch_header.timestamp_of(record)
+                if at == timestamp or (not exact and at > timestamp):
+                    return batch_header.offset_of(record), at
+            if batch_header.is_control and (not exact or header.max_timestamp == timestamp):
+                return header.base_offset, header.max_timestamp  # a marker counts, as in Kafka's segment scan
+        return None
+
+    def _time_index_floor(self, segment: LogSegment, timestamp: int) -> int:
+        """The position to walk from: after the last time index entry whose timestamp is below ``timestamp``
+        (every batch up to its offset is older), else the segment's start."""
+        index = segment.time_index
+        count = index.size // TIME_ENTRY.size
+        low, high, offset = 0, count, None
+        while low < high:
+            middle = (low + high) // 2
+            stamp, relative = TIME_ENTRY.unpack(index.read(middle * TIME_ENTRY.size, TIME_ENTRY.size))
+            if stamp < timestamp:
+                offset = segment.base_offset + relative
+                low = middle + 1
+            else:
+                high = middle
+        return 0 if offset is None else segment.position_of(offset)
+
+    # --- appends --------------------------------------------------------------------------------------------
+
+    def append(self, base_offset: int, batch: RecordBatch) -> None:
+        """Add a batch the producer-state check accepted at ``base_offset``: the bytes it came in (or encoded
+        once from its fields) with the base offset and leader epoch set. All or nothing: when a write raises, the
+        segment and its indexes are cut back to where they were (a segment the append rolled to stays, empty, as
+        Kafka's would)."""
+        self._check_append(base_offset)
+        wire = batch.wire
+        if wire is None:
+            data: bytes | bytearray = encode_record_batch(batch, base_offset, LEADER_EPOCH)
+        else:
+            data = bytearray(wire)  # stored as sent: only the fields outside the CRC change
+            set_base_offset(data, 0, base_offset)
+            set_partition_leader_epoch(data, 0, LEADER_EPOCH)
+        self._add(data, base_offset, base_offset + batch.record_count - 1, batch.max_timestamp, batch.producer_id,
+                  batch.is_transactional, None)
+
+    def append_marker(self, base_offset: int, producer_id: int, producer_epoch: int, control_type: int,
+                      coordinator_epoch: int, timestamp: int) -> None:
+        """Add the transaction marker the producer-state check accepted at ``base_offset`` (COORDINATOR
+        origin), ending ``producer_id``'s transaction here; an ABORT adds its ``.txnindex`` entry. All or
+        nothing, as :meth:`append`."""
+        self._check_append(base_offset)
+        data = encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
+                                     producer_epoch=producer_epoch, timestamp=timestamp, base_offset=base_offset,
+                                     partition_leader_epoch=LEADER_EPOCH)
+        self._add(data, base_offset, base_offset, timestamp, producer_id, True, int(control_type))
+
+    def _check_append(self, base_offset: int) -> None:
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        if self._directory is None and base_offset > self.log_end_offset:
+            # In memory nothing is recovered, so offsets may jump (tests near the int64 limit): a new segment
+            # keeps every index entry's relative offset within int32.
+            self.segments.append(LogSegment(base_offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
+                                            self.index_interval_bytes))
+        if base_offset != self.log_end_offset:  # recovery would refuse the gap
+            raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
+                                f"{self.log_end_offset}: a stored log's offsets are contiguous")
+
+    def _add(self, data: bytes | bytearray, base_offset: int, last_offset: int, max_timestamp: int,
+             producer_id: int, is_transactional: bool, control_type: int | None) -> None:
+        before = self._open_txns.get(producer_id)
+        aborted = complete_txn(self._open_txns, producer_id, base_offset, is_transactional, control_type)
+        try:
+            self._maybe_roll(base_offset, last_offset, len(data), max_timestamp)
+        except BaseException:
+            self._restore_txn(producer_id, before)
+            raise
+        segment = self.segments[-1]
+        position = segment.size
+        saved = segment.save()
+        end = segment.next_offset
+        try:
+            segment.append(data, last_offset, max_timestamp, b"" if aborted is None else aborted.encoded())
+            if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
+                assert self._directory is not None
+                write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT,
+                                      encode_leader_epoch_checkpoint([(LEADER_EPOCH, base_offset)]), self._fsync)
+                self._epochs_written = True
+        except BaseException:
+            self._cut(segment, saved, position, end)
+            self._restore_txn(producer_id, before)
+            raise
+        self._undo = (saved, position, end, producer_id, before)
+        self._last_position = position
+        self._dirty = True
+        self._txn_dirty = self._txn_dirty or aborted is not None
+
+    def _cut(self, segment: LogSegment, saved: object, position: int, end: int) -> None:
+        try:
+            segment.restore(saved, position, end)  # type: ignore[arg-type]
+        except OSError:
+            log.exception("%s: could not cut %s back to byte %d", self.name, segment.log.name, position)
+
+    def _maybe_roll(self, base_offset: int, last_offset: int, size: int, max_timestamp: int) -> None:
+        segment = self.segments[-1]
+        if self._directory is None or segment.size == 0:
+            return
+        if (segment.size + size > self.segment_bytes or last_offset - segment.base_offset > INT32_MAX
+                or self._waited_for_roll(segment, max_timestamp) > self.segment_ms):
+            self._roll(base_offset)
+
+    def _restore_txn(self, producer_id: int, first_offset: int | None) -> None:
+        if first_offset is None:
+            self._open_txns.pop(producer_id, None)
+        else:
+            self._open_txns[producer_id] = first_offset
+
+    def rollback_last(self) -> None:
+        """Take back the batch appended last (its sync failed): the log is as it was before that append."""
+        if self._undo is None:
+            raise IdemcoreError(f"{self.name}: no append to take back")
+        saved, position, end, producer_id, txn_before = self._undo
+        self._cut(self.segments[-1], saved, position, end)
+        self._restore_txn(producer_id, txn_before)
+        self._undo = None
+
+    def note_open_transaction(self, producer_id: int, first_offset: int) -> None:
+        """At recovery: ``producer_id`` has a transaction open here since ``first_offset``, as the producer state
+        says (the log's own bookkeeping starts from the state, as Kafka's loads ongoing transactions from it)."""
+        self._open_txns.setdefault(producer_id, first_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest open transaction here, else the log end (Kafka's LSO on a single
+        broker, where the high watermark is the log end)."""
+        # Never below the log start: retention may have deleted an open transaction's first batches (Kafka's
+        # maybeIncrementFirstUnstableOffset).
+        return max(min(self._open_txns.values(), default=self.log_end_offset), self.log_start_offset)
+
+    def _waited_for_roll(self, segment: LogSegment, timestamp: int) -> int:
+        """How long the active segment has been rolling, as segment.ms counts it: from its first batch's
+        timestamp to this batch's, or since it was created when batches carry no timestamps."""
+        first = segment.rolling_timestamp()
+        if first >= 0:
+            return timestamp - first
+        return self._clock() - self._segment_created
+
+    def _roll(self, base_offset: int) -> None:
+        """Make a new active segment at ``base_offset``, after the old one's last time index entry and an
+        fsync of its files (so recovery can refuse any damage in a rolled segment)."""
+        assert self._directory is not None
+        old = self.segments[-1]
+        old.close_time_index()
+        old.sync()
+        old.close()
+        if self.on_roll is not None:
+            self.on_roll(self, base_offset)
+        segment = segment_files(self._directory, base_offset, self.index_interval_bytes, create=True)
+        segment.next_offset = base_offset
+        self.segments.append(segment)
+        self.synced_bytes = 0
+        self._undo = None
+        self._last_position = 0
+        self._segment_created = self._clock()
+        self._txn_dirty = False
+
+    def sync(self) -> None:
+        """Make the batches appended since the last sync durable (acks=all): fsync, unless the log was opened
+        with fsync=False (the appends are in the OS already)."""
+        if self._dirty and self._fsync:
+            self.flush()
+        self._dirty = False
+
+    def flush(self) -> None:
+        """fsync the active segment whatever the fsync setting (rolled segments were fsync'd when they rolled),
+        and before it its ``.txnindex`` when an ABORT wrote to it (a marker's entry is at least as durable as the
+        marker; loading cuts entries past the log end). The offset and time indexes are not: loading after a crash
+        derives them again from the batches."""
+        if self._directory is None:
+            return
+        active = self.segments[-1]
+        if self._txn_dirty:  # first: a durable ABORT marker always has its durable entry
+            active.txn_index.sync()
+            self._txn_dirty = False
+        active.log.sync()
+        self.synced_bytes = active.size
+        self._dirty = False
+
+    def close(self) -> None:
+        """A clean close: the active segment's last time index entry, everything fsync'd, the files closed."""
+        if not self._closed and self._directory is not None:
+            active = self.segments[-1]
+            active.close_time_index()
+            active.sync()
+            self.synced_bytes = active.size
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Close the files as a dying process does: no flush; what reached the OS stays, nothing more."""
+        self._closed = True
+        for segment in self.segments:
+            segment.close()
+
+    # --- leader epochs --------------------------------------------------------------------------------------
+
+    def _epochs(self) -> bytes:
+        """The leader-epoch-checkpoint this log implies: epoch 0 from its start offset, once it holds a batch."""
+        return encode_leader_epoch_checkpoint([(LEADER_EPOCH, self.log_start_offset)] if self._has_batches() else [])
+
+    def _check_epochs(self, directory: Path) -> None:
+        """Rewrite ``leader-epoch-checkpoint`` when it is missing or not what the log implies (derived data,
+        as the indexes are)."""
+        path = directory / LEADER_EPOCH_CHECKPOINT
+        wanted = self._epochs()
+        try:
+            found: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            found = None
+        if found != wanted:
+            if found is not None:
+                log.warning("%s: rewriting %s (%r, expected %r)", self.name, path, found[:40], wanted)
+            write_file_atomically(path, wanted, self._fsync)
+        self._epochs_written = self._has_batches()
+
+    # --- retention ------------------------------------------------------------------------------------------
+
+    def retention_start(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int | None:
+        """The log start offset retention moves to (Kafka's ``deleteRetentionMsBreachedSegments`` and
+        ``deleteRetentionSizeBreachedSegments``), or None when no segment is due. Whole segments go, oldest
+        first: those whose newest batch (their time index's largest timestamp) is older than ``retention_ms``
+        (-1: no limit), and those the log can lose while staying at least ``retention_bytes`` large (-1: no
+        limit). When every segment is due, the log rolls first so that the active segment is a new, empty one."""
+        if self._directory is None or not self._has_batches():
+            return None
+        sizes = [segment.size for segment in self.segments]
+        due = 0
+        excess = sum(sizes) - retention_bytes if retention_bytes >= 0 else -1
+        # Any segment may go, an empty one too (compaction can empty one), but not an empty active segment.
+        while due < len(sizes) and not (due == len(sizes) - 1 and sizes[due] == 0):
+            expired = retention_ms >= 0 and now_ms - self._newest_timestamp(self.segments[due]) > retention_ms
+            too_big = excess >= sizes[due]
+            if not (expired or too_big):
+                break
+            excess -= sizes[due]
+            due += 1
+        if due == 0:
+            return None
+        if due == len(sizes):
+            self._roll(self.log_end_offset)
+        return self.segments[due].base_offset
+
+    def _newest_timestamp(self, segment: LogSegment) -> int:
+        """The largest batch timestamp of a segment; where batches carry none, its file's modification time
+        (Kafka's ``LogSegment.largestTimestamp``)."""
+        stamp = segment.largest_timestamp()
+        return stamp if stamp >= 0 else self.modified_ms(segment.base_offset)
+
+    def modified_ms(self, base: int) -> int:
+        assert self._directory is not None
+        return os.stat(self._directory / offset_file_name(base, LOG_SUFFIX)).st_mtime_ns // 1_000_000
+
+    def delete_segments_below(self, start: int) -> None:
+        """Move the log start to ``start`` (a segment's base offset) and delete the segments below it, with
+        their indexes and the snapshots below it. The broker records the new log start durably first."""
+        if start not in self.segment_bases:
+            raise ValueError(f"{self.name}: {start} is not the base offset of a segment ({self.segment_bases})")
+        assert self._directory is not None
+        while self.segments[0].base_offset < start:
+            segment = self.segments.pop(0)
+            segment.close()
+            delete_segment_files(self.name, self._directory, segment.base_offset, "retention")
+        self.log_start_offset = start
+        for offset in self.snapshot_offsets():
+            if offset < start:
+                self.delete_snapshot(offset, "below the log start offset")
+        write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT, self._epochs(), self._fsync)
+        self._epochs_written = self._has_batches()
+
+    # --- compaction (the cleaner rewrites segments through these) ---------------------------------------------
+
+    @property
+    def directory(self) -> Path | None:
+        return self._directory
+
+    def cleanable_offset(self) -> int | None:
+        """Where a compaction would stop: the base of the segment holding the first offset it must not touch,
+        the active segment or an open transaction (Kafka's first uncleanable offset); the offset the broker
+        records before cleaning. None when no whole segment lies below it (or the log is in memory)."""
+        if self._directory is None:
+            return None
+        bases = self.segment_bases
+        limit = min(bases[-1], self.last_stable_offset)
+        stop = max(base for base in bases if base <= limit)
+        return None if stop <= bases[0] else stop
+
+    def clean(self, now_ms: int, delete_retention_ms: int) -> int:
+        """Compact the segments below :meth:`cleanable_offset` (:func:`.cleaner.clean_log`); the bytes removed."""
+        from idemcore.broker.log.cleaner import clean_log  # the cleaner builds on this class
+
+        return clean_log(self, now_ms, delete_retention_ms)
+
+    # --- producer-state snapshots ---------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        """The offsets of the ``.snapshot`` files beside the segments, oldest first."""
+        if self._directory is None:
+            return []
+        return sorted(parsed[0] for parsed in map(parse_offset_file, os.listdir(self._directory))
+                      if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX)
+
+    def snapshot_path(self, offset: int) -> Path:
+        assert self._directory is not None, "a log kept in memory has no snapshots"
+        return self._directory / offset_file_name(offset, SNAPSHOT_SUFFIX)
+
+    def write_snapshot(self, offset: int, data: bytes) -> None:
+        """Put the snapshot ``data`` (the producer state at ``offset``) beside the segments, durably, and keep
+        only the newest two (Kafka keeps those of the recent segments: recovery replays from the newest valid
+        one)."""
+        write_file_atomically(self.snapshot_path(offset), data)
+        for old in self.snapshot_offsets()[:-2]:
+            self.delete_snapshot(old, "older than the newest two")
+
+    def delete_snapshot(self, offset: int, why: str) -> None:
+        log.info("%s: deleting the snapshot %s (%s)", self.name, self.snapshot_path(offset), why)
+        self.snapshot_path(offset).unlink(missing_ok=True)
