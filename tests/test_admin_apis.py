@@ -10,6 +10,7 @@ import pytest
 from idemcore import Broker, Producer
 from idemcore.broker.admin_requests import admin_handlers
 from idemcore.net.admin import (
+    DeleteRecordsRequest,
     DescribedTransaction,
     DescribeProducersRequest,
     DescribeProducersResponse,
@@ -286,6 +287,6 @@ def test_malformed_fields_are_answered_invalid_request(broker, request_, message
     assert response.error_message.startswith(type(request_).__name__)
 
 
-def test_the_handlers_are_the_three_request_types(broker):
-    assert set(admin_handlers(broker)) == {DescribeProducersRequest, DescribeTransactionsRequest,
-                                          ListTransactionsRequest}
+def test_the_handlers_are_the_four_request_types(broker):
+    assert set(admin_handlers(broker.admin_sources)) == {DescribeProducersRequest, DescribeTransactionsRequest,
+                                                         ListTransactionsRequest, DeleteRecordsRequest}

@@ -3,6 +3,8 @@ advanced and recorded before any file goes, producer state kept for producers wh
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from idemcore.broker import Broker, LogCorruptionError
@@ -87,7 +89,7 @@ def test_a_retention_cut_short_after_the_checkpoint_is_finished_at_the_next_star
     broker = Broker({"t": 1}, data_dir=tmp_path, clock=clock, retention_bytes=300, **SMALL)
     for seq in range(20):
         _send(broker, 1, seq, clock.now)
-    monkeypatch.setattr(PartitionLog, "delete_segments_below", lambda self, start: None)  # dies before deleting
+    monkeypatch.setattr(PartitionLog, "delete_start_breached_segments", lambda self: 0)  # dies before deleting
     broker.delete_old_segments()
     monkeypatch.undo()
     start = read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint").entries[0].offset
@@ -165,3 +167,30 @@ def test_checkpoints_keep_the_partitions_a_smaller_broker_does_not_serve(tmp_pat
     assert entries == {("t", 0), ("u", 0)}
     with Broker({"t": 1, "u": 1}, data_dir=tmp_path, clock=clock, **SMALL) as again:
         assert again.log("u", 0).log_start_offset > 0
+
+
+@pytest.mark.parametrize("restart", ["none", "clean", "kill"])
+@pytest.mark.parametrize("files_say", ["new", "old"])
+def test_retention_ms_judges_a_segment_by_its_time_index_not_its_file_time(tmp_path, restart, files_say):
+    """Kafka's ``LogSegment.largestTimestamp``: the largest timestamp of the segment's batches (its time index's
+    last entry, or the appends seen in this run); the file's modification time only when its batches carry none.
+    Segments 0 and 4 hold batches two days old (deleted whatever their files' times say), the active one a fresh
+    batch (kept whatever its file's time says)."""
+    now = wall_clock_ms()
+    clock = Clock(now)
+    broker = Broker({"t": 1}, data_dir=tmp_path, clock=clock, retention_ms=DAY, **SMALL)
+    for seq in range(8):
+        _send(broker, 1, seq, now - 2 * DAY)
+    _send(broker, 1, 8, now)
+    assert broker.log("t", 0).segment_bases == [0, 4, 8]
+    if restart != "none":
+        broker.close() if restart == "clean" else broker.kill()
+        broker = Broker({"t": 1}, data_dir=tmp_path, clock=clock, retention_ms=DAY, **SMALL)
+    stamp = (now - 10 * DAY if files_say == "old" else now + DAY) / 1000  # the opposite of what the batches say
+    for path in (tmp_path / "t-0").glob("*.log"):
+        os.utime(path, (stamp, stamp))
+    with broker:
+        assert broker.delete_old_segments() == 1
+        log = broker.log("t", 0)
+        assert log.log_start_offset == 8 and _segments(broker) == [8]
+        assert [offset for offset, *_ in log.records()] == [8]

@@ -1,7 +1,8 @@
 """DescribeProducers v0, DescribeTransactions v0 and ListTransactions v0–1 on the wire: every served version
 through kio and back, and the bytes cross-checked against kafka-python 3's independent codec (``kafka.protocol``,
 generated from the same Kafka JSON schemas), as docs/research/kio-evaluation.md describes; then a real broker
-answering kafka-python's requests through the translations (a server without its socket)."""
+answering kafka-python's requests through the translations (a server without its socket). DeleteRecords' served
+versions are checked here, its translations in tests/test_delete_records.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import topics as kp_topics
 from kafka.protocol.admin import transactions as kp
 from kio.index import load_request_schema, load_response_schema
 
@@ -42,7 +44,8 @@ START = 1_700_000_000_123
 #: The kafka-python classes of each API, as a client builds and reads them.
 KP = {61: (kp.DescribeProducersRequest, kp.DescribeProducersResponse),
       65: (kp.DescribeTransactionsRequest, kp.DescribeTransactionsResponse),
-      66: (kp.ListTransactionsRequest, kp.ListTransactionsResponse)}
+      66: (kp.ListTransactionsRequest, kp.ListTransactionsResponse),
+      21: (kp_topics.DeleteRecordsRequest, kp_topics.DeleteRecordsResponse)}
 SERVED = [(api, version) for api in ADMIN_APIS for version in range(api.min_version, api.max_version + 1)]
 
 
@@ -73,7 +76,8 @@ def client_reads(api: WireApi, version: int, frame: bytes, correlation_id: int) 
 
 def test_served_versions_are_what_kio_and_kafka_python_both_have():
     assert [(a.key, a.name, a.min_version, a.max_version) for a in ADMIN_APIS] == [
-        (61, "DescribeProducers", 0, 0), (65, "DescribeTransactions", 0, 0), (66, "ListTransactions", 0, 1)]
+        (61, "DescribeProducers", 0, 0), (65, "DescribeTransactions", 0, 0), (66, "ListTransactions", 0, 1),
+        (21, "DeleteRecords", 0, 2)]
     for api, version in SERVED:
         load_request_schema(api.key, version)
         load_response_schema(api.key, version)

@@ -6,8 +6,9 @@ or config is answered with Kafka's error code and a message naming the value, ne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from idemcore.broker.topics import Topics
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
     CreatedTopic,
@@ -21,53 +22,50 @@ from idemcore.net.messages import (
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import INTERNAL_TOPICS, MAX_PARTITIONS_PER_TOPIC
 
-if TYPE_CHECKING:
-    from idemcore.broker.broker import Broker
 
-
-def metadata(broker: Broker, request: MetadataRequest) -> MetadataResponse:
+def metadata(topics: Topics, request: MetadataRequest) -> MetadataResponse:
     names = request.topics
     if names is None:
         return MetadataResponse(tuple(TopicMetadata(name, ErrorCode.NONE, count, name in INTERNAL_TOPICS)
-                                      for name, count in sorted(broker.topics.items())), request.request_id)
+                                      for name, count in sorted(topics.items())), request.request_id)
     if not isinstance(names, tuple | list):
         return MetadataResponse((), request.request_id)
     answers = []
     for name in names:
-        if name not in broker.topics and type(name) is str and name not in INTERNAL_TOPICS \
-                and request.allow_auto_topic_creation is True and broker.auto_create_topics:
-            created = _create(broker, NewTopic(name), validate_only=False)
+        if name not in topics and type(name) is str and name not in INTERNAL_TOPICS \
+                and request.allow_auto_topic_creation is True and topics.auto_create:
+            created = _create(topics, NewTopic(name), validate_only=False)
             if created.error_code != ErrorCode.NONE:
                 answers.append(TopicMetadata(str(name), created.error_code))
                 continue
-        count = broker.topics.get(name) if type(name) is str else None
+        count = topics.get(name) if type(name) is str else None
         answers.append(TopicMetadata(str(name), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if count is None
                        else TopicMetadata(name, ErrorCode.NONE, count, name in INTERNAL_TOPICS))
     return MetadataResponse(tuple(answers), request.request_id)
 
 
-def create_topics(broker: Broker, request: CreateTopicsRequest) -> CreateTopicsResponse:
-    topics = request.topics if isinstance(request.topics, tuple | list) else ()
+def create_topics(topics: Topics, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    wanted = request.topics if isinstance(request.topics, tuple | list) else ()
     results = []
-    for topic in topics:
+    for topic in wanted:
         if type(topic) is not NewTopic:
             results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
             continue
-        results.append(_create(broker, topic, request.validate_only is True))
+        results.append(_create(topics, topic, request.validate_only is True))
     return CreateTopicsResponse(tuple(results), request.request_id)
 
 
-def _create(broker: Broker, topic: NewTopic, validate_only: bool) -> CreatedTopic:
+def _create(catalog: Topics, topic: NewTopic, validate_only: bool) -> CreatedTopic:
     """Make one topic (or only check it): its result, with Kafka's error code for what is wrong."""
     name, count = topic.name, topic.partitions
     if count == -1:
-        count = broker.default_partitions
+        count = catalog.default_partitions
     if type(name) is not str or name in INTERNAL_TOPICS:
         return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
                             f"topic name {name!r} is internal or not a string")
-    if name in broker.topics:
+    if name in catalog:
         return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists with "
-                            f"{broker.topics[name]} partitions", broker.topics[name])
+                            f"{catalog[name]} partitions", catalog[name])
     if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
         return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
                             f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
@@ -77,9 +75,9 @@ def _create(broker: Broker, topic: NewTopic, validate_only: bool) -> CreatedTopi
         return CreatedTopic(name, ErrorCode.INVALID_CONFIG, str(error))
     try:
         if validate_only:
-            broker.check_new_topic(name, count, configs)
+            catalog.check_new(name, count, configs)
         else:
-            broker.create_topic(name, count, configs)
+            catalog.create(name, count, configs)
     except (ValueError, TypeError) as error:
         code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
         return CreatedTopic(name, code, str(error))

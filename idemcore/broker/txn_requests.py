@@ -5,7 +5,7 @@ it, never raised out of ``Broker.handle`` (a client's bad request must not stop 
 from __future__ import annotations
 
 from idemcore.broker.coordinator import TransactionCoordinator
-from idemcore.broker.request_checks import checked
+from idemcore.broker.input_checks import checked
 from idemcore.net.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,

@@ -1,7 +1,8 @@
-"""The admin requests that find hanging transactions (KIP-664): DescribeProducers (the producer state of
+"""The admin requests: those that find hanging transactions (KIP-664), DescribeProducers (the producer state of
 partitions, as each partition's leader holds it), DescribeTransactions and ListTransactions (the transaction
-coordinator's state of transactional ids). ``Broker.handle`` takes each request and answers its response; every
-response carries its request's ``request_id``.
+coordinator's state of transactional ids); and DeleteRecords (KIP-107: move partitions' log start offsets up).
+``Broker.handle`` takes each request and answers its response; every response carries its request's
+``request_id``.
 
 Only :mod:`idemcore.protocol` is imported here, so :mod:`idemcore.net.messages` may list these classes in its
 ``Request`` / ``Response`` unions without an import cycle."""
@@ -140,5 +141,47 @@ class ListTransactionsResponse:
     error_message: str | None = None
 
 
-AdminRequest = DescribeProducersRequest | DescribeTransactionsRequest | ListTransactionsRequest
-AdminResponse = DescribeProducersResponse | DescribeTransactionsResponse | ListTransactionsResponse
+# ---------------------------------------------------------------- DeleteRecords
+
+#: DeleteRecords' offset meaning "up to the high watermark" (Kafka's ``DeleteRecordsRequest.HIGH_WATERMARK``).
+HIGH_WATERMARK = -1
+
+
+@dataclass(slots=True, frozen=True)
+class DeleteRecordsRequest:
+    """Delete the records below an offset of each of ``partitions``, ``(topic, partition, offset)`` triples
+    answered in this order: the partition's log start offset moves up to ``offset`` (:data:`HIGH_WATERMARK`: the
+    high watermark, the log end on one broker). ``timeout_ms``: how long Kafka waits for followers (one broker
+    never waits)."""
+
+    partitions: tuple[tuple[str, int, int], ...]
+    timeout_ms: int = 30_000
+    request_id: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class DeletedRecords:
+    """One partition's answer (Kafka's ``DeleteRecordsPartitionResult``): ``low_watermark`` is its log start offset
+    after the request, -1 with an error."""
+
+    topic: str
+    partition: int
+    error_code: int = ErrorCode.NONE
+    low_watermark: int = -1
+    error_message: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class DeleteRecordsResponse:
+    """One answer per requested triple, in the request's order; ``error_code``/``error_message`` as in
+    :class:`DescribeProducersResponse` (a malformed request, in process only)."""
+
+    partitions: tuple[DeletedRecords, ...] = ()
+    request_id: int = 0
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+
+
+AdminRequest = DescribeProducersRequest | DescribeTransactionsRequest | ListTransactionsRequest | DeleteRecordsRequest
+AdminResponse = (DescribeProducersResponse | DescribeTransactionsResponse | ListTransactionsResponse
+                 | DeleteRecordsResponse)

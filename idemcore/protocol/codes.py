@@ -42,6 +42,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43  # a marker for a pre-v2 log: the coordinator counts it done
+    POLICY_VIOLATION = 44  # e.g. DeleteRecords on a topic whose cleanup.policy lacks delete
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from idemcore.broker.group.coordinator import GroupCoordinator
-from idemcore.broker.request_checks import checked
+from idemcore.broker.input_checks import checked
 from idemcore.net.membership import (
     HeartbeatRequest,
     HeartbeatResponse,

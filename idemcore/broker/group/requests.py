@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from idemcore.broker.group.coordinator import GroupCoordinator
-from idemcore.broker.request_checks import checked
+from idemcore.broker.input_checks import checked
 from idemcore.net.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,

@@ -191,6 +191,15 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int
             segment.first_timestamp = int(scan["max_timestamp"][0]) if len(rows) else -1
         else:
             segment.close()
+    if segments[-1].next_offset < log_start_offset:
+        # Every offset the log lost lay below its start, so no reader loses a record: start it over there, as
+        # Kafka's LogLoader does when the log ends below log-start-offset-checkpoint's offset.
+        log.warning("%s: the log ends at offset %d, below its log start offset %d: deleting its segments and "
+                    "starting it empty at %d", name, segments[-1].next_offset, log_start_offset, log_start_offset)
+        for segment in segments:
+            segment.close()
+            delete_segment_files(name, directory, segment.base_offset, "below the log start offset")
+        segments = [segment_files(directory, log_start_offset, index_interval_bytes, create=True)]
     return LoadedLog(segments, truncated, scanned)
 
 

@@ -119,9 +119,12 @@ class PartitionLog:
                 raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
         self.topic = topic
         self.partition = partition
-        #: The first offset the log holds (or will hold): raised by retention, recorded by the broker in
-        #: log-start-offset-checkpoint before the segments below it are deleted.
+        #: The first offset readers may read (Kafka's log start offset): raised by retention (to a segment's base)
+        #: and DeleteRecords (anywhere up to the log end, inside a segment or a batch too), recorded by the broker
+        #: in log-start-offset-checkpoint before the segments below it are deleted.
         self.log_start_offset = log_start_offset
+        # The log start whose snapshots and epoch checkpoint delete_start_breached_segments last brought in line.
+        self._tidied_start = log_start_offset
         #: Where the last compaction stopped (the active segment's base then): below it, records and whole
         #: batches may be missing, as compaction leaves them; recorded by the broker in cleaner-offset-checkpoint.
         self.cleaned_offset = cleaned_offset
@@ -225,25 +228,32 @@ class PartitionLog:
 
     @property
     def batches(self) -> list[StoredBatch]:
-        """Every batch read back from the files and decoded, in offset order: for tests and tools (loading an
-        internal topic), never on the produce or fetch path."""
-        out: list[StoredBatch] = []
-        for segment in self.segments:
-            out += decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size))
-        return out
+        """Every batch a reader can get, read back from the files and decoded, in offset order: those ending at or
+        after the log start (the one holding it whole, as a fetch from the start returns it). For tests and tools
+        (loading an internal topic), never on the produce or fetch path."""
+        return list(self._readable_batches())
+
+    def _readable_batches(self) -> Iterator[StoredBatch]:
+        for segment in self.segments:  # decoded a segment at a time
+            for stored in decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size)):
+                if stored.next_offset > self.log_start_offset:
+                    yield stored
 
     def records(self) -> Iterator[tuple[int, bytes | None, bytes | None, RecordBatch]]:
-        """Every record as ``(offset, key, value, batch)``, in offset order (read from the files)."""
-        for segment in self.segments:
-            for stored in decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size)):
-                batch = stored.batch
-                keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
-                for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
+        """Every record from the log start on as ``(offset, key, value, batch)``, in offset order (read from the
+        files)."""
+        for stored in self._readable_batches():
+            batch = stored.batch
+            keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
+            for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
+                if offset >= self.log_start_offset:
                     yield offset, key, value, batch
 
     def scan_from(self, offset: int, number: int) -> BatchMetadata | None:
-        """The batch metadata columns (``partition`` = ``number``) of the batches at or after ``offset``, read by
-        the native header scan (recovery replays them into the producer state); None when there are none."""
+        """The batch metadata columns (``partition`` = ``number``) of the batches ending at or after ``offset``
+        (the one holding it too: a log start inside a batch, as Kafka's replay reads from ``translateOffset``),
+        read by the native header scan (recovery replays them into the producer state); None when there are
+        none."""
         parts: list[BatchMetadata] = []
         for segment in self.segments[self._segment_index(offset):]:
             if not segment.size:
@@ -251,7 +261,7 @@ class PartitionLog:
             if self._directory is None:
                 raise IdemcoreError(f"{self.name}: a log kept in memory is never recovered")
             scan = scan_segment(Path(segment.log.name), partition=number)
-            keep = np.flatnonzero(scan["base_offset"] >= offset)
+            keep = np.flatnonzero(scan["last_offset"] >= offset)
             if len(keep):
                 part = scan.metadata().take(keep)
                 # A batch spans its offset range whatever compaction removed from it (its producer's sequence
@@ -287,9 +297,10 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int, max_timestamp: bool = False) -> tuple[int, int] | None:
         """Kafka's ``UnifiedLog.fetchOffsetByTimestamp``: ``(offset, timestamp)`` of the first record whose
-        timestamp is at least ``timestamp`` (in the first batch whose max timestamp is), or with
-        ``max_timestamp`` the first record with the largest timestamp; None when there is none. The time index
-        says which segment; headers are walked from there and one batch decoded."""
+        timestamp is at least ``timestamp`` (in the first batch whose max timestamp is), at or after the log start
+        (Kafka's ``findOffsetByTimestamp(timestamp, logStartOffset)``), or with ``max_timestamp`` the first record
+        with the largest timestamp (wherever it is, as Kafka's); None when there is none. The time index says which
+        segment; headers are walked from there and one batch decoded."""
         if max_timestamp:
             newest = max(self.segments, key=lambda segment: segment.largest_timestamp())
             top = newest.largest_timestamp()
@@ -304,13 +315,14 @@ class PartitionLog:
         return None
 
     def _first_record_at(self, segment: LogSegment, timestamp: int, exact: bool) -> tuple[int, int] | None:
+        floor = -1 if exact else self.log_start_offset
         for header in segment.headers(self._time_index_floor(segment, timestamp)):
-            if header.max_timestamp < timestamp:
+            if header.max_timestamp < timestamp or header.last_offset < floor:
                 continue
             batch_header, records = decode_batch(segment.log.read(header.position, header.size), check_crc=False)
             for record in records:
                 at = batch_header.timestamp_of(record)
-                if at == timestamp or (not exact and at > timestamp):
+                if (at == timestamp or (not exact and at > timestamp)) and batch_header.offset_of(record) >= floor:
                     return batch_header.offset_of(record), at
             if batch_header.is_control and (not exact or header.max_timestamp == timestamp):
                 return header.base_offset, header.max_timestamp  # a marker counts, as in Kafka's segment scan
@@ -566,22 +578,50 @@ class PartitionLog:
         assert self._directory is not None
         return os.stat(self._directory / offset_file_name(base, LOG_SUFFIX)).st_mtime_ns // 1_000_000
 
-    def delete_segments_below(self, start: int) -> None:
-        """Move the log start to ``start`` (a segment's base offset) and delete the segments below it, with
-        their indexes and the snapshots below it. The broker records the new log start durably first."""
-        if start not in self.segment_bases:
-            raise ValueError(f"{self.name}: {start} is not the base offset of a segment ({self.segment_bases})")
-        assert self._directory is not None
-        while self.segments[0].base_offset < start:
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset to ``offset`` (Kafka's ``UnifiedLog.maybeIncrementLogStartOffset``): never
+        lower (an offset at or below the start changes nothing: False), never past the log end (ValueError: the
+        high watermark on one broker). The start may fall inside a segment, even inside a batch: reads below it are
+        refused, the records below it are gone to every reader. Only memory changes: the broker records the start
+        in log-start-offset-checkpoint, then :meth:`delete_start_breached_segments` deletes files."""
+        if type(offset) is not int or offset > self.log_end_offset:
+            raise ValueError(f"{self.name}: the log start offset cannot move to {offset!r}, past the log end "
+                             f"{self.log_end_offset}")
+        if offset <= self.log_start_offset:
+            return False
+        log.info("%s: the log start offset moves from %d to %d", self.name, self.log_start_offset, offset)
+        self.log_start_offset = offset
+        return True
+
+    def delete_start_breached_segments(self) -> int:
+        """Delete the segments whose successor starts at or below the log start offset, with their indexes
+        (Kafka's ``deleteLogStartOffsetBreachedSegments``: the active segment always stays), the snapshots below
+        the start, and move ``leader-epoch-checkpoint``'s first entry to the start (Kafka's
+        ``LeaderEpochFileCache.truncateFromStart``). Returns how many segments went. Cheap when there is nothing to
+        do: the broker's retention check calls it for every log, as Kafka's does (a segment rolled at or below the
+        start after it moved goes then)."""
+        breached = len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset
+        if not breached and self._tidied_start == self.log_start_offset:
+            return 0
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             segment = self.segments.pop(0)
             segment.close()
-            delete_segment_files(self.name, self._directory, segment.base_offset, "retention")
-        self.log_start_offset = start
+            deleted += 1
+            if self._directory is not None:
+                delete_segment_files(self.name, self._directory, segment.base_offset, "below the log start offset")
+        if self._directory is None:
+            return deleted
         for offset in self.snapshot_offsets():
-            if offset < start:
+            if offset < self.log_start_offset:
                 self.delete_snapshot(offset, "below the log start offset")
-        write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT, self._epochs(), self._fsync)
+        epochs = self._epochs()
+        path = self._directory / LEADER_EPOCH_CHECKPOINT
+        if not path.exists() or path.read_bytes() != epochs:
+            write_file_atomically(path, epochs, self._fsync)
         self._epochs_written = self._has_batches()
+        self._tidied_start = self.log_start_offset
+        return deleted
 
     # --- compaction (the cleaner rewrites segments through these) ---------------------------------------------
 
@@ -599,12 +639,6 @@ class PartitionLog:
         limit = min(bases[-1], self.last_stable_offset)
         stop = max(base for base in bases if base <= limit)
         return None if stop <= bases[0] else stop
-
-    def clean(self, now_ms: int, delete_retention_ms: int) -> int:
-        """Compact the segments below :meth:`cleanable_offset` (:func:`.cleaner.clean_log`); the bytes removed."""
-        from idemcore.broker.log.cleaner import clean_log  # the cleaner builds on this class
-
-        return clean_log(self, now_ms, delete_retention_ms)
 
     # --- producer-state snapshots ---------------------------------------------------------------------------
 

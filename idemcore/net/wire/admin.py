@@ -1,6 +1,6 @@
 """DescribeProducers (v0), DescribeTransactions (v0) and ListTransactions (v0–1: v1 adds the duration filter,
-KIP-994) on the wire: the KIP-664 admin APIs that find hanging transactions, translated to and from
-:mod:`idemcore.net.admin`.
+KIP-994) on the wire: the KIP-664 admin APIs that find hanging transactions; and DeleteRecords (v0–2: v2 is
+flexible); translated to and from :mod:`idemcore.net.admin`.
 
 ListTransactions v2 (KIP-1152, Kafka 4.1: a transactional id regular expression) is not served: Kafka matches it
 with a Java regular expression engine, whose syntax Python's ``re`` does not reproduce exactly. A client that
@@ -15,6 +15,9 @@ from typing import Any, cast
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.net.admin import (
+    DeletedRecords,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DescribedTransaction,
     DescribeProducersRequest,
     DescribeProducersResponse,
@@ -25,9 +28,10 @@ from idemcore.net.admin import (
     PartitionProducers,
 )
 from idemcore.net.wire.api import ToMessage, ToWire, WireApi, WireContext
-from idemcore.net.wire.frames import make, nested, response_class
+from idemcore.net.wire.frames import make, millis, nested, response_class
 from idemcore.protocol.codes import ErrorCode
 
+DELETE_RECORDS_KEY = 21
 DESCRIBE_PRODUCERS_KEY = 61
 DESCRIBE_TRANSACTIONS_KEY = 65
 LIST_TRANSACTIONS_KEY = 66
@@ -136,6 +140,34 @@ def _list_to_wire(ctx: WireContext, version: int, body: Any, response: ListTrans
                                          for t in response.transactions))
 
 
+# ---------------------------------------------------------------- DeleteRecords
+
+
+def _delete_to_message(ctx: WireContext, version: int, correlation_id: int,
+                       body: Any) -> tuple[DeleteRecordsRequest, None]:
+    # Kafka reads the partitions into a map: a partition asked twice is deleted to its last offset, answered once.
+    offsets = {(str(topic.name), int(p.partition_index)): int(p.offset)
+               for topic in body.topics for p in topic.partitions}
+    return DeleteRecordsRequest(tuple((topic, partition, offset) for (topic, partition), offset in offsets.items()),
+                                millis(body.timeout), correlation_id), None
+
+
+def _delete_to_wire(ctx: WireContext, version: int, body: Any, response: DeleteRecordsResponse, carry: None) -> Any:
+    cls = response_class(body)
+    topic_cls, partition_cls = nested(cls, "DeleteRecordsTopicResult"), nested(cls, "DeleteRecordsPartitionResult")
+    answers = list(response.partitions)
+    if not answers and response.error_code != ErrorCode.NONE:  # in process only: a malformed request
+        answers = [DeletedRecords(str(topic.name), int(p.partition_index), response.error_code)
+                   for topic in body.topics for p in topic.partitions]
+    by_topic: dict[str, list[Any]] = {}
+    for answer in answers:
+        by_topic.setdefault(answer.topic, []).append(make(
+            partition_cls, partition_index=answer.partition, low_watermark=answer.low_watermark,
+            error_code=WireError(answer.error_code)))
+    return make(cls, throttle_time=_NO_THROTTLE, topics=tuple(
+        make(topic_cls, name=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
+
+
 def _api(key: int, name: str, low: int, high: int, to_message: Callable[..., Any],
          to_wire: Callable[..., Any]) -> WireApi:
     # Each translation takes and gives its own message types, a member of the Request/Response unions.
@@ -147,5 +179,6 @@ DESCRIBE_PRODUCERS = _api(DESCRIBE_PRODUCERS_KEY, "DescribeProducers", 0, 0,
 DESCRIBE_TRANSACTIONS = _api(DESCRIBE_TRANSACTIONS_KEY, "DescribeTransactions", 0, 0,
                              _describe_to_message, _describe_to_wire)
 LIST_TRANSACTIONS = _api(LIST_TRANSACTIONS_KEY, "ListTransactions", 0, 1, _list_to_message, _list_to_wire)
-#: The three, for the server's table of APIs (``apis.APIS``).
-ADMIN_APIS = (DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS)
+DELETE_RECORDS = _api(DELETE_RECORDS_KEY, "DeleteRecords", 0, 2, _delete_to_message, _delete_to_wire)
+#: The four, for the server's table of APIs (``apis.APIS``).
+ADMIN_APIS = (DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS, DELETE_RECORDS)

@@ -1,0 +1,100 @@
+"""Producer state rebuilt at start (Kafka's ``LogLoader`` with ``ProducerStateManager``): for each partition the
+newest valid snapshot, then the batches after it replayed with REPLICATION origin, read by the native header scan
+(nothing decoded). Transactions open in the state are noted in their logs (their LSO), and the producer ids seen
+are never handed out again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from idemcore.broker.log import LogCorruptionError, PartitionLog
+from idemcore.broker.partition import Partition
+from idemcore.broker.producer_ids import REACHABLE, ProducerIdManager
+from idemcore.kernels import Backend
+from idemcore.protocol.codes import ErrorCode, Origin, Status
+from idemcore.record.columns import BatchMetadata, concatenate
+from idemcore.state.snapshot import load_snapshot_file
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import Verdicts, validate_into
+
+log = logging.getLogger(__name__)
+
+
+def recover_producer_state(partitions: Sequence[Partition], state: ProducerStateTable, backend: Backend,
+                           producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
+    """Load ``state`` from the partitions' snapshots and logs (module docstring); how many batches were replayed.
+    Unusable snapshots (corrupt, beyond the log end, below the log start) are deleted once all succeeded."""
+    scanned: list[BatchMetadata] = []
+    unusable: list[tuple[PartitionLog, int, str]] = []
+    for partition in partitions:
+        start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
+        if start < partition.log.log_end_offset:
+            found = partition.log.scan_from(start, partition.number)
+            if found is not None:
+                scanned.append(found)
+    replayed = _replay(scanned, partitions, state, backend) if scanned else 0
+    for partition in partitions:
+        if partition.log.log_end_offset:
+            state.set_next_offset(partition.number, partition.log.log_end_offset, backend)
+    rows = state.n_producers
+    # A transaction whose first batches retention deleted is known only to the producer state (its snapshot):
+    # the log must hold its LSO at the log start too (Kafka loads ongoing transactions from the snapshot).
+    for row in np.flatnonzero(state.row_txn_first_offset[:rows] >= 0).tolist():
+        partitions[int(state.row_partition[row])].log.note_open_transaction(int(state.row_producer_id[row]),
+                                                                           int(state.row_txn_first_offset[row]))
+    if rows:  # ids in the logs and snapshots are never handed out again, even if the id store was lost
+        ids = state.row_producer_id[:rows]
+        reachable = ids[ids < REACHABLE]
+        if len(reachable):
+            producer_ids.skip_through(int(reachable.max()))
+    for partition_log, offset, why in unusable:
+        partition_log.delete_snapshot(offset, why)
+    return replayed
+
+
+def _load_snapshot(partition: Partition, state: ProducerStateTable, backend: Backend,
+                   unusable: list[tuple[PartitionLog, int, str]], now_ms: int, expiration_ms: int) -> int:
+    """Load the newest usable snapshot of the partition into the state; the offset replay starts at. A corrupt
+    one (Kafka: CorruptSnapshotException) or one beyond the log end is skipped, to be deleted."""
+    partition_log = partition.log
+    end = partition_log.log_end_offset
+    offsets = partition_log.snapshot_offsets()
+    for offset in offsets:  # damage from outside that no deletion should meet (Kafka lists regular files)
+        path = partition_log.snapshot_path(offset)
+        if not path.is_file() or path.is_symlink():
+            raise LogCorruptionError(f"{partition_log.name}: {path} is not a file; a snapshot was there. "
+                                     "Remove it (the state is rebuilt from an older snapshot or the log)")
+    for offset in reversed(offsets):
+        if offset > end:  # describes batches the log does not hold
+            unusable.append((partition_log, offset, f"beyond the log end {end}"))
+            continue
+        if offset < partition_log.log_start_offset:  # replay from it would miss the batches retention took
+            unusable.append((partition_log, offset, "below the log start offset"))
+            continue
+        path = partition_log.snapshot_path(offset)
+        read = load_snapshot_file(state, partition.number, path, backend, now_ms=now_ms, expiration_ms=expiration_ms)
+        if not read.problems:
+            return offset
+        log.warning("%s: the snapshot %s is corrupt (%s); using an older one or the log", partition_log.name,
+                    path, read.problems[0])
+        unusable.append((partition_log, offset, "corrupt"))
+    return partition_log.log_start_offset
+
+
+def _replay(scanned: list[BatchMetadata], partitions: Sequence[Partition], state: ProducerStateTable,
+            backend: Backend) -> int:
+    """Replay the scanned batches (each partition's from its snapshot on) into the state with REPLICATION
+    origin; how many there were."""
+    columns = scanned[0] if len(scanned) == 1 else concatenate(scanned)
+    count = len(columns)
+    verdicts = validate_into(columns, state, Origin.REPLICATION, backend, Verdicts.allocate(count))
+    bad = np.flatnonzero(verdicts.status != Status.APPENDED)
+    if len(bad):
+        row = int(bad[0])
+        reason = ErrorCode(int(verdicts.error_code[row])).name
+        raise LogCorruptionError(f"{partitions[int(columns['partition'][row])].name}: the batch at offset "
+                                 f"{int(columns['base_offset'][row])} does not replay ({reason})")
+    return count

@@ -1,0 +1,374 @@
+"""The partitions this broker leads and the one append path (Kafka's ``ReplicaManager.appendRecords`` over
+``UnifiedLog.append``): produce requests and transaction markers alike are admitted, checked by the kernel
+against the producer state as it stands (prepare), written to their logs, made durable when asked, committed to
+the state only where the write succeeded, and answered. A failed write leaves the state as it was, so the
+producer's retry is appended once. A marker is appended as the control batch it is, through the same path
+(origin COORDINATOR), as Kafka's ``appendAsLeader`` does."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from idemcore.broker.input_checks import malformed_batch, well_formed_marker
+from idemcore.broker.log import PartitionLog
+from idemcore.broker.log_manager import LogManager
+from idemcore.broker.partition import Partition
+from idemcore.broker.producer_ids import ProducerIdManager
+from idemcore.broker.recovery import recover_producer_state
+from idemcore.broker.topic_config import TopicConfig
+from idemcore.errors import IdemcoreError
+from idemcore.kernels import Backend
+from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.net.messages import (
+    PartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnMarker,
+    TxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
+from idemcore.protocol.constants import INT16_MAX, INT32_MAX, INTERNAL_TOPICS
+from idemcore.protocol.sequences import seq_add
+from idemcore.record.batch import RecordBatch
+from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.kafka_files import encode_snapshot
+from idemcore.state.explain import rejection_message
+from idemcore.state.snapshot import snapshot_entries
+from idemcore.state.table import ProducerStateTable
+from idemcore.state.validate import Verdicts, check_into, commit_into
+
+log = logging.getLogger(__name__)
+
+_ACKS = (0, 1, -1)
+# Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
+_APPENDED = int(Status.APPENDED)
+_REJECTED = int(Status.REJECTED)
+
+
+class RequestColumns:
+    """Batch metadata, verdict and transaction columns for one append, allocated once per broker and filled in
+    place: a request packs its metadata once, straight into the arrays the kernel reads."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.batch = BatchColumns(*(np.zeros(capacity, np.uint8 if dtype == np.bool_ else dtype)
+                                    for dtype in COLUMNS.values()))
+        self.batch.base_offset[:] = -1
+        self.batch.control_type[:] = -1
+        self.verdicts = Verdicts.allocate(capacity)
+        self.txns = TxnColumns(np.zeros(capacity, np.int32), np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+                               np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8),
+                               np.zeros(capacity, np.int64))
+        self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
+                                     self.verdicts.out_last_offset)
+
+    def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None,
+            control: tuple[int, int] | None = None) -> None:
+        """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``; ``count``: the records it
+        spans when compaction removed some (its sequences and offsets still cover them); ``control``: a
+        marker's (control type, coordinator epoch)."""
+        b = self.batch
+        if count is None:
+            count = len(batch.values)
+        if control is None:
+            b.is_control[k], b.control_type[k], b.coordinator_epoch[k] = 0, -1, 0
+        else:
+            b.is_control[k], (b.control_type[k], b.coordinator_epoch[k]) = 1, control
+            count = 1
+        b.partition[k] = number
+        b.producer_id[k] = batch.producer_id
+        b.producer_epoch[k] = batch.producer_epoch
+        b.base_sequence[k] = batch.base_sequence
+        b.last_sequence[k] = seq_add(batch.base_sequence, count - 1) if batch.base_sequence >= 0 else -1
+        b.record_count[k] = count
+        b.max_timestamp[k] = batch.max_timestamp
+        b.is_transactional[k] = batch.is_transactional
+
+    def packed(self, k: int) -> BatchMetadata:
+        """Rows ``0..k-1`` as :class:`BatchMetadata` (views; the kernels' uint8 flags seen as booleans)."""
+        return BatchMetadata({name: column[:k].view(np.bool_) if COLUMNS[name] == np.bool_ else column[:k]
+                              for name, column in zip(COLUMNS, self.batch, strict=True)})
+
+
+@dataclass
+class _Entry:
+    """One row of an append: the partition, and the data batch or the marker to write there."""
+
+    partition: Partition
+    batch: RecordBatch
+    marker: TxnMarker | None = None
+
+
+class ReplicaManager:
+    """The partitions of this broker by ``(topic, partition)``, numbered in the order they were opened (their
+    rows of the producer-state table), and the append path. ``configs``: each topic's settings (read at every
+    append: a change applies to the next batch); ``message_max_bytes``: Kafka's ``message.max.bytes``."""
+
+    def __init__(self, log_manager: LogManager, configs: dict[str, TopicConfig], backend: Backend,
+                 clock: Callable[[], int], message_max_bytes: int) -> None:
+        self.log_manager = log_manager
+        self.configs = configs
+        self.backend = backend
+        self.clock = clock
+        self.message_max_bytes = message_max_bytes
+        self.partitions: list[Partition] = []
+        self._index: dict[tuple[str, int], Partition] = {}
+        self.state = ProducerStateTable(partition_capacity=16)
+        self._columns = RequestColumns(8)
+        #: Called with each marker written to a partition (the group coordinator completes its offsets).
+        self.on_marker: Callable[[Partition, TxnMarker], None] | None = None
+
+    # --- partitions ------------------------------------------------------------------------------------------
+
+    def open_partition(self, topic: str, partition: int, config: TopicConfig, *, new: bool = False) -> Partition:
+        """Open one partition's log under the next broker-wide number."""
+        partition_log = self.log_manager.open_log(topic, partition, config, new=new)
+        opened = Partition(topic, partition, len(self.partitions), partition_log)
+        # At a roll the state holds exactly the batches before the new segment: a request has one batch per
+        # partition, committed after the writes.
+        partition_log.on_roll = self.write_snapshot
+        self.partitions.append(opened)
+        self._index[(topic, partition)] = opened
+        return opened
+
+    def open_topic(self, name: str, partitions: int, config: TopicConfig) -> Callable[[], None]:
+        """Open the partitions of a new topic (all or none); returns how to take them back."""
+        first = len(self.partitions)
+
+        def undo() -> None:
+            opened = self.partitions[first:]
+            for partition in opened:
+                del self._index[(partition.topic, partition.partition)]
+            del self.partitions[first:]
+            self.log_manager.forget(p.log for p in opened)
+            self.log_manager.partitions_added()
+
+        try:
+            for partition in range(partitions):
+                self.open_partition(name, partition, config, new=True)
+        except BaseException:
+            undo()
+            raise
+        self.log_manager.partitions_added()
+        return undo
+
+    def start(self, producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
+        """Size the state for the partitions opened so far and rebuild it from their logs; the batches
+        replayed."""
+        self.state = ProducerStateTable(partition_capacity=max(16, len(self.partitions)))
+        self._columns = RequestColumns(max(8, min(len(self.partitions), 1024)))
+        return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,
+                                      expiration_ms=expiration_ms)
+
+    def partition(self, topic: object, partition: object) -> Partition | None:
+        if type(topic) is not str or type(partition) is not int:
+            return None
+        return self._index.get((topic, partition))
+
+    def find_log(self, topic: str, partition: int) -> PartitionLog | None:
+        found = self._index.get((topic, partition))
+        return None if found is None else found.log
+
+    def write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
+        """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
+        number = self._index[(partition_log.topic, partition_log.partition)].number
+        partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
+
+    # --- the append path -------------------------------------------------------------------------------------
+
+    def _columns_for(self, count: int) -> RequestColumns:
+        if count > self._columns.capacity:
+            self._columns = RequestColumns(2 * count)
+        return self._columns
+
+    def _append(self, entries: Sequence[_Entry], origin: Origin, sync: bool) -> tuple[VerdictColumns, dict[int, str]]:
+        """Check, write, make durable (``sync``), commit: the verdicts of ``entries`` (their rows in
+        ``self._columns``, already packed) and the rows whose write failed, with why. A failed partition's log
+        is left as it was before this append."""
+        columns = self._columns
+        k = len(entries)
+        verdicts = columns.verdicts
+        check_into(self.backend, columns.batch, origin, 0, k, self.state, verdicts, columns.txns)
+        status = verdicts.out_status
+        appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
+        written: list[int] = []
+        failed: dict[int, str] = {}
+        try:
+            for j in appended:
+                entry = entries[j]
+                partition_log = entry.partition.log
+                offset = int(verdicts.out_base_offset[j])
+                try:
+                    if entry.marker is None:
+                        partition_log.append(offset, entry.batch)
+                    else:
+                        marker = entry.marker
+                        partition_log.append_marker(offset, marker.producer_id, marker.producer_epoch,
+                                                    int(columns.batch.control_type[j]), marker.coordinator_epoch,
+                                                    entry.batch.max_timestamp)
+                except (OSError, IdemcoreError) as exc:  # IdemcoreError: the log refused (never expected)
+                    failed[j] = f"writing {partition_log.name} at offset {offset} failed: {exc}"
+                    log.error("%s", failed[j])
+                    continue
+                written.append(j)
+            if sync and self.log_manager.data_dir is not None:
+                for j in list(written):
+                    partition_log = entries[j].partition.log
+                    try:
+                        partition_log.sync()
+                    except OSError as exc:
+                        partition_log.rollback_last()
+                        written.remove(j)
+                        failed[j] = f"syncing {partition_log.name} failed: {exc}"
+                        log.error("%s", failed[j])
+            for j in written:
+                self.log_manager.wrote(entries[j].partition.log)
+        finally:  # whatever happened, the state records exactly the batches that are in the logs
+            for j in set(appended).difference(written):
+                status[j] = _REJECTED  # not written: not committed, the retry will be appended
+            commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+        return verdicts, failed
+
+    def produce(self, request: ProduceRequest) -> ProduceResponse | None:
+        """Admit each batch (its partition, the internal topics, one batch per partition, its form and its topic's
+        settings), then append the admitted ones; None for acks=0."""
+        if type(request.acks) is not int or request.acks not in _ACKS:
+            raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
+        batches = request.batches
+        if not isinstance(batches, tuple | list) or not all(type(b) is RecordBatch for b in batches):
+            raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
+        answers: list[PartitionResponse | None] = [None] * len(batches)
+        columns = self._columns_for(len(batches))
+        entries: list[_Entry] = []
+        positions: list[int] = []
+        seen: set[int] = set()
+        for position, batch in enumerate(batches):
+            partition_number = batch.partition
+            known = isinstance(partition_number, int | np.integer) and not isinstance(partition_number, bool | np.bool_)
+            target = self.partition(batch.topic, int(partition_number)) if known else None
+            problem: tuple[ErrorCode, str] | None
+            if target is None:
+                problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
+            elif batch.topic in INTERNAL_TOPICS and not request.internal:
+                problem = ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {batch.topic}"
+            elif target.number in seen:
+                problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
+            else:
+                problem = malformed_batch(batch) or self._refused(batch)
+                if problem is None:
+                    columns.put(len(entries), target.number, batch)
+                    seen.add(target.number)
+                    entries.append(_Entry(target, batch))
+                    positions.append(position)
+                    continue
+            answers[position] = PartitionResponse(batch.topic, batch.partition, problem[0], error_message=problem[1])
+        if entries:
+            # The coordinators' own appends are Kafka's AppendOrigin.COORDINATOR: the producer's epoch is checked,
+            # not its sequence (a TxnOffsetCommit batch has none, and opens the transaction on the partition).
+            origin = Origin.COORDINATOR if request.internal else Origin.CLIENT
+            verdicts, failed = self._append(entries, origin, request.acks == -1)
+            k = len(entries)
+            errors, offsets = verdicts.out_error_code[:k].tolist(), verdicts.out_base_offset[:k].tolist()
+            for j, (position, error, offset) in enumerate(zip(positions, errors, offsets, strict=True)):
+                batch = batches[position]
+                log_start = entries[j].partition.log.log_start_offset
+                if j in failed:
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, ErrorCode.KAFKA_STORAGE_ERROR,
+                                                          log_start_offset=log_start, error_message=failed[j])
+                elif error:
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, error, offset, -1, log_start,
+                                                          self._explain(j, f"{batch.topic}-{batch.partition}"))
+                else:
+                    answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
+        if request.acks == 0:
+            return None
+        return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered above
+
+    def write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        """Write each marker to its partitions through the append path (COORDINATOR origin: the kernel checks the
+        producer's epoch and the coordinator's), one marker at a time, as Kafka's partition leaders append them;
+        durable before the answer (the coordinator completes the transaction only after every answer)."""
+        results: list[TxnMarkerResult] = []
+        if not isinstance(request.markers, tuple | list):
+            return WriteTxnMarkersResponse(request.request_id, ())
+        for marker in request.markers:
+            if not well_formed_marker(marker):  # answered with no partition written, never raised
+                producer_id = getattr(marker, "producer_id", -1)
+                results.append(TxnMarkerResult(producer_id if type(producer_id) is int else -1, ()))
+                continue
+            results.append(TxnMarkerResult(marker.producer_id, self._write_marker(marker)))
+        return WriteTxnMarkersResponse(request.request_id, tuple(results))
+
+    def _write_marker(self, marker: TxnMarker) -> tuple[PartitionResponse, ...]:
+        answers: dict[int, PartitionResponse] = {}
+        columns = self._columns_for(len(marker.partitions))
+        entries: list[_Entry] = []
+        positions: list[int] = []
+        control_type = int(ControlType.COMMIT if marker.committed else ControlType.ABORT)
+        now = self.clock()
+        fields_fit = (type(marker.producer_id) is int and 0 <= marker.producer_id < 2**63
+                      and type(marker.producer_epoch) is int and 0 <= marker.producer_epoch <= INT16_MAX
+                      and type(marker.coordinator_epoch) is int and 0 <= marker.coordinator_epoch <= INT32_MAX
+                      and type(marker.committed) is bool)
+        seen: set[int] = set()
+        for position, (topic, partition_number) in enumerate(marker.partitions):
+            target = self.partition(topic, partition_number)
+            if target is None or target.number in seen or not fields_fit:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if target is None and fields_fit \
+                    else ErrorCode.INVALID_REQUEST
+                answers[position] = PartitionResponse(topic, partition_number, code, error_message=(
+                    None if fields_fit else f"marker fields out of range or of the wrong type: {marker!r:.200}"))
+                continue
+            # The marker's producer metadata, as the control batch carries it.
+            batch = RecordBatch(topic, partition_number, (), None, marker.producer_id, marker.producer_epoch, -1, now,
+                                True)
+            columns.put(len(entries), target.number, batch, control=(control_type, marker.coordinator_epoch))
+            seen.add(target.number)
+            entries.append(_Entry(target, batch, marker))
+            positions.append(position)
+        if entries:
+            verdicts, failed = self._append(entries, Origin.COORDINATOR, sync=True)
+            for j, position in enumerate(positions):
+                topic, partition_number = marker.partitions[position]
+                error = ErrorCode.KAFKA_STORAGE_ERROR if j in failed else int(verdicts.out_error_code[j])
+                answers[position] = PartitionResponse(
+                    topic, partition_number, error, int(verdicts.out_base_offset[j]) if not error else -1,
+                    error_message=failed.get(j) or (self._explain(j, f"{topic}-{partition_number}") if error else None))
+                if not error and self.on_marker is not None:
+                    self.on_marker(entries[j].partition, marker)
+        return tuple(answers[p] for p in range(len(marker.partitions)))
+
+    def _refused(self, batch: RecordBatch) -> tuple[ErrorCode, str] | None:
+        """Why the topic's settings refuse a well-formed batch, in Kafka's order (LogValidator, then the segment
+        size in UnifiedLog.append), or None."""
+        config = self.configs[batch.topic]
+        if config.compacted and (batch.keys is None or None in batch.keys):  # Kafka's LogValidator.validateKey
+            return ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in topic partition "
+                                              f"{batch.topic}-{batch.partition}")
+        size = batch.size_in_bytes()
+        if size > self.message_max_bytes:
+            return ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {size} bytes is larger than "
+                                                 f"message_max_bytes={self.message_max_bytes}")
+        if size > config.segment_bytes:  # Kafka's RecordBatchTooLargeException
+            return ErrorCode.RECORD_LIST_TOO_LARGE, (f"a batch of {size} bytes exceeds the maximum configured segment "
+                                                     f"size of {config.segment_bytes}")
+        return None
+
+    def _explain(self, j: int, name: str) -> str:
+        """Why row ``j`` of this append was rejected, for the partition ``name``."""
+        b, v = self._columns.batch, self._columns.verdicts
+        return rejection_message(name, int(b.producer_id[j]),
+                                 int(b.producer_epoch[j]), int(b.base_sequence[j]), int(b.last_sequence[j]),
+                                 int(b.record_count[j]), int(b.coordinator_epoch[j]), bool(b.is_control[j]),
+                                 int(v.out_error_code[j]), int(v.out_finding[j]), int(v.out_expected[j]))
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` with no open transaction; how many."""
+        expired = self.state.expired_rows(now_ms, expiration_ms)
+        return self.state.remove_rows(expired, self.backend) if expired.any() else 0
