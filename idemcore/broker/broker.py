@@ -18,12 +18,13 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from idemcore.broker import topic_requests, txn_requests
 from idemcore.broker.admin_requests import admin_handlers
+from idemcore.broker.config_requests import config_handlers
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
@@ -40,7 +41,7 @@ from idemcore.broker.producer_ids import (
     ProducerIdsExhaustedError,
     SqliteBlockStore,
 )
-from idemcore.broker.topic_config import TopicConfig
+from idemcore.broker.topic_config import TopicConfig, broker_topic_defaults
 from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -109,6 +110,9 @@ from idemcore.state.snapshot import load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
 from idemcore.state.validate import Verdicts, check_into, commit_into, validate_into
 
+if TYPE_CHECKING:
+    from idemcore.broker.config import BrokerConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -124,7 +128,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 OLD_LOG_END_CHECKPOINT = "log-end-offsets.json"
 #: In data_dir: where each log starts once retention deleted its oldest segments (Kafka's file and format).
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-#: In data_dir: the topics create_topic made (idemcore's own; Kafka keeps topics in its metadata log).
+#: In data_dir: the topics create_topic made, and the configs set since on topics given to the broker
+#: (idemcore's own; Kafka keeps both in its metadata log).
 TOPICS_FILE = "topics.json"
 #: In data_dir: how far each compacted log was cleaned (Kafka's file and format): gaps below it are compaction's.
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -340,9 +345,13 @@ class Broker:
     Kafka's ``retention.ms`` (7 days) / ``retention.bytes`` (-1: none), applied
     by :meth:`delete_old_segments`. ``topic_configs``: per topic, Kafka's
     topic configs over those defaults (``cleanup.policy`` ``compact``:
-    :meth:`clean_logs` compacts it, and records without a key are refused).
-    ``clock``: the time in ms (wall clock by
-    default; a simulation passes its virtual one).
+    :meth:`clean_logs` compacts it, and records without a key are refused;
+    :meth:`set_topic_configs` changes them later). ``settings``: the
+    :class:`~idemcore.broker.config.BrokerConfig` the other arguments came
+    from; it gives the defaults of the topic configs no argument sets
+    (``log.cleanup.policy``, ``min.insync.replicas``, ...) and what
+    DescribeConfigs reports of the broker. ``clock``: the time in ms (wall
+    clock by default; a simulation passes its virtual one).
     """
 
     def __init__(
@@ -368,6 +377,7 @@ class Broker:
         offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        settings: BrokerConfig | None = None,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -410,7 +420,11 @@ class Broker:
         # Bad settings are refused before the directory is touched.
         defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
                                segment_bytes=segment_bytes, segment_ms=segment_ms,
-                               index_interval_bytes=index_interval_bytes)
+                               index_interval_bytes=index_interval_bytes, max_message_bytes=message_max_bytes)
+        if settings is not None:
+            defaults = defaults.with_defaults(broker_topic_defaults(settings))
+        #: The broker's settings by Kafka's names, when it was built from them (DescribeConfigs reports them).
+        self.settings = settings
         unknown = sorted(set(topic_configs or {}) - set(self.topics))
         if unknown:
             raise ValueError(f"topic_configs names {unknown}, which are not among the topics {sorted(self.topics)}")
@@ -438,6 +452,7 @@ class Broker:
         self._log_starts: dict[tuple[str, int], int] = {}
         self._wrote_here = False
         self._created: dict[str, dict[str, Any]] = {}
+        self._altered: dict[str, dict[str, str]] = {}  # topics.json's configs of topics given to the broker
         self._unserved_ends: dict[str, int] = {}
         self._cleaned: dict[tuple[str, int], int] = {}
         self._written_ends: WrittenEnds | None = None
@@ -485,6 +500,7 @@ class Broker:
                 MetadataRequest: lambda r: topic_requests.metadata(self, r),
                 CreateTopicsRequest: lambda r: topic_requests.create_topics(self, r),
                 **admin_handlers(self),
+                **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
             }
             self._recover()
@@ -577,12 +593,15 @@ class Broker:
         return {**self._unserved_ends, **{p.name: p.log_end_offset for p in self._logs}}
 
     def _created_topics(self, defaults: TopicConfig) -> dict[str, dict[str, Any]]:
-        """The topics :meth:`create_topic` made in this data_dir (``topics.json``), added to those served."""
+        """The topics :meth:`create_topic` made in this data_dir (``topics.json``), added to those served, and
+        the configs :meth:`set_topic_configs` gave the topics the broker is given (they replace ``topic_configs``:
+        as in Kafka, the topic's stored configs are the truth)."""
         if self.data_dir is None or not os.path.lexists(self.data_dir / TOPICS_FILE):
             return {}
         path = self.data_dir / TOPICS_FILE
         try:
-            created = json.loads(path.read_text())["topics"]
+            content = json.loads(path.read_text())
+            created, altered = content["topics"], content.get("altered", {})
             for name, entry in created.items():
                 _check_topic(name, entry["partitions"])
                 config = defaults.overridden(name, entry["configs"])
@@ -591,6 +610,14 @@ class Broker:
                                      f"is given {self.topics[name]}")
                 self.topics[name] = entry["partitions"]
                 self.topic_configs[name] = config
+            for name, overrides in altered.items():
+                config = defaults.overridden(name, overrides)
+                if name in self.topics and name not in created:  # kept for a topic not given this time
+                    if self.topic_configs[name].overrides != config.overrides:
+                        log.warning("topic %r: its configs set by AlterConfigs (%s) replace those given (%s)", name,
+                                    dict(config.overrides), dict(self.topic_configs[name].overrides))
+                    self.topic_configs[name] = config
+            self._altered = {name: dict(overrides) for name, overrides in altered.items()}
         except OSError as exc:
             raise LogCorruptionError(f"{path} cannot be read ({exc.strerror})") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -633,9 +660,8 @@ class Broker:
                 self._open_partition(name, partition, 0, 0, 0)
                 opened += 1
             if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
-                created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
-                write_file_atomically(self.data_dir / TOPICS_FILE,
-                                      json.dumps({"version": 1, "topics": created}, sort_keys=True).encode())
+                created = {**self._created, name: {"partitions": partitions, "configs": dict(config.overrides)}}
+                self._write_topics_file(created, self._altered)
                 self._created = created
         except BaseException:
             for partition_log in self._logs[first:]:
@@ -648,6 +674,40 @@ class Broker:
         if self._written_ends is not None:  # a slot for each new partition
             self._written_ends.close()
             self._written_ends = WrittenEnds(self.data_dir, self._all_written_ends())  # type: ignore[arg-type]
+
+    def _write_topics_file(self, created: Mapping[str, Any], altered: Mapping[str, Any]) -> None:
+        assert self.data_dir is not None
+        content = {"version": 1, "topics": created, **({"altered": altered} if altered else {})}
+        write_file_atomically(self.data_dir / TOPICS_FILE, json.dumps(content, sort_keys=True).encode())
+
+    def set_topic_configs(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> TopicConfig:
+        """Replace the configs set on topic ``name`` by ``overrides`` (Kafka's names; the others take the broker's
+        defaults), as Kafka's AlterConfigs does: checked, recorded in ``topics.json`` (atomically), then in force on
+        its live partitions (segment settings at once, retention and cleanup at the next housekeeping). Returns
+        the topic's settings; ``validate_only``: only check. KeyError for a topic the broker lacks; ValueError
+        (:class:`~idemcore.broker.topic_config.InvalidTopicConfig`) for a bad name or value."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        if name not in self.topics:
+            raise KeyError(f"The topic '{name}' does not exist.")
+        config = self.topic_configs_default.overridden(name, overrides)
+        if validate_only:
+            return config
+        if self.data_dir is not None:
+            stored = dict(config.overrides)
+            created, altered = self._created, self._altered
+            if name in created:
+                created = {**created, name: {**created[name], "configs": stored}}
+            else:
+                altered = {**altered, name: stored}
+            self._write_topics_file(created, altered)
+            self._created, self._altered = created, altered
+        self.topic_configs[name] = config
+        for partition_log in self._logs:
+            if partition_log.topic == name:
+                for attribute, value in config.log_settings().items():
+                    setattr(partition_log, attribute, value)
+        return config
 
     def partition_number(self, topic: str, partition: int) -> int | None:
         """The broker-wide number of ``topic``-``partition`` in the producer-state table, None when the broker
@@ -979,7 +1039,7 @@ class Broker:
             elif number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = _malformed(batch) or self._refused(batch)
+                problem = self._below_min_isr(batch, request.acks) or _malformed(batch) or self._refused(batch)
                 if problem is None:  # accepted for the state check (here, where number is known to be an int)
                     columns.put(len(numbers), number, batch)
                     seen.add(number)
@@ -1100,6 +1160,16 @@ class Broker:
                                            tuple(answers[p] for p in range(len(marker.partitions)))))
         return WriteTxnMarkersResponse(request.request_id, tuple(results))
 
+    def _below_min_isr(self, batch: RecordBatch, acks: int) -> tuple[ErrorCode, str] | None:
+        """NOT_ENOUGH_REPLICAS for acks=all when the topic's min.insync.replicas exceeds the one replica there is
+        (Kafka's Partition.appendRecordsToLeader checks it before anything else)."""
+        needed = self.topic_configs[batch.topic].min_insync_replicas
+        if acks == -1 and needed > 1:
+            return ErrorCode.NOT_ENOUGH_REPLICAS, (f"The size of the current ISR Set({self.broker_id}) is insufficient "
+                                                   f"to satisfy the min.isr requirement of {needed} for partition "
+                                                   f"{batch.topic}-{batch.partition}")
+        return None
+
     def _refused(self, batch: RecordBatch) -> tuple[ErrorCode, str] | None:
         """Why the topic's settings refuse a well-formed batch, in Kafka's order (LogValidator, then the segment
         size in UnifiedLog.append), or None."""
@@ -1108,9 +1178,10 @@ class Broker:
             return ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in topic partition "
                                               f"{batch.topic}-{batch.partition}")
         size = batch.size_in_bytes()
-        if size > self.message_max_bytes:
-            return ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {size} bytes is larger than "
-                                                 f"message_max_bytes={self.message_max_bytes}")
+        if size > config.max_message_bytes:
+            limit = (f"max.message.bytes={config.max_message_bytes} of topic {batch.topic}"
+                     if "max.message.bytes" in config.overrides else f"message_max_bytes={config.max_message_bytes}")
+            return ErrorCode.MESSAGE_TOO_LARGE, f"a batch of {size} bytes is larger than {limit}"
         if size > config.segment_bytes:  # Kafka's RecordBatchTooLargeException
             return ErrorCode.RECORD_LIST_TOO_LARGE, (f"a batch of {size} bytes exceeds the maximum configured segment "
                                                      f"size of {config.segment_bytes}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from idemcore.broker.config_requests import described_topic_configs
+from idemcore.broker.topic_config import InvalidTopicConfig
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
     CreatedTopic,
@@ -72,38 +74,35 @@ def _create(broker: Broker, topic: NewTopic, validate_only: bool) -> CreatedTopi
         return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
                             f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
     try:
-        configs = _typed_configs(topic.configs)
+        configs = _wire_configs(topic.configs)
     except ValueError as error:
         return CreatedTopic(name, ErrorCode.INVALID_CONFIG, str(error))
     try:
         if validate_only:
-            broker.check_new_topic(name, count, configs)
+            config = broker.check_new_topic(name, count, configs)
         else:
             broker.create_topic(name, count, configs)
+            config = broker.topic_configs[name]
+    except InvalidTopicConfig as error:
+        return CreatedTopic(name, ErrorCode.INVALID_CONFIG, error.reason)
     except (ValueError, TypeError) as error:
         code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
         return CreatedTopic(name, code, str(error))
     except IdemcoreError as error:  # TopicExistsError: its directory is there from an earlier run
         return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
-    return CreatedTopic(name, ErrorCode.NONE, None, count)
+    return CreatedTopic(name, ErrorCode.NONE, None, count, described_topic_configs(broker, config))
 
 
-def _typed_configs(configs: Any) -> Mapping[str, Any]:
-    """Kafka's topic configs from the wire's strings: the numbers as ints (``TopicConfig`` checks the rest)."""
+def _wire_configs(configs: Any) -> Mapping[str, str]:
+    """Kafka's topic configs as the wire carries them, by name (``TopicConfig`` reads and checks each value)."""
     if not isinstance(configs, tuple | list):
         raise ValueError(f"configs must be (name, value) pairs, got {configs!r:.80}")
-    typed: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for entry in configs:
-        if not isinstance(entry, tuple) or len(entry) != 2 or type(entry[0]) is not str:
-            raise ValueError(f"a config must be a (name, value) pair, got {entry!r:.80}")
+        if not isinstance(entry, tuple) or len(entry) != 2 or type(entry[0]) is not str \
+                or not (entry[1] is None or type(entry[1]) is str):
+            raise ValueError(f"a config must be a (name, string value) pair, got {entry!r:.80}")
         name, value = entry
-        if value is None:
-            continue  # null: the broker's default
-        if name == "cleanup.policy":
-            typed[name] = value
-        else:
-            try:
-                typed[name] = int(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"config {name!r} must be an integer, got {value!r}") from None
-    return typed
+        if value is not None:  # null: the broker's default
+            given[name] = value
+    return given
