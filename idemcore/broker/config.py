@@ -61,11 +61,15 @@ class BrokerConfig:
     - honoured (:meth:`broker_kwargs`, :meth:`server_kwargs`): ``broker.id``/``node.id``, ``listeners``,
       ``advertised.listeners``, ``log.dirs``/``log.dir`` (one directory for now), ``num.partitions``,
       ``auto.create.topics.enable``, ``log.segment.bytes``, ``log.roll.ms``/``.hours``, ``log.retention.ms``/
-      ``.minutes``/``.hours``/``.bytes``, ``log.index.interval.bytes``, ``message.max.bytes``,
+      ``.minutes``/``.hours``/``.bytes``, ``log.index.interval.bytes``, ``log.index.size.max.bytes``,
+      ``log.cleanup.policy``, ``log.cleaner.delete.retention.ms`` (topic defaults: ``Broker(settings=...)``),
+      ``message.max.bytes``,
       ``socket.request.max.bytes``, ``producer.id.expiration.ms``, ``transaction.state.log.num.partitions``,
       ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1);
     - checked and kept, waiting for a broker argument (the storage rewrite): ``log.retention.check.interval.ms``,
-      ``log.cleanup.policy``, ``log.flush.*``, ``transactional.id.expiration.ms``, the internal topics' segment
+      ``log.flush.*``, the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
+      lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
+      ``compression.type``), ``transactional.id.expiration.ms``, the internal topics' segment
       sizes, the transaction coordinator's cleanup intervals, ``offset.metadata.max.bytes``, ``group.*``;
     - checked and kept for replication: ``zookeeper.*``, ``replica.*``, ``num.replica.fetchers``,
       ``unclean.leader.election.enable``, ``min.insync.replicas`` (1), the internal topics' replication factor

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from idemcore.broker.config_keys import KEYS as BROKER_KEYS
 from idemcore.broker.config_keys import Kind
@@ -266,10 +266,11 @@ def _alter_each(broker: Broker, request: AlterConfigsRequest | IncrementalAlterC
                                 f"{type(request).__name__}: resources must be a tuple of {shape.__name__}, got "
                                 f"{resources!r:.80}"),)
     validate_only = request.validate_only is True
-    well_formed = [type(r) is shape and _well_formed(r) for r in resources]
-    counts = Counter((r.resource_type, r.resource_name) for r, ok in zip(resources, well_formed, strict=True) if ok)
+    given = cast("list[AlterResource | IncrementalResource]", list(resources))  # each checked below
+    well_formed = [type(r) is shape and _well_formed(r) for r in given]
+    counts = Counter((r.resource_type, r.resource_name) for r, ok in zip(given, well_formed, strict=True) if ok)
     answers = []
-    for resource, ok in zip(resources, well_formed, strict=True):
+    for resource, ok in zip(given, well_formed, strict=True):
         if not ok:
             answers.append(AlteredResource(ResourceType.UNKNOWN, "", ErrorCode.INVALID_REQUEST,
                                            f"not a {shape.__name__} of a type, a name and configs: {resource!r:.80}"))
@@ -291,8 +292,8 @@ def _well_formed(resource: AlterResource | IncrementalResource) -> bool:
             isinstance(c, tuple) and len(c) == 2 and type(c[0]) is str and (c[1] is None or type(c[1]) is str)
             for c in resource.configs)
     return isinstance(resource.changes, tuple | list) and all(
-        type(c) is ConfigChange and type(c.name) is str and type(c.op) in (int, AlterConfigOp) and (c.value is None or type(c.value) is str)
-        for c in resource.changes)
+        type(c) is ConfigChange and type(c.name) is str and type(c.op) in (int, AlterConfigOp)
+        and (c.value is None or type(c.value) is str) for c in resource.changes)
 
 
 def _alter_one(broker: Broker, resource: AlterResource | IncrementalResource, validate_only: bool,

@@ -77,7 +77,8 @@ TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
              synonyms=("log.segment.bytes",), doc="the size at which a segment rolls"),
     TopicKey("segment.ms", Kind.LONG, DEFAULT_SEGMENT_MS, True, low=1, synonyms=("log.roll.ms", "log.roll.hours"),
              doc="the time after which a segment rolls"),
-    TopicKey("segment.index.bytes", Kind.INT, DEFAULT_SEGMENT_INDEX_BYTES, True, low=4, synonyms=("log.index.size.max.bytes",),
+    TopicKey("segment.index.bytes", Kind.INT, DEFAULT_SEGMENT_INDEX_BYTES, True, low=4,
+             synonyms=("log.index.size.max.bytes",),
              doc="the largest offset or time index of a segment: a full index rolls the segment"),
     TopicKey("index.interval.bytes", Kind.INT, DEFAULT_INDEX_INTERVAL_BYTES, True, low=0,
              synonyms=("log.index.interval.bytes",),
@@ -172,7 +173,8 @@ def parse_value(key: TopicKey, value: object) -> Any:
                 raise _invalid(key, value, f"Not a number of type {key.kind.value}")
             number = value
         else:
-            raise _invalid(key, value, f"Expected value to be a {bits}-bit integer, but it was a {type(value).__name__}")
+            raise _invalid(key, value, f"Expected value to be a {bits}-bit integer, but it was a "
+                                       f"{type(value).__name__}")
     elif key.kind is Kind.DOUBLE:
         if text is not None:
             if not DOUBLE.fullmatch(text):
