@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -735,42 +734,34 @@ def test_segment_bytes_changed_by_a_client_rolls_segments_on_disk_and_survives_a
 
     data_dir = tmp_path / "kafka-logs"
     serve = ServeProcess(data_dir).start()
-    try:
-        admin = _confluent_admin(serve)
+
+    def produce(first: int, count: int) -> None:
         producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "linger.ms": 0,
                              **QUIET})
+        for i in range(first, first + count):  # one batch each: flushed one by one
+            producer.produce("rolls", b"%04d" % i + b"v" * 1000, key=b"%d" % i, partition=0)
+            assert producer.flush(TIMEOUT_S) == 0
 
-        def produce(first: int, count: int) -> None:
-            for i in range(first, first + count):  # one batch each: flushed one by one
-                producer.produce("rolls", b"%04d" % i + b"v" * 1000, key=b"%d" % i, partition=0)
-                assert producer.flush(TIMEOUT_S) == 0
-
+    try:
         produce(0, 10)
         assert len(_segments(data_dir / "rolls-0")) == 1
         change = ConfigResource("topic", "rolls", incremental_configs=[
             ConfigEntry("segment.bytes", "4096", incremental_operation=AlterConfigOpType.SET)])
+        admin = _confluent_admin(serve)
         admin.incremental_alter_configs([change], request_timeout=TIMEOUT_S)[change].result(TIMEOUT_S)
         produce(10, 20)
         rolled = _segments(data_dir / "rolls-0")
         assert len(rolled) >= 5 and all(size <= 4096 for _, size, _, _ in rolled[1:])
-        producer.flush(TIMEOUT_S)
-        del producer, admin
         serve.kill()  # the change was recorded before it was answered
 
         serve.start()
-        admin = _confluent_admin(serve)
-        configs = _described(admin, "topic", "rolls")
+        configs = _described(_confluent_admin(serve), "topic", "rolls")
         assert (configs["segment.bytes"].value, configs["segment.bytes"].is_default) == ("4096", False)
-        producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "linger.ms": 0,
-                             **QUIET})
         before = len(_segments(data_dir / "rolls-0"))
         produce(30, 10)
         after = _segments(data_dir / "rolls-0")
         assert len(after) >= before + 2 and all(size <= 4096 for _, size, _, _ in after[1:])
-        producer.flush(TIMEOUT_S)
         read = read_confluent(serve.bootstrap, "rolls", [0])
         assert [value[:4] for _, _, value in read.records[0]] == [b"%04d" % i for i in range(40)]
-        del producer, admin
-        time.sleep(0.1)
     finally:
         assert serve.stop() == 0, serve.output()[-2000:]

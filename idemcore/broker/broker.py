@@ -661,8 +661,9 @@ class Broker:
                 opened += 1
             if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
                 created = {**self._created, name: {"partitions": partitions, "configs": dict(config.overrides)}}
-                self._write_topics_file(created, self._altered)
-                self._created = created
+                altered = {topic: kept for topic, kept in self._altered.items() if topic != name}  # now its entry's
+                self._write_topics_file(created, altered)
+                self._created, self._altered = created, altered
         except BaseException:
             for partition_log in self._logs[first:]:
                 partition_log.abandon()
