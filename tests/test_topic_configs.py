@@ -497,7 +497,7 @@ def test_a_created_topics_configs_are_changed_in_its_entry_and_win_over_those_gi
 
 
 def test_a_failed_write_of_topics_json_changes_nothing(tmp_path, monkeypatch):
-    import idemcore.broker.broker as broker_module
+    import idemcore.broker.topics as broker_module
 
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         def broken(*args: Any, **kwargs: Any) -> None:
