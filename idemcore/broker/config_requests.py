@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from idemcore.broker.config_keys import KEYS as BROKER_KEYS
 from idemcore.broker.config_keys import Kind
@@ -49,7 +50,39 @@ from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import DEFAULT_RETENTION_MS, DEFAULT_SEGMENT_MS
 
 if TYPE_CHECKING:
-    from idemcore.broker.broker import Broker
+    from idemcore.broker.config import BrokerConfig
+
+
+class ConfiguredBroker(Protocol):
+    """What these handlers read of a broker (``Broker`` is one): its settings, the topics' configs, and how to
+    change a topic's configs."""
+
+    broker_id: int
+    settings: BrokerConfig | None
+    data_dir: Path | None
+    message_max_bytes: int
+    producer_id_expiration_ms: int
+    transaction_state_partitions: int
+    transaction_max_timeout_ms: int
+    offsets_topic_partitions: int
+
+    @property
+    def topics(self) -> dict[str, int]: ...
+
+    @property
+    def topic_configs(self) -> dict[str, TopicConfig]: ...
+
+    @property
+    def topic_configs_default(self) -> TopicConfig: ...
+
+    @property
+    def default_partitions(self) -> int: ...
+
+    @property
+    def auto_create_topics(self) -> bool: ...
+
+    def set_topic_configs(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False
+                          ) -> TopicConfig: ...
 
 __all__ = ["alter_configs", "config_handlers", "describe_configs", "described_topic_configs",
            "incremental_alter_configs"]
@@ -67,7 +100,7 @@ _BROKER_SYNONYMS = {name: group for group in (("log.roll.ms", "log.roll.hours"),
 Answer = tuple[int, str | None]  # (error code, message)
 
 
-def config_handlers(broker: Broker) -> dict[type, Callable[[Any], Any]]:
+def config_handlers(broker: ConfiguredBroker) -> dict[type, Callable[[Any], Any]]:
     """The three requests' handlers over ``broker``, to merge into its dispatch table."""
     return {
         DescribeConfigsRequest: lambda request: describe_configs(broker, request),
@@ -79,7 +112,7 @@ def config_handlers(broker: Broker) -> dict[type, Callable[[Any], Any]]:
 # ---------------------------------------------------------------- the broker's settings as Kafka's strings
 
 
-def _static_settings(broker: Broker) -> dict[str, str | None]:
+def _static_settings(broker: ConfiguredBroker) -> dict[str, str | None]:
     """The broker settings given (Kafka's STATIC_BROKER_CONFIG), as Kafka's strings: those of its
     ``BrokerConfig``, or for a broker built by its arguments, those arguments that differ from Kafka's defaults
     (as the settings they stand for), and its id."""
@@ -135,7 +168,7 @@ def _entry(name: str, value: str | None, synonyms: list[ConfigSynonym], kind: Ki
                            tuple(synonyms) if include_synonyms else (), int(ConfigType[kind.value]), documentation)
 
 
-def described_topic_configs(broker: Broker, config: TopicConfig, keys: Iterable[str] | None = None,
+def described_topic_configs(broker: ConfiguredBroker, config: TopicConfig, keys: Iterable[str] | None = None,
                             include_synonyms: bool = False, include_documentation: bool = False,
                             ) -> tuple[DescribedConfig, ...]:
     """A topic's settings ``config`` as DescribeConfigs gives them (``keys``: only those; None: all), by name."""
@@ -154,8 +187,8 @@ def described_topic_configs(broker: Broker, config: TopicConfig, keys: Iterable[
     return tuple(entries)
 
 
-def _described_broker(broker: Broker, keys: Iterable[str] | None, include_synonyms: bool) -> tuple[DescribedConfig,
-                                                                                                    ...]:
+def _described_broker(broker: ConfiguredBroker, keys: Iterable[str] | None,
+                      include_synonyms: bool) -> tuple[DescribedConfig, ...]:
     static, defaults = _static_settings(broker), _default_settings()
     wanted = set(keys) if keys else None
     entries = []
@@ -171,7 +204,7 @@ def _described_broker(broker: Broker, keys: Iterable[str] | None, include_synony
 # ---------------------------------------------------------------- DescribeConfigs
 
 
-def describe_configs(broker: Broker, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+def describe_configs(broker: ConfiguredBroker, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     """Each requested resource's settings, in the request's order (an error per resource, never for all)."""
     resources = request.resources
     if not isinstance(resources, tuple | list):
@@ -184,7 +217,7 @@ def describe_configs(broker: Broker, request: DescribeConfigsRequest) -> Describ
                                          for resource in resources), request.request_id)
 
 
-def _describe_one(broker: Broker, resource: object, synonyms: bool, documentation: bool) -> DescribedResource:
+def _describe_one(broker: ConfiguredBroker, resource: object, synonyms: bool, documentation: bool) -> DescribedResource:
     if (type(resource) is not DescribeResource or type(resource.resource_type) not in (int, ResourceType)
             or type(resource.resource_name) is not str
             or not (resource.keys is None or (isinstance(resource.keys, tuple | list)
@@ -227,7 +260,7 @@ def _topic_name_problem(name: str) -> Answer | None:
     return None
 
 
-def _broker_name_problem(broker: Broker, name: str, what: str, alternative: str) -> Answer | None:
+def _broker_name_problem(broker: ConfiguredBroker, name: str, what: str, alternative: str) -> Answer | None:
     try:
         number = int(name)
     except ValueError:
@@ -241,20 +274,20 @@ def _broker_name_problem(broker: Broker, name: str, what: str, alternative: str)
 # ---------------------------------------------------------------- AlterConfigs / IncrementalAlterConfigs
 
 
-def alter_configs(broker: Broker, request: AlterConfigsRequest) -> AlterConfigsResponse:
+def alter_configs(broker: ConfiguredBroker, request: AlterConfigsRequest) -> AlterConfigsResponse:
     """Give each TOPIC resource exactly the configs named (Kafka's legacy AlterConfigs: any other config set on
     the topic goes back to its default)."""
     return AlterConfigsResponse(_alter_each(broker, request, AlterResource, _replacement), request.request_id)
 
 
-def incremental_alter_configs(broker: Broker, request: IncrementalAlterConfigsRequest,
+def incremental_alter_configs(broker: ConfiguredBroker, request: IncrementalAlterConfigsRequest,
                               ) -> IncrementalAlterConfigsResponse:
     """Apply each TOPIC resource's SET/DELETE/APPEND/SUBTRACT operations to the configs the topic has set."""
     return IncrementalAlterConfigsResponse(_alter_each(broker, request, IncrementalResource, _applied),
                                            request.request_id)
 
 
-def _alter_each(broker: Broker, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, shape: type,
+def _alter_each(broker: ConfiguredBroker, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, shape: type,
                 new_overrides: Callable[[Any, Mapping[str, str]], dict[str, str] | Answer]) -> tuple[AlteredResource,
                                                                                                          ...]:
     """Each resource's answer, in the request's order: the checks every resource passes first
@@ -296,7 +329,7 @@ def _well_formed(resource: AlterResource | IncrementalResource) -> bool:
         and (c.value is None or type(c.value) is str) for c in resource.changes)
 
 
-def _alter_one(broker: Broker, resource: AlterResource | IncrementalResource, validate_only: bool,
+def _alter_one(broker: ConfiguredBroker, resource: AlterResource | IncrementalResource, validate_only: bool,
                new_overrides: Callable[[Any, Mapping[str, str]], dict[str, str] | Answer]) -> Answer:
     pairs = (resource.configs if isinstance(resource, AlterResource)
              else [(c.name, c.value) for c in resource.changes])
