@@ -503,7 +503,7 @@ def test_serve_refuses_a_bad_value_in_one_line_with_status_2(tmp_path):
 def test_the_readme_names_every_setting_where_it_says_what_idemcore_does_with_it():
     text = README.read_text()
     section = text[text.index("### Broker settings"):]
-    section = section[:section.index("\n## ")]
+    section = re.split(r"\n##+ ", section)[0]  # up to the next heading (### Topic configs)
     assert "idemcore serve --config server.properties" in section
     bullets = {"Acted on": Use.HONOURED, "Checked and kept, not acted on": Use.PENDING,
                "Checked and kept for replication": Use.REPLICATION, "Checked, no meaning here": Use.INERT}

@@ -157,11 +157,20 @@ def test_a_damaged_cleaner_checkpoint_is_named(tmp_path):
 
 @pytest.mark.parametrize("configs, says", [
     ({"nope": {"cleanup.policy": "compact"}}, r"topic_configs names \['nope'\]"),
-    ({"c": {"cleanup.policy": "shred"}}, r"topic 'c': cleanup.policy must be"),
-    ({"c": {"retention.hours": 5}}, r"topic 'c': unknown setting 'retention.hours'"),
-    ({"c": {"segment.bytes": 0}}, r"topic 'c': segment_bytes must be an integer, at least 1 and at most 2147483647, "
-                                  r"got 0"),
-    ({"c": {"segment.bytes": 2**31}}, r"segment_bytes must be .* at most 2147483647, got 2147483648"),
+    ({"c": {"cleanup.policy": "shred"}}, r"topic 'c': Invalid value shred for configuration cleanup.policy: String "
+                                        r"must be one of: compact, delete"),
+    ({"c": {"retention.hours": 5}}, r"topic 'c': Unknown topic config name: retention.hours"),
+    ({"c": {"segment.bytes": 0}}, r"topic 'c': Invalid value 0 for configuration segment.bytes: Value must be at "
+                                  r"least 14"),
+    ({"c": {"segment.bytes": 2**31}}, r"Invalid value 2147483648 for configuration segment.bytes: Not a number of "
+                                      r"type INT"),
+    ({"c": {"min.cleanable.dirty.ratio": "1.5"}}, r"Invalid value 1.5 for configuration min.cleanable.dirty.ratio: "
+                                                  r"Value must be no more than 1"),
+    ({"c": {"preallocate": "yes"}}, r"Invalid value yes for configuration preallocate: Expected value to be either "
+                                    r"true or false"),
+    ({"c": {"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5}}, r"conflict topic config setting "
+                                                                        r"min.compaction.lag.ms \(10\) > "
+                                                                        r"max.compaction.lag.ms \(5\)"),
 ])
 def test_bad_topic_configs_are_named(tmp_path, configs, says):
     with pytest.raises(ValueError, match=says):

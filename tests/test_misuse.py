@@ -200,7 +200,7 @@ def test_audit_out_never_replaces_report_files_an_audit_did_not_write(tmp_path):
     ({"topics": ["events"]}, TypeError, "topics must map each topic name to its partition count"),
     ({"topic_configs": ["t"]}, TypeError, "topic_configs must map topic names to their settings"),
     ({"topic_configs": {"t": "compact"}}, TypeError, "topic 't': settings must map Kafka's config names"),
-    ({"topic_configs": {"t": {"cleanup.policy": ["compact"]}}}, ValueError, "cleanup.policy must be"),
+    ({"topic_configs": {"t": {"cleanup.policy": 5}}}, ValueError, "Invalid value 5 for configuration cleanup.policy"),
     ({"data_dir": ""}, ValueError, "data_dir is an empty path"),
     ({"fsync": "no"}, TypeError, "fsync must be True or False, got 'no'"),
     ({"producer_id_expiration_ms": "x"}, ValueError, "producer_id_expiration_ms must be a positive integer"),

@@ -17,9 +17,10 @@ def _section_blocks() -> list[str]:
 
 def test_the_readme_snippets_run_against_a_served_broker(kafka_server, capsys):
     blocks = _section_blocks()
-    assert len(blocks) == 2, "the section's snippets changed: update this test"
+    assert len(blocks) == 3, "the section's snippets changed: update this test"
     for block in blocks:
         code = block.replace("127.0.0.1:9092", kafka_server.bootstrap)
         exec(compile(code, str(README), "exec"), {})  # our own README
     assert "[b'order 42']" in capsys.readouterr().out
+    assert kafka_server.broker.topic_configs["orders"].segment_bytes == 16_777_216  # the topic configs' snippet
     assert kafka_server.stats["broker_errors"] == 0 and kafka_server.stats["malformed"] == 0

@@ -119,9 +119,11 @@ def test_a_damaged_or_lost_log_start_checkpoint_is_refused(tmp_path, damage):
         Broker({"t": 1}, data_dir=tmp_path, clock=clock, **SMALL)
 
 
-@pytest.mark.parametrize("name, value", [("retention_ms", -2), ("retention_bytes", 1.5)])
-def test_bad_retention_settings_are_named(tmp_path, name, value):
-    with pytest.raises(ValueError, match=f"{name} must be an integer, -1 for no limit, got {value}"):
+@pytest.mark.parametrize("name, value, says", [
+    ("retention_ms", -2, "Invalid value -2 for configuration retention.ms: Value must be at least -1"),
+    ("retention_bytes", 1.5, "Invalid value 1.5 for configuration retention.bytes: Expected a value of type LONG")])
+def test_bad_retention_settings_are_named(tmp_path, name, value, says):
+    with pytest.raises(ValueError, match=says):
         Broker({"t": 1}, data_dir=tmp_path, **{name: value})
     assert not (tmp_path / "t-0").exists()
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemcore.broker import topic_requests, txn_requests
 from idemcore.broker.admin_requests import AdminSources, admin_handlers
+from idemcore.broker.config_requests import config_handlers, described_topic_configs
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.fetch import fetch, list_offsets
@@ -29,7 +30,7 @@ from idemcore.broker.log_manager import LogManager
 from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import BlockStoreError, ProducerIdManager, ProducerIdsExhaustedError
 from idemcore.broker.replica_manager import ReplicaManager
-from idemcore.broker.topic_config import TopicConfig
+from idemcore.broker.topic_config import TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -77,6 +78,9 @@ from idemcore.protocol.constants import (
 )
 from idemcore.state.table import ProducerStateTable
 
+if TYPE_CHECKING:
+    from idemcore.broker.config import BrokerConfig
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Broker", "TopicExistsError"]
@@ -100,9 +104,13 @@ class Broker:
     Kafka's ``retention.ms`` (7 days) / ``retention.bytes`` (-1: none), applied
     by :meth:`delete_old_segments`. ``topic_configs``: per topic, Kafka's
     topic configs over those defaults (``cleanup.policy`` ``compact``:
-    :meth:`clean_logs` compacts it, and records without a key are refused).
-    ``clock``: the time in ms (wall clock by
-    default; a simulation passes its virtual one).
+    :meth:`clean_logs` compacts it, and records without a key are refused;
+    :meth:`set_topic_configs` changes them later). ``settings``: the
+    :class:`~idemcore.broker.config.BrokerConfig` the other arguments came
+    from; it gives the defaults of the topic configs no argument sets
+    (``log.cleanup.policy``, ``min.insync.replicas``, ...) and what
+    DescribeConfigs reports of the broker. ``clock``: the time in ms (wall
+    clock by default; a simulation passes its virtual one).
     """
 
     def __init__(
@@ -128,6 +136,7 @@ class Broker:
         offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        settings: BrokerConfig | None = None,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -158,7 +167,11 @@ class Broker:
         # Bad settings are refused before the directory is touched.
         defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
                                segment_bytes=segment_bytes, segment_ms=segment_ms,
-                               index_interval_bytes=index_interval_bytes)
+                               index_interval_bytes=index_interval_bytes, max_message_bytes=message_max_bytes)
+        if settings is not None:
+            defaults = defaults.with_defaults(broker_topic_defaults(settings))
+        #: The broker's settings by Kafka's names, when it was built from them (DescribeConfigs reports them).
+        self.settings = settings
         #: The topics served, their partition counts and settings (the handlers' catalog).
         self.topic_catalog = Topics(topics, defaults, topic_configs, self.data_dir, auto_create=auto_create_topics,
                                     default_partitions=default_partitions, broker_id=broker_id)
@@ -177,7 +190,7 @@ class Broker:
         self._closed = False
         self.log_manager = LogManager(self.data_dir, fsync, self.clock)
         self.replicas = ReplicaManager(self.log_manager, self.topic_catalog.configs, self.backend, self.clock,
-                                       message_max_bytes)
+                                       broker_id)
         self.replicas.on_marker = self._marker_written
         self.topic_catalog.open_partitions = self.replicas.open_topic
         #: What the admin requests read and move.
@@ -208,8 +221,10 @@ class Broker:
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
                 MetadataRequest: lambda r: topic_requests.metadata(self.topic_catalog, r),
-                CreateTopicsRequest: lambda r: topic_requests.create_topics(self.topic_catalog, r),
+                CreateTopicsRequest: lambda r: topic_requests.create_topics(
+                    self.topic_catalog, r, lambda config: described_topic_configs(self, config)),
                 **admin_handlers(self.admin_sources),
+                **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
             }
             self.log_manager.started()
@@ -275,6 +290,21 @@ class Broker:
         error it would raise."""
         self._check_open()
         return self.topic_catalog.check_new(name, partitions, configs)
+
+    def set_topic_configs(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> TopicConfig:
+        """Replace the configs set on topic ``name`` by ``overrides`` (Kafka's names; the others take the broker's
+        defaults), as Kafka's AlterConfigs does: checked, recorded in ``topics.json`` (atomically), then in force on
+        its live partitions (segment settings at once, retention and cleanup at the next housekeeping). Returns
+        the topic's settings; ``validate_only``: only check. KeyError for a topic the broker lacks; ValueError
+        (:class:`~idemcore.broker.topic_config.InvalidTopicConfig`) for a bad name or value."""
+        self._check_open()
+        config = self.topic_catalog.set_configs(name, overrides, validate_only)
+        if not validate_only:
+            for partition in self.replicas.partitions:
+                if partition.topic == name:
+                    for attribute, value in config.log_settings().items():
+                        setattr(partition.log, attribute, value)
+        return config
 
     def partition_number(self, topic: str, partition: int) -> int | None:
         """The broker-wide number of ``topic``-``partition`` in the producer-state table, None when the broker

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 #: Where ``idemcore serve`` listens when ``listeners`` is not set: loopback, not Kafka's every interface.
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+#: A decimal number as Java's ``Double.parseDouble`` reads one (no Python-only forms: ``1_0``, ``inf``, ``nan``).
+DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 #: Kafka's ``EndPoint`` syntax: NAME://host:port, an IPv6 host in brackets.
 _ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
 #: Kafka's default ``listener.security.protocol.map``: a listener's name is its security protocol.
@@ -59,11 +61,15 @@ class BrokerConfig:
     - honoured (:meth:`broker_kwargs`, :meth:`server_kwargs`): ``broker.id``/``node.id``, ``listeners``,
       ``advertised.listeners``, ``log.dirs``/``log.dir`` (one directory for now), ``num.partitions``,
       ``auto.create.topics.enable``, ``log.segment.bytes``, ``log.roll.ms``/``.hours``, ``log.retention.ms``/
-      ``.minutes``/``.hours``/``.bytes``, ``log.index.interval.bytes``, ``message.max.bytes``,
+      ``.minutes``/``.hours``/``.bytes``, ``log.index.interval.bytes``, ``log.index.size.max.bytes``,
+      ``log.cleanup.policy``, ``log.cleaner.delete.retention.ms`` (topic defaults: ``Broker(settings=...)``),
+      ``message.max.bytes``,
       ``socket.request.max.bytes``, ``producer.id.expiration.ms``, ``transaction.state.log.num.partitions``,
       ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1);
     - checked and kept, waiting for a broker argument (the storage rewrite): ``log.retention.check.interval.ms``,
-      ``log.cleanup.policy``, ``log.flush.*``, ``transactional.id.expiration.ms``, the internal topics' segment
+      ``log.flush.*``, the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
+      lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
+      ``compression.type``), ``transactional.id.expiration.ms``, the internal topics' segment
       sizes, the transaction coordinator's cleanup intervals, ``offset.metadata.max.bytes``, ``group.*``;
     - checked and kept for replication: ``zookeeper.*``, ``replica.*``, ``num.replica.fetchers``,
       ``unclean.leader.election.enable``, ``min.insync.replicas`` (1), the internal topics' replication factor
@@ -246,7 +252,16 @@ def _parse(key: Key, text: str, origin: str) -> Any:
             raise bad("expected true or false")
         return value.lower() == "true"
     if key.kind is Kind.STRING:
+        if key.choices and value not in key.choices:
+            raise bad(f"must be one of {', '.join(key.choices)}")
         return value
+    if key.kind is Kind.DOUBLE:
+        if not DOUBLE.fullmatch(value):
+            raise bad("not a number of type DOUBLE")
+        real = float(value)
+        if (key.low is not None and real < key.low) or (key.high is not None and real > key.high):
+            raise bad(f"must be from {key.low} to {key.high}")
+        return real
     if key.kind is Kind.LIST:
         items = [item for item in re.split(r"\s*,\s*", value) if item] if value else []
         wrong = [item for item in items if key.choices and item not in key.choices]

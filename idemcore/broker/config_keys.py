@@ -13,12 +13,14 @@ from enum import Enum
 from idemcore.broker.group.coordinator import DEFAULT_MAX_SESSION_TIMEOUT_MS, DEFAULT_MIN_SESSION_TIMEOUT_MS
 from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS
 from idemcore.protocol.constants import (
+    DEFAULT_DELETE_RETENTION_MS,
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_MESSAGE_MAX_BYTES,
     DEFAULT_OFFSET_METADATA_MAX_BYTES,
     DEFAULT_OFFSETS_TOPIC_PARTITIONS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_INDEX_BYTES,
     DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
@@ -42,6 +44,7 @@ class Kind(Enum):
     SHORT = "SHORT"
     INT = "INT"
     LONG = "LONG"
+    DOUBLE = "DOUBLE"
     STRING = "STRING"
     LIST = "LIST"
 
@@ -67,14 +70,15 @@ class Use(Enum):
 @dataclass(frozen=True)
 class Key:
     """One setting: Kafka's name, type and default (None: unset, as Kafka's ``null`` default); ``low``/``high``:
-    the range; ``choices``: the allowed items of a LIST; ``note``: why a range is stricter than Kafka's."""
+    the range; ``choices``: the allowed values of a STRING or items of a LIST; ``note``: why a range is stricter
+    than Kafka's."""
 
     name: str
     kind: Kind
     default: object
     use: Use
-    low: int | None = None
-    high: int | None = None
+    low: float | None = None
+    high: float | None = None
     choices: tuple[str, ...] = ()
     note: str = ""
 
@@ -111,8 +115,18 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("log.retention.hours", Kind.INT, 168, _H),
     Key("log.retention.bytes", Kind.LONG, -1, _H),
     Key("log.index.interval.bytes", Kind.INT, DEFAULT_INDEX_INTERVAL_BYTES, _H, low=0),
+    Key("log.index.size.max.bytes", Kind.INT, DEFAULT_SEGMENT_INDEX_BYTES, _H, low=4),
     Key("log.retention.check.interval.ms", Kind.LONG, 300_000, _P, low=1),
-    Key("log.cleanup.policy", Kind.LIST, ("delete",), _P, choices=("compact", "delete")),
+    Key("log.cleanup.policy", Kind.LIST, ("delete",), _H, choices=("compact", "delete")),
+    Key("log.cleaner.delete.retention.ms", Kind.LONG, DEFAULT_DELETE_RETENTION_MS, _H, low=0),
+    Key("log.cleaner.min.compaction.lag.ms", Kind.LONG, 0, _P, low=0),
+    Key("log.cleaner.max.compaction.lag.ms", Kind.LONG, LONG_MAX, _P, low=1),
+    Key("log.cleaner.min.cleanable.ratio", Kind.DOUBLE, 0.5, _P, low=0, high=1),
+    Key("log.segment.delete.delay.ms", Kind.LONG, 60_000, _P, low=0),
+    Key("log.preallocate", Kind.BOOLEAN, False, _P),
+    Key("log.message.timestamp.type", Kind.STRING, "CreateTime", _P, choices=("CreateTime", "LogAppendTime")),
+    Key("compression.type", Kind.STRING, "producer", _P,
+        choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
     Key("log.flush.interval.messages", Kind.LONG, LONG_MAX, _P, low=1),
     Key("log.flush.interval.ms", Kind.LONG, None, _P),
     Key("log.flush.scheduler.interval.ms", Kind.LONG, LONG_MAX, _P),

@@ -108,15 +108,16 @@ class _Entry:
 class ReplicaManager:
     """The partitions of this broker by ``(topic, partition)``, numbered in the order they were opened (their
     rows of the producer-state table), and the append path. ``configs``: each topic's settings (read at every
-    append: a change applies to the next batch); ``message_max_bytes``: Kafka's ``message.max.bytes``."""
+    append: a change applies to the next batch; ``max.message.bytes`` defaults to the broker's
+    ``message.max.bytes``)."""
 
     def __init__(self, log_manager: LogManager, configs: dict[str, TopicConfig], backend: Backend,
-                 clock: Callable[[], int], message_max_bytes: int) -> None:
+                 clock: Callable[[], int], broker_id: int) -> None:
         self.log_manager = log_manager
         self.configs = configs
         self.backend = backend
         self.clock = clock
-        self.message_max_bytes = message_max_bytes
+        self.broker_id = broker_id
         self.partitions: list[Partition] = []
         self._index: dict[tuple[str, int], Partition] = {}
         self.state = ProducerStateTable(partition_capacity=16)
@@ -260,7 +261,7 @@ class ReplicaManager:
             elif target.number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = malformed_batch(batch) or self._refused(batch)
+                problem = self._below_min_isr(batch, request.acks) or malformed_batch(batch) or self._refused(batch)
                 if problem is None:
                     columns.put(len(entries), target.number, batch)
                     seen.add(target.number)
@@ -344,6 +345,16 @@ class ReplicaManager:
                     self.on_marker(entries[j].partition, marker)
         return tuple(answers[p] for p in range(len(marker.partitions)))
 
+    def _below_min_isr(self, batch: RecordBatch, acks: int) -> tuple[ErrorCode, str] | None:
+        """NOT_ENOUGH_REPLICAS for acks=all when the topic's min.insync.replicas exceeds the one replica there is
+        (Kafka's Partition.appendRecordsToLeader checks it before anything else)."""
+        needed = self.configs[batch.topic].min_insync_replicas
+        if acks == -1 and needed > 1:
+            return ErrorCode.NOT_ENOUGH_REPLICAS, (f"The size of the current ISR Set({self.broker_id}) is insufficient "
+                                                   f"to satisfy the min.isr requirement of {needed} for partition "
+                                                   f"{batch.topic}-{batch.partition}")
+        return None
+
     def _refused(self, batch: RecordBatch) -> tuple[ErrorCode, str] | None:
         """Why the topic's settings refuse a well-formed batch, in Kafka's order (LogValidator, then the segment
         size in UnifiedLog.append), or None."""
@@ -352,9 +363,10 @@ class ReplicaManager:
             return ErrorCode.INVALID_RECORD, ("Compacted topic cannot accept message without key in topic partition "
                                               f"{batch.topic}-{batch.partition}")
         size = batch.size_in_bytes()
-        if size > self.message_max_bytes:
-            return ErrorCode.MESSAGE_TOO_LARGE, (f"a batch of {size} bytes is larger than "
-                                                 f"message_max_bytes={self.message_max_bytes}")
+        if size > config.max_message_bytes:
+            limit = (f"max.message.bytes={config.max_message_bytes} of topic {batch.topic}"
+                     if "max.message.bytes" in config.overrides else f"message_max_bytes={config.max_message_bytes}")
+            return ErrorCode.MESSAGE_TOO_LARGE, f"a batch of {size} bytes is larger than {limit}"
         if size > config.segment_bytes:  # Kafka's RecordBatchTooLargeException
             return ErrorCode.RECORD_LIST_TOO_LARGE, (f"a batch of {size} bytes exceeds the maximum configured segment "
                                                      f"size of {config.segment_bytes}")

@@ -5,11 +5,13 @@ or config is answered with Kafka's error code and a message naming the value, ne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from idemcore.broker.topic_config import InvalidTopicConfig, TopicConfig
 from idemcore.broker.topics import Topics
 from idemcore.errors import IdemcoreError
+from idemcore.net.configs import DescribedConfig
 from idemcore.net.messages import (
     CreatedTopic,
     CreateTopicsRequest,
@@ -34,7 +36,7 @@ def metadata(topics: Topics, request: MetadataRequest) -> MetadataResponse:
     for name in names:
         if name not in topics and type(name) is str and name not in INTERNAL_TOPICS \
                 and request.allow_auto_topic_creation is True and topics.auto_create:
-            created = _create(topics, NewTopic(name), validate_only=False)
+            created = _create(topics, NewTopic(name), validate_only=False, describe=None)
             if created.error_code != ErrorCode.NONE:
                 answers.append(TopicMetadata(str(name), created.error_code))
                 continue
@@ -44,18 +46,22 @@ def metadata(topics: Topics, request: MetadataRequest) -> MetadataResponse:
     return MetadataResponse(tuple(answers), request.request_id)
 
 
-def create_topics(topics: Topics, request: CreateTopicsRequest) -> CreateTopicsResponse:
+def create_topics(topics: Topics, request: CreateTopicsRequest,
+                  describe: Callable[[TopicConfig], tuple[DescribedConfig, ...]]) -> CreateTopicsResponse:
+    """Create (or with ``validate_only`` check) each topic; ``describe`` gives a created topic's configs as
+    DescribeConfigs does (CreateTopics v5+ answers them)."""
     wanted = request.topics if isinstance(request.topics, tuple | list) else ()
     results = []
     for topic in wanted:
         if type(topic) is not NewTopic:
             results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
             continue
-        results.append(_create(topics, topic, request.validate_only is True))
+        results.append(_create(topics, topic, request.validate_only is True, describe))
     return CreateTopicsResponse(tuple(results), request.request_id)
 
 
-def _create(catalog: Topics, topic: NewTopic, validate_only: bool) -> CreatedTopic:
+def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
+            describe: Callable[[TopicConfig], tuple[DescribedConfig, ...]] | None) -> CreatedTopic:
     """Make one topic (or only check it): its result, with Kafka's error code for what is wrong."""
     name, count = topic.name, topic.partitions
     if count == -1:
@@ -70,38 +76,35 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool) -> CreatedTop
         return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
                             f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
     try:
-        configs = _typed_configs(topic.configs)
+        configs = _wire_configs(topic.configs)
     except ValueError as error:
         return CreatedTopic(name, ErrorCode.INVALID_CONFIG, str(error))
     try:
         if validate_only:
-            catalog.check_new(name, count, configs)
+            config = catalog.check_new(name, count, configs)
         else:
             catalog.create(name, count, configs)
+            config = catalog.configs[name]
+    except InvalidTopicConfig as error:
+        return CreatedTopic(name, ErrorCode.INVALID_CONFIG, error.reason)
     except (ValueError, TypeError) as error:
         code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
         return CreatedTopic(name, code, str(error))
     except IdemcoreError as error:  # TopicExistsError: its directory is there from an earlier run
         return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
-    return CreatedTopic(name, ErrorCode.NONE, None, count)
+    return CreatedTopic(name, ErrorCode.NONE, None, count, () if describe is None else describe(config))
 
 
-def _typed_configs(configs: Any) -> Mapping[str, Any]:
-    """Kafka's topic configs from the wire's strings: the numbers as ints (``TopicConfig`` checks the rest)."""
+def _wire_configs(configs: Any) -> Mapping[str, str]:
+    """Kafka's topic configs as the wire carries them, by name (``TopicConfig`` reads and checks each value)."""
     if not isinstance(configs, tuple | list):
         raise ValueError(f"configs must be (name, value) pairs, got {configs!r:.80}")
-    typed: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for entry in configs:
-        if not isinstance(entry, tuple) or len(entry) != 2 or type(entry[0]) is not str:
-            raise ValueError(f"a config must be a (name, value) pair, got {entry!r:.80}")
+        if not isinstance(entry, tuple) or len(entry) != 2 or type(entry[0]) is not str \
+                or not (entry[1] is None or type(entry[1]) is str):
+            raise ValueError(f"a config must be a (name, string value) pair, got {entry!r:.80}")
         name, value = entry
-        if value is None:
-            continue  # null: the broker's default
-        if name == "cleanup.policy":
-            typed[name] = value
-        else:
-            try:
-                typed[name] = int(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"config {name!r} must be an integer, got {value!r}") from None
-    return typed
+        if value is not None:  # null: the broker's default
+            given[name] = value
+    return given

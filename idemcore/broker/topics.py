@@ -5,6 +5,7 @@ topics in its metadata log). The Metadata and CreateTopics handlers work on this
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, ItemsView, Iterator, Mapping
 from pathlib import Path
@@ -17,7 +18,10 @@ from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import INTERNAL_TOPICS
 from idemcore.record.kafka_files import write_file_atomically
 
-#: In data_dir: the topics create_topic made, with their settings.
+log = logging.getLogger(__name__)
+
+#: In data_dir: the topics create_topic made, with their settings, and the configs set since on topics given to
+#: the broker (idemcore's own; Kafka keeps both in its metadata log).
 TOPICS_FILE = "topics.json"
 
 #: Opens (creates) the partitions of a new topic: ``(name, partitions, config)``; undoes what it opened and
@@ -56,6 +60,7 @@ class Topics:
         self.broker_id = broker_id
         self.open_partitions: OpenPartitions | None = None
         self._created: dict[str, dict[str, Any]] = {}
+        self._altered: dict[str, dict[str, Any]] = {}  # the configs set on topics given to the broker
 
     # --- the catalog as a mapping of partition counts ----------------------------------------------------------
 
@@ -77,12 +82,15 @@ class Topics:
     # --- topics.json ----------------------------------------------------------------------------------------
 
     def load_created(self) -> None:
-        """Add the topics :meth:`create` made in this data_dir (``topics.json``) to those served."""
+        """Add the topics :meth:`create` made in this data_dir (``topics.json``) to those served, and take the
+        configs :meth:`set_configs` gave the topics the broker is given (they replace ``topic_configs``: as in
+        Kafka, a topic's stored configs are the truth)."""
         if self.data_dir is None or not os.path.lexists(self.data_dir / TOPICS_FILE):
             return
         path = self.data_dir / TOPICS_FILE
         try:
-            created = json.loads(path.read_text())["topics"]
+            content = json.loads(path.read_text())
+            created, altered = content["topics"], content.get("altered", {})
             for name, entry in created.items():
                 check_topic(name, entry["partitions"])
                 config = self.defaults.overridden(name, entry["configs"])
@@ -91,6 +99,13 @@ class Topics:
                                      f"is given {self.counts[name]}")
                 self.counts[name] = entry["partitions"]
                 self.configs[name] = config
+            for name, overrides in altered.items():
+                config = self.defaults.overridden(name, overrides)
+                if name in self.counts and name not in created:  # kept for a topic not given this time
+                    if self.configs[name].overrides != config.overrides:
+                        log.warning("topic %r: its configs set by AlterConfigs (%s) replace those given (%s)", name,
+                                    dict(config.overrides), dict(self.configs[name].overrides))
+                    self.configs[name] = config
         except OSError as exc:
             raise LogCorruptionError(f"{path} cannot be read ({exc.strerror})") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -98,6 +113,32 @@ class Topics:
                                      "topics create_topic made: restore it (removing it stops serving them; their "
                                      "partitions stay on disk)") from None
         self._created = {name: dict(entry) for name, entry in created.items()}
+        self._altered = {name: dict(overrides) for name, overrides in altered.items()}
+
+    def _write(self, created: Mapping[str, Any], altered: Mapping[str, Any]) -> None:
+        assert self.data_dir is not None
+        content = {"version": 1, "topics": created, **({"altered": altered} if altered else {})}
+        write_file_atomically(self.data_dir / TOPICS_FILE, json.dumps(content, sort_keys=True).encode())
+
+    def set_configs(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> TopicConfig:
+        """Replace the configs set on topic ``name`` by ``overrides`` (Kafka's AlterConfigs): checked, recorded in
+        ``topics.json``, then in ``configs``. KeyError for a topic not served; ValueError for a bad name or value."""
+        if name not in self.counts:
+            raise KeyError(f"The topic '{name}' does not exist.")
+        config = self.defaults.overridden(name, overrides)
+        if validate_only:
+            return config
+        if self.data_dir is not None:
+            stored = dict(config.overrides)
+            created, altered = self._created, self._altered
+            if name in created:
+                created = {**created, name: {**created[name], "configs": stored}}
+            else:
+                altered = {**altered, name: stored}
+            self._write(created, altered)
+            self._created, self._altered = created, altered
+        self.configs[name] = config
+        return config
 
     # --- new topics -----------------------------------------------------------------------------------------
 
@@ -133,10 +174,10 @@ class Topics:
             raise
         try:
             if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
-                created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
-                write_file_atomically(self.data_dir / TOPICS_FILE,
-                                      json.dumps({"version": 1, "topics": created}, sort_keys=True).encode())
-                self._created = created
+                created = {**self._created, name: {"partitions": partitions, "configs": dict(config.overrides)}}
+                altered = {topic: kept for topic, kept in self._altered.items() if topic != name}  # now its entry's
+                self._write(created, altered)
+                self._created, self._altered = created, altered
         except BaseException:
             undo()
             del self.configs[name]

@@ -95,7 +95,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
     on_disk = {name: count for name, count in args.topics
                if any(os.path.lexists(data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
-    broker = Broker(on_disk, fsync=args.fsync, **config.broker_kwargs())
+    broker = Broker(on_disk, fsync=args.fsync, settings=config, **config.broker_kwargs())
     try:
         for name, partitions in args.topics:
             if name not in broker.topics:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from idemcore.errors import IdemcoreError
 from idemcore.net.admin import AdminRequest, AdminResponse
+from idemcore.net.configs import ConfigsRequest, ConfigsResponse, DescribedConfig
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -416,10 +417,13 @@ class CreateTopicsRequest:
 
 @dataclass(slots=True, frozen=True)
 class CreatedTopic:
+    """One topic's answer; ``configs``: its settings once made (or checked), as DescribeConfigs gives them."""
+
     name: str
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
     partitions: int = -1
+    configs: tuple[DescribedConfig, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -462,8 +466,8 @@ class Pending:
 Request = (ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest | FindCoordinatorRequest
            | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest | TxnOffsetCommitRequest
            | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest | MetadataRequest
-           | CreateTopicsRequest | AdminRequest)
+           | CreateTopicsRequest | AdminRequest | ConfigsRequest)
 Response = (ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse | FindCoordinatorResponse
             | AddPartitionsToTxnResponse | AddOffsetsToTxnResponse | EndTxnResponse | TxnOffsetCommitResponse
             | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse | MetadataResponse
-            | CreateTopicsResponse | AdminResponse)
+            | CreateTopicsResponse | AdminResponse | ConfigsResponse)

@@ -30,6 +30,8 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_MS = 7 * 86_400_000
 #: Kafka's default ``index.interval.bytes``: bytes appended between two offset-index entries.
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
+#: Kafka's default ``segment.index.bytes`` (10 MB): a segment whose offset or time index is this full rolls.
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
 #: Kafka's default ``retention.ms`` (7 days): segments whose newest batch is older are deleted.
 DEFAULT_RETENTION_MS = 7 * 86_400_000
 #: Kafka's default ``delete.retention.ms`` (1 day): how long a tombstone stays in a compacted topic.

@@ -40,7 +40,7 @@ from idemcore.broker.log.loader import (
     load_segments,
     segment_files,
 )
-from idemcore.broker.log.segment import TIME_ENTRY, AbortedTxn, LogSegment
+from idemcore.broker.log.segment import OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, LogSegment
 from idemcore.broker.log.store import MemoryStore
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -48,6 +48,7 @@ from idemcore.protocol.codes import ControlType
 from idemcore.protocol.constants import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_INDEX_BYTES,
     DEFAULT_SEGMENT_MS,
     INT32_MAX,
 )
@@ -102,18 +103,22 @@ class PartitionLog:
     the one holding it on are scanned (:mod:`.loader`). ``written_end``: the end the broker last wrote in this
     boot (a killed process's writes stay in the OS): the log must reach it, or it was damaged from outside.
 
-    ``segment_bytes``, ``segment_ms`` and ``index_interval_bytes`` are Kafka's ``segment.bytes``,
-    ``segment.ms`` and ``index.interval.bytes``; ``clock`` gives the time in ms (for ``segment.ms`` of
-    batches without timestamps).
+    ``segment_bytes``, ``segment_ms``, ``segment_index_bytes`` and ``index_interval_bytes`` are Kafka's
+    ``segment.bytes``, ``segment.ms``, ``segment.index.bytes`` (a segment whose offset or time index is full
+    rolls) and ``index.interval.bytes``; a change of these attributes holds from the next append (the last one
+    from the next segment, as Kafka's LogSegment keeps its own). ``clock`` gives the time in ms (for
+    ``segment.ms`` of batches without timestamps).
     """
 
     def __init__(self, topic: str, partition: int, directory: Path | None = None, fsync: bool = True,
                  recovery_point: int = 0, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  segment_ms: int = DEFAULT_SEGMENT_MS, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                 segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
                  cut_torn_tail: bool = True, clean_shutdown: bool = False, written_end: int = 0) -> None:
         for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
                                        ("segment_ms", segment_ms, 1, 2**63 - 1),
+                                       ("segment_index_bytes", segment_index_bytes, 4, INT32_MAX),
                                        ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
             if type(value) is not int or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
@@ -135,6 +140,7 @@ class PartitionLog:
         self.synced_bytes = 0
         self.segment_bytes = segment_bytes
         self.segment_ms = segment_ms
+        self.segment_index_bytes = segment_index_bytes
         self.index_interval_bytes = index_interval_bytes
         self._clock = clock if clock is not None else wall_clock_ms
         self._directory = directory
@@ -425,8 +431,14 @@ class PartitionLog:
         if self._directory is None or segment.size == 0:
             return
         if (segment.size + size > self.segment_bytes or last_offset - segment.base_offset > INT32_MAX
-                or self._waited_for_roll(segment, max_timestamp) > self.segment_ms):
+                or self._waited_for_roll(segment, max_timestamp) > self.segment_ms or self._index_full(segment)):
             self._roll(base_offset)
+
+    def _index_full(self, segment: LogSegment) -> bool:
+        """Whether the offset or time index holds as many entries as ``segment_index_bytes`` allows (Kafka's
+        ``AbstractIndex.isFull``: its entries, 8 or 12 bytes, fit in the size rounded down)."""
+        return (segment.index.size >= self.segment_index_bytes // OFFSET_ENTRY.size * OFFSET_ENTRY.size
+                or segment.time_index.size >= self.segment_index_bytes // TIME_ENTRY.size * TIME_ENTRY.size)
 
     def _restore_txn(self, producer_id: int, first_offset: int | None) -> None:
         if first_offset is None:

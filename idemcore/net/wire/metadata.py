@@ -62,10 +62,14 @@ def _create_to_message(ctx: WireContext, version: int, correlation_id: int,
 def _create_to_wire(ctx: WireContext, version: int, body: Any, response: CreateTopicsResponse, carry: Any) -> Any:
     cls = response_class(body)
     result_cls = nested(cls, "CreatableTopicResult")
+    config_cls = nested(cls, "CreatableTopicConfigs") if version >= 5 else None
     return make(cls, topics=tuple(make(
         result_cls, name=r.name, topic_id=topic_id_of(r.name) if r.error_code == ErrorCode.NONE else None,
         error_code=WireError(r.error_code), error_message=r.error_message, num_partitions=r.partitions,
-        replication_factor=1 if r.error_code == ErrorCode.NONE else -1, configs=None if r.error_code else ())
+        replication_factor=1 if r.error_code == ErrorCode.NONE else -1,
+        configs=None if r.error_code or config_cls is None else tuple(  # v5+: the topic's configs (KIP-525)
+            make(config_cls, name=c.name, value=c.value, read_only=c.read_only, config_source=c.source,
+                 is_sensitive=c.is_sensitive) for c in r.configs))
         for r in response.results))
 
 
