@@ -26,6 +26,7 @@ in memory and never rolls.
 from __future__ import annotations
 
 import bisect
+import collections
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -74,6 +75,10 @@ from idemcore.record.v2 import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Rolled segments whose files stay open after a read (the most recently read): the others are closed, so the
+#: descriptors a partition holds do not grow with its log (Kafka keeps every segment open; ulimits vary).
+OPEN_ROLLED_SEGMENTS = 4
 
 
 def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
@@ -157,6 +162,7 @@ class PartitionLog:
         self.on_roll: Callable[[PartitionLog, int], None] | None = None
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
+        self._recently_read: collections.deque[LogSegment] = collections.deque()
         self.segments: list[LogSegment]
         if directory is None:
             self.segments = [LogSegment(log_start_offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
@@ -210,6 +216,21 @@ class PartitionLog:
         """The segment holding ``offset`` (the first one for an offset below the log)."""
         return max(bisect.bisect_right(self.segments, offset, key=lambda segment: segment.base_offset) - 1, 0)
 
+    def _used(self, segment: LogSegment) -> LogSegment:
+        """Note a read of ``segment``; close the files of the rolled segments read longest ago beyond
+        :data:`OPEN_ROLLED_SEGMENTS` (they open again when next read)."""
+        if segment is self.segments[-1] or self._directory is None:
+            return segment
+        recent = self._recently_read
+        if segment in recent:
+            recent.remove(segment)
+        recent.append(segment)
+        while len(recent) > OPEN_ROLLED_SEGMENTS:
+            oldest = recent.popleft()
+            if oldest is not self.segments[-1]:
+                oldest.close()
+        return segment
+
     def read(self, offset: int, limit: int, max_bytes: int, min_one: bool) -> tuple[bytes, int]:
         """The whole stored batches from the one holding ``offset`` on (the first after it if compaction emptied
         that one), those starting below ``limit`` that fit in ``max_bytes`` (``min_one``: the first whatever its
@@ -220,7 +241,7 @@ class PartitionLog:
         for segment in self.segments[self._segment_index(offset):]:
             if segment.base_offset >= limit or (max_bytes <= 0 and not min_one):
                 break
-            data, after = segment.read(position, limit, max_bytes, min_one)
+            data, after = self._used(segment).read(position, limit, max_bytes, min_one)
             if data:
                 parts.append(data)
                 max_bytes -= len(data)
@@ -241,7 +262,8 @@ class PartitionLog:
 
     def _readable_batches(self) -> Iterator[StoredBatch]:
         for segment in self.segments:  # decoded a segment at a time
-            for stored in decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size)):
+            data = self._used(segment).log.read(0, segment.size)
+            for stored in decode_stored_batches(self.topic, self.partition, data):
                 if stored.next_offset > self.log_start_offset:
                     yield stored
 
@@ -292,7 +314,7 @@ class PartitionLog:
         ``TxnIndexSearchResult.isComplete``)."""
         found = []
         for segment in self.segments[self._segment_index(start):]:
-            for txn in segment.aborted():
+            for txn in self._used(segment).aborted():
                 if txn.last_offset < start:
                     continue
                 if txn.first_offset < end:
@@ -322,7 +344,7 @@ class PartitionLog:
 
     def _first_record_at(self, segment: LogSegment, timestamp: int, exact: bool) -> tuple[int, int] | None:
         floor = -1 if exact else self.log_start_offset
-        for header in segment.headers(self._time_index_floor(segment, timestamp)):
+        for header in self._used(segment).headers(self._time_index_floor(segment, timestamp)):
             if header.max_timestamp < timestamp or header.last_offset < floor:
                 continue
             batch_header, records = decode_batch(segment.log.read(header.position, header.size), check_crc=False)
