@@ -26,10 +26,12 @@ from idemcore.broker import topic_requests, txn_requests
 from idemcore.broker.admin_requests import admin_handlers
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
+from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, DelayedOperations
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.membership_requests import membership_handlers
+from idemcore.broker.internal_topics import BackgroundTopics
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.producer_ids import (
     REACHABLE,
@@ -40,7 +42,8 @@ from idemcore.broker.producer_ids import (
     ProducerIdsExhaustedError,
     SqliteBlockStore,
 )
-from idemcore.broker.topic_config import TopicConfig
+from idemcore.broker.purgatory import EventLoop
+from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig
 from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -342,7 +345,12 @@ class Broker:
     topic configs over those defaults (``cleanup.policy`` ``compact``:
     :meth:`clean_logs` compacts it, and records without a key are refused).
     ``clock``: the time in ms (wall clock by
-    default; a simulation passes its virtual one).
+    default; a simulation passes its virtual one). ``flush_messages`` / ``flush_ms``: Kafka's
+    ``log.flush.interval.messages`` / ``.ms`` (topic defaults of ``flush.messages`` / ``flush.ms``),
+    ``flush_scheduler_interval_ms`` and ``recovery_point_checkpoint_ms`` (``log.flush.scheduler.interval.ms``,
+    ``log.flush.offset.checkpoint.interval.ms``): acted on while the broker runs on a loop
+    (:meth:`start_background`, :mod:`.delayed`), where fetches and acks=all produces wait in its purgatories and a
+    flusher thread fsyncs.
     """
 
     def __init__(
@@ -368,6 +376,10 @@ class Broker:
         offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        flush_messages: int = NEVER_FLUSH,
+        flush_ms: int = NEVER_FLUSH,
+        flush_scheduler_interval_ms: int = NEVER_FLUSH,
+        recovery_point_checkpoint_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -410,7 +422,8 @@ class Broker:
         # Bad settings are refused before the directory is touched.
         defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
                                segment_bytes=segment_bytes, segment_ms=segment_ms,
-                               index_interval_bytes=index_interval_bytes)
+                               index_interval_bytes=index_interval_bytes, flush_messages=flush_messages,
+                               flush_ms=flush_ms)
         unknown = sorted(set(topic_configs or {}) - set(self.topics))
         if unknown:
             raise ValueError(f"topic_configs names {unknown}, which are not among the topics {sorted(self.topics)}")
@@ -442,6 +455,17 @@ class Broker:
         self._cleaned: dict[tuple[str, int], int] = {}
         self._written_ends: WrittenEnds | None = None
         self._started = False  # until the first checkpoint is written: a failed start writes none
+        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop).
+        self.delayed = DelayedOperations(
+            self._partition_log, lambda r: fetch(self._partition_log, r), self.clock,
+            checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
+            checkpoint_entries=lambda: self._checkpoint, scheduler_interval_ms=flush_scheduler_interval_ms,
+            checkpoint_interval_ms=recovery_point_checkpoint_ms)
+        self._background_topics = BackgroundTopics(
+            lambda name, partitions, configs: self.check_new_topic(name, partitions, configs),
+            lambda name, partition, config: self._new_log(name, partition, config),
+            lambda name, partitions, configs, logs: self._create_topic(name, partitions, configs, logs),
+            self.delayed.in_background)
         try:
             if producer_ids is None:
                 producer_ids = self._own_producer_ids(broker_id)
@@ -481,7 +505,7 @@ class Broker:
                 AddPartitionsToTxnRequest: lambda r: txn_requests.add_partitions_to_txn(self.txn_coordinator, r),
                 AddOffsetsToTxnRequest: self._add_offsets_to_txn,
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
-                FetchRequest: lambda r: fetch(self._partition_log, r),
+                FetchRequest: self.delayed.fetch,
                 ListOffsetsRequest: lambda r: list_offsets(self._partition_log, r),
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
@@ -515,7 +539,8 @@ class Broker:
 
     def handle(self, request: Request) -> Response | Pending | None:
         """Answer one request (every transport calls this); None for a produce request with acks=0; a
-        :class:`Pending` for an answer given later (JoinGroup, SyncGroup)."""
+        :class:`Pending` for an answer given later (JoinGroup, SyncGroup; while running on a loop also a Fetch
+        waiting for data and an acks=all Produce waiting for its fsync)."""
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         handler = self._handlers.get(type(request))
@@ -564,20 +589,28 @@ class Broker:
                 from None
 
     def _open_partition(self, name: str, partition: int, recovery_point: int, log_start: int, cleaned: int,
-                        written_end: int = 0) -> None:
-        """Open (recover or create) one partition's log under the next broker-wide partition number."""
-        directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
+                        written_end: int = 0, made: PartitionLog | None = None) -> None:
+        """Open (recover or create) one partition's log under the next broker-wide partition number (``made``:
+        a new partition's log, made already by :meth:`_new_log`)."""
+        partition_log = made or self._new_log(name, partition, self.topic_configs[name], recovery_point, log_start,
+                                              cleaned, written_end)
         self._index[(name, partition)] = len(self._logs)
-        partition_log = PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
-                                     log_start_offset=log_start, cleaned_offset=cleaned,
-                                     cut_torn_tail=self._wrote_here,
-                                     clean_shutdown=self._clean_shutdown and (name, partition) in self._checkpoint,
-                                     written_end=written_end,
-                                     **self.topic_configs[name].log_settings())
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
         partition_log.on_roll = self._write_snapshot
+        partition_log.on_append = self.delayed.appended
+        self.delayed.track(partition_log, self.topic_configs[name])
         self._logs.append(partition_log)
+
+    def _new_log(self, name: str, partition: int, config: TopicConfig, recovery_point: int = 0, log_start: int = 0,
+                 cleaned: int = 0, written_end: int = 0) -> PartitionLog:
+        """One partition's log, recovered or created (no broker state touched: a new topic's logs may be made
+        on the flusher thread)."""
+        directory = None if self.data_dir is None else self.data_dir / f"{name}-{partition}"
+        return PartitionLog(name, partition, directory, self.fsync, recovery_point, clock=self.clock,
+                            log_start_offset=log_start, cleaned_offset=cleaned, cut_torn_tail=self._wrote_here,
+                            clean_shutdown=self._clean_shutdown and (name, partition) in self._checkpoint,
+                            written_end=written_end, **config.log_settings())
 
     def _all_written_ends(self) -> dict[str, int]:
         return {**self._unserved_ends, **{p.name: p.log_end_offset for p in self._logs}}
@@ -630,14 +663,23 @@ class Broker:
                                            "start the broker with it in its topics, or remove it")
         return config
 
-    def _create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None) -> None:
-        config = self.check_new_topic(name, partitions, configs)
-        opened, first = len(self._logs), len(self._logs)
+    def _create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None,
+                      made: list[PartitionLog] | None = None) -> None:
+        """Make and serve a topic; ``made``: its partitions' new logs, made already (on the flusher thread)."""
+        try:
+            config = self.check_new_topic(name, partitions, configs) if made is None else \
+                self.topic_configs_default.overridden(name, configs or {})
+            if name in self.topics:
+                raise TopicExistsError(f"topic {name!r} already exists with {self.topics[name]} partitions")
+        except BaseException:
+            for partition_log in made or ():
+                partition_log.abandon()
+            raise
+        first = len(self._logs)
         self.topic_configs[name] = config
         try:
             for partition in range(partitions):
-                self._open_partition(name, partition, 0, 0, 0)
-                opened += 1
+                self._open_partition(name, partition, 0, 0, 0, made=None if made is None else made[partition])
             if self.data_dir is not None:  # recorded once every partition exists: a start serves all of them
                 created = {**self._created, name: {"partitions": partitions, "configs": dict(configs or {})}}
                 write_file_atomically(self.data_dir / TOPICS_FILE,
@@ -647,6 +689,8 @@ class Broker:
             for partition_log in self._logs[first:]:
                 partition_log.abandon()
                 del self._index[(partition_log.topic, partition_log.partition)]
+            for partition_log in made or ():
+                partition_log.abandon()
             del self._logs[first:]
             del self.topic_configs[name]
             raise
@@ -674,12 +718,25 @@ class Broker:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         if self._txn_coordinator is None:
-            if TRANSACTION_STATE_TOPIC not in self.topics:
-                self._create_topic(TRANSACTION_STATE_TOPIC, self.transaction_state_partitions,
-                                   {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES})
+            self._internal_topic(TRANSACTION_STATE_TOPIC)
             self._start_txn_coordinator()
         assert self._txn_coordinator is not None
         return self._txn_coordinator
+
+    def _internal_topic_settings(self, name: str) -> tuple[int, dict[str, Any]]:
+        """The partition count and topic configs the internal topic ``name`` is made with."""
+        if name == TRANSACTION_STATE_TOPIC:
+            return self.transaction_state_partitions, {"cleanup.policy": "compact",
+                                                       "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
+        return self.offsets_topic_partitions, {"cleanup.policy": "compact",
+                                               "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES}
+
+    def _internal_topic(self, name: str) -> None:
+        """Make the internal topic ``name`` now unless the broker has it (one being made off the loop is waited
+        for rather than made twice)."""
+        self._background_topics.wait(name)
+        if name not in self.topics:
+            self._create_topic(name, *self._internal_topic_settings(name))
 
     def _start_txn_coordinator(self) -> None:
         """Make the coordinator over this broker's request path and load ``__transaction_state`` into it."""
@@ -705,9 +762,7 @@ class Broker:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         if self._group_coordinator is None:
-            if CONSUMER_OFFSETS_TOPIC not in self.topics:
-                self._create_topic(CONSUMER_OFFSETS_TOPIC, self.offsets_topic_partitions,
-                                   {"cleanup.policy": "compact", "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES})
+            self._internal_topic(CONSUMER_OFFSETS_TOPIC)
             self._start_group_coordinator()
         assert self._group_coordinator is not None
         return self._group_coordinator
@@ -935,18 +990,40 @@ class Broker:
             return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
                                           error_message=str(exc))
 
-    def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse | Pending:
         """This broker coordinates every group and transactional id; the coordinator's internal topic is made
         at the first request for it, as Kafka makes it."""
         if type(request.key) is not str or type(request.key_type) is not int \
                 or request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return FindCoordinatorResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
                                            error_message=f"key {request.key!r:.80} of key type {request.key_type!r}")
+        topic = TRANSACTION_STATE_TOPIC if request.key_type == TRANSACTION_KEY else CONSUMER_OFFSETS_TOPIC
+        if topic not in self.topics and self.delayed.running:  # made off the loop; answered once it is served
+            return self._find_coordinator_later(request, topic)
         if request.key_type == TRANSACTION_KEY:
             self.txn_coordinator  # noqa: B018  # made and loaded now, not at the producer's first transaction
         else:
             self.group_coordinator  # noqa: B018  # likewise, at a consumer's or producer's first group request
         return FindCoordinatorResponse(ErrorCode.NONE, self.broker_id, request_id=request.request_id)
+
+    def _find_coordinator_later(self, request: FindCoordinatorRequest, topic: str) -> Pending:
+        """FindCoordinator while ``topic`` is made on the flusher thread: the answer once it is served (a failure
+        is COORDINATOR_NOT_AVAILABLE, which clients retry)."""
+        pending = Pending()
+
+        def ready(error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                answer = self._find_coordinator(request)
+                assert isinstance(answer, FindCoordinatorResponse)  # the topic is served now
+            except Exception as exc:  # answered, never raised into the flusher's callbacks
+                log.error("could not make %s: %s", topic, exc)
+                answer = FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
+                                                 error_message=f"could not make {topic}: {exc}")
+            pending.complete(answer)
+        self._background_topics.make(topic, *self._internal_topic_settings(topic), ready)
+        return pending
 
     def _add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> Response:
         """AddOffsetsToTxn, with ``__consumer_offsets`` made first: the transaction's markers must find its
@@ -958,7 +1035,7 @@ class Broker:
         number = self._index.get((topic, partition))
         return None if number is None else self._logs[number]
 
-    def _produce(self, request: ProduceRequest) -> ProduceResponse | None:
+    def _produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
         """Check every batch (one kernel call), write the accepted ones, commit those written."""
         if type(request.acks) is not int or request.acks not in _ACKS:
             raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
@@ -972,6 +1049,7 @@ class Broker:
         numbers: list[int] = []
         positions: list[int] = []
         seen: set[int] = set()
+        waits: list[tuple[int, PartitionLog, int]] = []
         for position, batch in enumerate(batches):
             partition = batch.partition
             known = isinstance(batch.topic, str) and isinstance(partition, int | np.integer) \
@@ -1003,9 +1081,12 @@ class Broker:
             status = verdicts.out_status
             appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
             written: list[int] = []
+            # acks=all waits for the flusher on a loop (the coordinators' own writes are answered in place).
+            delayed = request.acks == -1 and self.fsync and self.data_dir is not None and not request.internal \
+                and self.delayed.waits_for_flush
             try:
                 failed = self._write(appended, written, numbers, batches, positions, verdicts.out_base_offset,
-                                     request.acks == -1)
+                                     request.acks == -1 and not delayed)
             finally:  # whatever happened, the state records exactly the batches that are in the logs
                 for j in set(appended).difference(written):
                     status[j] = _REJECTED  # not written: not committed, the retry will be appended
@@ -1022,9 +1103,13 @@ class Broker:
                                                           self._explain(j, f"{batch.topic}-{batch.partition}"))
                 else:
                     answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
+                    if delayed:  # a duplicate too: the batch it repeats may not be durable yet
+                        partition_log = self._logs[numbers[j]]
+                        waits.append((position, partition_log, partition_log.log_end_offset))
         if request.acks == 0:
             return None
-        return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered above
+        response = ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered
+        return self.delayed.produce(response, waits, request.timeout_ms) if waits else response
 
     def _write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
         """Write each marker to its partitions (COORDINATOR origin: the kernel checks the producer's epoch and
@@ -1178,11 +1263,25 @@ class Broker:
         expired = self.state.expired_rows(now_ms, self.producer_id_expiration_ms)
         return self.state.remove_rows(expired, self.backend) if expired.any() else 0
 
+    def start_background(self, loop: EventLoop) -> None:
+        """Run on ``loop`` from now on (called on its thread; the TCP server calls it with its asyncio loop): fetches
+        and acks=all produces wait in the broker's purgatories, a flusher thread fsyncs, rolls and writes the
+        recovery points, internal topics are made off the loop (:mod:`.delayed`)."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self.delayed.start(loop, [(p, self.topic_configs[p.topic]) for p in self._logs], self._checkpoint)
+
+    def stop_background(self) -> None:
+        """Stop running on a loop (on its thread): what is queued is flushed and what waits is answered; requests
+        are answered in place again."""
+        self.delayed.stop()
+
     def close(self) -> None:
         """Sync and close the logs, write the clean-shutdown checkpoint, release the directory; then every
         request raises."""
         self._closed = True
         try:
+            self.delayed.stop()
             for partition_log in self._logs:
                 partition_log.close()
             if self._lock_descriptor is not None and self._started:
@@ -1215,6 +1314,7 @@ class Broker:
         """Stop as a killed process does (for simulations and fault tests): the files are closed without a
         flush and without the shutdown checkpoint, and the directory's lock is released; nothing else."""
         self._closed = True
+        self.delayed.abandon()
         for partition_log in self._logs:
             partition_log.abandon()
         self._release()

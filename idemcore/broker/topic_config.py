@@ -20,6 +20,8 @@ from idemcore.protocol.constants import (
     INT32_MAX,
 )
 
+#: Kafka's default ``flush.messages`` and ``flush.ms`` (Long.MAX_VALUE): the OS decides, no fsync is forced.
+NEVER_FLUSH = 2**63 - 1
 _POLICIES = {"delete": frozenset({"delete"}), "compact": frozenset({"compact"}),
              "compact,delete": frozenset({"compact", "delete"}), "delete,compact": frozenset({"compact", "delete"})}
 
@@ -35,12 +37,15 @@ class TopicConfig:
     segment_ms: int = DEFAULT_SEGMENT_MS  # segment.ms
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES  # index.interval.bytes
     delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS  # delete.retention.ms: how long tombstones stay
+    flush_messages: int = NEVER_FLUSH  # flush.messages: records appended past the last fsync that force one
+    flush_ms: int = NEVER_FLUSH  # flush.ms: age of the last fsync that forces one (when the log holds more)
 
     def __post_init__(self) -> None:
         for name, low, high in (("retention_ms", -1, None), ("retention_bytes", -1, None),
                                 ("segment_bytes", 1, INT32_MAX),  # index positions are i32 (Kafka's limit too)
                                 ("segment_ms", 1, None), ("index_interval_bytes", 0, INT32_MAX),
-                                ("delete_retention_ms", 0, None)):
+                                ("delete_retention_ms", 0, None), ("flush_messages", 1, NEVER_FLUSH),
+                                ("flush_ms", 0, NEVER_FLUSH)):
             value = getattr(self, name)
             if type(value) is not int or value < low or (high is not None and value > high):
                 limit = "-1 for no limit" if low == -1 else f"at least {low}"
