@@ -956,9 +956,18 @@ class Broker:
         return partition_log.log_start_offset
 
     def _write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
-        """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
+        """The producer state of ``partition_log``'s partition, as its snapshot at ``offset`` (written on the
+        flusher while running on a loop: a snapshot only shortens the replay at the next start)."""
         number = self._index[(partition_log.topic, partition_log.partition)]
-        partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
+        data = encode_snapshot(snapshot_entries(self.state, number))
+        if not self.delayed.running:
+            partition_log.write_snapshot(offset, data)
+            return
+
+        def written(_: object, error: BaseException | None) -> None:
+            if error is not None:
+                log.error("%s: writing the snapshot at offset %d failed: %s", partition_log.name, offset, error)
+        self.delayed.in_background(lambda: partition_log.write_snapshot(offset, data), written)
 
     def _replay(self, scanned: list[BatchMetadata]) -> int:
         """Replay the scanned batches (each partition's from its snapshot on) into the state with REPLICATION

@@ -113,11 +113,11 @@ class DelayedOperations:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self.flusher.stop()
-        self.scheduler.untrack_all()
+        self.flusher.stop()  # what a completion asks from now on is done in place
         for purgatory in (self.fetches, self.produces):
             assert purgatory is not None
             purgatory.expire_all()
+        self.scheduler.untrack_all()
         self._loop = None
 
     def abandon(self) -> None:

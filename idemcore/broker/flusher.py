@@ -122,7 +122,16 @@ class LogFlusher:
             self._thread.start()
 
     def submit(self, job: Job, done: Done) -> None:
-        """Run ``job`` on the thread, then ``done(error or None)`` on the broker's thread (from :meth:`drain`)."""
+        """Run ``job`` on the thread, then ``done(error or None)`` on the broker's thread (from :meth:`drain`). Once
+        the thread is stopped, both run here and now (what a completion asks while the broker stops)."""
+        if self._thread is None:
+            error: BaseException | None = None
+            try:
+                job.run()
+            except Exception as exc:
+                error = exc
+            done(error)
+            return
         with self._wake:
             self._queue.append((job, done))
             self._wake.notify()

@@ -241,6 +241,8 @@ class Server:
             response = handle_each(self.broker.handle, message)
             if isinstance(response, Pending):
                 response = await _awaited(response)
+            elif type(response) is tuple and any(isinstance(one, Pending) for one in response):
+                response = tuple([await _awaited(one) if isinstance(one, Pending) else one for one in response])
         except Exception as error:
             self.stats["broker_errors"] += 1
             log.exception("closing %s: the broker failed on %s v%d", peer, api.name, version)
