@@ -21,6 +21,7 @@ import pytest
 from idemcore.broker import Broker
 from idemcore.broker.purgatory import DelayedFetch
 from idemcore.net.messages import (
+    TRANSACTION_KEY,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -28,7 +29,6 @@ from idemcore.net.messages import (
     Pending,
     ProduceRequest,
     ProduceResponse,
-    TRANSACTION_KEY,
 )
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch

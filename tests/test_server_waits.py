@@ -22,7 +22,6 @@ from idemcore.net.messages import (
     ListOffsetsRequest,
     MetadataRequest,
     ProduceRequest,
-    ProduceResponse,
 )
 from idemcore.net.tcp import TcpTransport
 from idemcore.record.batch import RecordBatch

@@ -176,6 +176,8 @@ class DelayedFetch(DelayedOperation[FetchResponse]):
 def answered_at_once(request: FetchRequest, response: FetchResponse) -> bool:
     """Whether a fetch is answered without waiting (Kafka's ``fetchMessages``: no wait asked, nothing asked for,
     an error, or ``min_bytes`` already read)."""
+    if type(request.max_wait_ms) is not int or type(request.min_bytes) is not int:  # not from the wire: no wait
+        return True
     if request.max_wait_ms <= 0 or not request.partitions or response.error_code:
         return True
     read = 0
