@@ -389,3 +389,20 @@ def _init() -> Any:
     from idemcore.net.messages import InitProducerIdRequest
 
     return InitProducerIdRequest()
+
+
+def test_a_topic_made_while_running_with_a_short_flush_ms_is_flushed_on_time(tmp_path):
+    now = [1_000_000]
+    loop = VirtualLoop()
+    with Broker({"t": 1}, data_dir=tmp_path, fsync=False, clock=lambda: now[0]) as broker:
+        broker.start_background(loop)
+        broker.create_topic("f", 1, {"flush.ms": 50})
+        produce(broker, 0, topic="f")
+        produce(broker, 0, topic="t")
+        loop.run_soon()
+        now[0] += 50
+        loop.advance(0.05)
+        scheduler = broker.delayed.scheduler
+        assert scheduler is not None
+        loop.run_until(lambda: scheduler.durable_end(broker.log("f", 0)) == 1)
+        assert scheduler.durable_end(broker.log("t", 0)) == 0  # flush.ms unset there: the OS decides

@@ -72,7 +72,8 @@ class DelayedOperations:
         self.flusher: LogFlusher | None = None
         self.scheduler: FlushScheduler | None = None
         self._touched: dict[PartitionLog, None] = {}
-        self._timers: dict[int, TimerHandle] = {}
+        self._timers: dict[str, TimerHandle] = {}
+        self._flush_check_ms = NEVER_MS
 
     # --- life cycle -------------------------------------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class DelayedOperations:
             raise RuntimeError("the broker's delayed operations already run on a loop")
         self._loop = loop
         self._thread = threading.get_ident()
+        self._flush_check_ms = NEVER_MS
         self.fetches = Purgatory("fetch", loop)
         self.produces = Purgatory("produce", loop)
         self.flusher = LogFlusher(loop.call_soon_threadsafe)
@@ -96,13 +98,19 @@ class DelayedOperations:
         self.flusher.start()
         for partition_log, config in logs:
             self.track(partition_log, config, recovery_points.get((partition_log.topic, partition_log.partition), 0))
-        self._every(self._flush_check_ms(), self.scheduler.flush_due)
-        self._every(self.checkpoint_interval_ms, self.write_recovery_points)
+        self._every("checkpoint", self.checkpoint_interval_ms, self.write_recovery_points)
 
     def track(self, partition_log: PartitionLog, config: TopicConfig, flushed: int = 0) -> None:
         """Watch a log (one created while running starts durable at 0: nothing in it yet)."""
-        if self.scheduler is not None:
-            self.scheduler.track(partition_log, flushed, config.flush_messages, config.flush_ms)
+        if self.scheduler is None:
+            return
+        self.scheduler.track(partition_log, flushed, config.flush_messages, config.flush_ms)
+        # flush.ms is checked every log.flush.scheduler.interval.ms, or as often as the smallest flush.ms when it is
+        # shorter (Kafka checks only at the scheduler's interval, so a flush.ms alone would never act: here it does).
+        interval = min(self.scheduler_interval_ms, self.scheduler.smallest_flush_ms())
+        if interval < self._flush_check_ms:
+            self._flush_check_ms = interval
+            self._every("flush", interval, self.scheduler.flush_due)
 
     def stop(self) -> None:
         """Flush what is queued, stop the thread, answer what still waits (at its deadline answer), and answer in
@@ -132,11 +140,13 @@ class DelayedOperations:
         self.scheduler.untrack_all()
         self._loop = None
 
-    def _every(self, interval_ms: int, work: Callable[[], None]) -> None:
+    def _every(self, name: str, interval_ms: int, work: Callable[[], None]) -> None:
+        """Run ``work`` on the loop every ``interval_ms`` (in place of what ran under ``name``)."""
         if interval_ms >= NEVER_MS or self._loop is None:
             return
         loop = self._loop
-        name = len(self._timers)
+        if name in self._timers:
+            self._timers.pop(name).cancel()
 
         def tick() -> None:
             if self._loop is not loop:
@@ -145,15 +155,10 @@ class DelayedOperations:
                 work()
             except Exception:  # a timer must keep running; the next round tries again
                 log.exception("a periodic flush task failed")
-            self._timers[name] = loop.call_later(interval_ms / 1000, tick)
-        self._timers[name] = loop.call_later(interval_ms / 1000, tick)
-
-    def _flush_check_ms(self) -> int:
-        """How often ``flush.ms`` is checked: ``log.flush.scheduler.interval.ms``, or the smallest ``flush.ms``
-        when it is shorter (Kafka checks only at the scheduler's interval, so a ``flush.ms`` alone would never
-        act: here it does)."""
-        assert self.scheduler is not None
-        return min(self.scheduler_interval_ms, self.scheduler.smallest_flush_ms())
+            if self._timers.get(name) is handle[0]:
+                handle[0] = self._timers[name] = loop.call_later(interval_ms / 1000, tick)
+        handle = [loop.call_later(interval_ms / 1000, tick)]
+        self._timers[name] = handle[0]
 
     # --- what the broker asks ---------------------------------------------------------------------------------
 
