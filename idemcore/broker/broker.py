@@ -592,8 +592,8 @@ class Broker:
                         written_end: int = 0, made: PartitionLog | None = None) -> None:
         """Open (recover or create) one partition's log under the next broker-wide partition number (``made``:
         a new partition's log, made already by :meth:`_new_log`)."""
-        partition_log = made or self._new_log(name, partition, self.topic_configs[name], recovery_point, log_start,
-                                              cleaned, written_end)
+        partition_log = made if made is not None else self._new_log(
+            name, partition, self.topic_configs[name], recovery_point, log_start, cleaned, written_end)
         self._index[(name, partition)] = len(self._logs)
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
