@@ -10,6 +10,7 @@ import errno
 import heapq
 import itertools
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from idemcore.broker import Broker
+from idemcore.broker.delayed import SWITCH_INTERVAL_S
 from idemcore.broker.purgatory import DelayedFetch
 from idemcore.net.messages import (
     TRANSACTION_KEY,
@@ -406,3 +408,14 @@ def test_a_topic_made_while_running_with_a_short_flush_ms_is_flushed_on_time(tmp
         assert scheduler is not None
         loop.run_until(lambda: scheduler.durable_end(broker.log("f", 0)) == 1)
         assert scheduler.durable_end(broker.log("t", 0)) == 0  # flush.ms unset there: the OS decides
+
+
+def test_the_switch_interval_is_short_while_a_flusher_runs(tmp_path):
+    before = sys.getswitchinterval()
+    with Broker({"t": 1}, data_dir=tmp_path / "a") as one, Broker({"t": 1}, data_dir=tmp_path / "b") as two:
+        one.start_background(VirtualLoop())
+        two.start_background(VirtualLoop())
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))
+        one.stop_background()
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL_S))  # the other runs on
+    assert sys.getswitchinterval() == before
