@@ -443,6 +443,17 @@ class Broker:
         #: it keeps the count it was made with).
         self.offsets_topic_partitions = offsets_topic_partitions
         self._group_coordinator: GroupCoordinator | None = None
+        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop).
+        self.delayed = DelayedOperations(
+            self._partition_log, lambda r: fetch(self._partition_log, r), self.clock,
+            checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
+            checkpoint_entries=lambda: self._checkpoint, scheduler_interval_ms=flush_scheduler_interval_ms,
+            checkpoint_interval_ms=recovery_point_checkpoint_ms)
+        self._background_topics = BackgroundTopics(
+            lambda name, partitions, configs: self.check_new_topic(name, partitions, configs),
+            lambda name, partition, config: self._new_log(name, partition, config),
+            lambda name, partitions, configs, logs: self._create_topic(name, partitions, configs, logs),
+            self.delayed.in_background)
         self._lock_descriptor = None if self.data_dir is None else _lock_data_dir(self.data_dir)
         self._logs: list[PartitionLog] = []
         self._closed = False
@@ -455,17 +466,6 @@ class Broker:
         self._cleaned: dict[tuple[str, int], int] = {}
         self._written_ends: WrittenEnds | None = None
         self._started = False  # until the first checkpoint is written: a failed start writes none
-        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop).
-        self.delayed = DelayedOperations(
-            self._partition_log, lambda r: fetch(self._partition_log, r), self.clock,
-            checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
-            checkpoint_entries=lambda: self._checkpoint, scheduler_interval_ms=flush_scheduler_interval_ms,
-            checkpoint_interval_ms=recovery_point_checkpoint_ms)
-        self._background_topics = BackgroundTopics(
-            lambda name, partitions, configs: self.check_new_topic(name, partitions, configs),
-            lambda name, partition, config: self._new_log(name, partition, config),
-            lambda name, partitions, configs, logs: self._create_topic(name, partitions, configs, logs),
-            self.delayed.in_background)
         try:
             if producer_ids is None:
                 producer_ids = self._own_producer_ids(broker_id)

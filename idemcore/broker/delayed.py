@@ -50,9 +50,9 @@ class DelayedOperations:
 
     ``find_log(topic, partition)``: a partition's log or None; ``read(request)``: the fetch path; ``clock``: the
     broker's time in ms; ``checkpoint_path``: where the recovery points go (None: a broker in memory);
-    ``checkpoint_entries()``: the entries of that file for partitions this broker does not serve (kept as they are);
-    ``scheduler_interval_ms``: Kafka's ``log.flush.scheduler.interval.ms``; ``checkpoint_interval_ms``: Kafka's
-    ``log.flush.offset.checkpoint.interval.ms`` (0: only at start and close)."""
+    ``checkpoint_entries()``: that file's entries as the broker last wrote them (those of logs not tracked here are
+    written again as they are); ``scheduler_interval_ms``: Kafka's ``log.flush.scheduler.interval.ms`` (0: never);
+    ``checkpoint_interval_ms``: Kafka's ``log.flush.offset.checkpoint.interval.ms`` (0: only at start and close)."""
 
     def __init__(self, find_log: Callable[[str, int], PartitionLog | None],
                  read: Callable[[FetchRequest], FetchResponse], clock: Callable[[], int], *,
