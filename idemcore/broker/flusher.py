@@ -2,9 +2,10 @@
 connection never waits on the disk (Kafka's ``LogManager`` runs ``flushDirtyLogs`` and the checkpoints on its
 scheduler threads, and a roll schedules the old segment's flush instead of running it).
 
-Two halves. :class:`LogFlusher` is the thread: it runs :class:`Job` objects in the order they came and hands each
-outcome back to the broker's thread through ``post`` (the event loop's ``call_soon_threadsafe``). It touches no
-broker state: a job owns what it works on (descriptors of its own, bytes to write). :class:`FlushScheduler` lives on
+Two halves. :class:`LogFlusher` is the threads: a few lanes that fsync side by side (a log's jobs always on the
+same lane, in the order they came) and one for the rest; each outcome goes back to the broker's thread through
+``post`` (the event loop's ``call_soon_threadsafe``) as soon as it is known. It touches no broker state: a job owns
+what it works on (descriptors of its own, bytes to write). :class:`FlushScheduler` lives on
 the broker's thread and decides what to flush and when:
 
 - **group commit**: at most one fsync in flight per log; every wait for durability (an acks=all produce) that
@@ -15,7 +16,7 @@ the broker's thread and decides what to flush and when:
   ``log.flush.scheduler.interval.ms``, or more often when a ``flush.ms`` is shorter) too;
 - **rolls**: the old segment's files go to the flusher whole (their descriptors handed over before they close);
 - **the recovery point**: per log, the offset below which everything is fsync'd; only a job that succeeded moves
-  it, and only jobs of that log that came before it have run (one thread, in order), so it never counts a byte
+  it, and only after the jobs of that log that came before it (one lane per log, in order), so it never counts a byte
   that is not on disk. ``recovery-point-offset-checkpoint`` is written from these every
   ``log.flush.offset.checkpoint.interval.ms`` (Kafka's ``checkpointLogRecoveryOffsets``).
 
@@ -95,36 +96,47 @@ class WriteJob:
 Done = Callable[[BaseException | None], None]
 
 
-class LogFlusher:
-    """The thread (module docstring). ``post(callback)`` must run ``callback`` on the broker's thread soon (it is
-    called from this thread). Jobs run one at a time, in the order :meth:`submit` got them."""
+#: Threads that fsync logs (a log always goes to the same one, so its jobs run in order); the file system runs
+#: their fsyncs side by side (8 files' fsyncs took 0.9 ms one after another here, 0.4 ms on 8 threads).
+FSYNC_LANES = 4
 
-    def __init__(self, post: Callable[[Callable[[], None]], None], name: str = "idemcore-log-flusher") -> None:
+
+class LogFlusher:
+    """The threads (module docstring): :data:`FSYNC_LANES` lanes for fsyncs, each log's jobs always on the same one
+    and run in the order :meth:`submit` got them, and one lane for the rest (snapshots, checkpoints, new topics'
+    files). ``post(callback)`` must run ``callback`` on the broker's thread soon (it is called from these
+    threads): each finished job is handed back at once, not after the others of its lane's queue."""
+
+    def __init__(self, post: Callable[[Callable[[], None]], None], name: str = "idemcore-log-flusher",
+                 lanes: int = FSYNC_LANES) -> None:
         self._post = post
-        self._name = name
-        self._queue: deque[tuple[Job, Done]] = deque()
+        self._lanes = [_Lane(self, f"{name}-{k}") for k in range(lanes)] + [_Lane(self, f"{name}-background")]
         self._completed: deque[tuple[Done, BaseException | None]] = deque()
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._abandoning = False
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._drain_posted = False
+        self._running = False
         #: Counts for tests and logs: jobs run, and those that raised.
         self.stats = {"jobs": 0, "failed": 0}
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._running
+
+    @property
+    def fsync_lanes(self) -> int:
+        return len(self._lanes) - 1
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stopping = self._abandoning = False
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
+        if not self._running:
+            self._running = True
+            for lane in self._lanes:
+                lane.start()
 
-    def submit(self, job: Job, done: Done) -> None:
-        """Run ``job`` on the thread, then ``done(error or None)`` on the broker's thread (from :meth:`drain`). Once
-        the thread is stopped, both run here and now (what a completion asks while the broker stops)."""
-        if self._thread is None:
+    def submit(self, job: Job, done: Done, lane: int | None = None) -> None:
+        """Run ``job`` on lane ``lane`` (None: the background lane), then ``done(error or None)`` on the broker's
+        thread (from :meth:`drain`). Once stopped, both run here and now (what a completion asks while the broker
+        stops)."""
+        if not self._running:
             error: BaseException | None = None
             try:
                 job.run()
@@ -132,12 +144,12 @@ class LogFlusher:
                 error = exc
             done(error)
             return
-        with self._wake:
-            self._queue.append((job, done))
-            self._wake.notify()
+        self._lanes[-1 if lane is None else lane % self.fsync_lanes].submit(job, done)
 
     def drain(self) -> None:
         """Run the ``done`` callbacks of the jobs finished so far (on the broker's thread)."""
+        with self._lock:
+            self._drain_posted = False
         while self._completed:
             done, error = self._completed.popleft()
             try:
@@ -146,21 +158,58 @@ class LogFlusher:
                 log.exception("a flush completion failed")
 
     def stop(self) -> None:
-        """Run what is queued, stop the thread, then :meth:`drain` here (the broker's thread)."""
-        self._halt(abandon=False)
+        """Run what is queued, stop the threads, then :meth:`drain` here (the broker's thread)."""
+        self._running = False
+        for lane in self._lanes:
+            lane.halt(abandon=False)
         self.drain()
 
     def abandon(self) -> None:
-        """Stop as a killed process does: the fsync under way finishes, the queued ones never run; nothing is
+        """Stop as a killed process does: the fsyncs under way finish, the queued ones never run; nothing is
         answered."""
-        self._halt(abandon=True)
+        self._running = False
+        for lane in self._lanes:
+            lane.halt(abandon=True)
         self._completed.clear()
-        with self._wake:
-            queued, self._queue = list(self._queue), deque()
-        for job, _ in queued:
-            job.abandon()
 
-    def _halt(self, abandon: bool) -> None:
+    def _finished(self, done: Done, error: BaseException | None) -> None:
+        """On a lane's thread: hand ``done`` back, waking the broker's thread unless a wake-up is on its way."""
+        self._completed.append((done, error))
+        with self._lock:
+            self.stats["jobs"] += 1
+            self.stats["failed"] += error is not None
+            if self._drain_posted:
+                return
+            self._drain_posted = True
+        try:
+            self._post(self.drain)
+        except RuntimeError:  # the loop is closed: stop() drains on the broker's thread
+            pass
+
+
+class _Lane:
+    """One thread of the flusher and its queue."""
+
+    def __init__(self, flusher: LogFlusher, name: str) -> None:
+        self._flusher = flusher
+        self._name = name
+        self._queue: deque[tuple[Job, Done]] = deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._abandoning = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stopping = self._abandoning = False
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job, done: Done) -> None:
+        with self._wake:
+            self._queue.append((job, done))
+            self._wake.notify()
+
+    def halt(self, abandon: bool) -> None:
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -169,28 +218,26 @@ class LogFlusher:
             self._abandoning = abandon
             self._wake.notify()
         thread.join()
+        if abandon:
+            with self._wake:
+                queued, self._queue = list(self._queue), deque()
+            for job, _ in queued:
+                job.abandon()
 
     def _run(self) -> None:
         while True:
             with self._wake:
                 while not self._queue and not self._stopping:
                     self._wake.wait()
-                if self._abandoning or (self._stopping and not self._queue):
+                if self._abandoning or not self._queue:
                     return
-                batch, self._queue = list(self._queue), deque()
-            for job, done in batch:
-                error: BaseException | None = None
-                try:
-                    job.run()
-                except BaseException as exc:  # handed to the broker's thread: a failed fsync fails its waiters
-                    error = exc
-                    self.stats["failed"] += 1
-                self.stats["jobs"] += 1
-                self._completed.append((done, error))
+                job, done = self._queue.popleft()
+            error: BaseException | None = None
             try:
-                self._post(self.drain)
-            except RuntimeError:  # the loop is closed: stop() drains on the broker's thread
-                pass
+                job.run()
+            except BaseException as exc:  # handed to the broker's thread: a failed fsync fails its waiters
+                error = exc
+            self._flusher._finished(done, error)
 
 
 @dataclass(eq=False)
@@ -206,6 +253,8 @@ class _LogState:
     last_flush_ms: int = 0
     flush_messages: int = NEVER_MS
     flush_ms: int = NEVER_MS
+    #: The flusher lane its fsyncs run on (one lane per log: its jobs run in order).
+    lane: int = 0
 
 
 class FlushScheduler:
@@ -228,7 +277,8 @@ class FlushScheduler:
         """Take ``partition_log`` in, known durable below ``flushed``; hand its rolls to the flusher."""
         flushed = min(flushed, partition_log.log_end_offset)
         self._logs[partition_log] = _LogState(partition_log, flushed, flushed, last_flush_ms=self._clock(),
-                                              flush_messages=flush_messages, flush_ms=flush_ms)
+                                              flush_messages=flush_messages, flush_ms=flush_ms,
+                                              lane=len(self._logs) % self.flusher.fsync_lanes)
         partition_log.flush_rolled = self._rolled
 
     def untrack_all(self) -> None:
@@ -301,7 +351,8 @@ class FlushScheduler:
         state.in_flight = True
         state.last_flush_ms = self._clock()
         self.stats["flushes"] += 1
-        self.flusher.submit(FsyncJob(target.descriptors), lambda error: self._flushed(state, target, error))
+        self.flusher.submit(FsyncJob(target.descriptors), lambda error: self._flushed(state, target, error),
+                            state.lane)
 
     def _flushed(self, state: _LogState, target: FlushTarget, error: BaseException | None) -> None:
         state.in_flight = False
@@ -318,7 +369,7 @@ class FlushScheduler:
         self._maybe_start(state)
 
     def _advance(self, state: _LogState, end: int) -> None:
-        """A job of this log succeeded: every job of it submitted earlier ran first (one thread, in order) and
+        """A job of this log succeeded: every job of it submitted earlier ran first (its lane, in order) and
         succeeded too (a failure is final), so everything below ``end`` is on disk."""
         if state.failure is None and end > state.flushed:
             state.flushed = end
@@ -330,7 +381,8 @@ class FlushScheduler:
         state = self._logs[partition_log]
         descriptors = [fd for store in segment.stores() if (fd := store.detach()) is not None]
         self.stats["rolls"] += 1
-        self.flusher.submit(FsyncJob(descriptors), lambda error: self._roll_flushed(state, next_base, error))
+        self.flusher.submit(FsyncJob(descriptors), lambda error: self._roll_flushed(state, next_base, error),
+                            state.lane)
 
     def _roll_flushed(self, state: _LogState, next_base: int, error: BaseException | None) -> None:
         if self._logs.get(state.log) is not state:
