@@ -424,8 +424,8 @@ def test_the_switch_interval_is_short_while_a_flusher_runs(tmp_path):
 @pytest.mark.parametrize("setting, value, message", [
     ("flush_scheduler_interval_ms", -1, "scheduler_interval_ms must be a non-negative integer, got -1"),
     ("recovery_point_checkpoint_ms", "60s", "checkpoint_interval_ms must be a non-negative integer, got '60s'"),
-    ("flush_messages", 0, "flush_messages must be an integer, at least 1"),
-    ("flush_ms", -5, "flush_ms must be an integer, at least 0")])
+    ("flush_messages", 0, "Invalid value 0 for configuration flush.messages: Value must be at least 1"),
+    ("flush_ms", -5, "Invalid value -5 for configuration flush.ms: Value must be at least 0")])
 def test_bad_flush_settings_are_refused_before_the_directory_is_touched(tmp_path, setting, value, message):
     with pytest.raises(ValueError, match=message):
         Broker({"t": 1}, data_dir=tmp_path / "data", **{setting: value})

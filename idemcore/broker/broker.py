@@ -28,7 +28,7 @@ from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.input_checks import check_topic
 from idemcore.broker.internal_topics import BackgroundTopics
 from idemcore.broker.log import PartitionLog
-from idemcore.broker.log_manager import LogManager
+from idemcore.broker.log_manager import RECOVERY_POINT_CHECKPOINT, LogManager
 from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import BlockStoreError, ProducerIdManager, ProducerIdsExhaustedError
 from idemcore.broker.purgatory import EventLoop
@@ -196,15 +196,18 @@ class Broker:
         self.offsets_topic_partitions = offsets_topic_partitions
         self._group_coordinator: GroupCoordinator | None = None
         self._closed = False
+        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop). Its settings
+        #: are checked here, before the directory is touched.
+        self.delayed = DelayedOperations(
+            lambda topic, partition: self.replicas.find_log(topic, partition),
+            lambda r: fetch(self.replicas.find_log, r), self.clock,
+            checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
+            checkpoint_entries=lambda: self.log_manager.recovery_points(),
+            scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms)
         self.log_manager = LogManager(self.data_dir, fsync, self.clock)
         self.replicas = ReplicaManager(self.log_manager, self.topic_catalog.configs, self.backend, self.clock,
                                        broker_id)
         self.replicas.on_marker = self._marker_written
-        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop).
-        self.delayed = DelayedOperations(
-            self.replicas.find_log, lambda r: fetch(self.replicas.find_log, r), self.clock,
-            checkpoint_path=self.log_manager.recovery_point_path, checkpoint_entries=self.log_manager.recovery_points,
-            scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms)
         self.replicas.delayed = self.delayed
         self.replicas.on_open = self._partition_opened
         self._background_topics = BackgroundTopics(

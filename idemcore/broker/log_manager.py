@@ -110,11 +110,6 @@ class LogManager:
         self.logs.append(partition_log)
         return partition_log
 
-    @property
-    def recovery_point_path(self) -> Path | None:
-        """Where the recovery points go (None: logs in memory)."""
-        return None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT
-
     def recovery_points(self) -> dict[Key, int]:
         """The recovery points as last written."""
         return dict(self._recovery_points)
