@@ -31,6 +31,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -79,6 +80,16 @@ log = logging.getLogger(__name__)
 #: Rolled segments whose files stay open after a read (the most recently read): the others are closed, so the
 #: descriptors a partition holds do not grow with its log (Kafka keeps every segment open; ulimits vary).
 OPEN_ROLLED_SEGMENTS = 4
+
+
+class FlushTarget(NamedTuple):
+    """An fsync to run off the event loop (:meth:`PartitionLog.flush_target`): once ``descriptors`` are fsync'd in
+    order, the log is durable below ``end_offset``; the active segment (at ``segment_base``) was ``size`` bytes."""
+
+    end_offset: int
+    segment_base: int
+    size: int
+    descriptors: tuple[int, ...]
 
 
 def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
@@ -160,6 +171,13 @@ class PartitionLog:
         #: Called with the log and the new segment's base offset when a segment rolls, before the new segment
         #: exists (the broker writes the producer-state snapshot at that offset).
         self.on_roll: Callable[[PartitionLog, int], None] | None = None
+        #: Called after every append that reached the log (data or marker): the broker's delayed operations
+        #: watch the partition (Kafka's ``tryCompleteDelayedRequests`` after an append).
+        self.on_append: Callable[[PartitionLog], None] | None = None
+        #: When set, a roll hands the old segment to it (with the new segment's base offset) instead of fsyncing
+        #: it in place: the broker's flusher fsyncs it off the event loop (Kafka's roll schedules
+        #: ``flushUptoOffsetExclusive`` of the old segment). It takes the descriptors it needs before they close.
+        self.flush_rolled: Callable[[PartitionLog, LogSegment, int], None] | None = None
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
         self._recently_read: collections.deque[LogSegment] = collections.deque()
@@ -441,6 +459,8 @@ class PartitionLog:
         self._last_position = position
         self._dirty = True
         self._txn_dirty = self._txn_dirty or aborted is not None
+        if self.on_append is not None:
+            self.on_append(self)
 
     def _cut(self, segment: LogSegment, saved: object, position: int, end: int) -> None:
         try:
@@ -504,7 +524,10 @@ class PartitionLog:
         assert self._directory is not None
         old = self.segments[-1]
         old.close_time_index()
-        old.sync()
+        if self.flush_rolled is not None:
+            self.flush_rolled(self, old, base_offset)
+        else:
+            old.sync()
         old.close()
         if self.on_roll is not None:
             self.on_roll(self, base_offset)
@@ -538,6 +561,31 @@ class PartitionLog:
         active.log.sync()
         self.synced_bytes = active.size
         self._dirty = False
+
+    def flush_target(self) -> FlushTarget:
+        """What an fsync off the event loop needs to make this log durable up to its end now: descriptors of
+        their own (``os.dup``) on the active segment's ``.log`` and, when an ABORT wrote to it since the last flush,
+        its ``.txnindex`` first (as :meth:`flush` orders them); older segments were handed over when they rolled
+        (:attr:`flush_rolled`). The caller closes the descriptors."""
+        active = self.segments[-1]
+        descriptors = []
+        if self._directory is not None:
+            if self._txn_dirty:
+                descriptors.append(active.txn_index.duplicate())
+            descriptors.append(active.log.duplicate())
+        return FlushTarget(self.log_end_offset, active.base_offset, active.size,
+                           tuple(fd for fd in descriptors if fd is not None))
+
+    def note_flushed(self, target: FlushTarget) -> None:
+        """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one."""
+        if self.segments[-1].base_offset == target.segment_base:
+            self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """Where ``offset`` lies: the base offset of its segment and the byte of the batch holding it there (the
+        segment's size at the log end); Kafka's ``LogOffsetMetadata``, which a delayed fetch compares."""
+        segment = self.segments[self._segment_index(offset)]
+        return segment.base_offset, (segment.size if offset >= segment.next_offset else segment.position_of(offset))
 
     def close(self) -> None:
         """A clean close: the active segment's last time index entry, everything fsync'd, the files closed."""
