@@ -14,6 +14,10 @@ from idemcore.kernels import PREFERENCE, load_backend
 
 EXPECTED = [name.strip() for name in os.environ.get("IDEMCORE_EXPECT_BACKENDS", ",".join(PREFERENCE)).split(",")
             if name.strip()]
+#: The record encoders to test: the Python twin always, the compiled one unless IDEMCORE_EXPECT_BACKENDS leaves
+#: it out (a build without a compiler; when expected and missing, pytest_sessionstart fails the run).
+ENCODERS = ["python", pytest.param("cython", marks=pytest.mark.skipif(
+    "cython" not in EXPECTED, reason="IDEMCORE_EXPECT_BACKENDS leaves the compiled backend out"))]
 
 
 def pytest_sessionstart(session):

@@ -41,11 +41,8 @@ from idemcore.record.v2 import (
     verify_crc,
 )
 
-from .conftest import EXPECTED
+from .conftest import ENCODERS, EXPECTED
 from .scripted import ScriptedTransport
-
-ENCODERS = ["python", pytest.param("cython", marks=pytest.mark.skipif(
-    "cython" not in EXPECTED, reason="IDEMCORE_EXPECT_BACKENDS leaves the compiled backend out"))]
 
 
 def test_the_compiled_encoder_loads_when_the_cython_backend_is_expected():

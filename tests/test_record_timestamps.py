@@ -47,12 +47,10 @@ from idemcore.record.v2 import (
 )
 from idemcore.sim.network import Faults, SimulatedNetwork
 
-from .conftest import EXPECTED
+from .conftest import ENCODERS, EXPECTED
 from .real_client_helpers import bounded
 from .scripted import ScriptedTransport
 
-ENCODERS = ["python", pytest.param("cython", marks=pytest.mark.skipif(
-    "cython" not in EXPECTED, reason="IDEMCORE_EXPECT_BACKENDS leaves the compiled backend out"))]
 T0 = 1_700_000_000_000
 
 

@@ -20,6 +20,7 @@ Everything here runs on the broker's thread (the event loop): the flusher thread
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -46,7 +47,7 @@ class EventLoop(Protocol):
 R = TypeVar("R", bound=Response)
 
 
-class DelayedOperation(Generic[R]):
+class DelayedOperation(ABC, Generic[R]):
     """An answer given later (its :attr:`pending`), watched under :attr:`keys`. Subclasses say when it can be
     answered (:meth:`try_complete`) and what it answers at its deadline (:meth:`expired`)."""
 
@@ -56,13 +57,13 @@ class DelayedOperation(Generic[R]):
         self.pending = Pending()
         self.timer: TimerHandle | None = None
 
+    @abstractmethod
     def try_complete(self) -> R | None:
         """The answer, if the operation can be answered now; None to keep waiting."""
-        raise NotImplementedError
 
+    @abstractmethod
     def expired(self) -> R:
         """The answer at the deadline."""
-        raise NotImplementedError
 
 
 class Purgatory:

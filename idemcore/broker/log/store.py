@@ -5,41 +5,48 @@ and its indexes are one code path whichever holds them."""
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 
-class ByteStore:
+class ByteStore(ABC):
     """Bytes that grow at the end, are read at any position, and can be cut back."""
 
     size: int
 
+    @abstractmethod
     def read(self, position: int, length: int) -> bytes:
-        raise NotImplementedError
+        """Up to ``length`` bytes from ``position`` (fewer at the end)."""
 
+    @abstractmethod
     def append(self, data: bytes | bytearray | memoryview) -> None:
-        raise NotImplementedError
+        """Add ``data`` at the end (``size`` grows by its length)."""
 
+    @abstractmethod
     def truncate(self, size: int) -> None:
-        raise NotImplementedError
+        """Cut the bytes back to ``size``."""
 
+    @abstractmethod
     def sync(self) -> None:
-        """Make what was appended durable (a file: fsync; memory: nothing to do)."""
+        """Make what was appended durable."""
 
+    @abstractmethod
     def close(self) -> None:
-        """Let go of the descriptor (a closed file store opens it again when next used)."""
+        """Let go of the descriptor, if any (a closed file store opens it again when next used)."""
 
+    @abstractmethod
     def duplicate(self) -> int | None:
         """A descriptor of its own on the file (``os.dup``: the flusher fsyncs it while appends and rolls go on
         with this store's; the caller closes it), None for bytes in memory."""
-        return None
 
+    @abstractmethod
     def detach(self) -> int | None:
         """Hand over the open descriptor, if any (the caller closes it); the store opens another when next used."""
-        return None
 
     @property
+    @abstractmethod
     def name(self) -> str:
-        return "<memory>"
+        """What the bytes are called in messages."""
 
 
 class MemoryStore(ByteStore):
@@ -59,6 +66,22 @@ class MemoryStore(ByteStore):
     def truncate(self, size: int) -> None:
         del self._data[size:]
         self.size = len(self._data)
+
+    def sync(self) -> None:
+        pass  # memory: nothing to make durable
+
+    def close(self) -> None:
+        pass  # no descriptor
+
+    def duplicate(self) -> None:
+        return None
+
+    def detach(self) -> None:
+        return None
+
+    @property
+    def name(self) -> str:
+        return "<memory>"
 
 
 class FileStore(ByteStore):
