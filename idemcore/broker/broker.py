@@ -182,6 +182,7 @@ class Broker:
         self.transaction_state_partitions = transaction_state_partitions
         self.transaction_max_timeout_ms = transaction_max_timeout_ms
         self._txn_coordinator: TransactionCoordinator | None = None
+        self._txn_completion_schedule: Callable[[Callable[[], None]], object] | None = None
         check_topic(CONSUMER_OFFSETS_TOPIC, offsets_topic_partitions)
         #: Kafka's ``offsets.topic.num.partitions``: used when ``__consumer_offsets`` is made (a data_dir that has
         #: it keeps the count it was made with).
@@ -368,6 +369,16 @@ class Broker:
         self._txn_coordinator = coordinator
         # One broker leads every partition for its whole life: the coordinator epoch never needs to fence another.
         coordinator.load(records, coordinator_epoch=0)
+        coordinator.complete_later(self._txn_completion_schedule)
+
+    def complete_transactions_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
+        """Answer EndTxn once its Prepare* record is durable and write its markers and Complete* record in the call
+        ``schedule`` is given (the server passes its loop's ``call_soon``: after the answer is sent), as Kafka's
+        coordinator does on its marker thread; None: before the answer again, and what is owed is written now
+        (:meth:`TransactionCoordinator.complete_later`)."""
+        self._txn_completion_schedule = schedule
+        if self._txn_coordinator is not None and not self._closed:
+            self._txn_coordinator.complete_later(schedule)
 
     @property
     def group_coordinator(self) -> GroupCoordinator:
@@ -477,8 +488,10 @@ class Broker:
         return self.replicas.remove_expired_producers(now_ms, self.producer_id_expiration_ms)
 
     def close(self) -> None:
-        """Sync and close the logs, write the clean-shutdown checkpoint, release the directory; then every
-        request raises."""
+        """Write what answered EndTxn requests still owe, sync and close the logs, write the clean-shutdown
+        checkpoint, release the directory; then every request raises."""
+        if self._txn_coordinator is not None and not self._closed:
+            self._txn_coordinator.complete_queued()
         self._closed = True
         try:
             self.log_manager.close(self.replicas.write_snapshot)

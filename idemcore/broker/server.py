@@ -102,6 +102,8 @@ class Server:
         self._written = asyncio.Condition()
         self._stopping = asyncio.Event()
         self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
+        # EndTxn is answered once its Prepare* is durable; its markers are written as the loop's next callback.
+        self.broker.complete_transactions_later(self._loop.call_soon)
         self._bound_port = self._server.sockets[0].getsockname()[1]
         self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
                                 self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
@@ -125,6 +127,7 @@ class Server:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(self._housekeeper, *self._connections, return_exceptions=True)
+        self.broker.complete_transactions_later(None)  # markers still owed are written now
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
