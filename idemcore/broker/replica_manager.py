@@ -197,7 +197,7 @@ class ReplicaManager:
         verdicts = columns.verdicts
         check_into(self.backend, columns.batch, origin, 0, k, self.state, verdicts, columns.txns)
         status = verdicts.out_status
-        appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
+        appended = [j for j, verdict in enumerate(status[:k].tolist()) if verdict == _APPENDED]
         written: list[int] = []
         failed: dict[int, str] = {}
         try:
@@ -251,7 +251,8 @@ class ReplicaManager:
         seen: set[int] = set()
         for position, batch in enumerate(batches):
             partition_number = batch.partition
-            known = isinstance(partition_number, int | np.integer) and not isinstance(partition_number, bool | np.bool_)
+            known = type(partition_number) is int or (isinstance(partition_number, np.integer)
+                                                      and not isinstance(partition_number, np.bool_))
             target = self.partition(batch.topic, int(partition_number)) if known else None
             problem: tuple[ErrorCode, str] | None
             if target is None:

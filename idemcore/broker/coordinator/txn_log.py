@@ -99,9 +99,9 @@ def encode_value(value: TransactionLogValue) -> bytes:
     if (value.previous_producer_id, value.next_producer_id, value.client_transaction_version) != (-1, -1, 0):
         raise ValueError(f"version 0 cannot hold previous producer id {value.previous_producer_id}, next producer id "
                          f"{value.next_producer_id} or client transaction version {value.client_transaction_version}")
-    state = TransactionState(value.state)
+    state = value.state if type(value.state) is TransactionState else TransactionState(value.state)
     out = [pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, value.producer_id,
-                value.producer_epoch, value.transaction_timeout_ms, int(state))]
+                value.producer_epoch, value.transaction_timeout_ms, state)]
     if state is TransactionState.EMPTY:
         if value.partitions:
             raise ValueError(f"an Empty transaction has no partitions, got {value.partitions!r}")
