@@ -41,7 +41,7 @@ from idemcore.record.kafka_files import encode_snapshot
 from idemcore.state.explain import rejection_message
 from idemcore.state.snapshot import snapshot_entries
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import Verdicts, check_into, commit_into
+from idemcore.state.validate import BoundChecks, Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ class RequestColumns:
                                np.zeros(capacity, np.int64))
         self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
                                      self.verdicts.out_last_offset)
+        #: check_into and commit_into bound to these arrays once, not at every append.
+        self.kernels = BoundChecks(self.batch, self.verdicts, self.txns, self.commit)
 
     def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None,
             control: tuple[int, int] | None = None) -> None:
@@ -195,7 +197,7 @@ class ReplicaManager:
         columns = self._columns
         k = len(entries)
         verdicts = columns.verdicts
-        check_into(self.backend, columns.batch, origin, 0, k, self.state, verdicts, columns.txns)
+        columns.kernels.check(self.backend, origin, 0, k, self.state)
         status = verdicts.out_status
         appended = [j for j, verdict in enumerate(status[:k].tolist()) if verdict == _APPENDED]
         written: list[int] = []
@@ -233,7 +235,7 @@ class ReplicaManager:
         finally:  # whatever happened, the state records exactly the batches that are in the logs
             for j in set(appended).difference(written):
                 status[j] = _REJECTED  # not written: not committed, the retry will be appended
-            commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+            columns.kernels.commit(self.backend, 0, k, self.state)
         return verdicts, failed
 
     def produce(self, request: ProduceRequest) -> ProduceResponse | None:
