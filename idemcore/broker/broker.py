@@ -373,7 +373,7 @@ class Broker:
 
     def complete_transactions_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
         """Answer EndTxn once its Prepare* record is durable and write its markers and Complete* record in the call
-        ``schedule`` is given (the server passes its loop's ``call_soon``: after the answer is sent), as Kafka's
+        ``schedule`` is given (the server runs it on its loop after the answer is sent), as Kafka's
         coordinator does on its marker thread; None: before the answer again, and what is owed is written now
         (:meth:`TransactionCoordinator.complete_later`)."""
         self._txn_completion_schedule = schedule

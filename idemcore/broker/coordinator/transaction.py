@@ -12,8 +12,9 @@ Synchronous where Kafka is asynchronous, with the same answers:
   record afterwards on another thread. Here :meth:`TransactionCoordinator.end_txn` writes them before it
   returns, and answers what Kafka answers: NONE once Prepare* is durable, even if markers are still missing.
   A server that can run work after an answer is sent hands :meth:`TransactionCoordinator.complete_later` a
-  scheduler (its event loop's ``call_soon``): EndTxn then answers once Prepare* is durable, as Kafka does, and
-  the markers and Complete* are written by the scheduled call, while the client reads the answer. Every
+  scheduler (the TCP server's runs the call on its event loop half a millisecond later): EndTxn then answers once
+  Prepare* is durable, as Kafka does, and the markers and Complete* are written by the scheduled call, while the
+  client reads the answer. Every
   coordinator request first finishes what is queued, so no answer differs from the inline one; only a Fetch
   that races the answer may still find the transaction open, as it may in Kafka.
 - Kafka answers CONCURRENT_TRANSACTIONS to requests that arrive while markers are outstanding (the Complete*
@@ -173,7 +174,7 @@ class TransactionCoordinator:
     def complete_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
         """From now on a client's EndTxn is answered once its Prepare* record is durable, and its markers and
         Complete* record are written by ``schedule(self.complete_queued)`` (called once per batch of queued
-        completions: an event loop's ``call_soon`` runs it after the answer is sent). None: written before
+        completions: the server's event loop runs it after the answer is sent). None: written before
         EndTxn returns again (the default); what is queued is written now."""
         self._schedule = schedule
         if schedule is None:
