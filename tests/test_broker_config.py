@@ -166,7 +166,8 @@ def test_kafkas_ranges_and_defaults_for_the_settings_the_broker_honours():
         "segment_bytes": 1 << 30, "segment_ms": 7 * 86_400_000, "retention_ms": 7 * 86_400_000,
         "retention_bytes": -1, "index_interval_bytes": 4096, "message_max_bytes": 1_048_588,
         "producer_id_expiration_ms": 86_400_000, "transaction_state_partitions": 50,
-        "transaction_max_timeout_ms": 900_000, "offsets_topic_partitions": 50}
+        "transaction_max_timeout_ms": 900_000, "offsets_topic_partitions": 50, "flush_messages": 2**63 - 1,
+        "flush_ms": 2**63 - 1, "flush_scheduler_interval_ms": 2**63 - 1, "recovery_point_checkpoint_ms": 60_000}
     assert defaults.server_kwargs() == {"host": "127.0.0.1", "port": 9092, "advertised_host": None,
                                         "advertised_port": None, "max_request_bytes": 104_857_600}
     assert defaults["log.cleanup.policy"] == ("delete",) and defaults["log.retention.check.interval.ms"] == 300_000
@@ -273,6 +274,18 @@ def test_listeners_and_advertised_listeners():
     _refused({"advertised.listeners": ""}, "no listener")
 
 
+def test_the_flush_settings_reach_the_broker(tmp_path):
+    config = _config(log__flush__interval__messages="500", log__flush__interval__ms="-3",
+                     log__flush__scheduler__interval__ms="250", log__flush__offset__checkpoint__interval__ms="5000")
+    kwargs = config.broker_kwargs()
+    assert (kwargs["flush_messages"], kwargs["flush_ms"], kwargs["flush_scheduler_interval_ms"],
+            kwargs["recovery_point_checkpoint_ms"]) == (500, 0, 250, 5000)
+    with Broker({"t": 1}, **{**kwargs, "data_dir": tmp_path}) as broker:
+        assert (broker.topic_configs["t"].flush_messages, broker.topic_configs["t"].flush_ms) == (500, 0)
+        assert broker.delayed.scheduler_interval_ms == 250 and broker.delayed.checkpoint_interval_ms == 5000
+    assert not config.not_acted_on()
+
+
 def test_log_flush_interval_ms_falls_back_to_the_scheduler_interval():
     assert _config(log__flush__scheduler__interval__ms="2000").log_flush_interval_ms == 2000
     assert _config(log__flush__scheduler__interval__ms="2000",
@@ -296,11 +309,12 @@ def test_an_unknown_name_is_one_warning_line_and_ignored(caplog):
 
 def test_settings_given_but_not_acted_on_are_named_in_one_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="idemcore.broker.config"):
-        config = _config(zookeeper__connect="zk:2181", log__flush__interval__messages="1", num__io__threads="4",
-                         log__segment__bytes="4096")
-    assert config.not_acted_on() == ["num.io.threads", "log.flush.interval.messages", "zookeeper.connect"]
+        config = _config(zookeeper__connect="zk:2181", log__cleanup__policy="compact", num__io__threads="4",
+                         log__segment__bytes="4096", log__flush__interval__messages="1")
+    # log.cleanup.policy gives the topics' cleanup.policy, log.flush.interval.messages their flush.messages.
+    assert config.not_acted_on() == ["num.io.threads", "zookeeper.connect"]
     [record] = caplog.records
-    assert record.getMessage().endswith(": num.io.threads, log.flush.interval.messages, zookeeper.connect")
+    assert record.getMessage().endswith(": num.io.threads, zookeeper.connect")
     assert {key.use for key in KEYS.values()} == set(Use)
 
 

@@ -179,8 +179,8 @@ def test_create_topic_refuses_a_directory_left_by_an_earlier_topic(tmp_path):
 
 
 def test_complete_transactions_later_answers_end_txn_before_the_markers_and_close_writes_them(tmp_path):
-    """The server's mode (Broker.complete_transactions_later with its loop's call_soon): EndTxn answers once
-    PrepareCommit is durable, the markers follow in the scheduled call; a close writes what is still owed."""
+    """A broker running on a loop completes transactions later (Broker.complete_transactions_later): EndTxn answers
+    once PrepareCommit is durable, the markers follow in the scheduled call; a close writes what is still owed."""
     clock = Clock()
     scheduled: list = []
     with _broker(tmp_path, clock) as broker:

@@ -150,3 +150,19 @@ def test_a_crash_start_after_a_clean_one_finds_what_was_written_since(tmp_path):
     with Broker({"t": 1}, data_dir=tmp_path) as again:
         assert again.log("t", 0).log_end_offset == 4 and again.log("t", 0).scanned_bytes > 0
         assert [b.batch.base_sequence for b in again.log("t", 0).batches] == [0, 1, 2, 3]
+
+
+def test_reading_a_long_log_keeps_few_files_open(tmp_path):
+    import os
+
+    log = _filled(tmp_path / "t-0", 600)
+    assert len(log.segment_bases) > 20
+    before = len(os.listdir("/proc/self/fd"))
+    offset = 0
+    while offset < log.log_end_offset:  # a consumer reading the whole log from the start
+        data, offset = log.read(offset, log.log_end_offset, 1_000, min_one=True)
+        assert data
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    # The active segment's files and those of the last few rolled segments read, not one per segment.
+    assert len(os.listdir("/proc/self/fd")) - before <= 4 * 4
+    log.close()

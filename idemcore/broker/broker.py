@@ -20,17 +20,20 @@ from idemcore.broker.admin_requests import AdminSources, admin_handlers
 from idemcore.broker.config_requests import config_handlers, described_topic_configs
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
+from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, DelayedOperations
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.input_checks import check_topic
+from idemcore.broker.internal_topics import BackgroundTopics
 from idemcore.broker.log import PartitionLog
-from idemcore.broker.log_manager import LogManager
+from idemcore.broker.log_manager import RECOVERY_POINT_CHECKPOINT, LogManager
 from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import BlockStoreError, ProducerIdManager, ProducerIdsExhaustedError
+from idemcore.broker.purgatory import EventLoop
 from idemcore.broker.replica_manager import ReplicaManager
-from idemcore.broker.topic_config import TopicConfig, broker_topic_defaults
+from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -85,6 +88,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Broker", "TopicExistsError"]
 
+#: While the broker runs on a loop, how long after an EndTxn answer its markers and Complete* record are written
+#: (unless a coordinator request comes first, which writes them at once). Not at once: the loop would hold the CPU
+#: the client needs to read the answer (confluent-kafka's next transaction began ~75 us later on 2 cores; 0.5 ms
+#: later, ~15 us).
+TXN_COMPLETION_DELAY_S = 0.0005
+
 
 class Broker:
     """A single broker leading every partition of ``topics`` (``{"name": partition_count}``).
@@ -137,6 +146,10 @@ class Broker:
         auto_create_topics: bool = True,
         default_partitions: int = 1,
         settings: BrokerConfig | None = None,
+        flush_messages: int = NEVER_FLUSH,
+        flush_ms: int = NEVER_FLUSH,
+        flush_scheduler_interval_ms: int = NEVER_FLUSH,
+        recovery_point_checkpoint_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -167,7 +180,8 @@ class Broker:
         # Bad settings are refused before the directory is touched.
         defaults = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes,
                                segment_bytes=segment_bytes, segment_ms=segment_ms,
-                               index_interval_bytes=index_interval_bytes, max_message_bytes=message_max_bytes)
+                               index_interval_bytes=index_interval_bytes, max_message_bytes=message_max_bytes,
+                               flush_messages=flush_messages, flush_ms=flush_ms)
         if settings is not None:
             defaults = defaults.with_defaults(broker_topic_defaults(settings))
         #: The broker's settings by Kafka's names, when it was built from them (DescribeConfigs reports them).
@@ -189,10 +203,25 @@ class Broker:
         self.offsets_topic_partitions = offsets_topic_partitions
         self._group_coordinator: GroupCoordinator | None = None
         self._closed = False
+        #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop). Its settings
+        #: are checked here, before the directory is touched.
+        self.delayed = DelayedOperations(
+            lambda topic, partition: self.replicas.find_log(topic, partition),
+            lambda r: fetch(self.replicas.find_log, r), self.clock,
+            checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
+            checkpoint_entries=lambda: self.log_manager.recovery_points(),
+            scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms)
         self.log_manager = LogManager(self.data_dir, fsync, self.clock)
         self.replicas = ReplicaManager(self.log_manager, self.topic_catalog.configs, self.backend, self.clock,
                                        broker_id)
         self.replicas.on_marker = self._marker_written
+        self.replicas.delayed = self.delayed
+        self.replicas.on_open = self._partition_opened
+        self._background_topics = BackgroundTopics(
+            self.topic_catalog.check_new, self.log_manager.new_log,
+            lambda name, partitions, configs, logs: self.topic_catalog.create(name, partitions, configs,
+                                                                              internal=True, made=logs),
+            self.delayed.in_background)
         self.topic_catalog.open_partitions = self.replicas.open_topic
         #: What the admin requests read and move.
         self.admin_sources = AdminSources(self.replicas, self.topic_catalog, broker_id,
@@ -216,7 +245,7 @@ class Broker:
                 AddPartitionsToTxnRequest: lambda r: txn_requests.add_partitions_to_txn(self.txn_coordinator, r),
                 AddOffsetsToTxnRequest: self._add_offsets_to_txn,
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
-                FetchRequest: lambda r: fetch(self.replicas.find_log, r),
+                FetchRequest: self.delayed.fetch,
                 ListOffsetsRequest: lambda r: list_offsets(self.replicas.find_log, r),
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
@@ -242,7 +271,8 @@ class Broker:
 
     def handle(self, request: Request) -> Response | Pending | None:
         """Answer one request (every transport calls this); None for a produce request with acks=0; a
-        :class:`Pending` for an answer given later (JoinGroup, SyncGroup)."""
+        :class:`Pending` for an answer given later (JoinGroup, SyncGroup; while running on a loop also a Fetch
+        waiting for data and an acks=all Produce waiting for its fsync)."""
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         handler = self._handlers.get(type(request))
@@ -346,13 +376,26 @@ class Broker:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         if self._txn_coordinator is None:
-            if TRANSACTION_STATE_TOPIC not in self.topics:
-                settings = {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
-                self.topic_catalog.create(TRANSACTION_STATE_TOPIC, self.transaction_state_partitions, settings,
-                                          internal=True)
+            self._internal_topic(TRANSACTION_STATE_TOPIC)
             self._start_txn_coordinator()
         assert self._txn_coordinator is not None
         return self._txn_coordinator
+
+    def _internal_topic_settings(self, name: str) -> tuple[int, dict[str, Any]]:
+        """The partition count and topic configs the internal topic ``name`` is made with."""
+        if name == TRANSACTION_STATE_TOPIC:
+            return self.transaction_state_partitions, {"cleanup.policy": "compact",
+                                                       "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
+        return self.offsets_topic_partitions, {"cleanup.policy": "compact",
+                                               "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES}
+
+    def _internal_topic(self, name: str) -> None:
+        """Make the internal topic ``name`` now unless the broker has it (one being made off the loop is waited
+        for rather than made twice)."""
+        self._background_topics.wait(name)
+        if name not in self.topics:
+            partitions, configs = self._internal_topic_settings(name)
+            self.topic_catalog.create(name, partitions, configs, internal=True)
 
     def _start_txn_coordinator(self) -> None:
         """Make the coordinator over this broker's request path and load ``__transaction_state`` into it."""
@@ -373,8 +416,8 @@ class Broker:
 
     def complete_transactions_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
         """Answer EndTxn once its Prepare* record is durable and write its markers and Complete* record in the call
-        ``schedule`` is given (the server runs it on its loop after the answer is sent), as Kafka's
-        coordinator does on its marker thread; None: before the answer again, and what is owed is written now
+        ``schedule`` is given, as Kafka's coordinator does on its marker thread (:meth:`start_background` runs it
+        TXN_COMPLETION_DELAY_S after the answer); None: before the answer again, and what is owed is written now
         (:meth:`TransactionCoordinator.complete_later`)."""
         self._txn_completion_schedule = schedule
         if self._txn_coordinator is not None and not self._closed:
@@ -388,10 +431,7 @@ class Broker:
         if self._closed:
             raise IdemcoreError(f"broker {self.broker_id} is closed")
         if self._group_coordinator is None:
-            if CONSUMER_OFFSETS_TOPIC not in self.topics:
-                self.topic_catalog.create(CONSUMER_OFFSETS_TOPIC, self.offsets_topic_partitions,
-                                          {"cleanup.policy": "compact", "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES},
-                                          internal=True)
+            self._internal_topic(CONSUMER_OFFSETS_TOPIC)
             self._start_group_coordinator()
         assert self._group_coordinator is not None
         return self._group_coordinator
@@ -406,6 +446,11 @@ class Broker:
         for partition in range(partitions):
             coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches)
         self._group_coordinator = coordinator
+
+    def _partition_opened(self, partition: Partition, config: TopicConfig) -> None:
+        """A partition is served: its appends wake the delayed operations watching it, and the flusher tracks it."""
+        partition.log.on_append = self.delayed.appended
+        self.delayed.track(partition.log, config)
 
     def _marker_written(self, partition: Partition, marker: TxnMarker) -> None:
         """A marker landed on a partition: on ``__consumer_offsets`` its pending offsets commit or go (not loaded
@@ -428,18 +473,40 @@ class Broker:
             return InitProducerIdResponse(ErrorCode.UNKNOWN_SERVER_ERROR, request_id=request.request_id,
                                           error_message=str(exc))
 
-    def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse | Pending:
         """This broker coordinates every group and transactional id; the coordinator's internal topic is made
         at the first request for it, as Kafka makes it."""
         if type(request.key) is not str or type(request.key_type) is not int \
                 or request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return FindCoordinatorResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
                                            error_message=f"key {request.key!r:.80} of key type {request.key_type!r}")
+        topic = TRANSACTION_STATE_TOPIC if request.key_type == TRANSACTION_KEY else CONSUMER_OFFSETS_TOPIC
+        if topic not in self.topics and self.delayed.running:  # made off the loop; answered once it is served
+            return self._find_coordinator_later(request, topic)
         if request.key_type == TRANSACTION_KEY:
             self.txn_coordinator  # noqa: B018  # made and loaded now, not at the producer's first transaction
         else:
             self.group_coordinator  # noqa: B018  # likewise, at a consumer's or producer's first group request
         return FindCoordinatorResponse(ErrorCode.NONE, self.broker_id, request_id=request.request_id)
+
+    def _find_coordinator_later(self, request: FindCoordinatorRequest, topic: str) -> Pending:
+        """FindCoordinator while ``topic`` is made on the flusher thread: the answer once it is served (a failure
+        is COORDINATOR_NOT_AVAILABLE, which clients retry)."""
+        pending = Pending()
+
+        def ready(error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                answer = self._find_coordinator(request)
+                assert isinstance(answer, FindCoordinatorResponse)  # the topic is served now
+            except Exception as exc:  # answered, never raised into the flusher's callbacks
+                log.error("could not make %s: %s", topic, exc)
+                answer = FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
+                                                 error_message=f"could not make {topic}: {exc}")
+            pending.complete(answer)
+        self._background_topics.make(topic, *self._internal_topic_settings(topic), ready)
+        return pending
 
     def _add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> Response:
         """AddOffsetsToTxn, with ``__consumer_offsets`` made first: the transaction's markers must find its
@@ -487,6 +554,24 @@ class Broker:
         """Forget producers idle for ``producer_id_expiration_ms`` with no open transaction; return how many."""
         return self.replicas.remove_expired_producers(now_ms, self.producer_id_expiration_ms)
 
+    def start_background(self, loop: EventLoop) -> None:
+        """Run on ``loop`` from now on (called on its thread; the TCP server calls it with its asyncio loop): fetches
+        and acks=all produces wait in the broker's purgatories, a flusher thread fsyncs, rolls and writes the
+        recovery points, internal topics are made off the loop (:mod:`.delayed`)."""
+        if self._closed:
+            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self.delayed.start(loop, [(p.log, self.topic_configs[p.topic]) for p in self.replicas.partitions],
+                           self.log_manager.recovery_points())
+        # EndTxn is answered once its Prepare* is durable; its markers are written just after (their appends wake
+        # the fetches waiting for them).
+        self.complete_transactions_later(lambda complete: loop.call_later(TXN_COMPLETION_DELAY_S, complete))
+
+    def stop_background(self) -> None:
+        """Stop running on a loop (on its thread): the markers answered EndTxn requests owe are written, what is
+        queued is flushed and what waits is answered; requests are answered in place again."""
+        self.complete_transactions_later(None)
+        self.delayed.stop()
+
     def close(self) -> None:
         """Write what answered EndTxn requests still owe, sync and close the logs, write the clean-shutdown
         checkpoint, release the directory; then every request raises."""
@@ -494,6 +579,7 @@ class Broker:
             self._txn_coordinator.complete_queued()
         self._closed = True
         try:
+            self.delayed.stop()
             self.log_manager.close(self.replicas.write_snapshot)
         finally:
             self._release()
@@ -512,6 +598,7 @@ class Broker:
         """Stop as a killed process does (for simulations and fault tests): the files are closed without a
         flush and without the shutdown checkpoint, and the directory's lock is released; nothing else."""
         self._closed = True
+        self.delayed.abandon()
         self.log_manager.kill()
         self._release()
 

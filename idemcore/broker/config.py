@@ -65,9 +65,11 @@ class BrokerConfig:
       ``log.cleanup.policy``, ``log.cleaner.delete.retention.ms`` (topic defaults: ``Broker(settings=...)``),
       ``message.max.bytes``,
       ``socket.request.max.bytes``, ``producer.id.expiration.ms``, ``transaction.state.log.num.partitions``,
-      ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1);
+      ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1),
+      ``log.flush.interval.messages``, ``log.flush.interval.ms``, ``log.flush.scheduler.interval.ms``,
+      ``log.flush.offset.checkpoint.interval.ms`` (while the broker runs behind its TCP server: :mod:`.delayed`);
     - checked and kept, waiting for a broker argument (the storage rewrite): ``log.retention.check.interval.ms``,
-      ``log.flush.*``, the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
+      the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
       lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
       ``compression.type``), ``transactional.id.expiration.ms``, the internal topics' segment
       sizes, the transaction coordinator's cleanup intervals, ``offset.metadata.max.bytes``, ``group.*``;
@@ -75,7 +77,8 @@ class BrokerConfig:
       ``unclean.leader.election.enable``, ``min.insync.replicas`` (1), the internal topics' replication factor
       and ``transaction.state.log.min.isr`` (a lone broker makes the internal topics with one replica, where Kafka
       waits for enough brokers);
-    - checked, no meaning here: thread counts and socket buffer sizes.
+    - checked, no meaning here: thread counts and socket buffer sizes; ``log.flush.start.offset.checkpoint.interval.ms``
+      (``log-start-offset-checkpoint`` is written whenever retention moves a log start, before any file goes).
 
     ``default.replication.factor`` and ``min.insync.replicas`` above 1 are refused: one broker cannot keep a
     second replica, and refusing is better than acknowledging writes with less durability than asked.
@@ -162,6 +165,11 @@ class BrokerConfig:
             "transaction_state_partitions": v["transaction.state.log.num.partitions"],
             "transaction_max_timeout_ms": v["transaction.max.timeout.ms"],
             "offsets_topic_partitions": v["offsets.topic.num.partitions"],
+            "flush_messages": v["log.flush.interval.messages"],
+            # Kafka takes any long; a negative interval acts as 0 there (due at every check), and so here.
+            "flush_ms": max(0, self.log_flush_interval_ms),
+            "flush_scheduler_interval_ms": max(0, v["log.flush.scheduler.interval.ms"]),
+            "recovery_point_checkpoint_ms": v["log.flush.offset.checkpoint.interval.ms"],
         }
 
     def server_kwargs(self) -> dict[str, Any]:

@@ -127,11 +127,12 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("log.message.timestamp.type", Kind.STRING, "CreateTime", _P, choices=("CreateTime", "LogAppendTime")),
     Key("compression.type", Kind.STRING, "producer", _P,
         choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-    Key("log.flush.interval.messages", Kind.LONG, LONG_MAX, _P, low=1),
-    Key("log.flush.interval.ms", Kind.LONG, None, _P),
-    Key("log.flush.scheduler.interval.ms", Kind.LONG, LONG_MAX, _P),
-    Key("log.flush.offset.checkpoint.interval.ms", Kind.INT, 60_000, _P, low=0),
-    Key("log.flush.start.offset.checkpoint.interval.ms", Kind.INT, 60_000, _P, low=0),
+    Key("log.flush.interval.messages", Kind.LONG, LONG_MAX, _H, low=1),
+    Key("log.flush.interval.ms", Kind.LONG, None, _H),
+    Key("log.flush.scheduler.interval.ms", Kind.LONG, LONG_MAX, _H),
+    Key("log.flush.offset.checkpoint.interval.ms", Kind.INT, 60_000, _H, low=0),
+    # log-start-offset-checkpoint is written whenever a log start moves, before a file goes.
+    Key("log.flush.start.offset.checkpoint.interval.ms", Kind.INT, 60_000, _I, low=0),
     Key("num.recovery.threads.per.data.dir", Kind.INT, 1, _I, low=1),
     # Producer state, transactions and their coordinator
     Key("producer.id.expiration.ms", Kind.INT, DEFAULT_PRODUCER_ID_EXPIRATION_MS, _H, low=1),

@@ -90,17 +90,29 @@ class LogManager:
     def open_log(self, topic: str, partition: int, config: TopicConfig, *, new: bool = False) -> PartitionLog:
         """Open (load or create) one partition's log with its topic's settings; ``new``: a partition of a topic
         created now, which no checkpoint speaks for."""
+        return self.adopt(self.new_log(topic, partition, config, new=new))
+
+    def new_log(self, topic: str, partition: int, config: TopicConfig, *, new: bool = True) -> PartitionLog:
+        """One partition's log, loaded or created, not yet managed (a new topic's logs may be made on the flusher
+        thread, then :meth:`adopt` ed on the loop)."""
         key = (topic, partition)
         directory = None if self.data_dir is None else self.data_dir / f"{topic}-{partition}"
-        partition_log = PartitionLog(
+        return PartitionLog(
             topic, partition, directory, self.fsync, 0 if new else self._recovery_points.get(key, 0),
             clock=self.clock, log_start_offset=0 if new else self._log_starts.get(key, 0),
             cleaned_offset=0 if new else self._cleaned.get(key, 0), cut_torn_tail=self.wrote_here,
             clean_shutdown=not new and self.clean_shutdown and key in self._recovery_points,
             written_end=0 if new else self._written_this_boot.get(f"{topic}-{partition}", 0),
             **config.log_settings())
+
+    def adopt(self, partition_log: PartitionLog) -> PartitionLog:
+        """Manage ``partition_log`` from now on (checkpoints, retention, close)."""
         self.logs.append(partition_log)
         return partition_log
+
+    def recovery_points(self) -> dict[Key, int]:
+        """The recovery points as last written."""
+        return dict(self._recovery_points)
 
     def forget(self, logs: Iterable[PartitionLog]) -> None:
         """Take back logs just opened (a topic whose creation failed): closed as they are, no longer managed."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from idemcore.broker.delayed import DelayedOperations
 from idemcore.broker.input_checks import malformed_batch, well_formed_marker
 from idemcore.broker.log import PartitionLog
 from idemcore.broker.log_manager import LogManager
@@ -25,6 +26,7 @@ from idemcore.kernels import Backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
 from idemcore.net.messages import (
     PartitionResponse,
+    Pending,
     ProduceRequest,
     ProduceResponse,
     TxnMarker,
@@ -126,22 +128,33 @@ class ReplicaManager:
         self._columns = RequestColumns(8)
         #: Called with each marker written to a partition (the group coordinator completes its offsets).
         self.on_marker: Callable[[Partition, TxnMarker], None] | None = None
+        #: Called with each partition opened and its topic's settings (the broker's delayed operations watch it).
+        self.on_open: Callable[[Partition, TopicConfig], None] | None = None
+        #: The broker's delayed operations: acks=all produces wait there for the flusher while it runs.
+        self.delayed: DelayedOperations | None = None
 
     # --- partitions ------------------------------------------------------------------------------------------
 
-    def open_partition(self, topic: str, partition: int, config: TopicConfig, *, new: bool = False) -> Partition:
-        """Open one partition's log under the next broker-wide number."""
-        partition_log = self.log_manager.open_log(topic, partition, config, new=new)
+    def open_partition(self, topic: str, partition: int, config: TopicConfig, *, new: bool = False,
+                       made: PartitionLog | None = None) -> Partition:
+        """Open one partition's log under the next broker-wide number (``made``: a new partition's log, made
+        already off the loop)."""
+        partition_log = self.log_manager.open_log(topic, partition, config, new=new) if made is None \
+            else self.log_manager.adopt(made)
         opened = Partition(topic, partition, len(self.partitions), partition_log)
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
         partition_log.on_roll = self.write_snapshot
         self.partitions.append(opened)
         self._index[(topic, partition)] = opened
+        if self.on_open is not None:
+            self.on_open(opened, config)
         return opened
 
-    def open_topic(self, name: str, partitions: int, config: TopicConfig) -> Callable[[], None]:
-        """Open the partitions of a new topic (all or none); returns how to take them back."""
+    def open_topic(self, name: str, partitions: int, config: TopicConfig,
+                   made: list[PartitionLog] | None = None) -> Callable[[], None]:
+        """Open the partitions of a new topic (all or none; ``made``: their logs, made already off the loop);
+        returns how to take them back."""
         first = len(self.partitions)
 
         def undo() -> None:
@@ -154,9 +167,11 @@ class ReplicaManager:
 
         try:
             for partition in range(partitions):
-                self.open_partition(name, partition, config, new=True)
+                self.open_partition(name, partition, config, new=True, made=None if made is None else made[partition])
         except BaseException:
             undo()
+            for partition_log in (made or [])[len(self.partitions) - first:]:  # made but never served
+                partition_log.abandon()
             raise
         self.log_manager.partitions_added()
         return undo
@@ -181,7 +196,16 @@ class ReplicaManager:
     def write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
         """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
         number = self._index[(partition_log.topic, partition_log.partition)].number
-        partition_log.write_snapshot(offset, encode_snapshot(snapshot_entries(self.state, number)))
+        data = encode_snapshot(snapshot_entries(self.state, number))
+        if self.delayed is None or not self.delayed.running:
+            partition_log.write_snapshot(offset, data)
+            return
+
+        def written(_: object, error: BaseException | None) -> None:
+            if error is not None:
+                log.error("%s: writing the snapshot at offset %d failed: %s", partition_log.name, offset, error)
+        # On the flusher while running on a loop: a snapshot only shortens the replay at the next start.
+        self.delayed.in_background(lambda: partition_log.write_snapshot(offset, data), written)
 
     # --- the append path -------------------------------------------------------------------------------------
 
@@ -238,7 +262,7 @@ class ReplicaManager:
             columns.kernels.commit(self.backend, 0, k, self.state)
         return verdicts, failed
 
-    def produce(self, request: ProduceRequest) -> ProduceResponse | None:
+    def produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
         """Admit each batch (its partition, the internal topics, one batch per partition, its form and its topic's
         settings), then append the admitted ones; None for acks=0."""
         if type(request.acks) is not int or request.acks not in _ACKS:
@@ -251,6 +275,7 @@ class ReplicaManager:
         entries: list[_Entry] = []
         positions: list[int] = []
         seen: set[int] = set()
+        waits: list[tuple[int, PartitionLog, int]] = []
         for position, batch in enumerate(batches):
             partition_number = batch.partition
             known = type(partition_number) is int or (isinstance(partition_number, np.integer)
@@ -276,7 +301,10 @@ class ReplicaManager:
             # The coordinators' own appends are Kafka's AppendOrigin.COORDINATOR: the producer's epoch is checked,
             # not its sequence (a TxnOffsetCommit batch has none, and opens the transaction on the partition).
             origin = Origin.COORDINATOR if request.internal else Origin.CLIENT
-            verdicts, failed = self._append(entries, origin, request.acks == -1)
+            # acks=all waits for the flusher on a loop (the coordinators' own writes are answered in place).
+            delayed = (request.acks == -1 and self.log_manager.fsync and self.log_manager.data_dir is not None
+                       and not request.internal and self.delayed is not None and self.delayed.waits_for_flush)
+            verdicts, failed = self._append(entries, origin, request.acks == -1 and not delayed)
             k = len(entries)
             errors, offsets = verdicts.out_error_code[:k].tolist(), verdicts.out_base_offset[:k].tolist()
             for j, (position, error, offset) in enumerate(zip(positions, errors, offsets, strict=True)):
@@ -290,9 +318,16 @@ class ReplicaManager:
                                                           self._explain(j, f"{batch.topic}-{batch.partition}"))
                 else:
                     answers[position] = PartitionResponse(batch.topic, batch.partition, 0, offset, -1, log_start)
+                    if delayed:  # a duplicate too: the batch it repeats may not be durable yet
+                        partition_log = entries[j].partition.log
+                        waits.append((position, partition_log, partition_log.log_end_offset))
         if request.acks == 0:
             return None
-        return ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered above
+        response = ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered
+        if waits:
+            assert self.delayed is not None
+            return self.delayed.produce(response, waits, request.timeout_ms)
+        return response
 
     def write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
         """Write each marker to its partitions through the append path (COORDINATOR origin: the kernel checks the

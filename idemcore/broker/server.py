@@ -9,9 +9,11 @@ not served, or a size beyond ``max_request_bytes`` (Kafka's ``socket.request.max
 connection only; every other connection keeps being served. ApiVersions with a version this server lacks is
 answered at v0 with UNSUPPORTED_VERSION and the ranges it serves (KIP-511).
 
-A Fetch that finds nothing waits (up to its ``max_wait``) for the next write; JoinGroup and SyncGroup answers
-that the broker gives later (:class:`~idemcore.net.messages.Pending`) are awaited. ``run_housekeeping`` runs
-every ``housekeeping_ms`` (transaction timeouts, markers, retention).
+The broker runs on the server's loop while it serves (``Broker.start_background``): its answers given later
+(:class:`~idemcore.net.messages.Pending`: a fetch waiting for data, an acks=all produce waiting for its fsync, a
+JoinGroup waiting for its group) are awaited without the server knowing what they wait for, and its flusher thread
+keeps the disk off the loop. ``run_housekeeping`` runs every ``housekeeping_ms`` (transaction timeouts, markers,
+retention).
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from idemcore.broker.broker import Broker
 from idemcore.errors import IdemcoreError
-from idemcore.net.messages import FetchRequest, FetchResponse, Pending
+from idemcore.net.messages import Pending
 from idemcore.net.wire.api import WireContext, handle_each
 from idemcore.net.wire.apis import API_VERSIONS_KEY, API_VERSIONS_RANGE, APIS, api_versions_response
 from idemcore.net.wire.frames import (
@@ -43,10 +44,6 @@ log = logging.getLogger(__name__)
 #: Kafka's ``socket.request.max.bytes`` default: the largest request frame read.
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 DEFAULT_HOUSEKEEPING_MS = 1_000
-#: How long after an EndTxn answer its markers and Complete* record are written (unless a coordinator request
-#: comes first, which writes them at once). Not at once: the loop would hold the CPU the client needs to read the
-#: answer (confluent-kafka's next transaction began ~75 us later on 2 cores; 0.5 ms later, ~15 us).
-TXN_COMPLETION_DELAY_S = 0.0005
 
 
 class Server:
@@ -77,9 +74,6 @@ class Server:
         self._ctx: WireContext | None = None
         self._bound_port = 0
         self._server: asyncio.Server | None = None
-        self._written: asyncio.Condition | None = None
-        self._fetches_waiting = 0
-        self._wakers: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,11 +99,13 @@ class Server:
     async def start_serving(self) -> None:
         """Listen (in the running loop)."""
         self._loop = asyncio.get_running_loop()
-        self._written = asyncio.Condition()
         self._stopping = asyncio.Event()
-        self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
-        # EndTxn is answered once its Prepare* is durable; its markers are written just after.
-        self.broker.complete_transactions_later(self._complete_later)
+        self.broker.start_background(self._loop)
+        try:
+            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
+        except BaseException:
+            self.broker.stop_background()
+            raise
         self._bound_port = self._server.sockets[0].getsockname()[1]
         self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
                                 self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
@@ -133,7 +129,7 @@ class Server:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(self._housekeeper, *self._connections, return_exceptions=True)
-        self.broker.complete_transactions_later(None)  # markers still owed are written now
+        self.broker.stop_background()  # what is queued is flushed; the broker answers in place again
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
@@ -184,25 +180,6 @@ class Server:
                 self.broker.run_housekeeping()
             except Exception:  # a failing timer must not stop the server; the next round tries again
                 log.exception("housekeeping failed")
-            await self._note_write()
-
-    def _complete_later(self, complete: Callable[[], None]) -> None:
-        """Run ``complete`` (the markers of answered EndTxn requests) TXN_COMPLETION_DELAY_S from now, then wake
-        the fetches waiting for a write (a read_committed one waits for the marker)."""
-        assert self._loop is not None
-
-        def run() -> None:
-            complete()
-            if self._fetches_waiting:
-                waker = asyncio.ensure_future(self._note_write())
-                self._wakers.add(waker)
-                waker.add_done_callback(self._wakers.discard)
-        self._loop.call_later(TXN_COMPLETION_DELAY_S, run)
-
-    async def _note_write(self) -> None:
-        assert self._written is not None
-        async with self._written:
-            self._written.notify_all()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -264,14 +241,12 @@ class Server:
             response = handle_each(self.broker.handle, message)
             if isinstance(response, Pending):
                 response = await _awaited(response)
-            elif type(message) is FetchRequest:
-                response = await self._waited_fetch(message, response)
+            elif type(response) is tuple and any(isinstance(one, Pending) for one in response):
+                response = tuple([await _awaited(one) if isinstance(one, Pending) else one for one in response])
         except Exception as error:
             self.stats["broker_errors"] += 1
             log.exception("closing %s: the broker failed on %s v%d", peer, api.name, version)
             raise _CloseConnection from error
-        if type(message) is not FetchRequest:
-            await self._note_write()
         if response is None:
             return None
         try:
@@ -280,26 +255,6 @@ class Server:
             self.stats["broker_errors"] += 1
             log.exception("closing %s: could not answer %s v%d", peer, api.name, version)
             raise _CloseConnection from error
-
-    async def _waited_fetch(self, request: FetchRequest, response: Any) -> Any:
-        """Kafka's delayed fetch: while the answer holds no batches and ``max_wait_ms`` has not passed, wait for
-        a write and ask again."""
-        assert self._written is not None
-        deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-        while (isinstance(response, FetchResponse) and response.error_code == 0
-               and not any(p.records or p.error_code for p in response.partitions)):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            async with self._written:
-                self._fetches_waiting += 1
-                try:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._written.wait(), remaining)
-                finally:
-                    self._fetches_waiting -= 1
-            response = self.broker.handle(request)
-        return response
 
     def _refuse(self, kind: str, peer: Any, why: object) -> _CloseConnection:
         self.stats[kind] += 1

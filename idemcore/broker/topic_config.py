@@ -94,9 +94,9 @@ TOPIC_KEYS: dict[str, TopicKey] = {key.name: key for key in (
              doc="the share of a log not yet compacted at which the cleaner compacts it"),
     TopicKey("file.delete.delay.ms", Kind.LONG, 60_000, False, low=0, synonyms=("log.segment.delete.delay.ms",),
              doc="how long a deleted segment's files stay before they are removed"),
-    TopicKey("flush.messages", Kind.LONG, LONG_MAX, False, low=1, synonyms=("log.flush.interval.messages",),
+    TopicKey("flush.messages", Kind.LONG, LONG_MAX, True, low=1, synonyms=("log.flush.interval.messages",),
              doc="records appended between two fsyncs of a partition"),
-    TopicKey("flush.ms", Kind.LONG, LONG_MAX, False, low=0,
+    TopicKey("flush.ms", Kind.LONG, LONG_MAX, True, low=0,
              synonyms=("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
              doc="the longest time between two fsyncs of a partition"),
     TopicKey("max.message.bytes", Kind.INT, DEFAULT_MESSAGE_MAX_BYTES, True, low=0, synonyms=("message.max.bytes",),
@@ -121,8 +121,6 @@ NOT_ACTED_ON: dict[str, str] = {
     "max.compaction.lag.ms": "the cleaner compacts every segment below the active one",
     "min.cleanable.dirty.ratio": "the cleaner compacts whenever a whole segment lies below the active one",
     "file.delete.delay.ms": "a segment's files are deleted at once",
-    "flush.messages": "the log is fsync'd per acks=all request (or never, with fsync off), not by count",
-    "flush.ms": "the log is fsync'd per acks=all request (or never, with fsync off), not by time",
     "unclean.leader.election.enable": "one broker holds the only replica: there is no election",
     "message.timestamp.type": "records keep the producer's timestamps (LogAppendTime is not applied)",
     "preallocate": "segment files grow as they are written",
@@ -237,6 +235,9 @@ def value_text(kind: Kind, value: Any) -> str | None:
 
 def _default_overrides() -> Mapping[str, str]:
     return MappingProxyType({})
+
+#: Kafka's default ``flush.messages`` and ``flush.ms`` (Long.MAX_VALUE): the OS decides, no fsync is forced.
+NEVER_FLUSH = LONG_MAX
 
 
 @dataclass(frozen=True)

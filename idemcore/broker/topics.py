@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from idemcore.broker.input_checks import check_topic
-from idemcore.broker.log import LogCorruptionError
+from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.topic_config import TopicConfig
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import INTERNAL_TOPICS
@@ -24,9 +24,10 @@ log = logging.getLogger(__name__)
 #: the broker (idemcore's own; Kafka keeps both in its metadata log).
 TOPICS_FILE = "topics.json"
 
-#: Opens (creates) the partitions of a new topic: ``(name, partitions, config)``; undoes what it opened and
-#: raises when one fails, and returns how to take all of them back.
-OpenPartitions = Callable[[str, int, TopicConfig], Callable[[], None]]
+#: Opens (creates) the partitions of a new topic: ``(name, partitions, config, made)`` (``made``: their logs,
+#: made already off the loop, or None); undoes what it opened and raises when one fails, and returns how to take
+#: all of them back.
+OpenPartitions = Callable[[str, int, TopicConfig, "list[PartitionLog] | None"], Callable[[], None]]
 
 
 class TopicExistsError(IdemcoreError):
@@ -158,17 +159,27 @@ class Topics:
         return config
 
     def create(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None, *,
-               internal: bool = False) -> None:
+               internal: bool = False, made: list[PartitionLog] | None = None) -> None:
         """Add a topic of ``partitions`` partitions with Kafka's topic ``configs``, served from now on and after a
         restart (recorded in ``topics.json`` once its partitions exist). ``internal``: one of the coordinators'
         topics, which clients may not create."""
         if name in INTERNAL_TOPICS and not internal:
             raise ValueError(f"{name!r} is an internal topic: the broker makes it when its coordinator needs it")
-        config = self.check_new(name, partitions, configs)
+        try:
+            if made is None:
+                config = self.check_new(name, partitions, configs)
+            else:  # checked before they were made (their directories exist now)
+                if name in self.counts:
+                    raise TopicExistsError(f"topic {name!r} already exists with {self.counts[name]} partitions")
+                config = self.defaults.overridden(name, configs or {})
+        except BaseException:
+            for partition_log in made or ():  # made off the loop, never to be served
+                partition_log.abandon()
+            raise
         assert self.open_partitions is not None, "the broker sets open_partitions before topics are created"
         self.configs[name] = config
         try:
-            undo = self.open_partitions(name, partitions, config)
+            undo = self.open_partitions(name, partitions, config, made)
         except BaseException:
             del self.configs[name]
             raise

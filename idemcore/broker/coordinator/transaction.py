@@ -11,12 +11,11 @@ Synchronous where Kafka is asynchronous, with the same answers:
 - Kafka answers EndTxn as soon as the Prepare* record is durable and writes the markers and the Complete*
   record afterwards on another thread. Here :meth:`TransactionCoordinator.end_txn` writes them before it
   returns, and answers what Kafka answers: NONE once Prepare* is durable, even if markers are still missing.
-  A server that can run work after an answer is sent hands :meth:`TransactionCoordinator.complete_later` a
-  scheduler (the TCP server's runs the call on its event loop half a millisecond later): EndTxn then answers once
-  Prepare* is durable, as Kafka does, and the markers and Complete* are written by the scheduled call, while the
-  client reads the answer. Every
-  coordinator request first finishes what is queued, so no answer differs from the inline one; only a Fetch
-  that races the answer may still find the transaction open, as it may in Kafka.
+  A broker that can run work after an answer is sent hands :meth:`TransactionCoordinator.complete_later` a
+  scheduler (one running on an event loop runs the call half a millisecond later): EndTxn then answers once
+  Prepare* is durable, as Kafka does, and the markers and Complete* are written by the scheduled call while the
+  client reads the answer. Every coordinator request first finishes what is queued, so no answer differs from
+  the inline one; only a Fetch that races the answer may still find the transaction open, as it may in Kafka.
 - Kafka answers CONCURRENT_TRANSACTIONS to requests that arrive while markers are outstanding (the Complete*
   transition is pending). Done inline there is no such window, except when a marker or the Complete* record
   could not be written in ``marker_attempts`` tries: then the transition stays pending, requests get
@@ -174,7 +173,7 @@ class TransactionCoordinator:
     def complete_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
         """From now on a client's EndTxn is answered once its Prepare* record is durable, and its markers and
         Complete* record are written by ``schedule(self.complete_queued)`` (called once per batch of queued
-        completions: the server's event loop runs it after the answer is sent). None: written before
+        completions: a broker's event loop runs it after the answer is sent). None: written before
         EndTxn returns again (the default); what is queued is written now."""
         self._schedule = schedule
         if schedule is None:

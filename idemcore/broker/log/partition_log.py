@@ -26,10 +26,12 @@ in memory and never rolls.
 from __future__ import annotations
 
 import bisect
+import collections
 import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,6 +76,20 @@ from idemcore.record.v2 import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Rolled segments whose files stay open after a read (the most recently read): the others are closed, so the
+#: descriptors a partition holds do not grow with its log (Kafka keeps every segment open; ulimits vary).
+OPEN_ROLLED_SEGMENTS = 4
+
+
+class FlushTarget(NamedTuple):
+    """An fsync to run off the event loop (:meth:`PartitionLog.flush_target`): once ``descriptors`` are fsync'd in
+    order, the log is durable below ``end_offset``; the active segment (at ``segment_base``) was ``size`` bytes."""
+
+    end_offset: int
+    segment_base: int
+    size: int
+    descriptors: tuple[int, ...]
 
 
 def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
@@ -155,8 +171,16 @@ class PartitionLog:
         #: Called with the log and the new segment's base offset when a segment rolls, before the new segment
         #: exists (the broker writes the producer-state snapshot at that offset).
         self.on_roll: Callable[[PartitionLog, int], None] | None = None
+        #: Called after every append that reached the log (data or marker): the broker's delayed operations
+        #: watch the partition (Kafka's ``tryCompleteDelayedRequests`` after an append).
+        self.on_append: Callable[[PartitionLog], None] | None = None
+        #: When set, a roll hands the old segment to it (with the new segment's base offset) instead of fsyncing
+        #: it in place: the broker's flusher fsyncs it off the event loop (Kafka's roll schedules
+        #: ``flushUptoOffsetExclusive`` of the old segment). It takes the descriptors it needs before they close.
+        self.flush_rolled: Callable[[PartitionLog, LogSegment, int], None] | None = None
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
+        self._recently_read: collections.deque[LogSegment] = collections.deque()
         self.segments: list[LogSegment]
         if directory is None:
             self.segments = [LogSegment(log_start_offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
@@ -210,6 +234,21 @@ class PartitionLog:
         """The segment holding ``offset`` (the first one for an offset below the log)."""
         return max(bisect.bisect_right(self.segments, offset, key=lambda segment: segment.base_offset) - 1, 0)
 
+    def _used(self, segment: LogSegment) -> LogSegment:
+        """Note a read of ``segment``; close the files of the rolled segments read longest ago beyond
+        :data:`OPEN_ROLLED_SEGMENTS` (they open again when next read)."""
+        if segment is self.segments[-1] or self._directory is None:
+            return segment
+        recent = self._recently_read
+        if segment in recent:
+            recent.remove(segment)
+        recent.append(segment)
+        while len(recent) > OPEN_ROLLED_SEGMENTS:
+            oldest = recent.popleft()
+            if oldest is not self.segments[-1]:
+                oldest.close()
+        return segment
+
     def read(self, offset: int, limit: int, max_bytes: int, min_one: bool) -> tuple[bytes, int]:
         """The whole stored batches from the one holding ``offset`` on (the first after it if compaction emptied
         that one), those starting below ``limit`` that fit in ``max_bytes`` (``min_one``: the first whatever its
@@ -220,7 +259,7 @@ class PartitionLog:
         for segment in self.segments[self._segment_index(offset):]:
             if segment.base_offset >= limit or (max_bytes <= 0 and not min_one):
                 break
-            data, after = segment.read(position, limit, max_bytes, min_one)
+            data, after = self._used(segment).read(position, limit, max_bytes, min_one)
             if data:
                 parts.append(data)
                 max_bytes -= len(data)
@@ -241,7 +280,8 @@ class PartitionLog:
 
     def _readable_batches(self) -> Iterator[StoredBatch]:
         for segment in self.segments:  # decoded a segment at a time
-            for stored in decode_stored_batches(self.topic, self.partition, segment.log.read(0, segment.size)):
+            data = self._used(segment).log.read(0, segment.size)
+            for stored in decode_stored_batches(self.topic, self.partition, data):
                 if stored.next_offset > self.log_start_offset:
                     yield stored
 
@@ -292,7 +332,7 @@ class PartitionLog:
         ``TxnIndexSearchResult.isComplete``)."""
         found = []
         for segment in self.segments[self._segment_index(start):]:
-            for txn in segment.aborted():
+            for txn in self._used(segment).aborted():
                 if txn.last_offset < start:
                     continue
                 if txn.first_offset < end:
@@ -322,7 +362,7 @@ class PartitionLog:
 
     def _first_record_at(self, segment: LogSegment, timestamp: int, exact: bool) -> tuple[int, int] | None:
         floor = -1 if exact else self.log_start_offset
-        for header in segment.headers(self._time_index_floor(segment, timestamp)):
+        for header in self._used(segment).headers(self._time_index_floor(segment, timestamp)):
             if header.max_timestamp < timestamp or header.last_offset < floor:
                 continue
             batch_header, records = decode_batch(segment.log.read(header.position, header.size), check_crc=False)
@@ -419,6 +459,8 @@ class PartitionLog:
         self._last_position = position
         self._dirty = True
         self._txn_dirty = self._txn_dirty or aborted is not None
+        if self.on_append is not None:
+            self.on_append(self)
 
     def _cut(self, segment: LogSegment, saved: object, position: int, end: int) -> None:
         try:
@@ -482,7 +524,10 @@ class PartitionLog:
         assert self._directory is not None
         old = self.segments[-1]
         old.close_time_index()
-        old.sync()
+        if self.flush_rolled is not None:
+            self.flush_rolled(self, old, base_offset)
+        else:
+            old.sync()
         old.close()
         if self.on_roll is not None:
             self.on_roll(self, base_offset)
@@ -516,6 +561,31 @@ class PartitionLog:
         active.log.sync()
         self.synced_bytes = active.size
         self._dirty = False
+
+    def flush_target(self) -> FlushTarget:
+        """What an fsync off the event loop needs to make this log durable up to its end now: descriptors of
+        their own (``os.dup``) on the active segment's ``.log`` and, when an ABORT wrote to it since the last flush,
+        its ``.txnindex`` first (as :meth:`flush` orders them); older segments were handed over when they rolled
+        (:attr:`flush_rolled`). The caller closes the descriptors."""
+        active = self.segments[-1]
+        descriptors = []
+        if self._directory is not None:
+            if self._txn_dirty:
+                descriptors.append(active.txn_index.duplicate())
+            descriptors.append(active.log.duplicate())
+        return FlushTarget(self.log_end_offset, active.base_offset, active.size,
+                           tuple(fd for fd in descriptors if fd is not None))
+
+    def note_flushed(self, target: FlushTarget) -> None:
+        """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one."""
+        if self.segments[-1].base_offset == target.segment_base:
+            self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """Where ``offset`` lies: the base offset of its segment and the byte of the batch holding it there (the
+        segment's size at the log end); Kafka's ``LogOffsetMetadata``, which a delayed fetch compares."""
+        segment = self.segments[self._segment_index(offset)]
+        return segment.base_offset, (segment.size if offset >= segment.next_offset else segment.position_of(offset))
 
     def close(self) -> None:
         """A clean close: the active segment's last time index entry, everything fsync'd, the files closed."""

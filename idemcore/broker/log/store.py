@@ -28,6 +28,15 @@ class ByteStore:
     def close(self) -> None:
         """Let go of the descriptor (a closed file store opens it again when next used)."""
 
+    def duplicate(self) -> int | None:
+        """A descriptor of its own on the file (``os.dup``: the flusher fsyncs it while appends and rolls go on
+        with this store's; the caller closes it), None for bytes in memory."""
+        return None
+
+    def detach(self) -> int | None:
+        """Hand over the open descriptor, if any (the caller closes it); the store opens another when next used."""
+        return None
+
     @property
     def name(self) -> str:
         return "<memory>"
@@ -116,6 +125,13 @@ class FileStore(ByteStore):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def duplicate(self) -> int:
+        return os.dup(self._descriptor())
+
+    def detach(self) -> int | None:
+        fd, self._fd = self._fd, None
+        return fd
 
     def delete(self) -> None:
         self.close()
