@@ -101,6 +101,8 @@ _APPEND_ERRORS: Final = {
 
 def coordinator_error(append_error: int) -> ErrorCode:
     """The error a client sees when the coordinator's log append answered ``append_error``."""
+    if append_error == 0:
+        return E.NONE
     try:
         code = ErrorCode(append_error)
     except ValueError:

@@ -220,5 +220,8 @@ def millis(value: datetime.timedelta | int | None) -> int:
     if value is None:
         return -1
     if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
+        return int(value / _ONE_MS)
     return int(value)
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)
