@@ -268,7 +268,7 @@ class ReplicaManager:
         if type(request.acks) is not int or request.acks not in _ACKS:
             raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
         batches = request.batches
-        if not isinstance(batches, tuple | list) or not all(type(b) is RecordBatch for b in batches):
+        if not isinstance(batches, (tuple, list)) or not all(type(b) is RecordBatch for b in batches):
             raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
         answers: list[PartitionResponse | None] = [None] * len(batches)
         columns = self._columns_for(len(batches))
