@@ -62,7 +62,6 @@ from idemcore.broker.coordinator.txn_log import (
     decode_key,
     decode_value,
     encode_key,
-    encode_value,
 )
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -575,7 +574,7 @@ class TransactionCoordinator:
         """Write ``transit``; apply it once durable. On failure the pending state is cleared (the transition did
         not happen), unless the caller will retry the same record."""
         try:
-            error = self._append(metadata.transactional_id, encode_value(transit.to_log_value()))
+            error = self._append(metadata.transactional_id, transit.log_value_bytes())
         except ValueError as exc:  # a value the record cannot hold (a partition or name out of range)
             log.error("%s: %s cannot be written: %s", metadata.transactional_id, transit.txn_state.kafka_name, exc)
             error = E.INVALID_REQUEST
