@@ -176,3 +176,28 @@ def test_create_topic_refuses_a_directory_left_by_an_earlier_topic(tmp_path):
         with pytest.raises(Exception, match="u-0 exists"):
             smaller.create_topic("u", 1)
         assert "u" not in smaller.topics
+
+
+def test_complete_transactions_later_answers_end_txn_before_the_markers_and_close_writes_them(tmp_path):
+    """A broker running on a loop completes transactions later (Broker.complete_transactions_later): EndTxn answers
+    once PrepareCommit is durable, the markers follow in the scheduled call; a close writes what is still owed."""
+    clock = Clock()
+    scheduled: list = []
+    with _broker(tmp_path, clock) as broker:
+        broker.complete_transactions_later(scheduled.append)
+        coordinator = broker.txn_coordinator  # made after the call: it completes later too
+        pid = coordinator.init_producer_id("tx", 60_000).producer_id
+        coordinator.add_partitions_to_txn("tx", pid, 0, [("t", 0)])
+        assert _produce(broker, pid, 0, 0) == (0, 0)
+        assert coordinator.end_txn("tx", pid, 0, committed=True) == ErrorCode.NONE
+        assert _controls(broker, 0) == [] and broker.log("t", 0).last_stable_offset == 0
+        scheduled.pop()()
+        assert _controls(broker, 0) == [(0, (1, 0))] and broker.log("t", 0).last_stable_offset == 2
+        coordinator.add_partitions_to_txn("tx", pid, 0, [("t", 1)])
+        assert _produce(broker, pid, 0, 0, 1) == (0, 0)
+        assert coordinator.end_txn("tx", pid, 0, committed=False) == ErrorCode.NONE
+        assert _controls(broker, 1) == [] and len(scheduled) == 1
+    assert coordinator.metadata("tx").state.kafka_name == "CompleteAbort"  # written by the close
+    with _broker(tmp_path, clock) as again:
+        assert _controls(again, 1) == [(0, (0, 0))]
+        assert again.txn_coordinator.describe_transactions(["tx"])[0].state == "CompleteAbort"

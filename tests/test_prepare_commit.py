@@ -69,3 +69,67 @@ def test_check_changes_no_state_and_refuses_two_batches_for_one_partition(backen
         check({**batches, "partition": [2, 2]}, state, backend=backend)
     with pytest.raises(ValueError, match="written must have one flag per batch"):
         commit(batches, verdicts, state, written=[True], backend=backend)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**16), fail_rate=st.sampled_from([0.0, 0.3]))
+def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, seed, fail_rate):
+    """As a broker appends: one set of request columns, filled per request and checked through the bound kernels
+    (BoundChecks), against the unbound check_into/commit_into on a twin table. Both tables start with one row and
+    one partition, so commit grows them (the bound kernels must follow the new arrays)."""
+    from idemcore.broker.replica_manager import RequestColumns
+    from idemcore.kernels import get_backend
+    from idemcore.protocol.codes import Origin
+    from idemcore.record.columns import COLUMNS
+    from idemcore.state.validate import check_into, commit_into
+
+    kernel = get_backend(backend)
+    packed = BatchMetadata.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
+                                                   seed=seed))
+    rng = np.random.default_rng(seed)
+    bound_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    plain_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    bound, plain = RequestColumns(8), RequestColumns(8)
+    grown = 0
+    for rows in requests(packed):
+        k = len(rows)
+        for columns in (bound, plain):
+            for name, column in zip(COLUMNS, columns.batch, strict=True):
+                column[:k] = packed[name][rows]
+        arrays_before = bound_state.kernel_arrays()
+        completed = bound.kernels.check(kernel, Origin.CLIENT, 0, k, bound_state)
+        assert completed == check_into(kernel, plain.batch, Origin.CLIENT, 0, k, plain_state, plain.verdicts,
+                                       plain.txns)
+        for name in bound.verdicts._fields:
+            np.testing.assert_array_equal(getattr(bound.verdicts, name)[:k], getattr(plain.verdicts, name)[:k])
+        np.testing.assert_array_equal(bound.txns.txn_marker[:completed], plain.txns.txn_marker[:completed])
+        failed = rng.random(k) < fail_rate
+        for columns in (bound, plain):
+            columns.verdicts.out_status[:k][failed] = Status.REJECTED  # a failed write is not committed
+        bound.kernels.commit(kernel, 0, k, bound_state)
+        commit_into(kernel, plain.batch, 0, k, plain_state, plain.commit)
+        grown += bound_state.kernel_arrays() is not arrays_before
+    assert grown >= 2  # rows and partitions grew while bound
+    mine, theirs = bound_state.canonical(), plain_state.canonical()
+    for name in mine:
+        np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+
+
+def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(monkeypatch):
+    from idemcore import kernels
+    from idemcore.broker.replica_manager import RequestColumns
+    from idemcore.kernels import cython_kernels
+
+    columns, state = RequestColumns(4), ProducerStateTable()
+    groups = (columns.batch, state.kernel_arrays(), columns.verdicts, columns.txns, columns.commit)
+    compiled = kernels.bind_batches(kernels.load_backend("cython"), *groups)
+    assert type(compiled) is cython_kernels.BoundBatches
+    with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
+        compiled.check_batches(0, 0, 5)
+    with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
+        compiled.commit_batches(3, 5)
+    assert compiled.check_batches(0, 0, 0) == 0 and compiled.commit_batches(2, 2) == 2
+    assert type(kernels.bind_batches(kernels.load_backend("python"), *groups)).__name__ == "_Splatted"
+    monkeypatch.delattr(cython_kernels, "BoundBatches")  # an extension built before the class existed
+    fallback = kernels.bind_batches(kernels.load_backend("cython"), *groups)
+    assert type(fallback).__name__ == "_Splatted" and fallback.check_batches(0, 0, 0) == 0

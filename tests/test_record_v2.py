@@ -206,6 +206,30 @@ def test_control_batches_built_by_others_decode_as_markers(library, control_type
                                  partition_leader_epoch=header.partition_leader_epoch) == raw
 
 
+@settings(max_examples=300, deadline=None)
+@given(control_type=st.sampled_from([ControlType.ABORT, ControlType.COMMIT]),
+       coordinator_epoch=st.integers(0, 2**31 - 1), producer_id=st.integers(0, 2**63 - 1),
+       producer_epoch=st.integers(0, 2**15 - 1), timestamp=st.integers(-1, 2**63 - 1),
+       base_offset=st.integers(0, 2**63 - 1), leader_epoch=st.integers(-1, 2**31 - 1))
+def test_a_marker_is_the_batch_encode_batch_writes_for_its_record(control_type, coordinator_epoch, producer_id,
+                                                                  producer_epoch, timestamp, base_offset,
+                                                                  leader_epoch):
+    """encode_end_txn_marker packs a cached records section under the header: the same bytes as the general
+    encoder, and the same error naming a field out of range."""
+    assert encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, timestamp=timestamp, base_offset=base_offset,
+                                 partition_leader_epoch=leader_epoch) == \
+        encode_batch([end_txn_marker_record(control_type, coordinator_epoch)], base_offset=base_offset,
+                     base_timestamp=timestamp, max_timestamp=timestamp, producer_id=producer_id,
+                     producer_epoch=producer_epoch, is_transactional=True, is_control=True,
+                     partition_leader_epoch=leader_epoch)
+
+
+def test_a_marker_field_out_of_range_is_named():
+    with pytest.raises(ValueError, match="producer_epoch 32768 is outside"):
+        encode_end_txn_marker(ControlType.COMMIT, 0, producer_id=1, producer_epoch=2**15, timestamp=T0)
+
+
 # --- idemcore's batches, read by kafka-python and aiokafka ------------------------------------------------
 
 OUR_RECORDS = [

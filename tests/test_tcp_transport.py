@@ -585,3 +585,40 @@ def test_a_killed_server_is_noticed_at_once_and_the_idempotent_producer_delivers
                 assert [r.value for r in read[partition]] == sent  # once each, in send order
     finally:
         serve.stop()
+
+
+def test_a_read_committed_fetch_waiting_for_a_commit_is_woken_by_its_marker(tmp_path: Any) -> None:
+    """The server answers EndTxn before it writes the markers (TXN_COMPLETION_DELAY_S later): the marker's write
+    wakes a read_committed fetch that waits for it, instead of the fetch waiting out its max_wait (housekeeping,
+    which wakes fetches too, is made rare here)."""
+    from idemcore.broker import Broker
+    from idemcore.broker.server import Server
+
+    with Broker({}, data_dir=tmp_path, fsync=False) as broker, Server(broker, housekeeping_ms=600_000) as server, \
+            TcpTransport(server.bootstrap) as transport:
+        topic = _topic(transport, partitions=1)
+        producer = Producer(transport, transactional_id=f"txn-{uuid.uuid4().hex[:6]}", linger_ms=1)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"held", partition=0)
+        producer.flush()  # in the log, not stable yet
+        waiting = FetchRequest((FetchPartition(topic, 0, 0),), READ_COMMITTED, max_wait_ms=20_000, request_id=7)
+        transport.send("reader", waiting)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # the fetch reaches the server and waits there
+            assert transport.poll("reader") == []
+            transport.tick()
+        committed = time.monotonic()
+        producer.commit_transaction()
+        answers: list[Any] = []
+        while not answers and time.monotonic() < committed + 10:
+            answers = transport.poll("reader")
+            transport.tick()
+        assert answers, "the fetch was not answered"
+        assert time.monotonic() - committed < 3, "the fetch waited for its max_wait, not for the marker"
+        ((_, response),) = answers
+        (fetched,) = response.partitions
+        assert fetched.last_stable_offset == 2  # the record and its COMMIT marker
+        stored = decode_stored_batches(topic, 0, fetched.records)
+        assert [list(b.batch.values) for b in stored if not b.control] == [[b"held"]]
+        producer.close()

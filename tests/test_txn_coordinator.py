@@ -836,3 +836,107 @@ def test_prepare_checks_the_transition_and_the_pending_state():
     metadata.prepare_add_partitions([TP], NOW)
     with pytest.raises(IllegalTransitionError, match="while Ongoing is pending"):
         metadata.prepare_add_partitions([TP], NOW)
+
+
+# ================================================================== completing after the answer (complete_later)
+
+
+def _scheduled(h: Harness) -> list:
+    """Have ``h``'s coordinator queue EndTxn's completions; returns the list the scheduled calls go to."""
+    calls: list = []
+    h.coordinator.complete_later(calls.append)
+    return calls
+
+
+def test_complete_later_answers_end_txn_once_prepare_is_durable_and_writes_markers_in_the_scheduled_call():
+    h = harness()
+    calls = _scheduled(h)
+    _, pid, epoch = init(h, timeout=60_000)
+    add(h, [("t", 0), ("t", 1)], pid, epoch)
+    assert end(h, C, pid, epoch) == E.NONE
+    # Answered: PrepareCommit is in the log, the markers and CompleteCommit are not yet.
+    assert h.log.last().state is S.PREPARE_COMMIT and h.markers.calls == []
+    assert h.coordinator.metadata(TXN).pending_state is S.COMPLETE_COMMIT
+    assert h.coordinator.pending_completions == (TXN,) and len(calls) == 1
+    calls.pop()()  # the server's loop runs it after the answer went out
+    assert h.markers.written() == [(pid, epoch, 0, True, ("t", 0)), (pid, epoch, 0, True, ("t", 1))]
+    assert h.log.last().state is S.COMPLETE_COMMIT and describe(h).state == "CompleteCommit"
+    assert h.coordinator.pending_completions == () and calls == []
+
+
+def test_a_request_before_the_scheduled_call_finishes_the_queued_completion_first():
+    """Every coordinator request answers what it answers inline: no CONCURRENT_TRANSACTIONS from the queue."""
+    h = harness()
+    calls = _scheduled(h)
+    _, pid, epoch = init(h, timeout=60_000)
+    for committed in (C, A, C):
+        add(h, [TP], pid, epoch)
+        assert end(h, committed, pid, epoch) == E.NONE
+    assert add(h, [("t", 7)], pid, epoch) == E.NONE  # the third transaction's markers were written first
+    assert [m[3] for m in h.markers.written()] == [C, A, C]
+    assert describe(h).state == "Ongoing" and describe(h).topic_partitions == (("t", 7),)
+    assert end(h, A, pid, epoch) == E.NONE
+    assert init(h, timeout=60_000, expected=(pid, epoch)) == (E.NONE, pid, epoch + 1)
+    assert [m[3] for m in h.markers.written()] == [C, A, C, A]
+    for call in calls:  # the scheduled calls that come late find nothing left to do
+        call()
+    assert len(h.markers.calls) == 4 and h.coordinator.pending_completions == ()
+
+
+@pytest.mark.parametrize("ask", ["end", "add offsets", "describe", "list", "retry", "timeouts", "expire",
+                                 "complete_later(None)"])
+def test_every_coordinator_entry_finishes_what_is_queued(ask):
+    h = harness()
+    _scheduled(h)
+    _, pid, epoch = init(h, timeout=60_000)
+    add(h, [TP], pid, epoch)
+    assert end(h, C, pid, epoch) == E.NONE and h.markers.calls == []
+    coordinator = h.coordinator
+    {"end": lambda: end(h, C, pid, epoch), "add offsets": lambda: coordinator.add_offsets_to_txn(TXN, pid, epoch, "g"),
+     "describe": lambda: describe(h), "list": coordinator.list_transactions, "retry": coordinator.retry_pending_markers,
+     "timeouts": coordinator.abort_timed_out_transactions, "expire": coordinator.expire_transactional_ids,
+     "complete_later(None)": lambda: coordinator.complete_later(None)}[ask]()
+    assert h.markers.written() == [(pid, epoch, 0, True, TP)]
+    assert h.coordinator.pending_completions == ()
+
+
+def test_queued_markers_that_fail_stay_pending_as_inline_and_are_retried():
+    h = harness(marker_attempts=2)
+    calls = _scheduled(h)
+    _, pid, epoch = init(h)
+    add(h, [TP], pid, epoch)
+    h.markers.script = [E.NOT_LEADER_OR_FOLLOWER, E.REQUEST_TIMED_OUT]
+    assert end(h, C, pid, epoch) == E.NONE
+    calls.pop()()
+    assert describe(h).state == "PrepareCommit" and h.coordinator.pending_completions == (TXN,)
+    assert end(h, C, pid, epoch) == E.CONCURRENT_TRANSACTIONS  # as inline: the Complete* transition is pending
+    assert h.coordinator.retry_pending_markers() == 0
+    assert describe(h).state == "CompleteCommit" and calls == []
+
+
+def test_fences_and_timeouts_complete_inline_even_with_a_scheduler():
+    """Only a client's EndTxn is answered early; the coordinator's own aborts write their markers before
+    returning, as before."""
+    h = harness()
+    calls = _scheduled(h)
+    _, pid, epoch = init(h, timeout=60_000)
+    add(h, [TP], pid, epoch)
+    assert init(h, timeout=60_000) == (E.CONCURRENT_TRANSACTIONS, -1, -1)  # fences the ongoing transaction
+    assert h.markers.written() == [(pid, epoch + 1, 0, False, TP)] and calls == []
+    _, pid, epoch = init(h, timeout=1)
+    add(h, [TP], pid, epoch)
+    h.clock.advance(10)
+    assert h.coordinator.abort_timed_out_transactions() == {TXN: E.NONE}
+    assert h.markers.written()[-1] == (pid, epoch + 1, 0, False, TP) and calls == []
+
+
+def test_a_reload_drops_what_was_queued_and_finishes_it_from_the_log():
+    h = harness()
+    calls = _scheduled(h)
+    _, pid, epoch = init(h)
+    add(h, [TP], pid, epoch)
+    assert end(h, C, pid, epoch) == E.NONE
+    h.coordinator.load(list(h.log.records), 1)  # PrepareCommit is the id's last record: its markers are sent
+    assert h.markers.written() == [(pid, epoch, 1, True, TP)] and describe(h).state == "CompleteCommit"
+    calls.pop()()
+    assert len(h.markers.calls) == 1

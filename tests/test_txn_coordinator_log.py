@@ -177,3 +177,18 @@ def test_key_round_trip(transactional_id):
     except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form
         return
     assert decode_key(key) == transactional_id
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=st.sampled_from([s for s in S if s not in (S.DEAD, S.PREPARE_EPOCH_FENCE)]), partitions=_partitions,
+       producer_id=st.integers(0, 2**63 - 1), epoch=st.integers(0, 2**15 - 1), timeout=st.integers(1, 2**31 - 1),
+       start=_ints["i64"], update=_ints["i64"])
+def test_a_transition_is_written_as_its_log_value_is(state, partitions, producer_id, epoch, timeout, start, update):
+    """The coordinator writes TxnTransitMetadata.log_value_bytes(): the bytes of encode_value(to_log_value())."""
+    from idemcore.broker.coordinator import TxnTransitMetadata
+
+    pairs = frozenset((topic, p) for topic, ids in partitions.items() for p in ids) if state is not S.EMPTY \
+        else frozenset()
+    transit = TxnTransitMetadata(producer_id, producer_id, epoch, -1, timeout, state, pairs, start, update)
+    assert transit.log_value_bytes() == encode_value(transit.to_log_value())
+    assert decode_value(transit.log_value_bytes()) == transit.to_log_value()

@@ -43,7 +43,7 @@ from idemcore.record.kafka_files import encode_snapshot
 from idemcore.state.explain import rejection_message
 from idemcore.state.snapshot import snapshot_entries
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import Verdicts, check_into, commit_into
+from idemcore.state.validate import BoundChecks, Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class RequestColumns:
                                np.zeros(capacity, np.int64))
         self.commit = CommitVerdicts(self.verdicts.out_status, self.verdicts.out_base_offset,
                                      self.verdicts.out_last_offset)
+        #: check_into and commit_into bound to these arrays once, not at every append.
+        self.kernels = BoundChecks(self.batch, self.verdicts, self.txns, self.commit)
 
     def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None,
             control: tuple[int, int] | None = None) -> None:
@@ -219,9 +221,9 @@ class ReplicaManager:
         columns = self._columns
         k = len(entries)
         verdicts = columns.verdicts
-        check_into(self.backend, columns.batch, origin, 0, k, self.state, verdicts, columns.txns)
+        columns.kernels.check(self.backend, origin, 0, k, self.state)
         status = verdicts.out_status
-        appended = np.flatnonzero(status[:k] == _APPENDED).tolist()
+        appended = [j for j, verdict in enumerate(status[:k].tolist()) if verdict == _APPENDED]
         written: list[int] = []
         failed: dict[int, str] = {}
         try:
@@ -257,7 +259,7 @@ class ReplicaManager:
         finally:  # whatever happened, the state records exactly the batches that are in the logs
             for j in set(appended).difference(written):
                 status[j] = _REJECTED  # not written: not committed, the retry will be appended
-            commit_into(self.backend, columns.batch, 0, k, self.state, columns.commit)
+            columns.kernels.commit(self.backend, 0, k, self.state)
         return verdicts, failed
 
     def produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
@@ -266,7 +268,7 @@ class ReplicaManager:
         if type(request.acks) is not int or request.acks not in _ACKS:
             raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
         batches = request.batches
-        if not isinstance(batches, tuple | list) or not all(type(b) is RecordBatch for b in batches):
+        if not isinstance(batches, (tuple, list)) or not all(type(b) is RecordBatch for b in batches):
             raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
         answers: list[PartitionResponse | None] = [None] * len(batches)
         columns = self._columns_for(len(batches))
@@ -276,7 +278,8 @@ class ReplicaManager:
         waits: list[tuple[int, PartitionLog, int]] = []
         for position, batch in enumerate(batches):
             partition_number = batch.partition
-            known = isinstance(partition_number, int | np.integer) and not isinstance(partition_number, bool | np.bool_)
+            known = type(partition_number) is int or (isinstance(partition_number, np.integer)
+                                                      and not isinstance(partition_number, np.bool_))
             target = self.partition(batch.topic, int(partition_number)) if known else None
             problem: tuple[ErrorCode, str] | None
             if target is None:

@@ -27,6 +27,10 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     and leaves where and why it stopped in ``cursor`` (see
     :mod:`idemcore.kernels.header_scan_reference`).
 
+``bind_batches(backend, columns, state, verdicts, txns, commit)`` gives ``check_batches`` and ``commit_batches``
+over arrays that stay the same from call to call (a broker's request columns): the compiled backend takes their
+buffers once (``cython_kernels.BoundBatches``), the others are called with the arrays as usual.
+
 ``get_record_encoder(name)`` is apart from that contract: the records section of a RecordBatch v2 built from
 Python objects (:mod:`idemcore.kernels.record_encode_reference` and its compiled twin ``cython_record_encode``),
 which ``record.v2.batches.encode_record_batch`` calls on every batch the broker appends.
@@ -47,9 +51,9 @@ import functools
 import importlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from idemcore.errors import BackendUnavailableError
 
@@ -82,6 +86,43 @@ class Backend:
     rebuild_partition_index: Callable[..., None]
     drain_partitions: Callable[..., int]
     scan_headers: Callable[..., int]
+
+
+class BoundBatches(Protocol):
+    """``check_batches`` and ``commit_batches`` over the arrays given to :func:`bind_batches`."""
+
+    def check_batches(self, origin: int, start: int, stop: int) -> int: ...
+
+    def commit_batches(self, start: int, stop: int) -> int: ...
+
+
+class _Splatted:
+    """A backend's functions with the bound arrays passed at each call (what the compiled class saves)."""
+
+    def __init__(self, backend: Backend, columns: tuple, state: tuple, verdicts: tuple, txns: tuple,
+                 commit: tuple) -> None:
+        self._backend = backend
+        self._columns, self._state, self._verdicts, self._txns, self._commit = columns, state, verdicts, txns, commit
+
+    def check_batches(self, origin: int, start: int, stop: int) -> int:
+        return self._backend.check_batches(*self._columns, origin, start, stop, *self._state, *self._verdicts,
+                                           *self._txns)
+
+    def commit_batches(self, start: int, stop: int) -> int:
+        return self._backend.commit_batches(*self._columns, start, stop, *self._state, *self._commit)
+
+
+def bind_batches(backend: Backend, columns: Sequence[Any], state: Sequence[Any], verdicts: Sequence[Any],
+                 txns: Sequence[Any], commit: Sequence[Any]) -> BoundBatches:
+    """``backend``'s check_batches and commit_batches over these argument groups (:mod:`idemcore.kernels.abi`:
+    BatchColumns, StateArrays, VerdictColumns, TxnColumns, CommitVerdicts). Bind again once any array is replaced.
+    A Cython build without ``BoundBatches`` (built before it existed) is called as usual."""
+    groups = (tuple(columns), tuple(state), tuple(verdicts), tuple(txns), tuple(commit))
+    if backend.name == "cython":
+        bound = getattr(importlib.import_module(_MODULES["cython"][0]), "BoundBatches", None)
+        if bound is not None:
+            return bound(*groups)
+    return _Splatted(backend, *groups)
 
 
 def _known(name: str, source: str = "") -> str:

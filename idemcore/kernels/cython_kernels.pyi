@@ -45,6 +45,16 @@ def commit_batches(
     partition_next_offset: np.ndarray, counters: np.ndarray,
     out_status: np.ndarray, out_base_offset: np.ndarray, out_last_offset: np.ndarray,
 ) -> int: ...
+class BoundBatches:
+    """check_batches and commit_batches over the argument groups given here, their buffers taken once."""
+
+    arrays: tuple[tuple[np.ndarray, ...], ...]
+    def __init__(self, columns: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...],
+                 verdicts: tuple[np.ndarray, ...], txns: tuple[np.ndarray, ...],
+                 commit: tuple[np.ndarray, ...]) -> None: ...
+    def check_batches(self, origin: int, start: int, stop: int) -> int: ...
+    def commit_batches(self, start: int, stop: int) -> int: ...
+
 def reserve_rows(
     partition: np.ndarray, producer_id: np.ndarray, start: int, stop: int,
     slot_i64: np.ndarray, slot_i32: np.ndarray, row_i64: np.ndarray, row_i32: np.ndarray, row_i16: np.ndarray,

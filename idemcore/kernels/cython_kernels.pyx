@@ -983,11 +983,16 @@ def check_batches(
                                     out_expected, start, stop)
     cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
-    cdef Py_ssize_t i
     with nogil:
-        for i in range(start, stop):
-            check_batch(i, &b, origin, &look, &out, &done)
+        check_loop(&b, origin, &look, &out, &done, start, stop)
     return stop
+
+
+cdef inline void check_loop(const Batches *b, int origin, const Lookup *look, Verdicts *out, Completed *done,
+                            Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(start, stop):
+        check_batch(i, b, origin, look, out, done)
 
 
 def commit_batches(
@@ -1017,20 +1022,84 @@ def commit_batches(
     verdicts.status = &out_status[0]
     verdicts.base_offset = &out_base_offset[0]
     verdicts.last_offset = &out_last_offset[0]
-    cdef Py_ssize_t i, slot
-    cdef Py_ssize_t stopped = stop
+    cdef Py_ssize_t stopped
     with nogil:
-        for i in range(start, stop):
-            if verdicts.status[i] != APPENDED:
-                continue
-            if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
-                stopped = i
-                break
-            slot = -1
-            if b.producer_id[i] >= 0:
-                slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.partition[i])
-            commit_batch(i, slot, &b, &st, &verdicts)
+        stopped = commit_loop(&b, &st, &verdicts, start, stop)
     return stopped
+
+
+cdef inline Py_ssize_t commit_loop(const Batches *b, State *st, const CommitVerdicts *verdicts, Py_ssize_t start,
+                                   Py_ssize_t stop) noexcept nogil:
+    # commit_batches' loop: the first index not processed.
+    cdef Py_ssize_t i, slot
+    for i in range(start, stop):
+        if verdicts.status[i] != APPENDED:
+            continue
+        if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
+            return i
+        slot = -1
+        if b.producer_id[i] >= 0:
+            slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.partition[i])
+        commit_batch(i, slot, b, st, verdicts)
+    return stop
+
+
+cdef class BoundBatches:
+    """check_batches and commit_batches over one set of arrays, their buffers taken once, here: a call of the
+    module functions takes some 40 buffers (about 3 us, most of what a broker's one-batch append spent in the
+    kernels), a call of these methods none. ``columns``, ``state``, ``verdicts``, ``txns``, ``commit``: the
+    groups of idemcore.kernels.abi (BatchColumns, StateArrays, VerdictColumns, TxnColumns, CommitVerdicts), kept
+    alive here; bind again once any array is replaced (the table grows, the columns are reallocated)."""
+
+    cdef Batches b
+    cdef Lookup look
+    cdef State st
+    cdef Verdicts out
+    cdef Completed done
+    cdef CommitVerdicts verdicts
+    cdef Py_ssize_t rows
+    cdef readonly tuple arrays
+
+    def __init__(self, tuple columns, tuple state, tuple verdicts, tuple txns, tuple commit):
+        require(len(columns) == 12 and len(state) == 11 and len(verdicts) == 6 and len(txns) == 6
+                and len(commit) == 3, "the argument groups")
+        self.arrays = (columns, state, verdicts, txns, commit)
+        self.rows = min([len(column) for column in columns] + [len(column) for column in verdicts]
+                        + [len(column) for column in commit])
+        c, s, v, t = columns, state, verdicts, txns
+        self.b = batch_columns(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], 0,
+                               self.rows)
+        self.look = lookup_of(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10])
+        self.st = state_of(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10])
+        self.out = verdicts_of(v[0], v[1], v[2], v[3], v[4], v[5], 0, self.rows)
+        self.done = completed_of(s[10], t[0], t[1], t[2], t[3], t[4], t[5])
+        self.verdicts = commit_verdicts_of(commit[0], commit[1], commit[2])
+
+    def check_batches(self, int origin, Py_ssize_t start, Py_ssize_t stop):
+        """check_batches(*columns, origin, start, stop, *state, *verdicts, *txns)."""
+        if start < stop:
+            require(start >= 0 and stop <= self.rows, "start..stop beyond the bound columns")
+        with nogil:
+            check_loop(&self.b, origin, &self.look, &self.out, &self.done, start, stop)
+        return stop
+
+    def commit_batches(self, Py_ssize_t start, Py_ssize_t stop):
+        """commit_batches(*columns, start, stop, *state, *commit)."""
+        cdef Py_ssize_t stopped
+        if start < stop:
+            require(start >= 0 and stop <= self.rows, "start..stop beyond the bound columns")
+        with nogil:
+            stopped = commit_loop(&self.b, &self.st, &self.verdicts, start, stop)
+        return stopped
+
+
+cdef CommitVerdicts commit_verdicts_of(const int8_t[::1] out_status, const int64_t[::1] out_base_offset,
+                                       const int64_t[::1] out_last_offset) noexcept:
+    cdef CommitVerdicts verdicts
+    verdicts.status = &out_status[0]
+    verdicts.base_offset = &out_base_offset[0]
+    verdicts.last_offset = &out_last_offset[0]
+    return verdicts
 
 
 # reserve_loop comes in four copies, chosen by the types of two NULL pointers (Cython resolves ``if Ahead is

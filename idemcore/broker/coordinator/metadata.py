@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from idemcore.broker.coordinator.collaborators import TopicPartition
 from idemcore.broker.coordinator.state import TransactionState
-from idemcore.broker.coordinator.txn_log import TransactionLogValue, group_by_topic
+from idemcore.broker.coordinator.txn_log import TransactionLogValue, encode_value_v0, group_by_topic
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import INT16_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_EXHAUSTED
 
@@ -52,6 +52,12 @@ class TxnTransitMetadata:
         return TransactionLogValue(self.producer_id, self.producer_epoch, self.txn_timeout_ms, self.txn_state,
                                    None if self.txn_state is S.EMPTY else group_by_topic(self.topic_partitions),
                                    self.txn_last_update_timestamp, self.txn_start_timestamp)
+
+    def log_value_bytes(self) -> bytes:
+        """``encode_value(self.to_log_value())``, without the value object between (one per transition)."""
+        return encode_value_v0(self.producer_id, self.producer_epoch, self.txn_timeout_ms, self.txn_state,
+                               None if self.txn_state is S.EMPTY else group_by_topic(self.topic_partitions),
+                               self.txn_last_update_timestamp, self.txn_start_timestamp)
 
 
 @dataclass(slots=True, eq=False)

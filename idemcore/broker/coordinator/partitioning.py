@@ -8,6 +8,8 @@ outside the BMP counts as its two surrogates), and the absolute value is ``Utils
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _INT32_MIN = -(1 << 31)
 
 
@@ -31,4 +33,10 @@ def coordinator_partition(key: str, partitions: int) -> int:
         raise ValueError(f"partitions must be a positive int, got {partitions!r}")
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}")
+    return _partition(key, partitions)
+
+
+@lru_cache(maxsize=4096)
+def _partition(key: str, partitions: int) -> int:
+    # Every record a coordinator writes asks this of its id: the hash runs in Python, one code unit at a time.
     return java_abs(java_string_hash(key)) % partitions

@@ -11,6 +11,11 @@ Synchronous where Kafka is asynchronous, with the same answers:
 - Kafka answers EndTxn as soon as the Prepare* record is durable and writes the markers and the Complete*
   record afterwards on another thread. Here :meth:`TransactionCoordinator.end_txn` writes them before it
   returns, and answers what Kafka answers: NONE once Prepare* is durable, even if markers are still missing.
+  A broker that can run work after an answer is sent hands :meth:`TransactionCoordinator.complete_later` a
+  scheduler (one running on an event loop runs the call half a millisecond later): EndTxn then answers once
+  Prepare* is durable, as Kafka does, and the markers and Complete* are written by the scheduled call while the
+  client reads the answer. Every coordinator request first finishes what is queued, so no answer differs from
+  the inline one; only a Fetch that races the answer may still find the transaction open, as it may in Kafka.
 - Kafka answers CONCURRENT_TRANSACTIONS to requests that arrive while markers are outstanding (the Complete*
   transition is pending). Done inline there is no such window, except when a marker or the Complete* record
   could not be written in ``marker_attempts`` tries: then the transition stays pending, requests get
@@ -57,7 +62,6 @@ from idemcore.broker.coordinator.txn_log import (
     decode_key,
     decode_value,
     encode_key,
-    encode_value,
 )
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -96,6 +100,8 @@ _APPEND_ERRORS: Final = {
 
 def coordinator_error(append_error: int) -> ErrorCode:
     """The error a client sees when the coordinator's log append answered ``append_error``."""
+    if append_error == 0:
+        return E.NONE
     try:
         code = ErrorCode(append_error)
     except ValueError:
@@ -138,6 +144,9 @@ class TransactionCoordinator:
         self.marker_attempts = _positive("marker_attempts", marker_attempts)
         self._metadata: dict[str, TransactionMetadata] = {}
         self._completions: dict[str, PendingCompletion] = {}
+        #: Completions of answered EndTxn requests still to write (only with a scheduler, see complete_later).
+        self._queued: list[PendingCompletion] = []
+        self._schedule: Callable[[Callable[[], None]], object] | None = None
         self._coordinator_epoch: int | None = None
 
     # ------------------------------------------------------------ introspection
@@ -160,6 +169,26 @@ class TransactionCoordinator:
         """Ids whose Prepare* is durable but whose markers or Complete* record are still missing."""
         return tuple(sorted(self._completions))
 
+    # ------------------------------------------------------------ completing after the answer
+
+    def complete_later(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
+        """From now on a client's EndTxn is answered once its Prepare* record is durable, and its markers and
+        Complete* record are written by ``schedule(self.complete_queued)`` (called once per batch of queued
+        completions: a broker's event loop runs it after the answer is sent). None: written before
+        EndTxn returns again (the default); what is queued is written now."""
+        self._schedule = schedule
+        if schedule is None:
+            self.complete_queued()
+
+    def complete_queued(self) -> None:
+        """Write the markers and Complete* records of the EndTxn requests answered so far (see
+        :meth:`complete_later`); one that fails stays pending, as inline, for :meth:`retry_pending_markers`."""
+        while self._queued:
+            queued, self._queued = self._queued, []
+            for completion in queued:
+                if self._completions.get(completion.metadata.transactional_id) is completion:
+                    self._finish(completion)
+
     # ------------------------------------------------------------ InitProducerId
 
     def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
@@ -169,6 +198,8 @@ class TransactionCoordinator:
         ``producer_id``/``producer_epoch`` are the caller's current ones (KIP-360), or both -1."""
         if transactional_id is not None:
             _check_args(transactional_id, producer_id, producer_epoch)
+        if self._queued:
+            self.complete_queued()
         if type(transaction_timeout_ms) is not int:
             raise TypeError(f"transaction_timeout_ms must be an int, got {transaction_timeout_ms!r}")
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
@@ -267,6 +298,8 @@ class TransactionCoordinator:
                               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """Add ``partitions`` to the transaction; the coordinator's one answer for every partition."""
         _check_args(transactional_id, producer_id, producer_epoch)
+        if self._queued:
+            self.complete_queued()
         wanted = list(partitions)
         for tp in wanted:
             if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and type(tp[1]) is int):
@@ -286,6 +319,8 @@ class TransactionCoordinator:
                            group_id: str) -> ErrorCode:
         """Add the group's ``__consumer_offsets`` partition to the transaction (its offsets commit with it)."""
         partition = (CONSUMER_OFFSETS_TOPIC, coordinator_partition(group_id, self.offsets_partitions))
+        if self._queued:
+            self.complete_queued()
         return self._add_partitions(transactional_id, producer_id, producer_epoch, frozenset([partition]))
 
     def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -308,6 +343,8 @@ class TransactionCoordinator:
         _check_args(transactional_id, producer_id, producer_epoch)
         if type(committed) is not bool:
             raise TypeError(f"committed must be a bool, got {committed!r}")
+        if self._queued:
+            self.complete_queued()
         return self._end_transaction(transactional_id, producer_id, producer_epoch, committed, from_client=True)
 
     def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
@@ -346,19 +383,26 @@ class TransactionCoordinator:
             if fencing:
                 metadata.has_failed_epoch_fence = True  # the epoch stays raised in memory, unreturned
             return error
-        self._start_completion(metadata)
+        self._start_completion(metadata, later=from_client and self._schedule is not None)
         return E.NONE
 
     # ------------------------------------------------------------ markers and Complete*
 
-    def _start_completion(self, metadata: TransactionMetadata) -> None:
-        """The Prepare* record is durable: Complete* becomes pending, then markers go out and Complete* is written."""
+    def _start_completion(self, metadata: TransactionMetadata, later: bool = False) -> None:
+        """The Prepare* record is durable: Complete* becomes pending, then markers go out and Complete* is written
+        (``later``: queued for the scheduled :meth:`complete_queued`)."""
         if self._coordinator_epoch is None:
             raise IllegalTransitionError(f"{metadata.transactional_id}: completing before the log is loaded")
         transit = metadata.prepare_complete(self._clock())
         completion = PendingCompletion(metadata, transit, metadata.producer_id, metadata.producer_epoch,
                                        self._coordinator_epoch)
         self._completions[metadata.transactional_id] = completion
+        if later:
+            self._queued.append(completion)
+            if len(self._queued) == 1:
+                assert self._schedule is not None
+                self._schedule(self.complete_queued)
+            return
         self._finish(completion)
 
     def _finish(self, completion: PendingCompletion) -> bool:
@@ -378,6 +422,7 @@ class TransactionCoordinator:
         """Try again to finish every transaction whose markers or Complete* record are missing (the broker calls
         this on a timer); answers how many are still unfinished. Abandoned ones (a partition reported a newer
         producer or coordinator epoch) are not retried: only a reload finishes them."""
+        self.complete_queued()
         for transactional_id in sorted(self._completions):
             completion = self._completions[transactional_id]
             if not completion.abandoned:
@@ -389,6 +434,7 @@ class TransactionCoordinator:
     def abort_timed_out_transactions(self) -> dict[str, ErrorCode]:
         """Fence and abort every ongoing transaction older than its timeout (epoch + 1, ABORT markers with it);
         answers each attempted id's outcome."""
+        self.complete_queued()
         now = self._clock()
         timed_out = [(txn_id, m.producer_id) for txn_id, m in sorted(self._metadata.items())
                      if m.pending_state is None and m.state is S.ONGOING
@@ -416,6 +462,7 @@ class TransactionCoordinator:
     def expire_transactional_ids(self) -> list[str]:
         """Remove every id idle (Empty or Complete*) for ``transactional_id_expiration_ms`` with a tombstone;
         answers the ids removed."""
+        self.complete_queued()
         now = self._clock()
         removed: list[str] = []
         for transactional_id, metadata in sorted(self._metadata.items()):
@@ -435,6 +482,7 @@ class TransactionCoordinator:
 
     def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
         """DescribeTransactions: per id its state, or an error."""
+        self.complete_queued()
         return [self._describe(transactional_id) for transactional_id in transactional_ids]
 
     def _describe(self, transactional_id: str) -> TransactionDescription:
@@ -453,6 +501,7 @@ class TransactionCoordinator:
                           duration_ms: int = -1) -> ListTransactionsResult:
         """ListTransactions: ids filtered by Kafka state names, producer ids, and (``duration_ms`` >= 0) those
         whose transaction started more than ``duration_ms`` ago."""
+        self.complete_queued()
         names = list(states or ())
         wanted_ids = frozenset(producer_ids or ())
         known = {state for name in names if (state := S.from_name(name)) is not None}
@@ -498,6 +547,7 @@ class TransactionCoordinator:
         self._metadata = {txn_id: TransactionMetadata.from_log_value(txn_id, value)
                           for txn_id, value in latest.items() if value is not None}
         self._completions = {}  # markers of the previous incarnation are moot: they are sent again below
+        self._queued = []
         self._coordinator_epoch = coordinator_epoch
         for transactional_id in sorted(self._metadata):
             metadata = self._metadata[transactional_id]
@@ -524,7 +574,7 @@ class TransactionCoordinator:
         """Write ``transit``; apply it once durable. On failure the pending state is cleared (the transition did
         not happen), unless the caller will retry the same record."""
         try:
-            error = self._append(metadata.transactional_id, encode_value(transit.to_log_value()))
+            error = self._append(metadata.transactional_id, transit.log_value_bytes())
         except ValueError as exc:  # a value the record cannot hold (a partition or name out of range)
             log.error("%s: %s cannot be written: %s", metadata.transactional_id, transit.txn_state.kafka_name, exc)
             error = E.INVALID_REQUEST

@@ -99,21 +99,30 @@ def encode_value(value: TransactionLogValue) -> bytes:
     if (value.previous_producer_id, value.next_producer_id, value.client_transaction_version) != (-1, -1, 0):
         raise ValueError(f"version 0 cannot hold previous producer id {value.previous_producer_id}, next producer id "
                          f"{value.next_producer_id} or client transaction version {value.client_transaction_version}")
-    state = TransactionState(value.state)
-    out = [pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, value.producer_id,
-                value.producer_epoch, value.transaction_timeout_ms, int(state))]
+    return encode_value_v0(value.producer_id, value.producer_epoch, value.transaction_timeout_ms, value.state,
+                           value.partitions, value.last_update_timestamp_ms, value.start_timestamp_ms)
+
+
+def encode_value_v0(producer_id: int, producer_epoch: int, transaction_timeout_ms: int, state: TransactionState,
+                    partitions: TopicPartitionGroups | None, last_update_timestamp_ms: int,
+                    start_timestamp_ms: int) -> bytes:
+    """The version 0 value of these fields (:func:`encode_value` without a :class:`TransactionLogValue`: the
+    coordinator writes one per transition)."""
+    state = state if type(state) is TransactionState else TransactionState(state)
+    out = [pack(_V0_HEAD, "producer id, epoch, timeout or state", VALUE_VERSION, producer_id, producer_epoch,
+                transaction_timeout_ms, state)]
     if state is TransactionState.EMPTY:
-        if value.partitions:
-            raise ValueError(f"an Empty transaction has no partitions, got {value.partitions!r}")
+        if partitions:
+            raise ValueError(f"an Empty transaction has no partitions, got {partitions!r}")
         out.append(I32.pack(-1))
     else:
-        groups = value.partitions or ()
+        groups = partitions or ()
         out.append(I32.pack(len(groups)))
         for topic, ids in groups:
             out.append(pack_string(topic, "topic"))
             out.append(I32.pack(len(ids)))
             out.extend(pack(I32, f"partition of {topic!r}", p) for p in ids)
-    out.append(pack(_TIMESTAMPS, "timestamps", value.last_update_timestamp_ms, value.start_timestamp_ms))
+    out.append(pack(_TIMESTAMPS, "timestamps", last_update_timestamp_ms, start_timestamp_ms))
     return b"".join(out)
 
 

@@ -140,6 +140,7 @@ class PartitionLog:
                 raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
         self.topic = topic
         self.partition = partition
+        self._name = f"{topic}-{partition}"  # asked at every append (the written ends are kept by name)
         #: The first offset readers may read (Kafka's log start offset): raised by retention (to a segment's base)
         #: and DeleteRecords (anywhere up to the log end, inside a segment or a batch too), recorded by the broker
         #: in log-start-offset-checkpoint before the segments below it are deleted.
@@ -207,7 +208,7 @@ class PartitionLog:
 
     @property
     def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        return self._name
 
     @property
     def segment_bases(self) -> list[int]:

@@ -130,10 +130,11 @@ class FileStore(ByteStore):
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
         fd = self._descriptor()
-        with memoryview(data) as view:
-            done = 0
-            while done < len(view):  # pwrite may write less than asked
-                done += os.pwrite(fd, view[done:], self.size + done)
+        done = os.pwrite(fd, data, self.size)
+        if done < len(data):  # pwrite may write less than asked
+            with memoryview(data) as view:
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], self.size + done)
         self.size += len(data)
 
     def truncate(self, size: int) -> None:

@@ -1,7 +1,8 @@
 """Kafka's framing over kio (docs/research/kio-evaluation.md): read a request frame into kio's entities, write a
 response into a list of chunks, and build kio entities of any version by field name.
 
-kio's classes are generated from Kafka's JSON schemas, one per API, version and entity; its readers are native.
+kio's classes are generated from Kafka's JSON schemas, one per API, version and entity; its readers are native,
+and its entities are written by :mod:`idemcore.net.wire.encoder` (kio's bytes, without kio's per-value checks).
 Everything kio-specific stays in this package: the rest of idemcore speaks :mod:`idemcore.net.messages`."""
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import SerialError
-from kio.static.primitive import i32
 
+from idemcore.net.wire.encoder import entity_encoder
 from idemcore.net.wire.errors import MalformedFrameError, UnsupportedApiError
 from idemcore.net.wire.guard import Edits, check_lengths, header_end, response_header_end, without
 
 #: size, api_key, api_version, correlation_id: the same offsets in every request header version.
 REQUEST_HEAD = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
+_CORRELATION_ID = struct.Struct(">i")
 
 
 @cache
@@ -42,13 +44,19 @@ def request_codec(api_key: int, version: int) -> tuple[type, Callable, Callable]
 
 
 @cache
-def response_codec(api_key: int, version: int) -> tuple[type, Callable, Callable]:
-    """The response class of ``api_key`` at ``version``, and writers of its header and body."""
+def response_codec(api_key: int, version: int) -> tuple[type, Callable[[int], bytes], Callable]:
+    """The response class of ``api_key`` at ``version``, the bytes of its header for a correlation id, and the
+    writer of its body."""
     try:
         cls = load_response_schema(api_key, version)
     except Exception as error:
         raise UnsupportedApiError(f"no response schema for api key {api_key} version {version}") from error
-    return cls, entity_writer(cls.__header_schema__), entity_writer(cls)
+    header = cls.__header_schema__
+    if [f.name for f in dataclasses.fields(header)] != ["correlation_id"]:  # Kafka's v0 and v1 response headers
+        raise UnsupportedApiError(f"response header {header.__module__} has fields beyond the correlation id")
+    # v1 (flexible) ends with its tagged fields, of which the schema has none.
+    tail = b"\x00" if header.__flexible__ else b""
+    return cls, lambda correlation_id: _CORRELATION_ID.pack(correlation_id) + tail, entity_encoder(cls)
 
 
 def response_class(request: Any) -> type:
@@ -96,9 +104,8 @@ class Chunks(list):
 
 def response_frame(correlation_id: int, response: Any) -> Chunks:
     """The frame of ``response`` (a kio entity) answering ``correlation_id``: its size first, then its parts."""
-    _, write_header, write_body = response_codec(response.__api_key__, response.__version__)
-    out = Chunks([b""])
-    write_header(out, response.__header_schema__(correlation_id=i32(correlation_id)))
+    _, header, write_body = response_codec(response.__api_key__, response.__version__)
+    out = Chunks([b"", header(correlation_id)])
     write_body(out, response)
     out[0] = SIZE.pack(sum(map(len, out)))
     return out
@@ -111,8 +118,8 @@ def request_frame(api_key: int, version: int, correlation_id: int, client_id: st
     header = make(header_cls, request_api_key=api_key, request_api_version=version,
                   correlation_id=correlation_id, client_id=client_id)
     out: Any = Chunks([b""])
-    entity_writer(header_cls)(out, header)
-    entity_writer(cls)(out, body)
+    entity_encoder(header_cls)(out, header)
+    entity_encoder(cls)(out, body)
     out[0] = SIZE.pack(sum(map(len, out)))
     return b"".join(out)
 
@@ -174,15 +181,29 @@ def make(cls: type, **values: Any) -> Any:
     this version lacks are ignored, so one call builds every version; required fields left out get their zero
     (:func:`_zero`); an int for a duration (kio's timedelta fields) counts milliseconds."""
     kwargs = {}
-    for name, kind, has_default in _fields(cls):
+    for name, duration, required in _make_plan(cls):
         if name in values:
             value = values[name]
-            if type(value) is int and isinstance(kind, type) and issubclass(kind, datetime.timedelta):
-                value = kind(datetime.timedelta(milliseconds=value))  # type: ignore[arg-type]  # idemcore counts ms
+            if duration is not None and type(value) is int:
+                value = duration(datetime.timedelta(milliseconds=value))
             kwargs[name] = value
-        elif not has_default:
-            kwargs[name] = _zero(kind)
+        elif required:
+            kwargs[name] = _zero_of(cls, name)
     return cls(**kwargs)
+
+
+@cache
+def _make_plan(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """Each field's name, its duration type (kio's timedelta phantoms) or None, and whether it is required."""
+    return tuple((name, kind if isinstance(kind, type) and issubclass(kind, datetime.timedelta) else None,
+                  not has_default) for name, kind, has_default in _fields(cls))
+
+
+@cache
+def _zero_of(cls: type, name: str) -> Any:
+    """The zero of a required field (kio's entities are frozen: one value serves every entity)."""
+    (kind,) = (kind for field_name, kind, _ in _fields(cls) if field_name == name)
+    return _zero(kind)
 
 
 def nested(cls: type, name: str) -> type:
@@ -199,5 +220,8 @@ def millis(value: datetime.timedelta | int | None) -> int:
     if value is None:
         return -1
     if isinstance(value, datetime.timedelta):
-        return int(value / datetime.timedelta(milliseconds=1))
+        return int(value / _ONE_MS)
     return int(value)
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)

@@ -5,14 +5,17 @@ kio 0.6.5's reader reserves an array's declared length up front: a frame of 24 b
 makes the allocation fail, and Rust aborts the whole process. This walk follows the same schema (kio's classes
 and their ``kafka_type`` metadata) without building anything: each array, string and bytes length must fit in
 what is left of the frame. Tagged fields the schema does not know are
-cut out before kio reads the frame (Kafka skips them, KIP-482; kio 0.6 raises KeyError on them)."""
+cut out before kio reads the frame (Kafka skips them, KIP-482; kio 0.6 raises KeyError on them).
+
+Every request passes here, so each class's walk is built once into closures (fields of fixed widths in a row are
+bounded by one comparison, an array of fixed-width elements by one multiplication)."""
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from functools import cache
-from typing import NamedTuple
 
 from kio.serial._introspect import classify_field, get_field_tag, is_optional
 
@@ -24,180 +27,227 @@ _FIXED = {"bool": 1, "int8": 1, "int16": 2, "error_code": 2, "uint16": 2, "int32
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
+#: What to change in a frame: ``(start, end, replacement)`` byte ranges (a tagged-field count, an unknown field).
+Edits = list[tuple[int, int, bytes]]
+#: One field's (or entity's) check: ``(frame, position, end of frame, edits) -> position after it``.
+Check = Callable[[bytes | memoryview, int, int, Edits], int]
+#: A length's reader: ``(frame, position, end) -> (length, position after it)``.
+Length = Callable[[bytes | memoryview, int, int], tuple[int, int]]
 
-class _Field(NamedTuple):
-    name: str
-    kafka_type: str | None  # None: a nested entity
-    array: bool
-    optional: bool
-    entity: type | None
+
+def _left(what: str, size: int, left: int) -> MalformedFrameError:
+    return MalformedFrameError(f"{what}: {size} bytes where {left} are left")
 
 
-class _Plan(NamedTuple):
-    flexible: bool
-    fields: tuple[_Field, ...]
-    tags: frozenset[int]
+def _uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise MalformedFrameError("a varint cut off by the end of the frame")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedFrameError("an unsigned varint longer than 5 bytes")
+
+
+def _compact_length(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    size, pos = _uvarint(data, pos, end)
+    return size - 1, pos
+
+
+def _int16_length(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    if end - pos < 2:
+        raise _left("an int16", 2, end - pos)
+    return _I16.unpack_from(data, pos)[0], pos + 2
+
+
+def _int32_length(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    if end - pos < 4:
+        raise _left("an int32", 4, end - pos)
+    return _I32.unpack_from(data, pos)[0], pos + 4
+
+
+def _length_reader(flexible: bool, wide: bool) -> Length:
+    """A length as the schema writes it (compact: N+1; else int16 for strings, int32 for the rest); -1 for null
+    (whether the field may be null is kio's to check)."""
+    if flexible:
+        return _compact_length
+    return _int32_length if wide else _int16_length
+
+
+def _fixed_run(names: list[str], size: int) -> Check:
+    """Fields of fixed widths in a row: one bound for all of them."""
+    what = names[0] if len(names) == 1 else ", ".join(names)
+
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        if size > end - pos:
+            raise _left(what, size, end - pos)
+        return pos + size
+    return check
+
+
+def _sized(name: str, length: Length) -> Check:
+    """A string or bytes: its length, then that many bytes."""
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        size, pos = length(data, pos, end)
+        if size < -1:
+            raise MalformedFrameError(f"{name} of length {size}")
+        if size > end - pos:
+            raise _left(name, size, end - pos)
+        return pos + size if size > 0 else pos
+    return check
+
+
+def _array(name: str, length: Length, element: Check | None, element_size: int) -> Check:
+    """A count, then the elements (``element``, or ``element_size`` bytes each when their width is fixed)."""
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        count, pos = length(data, pos, end)
+        if count < -1:
+            raise MalformedFrameError(f"{name} of length {count}")
+        if count == -1:
+            return pos
+        # Every element takes a byte at least: a count beyond the bytes left is a lie kio must not act on.
+        if count > end - pos:
+            raise MalformedFrameError(f"{name}: {count} elements where {end - pos} bytes are left")
+        if element is None:
+            if count * element_size > end - pos:
+                raise _left(name, count * element_size, end - pos)
+            return pos + count * element_size
+        for _ in range(count):
+            pos = element(data, pos, end, edits)
+        return pos
+    return check
+
+
+def _nullable(name: str, entity: Check) -> Check:
+    """A nullable struct: an int8 first, negative for null."""
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        if pos >= end:
+            raise _left(f"{name}'s presence", 1, end - pos)
+        if data[pos] >= 0x80:
+            return pos + 1
+        return entity(data, pos + 1, end, edits)
+    return check
+
+
+def _tagged(known: frozenset[int]) -> Check:
+    """A tagged-field section: each field's size is checked, and the fields the schema does not know go into
+    ``edits`` (with the count lowered)."""
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        start = pos
+        count, pos = _uvarint(data, pos, end)
+        count_end = pos
+        if count > end - pos:
+            raise MalformedFrameError(f"{count} tagged fields where {end - pos} bytes are left")
+        unknown: Edits = []
+        for _ in range(count):
+            field_start = pos
+            tag, pos = _uvarint(data, pos, end)
+            size, pos = _uvarint(data, pos, end)
+            if size > end - pos:
+                raise _left(f"tagged field {tag}", size, end - pos)
+            pos += size
+            if tag not in known:
+                unknown.append((field_start, pos, b""))
+        if unknown:
+            edits.append((start, count_end, _uvarint_bytes(count - len(unknown))))
+            edits.extend(unknown)
+        return pos
+    return check
+
+
+_NO_TAGS = _tagged(frozenset())
 
 
 @cache
-def _plan(cls: type) -> _Plan:
-    fields, tags = [], set()
+def _checker(cls: type) -> Check:
+    """The check of one ``cls`` entity: its fields in order (runs of fixed widths bounded at once), then, if
+    flexible, its tagged fields."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    steps: list[Check] = []
+    run: list[str] = []
+    run_size = 0
+    tags: set[int] = set()
     for field in dataclasses.fields(cls):
         tag = get_field_tag(field)
         if tag is not None:
             tags.add(int(tag))
             continue  # in the tagged section, which is walked by size
         kind = classify_field(field)
+        kafka_type = field.metadata.get("kafka_type") or ""
         entity = kind.type_ if dataclasses.is_dataclass(kind.type_) else None
-        fields.append(_Field(field.name, field.metadata.get("kafka_type"), kind.is_array, is_optional(field),
-                             entity))
-    return _Plan(bool(getattr(cls, "__flexible__", False)), tuple(fields), frozenset(tags))
-
-
-#: What to change in a frame: ``(start, end, replacement)`` byte ranges (a tagged-field count, an unknown field).
-Edits = list[tuple[int, int, bytes]]
-
-
-class _Reader:
-    __slots__ = ("data", "edits", "end", "pos")
-
-    def __init__(self, data: bytes | memoryview, pos: int, edits: Edits) -> None:
-        self.data, self.pos, self.end, self.edits = data, pos, len(data), edits
-
-    def take(self, size: int, what: str) -> None:
-        if size < 0 or size > self.end - self.pos:
-            raise MalformedFrameError(f"{what}: {size} bytes where {self.end - self.pos} are left")
-        self.pos += size
-
-    def int16(self) -> int:
-        value = _I16.unpack_from(self.data, self.pos)[0] if self.end - self.pos >= 2 else None
-        self.take(2, "an int16")
-        return value  # type: ignore[return-value]
-
-    def int32(self) -> int:
-        value = _I32.unpack_from(self.data, self.pos)[0] if self.end - self.pos >= 4 else None
-        self.take(4, "an int32")
-        return value  # type: ignore[return-value]
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= self.end:
-                raise MalformedFrameError("a varint cut off by the end of the frame")
-            b = self.data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise MalformedFrameError("an unsigned varint longer than 5 bytes")
-
-    def length(self, flexible: bool, wide: bool, what: str) -> int:
-        """A length as the schema writes it (compact: N+1; else int16 for strings, int32 for the rest); -1 for
-        null (whether the field may be null is kio's to check)."""
-        if flexible:
-            size = self.uvarint() - 1
+        fixed = None if entity is not None else _FIXED.get(kafka_type)
+        if fixed is not None and not kind.is_array:
+            run.append(field.name)
+            run_size += fixed
+            continue
+        if run:
+            steps.append(_fixed_run(run, run_size))
+            run, run_size = [], 0
+        element: Check | None
+        if entity is not None:
+            element = _checker(entity)
+        elif fixed is not None:
+            element = None
+        elif kafka_type == "string":
+            element = _sized(field.name, _length_reader(flexible, wide=False))
+        elif kafka_type in ("bytes", "records"):
+            element = _sized(field.name, _length_reader(flexible, wide=True))
         else:
-            size = self.int32() if wide else self.int16()
-        if size < -1:
-            raise MalformedFrameError(f"{what} of length {size}")
-        return size
+            raise MalformedFrameError(f"{field.name}: no length rule for kafka type {kafka_type!r}")
+        if kind.is_array:
+            steps.append(_array(field.name, _length_reader(flexible, wide=True), element, fixed or 0))
+        elif entity is not None and is_optional(field):
+            steps.append(_nullable(field.name, element))  # type: ignore[arg-type]
+        else:
+            steps.append(element)  # type: ignore[arg-type]
+    if run:
+        steps.append(_fixed_run(run, run_size))
+    if flexible:
+        steps.append(_tagged(frozenset(tags)))
+    all_steps = tuple(steps)
+
+    def check(data: bytes | memoryview, pos: int, end: int, edits: Edits) -> int:
+        for step in all_steps:
+            pos = step(data, pos, end, edits)
+        return pos
+    return check
 
 
 def check_lengths(cls: type, frame: bytes | memoryview, position: int, edits: Edits) -> None:
     """Walk the body of ``cls`` (a kio request or response class) in ``frame`` from ``position``; MalformedFrameError
     for a length beyond the frame. Tagged fields the schema does not know go into
     ``edits`` to be cut (:func:`without`): Kafka skips them (KIP-482), and kio 0.6 raises on them."""
-    reader = _Reader(frame, position, edits)
-    _walk(cls, reader)  # bytes after the body are left alone, as Kafka's parser leaves them (see frames._read)
+    # Bytes after the body are left alone, as Kafka's parser leaves them (see frames._read).
+    _checker(cls)(frame, position, len(frame), edits)
 
 
 def header_end(frame: bytes | memoryview, flexible_header: bool, edits: Edits) -> int:
     """Where a request header ends: api key, version, correlation id, the client id (always a nullable int16
     string), and in header v2 its tagged fields (unknown ones into ``edits``)."""
-    reader = _Reader(frame, 8, edits)
-    size = reader.int16()
+    end = len(frame)
+    size, pos = _int16_length(frame, 8, end)
     if size < -1:
         raise MalformedFrameError(f"client id of length {size}")
-    reader.take(max(size, 0), "the client id")
-    if flexible_header:
-        _tagged(reader, frozenset())
-    return reader.pos
+    if size > end - pos:
+        raise _left("the client id", size, end - pos)
+    pos += max(size, 0)
+    return _NO_TAGS(frame, pos, end, edits) if flexible_header else pos
 
 
 def response_header_end(frame: bytes | memoryview, flexible_header: bool, edits: Edits) -> int:
     """Where a response header ends: the correlation id, and in header v1 its tagged fields."""
-    reader = _Reader(frame, 0, edits)
-    reader.take(4, "the correlation id")
-    if flexible_header:
-        _tagged(reader, frozenset())
-    return reader.pos
+    end = len(frame)
+    if end < 4:
+        raise _left("the correlation id", 4, end)
+    return _NO_TAGS(frame, 4, end, edits) if flexible_header else 4
 
 
-def _walk(cls: type, reader: _Reader) -> None:
-    plan = _plan(cls)
-    flexible = plan.flexible
-    for field in plan.fields:
-        if field.array:
-            count = reader.length(flexible, True, field.name)
-            if count == -1:
-                continue
-            # Every element takes a byte at least: a count beyond the bytes left is a lie kio must not act on.
-            if count > reader.end - reader.pos:
-                raise MalformedFrameError(f"{field.name}: {count} elements where {reader.end - reader.pos} bytes "
-                                          "are left")
-            for _ in range(count):
-                _value(field, reader, flexible, element=True)
-        else:
-            _value(field, reader, flexible, element=False)
-    if flexible:
-        _tagged(reader, plan.tags)
-
-
-def _value(field: _Field, reader: _Reader, flexible: bool, element: bool) -> None:
-    if field.entity is not None:
-        if field.optional and not element:  # a nullable struct: an int8 first, negative for null
-            marker = reader.data[reader.pos] if reader.pos < reader.end else 0
-            reader.take(1, f"{field.name}'s presence")
-            if marker >= 0x80:
-                return
-        _walk(field.entity, reader)
-        return
-    kind = field.kafka_type or ""
-    fixed = _FIXED.get(kind)
-    if fixed is not None:
-        reader.take(fixed, field.name)
-    elif kind == "string":
-        size = reader.length(flexible, False, field.name)
-        reader.take(max(size, 0), field.name)
-    elif kind in ("bytes", "records"):
-        size = reader.length(flexible, True, field.name)
-        reader.take(max(size, 0), field.name)
-    else:
-        raise MalformedFrameError(f"{field.name}: no length rule for kafka type {kind!r}")
-
-
-def _tagged(reader: _Reader, known: frozenset[int]) -> None:
-    start = reader.pos
-    count = reader.uvarint()
-    count_end = reader.pos
-    if count > reader.end - reader.pos:
-        raise MalformedFrameError(f"{count} tagged fields where {reader.end - reader.pos} bytes are left")
-    unknown: Edits = []
-    for _ in range(count):
-        field_start = reader.pos
-        tag = reader.uvarint()
-        size = reader.uvarint()
-        reader.take(size, f"tagged field {tag}")
-        if tag not in known:
-            unknown.append((field_start, reader.pos, b""))
-    if unknown:
-        reader.edits.append((start, count_end, _uvarint(count - len(unknown))))
-        reader.edits.extend(unknown)
-
-
-def _uvarint(value: int) -> bytes:
+def _uvarint_bytes(value: int) -> bytes:
     out = bytearray()
     put_unsigned(out, value)
     return bytes(out)

@@ -51,6 +51,8 @@ from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 #: The encoder chosen on first use ($IDEMCORE_BACKEND then, else the fastest), kept: one lookup per process.
 _default_encoder: Callable[..., bytearray] | None = None
+#: The records scanner chosen the same way (every produced batch is scanned: the lookup cost a microsecond).
+_default_scanner: Callable[..., tuple[int, int, int, int, int, int]] | None = None
 
 
 def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_epoch: int = 0, *,
@@ -186,7 +188,8 @@ class RecordColumn(Sequence):
 def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str | None = None) -> RecordBatch:
     """The RecordBatch of the one v2 batch a produce request carries for a partition (Produce v3+), keeping
     ``data`` as its ``wire`` bytes; its records are checked by the records scanner (``backend``: as
-    :func:`idemcore.kernels.get_record_scanner` chooses) and decoded only when read (:class:`RecordColumn`).
+    :func:`idemcore.kernels.get_record_scanner` chooses; default: as ``$IDEMCORE_BACKEND`` says when first used,
+    else the fastest) and decoded only when read (:class:`RecordColumn`).
     CorruptRecordError when its first batch is cut short, fails its CRC, or its records do not decode or have
     offset deltas other than 0..n-1; ValueError for more than one batch or a control batch (clients may not write
     markers)."""
@@ -214,7 +217,14 @@ def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str |
             section = decompress(codec, section)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{topic}-{partition}: {exc}") from None
-    status, position, index, null_keys, with_headers, max_delta = get_record_scanner(backend)(section, count)
+    global _default_scanner
+    if backend is not None:
+        scan = get_record_scanner(backend)
+    elif _default_scanner is not None:
+        scan = _default_scanner
+    else:
+        scan = _default_scanner = get_record_scanner()
+    status, position, index, null_keys, with_headers, max_delta = scan(section, count)
     if status != 0:
         _, decoded = decode_batch(data, 0, check_crc=False)  # the decoder's own message for what is wrong
         deltas = [record.offset_delta for record in decoded]

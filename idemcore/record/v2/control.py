@@ -12,10 +12,26 @@ are the same).
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 from typing import NamedTuple
 
 from idemcore.protocol.codes import ControlType
-from idemcore.record.v2.codec import NO_PARTITION_LEADER_EPOCH, Record, encode_batch
+from idemcore.protocol.constants import NO_SEQUENCE
+from idemcore.record.crc import crc32c
+from idemcore.record.v2.codec import (
+    _HEADER,
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    TRANSACTIONAL_MASK,
+    Record,
+    encode_batch,
+    encode_records,
+)
 from idemcore.record.v2.errors import CorruptRecordError
 
 CONTROL_KEY = struct.Struct(">hh")
@@ -47,11 +63,35 @@ def encode_end_txn_marker(control_type: ControlType | int, coordinator_epoch: in
                           producer_epoch: int, timestamp: int, base_offset: int = 0,
                           partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
     """A whole marker batch as Kafka's ``MemoryRecords.withEndTransactionMarker`` writes it: transactional,
-    control, uncompressed, no sequence, one record at offset delta 0 with ``timestamp`` as base and max."""
-    record = end_txn_marker_record(control_type, coordinator_epoch)
-    return encode_batch([record], base_offset=base_offset, base_timestamp=timestamp, max_timestamp=timestamp,
-                        producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True,
-                        is_control=True, partition_leader_epoch=partition_leader_epoch)
+    control, uncompressed, no sequence, one record at offset delta 0 with ``timestamp`` as base and max.
+
+    Every transaction writes one per partition: the record section is made once per (type, coordinator epoch)
+    and the header packed straight after it (``encode_batch``'s bytes, which also names a field out of range)."""
+    section = _marker_section(_marker_type(control_type), coordinator_epoch)
+    out = bytearray(BATCH_HEADER_SIZE) + section
+    try:
+        _HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
+                          _MARKER_ATTRIBUTES, 0, timestamp, timestamp, producer_id, producer_epoch, NO_SEQUENCE, 1)
+    except struct.error:
+        record = end_txn_marker_record(control_type, coordinator_epoch)
+        return encode_batch([record], base_offset=base_offset, base_timestamp=timestamp, max_timestamp=timestamp,
+                            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True,
+                            is_control=True, partition_leader_epoch=partition_leader_epoch)
+    with memoryview(out) as view:
+        _CRC.pack_into(out, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+_MARKER_ATTRIBUTES = TRANSACTIONAL_MASK | CONTROL_MASK
+_CRC = struct.Struct(">I")
+
+
+@lru_cache(maxsize=256)
+def _marker_section(control_type: ControlType, coordinator_epoch: int) -> bytes:
+    """The records section of a marker batch: its one control record."""
+    section = bytearray()
+    encode_records([end_txn_marker_record(control_type, coordinator_epoch)], section)
+    return bytes(section)
 
 
 def control_type_id(key: bytes | None) -> int:
