@@ -13,12 +13,14 @@ server closes the connection on either, see ``Server._answer``).
 from __future__ import annotations
 
 import dataclasses
+import io
 import operator
 import struct
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from kio.serial import entity_writer
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import classify_field, get_field_tag, get_schema_field_type, is_optional
 
@@ -124,6 +126,10 @@ def _fixed(kafka_type: str) -> Writer:
     return write
 
 
+class _NoPlan(Exception):
+    """A field type this encoder has no plan for (one a later kio adds): its entity is written by kio's writer."""
+
+
 def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Writer:
     """kio's ``get_writer`` choice for one value of ``kafka_type``."""
     if kafka_type in _FORMATS and not optional:
@@ -141,8 +147,7 @@ def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Writer:
     try:
         return simple[(kafka_type, optional)]
     except KeyError:
-        raise NotImplementedError(f"no writer for a {kafka_type!r} field (flexible={flexible}, "
-                                  f"optional={optional})") from None
+        raise _NoPlan(f"{kafka_type!r} (flexible={flexible}, optional={optional})") from None
 
 
 def _array(item: Writer, flexible: bool) -> Writer:
@@ -222,7 +227,26 @@ def _field_step(name: str, write: Writer) -> Step:
 @cache
 def entity_encoder(cls: type) -> Writer:
     """``write(out, entity)``: the bytes of a ``cls`` entity (a kio class: one API, version and entity) appended to
-    ``out``, exactly as kio's ``entity_writer(cls)`` writes them."""
+    ``out``, exactly as kio's ``entity_writer(cls)`` writes them (by kio's writer itself for an entity with a field
+    type this encoder has no plan for)."""
+    try:
+        return _planned(cls)
+    except _NoPlan:
+        return _kio_written(cls)
+
+
+def _kio_written(cls: type) -> Writer:
+    write: Callable[[Any, Any], None] = entity_writer(cls)
+
+    def written(out: Out, entity: Any) -> None:
+        buffer = io.BytesIO()
+        write(buffer, entity)
+        out.append(buffer.getvalue())
+    return written
+
+
+def _planned(cls: type) -> Writer:
+    """The plan of ``cls``: its fields' writers, fixed-width runs packed together, tagged fields in tag order."""
     flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]
     is_request_header = cls.__name__ == "RequestHeader"
     steps: list[Step] = []
