@@ -24,12 +24,17 @@ broker in Rust, in memory) where both apply, in one run:
    second of wall time, and per second of the broker's CPU time (user + system from /proc/PID/stat, all its
    threads): what one request costs the broker, whatever else the machine's cores are doing.
 
+With $IDEMCORE_BENCH_STORAGE_PREFILL_GB (default 0) each broker of 2. and 3. first holds that many GiB in a topic of
+its own (1 KiB records from one idempotent producer), so the loads run beside a log of a few GiB; the table shows
+each broker's RSS after the filling and after the loads (tansu keeps its log in memory).
+
 Nothing asserts on a timing: the figures go to each benchmark's ``extra_info`` and a table printed at the end.
 The data directories live in one temporary directory under /tmp, removed after the run. The client, the brokers
 and whatever else runs share the machine's cores.
 
 Run: scripts/dev bench -k storage (a quick run: IDEMCORE_BENCH_STORAGE_GB=0.1,0.2 IDEMCORE_BENCH_STORAGE_LOAD_S=5;
-more latency rounds: IDEMCORE_BENCH_STORAGE_ROUNDS=3)
+more latency rounds: IDEMCORE_BENCH_STORAGE_ROUNDS=3; the loads beside a 3 GiB log:
+IDEMCORE_BENCH_STORAGE_PREFILL_GB=3 scripts/dev bench -k "latency or small")
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ SIZES_GIB = _sizes(os.environ.get("IDEMCORE_BENCH_STORAGE_GB", "0.5,1,2,4"))
 LOAD_S = float(os.environ.get("IDEMCORE_BENCH_STORAGE_LOAD_S", "10"))
 #: Rounds of the latency loads (each round: every load on every broker in turn; the table shows the medians).
 LOAD_ROUNDS = int(os.environ.get("IDEMCORE_BENCH_STORAGE_ROUNDS", "1"))
+PREFILL_GIB = float(os.environ.get("IDEMCORE_BENCH_STORAGE_PREFILL_GB", "0"))
 RECORD_BYTES = 1024
 PARTITIONS = 8
 CONSUMER_COUNTS = (0, 2)
@@ -115,6 +121,7 @@ _steps: list[SizeStep] = []
 _skipped: list[str] = []
 _latency: dict[tuple[str, int], list[LatencyRow]] = {}  # (broker, consumers) -> one row per round
 _small: dict[str, tuple[int, float, float | None]] = {}  # broker -> (requests, wall seconds, broker CPU seconds)
+_prefill: dict[str, dict[str, float | None]] = {}  # broker -> {"produce_s", "rss_filled", "rss_after_loads"}
 
 
 @pytest.fixture(scope="module")
@@ -296,10 +303,25 @@ def peers(scratch) -> Iterator[dict[str, Peer]]:
         for peer in found.values():  # connections, the first topic's creation, producer ids
             topic = work.fresh_topic(peer.bootstrap, "warm", PARTITIONS)
             work.produce_idempotent(peer.bootstrap, topic, work.values(20_000), PARTITIONS)
+        if PREFILL_GIB > 0:
+            _fill(found)
         yield found
+        for name, peer in found.items():
+            if name in _prefill:
+                _prefill[name]["rss_after_loads"] = (peer.memory() or {}).get("rss")
     finally:
         for broker in started.values():
             broker.stop()
+
+
+def _fill(peers: dict[str, Peer]) -> None:
+    """PREFILL_GIB of 1 KiB records into a topic of its own on each broker, before the loads."""
+    value = os.urandom(RECORD_BYTES)
+    records = int(PREFILL_GIB * GIB) // RECORD_BYTES
+    for name, peer in peers.items():
+        topic = work.fresh_topic(peer.bootstrap, "prefill", PARTITIONS)
+        seconds = work.produce_idempotent(peer.bootstrap, topic, itertools.repeat(value, records), PARTITIONS)
+        _prefill[name] = {"produce_s": seconds, "rss_filled": (peer.memory() or {}).get("rss")}
 
 
 def _cpu_delta(peer: Peer, before: float | None) -> float | None:
@@ -373,6 +395,8 @@ class _Summary:
             _write_latency(write)
         if _small:
             _write_small(write)
+        if _prefill:
+            _write_prefill(write)
 
 
 def _write_sizes(write: Any) -> None:
@@ -448,3 +472,12 @@ def _write_small(write: Any) -> None:
         write(f"  {name:<10} {requests / seconds:>9,.0f} requests/s of wall time, "
               f"{_f(requests / cpu if cpu else None, digits=0):>9} per second of the broker's CPU time "
               f"({_f(cpu)} s)")
+
+
+def _write_prefill(write: Any) -> None:
+    write(f"The loads above ran beside {PREFILL_GIB:g} GiB of {RECORD_BYTES}-byte records in another topic of each "
+          f"broker; RSS MiB:")
+    for name, row in _prefill.items():
+        write(f"  {name:<10} filled at {_f(_ratio(PREFILL_GIB * GIB / MIB, row.get('produce_s')), digits=1)} MiB/s, "
+              f"RSS {_f(row.get('rss_filled'), MIB, 0)} after filling, {_f(row.get('rss_after_loads'), MIB, 0)} "
+              f"after the loads")

@@ -6,7 +6,9 @@ load: IDEMCORE_EXPECT_BACKENDS (default: all three) names them.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -75,3 +77,13 @@ def kafka_server(tmp_path):
     yield server
     server.stop()
     broker.close()
+
+
+@pytest.fixture(autouse=True)
+def _idemcore_logger_restored() -> Iterator[None]:
+    """The ``idemcore`` logger as it was before each test: a CLI run in process (``configure_logging``) gives it its
+    own handler, a level and ``propagate = False``, which would hide later tests' records from ``caplog``."""
+    logger = logging.getLogger("idemcore")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved

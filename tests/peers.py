@@ -43,10 +43,12 @@ class ServeProcess:
     """`idemcore serve` in a child process on a fixed free port over ``data_dir``: :meth:`kill` (SIGKILL) and
     :meth:`start` again keep the port and the directory, as a restarted broker would."""
 
-    def __init__(self, data_dir: Path, *args: str, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *args: str, port: int | None = None, file_size_limit: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.args = list(args)
+        #: RLIMIT_FSIZE of the child: a write past it fails with EFBIG (Python ignores SIGXFSZ), a disk full of sorts.
+        self.file_size_limit = file_size_limit
         self.process: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"serve-{self.port}.log"
 
@@ -60,10 +62,16 @@ class ServeProcess:
         log = open(self.log_path, "ab")  # the child writes it; closed with the process
         self.process = subprocess.Popen(
             [sys.executable, "-m", "idemcore.cli", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port),
-             *self.args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+             *self.args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=None if self.file_size_limit is None else self._limit_file_size)
         log.close()
         wait_listening(self.port, self.process, timeout, poll_s)
         return self
+
+    def _limit_file_size(self) -> None:  # in the child, before exec
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size_limit, self.file_size_limit))
 
     def kill(self) -> None:
         """SIGKILL: no close, no flush; the OS keeps what was written."""

@@ -129,7 +129,9 @@ def _fail_once(monkeypatch, owner, name: str) -> list[int]:
     return raised
 
 
-def test_a_failed_log_write_commits_no_state_and_the_retry_is_appended_once(backend, monkeypatch):
+def test_a_failed_log_write_commits_no_state_and_takes_the_directory_offline(backend, monkeypatch):
+    """Kafka's log directory failure: a write that raised leaves no producer state behind, and nothing more is
+    appended (the retry included) until a restart, on any partition; the restart is the next test's."""
     broker = Broker({"t": 2}, backend=backend)
     request = ProduceRequest((batch(0, [b"a", b"b"]), batch(1, [b"c"])))
     raised = _fail_once(monkeypatch, PartitionLog, "append")
@@ -139,34 +141,26 @@ def test_a_failed_log_write_commits_no_state_and_the_retry_is_appended_once(back
     assert "writing t-0 at offset 0 failed" in first.responses[0].error_message
     assert broker.log("t", 0).log_end_offset == 0 and broker.state.next_offset(0) == 0
     assert broker.state.row_of(0, 5) is None  # nothing of the failed batch reached the producer state
+    assert "No space left on device" in (broker.log_manager.offline or "")
     retry = broker.handle(request)
-    # The retry is appended on partition 0, and a duplicate with its original offset on partition 1.
-    assert codes(retry) == [(0, 0), (0, 0)]
-    assert broker.log("t", 0).log_end_offset == 2 and broker.log("t", 1).log_end_offset == 1
-    assert codes(broker.handle(request)) == [(0, 0), (0, 0)]  # and only once
-    assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a", b"b"]
+    assert codes(retry) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] * 2
+    assert "the log directory is offline" in retry.responses[1].error_message
+    assert broker.log("t", 0).log_end_offset == 0 and broker.log("t", 1).log_end_offset == 1
 
 
-def test_a_failed_sync_takes_the_batch_back_from_the_file(tmp_path, monkeypatch):
+def test_a_failed_sync_takes_the_batch_back_and_the_retry_after_a_restart_is_appended_once(tmp_path, monkeypatch):
     request = ProduceRequest((batch(0, [b"a"]),))
     with Broker({"t": 1}, data_dir=tmp_path) as broker:
         raised = _fail_once(monkeypatch, os, "fsync")
         assert codes(broker.handle(request)) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] and raised
         assert (tmp_path / "t-0" / "00000000000000000000.log").stat().st_size == 0
+        assert codes(broker.handle(request)) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)]  # offline until a restart
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()  # not a clean stop: the next start scans
+    with Broker({"t": 1}, data_dir=tmp_path) as broker:
         assert codes(broker.handle(request)) == [(0, 0)]
     with Broker({"t": 1}, data_dir=tmp_path) as broker:  # what the disk holds: the batch, once
         assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a"]
         assert codes(broker.handle(request)) == [(0, 0)]
-
-
-def test_a_producer_gets_its_records_written_once_through_a_failed_write(backend, monkeypatch):
-    broker = Broker({"t": 1}, backend=backend)
-    producer = Producer(broker, backend=backend, retry_backoff_ms=0)
-    raised = _fail_once(monkeypatch, PartitionLog, "append")
-    assert producer.send("t", b"a", partition=0).result().offset == 0
-    assert producer.send("t", b"b", partition=0).result().offset == 1
-    assert raised and producer.metrics["retries"] == 1
-    assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a", b"b"]
 
 
 def test_rejections_name_every_value(backend):

@@ -273,6 +273,14 @@ def test_a_failed_fsync_answers_storage_error_and_never_acknowledges(running, mo
                                                                   or again.response)
         assert done.responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR  # type: ignore[union-attr]
     assert broker.delayed.scheduler.durable_end(broker.log("t", 0)) <= 1  # type: ignore[union-attr]
+    # Kafka's log directory failure: nothing is appended any more, acks=1 included, and the stop is not clean.
+    assert "Input/output error" in (broker.log_manager.offline or "")
+    end = broker.log("t", 0).log_end_offset
+    assert produce(broker, 0, acks=1).responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert broker.log("t", 0).log_end_offset == end
+    data_dir = broker.data_dir
+    broker.close()
+    assert data_dir is not None and not (data_dir / ".kafka_cleanshutdown").exists()
 
 
 def test_an_acks_all_produce_times_out_at_its_timeout(running, monkeypatch):

@@ -450,3 +450,41 @@ def test_the_checkers_catch_duplicates_losses_reordering_and_aborted_reads():
     partial[0] = partial[0][1:]
     with pytest.raises(AssertionError):
         check_transactions(Outcomes(unknown={0}), partial)  # not all or nothing
+
+
+def test_a_failed_write_halts_serve_and_the_restart_keeps_every_acknowledged_record(tmp_path):
+    """A write the disk refuses (the child's RLIMIT_FSIZE: EFBIG once a segment reaches it) takes the log directory
+    offline: ``idemcore serve`` halts with status 1 as Kafka's broker halts when its last log directory fails,
+    leaving no clean-shutdown marker; the restart (no limit) recovers, and every acknowledged record is there."""
+    sent = Sent()
+    settings = ("--topics", f"{TOPIC}:{PARTITIONS}", "--quiet", "--fsync",
+                "--override", "log.index.size.max.bytes=4096")
+    serve = ServeProcess(tmp_path / "data", *settings, file_size_limit=64 * 1024)
+    serve.start()
+    producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 2, "batch.size": 4096, "message.timeout.ms": 10_000, "request.timeout.ms": 3000,
+                         **FAST_CLIENT})
+    try:
+        deadline = time.monotonic() + 60
+        for i in range(20_000):  # far more than 64 KiB per partition holds
+            produce_numbered(producer, sent, i, deadline)
+            if i % 50 == 0:
+                producer.poll(0.005)
+                if serve.process is not None and serve.process.poll() is not None:
+                    break
+        assert serve.process is not None
+        status = serve.process.wait(30)
+        serve.process = None
+        left = flush_bounded(producer, deadline)
+        output = serve.output()
+        assert status == 1 and left == 0, (status, left, output[-2000:])
+        assert "the log directory failed" in output and "Traceback" not in output, output[-2000:]
+        assert not (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+        assert sent.acked and sent.failed, (len(sent.acked), len(sent.failed))
+        serve.file_size_limit = None
+        serve.start()
+        records = read_back(serve.bootstrap)
+    finally:
+        producer.purge()
+        serve.stop()
+    check_idempotent(sent, records)

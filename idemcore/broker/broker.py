@@ -210,7 +210,8 @@ class Broker:
             lambda r: fetch(self.replicas.find_log, r), self.clock,
             checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
             checkpoint_entries=lambda: self.log_manager.recovery_points(),
-            scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms)
+            scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms,
+            on_log_failure=lambda why: self.log_manager.dir_failed(why))
         self.log_manager = LogManager(self.data_dir, fsync, self.clock)
         self.replicas = ReplicaManager(self.log_manager, self.topic_catalog.configs, self.backend, self.clock,
                                        broker_id)
@@ -575,7 +576,7 @@ class Broker:
     def close(self) -> None:
         """Write what answered EndTxn requests still owe, sync and close the logs, write the clean-shutdown
         checkpoint, release the directory; then every request raises."""
-        if self._txn_coordinator is not None and not self._closed:
+        if self._txn_coordinator is not None and not self._closed and self.log_manager.offline is None:
             self._txn_coordinator.complete_queued()
         self._closed = True
         try:

@@ -58,7 +58,8 @@ class DelayedOperations:
                  read: Callable[[FetchRequest], FetchResponse], clock: Callable[[], int], *,
                  checkpoint_path: Path | None, checkpoint_entries: Callable[[], Mapping[tuple[str, int], int]],
                  scheduler_interval_ms: int = NEVER_MS,
-                 checkpoint_interval_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS) -> None:
+                 checkpoint_interval_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
+                 on_log_failure: Callable[[str], None] | None = None) -> None:
         for name, value in (("scheduler_interval_ms", scheduler_interval_ms),
                             ("checkpoint_interval_ms", checkpoint_interval_ms)):
             if type(value) is not int or value < 0:
@@ -68,6 +69,7 @@ class DelayedOperations:
         self._clock = clock
         self._checkpoint_path = checkpoint_path
         self._checkpoint_entries = checkpoint_entries
+        self._on_log_failure = on_log_failure
         self.scheduler_interval_ms = scheduler_interval_ms or NEVER_MS
         self.checkpoint_interval_ms = checkpoint_interval_ms or NEVER_MS
         self._loop: EventLoop | None = None
@@ -100,7 +102,7 @@ class DelayedOperations:
         self.fetches = Purgatory("fetch", loop)
         self.produces = Purgatory("produce", loop)
         self.flusher = LogFlusher(loop.call_soon_threadsafe)
-        self.scheduler = FlushScheduler(self.flusher, self._durable, self._clock)
+        self.scheduler = FlushScheduler(self.flusher, self._durable, self._clock, self._on_log_failure)
         self.flusher.start()
         for partition_log, config in logs:
             self.track(partition_log, config, recovery_points.get((partition_log.topic, partition_log.partition), 0))

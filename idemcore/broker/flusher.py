@@ -259,12 +259,14 @@ class _LogState:
 
 class FlushScheduler:
     """The broker-thread half (module docstring). ``on_durable(log)`` is called when a log's recovery point moves
-    or its flush fails (the purgatory then tries the operations watching it); ``clock`` gives the time in ms."""
+    or its flush fails (the purgatory then tries the operations watching it); ``on_failure(why)`` when a flush
+    fails (the log directory has failed); ``clock`` gives the time in ms."""
 
     def __init__(self, flusher: LogFlusher, on_durable: Callable[[PartitionLog], None],
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], on_failure: Callable[[str], None] | None = None) -> None:
         self.flusher = flusher
         self._on_durable = on_durable
+        self._on_failure = on_failure
         self._clock = clock
         self._logs: dict[PartitionLog, _LogState] = {}
         #: Counts for tests: fsync jobs started per cause.
@@ -397,4 +399,6 @@ class FlushScheduler:
             log.error("%s; it is not flushed again until the broker restarts, and nothing waiting on it is "
                       "acknowledged", why)
             state.failure = why
+            if self._on_failure is not None:
+                self._on_failure(why)
         self._on_durable(state.log)

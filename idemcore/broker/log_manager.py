@@ -61,6 +61,13 @@ class LogManager:
         self.logs: list[PartitionLog] = []
         self._lock_descriptor = None if data_dir is None else _lock_data_dir(data_dir)
         self._started = False
+        #: Why the directory failed (an append, sync or flush of a log in it raised), or None while it works. Kafka's
+        #: log directory failure: from then on nothing is appended or acknowledged in it, and a stop leaves no
+        #: clean-shutdown marker and no recovery point past what was fsync'd, so the next start scans the tails.
+        self.offline: str | None = None
+        #: Called once when the directory fails: ``idemcore serve`` halts there, as a Kafka broker whose last live
+        #: log directory failed halts (``LogManager.handleLogDirFailure``).
+        self.on_offline: Callable[[str], None] | None = None
         self._written_ends: WrittenEnds | None = None
         self._unserved_ends: dict[str, int] = {}
         try:
@@ -313,12 +320,26 @@ class LogManager:
             manager.skip_through(floor)
         return manager
 
-    # --- stopping --------------------------------------------------------------------------------------------
+    # --- failing and stopping --------------------------------------------------------------------------------
+
+    def dir_failed(self, why: str) -> None:
+        """A write or fsync in the directory raised: the directory is offline (:attr:`offline`) from now on."""
+        if self.offline is not None:
+            return
+        self.offline = why
+        log.critical("log directory %s is offline: %s. Nothing more is appended or acknowledged; restart the broker "
+                     "(its logs are then recovered as after a crash)", self.data_dir, why)
+        if self.on_offline is not None:
+            self.on_offline(why)
 
     def close(self, snapshot: Callable[[PartitionLog, int], None]) -> None:
         """A clean stop: every log synced and closed, a producer-state snapshot at each log's end (``snapshot``,
         Kafka snapshots at shutdown so the next start replays nothing), the recovery points and the
-        clean-shutdown marker written. The lock stays until :meth:`release`."""
+        clean-shutdown marker written. The lock stays until :meth:`release`. A directory that failed is closed as
+        by :meth:`kill`: what its failed fsync may have dropped must be found by the next start's scan."""
+        if self.offline is not None:
+            self.kill()
+            return
         for partition_log in self.logs:
             partition_log.close()
         if self._lock_descriptor is None or not self._started:

@@ -242,6 +242,8 @@ class ReplicaManager:
                 except (OSError, IdemcoreError) as exc:  # IdemcoreError: the log refused (never expected)
                     failed[j] = f"writing {partition_log.name} at offset {offset} failed: {exc}"
                     log.error("%s", failed[j])
+                    if isinstance(exc, OSError):
+                        self.log_manager.dir_failed(failed[j])
                     continue
                 written.append(j)
             if sync and self.log_manager.data_dir is not None:
@@ -253,7 +255,7 @@ class ReplicaManager:
                         partition_log.rollback_last()
                         written.remove(j)
                         failed[j] = f"syncing {partition_log.name} failed: {exc}"
-                        log.error("%s", failed[j])
+                        self.log_manager.dir_failed(failed[j])
             for j in written:
                 self.log_manager.wrote(entries[j].partition.log)
         finally:  # whatever happened, the state records exactly the batches that are in the logs
@@ -261,6 +263,11 @@ class ReplicaManager:
                 status[j] = _REJECTED  # not written: not committed, the retry will be appended
             columns.kernels.commit(self.backend, 0, k, self.state)
         return verdicts, failed
+
+    def _offline(self) -> tuple[ErrorCode, str] | None:
+        """Kafka's answer for a partition whose log directory failed: KAFKA_STORAGE_ERROR, nothing appended."""
+        why = self.log_manager.offline
+        return None if why is None else (ErrorCode.KAFKA_STORAGE_ERROR, f"the log directory is offline: {why}")
 
     def produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
         """Admit each batch (its partition, the internal topics, one batch per partition, its form and its topic's
@@ -289,7 +296,8 @@ class ReplicaManager:
             elif target.number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = self._below_min_isr(batch, request.acks) or malformed_batch(batch) or self._refused(batch)
+                problem = (self._offline() or self._below_min_isr(batch, request.acks) or malformed_batch(batch)
+                           or self._refused(batch))
                 if problem is None:
                     columns.put(len(entries), target.number, batch)
                     seen.add(target.number)
@@ -356,8 +364,12 @@ class ReplicaManager:
                       and type(marker.coordinator_epoch) is int and 0 <= marker.coordinator_epoch <= INT32_MAX
                       and type(marker.committed) is bool)
         seen: set[int] = set()
+        offline = self._offline()
         for position, (topic, partition_number) in enumerate(marker.partitions):
             target = self.partition(topic, partition_number)
+            if offline is not None and target is not None:  # the coordinator retries it, as against Kafka
+                answers[position] = PartitionResponse(topic, partition_number, offline[0], error_message=offline[1])
+                continue
             if target is None or target.number in seen or not fields_fit:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if target is None and fields_fit \
                     else ErrorCode.INVALID_REQUEST

@@ -15,6 +15,9 @@ from idemcore.cli.options import non_negative, positive
 if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
 
+#: The exit status when the log directory fails (Kafka's broker halts with 1).
+HALT_STATUS = 1
+
 
 def _topic_list(text: str) -> list[tuple[str, int]]:
     """``name:partitions,...`` (partitions default 1)."""
@@ -96,6 +99,7 @@ def run_serve(args: argparse.Namespace) -> int:
     on_disk = {name: count for name, count in args.topics
                if any(os.path.lexists(data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
     broker = Broker(on_disk, fsync=args.fsync, settings=config, **config.broker_kwargs())
+    broker.log_manager.on_offline = _halt
     try:
         for name, partitions in args.topics:
             if name not in broker.topics:
@@ -112,6 +116,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if not args.quiet:
         print("idemcore serve: stopped; the logs are closed", file=sys.stderr)
     return 0
+
+
+def _halt(why: str) -> None:
+    """The log directory failed: exit at once, as Kafka's broker halts when its last log directory fails, so
+    nothing more is acknowledged and no clean shutdown is recorded (the next start recovers the logs)."""
+    print(f"idemcore serve: the log directory failed ({why}); halting", file=sys.stderr, flush=True)
+    os._exit(HALT_STATUS)
 
 
 async def _serve(server: Any, data_dir: Path) -> None:
@@ -138,7 +149,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "server.properties file, as kafka-server-start.sh takes) and --override key=value (over the "
                     "file); each flag below sets the setting its help names, over both. Topics are created on first "
                     "use (unless auto.create.topics.enable=false), by CreateTopics, or by --topics. Stops cleanly on "
-                    "SIGINT/SIGTERM. Exit status 2 for a bad setting, named in one line.")
+                    "SIGINT/SIGTERM. Exit status 2 for a bad setting, named in one line; 1 when the log directory "
+                    "fails (a write or fsync raised): the broker halts, as Kafka's does, and its next start "
+                    "recovers the logs.")
     serve.add_argument("--config", type=_path, default=None, metavar="server.properties",
                        help="Kafka's broker settings, a Java properties file (README: Broker settings)")
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
