@@ -348,3 +348,34 @@ def test_a_data_dir_in_the_old_frame_format_is_refused_untouched(tmp_path):
     with pytest.raises(LogCorruptionError, match=r"t-0/log is in idemcore's earlier frame format, which"):
         PartitionLog("t", 0, directory)
     assert sorted(os.listdir(directory)) == ["log"]
+
+
+def test_the_directory_is_fsynced_when_its_files_are_new(tmp_path, monkeypatch):
+    """Kafka's ``LocalLog.flush`` fsyncs the log's directory when there are new segments: a new log's first flush
+    and the first flush after a roll fsync it (so the new files' names survive a power loss), later ones do not;
+    an in-place roll fsyncs it with the old segment."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def watching(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append("dir" if os.path.isdir(target) else Path(target).suffix)
+        real(fd)
+    monkeypatch.setattr(os, "fsync", watching)
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=True, segment_bytes=400)
+    _fill(log, 1)
+    synced.clear()  # the first batch wrote the leader-epoch checkpoint (a file written whole: its own fsyncs)
+    log.flush()
+    assert synced == [".log", "dir"]
+    synced.clear()
+    _fill(log, 1)
+    log.flush()
+    assert synced == [".log"]
+    synced.clear()
+    while len(log.segments) == 1:
+        _fill(log, 1)
+    assert "dir" in synced  # the roll: the old segment's files and the directory
+    synced.clear()
+    log.flush()
+    assert synced == [".log", "dir"]  # the new segment's names
+    log.close()

@@ -378,10 +378,11 @@ class FlushScheduler:
             self._on_durable(state.log)
 
     def _rolled(self, partition_log: PartitionLog, segment: LogSegment, next_base: int) -> None:
-        """``segment`` stops being the active one: its four files are fsync'd off the loop, through descriptors
-        taken from it before it closes."""
+        """``segment`` stops being the active one: its four files, then the log's directory, are fsync'd off the
+        loop, through descriptors taken from it before it closes."""
         state = self._logs[partition_log]
         descriptors = [fd for store in segment.stores() if (fd := store.detach()) is not None]
+        descriptors.append(partition_log.directory_descriptor())  # the segment's names, if no flush covered them
         self.stats["rolls"] += 1
         self.flusher.submit(FsyncJob(descriptors), lambda error: self._roll_flushed(state, next_base, error),
                             state.lane)

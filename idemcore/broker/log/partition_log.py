@@ -90,6 +90,17 @@ class FlushTarget(NamedTuple):
     segment_base: int
     size: int
     descriptors: tuple[int, ...]
+    #: The log's counts of rolls and of ABORT markers when the target was taken (what it made durable).
+    rolls: int = 0
+    aborts: int = 0
+
+
+def _fsync_closed(descriptor: int) -> None:
+    """fsync ``descriptor``, then close it."""
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
@@ -165,6 +176,11 @@ class PartitionLog:
         self._closed = False
         self._dirty = False
         self._txn_dirty = False
+        # The directory's entries (a new log's, a rolled-in segment's files) are not known durable until the
+        # directory itself is fsync'd (Kafka's LocalLog.flush: Utils.flushDir when there are new segments).
+        self._dir_dirty = directory is not None
+        self._rolls = 0
+        self._aborts = 0
         self._last_position = 0
         # Enough to take the last append back: the segment state before it, its producer's open transaction.
         self._undo: tuple[object, int, int, int, int | None] | None = None
@@ -459,7 +475,9 @@ class PartitionLog:
         self._undo = (saved, position, end, producer_id, before)
         self._last_position = position
         self._dirty = True
-        self._txn_dirty = self._txn_dirty or aborted is not None
+        if aborted is not None:
+            self._txn_dirty = True
+            self._aborts += 1
         if self.on_append is not None:
             self.on_append(self)
 
@@ -529,6 +547,7 @@ class PartitionLog:
             self.flush_rolled(self, old, base_offset)
         else:
             old.sync()
+            _fsync_closed(self.directory_descriptor())  # the old segment's own entry, if no flush made it durable
         old.close()
         if self.on_roll is not None:
             self.on_roll(self, base_offset)
@@ -540,6 +559,14 @@ class PartitionLog:
         self._last_position = 0
         self._segment_created = self._clock()
         self._txn_dirty = False
+        self._dir_dirty = True
+        self._rolls += 1
+
+    def directory_descriptor(self) -> int:
+        """A new descriptor of the log's directory, to fsync so the names of its files are durable (Kafka's
+        ``Utils.flushDir``)."""
+        assert self._directory is not None
+        return os.open(self._directory, os.O_RDONLY | os.O_DIRECTORY)
 
     def sync(self) -> None:
         """Make the batches appended since the last sync durable (acks=all): fsync, unless the log was opened
@@ -560,6 +587,9 @@ class PartitionLog:
             active.txn_index.sync()
             self._txn_dirty = False
         active.log.sync()
+        if self._dir_dirty:
+            _fsync_closed(self.directory_descriptor())
+            self._dir_dirty = False
         self.synced_bytes = active.size
         self._dirty = False
 
@@ -567,20 +597,31 @@ class PartitionLog:
         """What an fsync off the event loop needs to make this log durable up to its end now: descriptors of
         their own (``os.dup``) on the active segment's ``.log`` and, when an ABORT wrote to it since the last flush,
         its ``.txnindex`` first (as :meth:`flush` orders them); older segments were handed over when they rolled
-        (:attr:`flush_rolled`). The caller closes the descriptors."""
+        (:attr:`flush_rolled`), and the directory last when a new segment's files were made since. The caller
+        closes the descriptors."""
         active = self.segments[-1]
         descriptors = []
         if self._directory is not None:
             if self._txn_dirty:
                 descriptors.append(active.txn_index.duplicate())
             descriptors.append(active.log.duplicate())
+            if self._dir_dirty:
+                descriptors.append(self.directory_descriptor())
         return FlushTarget(self.log_end_offset, active.base_offset, active.size,
-                           tuple(fd for fd in descriptors if fd is not None))
+                           tuple(fd for fd in descriptors if fd is not None), self._rolls, self._aborts)
 
     def note_flushed(self, target: FlushTarget) -> None:
-        """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one."""
-        if self.segments[-1].base_offset == target.segment_base:
-            self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
+        """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one,
+        and what it covered needs no in-place fsync again (nothing appended, rolled or aborted since)."""
+        if self.segments[-1].base_offset != target.segment_base:
+            return
+        self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
+        if target.rolls == self._rolls:
+            self._dir_dirty = False
+            if target.aborts == self._aborts:
+                self._txn_dirty = False
+            if target.end_offset == self.log_end_offset:
+                self._dirty = False
 
     def position(self, offset: int) -> tuple[int, int]:
         """Where ``offset`` lies: the base offset of its segment and the byte of the batch holding it there (the
