@@ -142,9 +142,9 @@ def _produce_until(bootstrap: str, stop: threading.Event, acked: list[tuple[int,
                 producer.produce("k", f"{seed}-{number}".encode(), partition=rng.randrange(3), on_delivery=report)
                 producer.poll(0)
             if transactional:
-                producer.commit_transaction(5)
+                producer.commit_transaction(3)
             else:
-                producer.flush(5)
+                producer.flush(3)
             acked.extend(delivered)
     except KafkaException:
         pass  # the broker was killed under it
