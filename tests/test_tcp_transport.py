@@ -108,7 +108,7 @@ CASES: dict[int, tuple[Any, Any]] = {
     9: (OffsetFetchRequest("g", (("t", 0), ("u", 1))),
         OffsetFetchResponse((FetchedOffset("t", 0, 5, "m"), FetchedOffset("u", 1, -1, "")))),
     10: (FindCoordinatorRequest("g", GROUP_KEY), FindCoordinatorResponse(0, 7, "broker.example", 9092)),
-    19: (CreateTopicsRequest((NewTopic("t", 3, (("cleanup.policy", "compact"),)),)),
+    19: (CreateTopicsRequest((NewTopic("t", 3, (("cleanup.policy", "compact"),), 1),)),
          CreateTopicsResponse((CreatedTopic("t", 0, None, 3),))),
     22: (InitProducerIdRequest(0, "tx", 60_000), InitProducerIdResponse(0, 42, 3)),
     24: (AddPartitionsToTxnRequest("tx", 42, 3, (("t", 0), ("u", 1))),

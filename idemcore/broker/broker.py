@@ -506,7 +506,10 @@ class Broker:
                 answer = FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
                                                  error_message=f"could not make {topic}: {exc}")
             pending.complete(answer)
-        self._background_topics.make(topic, *self._internal_topic_settings(topic), ready)
+        try:
+            self._background_topics.make(topic, *self._internal_topic_settings(topic), ready)
+        except Exception as exc:  # refused before anything was made (its directories left without topics.json)
+            ready(exc)
         return pending
 
     def _add_offsets_to_txn(self, request: AddOffsetsToTxnRequest) -> Response:

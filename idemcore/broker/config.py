@@ -36,6 +36,8 @@ DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
 #: Kafka's default ``listener.security.protocol.map``: a listener's name is its security protocol.
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The largest properties file read (Kafka's own is a few kilobytes).
+MAX_PROPERTIES_BYTES = 1 << 20
 _HOST_PORT = re.compile(r"[^\s:/,]+:[0-9]{1,5}")
 
 
@@ -198,9 +200,14 @@ def read_properties(path: str | Path) -> dict[str, str]:
     ``java.util.Properties.load`` reads a stream; a key given twice keeps its last value."""
     try:
         with open(path, "rb") as stream:
-            return dict(javaproperties.load(stream))
+            text = stream.read(MAX_PROPERTIES_BYTES + 1)  # bounded: --config /dev/zero must not eat the memory
     except OSError as exc:
         raise ConfigError(f"cannot read the properties file {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_PROPERTIES_BYTES:
+        raise ConfigError(f"the properties file {path} is larger than {MAX_PROPERTIES_BYTES:,} bytes: not a "
+                          "server.properties")
+    try:
+        return dict(javaproperties.loads(text.decode("iso-8859-1")))
     except javaproperties.InvalidUEscapeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 

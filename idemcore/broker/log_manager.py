@@ -167,7 +167,8 @@ class LogManager:
                           and entry.is_dir() and any(f.stat().st_size for f in entry.glob("*.log")))
         if unserved:
             log.warning("%s holds partitions this broker does not serve, with data: %s (give their topics to the "
-                        "broker, e.g. idemcore serve --topics NAME:PARTITIONS, to serve them again)", self.data_dir,
+                        "broker, e.g. idemcore serve --topics NAME:PARTITIONS, or restore topics.json, to serve them "
+                        "again; an internal topic's only by topics.json)", self.data_dir,
                         ", ".join(unserved[:10]) + (f" and {len(unserved) - 10} more" if len(unserved) > 10 else ""))
 
     # --- checkpoints -----------------------------------------------------------------------------------------

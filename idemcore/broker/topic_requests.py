@@ -51,12 +51,19 @@ def create_topics(topics: Topics, request: CreateTopicsRequest,
     """Create (or with ``validate_only`` check) each topic; ``describe`` gives a created topic's configs as
     DescribeConfigs does (CreateTopics v5+ answers them)."""
     wanted = request.topics if isinstance(request.topics, tuple | list) else ()
+    names = [topic.name for topic in wanted if type(topic) is NewTopic]
+    # Kafka's ControllerApis: a name given twice is created neither time, and answered once.
+    repeated = {name for name in names if names.count(name) > 1}
     results = []
     for topic in wanted:
         if type(topic) is not NewTopic:
             results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
-            continue
-        results.append(_create(topics, topic, request.validate_only is True, describe))
+        elif topic.name in repeated:
+            if not any(result.name == topic.name for result in results):
+                results.append(CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST,
+                                            "Found multiple entries for this topic."))
+        else:
+            results.append(_create(topics, topic, request.validate_only is True, describe))
     return CreateTopicsResponse(tuple(results), request.request_id)
 
 
@@ -75,6 +82,10 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
     if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
         return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
                             f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
+    if topic.replication_factor not in (-1, 1):  # one broker keeps one replica: refused, never fewer than asked
+        return CreatedTopic(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                            f"topic {name!r}: replication factor {topic.replication_factor!r}: one broker keeps 1 "
+                            "replica (1, or -1 for the broker's default)")
     try:
         configs = _wire_configs(topic.configs)
     except ValueError as error:

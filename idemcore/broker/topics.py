@@ -154,8 +154,10 @@ class Topics:
             for partition in range(partitions):
                 directory = self.data_dir / f"{name}-{partition}"
                 if os.path.lexists(directory):  # its data would not be recovered into the producer state
+                    advice = ("restore topics.json, which listed it" if name in INTERNAL_TOPICS  # not a --topics one
+                              else "start the broker with it in its topics")
                     raise TopicExistsError(f"{directory} exists (a topic of that name was served here before): "
-                                           "start the broker with it in its topics, or remove it")
+                                           f"{advice}, or remove it")
         return config
 
     def create(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None, *,

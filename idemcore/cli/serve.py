@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,8 +21,12 @@ HALT_STATUS = 1
 
 
 def _topic_list(text: str) -> list[tuple[str, int]]:
-    """``name:partitions,...`` (partitions default 1)."""
-    topics = []
+    """``name:partitions,...`` (partitions default 1), each name legal and given once: refused here, before the
+    data directory is opened (or made)."""
+    from idemcore.broker.input_checks import check_topic
+    from idemcore.protocol.constants import INTERNAL_TOPICS
+
+    topics: list[tuple[str, int]] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, count = item.partition(":")
         try:
@@ -30,6 +35,15 @@ def _topic_list(text: str) -> list[tuple[str, int]]:
             raise argparse.ArgumentTypeError(f"{item!r}: partitions must be an integer (name:partitions)") from None
         if not name or partitions < 1:
             raise argparse.ArgumentTypeError(f"{item!r}: expected name:partitions with at least 1 partition")
+        try:
+            check_topic(name, partitions)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        if name in INTERNAL_TOPICS:
+            raise argparse.ArgumentTypeError(f"{name!r} is an internal topic: the broker makes it when its coordinator "
+                                             "needs it")
+        if any(name == seen for seen, _ in topics):
+            raise argparse.ArgumentTypeError(f"{name!r} is named twice")
         topics.append((name, partitions))
     return topics
 
@@ -94,6 +108,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from idemcore.broker.server import Server
 
     config, data_dir = _settings(args)
+    _check_listenable(config.listener.host, config.listener.port)
     # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
     on_disk = {name: count for name, count in args.topics
@@ -123,6 +138,22 @@ def _halt(why: str) -> None:
     nothing more is acknowledged and no clean shutdown is recorded (the next start recovers the logs)."""
     print(f"idemcore serve: the log directory failed ({why}); halting", file=sys.stderr, flush=True)
     os._exit(HALT_STATUS)
+
+
+def _check_listenable(host: str, port: int) -> None:
+    """Bind where the server will listen, once, before the data directory is made or locked: an address that
+    does not resolve or is taken is refused in one line, leaving nothing on disk (binding again later may still
+    fail, if someone takes the port in between; that is said then)."""
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, protocol, _, address in addresses:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+    except OSError as error:
+        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
 async def _serve(server: Any, data_dir: Path) -> None:

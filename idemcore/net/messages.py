@@ -401,11 +401,12 @@ class MetadataResponse:
 @dataclass(slots=True, frozen=True)
 class NewTopic:
     """A topic to make: ``partitions`` -1 takes the broker's default; ``configs`` are Kafka's topic configs as
-    the wire carries them (strings)."""
+    the wire carries them (strings); ``replication_factor`` -1 takes the broker's default (one broker: 1)."""
 
     name: str
     partitions: int = -1
     configs: tuple[tuple[str, str | None], ...] = ()
+    replication_factor: int = -1
 
 
 @dataclass(slots=True, frozen=True)

@@ -67,6 +67,7 @@ from idemcore.record.kafka_files.segment import scan_segment
 from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
 from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import (
+    CorruptRecordError,
     decode_batch,
     decode_stored_batches,
     encode_end_txn_marker,
@@ -298,7 +299,12 @@ class PartitionLog:
     def _readable_batches(self) -> Iterator[StoredBatch]:
         for segment in self.segments:  # decoded a segment at a time
             data = self._used(segment).log.read(0, segment.size)
-            for stored in decode_stored_batches(self.topic, self.partition, data):
+            try:
+                decoded = decode_stored_batches(self.topic, self.partition, data)
+            except CorruptRecordError as exc:  # say which file: a start loading an internal topic stops on it
+                where = getattr(segment.log, "path", None) or f"the segment at offset {segment.base_offset}"
+                raise CorruptRecordError(f"{self.name}: {where} is corrupt: {exc}", exc.position) from None
+            for stored in decoded:
                 if stored.next_offset > self.log_start_offset:
                     yield stored
 

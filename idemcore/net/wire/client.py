@@ -296,9 +296,9 @@ def _encode_create_topics(request: CreateTopicsRequest, version: int) -> Any:
     cls = _request_class(19, version)
     topic_cls, config_cls = nested(cls, "CreatableTopic"), nested(cls, "CreatableTopicConfig")
     # v4+: -1 takes the broker's default replication factor; before, 1 (a single-broker default).
-    replication = -1 if version >= 4 else 1
     return make(cls, topics=tuple(make(
-        topic_cls, name=t.name, num_partitions=t.partitions, replication_factor=replication, assignments=(),
+        topic_cls, name=t.name, num_partitions=t.partitions, assignments=(),
+        replication_factor=t.replication_factor if version >= 4 or t.replication_factor != -1 else 1,
         configs=tuple(make(config_cls, name=k, value=v) for k, v in t.configs)) for t in request.topics),
         timeout=_ms(30_000), validate_only=request.validate_only)
 

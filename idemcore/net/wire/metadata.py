@@ -54,7 +54,8 @@ def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: Metad
 def _create_to_message(ctx: WireContext, version: int, correlation_id: int,
                        body: Any) -> tuple[CreateTopicsRequest, Any]:
     topics = tuple(NewTopic(str(t.name), int(t.num_partitions),
-                            tuple((str(c.name), None if c.value is None else str(c.value)) for c in t.configs))
+                            tuple((str(c.name), None if c.value is None else str(c.value)) for c in t.configs),
+                            int(t.replication_factor))
                    for t in body.topics)
     return CreateTopicsRequest(topics, bool(getattr(body, "validate_only", False)), correlation_id), None
 
