@@ -106,3 +106,28 @@ def test_a_topic_of_more_partitions_than_the_limit_is_refused_at_once(tmp_path):
         assert "huge" not in broker.topics
     finally:
         broker.close()
+
+
+def test_a_creation_failing_partway_leaves_no_directory_and_can_be_made_again(tmp_path, monkeypatch):
+    """Descriptors run out at the fourth partition: the three made are removed with their directories, so the
+    same creation afterwards is not refused over them (their directories would read as an older topic's)."""
+    import errno
+
+    from idemcore.broker.log_manager import LogManager
+
+    real = LogManager.new_log
+
+    def out_of_descriptors(self, topic, partition, config, **kwargs):
+        if partition == 3:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(self, topic, partition, config, **kwargs)
+    with Broker({}, data_dir=tmp_path) as broker:
+        monkeypatch.setattr(LogManager, "new_log", out_of_descriptors)
+        with pytest.raises(OSError, match="Too many open files"):
+            broker.create_topic("n", 5)
+        assert "n" not in broker.topics and not list(tmp_path.glob("n-*"))
+        monkeypatch.undo()
+        broker.create_topic("n", 5)
+        assert broker.topics["n"] == 5
+    with Broker({}, data_dir=tmp_path) as again:
+        assert again.topics["n"] == 5

@@ -81,7 +81,7 @@ class BackgroundTopics:
             making.logs = logs
         except BaseException as exc:
             for partition_log in logs:
-                partition_log.abandon()
+                partition_log.discard()
             making.error = exc
         finally:
             making.built.set()

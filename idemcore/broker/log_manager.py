@@ -122,9 +122,9 @@ class LogManager:
         return dict(self._recovery_points)
 
     def forget(self, logs: Iterable[PartitionLog]) -> None:
-        """Take back logs just opened (a topic whose creation failed): closed as they are, no longer managed."""
+        """Take back logs just opened (a topic whose creation failed): discarded, no longer managed."""
         for partition_log in list(logs):
-            partition_log.abandon()
+            partition_log.discard()
             self.logs.remove(partition_log)
 
     def started(self) -> None:

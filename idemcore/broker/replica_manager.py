@@ -171,7 +171,7 @@ class ReplicaManager:
         except BaseException:
             undo()
             for partition_log in (made or [])[len(self.partitions) - first:]:  # made but never served
-                partition_log.abandon()
+                partition_log.discard()
             raise
         self.log_manager.partitions_added()
         return undo

@@ -176,7 +176,7 @@ class Topics:
                 config = self.defaults.overridden(name, configs or {})
         except BaseException:
             for partition_log in made or ():  # made off the loop, never to be served
-                partition_log.abandon()
+                partition_log.discard()
             raise
         assert self.open_partitions is not None, "the broker sets open_partitions before topics are created"
         self.configs[name] = config

@@ -29,6 +29,7 @@ import bisect
 import collections
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -649,6 +650,13 @@ class PartitionLog:
         self._closed = True
         for segment in self.segments:
             segment.close()
+
+    def discard(self) -> None:
+        """A log made for a topic whose creation failed, never to be served: closed, and its directory removed so
+        that making the topic again is not refused over it (one holding a batch is only closed)."""
+        self.abandon()
+        if self._directory is not None and not self._has_batches():
+            shutil.rmtree(self._directory, ignore_errors=True)
 
     # --- leader epochs --------------------------------------------------------------------------------------
 
