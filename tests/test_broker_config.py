@@ -249,7 +249,7 @@ def test_log_dirs_goes_over_log_dir_and_names_one_directory():
     assert _config(log__dir="/a").log_dir == Path("/a")
     assert _config(log__dir="/a", log__dirs=" /b ").log_dir == Path("/b")
     assert _config(log__dirs="/b,").log_dir == Path("/b")  # Kafka's CSV parsing drops empty items
-    _refused({"log.dirs": "/a,/b"}, "names 2 directories", "one log directory for now")
+    _refused({"log.dirs": "/a,/b"}, "names 2 directories", "serves one log directory")
     _refused({"log.dirs": " , "}, "at least one log directory")
 
 

@@ -75,6 +75,15 @@ def test_a_bad_command_line_is_one_line_and_makes_nothing(tmp_path, args, words)
     assert not data.exists()
 
 
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_a_data_dir_that_is_a_file_is_one_line_and_the_file_stays(tmp_path, below):
+    afile = tmp_path / "afile"
+    afile.write_bytes(b"mine")
+    data = afile / below if below else afile
+    assert_refused(serve("--data-dir", str(data), "--port", "0"), str(data), "is a file")
+    assert afile.read_bytes() == b"mine"
+
+
 def test_a_taken_port_is_refused_before_the_directory_is_made(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

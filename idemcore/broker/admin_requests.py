@@ -125,11 +125,6 @@ def _partition_producers(broker: AdminSources, topic: str, partition: int) -> Pa
 # ---------------------------------------------------------------- DescribeTransactions / ListTransactions
 
 
-def _started_coordinator(broker: AdminSources) -> TransactionCoordinator | None:
-    """The transaction coordinator if it has started (a read must not make ``__transaction_state``)."""
-    return broker.txn_coordinator()
-
-
 def describe_transactions(broker: AdminSources, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     """Each requested id's state: NOT_COORDINATOR while the coordinator has not started (no partition of
     ``__transaction_state`` is loaded), INVALID_REQUEST for "", TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
@@ -143,7 +138,7 @@ def describe_transactions(broker: AdminSources, request: DescribeTransactionsReq
         return DescribeTransactionsResponse((), request.request_id, ErrorCode.INVALID_REQUEST,
                                             f"DescribeTransactionsRequest: transactional id {bad[0]!r:.80} is not a "
                                             "string")
-    coordinator = _started_coordinator(broker)
+    coordinator = broker.txn_coordinator()  # a read never makes __transaction_state
     if coordinator is None:
         return DescribeTransactionsResponse(tuple(
             DescribedTransaction(transactional_id, ErrorCode.INVALID_REQUEST if transactional_id == ""
@@ -172,7 +167,7 @@ def list_transactions(broker: AdminSources, request: ListTransactionsRequest) ->
         return ListTransactionsResponse(ErrorCode.INVALID_REQUEST, request_id=request.request_id,
                                         error_message=f"ListTransactionsRequest: {problem}")
     names = tuple(dict.fromkeys(states))  # Kafka takes the filters as a set: an unknown name is echoed once
-    coordinator = _started_coordinator(broker)
+    coordinator = broker.txn_coordinator()  # a read never makes __transaction_state
     if coordinator is None:
         return ListTransactionsResponse(ErrorCode.NONE, (), tuple(
             name for name in names if TransactionState.from_name(name) is None), request.request_id)

@@ -100,9 +100,10 @@ class Broker:
 
     Every request goes through :meth:`handle`. ``data_dir``: a Kafka log
     directory: each partition in ``<topic>-<partition>/`` as Kafka's segments
-    and indexes (``broker.log``; fsync'd per produce request with acks=all,
-    rolled at ``segment_bytes`` / ``segment_ms``, an offset-index entry every
-    ``index_interval_bytes``); on start, producer state is rebuilt by
+    and indexes (``broker.log``; acks=all fsync'd before its answer: in place,
+    or while running on a loop by the flusher thread, one fsync for every request
+    waiting on a partition; rolled at ``segment_bytes`` / ``segment_ms``, an
+    offset-index entry every ``index_interval_bytes``); on start, producer state is rebuilt by
     replaying the logs with REPLICATION origin. ``producer_ids``: the id allocator; by default one over
     a SQLite store in ``data_dir`` (or in memory). ``fsync=False`` keeps the
     writes of acks=all requests in the OS page cache too: they survive a crash of
@@ -118,7 +119,13 @@ class Broker:
     :class:`~idemcore.broker.config.BrokerConfig` the other arguments came
     from; it gives the defaults of the topic configs no argument sets
     (``log.cleanup.policy``, ``min.insync.replicas``, ...) and what
-    DescribeConfigs reports of the broker. ``clock``: the time in ms (wall
+    DescribeConfigs reports of the broker. ``flush_messages`` / ``flush_ms``:
+    Kafka's ``log.flush.interval.messages`` / ``.ms`` (a flush once that many
+    records or ms are past the last one); ``flush_scheduler_interval_ms``:
+    ``log.flush.scheduler.interval.ms``, how often ``flush_ms`` is checked;
+    ``recovery_point_checkpoint_ms``: ``log.flush.offset.checkpoint.interval.ms``,
+    how often the flushed ends are written to ``recovery-point-offset-checkpoint``
+    (these act while the broker runs on a loop). ``clock``: the time in ms (wall
     clock by default; a simulation passes its virtual one).
     """
 
@@ -171,7 +178,6 @@ class Broker:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.backend = get_backend(backend)
         self.producer_id_expiration_ms = producer_id_expiration_ms
-        self.fsync = fsync
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
         now = self.clock() if callable(self.clock) else None
         if type(now) is not int:  # e.g. time.time: seconds as a float, where every timeout counts milliseconds
@@ -317,12 +323,6 @@ class Broker:
         self._check_open()
         self.topic_catalog.create(name, partitions, configs)
 
-    def check_new_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None) -> TopicConfig:
-        """What :meth:`create_topic` would check, without making anything: the topic's settings, or the
-        error it would raise."""
-        self._check_open()
-        return self.topic_catalog.check_new(name, partitions, configs)
-
     def set_topic_configs(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> TopicConfig:
         """Replace the configs set on topic ``name`` by ``overrides`` (Kafka's names; the others take the broker's
         defaults), as Kafka's AlterConfigs does: checked, recorded in ``topics.json`` (atomically), then in force on
@@ -337,12 +337,6 @@ class Broker:
                     for attribute, value in config.log_settings().items():
                         setattr(partition.log, attribute, value)
         return config
-
-    def partition_number(self, topic: str, partition: int) -> int | None:
-        """The broker-wide number of ``topic``-``partition`` in the producer-state table, None when the broker
-        does not serve it."""
-        found = self.replicas.partition(topic, partition)
-        return None if found is None else found.number
 
     def log(self, topic: str, partition: int) -> PartitionLog:
         """The log of one partition."""

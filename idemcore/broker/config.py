@@ -70,7 +70,7 @@ class BrokerConfig:
       ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1),
       ``log.flush.interval.messages``, ``log.flush.interval.ms``, ``log.flush.scheduler.interval.ms``,
       ``log.flush.offset.checkpoint.interval.ms`` (while the broker runs behind its TCP server: :mod:`.delayed`);
-    - checked and kept, waiting for a broker argument (the storage rewrite): ``log.retention.check.interval.ms``,
+    - checked and kept, not acted on yet (a warning names them): ``log.retention.check.interval.ms``,
       the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
       lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
       ``compression.type``), ``transactional.id.expiration.ms``, the internal topics' segment
@@ -144,8 +144,8 @@ class BrokerConfig:
     # ------------------------------------------------------------ using
 
     def not_acted_on(self) -> list[str]:
-        """The settings given that today's broker does not act on (kept for the storage rewrite and
-        replication, or without meaning here), in the order of :data:`~idemcore.broker.config_keys.KEYS`."""
+        """The settings given that today's broker does not act on (not yet, kept for replication, or without
+        meaning here), in the order of :data:`~idemcore.broker.config_keys.KEYS`."""
         return [name for name, key in KEYS.items() if name in self.origins and key.use is not Use.HONOURED]
 
     def broker_kwargs(self) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def _log_dir(values: Mapping[str, Any], origins: Mapping[str, str]) -> Path | No
                           "must be defined via log.dirs or log.dir")
     if len(dirs) > 1:
         raise ConfigError(f"{name}={text!r}{_origin(origins, name)} names {len(dirs)} directories: idemcore serves "
-                          "one log directory for now (the log is being rewritten); name one")
+                          "one log directory (Kafka's JBOD, several, is not supported); name one")
     return Path(dirs[0])
 
 

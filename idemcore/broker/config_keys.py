@@ -29,7 +29,6 @@ from idemcore.protocol.constants import (
     TRANSACTION_STATE_SEGMENT_BYTES,
 )
 
-INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 #: The smallest segment Kafka 3.x takes (``LegacyRecord.RECORD_OVERHEAD_V0``).
 MIN_SEGMENT_BYTES = 14
@@ -59,7 +58,7 @@ class Use(Enum):
 
     #: Given to ``Broker(...)`` or ``Server(...)``: it acts as in Kafka.
     HONOURED = "honoured"
-    #: Checked and kept; acting on it needs a broker argument that does not exist yet (the storage rewrite).
+    #: Checked and kept; the broker does not act on it yet (a warning says so).
     PENDING = "pending"
     #: Checked and kept for replication (a second broker, ZooKeeper); one broker has nothing to do with it.
     REPLICATION = "replication"

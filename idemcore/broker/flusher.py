@@ -119,10 +119,6 @@ class LogFlusher:
         self.stats = {"jobs": 0, "failed": 0}
 
     @property
-    def running(self) -> bool:
-        return self._running
-
-    @property
     def fsync_lanes(self) -> int:
         return len(self._lanes) - 1
 
@@ -329,7 +325,8 @@ class FlushScheduler:
         return min((state.flush_ms for state in self._logs.values()), default=NEVER_MS)
 
     def write_checkpoint(self, path: Path, entries: dict[tuple[str, int], int]) -> None:
-        """Write the offset checkpoint ``entries`` to ``path`` on the flusher (after the flushes queued before)."""
+        """Write the offset checkpoint ``entries`` to ``path`` on the flusher's background lane (not ordered with
+        the fsync lanes: safe because ``entries`` are ends already fsync'd)."""
         self.stats["checkpoints"] += 1
         data = encode_offset_checkpoint((topic, partition, offset)
                                         for (topic, partition), offset in sorted(entries.items()))

@@ -52,9 +52,6 @@ class BackgroundTopics:
         self._in_background = in_background
         self._making: dict[str, _Making] = {}
 
-    def making(self, name: str) -> bool:
-        return name in self._making
-
     def make(self, name: str, partitions: int, configs: Mapping[str, Any], ready: Ready) -> None:
         """Start making ``name`` (or join the creation under way); ``ready`` is called on the loop when done. What
         ``check`` raises is raised here."""

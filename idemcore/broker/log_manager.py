@@ -372,7 +372,11 @@ def _lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive lock on ``data_dir`` itself for this broker's lifetime (released when it closes or its
     process dies): two brokers on one directory would hand out the same offsets. Locking the directory, not a
     file in it, means no file can be deleted to get round it. ``.lock`` names the holder, for messages."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # the directory or one above it is a file
+        raise IdemcoreError(f"the data directory {data_dir} cannot be made: it or a directory above it is a "
+                            "file; name a directory") from None
     descriptor = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,8 @@
 """Each partition's log end as last written to the OS, so recovery after a killed process knows it.
 
-The recovery points (``log-end-offsets.json``) move only at a clean start or close, after an fsync: they
-are what survives a power loss. Between them, a process that is killed leaves its appends in the page
+The recovery points (Kafka's ``recovery-point-offset-checkpoint``) count only what was fsync'd: written at a
+clean start and close, and while running by the flusher, never past what it fsync'd; they are what survives
+a power loss. Beyond them, a process that is killed leaves its appends in the page
 cache, where they survive; so after a crash *in the same boot* the log must hold at least what the broker
 had written, and anything shorter or damaged below that is outside damage, not a torn write. This file
 keeps those ends: rewritten at start, then one small ``pwrite`` per partition per produce request (no

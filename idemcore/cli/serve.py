@@ -178,8 +178,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "idempotently and transactionally and consume read_committed, over Kafka's wire protocol; the "
                     "data directory is a Kafka log directory. Settings by Kafka's names come from --config (a "
                     "server.properties file, as kafka-server-start.sh takes) and --override key=value (over the "
-                    "file); each flag below sets the setting its help names, over both. Topics are created on first "
-                    "use (unless auto.create.topics.enable=false), by CreateTopics, or by --topics. Stops cleanly on "
+                    "file); each flag below but --fsync (idemcore's own) sets the setting its help names, over "
+                    "both. Topics are created on first use (unless auto.create.topics.enable=false), by "
+                    "CreateTopics, or by --topics. Stops cleanly on "
                     "SIGINT/SIGTERM. Exit status 2 for a bad setting, named in one line; 1 when the log directory "
                     "fails (a write or fsync raised): the broker halts, as Kafka's does, and its next start "
                     "recovers the logs.")

@@ -9,13 +9,14 @@ the next fence does not raise the epoch again.
 Synchronous where Kafka is asynchronous, with the same answers:
 
 - Kafka answers EndTxn as soon as the Prepare* record is durable and writes the markers and the Complete*
-  record afterwards on another thread. Here :meth:`TransactionCoordinator.end_txn` writes them before it
-  returns, and answers what Kafka answers: NONE once Prepare* is durable, even if markers are still missing.
-  A broker that can run work after an answer is sent hands :meth:`TransactionCoordinator.complete_later` a
-  scheduler (one running on an event loop runs the call half a millisecond later): EndTxn then answers once
-  Prepare* is durable, as Kafka does, and the markers and Complete* are written by the scheduled call while the
-  client reads the answer. Every coordinator request first finishes what is queued, so no answer differs from
-  the inline one; only a Fetch that races the answer may still find the transaction open, as it may in Kafka.
+  record afterwards on another thread. So does this coordinator when the broker hands
+  :meth:`TransactionCoordinator.complete_later` a scheduler (a broker running on an event loop does: the
+  call runs half a millisecond after the answer): EndTxn answers once Prepare* is durable, and the markers and
+  Complete* are written by the scheduled call while the client reads the answer. Without a scheduler (a broker
+  used in process) :meth:`TransactionCoordinator.end_txn` writes them before it returns, and still answers what
+  Kafka answers: NONE once Prepare* is durable, even if markers are still missing. Every coordinator request
+  first finishes what is queued, so no answer differs from the inline one; only a Fetch that races the answer may
+  still find the transaction open, as it may in Kafka.
 - Kafka answers CONCURRENT_TRANSACTIONS to requests that arrive while markers are outstanding (the Complete*
   transition is pending). Done inline there is no such window, except when a marker or the Complete* record
   could not be written in ``marker_attempts`` tries: then the transition stays pending, requests get

@@ -157,7 +157,3 @@ class FileStore(ByteStore):
         fd, self._fd = self._fd, None
         return fd
 
-    def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-        self.size = 0

@@ -211,10 +211,6 @@ def nested(cls: type, name: str) -> type:
     return getattr(sys.modules[cls.__module__], name)
 
 
-def has_field(cls: type, name: str) -> bool:
-    return any(field_name == name for field_name, _, _ in _fields(cls))
-
-
 def millis(value: datetime.timedelta | int | None) -> int:
     """A kio duration (``timedelta``) as milliseconds."""
     if value is None:
