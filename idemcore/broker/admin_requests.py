@@ -16,13 +16,12 @@ raised out of ``Broker.handle``."""
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from idemcore.broker.coordinator import TransactionCoordinator, TransactionState
-from idemcore.broker.input_checks import checked
+from idemcore.broker.input_checks import checked, illegal_topic_name
 from idemcore.broker.log_manager import LogManager
 from idemcore.broker.replica_manager import ReplicaManager
 from idemcore.broker.topics import Topics
@@ -66,7 +65,6 @@ __all__ = ["AdminSources", "admin_handlers", "delete_records", "describe_produce
 log = logging.getLogger(__name__)
 
 #: Kafka's ``Topic.validate``: 1 to 249 ASCII alphanumerics, '.', '_' and '-', and neither "." nor "..".
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 def admin_handlers(broker: AdminSources) -> dict[type, Callable[[Any], Any]]:
@@ -105,10 +103,9 @@ def _malformed_pairs(pairs: object) -> str | None:
 
 def _partition_producers(broker: AdminSources, topic: str, partition: int) -> PartitionProducers:
     # Kafka checks the name first (INVALID_TOPIC_EXCEPTION), then whether the topic, then the partition, exists.
-    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
-        return PartitionProducers(topic, partition, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                  error_message=f"topic name {topic!r:.300} is not legal: 1 to 249 of a-z, A-Z, 0-9, "
-                                                "'.', '_', '-', and not '.' or '..'")
+    illegal = illegal_topic_name(topic)
+    if illegal is not None:
+        return PartitionProducers(topic, partition, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=illegal)
     found = broker.replicas.partition(topic, partition)
     if found is None:
         where = "topic" if topic not in broker.topics else "partition"

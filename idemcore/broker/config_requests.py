@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from idemcore.broker.config_keys import KEYS as BROKER_KEYS
 from idemcore.broker.config_keys import Kind
+from idemcore.broker.input_checks import illegal_topic_name
 from idemcore.broker.topic_config import TOPIC_KEYS, InvalidTopicConfig, TopicConfig, value_text
 from idemcore.net.configs import (
     AlterConfigOp,
@@ -90,7 +91,6 @@ __all__ = ["alter_configs", "config_handlers", "describe_configs", "described_to
 log = logging.getLogger(__name__)
 
 #: Kafka's ``Topic.validate`` (as admin_requests applies it).
-_LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 #: Broker settings that name one value together (Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms``).
 _BROKER_SYNONYMS = {name: group for group in (("log.roll.ms", "log.roll.hours"),
                                               ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -254,10 +254,8 @@ def _topic_name_problem(name: str) -> Answer | None:
     """Kafka's ``ControllerConfigurationValidator.validateTopicName``."""
     if name == "":
         return ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed."
-    if name in (".", "..") or len(name) > 249 or not set(name) <= _LEGAL:
-        return ErrorCode.INVALID_TOPIC_EXCEPTION, (f"topic name {name[:300]!r} is not legal: 1 to 249 of a-z, A-Z, "
-                                                   "0-9, '.', '_', '-', and not '.' or '..'")
-    return None
+    illegal = illegal_topic_name(name)
+    return None if illegal is None else (ErrorCode.INVALID_TOPIC_EXCEPTION, illegal)
 
 
 def _broker_name_problem(broker: ConfiguredBroker, name: str, what: str, alternative: str) -> Answer | None:

@@ -123,11 +123,19 @@ def well_formed_marker(marker: object) -> bool:
                for tp in marker.partitions)
 
 
+def illegal_topic_name(name: object) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's ``Topic.validate``: a topic names a directory), or None."""
+    if isinstance(name, str) and TOPIC_NAME.fullmatch(name) and name not in (".", ".."):
+        return None
+    return (f"topic name {name!r:.300} is not legal: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-', and not '.' or "
+            "'..' (Kafka's rule; a topic names a directory)")
+
+
 def check_topic(name: object, count: object) -> None:
     """A legal topic name (Kafka's rule) with a partition count this broker takes; ValueError naming both."""
-    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-        raise ValueError(f"topic name {name!r} is not legal: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-' "
-                         "(Kafka's rule; a topic names a directory)")
+    illegal = illegal_topic_name(name)
+    if illegal is not None:
+        raise ValueError(illegal)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"topic {name!r} needs a positive partition count, got {count!r}")
     if count > MAX_PARTITIONS_PER_TOPIC:

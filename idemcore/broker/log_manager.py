@@ -262,7 +262,9 @@ class LogManager:
     def increment_log_start_offsets(self, starts: Mapping[Key, int]) -> None:
         """Raise each partition's log start offset to the one given (never lower, never past its log end:
         ValueError before anything changes), record the starts in ``log-start-offset-checkpoint`` (after an fsync
-        of those logs, so no start lies past what a power loss keeps), and only then delete the segments whose
+        of those logs' active segments, so no start lies past what a power loss keeps; a segment rolled moments
+        before may still wait for its fsync on the flusher, and a power loss then damages it, which the next start
+        refuses, naming it), and only then delete the segments whose
         successor starts at or below the new start (Kafka's ``maybeIncrementLogStartOffset`` then
         ``deleteLogStartOffsetBreachedSegments``; Kafka deletes at its next retention check). Retention and
         DeleteRecords both move the start through here. An OSError writing the checkpoint leaves every start as

@@ -583,10 +583,11 @@ class PartitionLog:
         self._dirty = False
 
     def flush(self) -> None:
-        """fsync the active segment whatever the fsync setting (rolled segments were fsync'd when they rolled),
-        and before it its ``.txnindex`` when an ABORT wrote to it (a marker's entry is at least as durable as the
-        marker; loading cuts entries past the log end). The offset and time indexes are not: loading after a crash
-        derives them again from the batches."""
+        """fsync the active segment whatever the fsync setting (a rolled segment is fsync'd at its roll: in place,
+        or by a job queued on the flusher that may not have run yet), and before it its ``.txnindex`` when an ABORT
+        wrote to it (a marker's entry is at least as durable as the marker; loading cuts entries past the log end),
+        and after it the directory when it holds new files. The offset and time indexes are not: loading after a
+        crash derives them again from the batches."""
         if self._directory is None:
             return
         active = self.segments[-1]
