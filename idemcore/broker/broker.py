@@ -280,8 +280,7 @@ class Broker:
         """Answer one request (every transport calls this); None for a produce request with acks=0; a
         :class:`Pending` for an answer given later (JoinGroup, SyncGroup; while running on a loop also a Fetch
         waiting for data and an acks=all Produce waiting for its fsync)."""
-        if self._closed:
-            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self._check_open()
         handler = self._handlers.get(type(request))
         if handler is None:
             raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
@@ -368,8 +367,7 @@ class Broker:
         """The transaction coordinator (Kafka's handlers: ``init_producer_id``, ``add_partitions_to_txn``,
         ``end_txn``, ...), its state in the compacted ``__transaction_state`` topic, made at first use with
         ``transaction_state_partitions`` partitions (Kafka makes it at the first FindCoordinator)."""
-        if self._closed:
-            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self._check_open()
         if self._txn_coordinator is None:
             self._internal_topic(TRANSACTION_STATE_TOPIC)
             self._start_txn_coordinator()
@@ -423,8 +421,7 @@ class Broker:
         """The group coordinator (``offset_commit``, ``txn_offset_commit``, ``offset_fetch``), its state in the
         compacted ``__consumer_offsets`` topic, made at first use with ``offsets_topic_partitions`` partitions
         (Kafka makes it at the first FindCoordinator for a group)."""
-        if self._closed:
-            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self._check_open()
         if self._group_coordinator is None:
             self._internal_topic(CONSUMER_OFFSETS_TOPIC)
             self._start_group_coordinator()
@@ -556,8 +553,7 @@ class Broker:
         """Run on ``loop`` from now on (called on its thread; the TCP server calls it with its asyncio loop): fetches
         and acks=all produces wait in the broker's purgatories, a flusher thread fsyncs, rolls and writes the
         recovery points, internal topics are made off the loop (:mod:`.delayed`)."""
-        if self._closed:
-            raise IdemcoreError(f"broker {self.broker_id} is closed")
+        self._check_open()
         self.delayed.start(loop, [(p.log, self.topic_configs[p.topic]) for p in self.replicas.partitions],
                            self.log_manager.recovery_points())
         # EndTxn is answered once its Prepare* is durable; its markers are written just after (their appends wake
