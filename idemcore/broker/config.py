@@ -22,16 +22,13 @@ from typing import Any
 
 import javaproperties
 
-from idemcore.broker.config_keys import KEYS, Key, Kind, Use
+from idemcore.broker.config_keys import DOUBLE_TEXT, INTEGER_TEXT, KEYS, LIST_SEPARATOR, Key, Kind, Use
 from idemcore.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: Where ``idemcore serve`` listens when ``listeners`` is not set: loopback, not Kafka's every interface.
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-#: A decimal number as Java's ``Double.parseDouble`` reads one (no Python-only forms: ``1_0``, ``inf``, ``nan``).
-DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 #: Kafka's ``EndPoint`` syntax: NAME://host:port, an IPv6 host in brackets.
 _ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
 #: Kafka's default ``listener.security.protocol.map``: a listener's name is its security protocol.
@@ -271,20 +268,20 @@ def _parse(key: Key, text: str, origin: str) -> Any:
             raise bad(f"must be one of {', '.join(key.choices)}")
         return value
     if key.kind is Kind.DOUBLE:
-        if not DOUBLE.fullmatch(value):
+        if not DOUBLE_TEXT.fullmatch(value):
             raise bad("not a number of type DOUBLE")
         real = float(value)
         if (key.low is not None and real < key.low) or (key.high is not None and real > key.high):
             raise bad(f"must be from {key.low} to {key.high}")
         return real
     if key.kind is Kind.LIST:
-        items = [item for item in re.split(r"\s*,\s*", value) if item] if value else []
+        items = [item for item in LIST_SEPARATOR.split(value) if item] if value else []
         wrong = [item for item in items if key.choices and item not in key.choices]
         if wrong:
             raise bad(f"{wrong[0]!r} is not one of {', '.join(key.choices)}")
         return tuple(items)
     low, high = key.kind.bounds
-    if not _INTEGER.fullmatch(value) or not low <= int(value) <= high:
+    if not INTEGER_TEXT.fullmatch(value) or not low <= int(value) <= high:
         raise bad(f"not a number of type {key.kind.value} (a whole number from {low} to {high})")
     number = int(value)
     if (key.low is not None and number < key.low) or (key.high is not None and number > key.high):
@@ -319,7 +316,7 @@ def _log_dir(values: Mapping[str, Any], origins: Mapping[str, str]) -> Path | No
     text = values[name]
     if text is None:
         return None
-    dirs = [item for item in re.split(r"\s*,\s*", text) if item]
+    dirs = [item for item in LIST_SEPARATOR.split(text) if item]
     if not dirs:
         raise ConfigError(f"invalid value {text!r} for {name}{_origin(origins, name)}: at least one log directory "
                           "must be defined via log.dirs or log.dir")
@@ -331,7 +328,7 @@ def _log_dir(values: Mapping[str, Any], origins: Mapping[str, str]) -> Path | No
 
 def _one_endpoint(name: str, text: str, origin: str) -> Endpoint:
     """The one PLAINTEXT endpoint of a ``listeners``-style value (Kafka's ``NAME://host:port,...``)."""
-    parts = [part for part in re.split(r"\s*,\s*", text.strip()) if part]
+    parts = [part for part in LIST_SEPARATOR.split(text.strip()) if part]
 
     def bad(reason: str) -> ConfigError:
         return ConfigError(f"invalid value {text!r} for {name}{origin}: {reason}")

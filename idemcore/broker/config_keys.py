@@ -7,6 +7,7 @@ A range stricter than Kafka's says why in ``note``: it is where idemcore's broke
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,6 +37,14 @@ MIN_SEGMENT_BYTES = 14
 MIN_REQUEST_BYTES = 64
 
 
+#: A whole number as Java's ``Integer.parseInt`` / ``Long.parseLong`` read one (its range checked apart).
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+#: A decimal number as Java's ``Double.parseDouble`` reads one (no Python-only forms: ``1_0``, ``inf``, ``nan``).
+DOUBLE_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+#: Kafka's ``ConfigDef`` LIST separator: a comma, with any spaces around it.
+LIST_SEPARATOR = re.compile(r"\s*,\s*")
+
+
 class Kind(Enum):
     """Kafka's ``ConfigDef.Type`` of a setting, with the range of its integers."""
 
@@ -48,9 +57,17 @@ class Kind(Enum):
     LIST = "LIST"
 
     @property
+    def bits(self) -> int:
+        """The width of an integer kind."""
+        return {"SHORT": 16, "INT": 32, "LONG": 64}[self.value]
+
+    @property
     def bounds(self) -> tuple[int, int]:
-        bits = {"SHORT": 16, "INT": 32, "LONG": 64}[self.value]
-        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        return -(2 ** (self.bits - 1)), 2 ** (self.bits - 1) - 1
+
+    @property
+    def integral(self) -> bool:
+        return self in (Kind.SHORT, Kind.INT, Kind.LONG)
 
 
 class Use(Enum):

@@ -17,14 +17,12 @@ checked, kept and described, without effect yet (:data:`NOT_ACTED_ON` says why f
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from idemcore.broker.config import DOUBLE
-from idemcore.broker.config_keys import MIN_SEGMENT_BYTES, Kind
+from idemcore.broker.config_keys import DOUBLE_TEXT, INTEGER_TEXT, LIST_SEPARATOR, MIN_SEGMENT_BYTES, Kind
 from idemcore.protocol.constants import (
     DEFAULT_DELETE_RETENTION_MS,
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -39,9 +37,6 @@ if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
 
 LONG_MAX = 2**63 - 1
-_WIDTH = {Kind.INT: (32, -(2**31), 2**31 - 1), Kind.LONG: (64, -(2**63), 2**63 - 1)}
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_COMMAS = re.compile(r"\s*,\s*")
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ def _invalid(key: TopicKey, value: object, reason: str) -> InvalidTopicConfig:
 
 def _typed(key: TopicKey, value: object) -> bool:
     """Whether ``value`` is a Python value of ``key``'s type (not a string to parse)."""
-    if key.kind in _WIDTH:
+    if key.kind.integral:
         return type(value) is int
     if key.kind is Kind.DOUBLE:
         return type(value) in (int, float)
@@ -160,10 +155,10 @@ def parse_value(key: TopicKey, value: object) -> Any:
     """``value`` (Kafka's string form, or a Python value of the key's type) as the key's typed value, checked
     against its range or choices; :class:`InvalidTopicConfig` with Kafka's message otherwise."""
     text = value.strip() if isinstance(value, str) else None
-    if key.kind in _WIDTH:
-        bits, low, high = _WIDTH[key.kind]
+    if key.kind.integral:
+        bits, (low, high) = key.kind.bits, key.kind.bounds
         if text is not None:
-            if not _INTEGER.fullmatch(text) or not low <= int(text) <= high:
+            if not INTEGER_TEXT.fullmatch(text) or not low <= int(text) <= high:
                 raise _invalid(key, value, f"Not a number of type {key.kind.value}")
             number: Any = int(text)
         elif type(value) is int:
@@ -175,7 +170,7 @@ def parse_value(key: TopicKey, value: object) -> Any:
                                        f"{type(value).__name__}")
     elif key.kind is Kind.DOUBLE:
         if text is not None:
-            if not DOUBLE.fullmatch(text):
+            if not DOUBLE_TEXT.fullmatch(text):
                 raise _invalid(key, value, "Not a number of type DOUBLE")
             number = float(text)
         elif type(value) in (int, float) and value == value:
@@ -198,7 +193,7 @@ def parse_value(key: TopicKey, value: object) -> Any:
         return text
     else:  # LIST
         if text is not None:
-            items = tuple(_COMMAS.split(text)) if text else ()
+            items = tuple(LIST_SEPARATOR.split(text)) if text else ()
         elif _typed(key, value):
             items = tuple(item.strip() for item in value)  # type: ignore[attr-defined]
         else:
