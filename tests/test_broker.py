@@ -137,15 +137,17 @@ def test_a_failed_log_write_commits_no_state_and_takes_the_directory_offline(bac
     raised = _fail_once(monkeypatch, PartitionLog, "append")
     first = broker.handle(request)
     assert raised
-    assert codes(first) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1), (0, 0)]  # only partition 0's write failed
+    # Partition 0's write failed; partition 1's, after it in the request, is not tried on the failed directory.
+    assert codes(first) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] * 2
     assert "writing t-0 at offset 0 failed" in first.responses[0].error_message
+    assert "the log directory is offline" in first.responses[1].error_message
     assert broker.log("t", 0).log_end_offset == 0 and broker.state.next_offset(0) == 0
     assert broker.state.row_of(0, 5) is None  # nothing of the failed batch reached the producer state
     assert "No space left on device" in (broker.log_manager.offline or "")
     retry = broker.handle(request)
     assert codes(retry) == [(ErrorCode.KAFKA_STORAGE_ERROR, -1)] * 2
     assert "the log directory is offline" in retry.responses[1].error_message
-    assert broker.log("t", 0).log_end_offset == 0 and broker.log("t", 1).log_end_offset == 1
+    assert broker.log("t", 0).log_end_offset == 0 and broker.log("t", 1).log_end_offset == 0
 
 
 def test_a_failed_sync_takes_the_batch_back_and_the_retry_after_a_restart_is_appended_once(tmp_path, monkeypatch):
@@ -161,6 +163,29 @@ def test_a_failed_sync_takes_the_batch_back_and_the_retry_after_a_restart_is_app
     with Broker({"t": 1}, data_dir=tmp_path) as broker:  # what the disk holds: the batch, once
         assert [v for _, _, v, _ in broker.log("t", 0).records()] == [b"a"]
         assert codes(broker.handle(request)) == [(0, 0)]
+
+
+def test_a_failed_fsync_at_start_records_no_clean_shutdown_and_no_recovery_point(tmp_path, monkeypatch):
+    """The start's own flush fails (EIO): the directory is offline, the start is refused, and neither the
+    recovery points nor a clean-shutdown marker speak for the unflushed tail; the next start scans it."""
+    import errno
+
+    broker = Broker({"t": 1}, data_dir=tmp_path, fsync=False)
+    broker.handle(ProduceRequest((batch(0, [b"a"]),)))
+    broker.kill()  # the batch is in the page cache only
+    checkpoint = (tmp_path / "recovery-point-offset-checkpoint").read_bytes()
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        Broker({"t": 1}, data_dir=tmp_path, fsync=False)
+    monkeypatch.undo()
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_bytes() == checkpoint
+    with Broker({"t": 1}, data_dir=tmp_path, fsync=False) as again:
+        assert not again.log_manager.clean_shutdown
+        assert [v for _, _, v, _ in again.log("t", 0).records()] == [b"a"]
 
 
 def test_rejections_name_every_value(backend):

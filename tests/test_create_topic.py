@@ -109,20 +109,20 @@ def test_a_topic_of_more_partitions_than_the_limit_is_refused_at_once(tmp_path):
 
 
 def test_a_creation_failing_partway_leaves_no_directory_and_can_be_made_again(tmp_path, monkeypatch):
-    """Descriptors run out at the fourth partition: the three made are removed with their directories, so the
-    same creation afterwards is not refused over them (their directories would read as an older topic's)."""
+    """Descriptors run out while the fourth partition's directory is loaded: it and the three made before are
+    removed, so the same creation afterwards is not refused over them (they would read as an older topic's)."""
     import errno
 
-    from idemcore.broker.log_manager import LogManager
+    from idemcore.broker.log import partition_log
 
-    real = LogManager.new_log
+    real = partition_log.load_segments
 
-    def out_of_descriptors(self, topic, partition, config, **kwargs):
-        if partition == 3:
+    def out_of_descriptors(name, directory, **kwargs):
+        if name == "n-3":
             raise OSError(errno.EMFILE, "Too many open files")
-        return real(self, topic, partition, config, **kwargs)
+        return real(name, directory, **kwargs)
     with Broker({}, data_dir=tmp_path) as broker:
-        monkeypatch.setattr(LogManager, "new_log", out_of_descriptors)
+        monkeypatch.setattr(partition_log, "load_segments", out_of_descriptors)
         with pytest.raises(OSError, match="Too many open files"):
             broker.create_topic("n", 5)
         assert "n" not in broker.topics and not list(tmp_path.glob("n-*"))

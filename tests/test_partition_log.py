@@ -379,3 +379,25 @@ def test_the_directory_is_fsynced_when_its_files_are_new(tmp_path, monkeypatch):
     log.flush()
     assert synced == [".log", "dir"]  # the new segment's names
     log.close()
+
+
+def test_the_first_abort_of_a_segment_makes_its_txnindex_and_the_directory_is_fsynced(tmp_path, monkeypatch):
+    """An ABORT marker's entry creates the segment's ``.txnindex``: a new name, so the next flush fsyncs it, then
+    the log, then the directory (a lost .txnindex would show aborted records to read_committed consumers)."""
+    from idemcore.protocol.codes import ControlType
+
+    log = PartitionLog("t", 0, tmp_path / "t-0", fsync=True)
+    log.append(0, RecordBatch("t", 0, [b"a", b"b"], None, 7, 0, 0, 1_000, True))
+    log.flush()
+    synced: list[str] = []
+    real = os.fsync
+
+    def watching(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append("dir" if os.path.isdir(target) else Path(target).suffix)
+        real(fd)
+    monkeypatch.setattr(os, "fsync", watching)
+    log.append_marker(2, 7, 0, ControlType.ABORT, 0, 1_000)
+    log.flush()
+    assert synced == [".txnindex", ".log", "dir"]
+    log.close()

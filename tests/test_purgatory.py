@@ -24,10 +24,12 @@ from idemcore.broker.delayed import SWITCH_INTERVAL_S
 from idemcore.broker.purgatory import DelayedFetch
 from idemcore.net.messages import (
     TRANSACTION_KEY,
+    CreateTopicsRequest,
     FetchPartition,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
+    NewTopic,
     Pending,
     ProduceRequest,
     ProduceResponse,
@@ -279,8 +281,11 @@ def test_a_failed_fsync_answers_storage_error_and_never_acknowledges(running, mo
     assert produce(broker, 0, acks=1).responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
     assert broker.log("t", 0).log_end_offset == end
     data_dir = broker.data_dir
+    assert data_dir is not None
+    created = broker.handle(CreateTopicsRequest((NewTopic("late", 1),)))
+    assert created.results[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR and not (data_dir / "late-0").exists()
     broker.close()
-    assert data_dir is not None and not (data_dir / ".kafka_cleanshutdown").exists()
+    assert not (data_dir / ".kafka_cleanshutdown").exists()
 
 
 def test_an_acks_all_produce_times_out_at_its_timeout(running, monkeypatch):

@@ -219,6 +219,7 @@ class Broker:
             scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms,
             on_log_failure=lambda why: self.log_manager.dir_failed(why))
         self.log_manager = LogManager(self.data_dir, fsync, self.clock)
+        self.log_manager.on_offline.append(self.delayed.log_dir_failed)
         self.replicas = ReplicaManager(self.log_manager, self.topic_catalog.configs, self.backend, self.clock,
                                        broker_id)
         self.replicas.on_marker = self._marker_written

@@ -219,6 +219,11 @@ class DelayedOperations:
             self.fetches.check_and_complete((partition_log.topic, partition_log.partition))
             self.scheduler.appended(partition_log)
 
+    def log_dir_failed(self, why: str) -> None:
+        """The log directory failed: every log stops being flushed, and the produces waiting are answered."""
+        if self.scheduler is not None:
+            self.scheduler.fail_all(why)
+
     def _durable(self, partition_log: PartitionLog) -> None:
         if self.produces is not None:
             self.produces.check_and_complete((partition_log.topic, partition_log.partition))

@@ -378,8 +378,8 @@ class FlushScheduler:
         """``segment`` stops being the active one: its four files, then the log's directory, are fsync'd off the
         loop, through descriptors taken from it before it closes."""
         state = self._logs[partition_log]
-        descriptors = [fd for store in segment.stores() if (fd := store.detach()) is not None]
-        descriptors.append(partition_log.directory_descriptor())  # the segment's names, if no flush covered them
+        directory = partition_log.directory_descriptor()  # the segment's names, if no flush covered them
+        descriptors = [fd for store in segment.stores() if (fd := store.detach()) is not None] + [directory]
         self.stats["rolls"] += 1
         self.flusher.submit(FsyncJob(descriptors), lambda error: self._roll_flushed(state, next_base, error),
                             state.lane)
@@ -391,6 +391,13 @@ class FlushScheduler:
             self._fail(state, f"flushing the segment of {state.log.name} below offset {next_base} failed: {error}")
             return
         self._advance(state, next_base)
+
+    def fail_all(self, why: str) -> None:
+        """The log directory failed: no log's flushed end moves again, and what waits on any is answered."""
+        for state in list(self._logs.values()):
+            if state.failure is None:
+                state.failure = why
+            self._on_durable(state.log)
 
     def _fail(self, state: _LogState, why: str) -> None:
         if state.failure is None:

@@ -65,9 +65,10 @@ class LogManager:
         #: log directory failure: from then on nothing is appended or acknowledged in it, and a stop leaves no
         #: clean-shutdown marker and no recovery point past what was fsync'd, so the next start scans the tails.
         self.offline: str | None = None
-        #: Called once when the directory fails: ``idemcore serve`` halts there, as a Kafka broker whose last live
-        #: log directory failed halts (``LogManager.handleLogDirFailure``).
-        self.on_offline: Callable[[str], None] | None = None
+        #: Called in order, once, when the directory fails: the broker's delayed operations stop waiting on it, and
+        #: ``idemcore serve`` halts, as a Kafka broker whose last live log directory failed halts
+        #: (``LogManager.handleLogDirFailure``).
+        self.on_offline: list[Callable[[str], None]] = []
         self._written_ends: WrittenEnds | None = None
         self._unserved_ends: dict[str, int] = {}
         try:
@@ -101,7 +102,9 @@ class LogManager:
 
     def new_log(self, topic: str, partition: int, config: TopicConfig, *, new: bool = True) -> PartitionLog:
         """One partition's log, loaded or created, not yet managed (a new topic's logs may be made on the flusher
-        thread, then :meth:`adopt` ed on the loop)."""
+        thread, then :meth:`adopt` ed on the loop). OSError while the directory is offline."""
+        if self.offline is not None:
+            raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
         key = (topic, partition)
         directory = None if self.data_dir is None else self.data_dir / f"{topic}-{partition}"
         return PartitionLog(
@@ -232,8 +235,10 @@ class LogManager:
         take back. Partitions this broker does not serve keep their entries. The JSON file of earlier versions
         goes once this one is written."""
         assert self.data_dir is not None
+        if self.offline is not None:  # nothing it holds is known durable past the last checkpoint
+            raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
         for partition_log in self.logs:
-            partition_log.flush()
+            self._synced(partition_log.flush, partition_log)
         self._recovery_points.update({(p.topic, p.partition): p.log_end_offset for p in self.logs})
         self._write_offsets_file(RECOVERY_POINT_CHECKPOINT, self._recovery_points)
         if os.path.lexists(self.data_dir / OLD_LOG_END_CHECKPOINT):
@@ -246,7 +251,10 @@ class LogManager:
         start offsets (through :meth:`increment_log_start_offsets`, Kafka's ``deleteOldSegments``); in every
         partition, whatever its policy, delete the segments whose successor starts at or below its log start (one
         a roll left below a start DeleteRecords moved). Producer state is kept (producers whose batches are gone
-        still have their sequence until they expire). Returns how many partitions moved their start."""
+        still have their sequence until they expire). Returns how many partitions moved their start; nothing is
+        done while the directory is offline."""
+        if self.offline is not None:
+            return 0
         moves = {}
         for partition_log in self.logs:
             config = configs[partition_log.topic]
@@ -281,8 +289,10 @@ class LogManager:
         if not moves:
             return
         if self.data_dir is not None:
+            if self.offline is not None:
+                raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
             for partition_log, _ in moves:
-                partition_log.flush()
+                self._synced(partition_log.flush, partition_log)
             # Partitions this broker does not serve keep their entries, as in the other checkpoints.
             recorded = {**self._log_starts, **{(p.topic, p.partition): start for p, start in moves}}
             self._write_offsets_file(LOG_START_CHECKPOINT, recorded)
@@ -293,7 +303,10 @@ class LogManager:
 
     def clean_logs(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         """Compact the logs of topics whose ``cleanup.policy`` includes ``compact`` (Kafka's log cleaner), after
-        recording in ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed."""
+        recording in ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed; nothing
+        is done while the directory is offline."""
+        if self.offline is not None:
+            return 0
         due = [(partition_log, stop) for partition_log in self.logs
                if configs[partition_log.topic].compacted and (stop := partition_log.cleanable_offset()) is not None]
         if not due:
@@ -325,6 +338,15 @@ class LogManager:
 
     # --- failing and stopping --------------------------------------------------------------------------------
 
+    def _synced(self, sync: Callable[[], None], partition_log: PartitionLog) -> None:
+        """Run ``sync`` (a flush or close of ``partition_log``); an OSError takes the directory offline (a failed
+        fsync is reported once per open file: a second one, on the flusher, would succeed over dropped pages)."""
+        try:
+            sync()
+        except OSError as exc:
+            self.dir_failed(f"syncing {partition_log.name} failed: {exc}")
+            raise
+
     def dir_failed(self, why: str) -> None:
         """A write or fsync in the directory raised: the directory is offline (:attr:`offline`) from now on."""
         if self.offline is not None:
@@ -332,19 +354,23 @@ class LogManager:
         self.offline = why
         log.critical("log directory %s is offline: %s. Nothing more is appended or acknowledged; restart the broker "
                      "(its logs are then recovered as after a crash)", self.data_dir, why)
-        if self.on_offline is not None:
-            self.on_offline(why)
+        for listener in self.on_offline:
+            listener(why)
 
     def close(self, snapshot: Callable[[PartitionLog, int], None]) -> None:
         """A clean stop: every log synced and closed, a producer-state snapshot at each log's end (``snapshot``,
         Kafka snapshots at shutdown so the next start replays nothing), the recovery points and the
         clean-shutdown marker written. The lock stays until :meth:`release`. A directory that failed is closed as
         by :meth:`kill`: what its failed fsync may have dropped must be found by the next start's scan."""
+        if self.offline is None:
+            try:
+                for partition_log in self.logs:
+                    self._synced(partition_log.close, partition_log)
+            except OSError:
+                pass  # the directory is offline now: closed below as by kill
         if self.offline is not None:
             self.kill()
             return
-        for partition_log in self.logs:
-            partition_log.close()
         if self._lock_descriptor is None or not self._started:
             return
         for partition_log in self.logs:

@@ -231,6 +231,9 @@ class ReplicaManager:
                 entry = entries[j]
                 partition_log = entry.partition.log
                 offset = int(verdicts.out_base_offset[j])
+                if self.log_manager.offline is not None:  # an earlier write of this request failed
+                    failed[j] = f"the log directory is offline: {self.log_manager.offline}"
+                    continue
                 try:
                     if entry.marker is None:
                         partition_log.append(offset, entry.batch)

@@ -5,6 +5,7 @@ or config is answered with Kafka's error code and a message naming the value, ne
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,13 +54,15 @@ def create_topics(topics: Topics, request: CreateTopicsRequest,
     wanted = request.topics if isinstance(request.topics, tuple | list) else ()
     names = [topic.name for topic in wanted if type(topic) is NewTopic]
     # Kafka's ControllerApis: a name given twice is created neither time, and answered once.
-    repeated = {name for name in names if names.count(name) > 1}
+    repeated = {name for name, count in collections.Counter(names).items() if count > 1}
+    answered: set[object] = set()
     results = []
     for topic in wanted:
         if type(topic) is not NewTopic:
             results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
         elif topic.name in repeated:
-            if not any(result.name == topic.name for result in results):
+            if topic.name not in answered:
+                answered.add(topic.name)
                 results.append(CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST,
                                             "Found multiple entries for this topic."))
         else:
@@ -103,6 +106,8 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
         return CreatedTopic(name, code, str(error))
     except IdemcoreError as error:  # TopicExistsError: its directory is there from an earlier run
         return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
+    except OSError as error:  # its files could not be made (the disk, descriptors, an offline log directory)
+        return CreatedTopic(name, ErrorCode.KAFKA_STORAGE_ERROR, f"topic {name!r} could not be made: {error}")
     return CreatedTopic(name, ErrorCode.NONE, None, count, () if describe is None else describe(config))
 
 

@@ -114,7 +114,9 @@ def run_serve(args: argparse.Namespace) -> int:
     on_disk = {name: count for name, count in args.topics
                if any(os.path.lexists(data_dir / f"{name}-{p}") for p in range(count))}  # (Broker's own rule)
     broker = Broker(on_disk, fsync=args.fsync, settings=config, **config.broker_kwargs())
-    broker.log_manager.on_offline = _halt
+    broker.log_manager.on_offline.append(_halt)
+    if broker.log_manager.offline is not None:  # it failed while the broker started (owed markers written)
+        _halt(broker.log_manager.offline)
     try:
         for name, partitions in args.topics:
             if name not in broker.topics:
@@ -136,8 +138,10 @@ def run_serve(args: argparse.Namespace) -> int:
 def _halt(why: str) -> None:
     """The log directory failed: exit at once, as Kafka's broker halts when its last log directory fails, so
     nothing more is acknowledged and no clean shutdown is recorded (the next start recovers the logs)."""
-    print(f"idemcore serve: the log directory failed ({why}); halting", file=sys.stderr, flush=True)
-    os._exit(HALT_STATUS)
+    try:
+        print(f"idemcore serve: the log directory failed ({why}); halting", file=sys.stderr, flush=True)
+    finally:  # even when standard error is on the full disk
+        os._exit(HALT_STATUS)
 
 
 def _check_listenable(host: str, port: int) -> None:

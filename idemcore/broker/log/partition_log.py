@@ -92,8 +92,8 @@ class FlushTarget(NamedTuple):
     segment_base: int
     size: int
     descriptors: tuple[int, ...]
-    #: The log's counts of rolls and of ABORT markers when the target was taken (what it made durable).
-    rolls: int = 0
+    #: The log's counts of new files (segments, a first .txnindex) and of ABORT markers when the target was taken.
+    dir_changes: int = 0
     aborts: int = 0
 
 
@@ -181,7 +181,7 @@ class PartitionLog:
         # The directory's entries (a new log's, a rolled-in segment's files) are not known durable until the
         # directory itself is fsync'd (Kafka's LocalLog.flush: Utils.flushDir when there are new segments).
         self._dir_dirty = directory is not None
-        self._rolls = 0
+        self._dir_changes = 0
         self._aborts = 0
         self._last_position = 0
         # Enough to take the last append back: the segment state before it, its producer's open transaction.
@@ -206,17 +206,26 @@ class PartitionLog:
                                         index_interval_bytes)]
             self._epochs_written = True
             return
+        #: Whether this log made its directory (only such a one is removed by :meth:`discard`).
+        self._made_directory = not os.path.lexists(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        loaded: LoadedLog = load_segments(
-            self.name, directory, recovery_point=recovery_point, floor=max(recovery_point, written_end),
-            log_start_offset=log_start_offset,
-            cleaned_offset=cleaned_offset, index_interval_bytes=index_interval_bytes, fsync=fsync,
-            clean=clean_shutdown, cut_torn_tail=cut_torn_tail)
-        self.segments = loaded.segments
-        self.truncated_bytes = loaded.truncated_bytes
-        self.scanned_bytes = loaded.scanned_bytes
-        self.synced_bytes = self.segments[-1].size
-        self._check_epochs(directory)
+        try:
+            loaded: LoadedLog = load_segments(
+                self.name, directory, recovery_point=recovery_point, floor=max(recovery_point, written_end),
+                log_start_offset=log_start_offset,
+                cleaned_offset=cleaned_offset, index_interval_bytes=index_interval_bytes, fsync=fsync,
+                clean=clean_shutdown, cut_torn_tail=cut_torn_tail)
+            self.segments = loaded.segments
+            self.truncated_bytes = loaded.truncated_bytes
+            self.scanned_bytes = loaded.scanned_bytes
+            self.synced_bytes = self.segments[-1].size
+            self._check_epochs(directory)
+        except BaseException:
+            if self._made_directory:  # a new partition that could not be made leaves nothing behind
+                for segment in getattr(self, "segments", ()):
+                    segment.close()
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
 
     # --- where the log is -----------------------------------------------------------------------------------
 
@@ -468,6 +477,8 @@ class PartitionLog:
         position = segment.size
         saved = segment.save()
         end = segment.next_offset
+        # An ABORT's entry may make the segment's .txnindex: a new name in the directory.
+        new_file = aborted is not None and self._directory is not None and segment.txn_index.size == 0
         try:
             segment.append(data, last_offset, max_timestamp, b"" if aborted is None else aborted.encoded())
             if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
@@ -485,6 +496,9 @@ class PartitionLog:
         if aborted is not None:
             self._txn_dirty = True
             self._aborts += 1
+        if new_file:
+            self._dir_dirty = True
+            self._dir_changes += 1
         if self.on_append is not None:
             self.on_append(self)
 
@@ -567,7 +581,7 @@ class PartitionLog:
         self._segment_created = self._clock()
         self._txn_dirty = False
         self._dir_dirty = True
-        self._rolls += 1
+        self._dir_changes += 1
 
     def directory_descriptor(self) -> int:
         """A new descriptor of the log's directory, to fsync so the names of its files are durable (Kafka's
@@ -608,15 +622,21 @@ class PartitionLog:
         (:attr:`flush_rolled`), and the directory last when a new segment's files were made since. The caller
         closes the descriptors."""
         active = self.segments[-1]
-        descriptors = []
+        descriptors: list[int | None] = []
         if self._directory is not None:
-            if self._txn_dirty:
-                descriptors.append(active.txn_index.duplicate())
-            descriptors.append(active.log.duplicate())
-            if self._dir_dirty:
-                descriptors.append(self.directory_descriptor())
+            try:
+                if self._txn_dirty:
+                    descriptors.append(active.txn_index.duplicate())
+                descriptors.append(active.log.duplicate())
+                if self._dir_dirty:
+                    descriptors.append(self.directory_descriptor())
+            except BaseException:  # none of those taken is left open
+                for fd in descriptors:
+                    if fd is not None:
+                        os.close(fd)
+                raise
         return FlushTarget(self.log_end_offset, active.base_offset, active.size,
-                           tuple(fd for fd in descriptors if fd is not None), self._rolls, self._aborts)
+                           tuple(fd for fd in descriptors if fd is not None), self._dir_changes, self._aborts)
 
     def note_flushed(self, target: FlushTarget) -> None:
         """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one,
@@ -624,7 +644,7 @@ class PartitionLog:
         if self.segments[-1].base_offset != target.segment_base:
             return
         self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
-        if target.rolls == self._rolls:
+        if target.dir_changes == self._dir_changes:
             self._dir_dirty = False
             if target.aborts == self._aborts:
                 self._txn_dirty = False
@@ -654,9 +674,10 @@ class PartitionLog:
 
     def discard(self) -> None:
         """A log made for a topic whose creation failed, never to be served: closed, and its directory removed so
-        that making the topic again is not refused over it (one holding a batch is only closed)."""
+        that making the topic again is not refused over it (only a directory this log made and holding no batch;
+        any other is only closed)."""
         self.abandon()
-        if self._directory is not None and not self._has_batches():
+        if self._directory is not None and self._made_directory and not self._has_batches():
             shutil.rmtree(self._directory, ignore_errors=True)
 
     # --- leader epochs --------------------------------------------------------------------------------------
