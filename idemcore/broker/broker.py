@@ -569,7 +569,8 @@ class Broker:
 
     def close(self) -> None:
         """Write what answered EndTxn requests still owe, sync and close the logs, write the clean-shutdown
-        checkpoint, release the directory; then every request raises."""
+        checkpoint (none when the log directory failed: closed as by :meth:`kill`), release the directory; then
+        every request raises."""
         if self._txn_coordinator is not None and not self._closed and self.log_manager.offline is None:
             self._txn_coordinator.complete_queued()
         self._closed = True
