@@ -350,18 +350,24 @@ def test_a_data_dir_in_the_old_frame_format_is_refused_untouched(tmp_path):
     assert sorted(os.listdir(directory)) == ["log"]
 
 
-def test_the_directory_is_fsynced_when_its_files_are_new(tmp_path, monkeypatch):
-    """Kafka's ``LocalLog.flush`` fsyncs the log's directory when there are new segments: a new log's first flush
-    and the first flush after a roll fsync it (so the new files' names survive a power loss), later ones do not;
-    an in-place roll fsyncs it with the old segment."""
-    synced: list[str] = []
+@pytest.fixture
+def synced(monkeypatch) -> list[str]:
+    """Every os.fsync from now on, as what it synced: a file's suffix, or "dir" for a directory."""
+    calls: list[str] = []
     real = os.fsync
 
     def watching(fd: int) -> None:
         target = os.readlink(f"/proc/self/fd/{fd}")
-        synced.append("dir" if os.path.isdir(target) else Path(target).suffix)
+        calls.append("dir" if os.path.isdir(target) else Path(target).suffix)
         real(fd)
     monkeypatch.setattr(os, "fsync", watching)
+    return calls
+
+
+def test_the_directory_is_fsynced_when_its_files_are_new(tmp_path, synced):
+    """Kafka's ``LocalLog.flush`` fsyncs the log's directory when there are new segments: a new log's first flush
+    and the first flush after a roll fsync it (so the new files' names survive a power loss), later ones do not;
+    an in-place roll fsyncs it with the old segment."""
     log = PartitionLog("t", 0, tmp_path / "t-0", fsync=True, segment_bytes=400)
     _fill(log, 1)
     synced.clear()  # the first batch wrote the leader-epoch checkpoint (a file written whole: its own fsyncs)
@@ -381,7 +387,7 @@ def test_the_directory_is_fsynced_when_its_files_are_new(tmp_path, monkeypatch):
     log.close()
 
 
-def test_the_first_abort_of_a_segment_makes_its_txnindex_and_the_directory_is_fsynced(tmp_path, monkeypatch):
+def test_the_first_abort_of_a_segment_makes_its_txnindex_and_the_directory_is_fsynced(tmp_path, synced):
     """An ABORT marker's entry creates the segment's ``.txnindex``: a new name, so the next flush fsyncs it, then
     the log, then the directory (a lost .txnindex would show aborted records to read_committed consumers)."""
     from idemcore.protocol.codes import ControlType
@@ -389,14 +395,7 @@ def test_the_first_abort_of_a_segment_makes_its_txnindex_and_the_directory_is_fs
     log = PartitionLog("t", 0, tmp_path / "t-0", fsync=True)
     log.append(0, RecordBatch("t", 0, [b"a", b"b"], None, 7, 0, 0, 1_000, True))
     log.flush()
-    synced: list[str] = []
-    real = os.fsync
-
-    def watching(fd: int) -> None:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-        synced.append("dir" if os.path.isdir(target) else Path(target).suffix)
-        real(fd)
-    monkeypatch.setattr(os, "fsync", watching)
+    synced.clear()
     log.append_marker(2, 7, 0, ControlType.ABORT, 0, 1_000)
     log.flush()
     assert synced == [".txnindex", ".log", "dir"]
