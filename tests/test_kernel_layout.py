@@ -16,7 +16,7 @@ from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.state import validate
 from idemcore.state.persist import load_state, save_state
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts
+from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 
 def test_the_compiled_row_is_the_reference_layout():

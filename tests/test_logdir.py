@@ -881,7 +881,8 @@ def _oracle(batches: dict[str, np.ndarray]) -> list[tuple[int, int, int]]:
     """(status, finding, expected) per batch, one batch at a time: CLIENT verdicts, and a batch after a sequence
     gap committed at its own offsets (what LogState does in ranges, with copies and rollbacks)."""
     from idemcore.state.table import ProducerStateTable
-    from idemcore.state.validate import Verdicts, commit, validate
+    from idemcore.state.validate import commit, validate
+    from idemcore.state.verdicts import Verdicts
 
     state = ProducerStateTable()
     out = []

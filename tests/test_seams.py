@@ -123,7 +123,7 @@ def test_imports_point_down_the_layers():
 
 def test_column_lists_are_the_abi_groups():
     from idemcore.record.columns import COLUMNS
-    from idemcore.state.validate import VERDICT_DTYPES
+    from idemcore.state.verdicts import VERDICT_DTYPES
 
     assert tuple(COLUMNS) == abi.BatchColumns._fields
     assert tuple(f"out_{name}" for name in VERDICT_DTYPES) == abi.VerdictColumns._fields

@@ -88,7 +88,8 @@ from idemcore.record.kafka_files import (
     scan_segment,
 )
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts, commit_into
+from idemcore.state.validate import commit_into
+from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 log = logging.getLogger(__name__)
 

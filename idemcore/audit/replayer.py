@@ -23,7 +23,7 @@ from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, Origin, Status
 from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state.validate import Verdicts
+from idemcore.state.verdicts import Verdicts
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
 _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())

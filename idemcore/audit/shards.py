@@ -19,7 +19,8 @@ from idemcore.protocol.codes import Origin
 from idemcore.record.columns import BatchMetadata
 from idemcore.state import lanes
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts, check_threads, validate, validate_into
+from idemcore.state.validate import check_threads, validate, validate_into
+from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.
 OWN_TABLE_RUN = 1024

@@ -18,7 +18,8 @@ from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.record.columns import BatchMetadata, concatenate
 from idemcore.state.snapshot import load_snapshot_file
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import Verdicts, validate_into
+from idemcore.state.validate import validate_into
+from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 

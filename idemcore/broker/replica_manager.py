@@ -43,7 +43,8 @@ from idemcore.record.kafka_files import encode_snapshot
 from idemcore.state.explain import rejection_message
 from idemcore.state.snapshot import snapshot_entries
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import BoundChecks, Verdicts
+from idemcore.state.validate import BoundChecks
+from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ class StateArrays(NamedTuple):
 
 
 class VerdictColumns(NamedTuple):
-    """One verdict per batch (``state.validate.VERDICT_DTYPES``)."""
+    """One verdict per batch (``state.verdicts.VERDICT_DTYPES``)."""
 
     out_status: np.ndarray
     out_error_code: np.ndarray

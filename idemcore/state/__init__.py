@@ -13,7 +13,8 @@ from idemcore.state.manager import (
 from idemcore.state.persist import load_state, save_state
 from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import CompletedTxns, Verdicts, check, commit, validate
+from idemcore.state.validate import check, commit, validate
+from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 __all__ = [
     "AppendResult",

@@ -49,6 +49,7 @@ from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
+from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -132,10 +133,8 @@ PIPELINE_CHUNK = 1 << 20
 
 
 def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
-                      out: VerdictColumns, threads: int):  # -> Verdicts (a cycle to state.validate)
+                      out: VerdictColumns, threads: int) -> Verdicts:
     """:func:`idemcore.validate` over up to ``threads`` lanes of partitions, on as many threads."""
-    from idemcore.state.validate import CompletedTxns, Verdicts
-
     columns = packed.kernel_columns()
     n = len(packed)
     old_rows, old_partitions = state.n_producers, state.n_partitions

@@ -21,7 +21,8 @@ from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32
 from idemcore.protocol.sequences import seq_sub
 from idemcore.record.columns import BatchMetadata
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import Verdicts, check, commit
+from idemcore.state.validate import check, commit
+from idemcore.state.verdicts import Verdicts
 
 
 @dataclass(frozen=True)
