@@ -327,6 +327,24 @@ def test_a_roll_is_fsynced_by_the_flusher(running, fsyncs):
     assert fsyncs and all(name.startswith(FLUSHER) for name in fsyncs), fsyncs  # snapshots included
 
 
+def test_a_snapshot_the_flusher_cannot_write_takes_the_log_directory_offline(running, monkeypatch):
+    """A roll's producer snapshot fails on the flusher (the disk is full): as Kafka's roll does, the log directory
+    goes offline, and nothing more is appended there."""
+    from idemcore.broker.log import PartitionLog
+
+    broker, loop = running({"t": 1}, fsync=False, segment_bytes=1_000)
+
+    def full(self, offset, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(PartitionLog, "write_snapshot", full)
+    answers = []
+    while broker.log_manager.offline is None and len(answers) < 50:
+        answers.append(produce(broker, 0).responses[0].error_code)
+        loop.run_soon()
+    assert "writing the snapshot" in (broker.log_manager.offline or "") and 0 in answers
+    assert produce(broker, 0).responses[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+
+
 def test_the_recovery_point_checkpoint_counts_only_what_was_fsynced(running):
     broker, loop = running({"t": 1}, fsync=False, recovery_point_checkpoint_ms=1_000, flush_messages=10)
     path = broker.data_dir / "recovery-point-offset-checkpoint"  # type: ignore[operator]

@@ -332,7 +332,11 @@ class FlushScheduler:
                                         for (topic, partition), offset in sorted(entries.items()))
 
         def done(error: BaseException | None) -> None:
-            if error is not None:
+            if error is None:
+                return
+            if isinstance(error, OSError) and self._on_failure is not None:  # Kafka: the log directory goes offline
+                self._on_failure(f"writing {path} failed: {error}")
+            else:
                 log.error("writing %s failed: %s", path, error)
         self.flusher.submit(WriteJob(path, data), done)
 

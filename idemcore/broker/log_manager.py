@@ -252,7 +252,15 @@ class LogManager:
         partition, whatever its policy, delete the segments whose successor starts at or below its log start (one
         a roll left below a start DeleteRecords moved). Producer state is kept (producers whose batches are gone
         still have their sequence until they expire). Returns how many partitions moved their start; nothing is
-        done while the directory is offline."""
+        done while the directory is offline. An OSError takes the directory offline
+        (Kafka's retention and log cleaner do so)."""
+        try:
+            return self._delete_old_segments(configs, now)
+        except OSError as exc:  # Kafka's retention takes the directory offline on it
+            self.dir_failed(f"deleting old segments failed: {exc}")
+            raise
+
+    def _delete_old_segments(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         if self.offline is not None:
             return 0
         moves = {}
@@ -304,7 +312,15 @@ class LogManager:
     def clean_logs(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         """Compact the logs of topics whose ``cleanup.policy`` includes ``compact`` (Kafka's log cleaner), after
         recording in ``cleaner-offset-checkpoint`` how far each will be cleaned. Returns the bytes removed; nothing
-        is done while the directory is offline."""
+        is done while the directory is offline. An OSError takes the directory offline
+        (Kafka's retention and log cleaner do so)."""
+        try:
+            return self._clean_logs(configs, now)
+        except OSError as exc:  # Kafka's log cleaner takes the directory offline on it
+            self.dir_failed(f"compacting failed: {exc}")
+            raise
+
+    def _clean_logs(self, configs: Mapping[str, TopicConfig], now: int) -> int:
         if self.offline is not None:
             return 0
         due = [(partition_log, stop) for partition_log in self.logs

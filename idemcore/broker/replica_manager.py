@@ -203,7 +203,10 @@ class ReplicaManager:
             return
 
         def written(_: object, error: BaseException | None) -> None:
-            if error is not None:
+            if isinstance(error, OSError):  # Kafka's roll takes the log directory offline on it too
+                self.log_manager.dir_failed(f"{partition_log.name}: writing the snapshot at offset {offset} failed: "
+                                            f"{error}")
+            elif error is not None:
                 log.error("%s: writing the snapshot at offset %d failed: %s", partition_log.name, offset, error)
         # On the flusher while running on a loop: a snapshot only shortens the replay at the next start.
         self.delayed.in_background(lambda: partition_log.write_snapshot(offset, data), written)
