@@ -18,8 +18,9 @@ what it requires of them.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from idemcore.kernels import get_record_encoder, get_record_scanner
 from idemcore.record.batch import RecordBatch
@@ -49,10 +50,10 @@ from idemcore.record.v2.control import parse_end_txn_marker
 from idemcore.record.v2.errors import CorruptRecordError
 from idemcore.record.v2.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
-#: The encoder chosen on first use ($IDEMCORE_BACKEND then, else the fastest), kept: one lookup per process.
-_default_encoder: Callable[..., bytearray] | None = None
-#: The records scanner chosen the same way (every produced batch is scanned: the lookup cost a microsecond).
-_default_scanner: Callable[..., tuple[int, int, int, int, int, int]] | None = None
+#: The records encoder and scanner chosen on first use ($IDEMCORE_BACKEND then, else the fastest), kept: one lookup
+#: per process (every produced batch is scanned: a lookup cost a microsecond).
+_default_encoder = functools.cache(get_record_encoder)
+_default_scanner = functools.cache(get_record_scanner)
 
 
 def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_epoch: int = 0, *,
@@ -66,13 +67,7 @@ def encode_record_batch(batch: RecordBatch, base_offset: int, partition_leader_e
     header of the wrong type, ValueError for keys or headers not one per value and for a field outside its
     width, each naming the value.
     """
-    global _default_encoder
-    if backend is not None:
-        encode = get_record_encoder(backend)
-    elif _default_encoder is not None:
-        encode = _default_encoder
-    else:
-        encode = _default_encoder = get_record_encoder()
+    encode = _default_encoder() if backend is None else get_record_encoder(backend)
     count = len(batch.values)
     timestamps = batch.timestamps
     max_timestamp = batch.max_timestamp
@@ -217,13 +212,7 @@ def decode_wire_batch(topic: str, partition: int, data: bytes, *, backend: str |
             section = decompress(codec, section)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{topic}-{partition}: {exc}") from None
-    global _default_scanner
-    if backend is not None:
-        scan = get_record_scanner(backend)
-    elif _default_scanner is not None:
-        scan = _default_scanner
-    else:
-        scan = _default_scanner = get_record_scanner()
+    scan = _default_scanner() if backend is None else get_record_scanner(backend)
     status, position, index, null_keys, with_headers, max_delta = scan(section, count)
     if status != 0:
         _, decoded = decode_batch(data, 0, check_crc=False)  # the decoder's own message for what is wrong
