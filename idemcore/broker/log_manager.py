@@ -103,8 +103,7 @@ class LogManager:
     def new_log(self, topic: str, partition: int, config: TopicConfig, *, new: bool = True) -> PartitionLog:
         """One partition's log, loaded or created, not yet managed (a new topic's logs may be made on the flusher
         thread, then :meth:`adopt` ed on the loop). OSError while the directory is offline."""
-        if self.offline is not None:
-            raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
+        self.check_online()
         key = (topic, partition)
         directory = None if self.data_dir is None else self.data_dir / f"{topic}-{partition}"
         return PartitionLog(
@@ -235,8 +234,7 @@ class LogManager:
         take back. Partitions this broker does not serve keep their entries. The JSON file of earlier versions
         goes once this one is written."""
         assert self.data_dir is not None
-        if self.offline is not None:  # nothing it holds is known durable past the last checkpoint
-            raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
+        self.check_online()  # offline: nothing it holds is known durable past the last checkpoint
         for partition_log in self.logs:
             self._synced(partition_log.flush, partition_log)
         self._recovery_points.update({(p.topic, p.partition): p.log_end_offset for p in self.logs})
@@ -297,8 +295,7 @@ class LogManager:
         if not moves:
             return
         if self.data_dir is not None:
-            if self.offline is not None:
-                raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
+            self.check_online()
             for partition_log, _ in moves:
                 self._synced(partition_log.flush, partition_log)
             # Partitions this broker does not serve keep their entries, as in the other checkpoints.
@@ -362,6 +359,11 @@ class LogManager:
         except OSError as exc:
             self.dir_failed(f"syncing {partition_log.name} failed: {exc}")
             raise
+
+    def check_online(self) -> None:
+        """OSError naming why, when the directory failed (:attr:`offline`)."""
+        if self.offline is not None:
+            raise OSError(f"the log directory {self.data_dir} is offline: {self.offline}")
 
     def dir_failed(self, why: str) -> None:
         """A write or fsync in the directory raised: the directory is offline (:attr:`offline`) from now on."""

@@ -235,8 +235,9 @@ class ReplicaManager:
                 entry = entries[j]
                 partition_log = entry.partition.log
                 offset = int(verdicts.out_base_offset[j])
-                if self.log_manager.offline is not None:  # an earlier write of this request failed
-                    failed[j] = f"the log directory is offline: {self.log_manager.offline}"
+                offline = self._offline()
+                if offline is not None:  # an earlier write of this request failed
+                    failed[j] = offline[1]
                     continue
                 try:
                     if entry.marker is None:
@@ -290,6 +291,7 @@ class ReplicaManager:
         positions: list[int] = []
         seen: set[int] = set()
         waits: list[tuple[int, PartitionLog, int]] = []
+        offline = self._offline()  # once per request: every batch of it is refused alike
         for position, batch in enumerate(batches):
             partition_number = batch.partition
             known = type(partition_number) is int or (isinstance(partition_number, np.integer)
@@ -303,7 +305,7 @@ class ReplicaManager:
             elif target.number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = (self._offline() or self._below_min_isr(batch, request.acks) or malformed_batch(batch)
+                problem = (offline or self._below_min_isr(batch, request.acks) or malformed_batch(batch)
                            or self._refused(batch))
                 if problem is None:
                     columns.put(len(entries), target.number, batch)
