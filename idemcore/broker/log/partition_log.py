@@ -177,12 +177,13 @@ class PartitionLog:
         self._fsync = fsync
         self._closed = False
         self._dirty = False
-        self._txn_dirty = False
-        # The directory's entries (a new log's, a rolled-in segment's files) are not known durable until the
-        # directory itself is fsync'd (Kafka's LocalLog.flush: Utils.flushDir when there are new segments).
-        self._dir_dirty = directory is not None
-        self._dir_changes = 0
+        # Counts of what needs an fsync, each beside how far it was fsync'd: new names in the directory (the
+        # log's own, a rolled-in segment's files, a segment's first .txnindex: not durable until the directory is
+        # fsync'd, Kafka's LocalLog.flush calls Utils.flushDir), and ABORT entries in the active segment's .txnindex.
+        self._dir_changes = int(directory is not None)
+        self._dir_synced = 0
         self._aborts = 0
+        self._aborts_synced = 0
         self._last_position = 0
         # Enough to take the last append back: the segment state before it, its producer's open transaction.
         self._undo: tuple[object, int, int, int, int | None] | None = None
@@ -493,12 +494,8 @@ class PartitionLog:
         self._undo = (saved, position, end, producer_id, before)
         self._last_position = position
         self._dirty = True
-        if aborted is not None:
-            self._txn_dirty = True
-            self._aborts += 1
-        if new_file:
-            self._dir_dirty = True
-            self._dir_changes += 1
+        self._aborts += aborted is not None
+        self._dir_changes += new_file
         if self.on_append is not None:
             self.on_append(self)
 
@@ -579,9 +576,16 @@ class PartitionLog:
         self._undo = None
         self._last_position = 0
         self._segment_created = self._clock()
-        self._txn_dirty = False
-        self._dir_dirty = True
+        self._aborts_synced = self._aborts  # the old segment's entries went with its roll fsync
         self._dir_changes += 1
+
+    @property
+    def _dir_dirty(self) -> bool:
+        return self._dir_changes != self._dir_synced
+
+    @property
+    def _txn_dirty(self) -> bool:
+        return self._aborts != self._aborts_synced
 
     def directory_descriptor(self) -> int:
         """A new descriptor of the log's directory, to fsync so the names of its files are durable (Kafka's
@@ -607,11 +611,11 @@ class PartitionLog:
         active = self.segments[-1]
         if self._txn_dirty:  # first: a durable ABORT marker always has its durable entry
             active.txn_index.sync()
-            self._txn_dirty = False
+            self._aborts_synced = self._aborts
         active.log.sync()
         if self._dir_dirty:
             _fsync_closed(self.directory_descriptor())
-            self._dir_dirty = False
+            self._dir_synced = self._dir_changes
         self.synced_bytes = active.size
         self._dirty = False
 
@@ -644,12 +648,10 @@ class PartitionLog:
         if self.segments[-1].base_offset != target.segment_base:
             return
         self.synced_bytes = max(self.synced_bytes, min(target.size, self.segments[-1].size))
-        if target.dir_changes == self._dir_changes:
-            self._dir_dirty = False
-            if target.aborts == self._aborts:
-                self._txn_dirty = False
-            if target.end_offset == self.log_end_offset:
-                self._dirty = False
+        self._dir_synced = max(self._dir_synced, target.dir_changes)
+        self._aborts_synced = max(self._aborts_synced, target.aborts)
+        if target.end_offset == self.log_end_offset:  # (an ABORT or a new file since came with an append)
+            self._dirty = False
 
     def position(self, offset: int) -> tuple[int, int]:
         """Where ``offset`` lies: the base offset of its segment and the byte of the batch holding it there (the
