@@ -179,7 +179,8 @@ def test_descriptors_exhausted_at_a_roll_halt_cleanly_and_the_restart_is_whole(t
     flood: list[socket.socket] = []
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 1, "batch.num.messages": 10, "message.timeout.ms": 5000, "request.timeout.ms": 2000,
+                         "linger.ms": 1, "batch.num.messages": 10, "message.timeout.ms": 5000,
+                         "request.timeout.ms": 2000,
                          **FAST_CLIENT})
     try:
         deadline = time.monotonic() + 15
@@ -233,7 +234,8 @@ def test_deleting_files_under_a_running_broker_halts_or_serves_never_a_traceback
     sent = Sent()
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 1, "batch.num.messages": 10, "message.timeout.ms": 5000, "request.timeout.ms": 2000,
+                         "linger.ms": 1, "batch.num.messages": 10, "message.timeout.ms": 5000,
+                         "request.timeout.ms": 2000,
                          **FAST_CLIENT})
     try:
         deadline = time.monotonic() + 15
@@ -349,3 +351,21 @@ def test_a_failed_creation_never_removes_a_directory_it_did_not_make(tmp_path):
     finally:
         status = serve.stop()
     assert status == 0, serve.output()[-2000:]
+
+
+def test_a_clean_stop_that_cannot_write_its_snapshot_takes_the_directory_offline(tmp_path):
+    """A partition's directory removed under the broker: closing cannot write its snapshot there; the stop is then
+    a failure of the directory (no clean-shutdown marker, the listeners told: serve halts), not an exception."""
+    from idemcore.broker import Broker
+    from tests.test_purgatory import produce
+
+    data = tmp_path / "data"
+    broker = Broker({"t": 2}, data_dir=data)
+    told: list[str] = []
+    broker.log_manager.on_offline.append(told.append)
+    for partition in (0, 1):
+        produce(broker, partition)
+    shutil.rmtree(data / "t-0")
+    broker.close()
+    assert broker.log_manager.offline is not None and len(told) == 1 and "t-0" in told[0], told
+    assert not (data / ".kafka_cleanshutdown").exists()
