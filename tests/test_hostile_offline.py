@@ -204,9 +204,9 @@ def test_descriptors_exhausted_at_a_roll_halt_cleanly_and_the_restart_is_whole(t
         for connection in flood:
             connection.close()
         flood.clear()
-        if halted:
-            wait_halted(serve)
-            serve.start()
+        assert halted, serve.output()[-2000:]
+        wait_halted(serve)
+        serve.start()
         records = read_back(serve.bootstrap, timeout=10)
     finally:
         for connection in flood:
