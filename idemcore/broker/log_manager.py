@@ -391,10 +391,14 @@ class LogManager:
             return
         if self._lock_descriptor is None or not self._started:
             return
-        for partition_log in self.logs:
-            if partition_log.log_end_offset not in partition_log.snapshot_offsets():
-                snapshot(partition_log, partition_log.log_end_offset)
-        self.write_recovery_points()  # every log is synced and closed
+        try:
+            for partition_log in self.logs:
+                if partition_log.log_end_offset not in partition_log.snapshot_offsets():
+                    snapshot(partition_log, partition_log.log_end_offset)
+            self.write_recovery_points()  # every log is synced and closed
+        except OSError as exc:  # e.g. a partition's directory removed under the broker: no clean shutdown
+            self.dir_failed(f"the clean shutdown failed: {exc}")
+            return
         # Kafka 3.x's content (CleanShutdownFileHandler); only the file's presence is read back.
         assert self.data_dir is not None
         write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')

@@ -41,6 +41,17 @@ from idemcore.net.wire.frames import (
 
 log = logging.getLogger(__name__)
 
+
+def _one_line_accept_failures(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's accept loop out of descriptors (EMFILE: a connection flood) logs a traceback each second while it
+    pauses accepting: one warning line instead, as it is no failure of the broker (Kafka's Acceptor logs it too);
+    every other report goes to asyncio's default handler."""
+    error = context.get("exception")
+    if context.get("message") == "socket.accept() out of system resource" and isinstance(error, OSError):
+        log.warning("cannot accept a connection: %s (accepting again in a second)", error.strerror or error)
+        return
+    loop.default_exception_handler(context)
+
 #: Kafka's ``socket.request.max.bytes`` default: the largest request frame read.
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 DEFAULT_HOUSEKEEPING_MS = 1_000
@@ -99,6 +110,7 @@ class Server:
     async def start_serving(self) -> None:
         """Listen (in the running loop)."""
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_one_line_accept_failures)
         self._stopping = asyncio.Event()
         self.broker.start_background(self._loop)
         try:
