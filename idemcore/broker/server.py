@@ -110,7 +110,8 @@ class Server:
     async def start_serving(self) -> None:
         """Listen (in the running loop)."""
         self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(_one_line_accept_failures)
+        if self._loop.get_exception_handler() is None:  # a loop of the caller's with its own handler keeps it
+            self._loop.set_exception_handler(_one_line_accept_failures)
         self._stopping = asyncio.Event()
         self.broker.start_background(self._loop)
         try:
