@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemcore.broker import topic_requests, txn_requests
 from idemcore.broker.admin_requests import AdminSources, admin_handlers
+from idemcore.broker.cluster_config import cluster_config_of
 from idemcore.broker.config_requests import config_handlers, described_topic_configs
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
@@ -82,6 +83,7 @@ from idemcore.protocol.constants import (
 from idemcore.state.table import ProducerStateTable
 
 if TYPE_CHECKING:
+    from idemcore.broker.cluster_member import ClusterMember
     from idemcore.broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
@@ -192,6 +194,8 @@ class Broker:
             defaults = defaults.with_defaults(broker_topic_defaults(settings))
         #: The broker's settings by Kafka's names, when it was built from them (DescribeConfigs reports them).
         self.settings = settings
+        #: This broker's part in a cluster (``zookeeper.connect`` set), None for a broker running alone.
+        self.cluster: ClusterMember | None = None
         #: The topics served, their partition counts and settings (the handlers' catalog).
         self.topic_catalog = Topics(topics, defaults, topic_configs, self.data_dir, auto_create=auto_create_topics,
                                     default_partitions=default_partitions, broker_id=broker_id)
@@ -212,8 +216,8 @@ class Broker:
         #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop). Its settings
         #: are checked here, before the directory is touched.
         self.delayed = DelayedOperations(
-            lambda topic, partition: self.replicas.find_log(topic, partition),
-            lambda r: fetch(self.replicas.find_log, r), self.clock,
+            lambda topic, partition: self.replicas.find_partition(topic, partition),
+            lambda r: fetch(self.replicas.find_partition, r, self.replicas.follower_fetched), self.clock,
             checkpoint_path=None if self.data_dir is None else self.data_dir / RECOVERY_POINT_CHECKPOINT,
             checkpoint_entries=lambda: self.log_manager.recovery_points(),
             scheduler_interval_ms=flush_scheduler_interval_ms, checkpoint_interval_ms=recovery_point_checkpoint_ms,
@@ -231,6 +235,12 @@ class Broker:
                                                                               internal=True, made=logs),
             self.delayed.in_background)
         self.topic_catalog.open_partitions = self.replicas.open_topic
+        if settings is not None:
+            cluster_config = cluster_config_of(settings)
+            if cluster_config is not None:
+                from idemcore.broker.cluster_member import ClusterMember  # imports kazoo: only for a cluster
+
+                self.cluster = ClusterMember(self, cluster_config)
         #: What the admin requests read and move.
         self.admin_sources = AdminSources(self.replicas, self.topic_catalog, broker_id,
                                           lambda: self._txn_coordinator, self.log_manager)
@@ -240,9 +250,16 @@ class Broker:
             self.topic_catalog.load_created()
             for name in sorted(self.topic_catalog.counts):
                 for partition in range(self.topic_catalog.counts[name]):
-                    self.replicas.open_partition(name, partition, self.topic_catalog.configs[name])
+                    # In a cluster this broker holds only the replicas assigned to it: those it has files of.
+                    if self.cluster is None or self.log_manager.has_log(name, partition):
+                        self.replicas.open_partition(name, partition, self.topic_catalog.configs[name])
             replayed = self.replicas.start(self.producer_ids, now_ms=self.clock(),
                                            expiration_ms=producer_id_expiration_ms)
+            if self.cluster is not None:
+                marks = self.log_manager.high_watermarks()
+                for opened in self.replicas.partitions:
+                    opened.replicated = True  # no role until the controller's LeaderAndIsr
+                    opened.restore_high_watermark(marks.get((opened.topic, opened.partition), 0))
             log.info("broker %d recovered %s: %d batches replayed after the snapshots", broker_id, self.data_dir,
                      replayed)
             self._handlers: dict[type, Callable] = {
@@ -254,7 +271,7 @@ class Broker:
                 AddOffsetsToTxnRequest: self._add_offsets_to_txn,
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
                 FetchRequest: self.delayed.fetch,
-                ListOffsetsRequest: lambda r: list_offsets(self.replicas.find_log, r),
+                ListOffsetsRequest: lambda r: list_offsets(self.replicas.find_partition, r),
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
@@ -265,6 +282,8 @@ class Broker:
                 **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
             }
+            if self.cluster is not None:
+                self._handlers.update(self.cluster.handlers())
             self.log_manager.started()
             self.log_manager.warn_unserved()
             if CONSUMER_OFFSETS_TOPIC in self.topic_catalog:  # before the coordinator below re-sends markers there

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from idemcore.broker.flusher import NEVER_MS, FlushScheduler, LogFlusher
 from idemcore.broker.log import PartitionLog
@@ -26,6 +26,7 @@ from idemcore.broker.purgatory import (
     DelayedFetch,
     DelayedProduce,
     EventLoop,
+    FindPartition,
     Purgatory,
     TimerHandle,
     answered_at_once,
@@ -34,6 +35,15 @@ from idemcore.broker.topic_config import TopicConfig
 from idemcore.net.messages import FetchRequest, FetchResponse, Pending, ProduceResponse
 
 log = logging.getLogger(__name__)
+
+
+class ReplicationView(Protocol):
+    """What a delayed produce asks of replication, by log: its high watermark (None: not replicated) and why its
+    ISR is below ``min.insync.replicas`` now (None: it is not)."""
+
+    def high_watermark(self, partition_log: PartitionLog) -> int | None: ...
+
+    def isr_short(self, partition_log: PartitionLog) -> str | None: ...
 
 #: The producer's ``request.timeout.ms`` default: how long an acks=all answer waits when the request names none.
 DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
@@ -48,13 +58,13 @@ DEFAULT_RECOVERY_POINT_CHECKPOINT_MS = 60_000
 class DelayedOperations:
     """The broker's delayed operations and flusher (module docstring).
 
-    ``find_log(topic, partition)``: a partition's log or None; ``read(request)``: the fetch path; ``clock``: the
+    ``find_partition(topic, partition)``: a partition or None; ``read(request)``: the fetch path; ``clock``: the
     broker's time in ms; ``checkpoint_path``: where the recovery points go (None: a broker in memory);
     ``checkpoint_entries()``: that file's entries as the broker last wrote them (those of logs not tracked here are
     written again as they are); ``scheduler_interval_ms``: Kafka's ``log.flush.scheduler.interval.ms`` (0: never);
     ``checkpoint_interval_ms``: Kafka's ``log.flush.offset.checkpoint.interval.ms`` (0: only at start and close)."""
 
-    def __init__(self, find_log: Callable[[str, int], PartitionLog | None],
+    def __init__(self, find_partition: FindPartition,
                  read: Callable[[FetchRequest], FetchResponse], clock: Callable[[], int], *,
                  checkpoint_path: Path | None, checkpoint_entries: Callable[[], Mapping[tuple[str, int], int]],
                  scheduler_interval_ms: int = NEVER_MS,
@@ -64,7 +74,7 @@ class DelayedOperations:
                             ("checkpoint_interval_ms", checkpoint_interval_ms)):
             if type(value) is not int or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        self._find_log = find_log
+        self._find_partition = find_partition
         self._read = read
         self._clock = clock
         self._checkpoint_path = checkpoint_path
@@ -81,6 +91,8 @@ class DelayedOperations:
         self._touched: dict[PartitionLog, None] = {}
         self._timers: dict[str, TimerHandle] = {}
         self._flush_check_ms = NEVER_MS
+        #: A cluster's view of its partitions' high watermarks and ISR (None for a broker running alone).
+        self.replication: ReplicationView | None = None
 
     # --- life cycle -------------------------------------------------------------------------------------------
 
@@ -184,23 +196,35 @@ class DelayedOperations:
         response = self._read(request)
         if self.fetches is None or answered_at_once(request, response):
             return response
-        return self.fetches.try_complete_else_watch(DelayedFetch(request, self._read, self._find_log))
+        return self.fetches.try_complete_else_watch(DelayedFetch(request, self._read, self._find_partition))
 
     def produce(self, response: ProduceResponse, waits: list[tuple[int, PartitionLog, int]],
-                timeout_ms: int) -> ProduceResponse | Pending:
+                timeout_ms: int, *, flushed: bool = True) -> ProduceResponse | Pending:
         """Kafka's ``DelayedProduce`` for an acks=all answer: ``waits`` lists, per answered partition (its position
-        in the answer), its log and the end that must be durable before the answer goes out."""
+        in the answer), its log and the end that must be durable (``flushed``: with fsync on) and, for a replicated
+        partition, below its high watermark before the answer goes out."""
         if self.produces is None or self.scheduler is None or not waits:
             return response
         scheduler = self.scheduler
         if type(timeout_ms) is not int:  # in-process requests are not checked by a wire decoder
             timeout_ms = DEFAULT_PRODUCE_TIMEOUT_MS
-        operation = DelayedProduce(response, waits, timeout_ms, scheduler.durable_end, scheduler.failure)
+        replication = self.replication
+        operation = DelayedProduce(response, waits, timeout_ms, scheduler.durable_end if flushed else None,
+                                   scheduler.failure, None if replication is None else replication.high_watermark,
+                                   None if replication is None else replication.isr_short)
         answer = self.produces.try_complete_else_watch(operation)
-        if isinstance(answer, Pending):
+        if isinstance(answer, Pending) and flushed:
             for _, partition_log, end in waits:
                 scheduler.request(partition_log, end)
         return answer
+
+    def replicated(self, topic: str, partition: int) -> None:
+        """A partition's high watermark moved or its ISR changed: the produces and fetches waiting on it are tried
+        again (Kafka's ``tryCompleteDelayedRequests`` after ``maybeIncrementLeaderHW``)."""
+        if self.produces is not None:
+            self.produces.check_and_complete((topic, partition))
+        if self.fetches is not None:
+            self.fetches.check_and_complete((topic, partition))
 
     def appended(self, partition_log: PartitionLog) -> None:
         """A log's ``on_append``: its waiting fetches are tried once the current request is done (Kafka's

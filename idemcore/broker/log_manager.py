@@ -100,6 +100,10 @@ class LogManager:
         created now, which no checkpoint speaks for."""
         return self.adopt(self.new_log(topic, partition, config, new=new))
 
+    def has_log(self, topic: str, partition: int) -> bool:
+        """Whether the data directory holds a log of this partition (a replica this broker had before)."""
+        return self.data_dir is not None and os.path.lexists(self.data_dir / f"{topic}-{partition}")
+
     def new_log(self, topic: str, partition: int, config: TopicConfig, *, new: bool = True) -> PartitionLog:
         """One partition's log, loaded or created, not yet managed (a new topic's logs may be made on the flusher
         thread, then :meth:`adopt` ed on the loop). OSError while the directory is offline."""

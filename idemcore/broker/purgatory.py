@@ -10,9 +10,10 @@ tried again whenever one of them changes, and answered at its deadline at the la
   read_committed, the last stable offset, within each partition's limit), or at once when a partition went away,
   its log start passed the fetch offset, or the end moved to another segment; at ``max_wait_ms`` it is answered
   with whatever there is. Either way the answer is read afresh from the log (``onComplete``).
-- :class:`DelayedProduce`: an acks=all answer held until every partition it wrote is durable up to the end it
-  reached (here: fsync'd, the next issue's high watermark), answered KAFKA_STORAGE_ERROR for a partition whose
-  flush failed, REQUEST_TIMED_OUT for one still waiting at the request's ``timeout_ms``.
+- :class:`DelayedProduce`: an acks=all answer held until every partition it wrote is durable (fsync'd, when the
+  broker fsyncs) and, in a cluster, below the high watermark up to the end it reached; answered KAFKA_STORAGE_ERROR
+  for a partition whose flush failed, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
+  ``min.insync.replicas`` meanwhile, REQUEST_TIMED_OUT for one still waiting at the request's ``timeout_ms``.
 
 Everything here runs on the broker's thread (the event loop): the flusher thread reports through it.
 """
@@ -22,12 +23,15 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from idemcore.broker.log import PartitionLog
 from idemcore.net.messages import FetchPartition, FetchRequest, FetchResponse, Pending, ProduceResponse, Response
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import READ_COMMITTED
+
+if TYPE_CHECKING:
+    from idemcore.broker.partition import Partition
 
 
 class TimerHandle(Protocol):
@@ -132,35 +136,43 @@ class Purgatory:
         operation.pending.complete(answer)
 
 
-FindLog = Callable[[str, int], PartitionLog | None]
+#: Finds a partition, None when the broker has none of that name.
+FindPartition = Callable[[str, int], "Partition | None"]
 
 
 class DelayedFetch(DelayedOperation[FetchResponse]):
     """A fetch that found less than ``min_bytes`` (module docstring). ``read`` answers the request from the logs as
-    they are (the fetch path); ``find_log`` finds a partition's log."""
+    they are (the fetch path); ``find_partition`` finds a partition. A consumer waits for data below the high
+    watermark (read_committed: the last stable offset), a follower for data below the log end."""
 
     def __init__(self, request: FetchRequest, read: Callable[[FetchRequest], FetchResponse],
-                 find_log: FindLog) -> None:
+                 find_partition: FindPartition) -> None:
         super().__init__(((p.topic, p.partition) for p in request.partitions), request.max_wait_ms)
         self.request = request
         self._read = read
-        self._find_log = find_log
+        self._find_partition = find_partition
         self._committed = request.isolation_level == READ_COMMITTED
+        self._follower = type(request.replica_id) is int and request.replica_id >= 0
         # Where each partition's fetch starts (Kafka's fetch offset metadata): its segment and byte there.
-        self._starts: list[tuple[FetchPartition, int, int]] = []
+        self._starts: list[tuple[FetchPartition, int, int, int]] = []
         for wanted in request.partitions:
-            partition_log = find_log(wanted.topic, wanted.partition)
-            if partition_log is not None:
-                self._starts.append((wanted, *partition_log.position(wanted.fetch_offset)))
+            partition = find_partition(wanted.topic, wanted.partition)
+            if partition is not None:
+                self._starts.append((wanted, partition.leader_epoch, *partition.log.position(wanted.fetch_offset)))
 
     def try_complete(self) -> FetchResponse | None:
         readable = 0
-        for wanted, segment, position in self._starts:
-            partition_log = self._find_log(wanted.topic, wanted.partition)
-            if partition_log is None or wanted.fetch_offset < partition_log.log_start_offset:
-                return self._read(self.request)  # gone, or retention passed it: answered with its error now
-            end = partition_log.last_stable_offset if self._committed else partition_log.log_end_offset
-            if end == wanted.fetch_offset:
+        for wanted, epoch, segment, position in self._starts:
+            partition = self._find_partition(wanted.topic, wanted.partition)
+            if (partition is None or not partition.is_leader or partition.leader_epoch != epoch
+                    or wanted.fetch_offset < partition.log.log_start_offset):
+                return self._read(self.request)  # gone, moved, or retention passed it: answered with its error now
+            partition_log = partition.log
+            if self._follower:
+                end = partition_log.log_end_offset
+            else:
+                end = partition.last_stable_offset if self._committed else partition.high_watermark
+            if end <= wanted.fetch_offset:
                 continue
             end_segment, end_position = partition_log.position(end)
             if end_segment != segment:  # the log rolled past the fetch position: read rather than count
@@ -190,43 +202,63 @@ def answered_at_once(request: FetchRequest, response: FetchResponse) -> bool:
 
 
 class DelayedProduce(DelayedOperation[ProduceResponse]):
-    """An acks=all answer held until its partitions are durable (module docstring). ``waits``: for each answered
-    partition (by its position in ``response.responses``) its log and the end it must be durable to;
-    ``durable_end(log)`` and ``failure(log)`` say how far a log is on disk and why its flush failed."""
+    """An acks=all answer held until its partitions are durable and, in a cluster, replicated (module docstring).
+    ``waits``: for each answered partition (by its position in ``response.responses``) its log and the end it must
+    reach before the answer goes out; ``durable_end(log)`` and ``failure(log)`` say how far a log is on disk and why
+    its flush failed (None: the answer does not wait for the disk); ``replicated_end(log)``: its high watermark
+    (None for a log that is not replicated) and ``isr_short(log)``: why its ISR is below ``min.insync.replicas``
+    now (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), or None."""
 
     def __init__(self, response: ProduceResponse, waits: Iterable[tuple[int, PartitionLog, int]], timeout_ms: int,
-                 durable_end: Callable[[PartitionLog], int], failure: Callable[[PartitionLog], str | None]) -> None:
+                 durable_end: Callable[[PartitionLog], int] | None, failure: Callable[[PartitionLog], str | None],
+                 replicated_end: Callable[[PartitionLog], int | None] | None = None,
+                 isr_short: Callable[[PartitionLog], str | None] | None = None) -> None:
         self._waits = list(waits)
         super().__init__(((log.topic, log.partition) for _, log, _ in self._waits), timeout_ms)
         self.response = response
         self._durable_end = durable_end
         self._failure = failure
-        self._failed: dict[int, str] = {}
+        self._replicated_end = replicated_end
+        self._isr_short = isr_short
+        self._failed: dict[int, tuple[int, str]] = {}
+
+    def _reached(self, partition_log: PartitionLog, end: int) -> bool:
+        if self._durable_end is not None and self._durable_end(partition_log) < end:
+            return False
+        if self._replicated_end is not None:
+            high_watermark = self._replicated_end(partition_log)
+            if high_watermark is not None and high_watermark < end:
+                return False
+        return True
 
     def try_complete(self) -> ProduceResponse | None:
         waiting = []
         for wait in self._waits:
             position, partition_log, end = wait
-            why = self._failure(partition_log)
+            why = self._failure(partition_log) if self._durable_end is not None else None
             if why is not None:
-                self._failed[position] = why
-            elif self._durable_end(partition_log) < end:
+                self._failed[position] = (ErrorCode.KAFKA_STORAGE_ERROR, why)
+            elif not self._reached(partition_log, end):
                 waiting.append(wait)
+            elif self._isr_short is not None:
+                short = self._isr_short(partition_log)
+                if short is not None:  # written and replicated to fewer replicas than asked: not safely acked
+                    self._failed[position] = (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, short)
         self._waits = waiting
         return None if waiting else self._answer({})
 
     def expired(self) -> ProduceResponse:
         self.try_complete()
-        return self._answer({position: f"{log.name} was not durable up to offset {end} within the request's "
-                                       f"timeout_ms={self.timeout_ms}" for position, log, end in self._waits})
+        return self._answer({position: f"{log.name} was not durable and replicated up to offset {end} within the "
+                                       f"request's timeout_ms={self.timeout_ms}" for position, log, end in self._waits})
 
     def _answer(self, timed_out: dict[int, str]) -> ProduceResponse:
         if not self._failed and not timed_out:
             return self.response
         answers = list(self.response.responses)
-        for position, why in self._failed.items():
-            answers[position] = dataclasses.replace(answers[position], error_code=ErrorCode.KAFKA_STORAGE_ERROR,
-                                                    base_offset=-1, error_message=why)
+        for position, (code, why) in self._failed.items():
+            answers[position] = dataclasses.replace(answers[position], error_code=code, base_offset=-1,
+                                                    error_message=why)
         for position, why in timed_out.items():
             answers[position] = dataclasses.replace(answers[position], error_code=ErrorCode.REQUEST_TIMED_OUT,
                                                     base_offset=-1, error_message=why)

@@ -17,9 +17,9 @@ from idemcore.broker.delayed import DelayedOperations
 from idemcore.broker.input_checks import malformed_batch, well_formed_marker
 from idemcore.broker.log import PartitionLog
 from idemcore.broker.log_manager import LogManager
-from idemcore.broker.partition import Partition
+from idemcore.broker.partition import AlterIsr, LeaderAndIsrState, Partition
 from idemcore.broker.producer_ids import ProducerIdManager
-from idemcore.broker.recovery import recover_producer_state
+from idemcore.broker.recovery import recover_producer_state, reload_partition_state
 from idemcore.broker.topic_config import TopicConfig
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend
@@ -34,8 +34,9 @@ from idemcore.net.messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from idemcore.net.replication import LeaderAndIsrRequest, LeaderAndIsrResponse
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
-from idemcore.protocol.constants import INT16_MAX, INT32_MAX, INTERNAL_TOPICS
+from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX, INTERNAL_TOPICS
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import COLUMNS, BatchMetadata
@@ -43,7 +44,7 @@ from idemcore.record.kafka_files import encode_snapshot
 from idemcore.state.explain import rejection_message
 from idemcore.state.snapshot import snapshot_entries
 from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import BoundChecks
+from idemcore.state.validate import BoundChecks, validate_into
 from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,14 @@ class ReplicaManager:
         self.on_open: Callable[[Partition, TopicConfig], None] | None = None
         #: The broker's delayed operations: acks=all produces wait there for the flusher while it runs.
         self.delayed: DelayedOperations | None = None
+        #: Replication (a broker in a cluster): the newest controller epoch seen, how ISR changes reach ZooKeeper,
+        #: how long a follower may lag (``replica.lag.time.max.ms``), producer expiry for state reloads.
+        self.controller_epoch = -1
+        self.alter_isr: AlterIsr | None = None
+        self.replica_lag_time_max_ms = 30_000
+        self.producer_id_expiration_ms = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        self._replicating: PartitionLog | None = None
+        self._rolled_while_replicating = False
 
     # --- partitions ------------------------------------------------------------------------------------------
 
@@ -142,7 +151,7 @@ class ReplicaManager:
         already off the loop)."""
         partition_log = self.log_manager.open_log(topic, partition, config, new=new) if made is None \
             else self.log_manager.adopt(made)
-        opened = Partition(topic, partition, len(self.partitions), partition_log)
+        opened = Partition(topic, partition, len(self.partitions), partition_log, local_id=self.broker_id)
         # At a roll the state holds exactly the batches before the new segment: a request has one batch per
         # partition, committed after the writes.
         partition_log.on_roll = self.write_snapshot
@@ -182,6 +191,7 @@ class ReplicaManager:
         replayed."""
         self.state = ProducerStateTable(partition_capacity=max(16, len(self.partitions)))
         self._columns = RequestColumns(max(8, min(len(self.partitions), 1024)))
+        self.producer_id_expiration_ms = expiration_ms
         return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,
                                       expiration_ms=expiration_ms)
 
@@ -190,12 +200,18 @@ class ReplicaManager:
             return None
         return self._index.get((topic, partition))
 
+    def find_partition(self, topic: str, partition: int) -> Partition | None:
+        return self._index.get((topic, partition))
+
     def find_log(self, topic: str, partition: int) -> PartitionLog | None:
         found = self._index.get((topic, partition))
         return None if found is None else found.log
 
     def write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
         """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
+        if self._replicating is partition_log:  # the state catches up after the whole fetched chunk: snapshot then
+            self._rolled_while_replicating = True
+            return
         number = self._index[(partition_log.topic, partition_log.partition)].number
         data = encode_snapshot(snapshot_entries(self.state, number))
         if self.delayed is None or not self.delayed.running:
@@ -300,12 +316,15 @@ class ReplicaManager:
             problem: tuple[ErrorCode, str] | None
             if target is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
+            elif not target.is_leader:
+                problem = ErrorCode.NOT_LEADER_OR_FOLLOWER, (f"broker {self.broker_id} is not the leader of "
+                                                             f"{target.name} (broker {target.leader_id} is)")
             elif batch.topic in INTERNAL_TOPICS and not request.internal:
                 problem = ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {batch.topic}"
             elif target.number in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
-                problem = (offline or self._below_min_isr(batch, request.acks) or malformed_batch(batch)
+                problem = (offline or self._below_min_isr(target, request.acks) or malformed_batch(batch)
                            or self._refused(batch))
                 if problem is None:
                     columns.put(len(entries), target.number, batch)
@@ -318,10 +337,13 @@ class ReplicaManager:
             # The coordinators' own appends are Kafka's AppendOrigin.COORDINATOR: the producer's epoch is checked,
             # not its sequence (a TxnOffsetCommit batch has none, and opens the transaction on the partition).
             origin = Origin.COORDINATOR if request.internal else Origin.CLIENT
-            # acks=all waits for the flusher on a loop (the coordinators' own writes are answered in place).
-            delayed = (request.acks == -1 and self.log_manager.fsync and self.log_manager.data_dir is not None
-                       and not request.internal and self.delayed is not None and self.delayed.waits_for_flush)
-            verdicts, failed = self._append(entries, origin, request.acks == -1 and not delayed)
+            # acks=all waits for the flusher on a loop (the coordinators' own writes are answered in place), and in a
+            # cluster for its followers (the high watermark).
+            running = not request.internal and self.delayed is not None and self.delayed.waits_for_flush
+            flushed = (request.acks == -1 and self.log_manager.fsync and self.log_manager.data_dir is not None
+                       and running)
+            delayed = flushed or (request.acks == -1 and running and any(e.partition.replicated for e in entries))
+            verdicts, failed = self._append(entries, origin, request.acks == -1 and not flushed)
             k = len(entries)
             errors, offsets = verdicts.out_error_code[:k].tolist(), verdicts.out_base_offset[:k].tolist()
             for j, (position, error, offset) in enumerate(zip(positions, errors, offsets, strict=True)):
@@ -343,7 +365,7 @@ class ReplicaManager:
         response = ProduceResponse(request.request_id, tuple(answers))  # type: ignore[arg-type]  # all answered
         if waits:
             assert self.delayed is not None
-            return self.delayed.produce(response, waits, request.timeout_ms)
+            return self.delayed.produce(response, waits, request.timeout_ms, flushed=flushed)
         return response
 
     def write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
@@ -379,6 +401,9 @@ class ReplicaManager:
             if offline is not None and target is not None:  # the coordinator retries it, as against Kafka
                 answers[position] = PartitionResponse(topic, partition_number, offline[0], error_message=offline[1])
                 continue
+            if target is not None and not target.is_leader:
+                answers[position] = PartitionResponse(topic, partition_number, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
             if target is None or target.number in seen or not fields_fit:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if target is None and fields_fit \
                     else ErrorCode.INVALID_REQUEST
@@ -404,15 +429,22 @@ class ReplicaManager:
                     self.on_marker(entries[j].partition, marker)
         return tuple(answers[p] for p in range(len(marker.partitions)))
 
-    def _below_min_isr(self, batch: RecordBatch, acks: int) -> tuple[ErrorCode, str] | None:
-        """NOT_ENOUGH_REPLICAS for acks=all when the topic's min.insync.replicas exceeds the one replica there is
-        (Kafka's Partition.appendRecordsToLeader checks it before anything else)."""
-        needed = self.configs[batch.topic].min_insync_replicas
-        if acks == -1 and needed > 1:
-            return ErrorCode.NOT_ENOUGH_REPLICAS, (f"The size of the current ISR Set({self.broker_id}) is insufficient "
-                                                   f"to satisfy the min.isr requirement of {needed} for partition "
-                                                   f"{batch.topic}-{batch.partition}")
-        return None
+    def _below_min_isr(self, partition: Partition, acks: int) -> tuple[ErrorCode, str] | None:
+        """NOT_ENOUGH_REPLICAS for acks=all when the ISR is smaller than the topic's min.insync.replicas (Kafka's
+        Partition.appendRecordsToLeader checks it before anything else: nothing is written)."""
+        if acks != -1:
+            return None
+        short = self.isr_short(partition)
+        return None if short is None else (ErrorCode.NOT_ENOUGH_REPLICAS, short)
+
+    def isr_short(self, partition: Partition) -> str | None:
+        """Why ``partition``'s ISR is below its topic's ``min.insync.replicas`` now (Kafka's message), or None."""
+        needed = self.configs[partition.topic].min_insync_replicas
+        isr = partition.isr if partition.replicated else (self.broker_id,)
+        if len(isr) >= needed:
+            return None
+        return (f"The size of the current ISR Set({', '.join(map(str, isr))}) is insufficient to satisfy the min.isr "
+                f"requirement of {needed} for partition {partition.name}")
 
     def _refused(self, batch: RecordBatch) -> tuple[ErrorCode, str] | None:
         """Why the topic's settings refuse a well-formed batch, in Kafka's order (LogValidator, then the segment
@@ -443,3 +475,118 @@ class ReplicaManager:
         """Forget producers idle for ``expiration_ms`` with no open transaction; how many."""
         expired = self.state.expired_rows(now_ms, expiration_ms)
         return self.state.remove_rows(expired, self.backend) if expired.any() else 0
+
+    # --- replication ------------------------------------------------------------------------------------------
+
+    def append_as_follower(self, partition: Partition, records: bytes | memoryview) -> int:
+        """Append the batches a follower fetched, exactly as its leader stored them (Kafka's ``appendAsFollower``),
+        and apply them to the producer state with REPLICATION origin (no sequence check, no duplicate search: the
+        leader did both), so a retry that reaches this broker once it leads is answered as the duplicate it is.
+        Returns the batches appended."""
+        partition_log = partition.log
+        self._replicating, self._rolled_while_replicating = partition_log, False
+        try:
+            packed = partition_log.append_replicated(records, partition.number)
+        finally:
+            self._replicating = None
+        count = len(packed)
+        if count:
+            verdicts = validate_into(packed, self.state, Origin.REPLICATION, self.backend, Verdicts.allocate(count))
+            refused = np.flatnonzero(verdicts.status != _APPENDED)
+            if len(refused):  # Kafka only logs what a follower's producer state finds odd
+                row = int(refused[0])
+                log.warning("%s: replicated batch at offset %d of producer %d: %s", partition.name,
+                            int(packed["base_offset"][row]), int(packed["producer_id"][row]),
+                            ErrorCode(int(verdicts.error_code[row])).name)
+            self.state.set_next_offset(partition.number, partition_log.log_end_offset, self.backend)
+            self.log_manager.wrote(partition_log)
+        if self._rolled_while_replicating:
+            self.write_snapshot(partition_log, partition_log.log_end_offset)
+        return count
+
+    def truncate(self, partition: Partition, offset: int) -> bool:
+        """Cut ``partition``'s log back to ``offset`` (a follower whose log left its leader's history: KIP-101,
+        KIP-279) and rebuild its producer state from its snapshots and what is left; True when anything went."""
+        if not partition.log.truncate_to(offset):
+            return False
+        log.info("%s: truncated to offset %d (leader %d, epoch %d)", partition.name, offset, partition.leader_id,
+                 partition.leader_epoch)
+        reload_partition_state(partition, self.state, self.backend, now_ms=self.clock(),
+                               expiration_ms=self.producer_id_expiration_ms)
+        partition.truncated()
+        return True
+
+    def start_at(self, partition: Partition, offset: int) -> None:
+        """Empty ``partition``'s log and start it at ``offset`` (a follower behind its leader's log start: Kafka's
+        ``truncateFullyAndStartAt``)."""
+        partition.log.truncate_fully_and_start_at(offset)
+        reload_partition_state(partition, self.state, self.backend, now_ms=self.clock(),
+                               expiration_ms=self.producer_id_expiration_ms)
+        partition.truncated()
+
+    def become_leader_or_follower(self, request: LeaderAndIsrRequest, open_replica: Callable[[str, int], Partition]
+                                  ) -> tuple[LeaderAndIsrResponse, list[Partition], list[Partition]]:
+        """Kafka's ``ReplicaManager.becomeLeaderOrFollower``: a request from a deposed controller is refused
+        (STALE_CONTROLLER_EPOCH); each partition whose leader epoch is newer than this broker's becomes leader or
+        follower (``open_replica`` opens one this broker does not have yet). Returns the answer, the partitions
+        that became leader and those whose leader changed (their fetchers start again)."""
+        if request.controller_epoch < self.controller_epoch:
+            return LeaderAndIsrResponse(ErrorCode.STALE_CONTROLLER_EPOCH, (), request.request_id), [], []
+        self.controller_epoch = request.controller_epoch
+        now = self.clock()
+        results: list[tuple[str, int, int]] = []
+        leaders: list[Partition] = []
+        followers: list[Partition] = []
+        for entry in request.partitions:
+            if self.broker_id not in entry.replicas:
+                results.append((entry.topic, entry.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            partition = self.find_partition(entry.topic, entry.partition)
+            if partition is None:
+                try:
+                    partition = open_replica(entry.topic, entry.partition)
+                except (OSError, IdemcoreError, ValueError) as exc:
+                    log.error("%s-%d: cannot open the replica: %s", entry.topic, entry.partition, exc)
+                    results.append((entry.topic, entry.partition, ErrorCode.KAFKA_STORAGE_ERROR))
+                    continue
+            if partition.replicated and (entry.leader_epoch < partition.leader_epoch or (
+                    entry.leader_epoch == partition.leader_epoch and entry.zk_version <= partition.zk_version)):
+                log.info("%s: LeaderAndIsr at leader epoch %d ignored: this broker has epoch %d", partition.name,
+                         entry.leader_epoch, partition.leader_epoch)
+                results.append((entry.topic, entry.partition, ErrorCode.STALE_CONTROLLER_EPOCH))
+                continue
+            state = LeaderAndIsrState(entry.leader, entry.leader_epoch, tuple(entry.isr), entry.zk_version,
+                                      tuple(entry.replicas), entry.controller_epoch)
+            if entry.leader == self.broker_id:
+                partition.make_leader(state, now)
+                leaders.append(partition)
+                log.info("%s: leader at epoch %d, ISR %s, from offset %d", partition.name, entry.leader_epoch,
+                         list(entry.isr), partition.log.log_end_offset)
+            else:
+                partition.make_follower(state)
+                followers.append(partition)
+                log.info("%s: follower of broker %d at epoch %d", partition.name, entry.leader, entry.leader_epoch)
+            results.append((entry.topic, entry.partition, ErrorCode.NONE))
+        return LeaderAndIsrResponse(ErrorCode.NONE, tuple(results), request.request_id), leaders, followers
+
+    def follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int) -> None:
+        """On the leader: a follower's fetch from ``fetch_offset``; the waiting produces and fetches are tried when
+        the high watermark moved."""
+        if partition.update_follower(replica_id, fetch_offset, self.clock(), self.alter_isr) \
+                and self.delayed is not None:
+            self.delayed.replicated(partition.topic, partition.partition)
+
+    def shrink_isrs(self) -> int:
+        """Kafka's ``maybeShrinkIsr`` on every partition this broker leads; how many ISRs shrank."""
+        if self.alter_isr is None:
+            return 0
+        now = self.clock()
+        shrunk = 0
+        for partition in self.partitions:
+            if partition.replicated and partition.is_leader \
+                    and partition.maybe_shrink_isr(now, self.replica_lag_time_max_ms, self.alter_isr):
+                shrunk += 1
+                log.info("%s: ISR shrank to %s", partition.name, list(partition.isr))
+                if self.delayed is not None:
+                    self.delayed.replicated(partition.topic, partition.partition)
+        return shrunk

@@ -90,7 +90,7 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
                             f"topic {name!r}: replication factor {topic.replication_factor!r}: one broker keeps 1 "
                             "replica (1, or -1 for the broker's default)")
     try:
-        configs = _wire_configs(topic.configs)
+        configs = wire_configs(topic.configs)
     except ValueError as error:
         return CreatedTopic(name, ErrorCode.INVALID_CONFIG, str(error))
     try:
@@ -111,7 +111,7 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
     return CreatedTopic(name, ErrorCode.NONE, None, count, () if describe is None else describe(config))
 
 
-def _wire_configs(configs: Any) -> Mapping[str, str]:
+def wire_configs(configs: Any) -> Mapping[str, str]:
     """Kafka's topic configs as the wire carries them, by name (``TopicConfig`` reads and checks each value)."""
     if not isinstance(configs, tuple | list):
         raise ValueError(f"configs must be (name, value) pairs, got {configs!r:.80}")

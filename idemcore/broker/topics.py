@@ -143,6 +143,19 @@ class Topics:
 
     # --- new topics -----------------------------------------------------------------------------------------
 
+    def adopt(self, name: str, partitions: int, configs: Mapping[str, Any]) -> None:
+        """In a cluster: serve a topic the controller assigned replicas of here (made in ZooKeeper, by any broker),
+        recorded in ``topics.json`` so a restart knows its settings; its partitions are opened one by one, those
+        this broker holds a replica of (:meth:`ReplicaManager.open_partition`)."""
+        check_topic(name, partitions)
+        config = self.defaults.overridden(name, configs)
+        if self.data_dir is not None:
+            created = {**self._created, name: {"partitions": partitions, "configs": dict(config.overrides)}}
+            self._write(created, self._altered)
+            self._created = created
+        self.configs[name] = config
+        self.counts[name] = partitions
+
     def check_new(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None) -> TopicConfig:
         """What :meth:`create` would check, without making anything: the topic's settings, or the error it would
         raise (TopicExistsError, ValueError)."""

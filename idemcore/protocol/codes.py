@@ -14,9 +14,12 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1  # a fetch below the log start or beyond the log end
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5  # a partition with no leader (being elected, or every replica down)
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10  # a batch above the broker's message_max_bytes (Kafka's RecordTooLargeException)
+    STALE_CONTROLLER_EPOCH = 11  # a controller request from a deposed controller
     OFFSET_METADATA_TOO_LARGE = 12  # a committed offset's metadata longer than offset.metadata.max.bytes
     NETWORK_EXCEPTION = 13  # client side: the connection broke with the request in flight
     COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -40,6 +43,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43  # a marker for a pre-v2 log: the coordinator counts it done
     POLICY_VIOLATION = 44  # e.g. DeleteRecords on a topic whose cleanup.policy lacks delete
@@ -55,7 +59,13 @@ class ErrorCode(enum.IntEnum):
     OPERATION_NOT_ATTEMPTED = 55  # the other partitions of a request one of whose partitions failed
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     UNKNOWN_PRODUCER_ID = 59
+    FENCED_LEADER_EPOCH = 74  # a request's current leader epoch is older than the leader's
+    UNKNOWN_LEADER_EPOCH = 75  # a request's current leader epoch is newer than this broker knows
+    OFFSET_NOT_AVAILABLE = 78  # a new leader's high watermark has not reached its epoch's start yet
     MEMBER_ID_REQUIRED = 79  # JoinGroup v4+: rejoin with the member id this answer carries
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90
@@ -69,6 +79,8 @@ RETRIABLE_ERRORS = frozenset({
     ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
 })
 
 

@@ -1,0 +1,497 @@
+"""A broker's part in a ZooKeeper-coordinated cluster (what Kafka's ``KafkaServer`` adds in ZooKeeper mode): its
+registration under ``/brokers/ids``, the controller it runs for election, the metadata cache the controller's
+UpdateMetadata fills, the replica fetchers, ISR changes by compare-and-set, and the handlers of the requests only a
+cluster has (LeaderAndIsr, UpdateMetadata, StopReplica, OffsetForLeaderEpoch, ElectLeaders) or answers differently
+(Metadata, CreateTopics, FindCoordinator).
+
+Everything runs on the broker's event loop except what blocks on ZooKeeper for long (registration, which may wait
+for a previous session of this broker id to expire) and the controller, which has its own thread and talks to every
+broker, this one included, over the wire as Kafka's controller does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from idemcore.broker.cluster_config import ClusterConfig
+from idemcore.broker.controller.assignment import assign_replicas
+from idemcore.broker.controller.controller import Controller, ControllerConfig
+from idemcore.broker.controller.zk_client import LeaderIsr, TopicExistsInZk, ZkClient
+from idemcore.broker.coordinator.partitioning import coordinator_partition
+from idemcore.broker.metadata_cache import MetadataCache
+from idemcore.broker.partition import Partition
+from idemcore.broker.replica_fetcher import ReplicaFetcherManager
+from idemcore.broker.topic_config import InvalidTopicConfig
+from idemcore.broker.topic_requests import wire_configs
+from idemcore.net.broker_channel import BlockingBrokerChannel, BrokerChannel
+from idemcore.net.messages import (
+    TRANSACTION_KEY,
+    CreatedTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+    NewTopic,
+    Pending,
+    TopicMetadata,
+)
+from idemcore.net.replication import (
+    BrokerEndpoint,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    EpochEndOffset,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.constants import (
+    CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
+    MAX_PARTITIONS_PER_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
+
+if TYPE_CHECKING:
+    from idemcore.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: How long CreateTopics and FindCoordinator wait for the controller to elect the new partitions' leaders.
+DEFAULT_CREATE_WAIT_MS = 30_000
+
+
+class ClusterMember:
+    """This broker's membership of the cluster (module docstring)."""
+
+    def __init__(self, broker: Broker, config: ClusterConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.broker_id = broker.broker_id
+        self.metadata = MetadataCache(broker.broker_id)
+        self.zk: ZkClient | None = None
+        self.controller: Controller | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.endpoint: BrokerEndpoint | None = None
+        self.broker_epoch = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+        #: Answers waiting for the controller to elect leaders: (ready?, answer, deadline).
+        self._waiting: list[tuple[Callable[[], bool], Callable[[bool], None], float]] = []
+        broker.replicas.replica_lag_time_max_ms = config.replica_lag_time_max_ms
+        #: Called with the partitions that became leader and those that became followers (the coordinators).
+        self.on_leadership: list[Callable[[list[Partition], list[Partition]], None]] = []
+
+    # --- life cycle -------------------------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        """Join: connect to ZooKeeper, register (waiting for a previous registration of this id to expire),
+        start the fetchers, the timers and the controller's election. Called on the loop once the server
+        listens."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.endpoint = BrokerEndpoint(self.broker_id, host, port)
+        config = self.config
+        self.zk = await loop.run_in_executor(None, lambda: ZkClient(
+            config.zookeeper_connect, session_timeout_ms=config.session_timeout_ms,
+            connection_timeout_ms=config.connection_timeout_ms))
+        replicas = self.broker.replicas
+        replicas.alter_isr = self.alter_isr
+        self.broker.delayed.replication = _Replication(self)
+        self.fetchers = ReplicaFetcherManager(
+            config.fetcher, replicas,
+            lambda endpoint: BrokerChannel(endpoint.host, endpoint.port, f"broker-{self.broker_id}-fetcher",
+                                           request_timeout_ms=config.fetcher.max_wait_ms + 30_000),
+            on_progress=self._follower_progress)
+        self.broker_epoch = await loop.run_in_executor(None, lambda: self.zk.register_broker(  # type: ignore[union-attr]
+            self.broker_id, host, port))
+        log.info("broker %d registered in ZooKeeper at %s:%d (broker epoch %d)", self.broker_id, host, port,
+                 self.broker_epoch)
+        self._every(config.replica_lag_time_max_ms / 2000, replicas.shrink_isrs)
+        self._every(config.high_watermark_checkpoint_ms / 1000, self.write_high_watermarks)
+        self._every(0.1, self._expire_waiting)
+        self.controller = Controller(
+            self.zk, self.broker_id,
+            lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}"),
+            ControllerConfig(unclean_leader_election=config.unclean_leader_election,
+                             auto_leader_rebalance=config.auto_leader_rebalance,
+                             imbalance_check_interval_s=config.imbalance_check_interval_s,
+                             imbalance_percentage=config.imbalance_percentage),
+            unclean_leader_election=self._unclean_allowed)
+        self.controller.start()
+
+    def _every(self, interval_s: float, work: Callable[[], Any]) -> None:
+        assert self._loop is not None
+        loop = self._loop
+
+        def tick() -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("broker %d: %s failed", self.broker_id, getattr(work, "__name__", work))
+            self._timers.append(loop.call_later(interval_s, tick))
+            if len(self._timers) > 64:
+                self._timers = [t for t in self._timers if not t.cancelled()][-16:]
+        self._timers.append(loop.call_later(interval_s, tick))
+
+    async def stop(self) -> None:
+        """Leave: the controller stops, fetchers stop, the high watermarks are written, the registration goes."""
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        loop = asyncio.get_running_loop()
+        if self.controller is not None:
+            await loop.run_in_executor(None, self.controller.stop)
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        self.write_high_watermarks()
+        if self.zk is not None:
+            await loop.run_in_executor(None, self.zk.close)
+
+    def kill(self) -> None:
+        """The process dies: nothing is written or closed in order (tests' stand-in for SIGKILL in process)."""
+        for timer in self._timers:
+            timer.cancel()
+        if self.controller is not None:
+            self.controller.stop()
+        if self.zk is not None:
+            self.zk.close()
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """The requests this member answers, by message type (the broker's dispatch takes them over)."""
+        return {
+            LeaderAndIsrRequest: self.leader_and_isr,
+            UpdateMetadataRequest: self.update_metadata,
+            StopReplicaRequest: self.stop_replica,
+            OffsetForLeaderEpochRequest: self.offset_for_leader_epoch,
+            ElectLeadersRequest: self.elect_leaders,
+            MetadataRequest: self.metadata_response,
+            CreateTopicsRequest: self.create_topics,
+            FindCoordinatorRequest: self.find_coordinator,
+        }
+
+    # --- replication plumbing ---------------------------------------------------------------------------------
+
+    def alter_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> int | None:
+        """Write ``partition``'s new ISR to ZooKeeper at the version this broker knows (Kafka's ZooKeeper-era
+        ``Partition.updateIsr``); None when the controller changed the state since."""
+        if self.zk is None:
+            return None
+        state = LeaderIsr(partition.leader_id, partition.leader_epoch, new_isr, partition.controller_epoch)
+        try:
+            version = self.zk.update_leader_isr(partition.topic, partition.partition, state, partition.zk_version)
+        except Exception as exc:  # ZooKeeper unreachable: the ISR stays as it is, tried again at the next tick
+            log.warning("%s: ISR change to %s not written: %s", partition.name, list(new_isr), exc)
+            return None
+        if version is None:
+            log.info("%s: ISR change to %s refused: the partition state moved past version %d", partition.name,
+                     list(new_isr), partition.zk_version)
+        else:
+            log.info("%s: ISR %s -> %s", partition.name, list(partition.isr), list(new_isr))
+            self.metadata.note_leader(partition.topic, partition.partition, partition.leader_id, partition.leader_epoch,
+                                      new_isr, partition.replicas)
+        return version
+
+    def _follower_progress(self, partition: Partition) -> None:
+        self.broker.delayed.replicated(partition.topic, partition.partition)
+
+    def write_high_watermarks(self) -> None:
+        """Kafka's ``checkpointHighWatermarks``: every replicated partition's high watermark to
+        ``replication-offset-checkpoint``."""
+        marks = {(p.topic, p.partition): p.high_watermark for p in self.broker.replicas.partitions if p.replicated}
+        if marks:
+            try:
+                self.broker.log_manager.write_high_watermarks(marks)
+            except OSError as exc:
+                log.error("broker %d: writing the high watermarks failed: %s", self.broker_id, exc)
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        config = self.broker.topic_catalog.configs.get(topic)
+        if config is not None:
+            return bool(config.unclean_leader_election_enable)
+        return self.config.unclean_leader_election
+
+    # --- controller requests ----------------------------------------------------------------------------------
+
+    def leader_and_isr(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        for entry in request.partitions:
+            self.metadata.note_leader(entry.topic, entry.partition, entry.leader, entry.leader_epoch, tuple(entry.isr),
+                                      tuple(entry.replicas))
+        response, leaders, followers = self.broker.replicas.become_leader_or_follower(request, self._open_replica)
+        if self.fetchers is not None:
+            self.fetchers.remove(leaders)
+            self.fetchers.add(followers, {endpoint.broker_id: endpoint for endpoint in request.live_leaders})
+        for partition in (*leaders, *followers):
+            self.broker.delayed.replicated(partition.topic, partition.partition)
+        for listener in self.on_leadership:
+            listener(leaders, followers)
+        self._check_waiting()
+        return response
+
+    def _open_replica(self, topic: str, partition: int) -> Partition:
+        """Open a replica the controller assigned here: the topic's settings from ZooKeeper the first time."""
+        catalog = self.broker.topic_catalog
+        if topic not in catalog:
+            assert self.zk is not None
+            assignment = self.zk.topics().get(topic)
+            count = len(assignment) if assignment else partition + 1
+            catalog.adopt(topic, count, self.zk.topic_config(topic))
+        return self.broker.replicas.open_partition(topic, partition, catalog.configs[topic],
+                                                   new=not self.broker.log_manager.has_log(topic, partition))
+
+    def update_metadata(self, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+        code = self.metadata.update(request)
+        self._check_waiting()
+        return UpdateMetadataResponse(code, request.request_id)
+
+    def stop_replica(self, request: StopReplicaRequest) -> StopReplicaResponse:
+        """Stop fetching the partitions named (Kafka's ``stopReplicas``); their files stay (deleting a replica's
+        files is for topic deletion and reassignment, which this cluster does not do)."""
+        if request.controller_epoch < self.broker.replicas.controller_epoch:
+            return StopReplicaResponse(ErrorCode.STALE_CONTROLLER_EPOCH, (), request.request_id)
+        results = []
+        stopped = []
+        for entry in request.partitions:
+            partition = self.broker.replicas.find_partition(entry.topic, entry.partition)
+            if partition is not None:
+                stopped.append(partition)
+            results.append((entry.topic, entry.partition, ErrorCode.NONE))
+        if self.fetchers is not None:
+            self.fetchers.remove(stopped)
+        return StopReplicaResponse(ErrorCode.NONE, tuple(results), request.request_id)
+
+    def offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+        """Kafka's ``lastOffsetForLeaderEpoch``: for each partition led here, the end of the largest epoch at or
+        below the one asked (the log end for the current epoch); (-1, -1) for an epoch before the log's first."""
+        from idemcore.broker.fetch import leader_problem
+
+        answers = []
+        for query in request.partitions:
+            partition = self.broker.replicas.find_partition(query.topic, query.partition)
+            problem = leader_problem(partition, query.current_leader_epoch)
+            if problem is not None:
+                answers.append(EpochEndOffset(query.topic, query.partition, problem, -1, -1))
+                continue
+            assert partition is not None
+            epoch, end = partition.log.epochs.end_offset_for(query.leader_epoch, partition.log.log_end_offset)
+            answers.append(EpochEndOffset(query.topic, query.partition, ErrorCode.NONE, epoch, end))
+        return OffsetForLeaderEpochResponse(tuple(answers), request.request_id)
+
+    def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse | Pending:
+        """ElectLeaders (KIP-460) on the controller: run on its thread, answered when it is done."""
+        controller = self.controller
+        if controller is None or not controller.is_active:
+            return ElectLeadersResponse(ErrorCode.NOT_CONTROLLER, (), request.request_id)
+        pending = Pending()
+        assert self._loop is not None
+
+        async def run() -> None:
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: controller.elect_leaders(request.partitions, request.election_type))
+                pending.complete(ElectLeadersResponse(ErrorCode.NONE, tuple(results), request.request_id))
+            except Exception:
+                log.exception("ElectLeaders failed")
+                pending.complete(ElectLeadersResponse(ErrorCode.UNKNOWN_SERVER_ERROR, (), request.request_id))
+        self._loop.create_task(run())
+        return pending
+
+    # --- client requests answered from the cluster --------------------------------------------------------------
+
+    def metadata_response(self, request: MetadataRequest) -> MetadataResponse | Pending:
+        """Metadata from the cache: every broker alive, the controller, each partition's leader and ISR; a topic
+        not there is made when auto-creation is allowed (answered LEADER_NOT_AVAILABLE until it has leaders, as
+        Kafka answers a topic it just made)."""
+        names = request.topics
+        if names is None:
+            topics = tuple(self.metadata.topic_metadata(name) for name in self.metadata.topic_names())
+        elif not isinstance(names, tuple | list):
+            topics = ()
+        else:
+            answers = []
+            for name in names:
+                if type(name) is not str:
+                    answers.append(TopicMetadata(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION))
+                elif self.metadata.has_topic(name):
+                    answers.append(self.metadata.topic_metadata(name))
+                elif (name not in INTERNAL_TOPICS and request.allow_auto_topic_creation is True
+                      and self.broker.topic_catalog.auto_create):
+                    made = self._create(NewTopic(name), validate_only=False)
+                    code = ErrorCode.LEADER_NOT_AVAILABLE if made.error_code in (
+                        ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS) else made.error_code
+                    answers.append(TopicMetadata(name, code))
+                else:
+                    answers.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            topics = tuple(answers)
+        brokers = tuple(sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id))
+        if not brokers and self.endpoint is not None:
+            brokers = (self.endpoint,)
+        return MetadataResponse(topics, request.request_id, brokers=brokers, controller_id=self.metadata.controller_id)
+
+    def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse | Pending:
+        """CreateTopics in a cluster (Kafka's ``AdminZkClient.createTopic`` then ``DelayedCreatePartitions``): the
+        replicas assigned over the live brokers and written to ZooKeeper; the answer waits (up to the request's
+        timeout) until the controller has elected every new partition's leader."""
+        wanted = request.topics if isinstance(request.topics, tuple | list) else ()
+        names = [topic.name for topic in wanted if type(topic) is NewTopic]
+        repeated = {name for name, count in collections.Counter(names).items() if count > 1}
+        results: list[CreatedTopic] = []
+        answered: set[object] = set()
+        made: list[str] = []
+        for topic in wanted:
+            if type(topic) is not NewTopic:
+                results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
+            elif topic.name in repeated:
+                if topic.name not in answered:
+                    answered.add(topic.name)
+                    results.append(CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST,
+                                                "Found multiple entries for this topic."))
+            else:
+                result = self._create(topic, request.validate_only is True)
+                results.append(result)
+                if result.error_code == ErrorCode.NONE and request.validate_only is not True:
+                    made.append(topic.name)
+        response = CreateTopicsResponse(tuple(results), request.request_id)
+        if not made:
+            return response
+        timeout = getattr(request, "timeout_ms", DEFAULT_CREATE_WAIT_MS)
+        if type(timeout) is not int or timeout <= 0:
+            return response
+        return self._wait_for(lambda: all(self._has_leaders(name) for name in made), lambda ready: response,
+                              timeout)
+
+    def _has_leaders(self, name: str) -> bool:
+        count = self.metadata.partition_count(name)
+        return count > 0 and all(self.metadata.leader(name, p) is not None for p in range(count))
+
+    def _create(self, topic: NewTopic, validate_only: bool) -> CreatedTopic:
+        name, count, factor = topic.name, topic.partitions, topic.replication_factor
+        catalog = self.broker.topic_catalog
+        if count == -1:
+            count = catalog.default_partitions
+        if factor == -1:
+            factor = self.config.default_replication_factor
+        if type(name) is not str or name in INTERNAL_TOPICS:
+            return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                f"topic name {name!r} is internal or not a string")
+        if self.metadata.has_topic(name):
+            return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS,
+                                f"topic {name!r} already exists with {self.metadata.partition_count(name)} partitions")
+        if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+            return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
+                                f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
+        try:
+            configs = dict(wire_configs(topic.configs))
+            catalog.defaults.overridden(name, configs)  # checked as the topic will be served
+        except InvalidTopicConfig as error:
+            return CreatedTopic(name, ErrorCode.INVALID_CONFIG, error.reason)
+        except ValueError as error:
+            code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
+            return CreatedTopic(name, code, str(error))
+        return self._make(name, count, factor, configs, validate_only)
+
+    def _make(self, name: str, count: int, factor: object, configs: dict[str, str],
+              validate_only: bool) -> CreatedTopic:
+        live = sorted(self.metadata.brokers) or [self.broker_id]
+        try:
+            assignment = assign_replicas(live, count, factor)  # type: ignore[arg-type]
+        except ValueError as error:
+            return CreatedTopic(name, ErrorCode.INVALID_REPLICATION_FACTOR, str(error))
+        if validate_only:
+            return CreatedTopic(name, ErrorCode.NONE, None, count)
+        assert self.zk is not None
+        try:
+            self.zk.create_topic(name, assignment, configs)
+        except TopicExistsInZk as error:
+            return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
+        except Exception as error:  # ZooKeeper unreachable
+            return CreatedTopic(name, ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} not written to ZooKeeper: {error}")
+        log.info("topic %s created: %s", name, assignment)
+        return CreatedTopic(name, ErrorCode.NONE, None, count)
+
+    def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse | Pending:
+        """The leader of the coordinator's partition of ``__transaction_state`` or ``__consumer_offsets`` (made
+        with its replication factor at the first request, as Kafka makes it); COORDINATOR_NOT_AVAILABLE while it
+        has none."""
+        transactional = request.key_type == TRANSACTION_KEY
+        topic = TRANSACTION_STATE_TOPIC if transactional else CONSUMER_OFFSETS_TOPIC
+        if not self.metadata.has_topic(topic):
+            partitions, configs = self.broker._internal_topic_settings(topic)
+            factor = (self.config.transaction_replication_factor if transactional
+                      else self.config.offsets_replication_factor)
+            live = len(self.metadata.brokers)
+            if live < factor:
+                return FindCoordinatorResponse(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
+                    error_message=f"{topic} needs {factor} live brokers ({live} are): its replication factor")
+            made = self._make(topic, partitions, factor, {k: str(v) for k, v in configs.items()}, False)
+            if made.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
+                                               error_message=made.error_message)
+            return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
+                                           error_message=f"{topic} is being made")
+        count = self.metadata.partition_count(topic)
+        leader = self.metadata.leader(topic, coordinator_partition(request.key, count))
+        if leader is None:
+            return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id)
+        return FindCoordinatorResponse(ErrorCode.NONE, leader.broker_id, leader.host, leader.port,
+                                       request.request_id)
+
+    # --- answers waiting for the controller ---------------------------------------------------------------------
+
+    def _wait_for(self, ready: Callable[[], bool], answer: Callable[[bool], Any], timeout_ms: int) -> Any:
+        if ready() or self._loop is None:
+            return answer(True)
+        pending = Pending()
+        deadline = self._loop.time() + timeout_ms / 1000
+        self._waiting.append((ready, lambda ok: pending.complete(answer(ok)), deadline))
+        return pending
+
+    def _check_waiting(self) -> None:
+        still = []
+        for ready, complete, deadline in self._waiting:
+            if ready():
+                complete(True)
+            else:
+                still.append((ready, complete, deadline))
+        self._waiting = still
+
+    def _expire_waiting(self) -> None:
+        if not self._waiting or self._loop is None:
+            return
+        now = self._loop.time()
+        still = []
+        for ready, complete, deadline in self._waiting:
+            if ready() or now >= deadline:
+                complete(ready())
+            else:
+                still.append((ready, complete, deadline))
+        self._waiting = still
+
+
+class _Replication:
+    """The delayed produce's view of replication (:class:`~idemcore.broker.delayed.ReplicationView`)."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self._replicas = member.broker.replicas
+
+    def high_watermark(self, partition_log: Any) -> int | None:
+        partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
+        if partition is None or not partition.replicated:
+            return None
+        return partition.high_watermark
+
+    def isr_short(self, partition_log: Any) -> str | None:
+        partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
+        return None if partition is None else self._replicas.isr_short(partition)
