@@ -123,6 +123,12 @@ class Server:
         self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
                                 self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
         self._housekeeper = asyncio.create_task(self._housekeeping())
+        if self.broker.cluster is not None:  # registered once clients can reach it, as Kafka's startup does
+            try:
+                await self.broker.cluster.start(self._ctx.host, self._ctx.port)
+            except BaseException:
+                await self._close()
+                raise
 
     async def serve_until_stopped(self) -> None:
         """Serve until :meth:`request_stop`, then close every connection (in the running loop)."""
@@ -142,6 +148,8 @@ class Server:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(self._housekeeper, *self._connections, return_exceptions=True)
+        if self.broker.cluster is not None:
+            await self.broker.cluster.stop()
         self.broker.stop_background()  # what is queued is flushed; the broker answers in place again
         if self._server is not None:
             with contextlib.suppress(Exception):
