@@ -40,6 +40,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41  # ElectLeaders sent to a broker that is not the active controller
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43  # a marker for a pre-v2 log: the coordinator counts it done
     POLICY_VIOLATION = 44  # e.g. DeleteRecords on a topic whose cleanup.policy lacks delete
@@ -56,6 +57,9 @@ class ErrorCode(enum.IntEnum):
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     UNKNOWN_PRODUCER_ID = 59
     MEMBER_ID_REQUIRED = 79  # JoinGroup v4+: rejoin with the member id this answer carries
+    PREFERRED_LEADER_NOT_AVAILABLE = 80  # ElectLeaders(preferred): the first replica is not live or not in the ISR
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83  # ElectLeaders(unclean): no live replica to lead
+    ELECTION_NOT_NEEDED = 84  # ElectLeaders: the partition already has the leader asked for
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90

@@ -48,6 +48,25 @@ class TopicExistsError(ZkError):
     """``/brokers/topics/T`` exists already (Kafka's TOPIC_ALREADY_EXISTS)."""
 
 
+def _ensure_chroot(hosts: str, connection_timeout_ms: int) -> None:
+    """Create the chroot of ``hosts`` (``"h:2181/kafka"``) when missing, as Kafka's broker does at start."""
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    servers, slash, chroot = hosts.partition("/")
+    if not slash or not chroot.strip("/"):
+        return
+    client = KazooClient(hosts=servers)
+    try:
+        client.start(timeout=connection_timeout_ms / 1000)
+        client.ensure_path("/" + chroot.strip("/"))
+    except KazooTimeoutError:
+        raise ZkError(f"ZooKeeper {servers} did not answer within {connection_timeout_ms} ms") from None
+    finally:
+        client.stop()
+        client.close()
+
+
 class ZkClient:
     """One ZooKeeper session (``hosts`` may end in a chroot, ``"h:2181/kafka"``)."""
 
@@ -57,6 +76,7 @@ class ZkClient:
 
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
+        _ensure_chroot(hosts, connection_timeout_ms)
         # Reads and checked writes retry through a connection loss, for as long as the session may still live.
         retry = {"max_tries": -1, "deadline": session_timeout_ms / 1000, "max_delay": 1.0}
         self._kazoo = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, command_retry=retry,
@@ -145,7 +165,7 @@ class ZkClient:
             except NodeExistsError:
                 pass
             gone = threading.Event()
-            stat = self._call(self._kazoo.exists, path, watch=lambda _event: gone.set())
+            stat = self._call(self._kazoo.exists, path, watch=lambda _event, done=gone: done.set())
             if stat is None:
                 continue
             if stat.ephemeralOwner == self.session_id:  # ours: a retried create that had succeeded
@@ -387,3 +407,20 @@ class ZkClient:
         if isinstance(results[0], Exception):
             raise ZkError(f"writing {zk_data.state_path(topic, partition)} failed: {results[0]!r}")
         return int(results[0].version)
+
+    def resign_controller(self, broker_id: int) -> bool:
+        """Delete ``/controller`` if this session holds it for ``broker_id`` (a clean stop: the others elect at
+        once instead of after the session ends)."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        try:
+            data, stat = self._call(self._kazoo.get, zk_data.CONTROLLER)
+        except NoNodeError:
+            return False
+        if stat.ephemeralOwner != self.session_id or zk_data.decode_controller(data) != broker_id:
+            return False
+        try:
+            self._call(self._kazoo.delete, zk_data.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
