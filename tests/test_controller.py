@@ -278,3 +278,15 @@ def test_a_broker_that_never_answers_does_not_hold_up_the_others(cluster):
         cluster.admin.create_topic(f"t{index}", {0: [1, 2, 3]}, {})
         wait_until(lambda i=index: cluster.recorder.leader_and_isr(2, f"t{i}", 0), what=f"t{index} to broker 2")
     assert cluster.recorder.requests(3) == []
+
+
+def test_a_stopped_controller_hands_over_at_once(cluster):
+    cluster.start_broker(1)
+    a = cluster.controller(1)
+    wait_until(lambda: a.is_active)
+    b = cluster.controller(2)
+    wait_until(lambda: b.active_controller_id == 1, what="B sees A")
+    a.stop()
+    assert not a.is_active
+    wait_until(lambda: b.is_active, timeout_s=SESSION_MS / 1000 / 2, what="B elected before A's session could end")
+    assert b.epoch == 2
