@@ -174,7 +174,7 @@ def test_topics_are_written_as_kafka_does_and_only_once(clients):
     assert zk_data.parse_kafka_uuid(fields["topic_id"]) == topic_id and len(fields["topic_id"]) == 22
     assert json.loads(raw_get(zk, "/config/topics/orders")[0]) == {"version": 1,
                                                                    "config": {"cleanup.policy": "compact"}}
-    assert zk.all_assignments() == {"orders": {0: [1, 2], 1: [2, 1]}}
+    assert zk.topics() == {"orders": {0: [1, 2], 1: [2, 1]}}
     assert zk.topic_config("orders") == {"cleanup.policy": "compact"}
     with pytest.raises(TopicExistsError, match="'orders' already exists"):
         zk.create_topic("orders", {0: [1]}, {})

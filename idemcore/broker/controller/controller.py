@@ -282,7 +282,7 @@ class Controller:
     def _load_topics(self) -> set[TopicPartition]:
         """Read topics and assignments (watching both); the partitions not known before."""
         found: dict[TopicPartition, tuple[int, ...]] = {}
-        for topic in self.zk.topics(watch=self._topics_watch):
+        for topic in self.zk.topic_names(watch=self._topics_watch):
             assignment = self.zk.topic_assignment(topic, watch=self._topics_watch)
             for partition, replicas in (assignment or {}).items():
                 found[(topic, partition)] = tuple(replicas)

@@ -220,7 +220,7 @@ class ZkClient:
             raise TopicExistsError(f"topic {name!r} already exists") from None
         return topic_id
 
-    def topics(self, watch: Watch | None = None) -> list[str]:
+    def topic_names(self, watch: Watch | None = None) -> list[str]:
         """Topic names; ``watch`` fires once when a topic is created or deleted."""
         return sorted(self._call(self._kazoo.get_children, zk_data.TOPICS, watch=watch))
 
@@ -234,10 +234,10 @@ class ZkClient:
             return None
         return zk_data.decode_topic(topic, data)[0]
 
-    def all_assignments(self) -> dict[str, dict[int, list[int]]]:
-        """Every topic's assignment (the plan's ``topics()`` view: topic -> partition -> replicas)."""
+    def topics(self) -> dict[str, dict[int, list[int]]]:
+        """Every topic's assignment: topic -> partition -> replicas."""
         result = {}
-        for topic in self.topics():
+        for topic in self.topic_names():
             assignment = self.topic_assignment(topic)
             if assignment is not None:
                 result[topic] = assignment
