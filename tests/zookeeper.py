@@ -29,7 +29,9 @@ def _answers(port: int) -> bool:
 
 
 class ZooKeeperServer:
-    def __init__(self) -> None:
+    def __init__(self, tick_ms: int | None = None) -> None:
+        """``tick_ms``: ZooKeeper's tickTime (default 3000); sessions may last 2 to 20 ticks, so tests of session
+        expiry pass a small one."""
         if not JAR.exists() or shutil.which("java") is None:
             raise RuntimeError("ZooKeeper tests need Debian's zookeeper package and java "
                                "(scripts/dev test installs them: apt-get install zookeeper)")
@@ -37,7 +39,8 @@ class ZooKeeperServer:
         self.data_dir = tempfile.mkdtemp(prefix="idemcore-zk-")
         self.process = subprocess.Popen(
             ["java", "-cp", CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.port),
-             self.data_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             self.data_dir, *([str(tick_ms)] if tick_ms is not None else [])],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not _answers(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
