@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from idemcore.broker.controller.config import ControllerConfig
+
 if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
 
@@ -37,9 +39,7 @@ class ClusterConfig:
     offsets_replication_factor: int
     transaction_replication_factor: int
     unclean_leader_election: bool
-    auto_leader_rebalance: bool
-    imbalance_check_interval_s: int
-    imbalance_percentage: int
+    controller: ControllerConfig
 
 
 def cluster_config_of(settings: BrokerConfig) -> ClusterConfig | None:
@@ -61,6 +61,4 @@ def cluster_config_of(settings: BrokerConfig) -> ClusterConfig | None:
         offsets_replication_factor=v["offsets.topic.replication.factor"],
         transaction_replication_factor=v["transaction.state.log.replication.factor"],
         unclean_leader_election=v["unclean.leader.election.enable"],
-        auto_leader_rebalance=v["auto.leader.rebalance.enable"],
-        imbalance_check_interval_s=v["leader.imbalance.check.interval.seconds"],
-        imbalance_percentage=v["leader.imbalance.per.broker.percentage"])
+        controller=ControllerConfig.from_settings(v))

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from idemcore.broker.cluster_config import ClusterConfig
-from idemcore.broker.controller.assignment import assign_replicas
-from idemcore.broker.controller.controller import Controller, ControllerConfig
-from idemcore.broker.controller.zk_client import LeaderIsr, TopicExistsInZk, ZkClient
+from idemcore.broker.controller.assignment import AssignmentError, assign_replicas
+from idemcore.broker.controller.controller import Controller
+from idemcore.broker.controller.zk_client import TopicExistsError, ZkClient
+from idemcore.broker.controller.zk_data import LeaderIsr
 from idemcore.broker.coordinator.partitioning import coordinator_partition
 from idemcore.broker.metadata_cache import MetadataCache
 from idemcore.broker.partition import Partition
@@ -124,11 +125,7 @@ class ClusterMember:
         self.controller = Controller(
             self.zk, self.broker_id,
             lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}"),
-            ControllerConfig(unclean_leader_election=config.unclean_leader_election,
-                             auto_leader_rebalance=config.auto_leader_rebalance,
-                             imbalance_check_interval_s=config.imbalance_check_interval_s,
-                             imbalance_percentage=config.imbalance_percentage),
-            unclean_leader_election=self._unclean_allowed)
+            unclean_leader_election=self._unclean_allowed, config=config.controller)
         self.controller.start()
 
     def _every(self, interval_s: float, work: Callable[[], Any]) -> None:
@@ -406,14 +403,14 @@ class ClusterMember:
         live = sorted(self.metadata.brokers) or [self.broker_id]
         try:
             assignment = assign_replicas(live, count, factor)  # type: ignore[arg-type]
-        except ValueError as error:
-            return CreatedTopic(name, ErrorCode.INVALID_REPLICATION_FACTOR, str(error))
+        except AssignmentError as error:
+            return CreatedTopic(name, error.error_code, str(error))
         if validate_only:
             return CreatedTopic(name, ErrorCode.NONE, None, count)
         assert self.zk is not None
         try:
             self.zk.create_topic(name, assignment, configs)
-        except TopicExistsInZk as error:
+        except TopicExistsError as error:
             return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
         except Exception as error:  # ZooKeeper unreachable
             return CreatedTopic(name, ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} not written to ZooKeeper: {error}")
