@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.net.wire.admin import ADMIN_APIS
@@ -17,6 +16,7 @@ from idemcore.net.wire.membership import MEMBERSHIP_APIS
 from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
 from idemcore.net.wire.offsets import OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT
 from idemcore.net.wire.produce import PRODUCE
+from idemcore.net.wire.schema import load_response_schema
 from idemcore.net.wire.transactions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,

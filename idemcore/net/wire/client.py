@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.errors import IdemcoreError
@@ -69,6 +68,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.schema import load_request_schema
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_UNCOMMITTED
 from idemcore.record.batch import RecordBatch
