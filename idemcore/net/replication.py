@@ -129,8 +129,6 @@ class StopReplicaResponse:
 
 # ---------------------------------------------------------------- OffsetForLeaderEpoch (key 23)
 
-#: OffsetForLeaderEpoch's replica id of a consumer (a follower gives its broker id).
-CONSUMER_REPLICA_ID = -1
 #: The replica id an OffsetForLeaderEpoch before v3 is read with (the field's default in Kafka's JSON).
 NO_REPLICA_ID = -2
 
