@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 from kio.serial import entity_writer
 
 from idemcore.broker import Broker
@@ -39,6 +38,7 @@ from idemcore.broker.server import Server
 from idemcore.net.wire.api import topic_id_of
 from idemcore.net.wire.apis import APIS
 from idemcore.net.wire.frames import Chunks, make, nested, read_response, request_frame
+from idemcore.net.wire.schema import load_request_schema  # kio's, and the schemas kio lacks
 from idemcore.record.v2.codec import Record, encode_batch
 
 #: Random mutated frames of the fuzz run (IDEMCORE_FUZZ_FRAMES overrides it: 100_000 for the full run). The

@@ -12,7 +12,6 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as WireError
 from kio.serial import entity_writer
 from kio.static.primitive import Records
@@ -20,6 +19,7 @@ from kio.static.primitive import Records
 from idemcore.net.wire.apis import API_VERSIONS_KEY, API_VERSIONS_RANGE, APIS
 from idemcore.net.wire.encoder import entity_encoder, uvarint
 from idemcore.net.wire.frames import make, nested, read_response, response_frame
+from idemcore.net.wire.schema import load_request_schema, load_response_schema  # kio's, and the schemas kio lacks
 
 st.register_type_strategy(Records, st.binary(max_size=64))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema
 from kio.static.primitive import Records
 
 from idemcore.net.wire.apis import APIS
@@ -16,6 +15,7 @@ from idemcore.net.wire.encoder import entity_encoder
 from idemcore.net.wire.errors import MalformedFrameError
 from idemcore.net.wire.frames import make, nested
 from idemcore.net.wire.guard import _checker, check_lengths, without
+from idemcore.net.wire.schema import load_request_schema  # kio's, and the schemas kio lacks
 
 st.register_type_strategy(Records, st.binary(max_size=64))
 

@@ -16,13 +16,13 @@ from kafka.protocol.admin import CreateTopicsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
-from kio.index import load_request_schema
 
 from idemcore.broker import Broker
 from idemcore.broker.server import Server
 from idemcore.net.wire.api import topic_id_of
 from idemcore.net.wire.apis import APIS, advertised
 from idemcore.net.wire.frames import make, nested, read_request, request_frame
+from idemcore.net.wire.schema import load_request_schema  # kio's, and the schemas kio lacks
 from idemcore.record.batch import RecordBatch
 from idemcore.record.v2 import decode_batch, encode_batch, encode_record_batch, read_header
 from idemcore.record.v2.codec import Record

@@ -14,6 +14,19 @@ from dataclasses import dataclass, field
 from idemcore.errors import IdemcoreError
 from idemcore.net.admin import AdminRequest, AdminResponse
 from idemcore.net.configs import ConfigsRequest, ConfigsResponse, DescribedConfig
+from idemcore.net.replication import (
+    BrokerEndpoint,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -296,11 +309,14 @@ MAX_TIMESTAMP = -3
 @dataclass(slots=True, frozen=True)
 class ListOffsetsRequest:
     """Per ``(topic, partition, timestamp)``: the offset for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or
-    MAX_TIMESTAMP, or of the first record whose timestamp is at least a given one (>= 0)."""
+    MAX_TIMESTAMP, or of the first record whose timestamp is at least a given one (>= 0).
+    ``current_leader_epochs``: parallel to ``partitions``, the asker's view of each leader's epoch (v4+; -1 or
+    None: no check)."""
 
     partitions: tuple[tuple[str, int, int], ...]
     isolation_level: int = READ_UNCOMMITTED
     request_id: int = 0
+    current_leader_epochs: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -310,6 +326,8 @@ class ListedOffset:
     error_code: int = ErrorCode.NONE
     offset: int = NO_OFFSET
     timestamp: int = -1
+    #: The epoch of the leader that wrote the record at ``offset`` (v4+; -1: unknown).
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True, frozen=True)
@@ -326,6 +344,12 @@ class FetchPartition:
     partition: int
     fetch_offset: int
     partition_max_bytes: int = 1_048_576
+    #: The asker's view of the leader's epoch (v9+, KIP-320; -1: no check).
+    current_leader_epoch: int = -1
+    #: The epoch of the last batch the follower holds (v12+, KIP-595: the leader answers a diverging epoch).
+    last_fetched_epoch: int = -1
+    #: A follower's log start offset (v5+; -1 for a consumer).
+    log_start_offset: int = -1
 
 
 @dataclass(slots=True, frozen=True)
@@ -352,6 +376,9 @@ class FetchedPartition:
     #: consumer does (``record.v2.decode_stored_batches``). Over the wire a last batch may be cut short.
     records: bytes = b""
     error_message: str | None = None
+    #: ``(epoch, end offset)`` where the follower's log leaves the leader's (v12+): truncate there, then fetch
+    #: again; None: no divergence.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -365,6 +392,8 @@ class FetchRequest:
     min_bytes: int = 1
     max_wait_ms: int = 500
     request_id: int = 0
+    #: The fetching follower's broker id; -1: a consumer.
+    replica_id: int = -1
 
 
 @dataclass(slots=True, frozen=True)
@@ -385,17 +414,38 @@ class MetadataRequest:
 
 
 @dataclass(slots=True, frozen=True)
+class PartitionMetadata:
+    """One partition as the cluster's metadata has it (leader -1: none)."""
+
+    partition: int
+    error_code: int = ErrorCode.NONE
+    leader: int = -1
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
 class TopicMetadata:
+    """``partition_states``: each partition's leader and replicas; None: this node leads every partition and is
+    its only replica (a single broker)."""
+
     name: str
     error_code: int = ErrorCode.NONE
     partitions: int = 0
     is_internal: bool = False
+    partition_states: tuple[PartitionMetadata, ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)
 class MetadataResponse:
+    """``brokers``: the live brokers (empty: this node alone); ``controller_id`` -1: this node."""
+
     topics: tuple[TopicMetadata, ...]
     request_id: int = 0
+    brokers: tuple[BrokerEndpoint, ...] = ()
+    controller_id: int = -1
 
 
 @dataclass(slots=True, frozen=True)
@@ -467,8 +517,10 @@ class Pending:
 Request = (ProduceRequest | InitProducerIdRequest | WriteTxnMarkersRequest | FindCoordinatorRequest
            | AddPartitionsToTxnRequest | AddOffsetsToTxnRequest | EndTxnRequest | TxnOffsetCommitRequest
            | OffsetCommitRequest | OffsetFetchRequest | ListOffsetsRequest | FetchRequest | MetadataRequest
-           | CreateTopicsRequest | AdminRequest | ConfigsRequest)
+           | CreateTopicsRequest | AdminRequest | ConfigsRequest | LeaderAndIsrRequest | UpdateMetadataRequest
+           | StopReplicaRequest | OffsetForLeaderEpochRequest | ElectLeadersRequest)
 Response = (ProduceResponse | InitProducerIdResponse | WriteTxnMarkersResponse | FindCoordinatorResponse
             | AddPartitionsToTxnResponse | AddOffsetsToTxnResponse | EndTxnResponse | TxnOffsetCommitResponse
             | OffsetCommitResponse | OffsetFetchResponse | ListOffsetsResponse | FetchResponse | MetadataResponse
-            | CreateTopicsResponse | AdminResponse | ConfigsResponse)
+            | CreateTopicsResponse | AdminResponse | ConfigsResponse | LeaderAndIsrResponse | UpdateMetadataResponse
+            | StopReplicaResponse | OffsetForLeaderEpochResponse | ElectLeadersResponse)

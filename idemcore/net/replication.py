@@ -1,15 +1,18 @@
-"""The messages brokers exchange to replicate (Kafka's LeaderAndIsr, UpdateMetadata, StopReplica,
-OffsetForLeaderEpoch and ElectLeaders), with the fields idemcore's controller, replica manager and fetchers use.
-Requests and responses carry ``request_id`` last, as the messages of :mod:`idemcore.net.messages` do."""
+"""The inter-broker requests and responses of ZooKeeper-era replication (Kafka 2.x/3.x): what the controller
+sends a broker (LeaderAndIsr, UpdateMetadata, StopReplica), what a follower asks its leader besides Fetch
+(OffsetForLeaderEpoch), and ElectLeaders (an admin's request to the controller). Like
+:mod:`idemcore.net.messages`, each response carries its request's ``request_id``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from idemcore.protocol.codes import ErrorCode
+
 
 @dataclass(slots=True, frozen=True)
 class BrokerEndpoint:
-    """Where broker ``broker_id`` listens (its ``/brokers/ids/N`` registration)."""
+    """A live broker's id and address (Kafka's LiveLeader / UpdateMetadataBroker, one plaintext listener)."""
 
     broker_id: int
     host: str
@@ -17,8 +20,15 @@ class BrokerEndpoint:
     rack: str | None = None
 
 
+# ---------------------------------------------------------------- LeaderAndIsr (key 4)
+
+
 @dataclass(slots=True, frozen=True)
 class LeaderAndIsrPartition:
+    """One partition's state as the controller decided it (Kafka's LeaderAndIsrPartitionState):
+    ``zk_version`` is the version of its state znode (the leader's ISR updates are conditional on it);
+    ``is_new``: the replica is being created, so a missing log is not an offline directory."""
+
     topic: str
     partition: int
     controller_epoch: int
@@ -32,6 +42,8 @@ class LeaderAndIsrPartition:
 
 @dataclass(slots=True, frozen=True)
 class LeaderAndIsrRequest:
+    """Become leader or follower of ``partitions``; ``live_leaders``: the addresses of their leaders."""
+
     controller_id: int
     controller_epoch: int
     broker_epoch: int
@@ -42,13 +54,20 @@ class LeaderAndIsrRequest:
 
 @dataclass(slots=True, frozen=True)
 class LeaderAndIsrResponse:
+    """``partitions``: ``(topic, partition, error code)`` each."""
+
     error_code: int
-    partitions: tuple[tuple[str, int, int], ...]  # (topic, partition, error code)
+    partitions: tuple[tuple[str, int, int], ...] = ()
     request_id: int = 0
+
+
+# ---------------------------------------------------------------- UpdateMetadata (key 6)
 
 
 @dataclass(slots=True, frozen=True)
 class UpdateMetadataPartition:
+    """One partition's state for a broker's metadata cache (Kafka's UpdateMetadataPartitionState)."""
+
     topic: str
     partition: int
     controller_epoch: int
@@ -76,8 +95,14 @@ class UpdateMetadataResponse:
     request_id: int = 0
 
 
+# ---------------------------------------------------------------- StopReplica (key 5)
+
+
 @dataclass(slots=True, frozen=True)
 class StopReplicaPartition:
+    """Stop replicating ``topic``-``partition`` (and delete its log when ``delete``); ``leader_epoch`` -1: no
+    epoch check, -2: a topic being deleted (Kafka's EpochDuringDelete)."""
+
     topic: str
     partition: int
     leader_epoch: int
@@ -95,13 +120,24 @@ class StopReplicaRequest:
 
 @dataclass(slots=True, frozen=True)
 class StopReplicaResponse:
+    """``partitions``: ``(topic, partition, error code)`` each."""
+
     error_code: int
-    partitions: tuple[tuple[str, int, int], ...]  # (topic, partition, error code)
+    partitions: tuple[tuple[str, int, int], ...] = ()
     request_id: int = 0
+
+
+# ---------------------------------------------------------------- OffsetForLeaderEpoch (key 23)
+
+#: The replica id an OffsetForLeaderEpoch before v3 is read with (the field's default in Kafka's JSON).
+NO_REPLICA_ID = -2
 
 
 @dataclass(slots=True, frozen=True)
 class EpochQuery:
+    """Where does ``leader_epoch`` end on ``topic``-``partition``? ``current_leader_epoch``: the asker's view of
+    the leader's epoch (-1: no check; otherwise FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when it differs)."""
+
     topic: str
     partition: int
     current_leader_epoch: int
@@ -117,11 +153,13 @@ class OffsetForLeaderEpochRequest:
 
 @dataclass(slots=True, frozen=True)
 class EpochEndOffset:
+    """The largest epoch at most the one asked for, and its end offset (-1, -1: unknown)."""
+
     topic: str
     partition: int
-    error_code: int
-    leader_epoch: int
-    end_offset: int
+    error_code: int = ErrorCode.NONE
+    leader_epoch: int = -1
+    end_offset: int = -1
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,16 +168,27 @@ class OffsetForLeaderEpochResponse:
     request_id: int = 0
 
 
+# ---------------------------------------------------------------- ElectLeaders (key 43)
+
+#: ElectLeaders' election types (Kafka's ElectionType).
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
+
+
 @dataclass(slots=True, frozen=True)
 class ElectLeadersRequest:
-    election_type: int  # 0 preferred, 1 unclean (Kafka's ElectionType)
-    partitions: tuple[tuple[str, int], ...] | None  # None: every partition
-    timeout_ms: int
+    """Elect leaders of ``partitions`` (None: every partition) by ``election_type``."""
+
+    election_type: int
+    partitions: tuple[tuple[str, int], ...] | None
+    timeout_ms: int = 60_000
     request_id: int = 0
 
 
 @dataclass(slots=True, frozen=True)
 class ElectLeadersResponse:
+    """``results``: ``(topic, partition, error code, error message)`` each."""
+
     error_code: int
-    results: tuple[tuple[str, int, int, str | None], ...]  # (topic, partition, error code, message)
+    results: tuple[tuple[str, int, int, str | None], ...] = ()
     request_id: int = 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.net.wire.admin import ADMIN_APIS
@@ -13,10 +12,12 @@ from idemcore.net.wire.api import WireApi
 from idemcore.net.wire.configs import CONFIG_APIS
 from idemcore.net.wire.fetch import FETCH, LIST_OFFSETS
 from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.interbroker import INTER_BROKER_APIS
 from idemcore.net.wire.membership import MEMBERSHIP_APIS
 from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
 from idemcore.net.wire.offsets import OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT
 from idemcore.net.wire.produce import PRODUCE
+from idemcore.net.wire.schema import load_response_schema
 from idemcore.net.wire.transactions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -33,7 +34,7 @@ APIS: dict[int, WireApi] = {api.key: api for api in (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS,
     INIT_PRODUCER_ID, FIND_COORDINATOR, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
     OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
-    *MEMBERSHIP_APIS, *ADMIN_APIS, *CONFIG_APIS,
+    *MEMBERSHIP_APIS, *ADMIN_APIS, *CONFIG_APIS, *INTER_BROKER_APIS,
 )}
 
 

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.errors import IdemcoreError
@@ -69,6 +68,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.schema import load_request_schema
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_UNCOMMITTED
 from idemcore.record.batch import RecordBatch
@@ -182,9 +182,11 @@ def _encode_fetch(request: FetchRequest, version: int) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for p in request.partitions:
         by_topic.setdefault(p.topic, []).append(make(
-            partition_cls, partition=p.partition, current_leader_epoch=NO_LEADER_EPOCH, fetch_offset=p.fetch_offset,
-            last_fetched_epoch=NO_LEADER_EPOCH, log_start_offset=-1, partition_max_bytes=p.partition_max_bytes))
-    return make(cls, replica_id=CONSUMER_REPLICA_ID, max_wait=_ms(max(0, request.max_wait_ms)),
+            partition_cls, partition=p.partition, current_leader_epoch=p.current_leader_epoch,
+            fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
+            partition_max_bytes=p.partition_max_bytes))
+    # A follower names itself (its broker id); a consumer is CONSUMER_REPLICA_ID.
+    return make(cls, replica_id=request.replica_id, max_wait=_ms(max(0, request.max_wait_ms)),
                 min_bytes=request.min_bytes, max_bytes=request.max_bytes, isolation_level=request.isolation_level,
                 session_id=NO_SESSION_ID, session_epoch=NO_SESSION_EPOCH,
                 topics=tuple(make(topic_cls, topic=name, partitions=tuple(partitions))
@@ -200,12 +202,15 @@ def _decode_fetch(request: FetchRequest, version: int, body: Any) -> FetchRespon
             index = int(p.partition_index)
             code = int(p.error_code)
             aborted = getattr(p, "aborted_transactions", None)
+            diverging = getattr(p, "diverging_epoch", None)  # v12+: epoch -1 means none
             partitions.append(FetchedPartition(
                 name, index, code, int(p.high_watermark), int(getattr(p, "last_stable_offset", -1)),
                 int(getattr(p, "log_start_offset", -1)),
                 None if aborted is None else tuple(AbortedTransaction(int(a.producer_id), int(a.first_offset))
                                                    for a in aborted),
-                bytes(p.records or b"")))
+                bytes(p.records or b""),
+                diverging_epoch=None if diverging is None or int(diverging.epoch) < 0
+                else (int(diverging.epoch), int(diverging.end_offset))))
     return FetchResponse(tuple(partitions), int(getattr(body, "error_code", 0)), request.request_id)
 
 
@@ -219,9 +224,13 @@ def _encode_list_offsets(request: ListOffsetsRequest, version: int) -> Any:
     cls = _request_class(2, version)
     topic_cls, partition_cls = nested(cls, "ListOffsetsTopic"), nested(cls, "ListOffsetsPartition")
     by_topic: dict[str, list[Any]] = {}
-    for topic, partition, timestamp in request.partitions:
+    epochs = request.current_leader_epochs or (NO_LEADER_EPOCH,) * len(request.partitions)
+    if len(epochs) != len(request.partitions):
+        raise WireProtocolError(f"ListOffsets: {len(epochs)} current leader epochs for "
+                                f"{len(request.partitions)} partitions")
+    for (topic, partition, timestamp), epoch in zip(request.partitions, epochs, strict=True):
         by_topic.setdefault(topic, []).append(make(partition_cls, partition_index=partition,
-                                                   current_leader_epoch=NO_LEADER_EPOCH, timestamp=timestamp))
+                                                   current_leader_epoch=epoch, timestamp=timestamp))
     return make(cls, replica_id=CONSUMER_REPLICA_ID, isolation_level=request.isolation_level,
                 topics=tuple(make(topic_cls, name=name, partitions=tuple(partitions))
                              for name, partitions in by_topic.items()),
@@ -231,7 +240,7 @@ def _encode_list_offsets(request: ListOffsetsRequest, version: int) -> Any:
 def _decode_list_offsets(request: ListOffsetsRequest, version: int, body: Any) -> ListOffsetsResponse:
     return ListOffsetsResponse(tuple(
         ListedOffset(str(topic.name), int(p.partition_index), int(p.error_code), int(getattr(p, "offset", NO_OFFSET)),
-                     int(getattr(p, "timestamp", -1)))
+                     int(getattr(p, "timestamp", -1)), int(getattr(p, "leader_epoch", -1)))
         for topic in body.topics for p in topic.partitions), request.request_id)
 
 

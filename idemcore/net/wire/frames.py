@@ -19,13 +19,13 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
 from idemcore.net.wire.encoder import entity_encoder
 from idemcore.net.wire.errors import MalformedFrameError, UnsupportedApiError
 from idemcore.net.wire.guard import Edits, check_lengths, header_end, response_header_end, without
+from idemcore.net.wire.schema import load_request_schema, load_response_schema
 
 #: size, api_key, api_version, correlation_id: the same offsets in every request header version.
 REQUEST_HEAD = struct.Struct(">hhi")

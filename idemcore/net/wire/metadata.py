@@ -1,5 +1,7 @@
-"""Metadata and CreateTopics on the wire. This one broker is every partition's leader and only replica, and the
-controller; topic ids are derived from names (``api.topic_id_of``)."""
+"""Metadata and CreateTopics on the wire; topic ids are derived from names (``api.topic_id_of``). A Metadata answer
+lists the partitions' leaders, replicas and ISR, the live brokers and the controller as the broker's answer gives
+them; where it gives none (a single broker), this node is every partition's leader and only replica, and the
+controller."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from idemcore.net.messages import (
     MetadataRequest,
     MetadataResponse,
     NewTopic,
+    PartitionMetadata,
+    TopicMetadata,
 )
 from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
 from idemcore.net.wire.frames import make, nested, response_class
@@ -41,14 +45,28 @@ def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: Metad
     topics = tuple(make(
         topic_cls, error_code=WireError(t.error_code), name=t.name,
         topic_id=topic_id_of(t.name) if t.error_code == ErrorCode.NONE else None, is_internal=t.is_internal,
-        topic_authorized_operations=_NO_OPERATIONS,
-        partitions=tuple(make(partition_cls, error_code=WireError.none, partition_index=p, leader_id=node,
-                              leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=())
-                         for p in range(t.partitions)))
+        topic_authorized_operations=_NO_OPERATIONS, partitions=tuple(
+            make(partition_cls, error_code=WireError(p.error_code), partition_index=p.partition, leader_id=p.leader,
+                 leader_epoch=p.leader_epoch, replica_nodes=p.replicas, isr_nodes=p.isr,
+                 offline_replicas=p.offline_replicas)
+            for p in _partition_states(t, node)))
         for t in response.topics)
-    brokers = (make(broker_cls, node_id=node, host=ctx.host, port=ctx.port, rack=None),)
-    return make(cls, brokers=brokers, cluster_id=ctx.cluster_id, controller_id=node, topics=topics,
+    if response.brokers:
+        brokers = tuple(make(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                        for b in response.brokers)
+    else:
+        brokers = (make(broker_cls, node_id=node, host=ctx.host, port=ctx.port, rack=None),)
+    controller = node if response.controller_id == -1 else response.controller_id
+    return make(cls, brokers=brokers, cluster_id=ctx.cluster_id, controller_id=controller, topics=topics,
                 cluster_authorized_operations=_NO_OPERATIONS, error_code=WireError.none)
+
+
+def _partition_states(topic: TopicMetadata, node: int) -> tuple[PartitionMetadata, ...]:
+    """The topic's partition states; without them, this node leads each partition at epoch 0, alone."""
+    if topic.partition_states is not None:
+        return topic.partition_states
+    return tuple(PartitionMetadata(p, ErrorCode.NONE, node, 0, (node,), (node,), ())
+                 for p in range(topic.partitions))
 
 
 def _create_to_message(ctx: WireContext, version: int, correlation_id: int,

@@ -1,0 +1,334 @@
+"""One broker's connection to another (Kafka's ``BlockingSend`` / controller channel): a replica fetcher to its
+leader, the controller to each broker, a transaction coordinator to partition leaders.
+
+:class:`BrokerChannel` (asyncio) and :class:`BlockingBrokerChannel` (a thread's own socket) take the messages of
+:mod:`idemcore.net.messages` and :mod:`idemcore.net.replication`, speak Kafka's protocol
+(:mod:`idemcore.net.wire.broker_client` translates each), and give the answer back as a message:
+
+- one request at a time per channel (a caller's next call waits for the answer to its last), so answers never
+  need reordering; open a channel per concurrent caller;
+- each connection first asks ApiVersions (KIP-511: an older broker's UNSUPPORTED_VERSION answer is retried at a
+  version it has), then speaks per API the highest version both sides know;
+- a lost connection (refused, closed, a frame cut short, an unreadable answer) raises ConnectionError naming the
+  broker and loses that call; a call that outlives ``request_timeout_ms`` raises TimeoutError and drops the
+  connection too (its answer could still arrive and be taken for the next one's). The next call reconnects.
+- a Produce with ``acks=0`` gets no answer from a broker (Kafka's rule): it returns an empty ProduceResponse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import struct
+import threading
+import time
+
+from idemcore.net.messages import ProduceRequest, ProduceResponse, Request, Response
+from idemcore.net.wire.broker_client import broker_api_of
+from idemcore.net.wire.client import (
+    API_VERSIONS_KEY,
+    API_VERSIONS_RANGE,
+    ClientApi,
+    WireProtocolError,
+    api_versions_ranges,
+    api_versions_request,
+    pick_version,
+)
+from idemcore.net.wire.frames import MalformedFrameError, read_response, request_frame
+from idemcore.protocol.codes import ErrorCode
+
+_SIZE = struct.Struct(">i")
+#: The largest answer frame read (as the clients' transport bounds them).
+MAX_RESPONSE_BYTES = 1 << 30
+
+
+class _Negotiation:
+    """The sans-IO part both channels share: frames to send, and what an answer frame means."""
+
+    def __init__(self, where: str, client_id: str) -> None:
+        self.where = where
+        self.client_id = client_id
+        self._correlation = itertools.count(1)
+
+    def next_correlation(self) -> int:
+        return next(self._correlation) & 0x7FFFFFFF
+
+    def versions_frame(self, version: int) -> tuple[int, bytes]:
+        correlation_id = self.next_correlation()
+        return correlation_id, request_frame(API_VERSIONS_KEY, version, correlation_id, self.client_id,
+                                             api_versions_request(version))
+
+    def read_versions(self, version: int, correlation_id: int,
+                      frame: bytes) -> dict[int, tuple[int, int]] | int:
+        """The broker's API ranges, or the ApiVersions version to ask at again (KIP-511)."""
+        try:
+            answered, body = read_response(API_VERSIONS_KEY, version, frame)
+        except MalformedFrameError:
+            if version == 0:
+                raise ConnectionError(f"{self.where}: unreadable ApiVersions answer") from None
+            answered, body = read_response(API_VERSIONS_KEY, 0, frame)  # UNSUPPORTED_VERSION comes at v0
+        self._check(answered, correlation_id)
+        code, ranges = api_versions_ranges(body)
+        if code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
+            return max(0, min(ranges.get(API_VERSIONS_KEY, (0, 0))[1], version - 1))
+        if code != ErrorCode.NONE:
+            raise ConnectionError(f"{self.where}: ApiVersions answered error {code}")
+        return ranges
+
+    def request(self, request: Request, versions: dict[int, tuple[int, int]]) -> tuple[ClientApi, int, int, bytes]:
+        """``(api, version, correlation id, frame)`` for ``request``; WireProtocolError when the broker lacks
+        every version this side speaks."""
+        api = broker_api_of(request)
+        version = pick_version(api, versions.get(api.key))
+        if version is None:
+            server = versions.get(api.key)
+            raise WireProtocolError(f"{self.where} speaks {api.name} at {server if server else 'no version'}, "
+                                    f"this side at v{api.min_version}-{api.max_version}")
+        correlation_id = self.next_correlation()
+        return api, version, correlation_id, request_frame(api.key, version, correlation_id, self.client_id,
+                                                           api.encode(request, version))
+
+    def answer(self, request: Request, api: ClientApi, version: int, correlation_id: int, frame: bytes) -> Response:
+        try:
+            answered, body = read_response(api.key, version, frame)
+        except MalformedFrameError as error:
+            raise ConnectionError(f"{self.where}: unreadable {api.name} v{version} answer: {error}") from None
+        self._check(answered, correlation_id)
+        return api.decode(request, version, body)
+
+    def _check(self, answered: int, expected: int) -> None:
+        if answered != expected:
+            raise ConnectionError(f"{self.where}: an answer to correlation id {answered}, expected {expected}")
+
+    def frame_size(self, head: bytes) -> int:
+        (size,) = _SIZE.unpack(head)
+        if not 4 <= size <= MAX_RESPONSE_BYTES:
+            raise ConnectionError(f"{self.where}: a response frame of {size} bytes")
+        return size
+
+
+def _no_answer(request: Request) -> Response | None:
+    """The answer to a request the broker never answers (Produce with acks=0), else None."""
+    if isinstance(request, ProduceRequest) and request.acks == 0:
+        return ProduceResponse(request.request_id, ())
+    return None
+
+
+class BrokerChannel:
+    """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
+
+    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
+                 request_timeout_ms: int = 30_000) -> None:
+        self.host, self.port = host, port
+        self.connect_timeout_ms = connect_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._versions: dict[int, tuple[int, int]] = {}
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    async def call(self, request: Request) -> Response:
+        """``request``'s answer; ConnectionError, TimeoutError or WireProtocolError naming the broker."""
+        async with self._lock:
+            if self._writer is None:
+                await self._connect()
+            api, version, correlation_id, frame = self._wire.request(request, self._versions)
+            try:
+                await self._send(frame)
+                unanswered = _no_answer(request)
+                if unanswered is not None:
+                    return unanswered
+                answer = await self._receive(f"{api.name} v{version}")
+                return self._wire.answer(request, api, version, correlation_id, answer)
+            except BaseException:
+                self._drop()
+                raise
+
+    async def close(self) -> None:
+        async with self._lock:
+            writer = self._writer
+            self._drop()
+            if writer is not None:
+                try:
+                    await writer.wait_closed()
+                except OSError:
+                    pass
+
+    async def _connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.connect_timeout_ms / 1000)
+        except TimeoutError:
+            raise TimeoutError(f"{self._wire.where}: no connection within "
+                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
+        except OSError as error:
+            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        try:
+            version = API_VERSIONS_RANGE[1]
+            for _ in range(API_VERSIONS_RANGE[1] + 1):  # each retry asks at a lower version
+                correlation_id, frame = self._wire.versions_frame(version)
+                await self._send(frame)
+                outcome = self._wire.read_versions(version, correlation_id,
+                                                   await self._receive(f"ApiVersions v{version}"))
+                if isinstance(outcome, dict):
+                    self._versions = outcome
+                    return
+                version = outcome
+            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
+        except BaseException:
+            self._drop()
+            raise
+
+    async def _send(self, frame: bytes) -> None:
+        assert self._writer is not None
+        try:
+            self._writer.write(frame)
+            await asyncio.wait_for(self._writer.drain(), self.request_timeout_ms / 1000)
+        except TimeoutError:
+            raise TimeoutError(f"{self._wire.where}: a request not sent within "
+                               f"request_timeout_ms={self.request_timeout_ms}") from None
+        except OSError as error:
+            raise ConnectionError(f"{self._wire.where}: send failed: {error}") from None
+
+    async def _receive(self, what: str) -> bytes:
+        assert self._reader is not None
+        reader = self._reader
+        try:
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                size = self._wire.frame_size(await reader.readexactly(4))
+                return await reader.readexactly(size)
+        except TimeoutError:
+            raise TimeoutError(f"{self._wire.where}: no answer to {what} within "
+                               f"request_timeout_ms={self.request_timeout_ms}") from None
+        except asyncio.IncompleteReadError as error:
+            raise ConnectionError(f"{self._wire.where}: the connection closed after {len(error.partial)} bytes "
+                                  f"of the answer to {what}") from None
+        except OSError as error:
+            raise ConnectionError(f"{self._wire.where}: receive failed: {error}") from None
+
+    def _drop(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        self._versions = {}
+        if writer is not None:
+            writer.close()
+
+
+class BlockingBrokerChannel:
+    """A blocking connection to the broker at ``host``:``port``, for a thread (module docstring). Safe to share
+    between threads: calls take turns."""
+
+    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
+                 request_timeout_ms: int = 30_000) -> None:
+        self.host, self.port = host, port
+        self.connect_timeout_ms = connect_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._versions: dict[int, tuple[int, int]] = {}
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def call(self, request: Request) -> Response:
+        """``request``'s answer; ConnectionError, TimeoutError or WireProtocolError naming the broker."""
+        with self._lock:
+            if self._sock is None:
+                self._connect()
+            api, version, correlation_id, frame = self._wire.request(request, self._versions)
+            deadline = time.monotonic() + self.request_timeout_ms / 1000
+            try:
+                self._send(frame, deadline, f"{api.name} v{version}")
+                unanswered = _no_answer(request)
+                if unanswered is not None:
+                    return unanswered
+                answer = self._receive(deadline, f"{api.name} v{version}")
+                return self._wire.answer(request, api, version, correlation_id, answer)
+            except BaseException:
+                self._drop()
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _connect(self) -> None:
+        try:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_ms / 1000)
+        except TimeoutError:
+            raise TimeoutError(f"{self._wire.where}: no connection within "
+                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
+        except OSError as error:
+            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            version = API_VERSIONS_RANGE[1]
+            for _ in range(API_VERSIONS_RANGE[1] + 1):
+                deadline = time.monotonic() + self.request_timeout_ms / 1000
+                correlation_id, frame = self._wire.versions_frame(version)
+                self._send(frame, deadline, f"ApiVersions v{version}")
+                outcome = self._wire.read_versions(version, correlation_id,
+                                                   self._receive(deadline, f"ApiVersions v{version}"))
+                if isinstance(outcome, dict):
+                    self._versions = outcome
+                    return
+                version = outcome
+            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
+        except BaseException:
+            self._drop()
+            raise
+
+    def _left(self, deadline: float, what: str) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{self._wire.where}: no answer to {what} within "
+                               f"request_timeout_ms={self.request_timeout_ms}")
+        return left
+
+    def _send(self, frame: bytes, deadline: float, what: str) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.settimeout(self._left(deadline, what))
+            self._sock.sendall(frame)
+        except TimeoutError:
+            raise TimeoutError(f"{self._wire.where}: {what} not sent within "
+                               f"request_timeout_ms={self.request_timeout_ms}") from None
+        except OSError as error:
+            raise ConnectionError(f"{self._wire.where}: send failed: {error}") from None
+
+    def _receive(self, deadline: float, what: str) -> bytes:
+        size = self._wire.frame_size(self._exactly(4, deadline, what))
+        return self._exactly(size, deadline, what)
+
+    def _exactly(self, count: int, deadline: float, what: str) -> bytes:
+        assert self._sock is not None
+        out = bytearray()
+        while len(out) < count:
+            try:
+                self._sock.settimeout(self._left(deadline, what))
+                data = self._sock.recv(min(count - len(out), 1 << 20))
+            except TimeoutError:
+                raise TimeoutError(f"{self._wire.where}: no answer to {what} within "
+                                   f"request_timeout_ms={self.request_timeout_ms}") from None
+            except OSError as error:
+                raise ConnectionError(f"{self._wire.where}: receive failed: {error}") from None
+            if not data:
+                raise ConnectionError(f"{self._wire.where}: the connection closed in the answer to {what}")
+            out += data
+        return bytes(out)
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        self._versions = {}
+        if sock is not None:
+            sock.close()
+
+
+__all__ = ["MAX_RESPONSE_BYTES", "BlockingBrokerChannel", "BrokerChannel"]
