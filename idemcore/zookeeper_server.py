@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from idemcore.errors import IdemcoreError
+from idemcore.interrupts import deferred_interrupts
 
 #: Debian's zookeeper package: the server's jar (its manifest names the jars it needs).
 JAR = Path("/usr/share/java/zookeeper.jar")
@@ -90,7 +91,8 @@ class ZooKeeperServer:
             raise
 
     def _start(self, timeout: float) -> None:
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+        # An interrupt waits until the child is recorded, so stop() finds it.
+        with open(self.log_path, "ab") as log, deferred_interrupts((signal.SIGINT, signal.SIGTERM)):
             # Its own session: a Ctrl-C at the terminal reaches whoever started it, who stops it last.
             self.process = subprocess.Popen(
                 ["java", *JVM_OPTIONS, "-cp", _classpath(), MAIN_CLASS, str(self.port), str(self.data_dir)],
