@@ -145,7 +145,7 @@ class LocalCluster:
         owned = sorted(OWN_SETTINGS.intersection(overrides or {}))
         if owned:
             raise ValueError(f"the cluster sets {', '.join(owned)} itself: not an override")
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).absolute()  # the paths printed and given to the children
         self.settings = {**recommended_settings(brokers, session_timeout_ms), **(overrides or {})}
         self.wait_registered = wait_registered
         self.start_timeout_s = start_timeout_s
