@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
@@ -282,7 +283,9 @@ class LocalCluster:
                                    "pip install 'idemcore[zookeeper]'") from None
             client = KazooClient(hosts=self.zookeeper_hosts)
             try:
-                client.start(timeout=15)
+                with warnings.catch_warnings():  # a chroot not made yet: the first broker to register makes it
+                    warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)
+                    client.start(timeout=15)
             except Exception as error:
                 client.close()
                 raise ClusterError(f"cannot reach ZooKeeper at {self.zookeeper_hosts}: {error}") from None
