@@ -5,7 +5,6 @@ loopback ports, each over its own log directory, with the settings a cluster on 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from signal import SIGCONT, SIGINT, SIGKILL, SIGTERM
 from typing import Any
 
 from idemcore.errors import IdemcoreError
@@ -99,7 +99,7 @@ def log_tail(path: Path, lines: int = 3) -> str:
 def _signals_held() -> AbstractContextManager[None]:
     """SIGINT and SIGTERM wait while a child is started and recorded, so an interrupt never leaves one that
     :meth:`LocalCluster.stop` does not know. (Handlers, not the signal mask, which a child would inherit.)"""
-    return deferred_interrupts((signal.SIGINT, signal.SIGTERM))
+    return deferred_interrupts((SIGINT, SIGTERM))
 
 
 @dataclass(frozen=True)
@@ -294,15 +294,15 @@ class LocalCluster:
 
     # ------------------------------------------------------------ stopping
 
-    def kill(self, n: int, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` to broker ``n``'s process (by its pid, nothing else). For SIGKILL, SIGTERM and SIGINT wait
+    def kill(self, n: int, signal: int = SIGKILL) -> None:
+        """Send ``signal`` to broker ``n``'s process (by its pid, nothing else). For SIGKILL, SIGTERM and SIGINT wait
         until it exits (a SIGTERM'd broker is SIGKILLed after the stop timeout); another signal (SIGSTOP,
         SIGCONT) is only sent."""
         b = self._get(n)
         if not b.running() or b.process is None:
             raise ValueError(f"broker {n} is not running")
-        b.process.send_signal(sig)  # Popen's: a no-op once the child is reaped, so never a stranger reusing the pid
-        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+        b.process.send_signal(signal)  # Popen's: a no-op once the child is reaped, so never a stranger reusing the pid
+        if signal in (SIGKILL, SIGTERM, SIGINT):
             self._reap(b)
 
     def _reap(self, b: _Broker) -> None:
@@ -320,8 +320,8 @@ class LocalCluster:
         live = [b for b in self._brokers if b.process is not None]
         for b in live:
             assert b.process is not None
-            b.process.send_signal(signal.SIGCONT)  # a SIGSTOP'd broker must run to act on SIGTERM
-            b.process.send_signal(signal.SIGTERM)
+            b.process.send_signal(SIGCONT)  # a SIGSTOP'd broker must run to act on SIGTERM
+            b.process.send_signal(SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         for b in live:
             assert b.process is not None

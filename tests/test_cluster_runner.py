@@ -121,6 +121,14 @@ def test_kill_sigkills_that_broker_alone_and_start_brings_it_back_on_its_port(cl
     assert cluster.exited() == {}
 
 
+def test_kill_with_sigterm_is_that_brokers_clean_stop(cluster):
+    pid = cluster.broker(0).pid
+    cluster.kill(0, signal=signal.SIGTERM)
+    assert not _alive(pid)
+    assert cluster.broker(0).serve_log.read_text().endswith("idemcore serve: stopped; the logs are closed\n")
+    assert answers_api_versions(cluster.start(0).port)
+
+
 def test_a_broker_that_dies_unasked_is_reported_by_exited(cluster):
     pid = cluster.broker(1).pid
     os.kill(pid, signal.SIGKILL)  # as the OOM killer would: not through the cluster
