@@ -10,72 +10,28 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from idemcore.broker.config_keys import KEYS
 from idemcore.cluster import ClusterError, LocalCluster, answers_api_versions, recommended_settings
 from idemcore.interrupts import deferred_interrupts
-from idemcore.zookeeper_server import missing_prerequisite
 
-pytestmark = pytest.mark.skipif(missing_prerequisite() is not None, reason=str(missing_prerequisite()))
+from .cluster_harness import (
+    ALONE,
+    WAIT_REGISTERED,
+    alive,
+    children,
+    cluster_fixture,
+    cmdline,
+    needs_zookeeper,
+    running_over,
+    wait_gone,
+)
 
-#: Until brokers accept more than one replica (issue 27) they refuse the cluster's factors: set back to 1 here.
-ALONE = {key: "1" for key in ("default.replication.factor", "min.insync.replicas") if KEYS[key].high == 1}
-#: The broker does not register in ZooKeeper yet (issue 27): readiness is ApiVersions alone until it does.
-WAIT_REGISTERED = False
+pytestmark = needs_zookeeper
 CLI_TIMEOUT_S = 90
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(3, tmp_path_factory.mktemp("cluster"), overrides=ALONE, wait_registered=WAIT_REGISTERED) as c:
-        yield c
-
-
-def _cmdline(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
-def _running_over(directory: Path) -> list[int]:
-    """The processes whose command line names ``directory`` (brokers over it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if any(str(directory) in arg for arg in _cmdline(int(entry.name))) and _alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def _wait_gone(pids: list[int], seconds: float = 15) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return alive
+cluster = cluster_fixture(3)
 
 
 def test_every_broker_answers_with_its_own_id_port_directory_and_the_cluster_settings(cluster):
@@ -90,7 +46,7 @@ def test_every_broker_answers_with_its_own_id_port_directory_and_the_cluster_set
         info = cluster.broker(n)
         assert answers_api_versions(info.port)
         assert info.log_dir == cluster.data_dir / f"broker-{n}" and info.serve_log.parent == info.log_dir
-        argv = _cmdline(info.pid)
+        argv = cmdline(info.pid)
         assert argv[argv.index("--node-id") + 1] == str(n)
         assert argv[argv.index("--port") + 1] == str(info.port)
         assert argv[argv.index("--data-dir") + 1] == str(info.log_dir)
@@ -105,11 +61,11 @@ def test_kill_sigkills_that_broker_alone_and_start_brings_it_back_on_its_port(cl
     before = {n: cluster.broker(n).pid for n in range(3)}
     port = cluster.broker(2).port
     cluster.kill(2)
-    assert not _alive(before[2]) and cluster.broker(2).pid is None
+    assert not alive(before[2]) and cluster.broker(2).pid is None
     assert not answers_api_versions(port)
     log = cluster.broker(2).serve_log.read_text()
     assert "stopped; the logs are closed" not in log  # SIGKILL: no clean stop
-    assert all(_alive(before[n]) and cluster.broker(n).pid == before[n] and answers_api_versions(cluster.broker(n).port)
+    assert all(alive(before[n]) and cluster.broker(n).pid == before[n] and answers_api_versions(cluster.broker(n).port)
                for n in (0, 1))
     with pytest.raises(ValueError, match="broker 2 is not running"):
         cluster.kill(2)
@@ -124,7 +80,7 @@ def test_kill_sigkills_that_broker_alone_and_start_brings_it_back_on_its_port(cl
 def test_kill_with_sigterm_is_that_brokers_clean_stop(cluster):
     pid = cluster.broker(0).pid
     cluster.kill(0, signal=signal.SIGTERM)
-    assert not _alive(pid)
+    assert not alive(pid)
     assert cluster.broker(0).serve_log.read_text().endswith("idemcore serve: stopped; the logs are closed\n")
     assert answers_api_versions(cluster.start(0).port)
 
@@ -225,14 +181,32 @@ def test_the_command_prints_bootstrap_servers_and_stops_every_child_on_sigterm(c
         rows = [line.split() for line in lines[3:]]
         assert [row[0] for row in rows] == ["0", "1"] and [int(row[1]) for row in rows] == ports
         assert [row[3] for row in rows] == [str(tmp_path / f"broker-{n}" / "serve.log") for n in (0, 1)]
-        children = _children(process.pid)
-        assert sorted(children) == sorted(int(row[2]) for row in rows)  # its ZooKeeper is given: brokers only
+        spawned = children(process.pid)
+        assert sorted(spawned) == sorted(int(row[2]) for row in rows)  # its ZooKeeper is given: brokers only
         process.send_signal(signal.SIGTERM)
         assert process.wait(CLI_TIMEOUT_S) == 0
-        assert _wait_gone(children) == [] and _running_over(tmp_path) == []
+        assert wait_gone(spawned) == [] and running_over(tmp_path) == []
         for n in (0, 1):
             assert (tmp_path / f"broker-{n}" / "serve.log").read_text().endswith(
                 "idemcore serve: stopped; the logs are closed\n")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_signal_while_starting_stops_what_was_started(cluster, tmp_path):
+    process = _cli("--brokers", "2", "--data-dir", str(tmp_path), "--zookeeper", cluster.zookeeper_hosts,
+                   *_overrides(), *_registration())
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S  # its handlers are set before the first broker starts
+        while not (tmp_path / "broker-0" / "serve.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=CLI_TIMEOUT_S)
+        assert process.returncode == 0 and "bootstrap.servers" not in out, err
+        assert err.endswith("idemcore cluster: stopped; every broker's logs are closed\n")
+        assert wait_gone(running_over(tmp_path)) == []
     finally:
         if process.poll() is None:
             process.kill()
@@ -247,7 +221,7 @@ def test_a_broker_dying_while_starting_is_one_line_naming_its_log_and_exit_1(clu
     assert len(err.splitlines()) == 1, err
     assert "exited with status 2 while starting" in err and "log.segment.bytes" in err
     assert str(tmp_path / "broker-") in err and "serve.log" in err
-    assert _wait_gone(_running_over(tmp_path)) == []  # the broker that started was stopped
+    assert wait_gone(running_over(tmp_path)) == []  # the broker that started was stopped
 
 
 def test_without_java_the_command_says_what_to_install(tmp_path):
