@@ -198,8 +198,6 @@ class LocalCluster:
         interrupt) everything started is stopped and the error raised."""
         try:
             if self._zookeeper_hosts is None and self.zookeeper is None:
-                with _signals_held():
-                    self.data_dir.mkdir(parents=True, exist_ok=True)
                 # ZooKeeperServer stops its own JVM if its start fails or is interrupted.
                 self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper")
             for b in self._brokers:
