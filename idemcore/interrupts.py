@@ -12,24 +12,29 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Run the block whole: a SIGINT arriving meanwhile is delivered when it ends. (Only the main thread runs
-    signal handlers, so elsewhere, and where another handler is being installed, the block just runs.)"""
+def deferred_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterator[None]:
+    """Run the block whole: a SIGINT (or another of ``signals``) arriving meanwhile is delivered when it ends.
+    (Only the main thread runs signal handlers, so elsewhere, and where another handler is being installed, the
+    block just runs.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
+    previous: dict[int, Any] = {}
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+        for signum in signals:
+            previous[signum] = signal.signal(signum, lambda signum, frame: received.append(signum))
     except ValueError:  # (not the main interpreter)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
-            signal.raise_signal(signal.SIGINT)  # now handled as before the block
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)  # now handled as before the block
