@@ -881,7 +881,8 @@ class PartitionLog:
                         os.close(fd)
                 raise
         return FlushTarget(self.log_end_offset, active.base_offset, active.size,
-                           tuple(fd for fd in descriptors if fd is not None), self._dir_changes, self._aborts)
+                           tuple(fd for fd in descriptors if fd is not None), self._dir_changes, self._aborts,
+                           self.truncations)
 
     def note_flushed(self, target: FlushTarget) -> None:
         """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one,
