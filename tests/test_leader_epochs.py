@@ -263,7 +263,7 @@ def test_the_checkpoint_persists_between_instances_and_a_damaged_one_is_named(tm
     assert path.read_text() == "0\n1\n2 6\n"
     assert LeaderEpochCache(path, fsync=True).entries == [(2, 6)]
     path.write_text("0\n2\n3 6\n2 9\n")
-    with pytest.raises(LeaderEpochCheckpointError, match="leader-epoch-checkpoint is damaged: .*epoch 2"):
+    with pytest.raises(LeaderEpochCheckpointError, match=r"leader-epoch-checkpoint is damaged: .*epoch 2"):
         LeaderEpochCache(path, fsync=True)
 
 
