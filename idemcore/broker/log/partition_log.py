@@ -928,9 +928,20 @@ class PartitionLog:
 
     def _check_epochs(self, rebuild: bool) -> None:
         """Bring the leader epochs in line with the log, as Kafka's LogLoader does: entries at or past the log end
-        go, the first moves up to the log start. A checkpoint that was missing or damaged is rebuilt from the
-        batches' leader epochs (each batch carries its own), reading every segment's headers."""
-        if rebuild and self._has_batches():
+        go, the first moves up to the log start. A checkpoint that was missing or damaged, or that leaves the log's
+        first batch without an epoch, is rebuilt from the batches' leader epochs (each batch carries its own),
+        reading every segment's headers."""
+        self.epochs.truncate_from_end(self.log_end_offset)
+        first = self._first_batch_offset()
+        # The first offset a reader gets (None: none; a log emptied by DeleteRecords needs no epoch entry).
+        readable = None if first is None or self.log_start_offset >= self.log_end_offset else max(
+            first, self.log_start_offset)
+        if not rebuild and readable is not None and (not self.epochs.entries or self.epochs.entries[0][1] > readable):
+            log.warning("%s: %s gives no leader epoch to offset %d (%s): rebuilding it from the batches", self.name,
+                        self.epochs.path, readable, self.epochs.entries)
+            rebuild = True
+        if rebuild and first is not None:
+            self.epochs = LeaderEpochCache(self.epochs.path, self.epochs.fsync, entries=())
             found: list[tuple[int, int]] = []
             latest = -1
             for segment in self.segments:
@@ -942,10 +953,17 @@ class PartitionLog:
                     found += starts
             self.epochs.assign_all(found)
             log.warning("%s: rebuilt %s from the batches: %s", self.name, self.epochs.path, self.epochs.entries)
-        self.epochs.truncate_from_end(self.log_end_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
         if self.epochs.path is not None and not self.epochs.path.exists():
             self.epochs.write()
+
+    def _first_batch_offset(self) -> int | None:
+        """The base offset of the log's first batch (None: it holds none)."""
+        for segment in self.segments:
+            header = next(segment.headers(0, chunk_bytes=HEADER_BYTES), None) if segment.size else None
+            if header is not None:
+                return header.base_offset
+        return None
 
     # --- retention ------------------------------------------------------------------------------------------
 
