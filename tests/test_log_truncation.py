@@ -232,3 +232,40 @@ def test_high_watermarks_round_trip(tmp_path):
     assert manager.high_watermarks() == {("t", 0): 12, ("u", 3): 0}
     manager.release()
     assert LogManager(None, True, lambda: 0).high_watermarks() == {}
+
+
+# --- the producer state after a truncation ----------------------------------------------------------------------
+
+def test_reload_partition_state_after_a_truncation(tmp_path):
+    from idemcore.broker import Broker
+    from idemcore.broker.recovery import reload_partition_state
+    from idemcore.clock import wall_clock_ms
+    from idemcore.net.messages import ProduceRequest
+    from idemcore.protocol.codes import ErrorCode
+    from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    from idemcore.state.snapshot import snapshot_entries
+
+    now = wall_clock_ms()
+
+    def send(broker: Broker, partition: int, pid: int, seq: int) -> tuple[int, int]:
+        answer = broker.handle(ProduceRequest((RecordBatch("t", partition, [b"v%d" % seq], None, pid, 0, seq,
+                                                           now),))).responses[0]
+        return answer.error_code, answer.base_offset
+
+    with Broker({"t": 2}, data_dir=tmp_path, segment_bytes=300) as broker:
+        for seq in range(12):
+            assert send(broker, 0, 1, seq) == (0, seq)
+            assert send(broker, 1, 2, seq)[0] == 0
+        other = snapshot_entries(broker.state, 1)
+        partition = broker.replicas.partition("t", 0)
+        assert partition is not None and len(partition.log.segments) > 2
+        assert partition.log.truncate_to(5)
+        assert all(offset <= 5 for offset in partition.log.snapshot_offsets())
+        replayed = reload_partition_state(partition, broker.state, broker.backend, now_ms=now,
+                                          expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS)
+        assert 0 < replayed <= 5
+        assert snapshot_entries(broker.state, 1) == other  # the other partition's producers untouched
+        assert broker.state.next_offset(0) == 5
+        # Producer 1's sequence is where the kept log leaves it: 5 follows on, 12 is out of order.
+        assert send(broker, 0, 1, 12)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send(broker, 0, 1, 5) == (0, 5)
