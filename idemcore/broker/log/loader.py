@@ -5,7 +5,9 @@ end, each segment's size is its file's, and the active segment's index bookkeepi
 last entry. After a crash, the segments from the one holding the recovery point on are scanned with the native
 header scan (every CRC checked), their offset and time indexes rebuilt when they differ from what the batches
 imply, their ``.txnindex`` cut to the log end, and a torn tail of the last segment cut; the segments below are
-trusted as Kafka trusts flushed ones.
+trusted as Kafka trusts flushed ones. A batch's partition leader epoch (outside its CRC) must be at least 0 and at
+least the one before it (leaders stamp their epoch, and epochs only rise along a log); the epochs of the scanned
+batches are assigned in the log's leader epoch cache, as Kafka's ``LogSegment.recover`` does.
 
 ``floor``: the log held at least that much when the broker last started, closed or wrote it (the recovery point,
 or the end it last wrote in this boot: ``written-log-ends``). Damage below it, a segment missing below it, a

@@ -682,6 +682,7 @@ class PartitionLog:
         del self.segments[k + 1:]
         was_active = deleted == 0
         segment.log.truncate(position)
+        txn_size = segment.txn_index.size
         self._reindex(segment, end)
         self.log_start_offset = start
         self._tidied_start = min(self._tidied_start, start)
@@ -692,7 +693,7 @@ class PartitionLog:
         if not was_active:
             self._segment_created = self._clock()
             self._recently_read = collections.deque(s for s in self._recently_read if s is not segment)
-        self._truncated(deleted, position if was_active else 0)
+        self._truncated(deleted, position if was_active else 0, segment.txn_index.size != txn_size)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -757,12 +758,12 @@ class PartitionLog:
         segment.forget_positions()
         segment.index_damaged = False
 
-    def _truncated(self, new_files: int, synced: int) -> None:
+    def _truncated(self, new_files: int, synced: int, txn_cut: bool = False) -> None:
         """After a truncation: make it durable when the log fsyncs (the cut files, then the directory when files
         went or came), else count what the next flush must cover."""
         active = self.segments[-1]
         self._dir_changes += new_files
-        self._aborts += 1  # the .txnindex may have been cut: the next flush syncs it
+        self._aborts += txn_cut  # the next flush syncs the cut .txnindex
         if self._fsync and self._directory is not None:
             active.sync()
             self._aborts_synced = self._aborts
