@@ -302,7 +302,7 @@ def _check_scan(name: str, scan: SegmentScan, base: int, cleaned_offset: int, pr
 
 
 def rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan | Mapping[str, np.ndarray], rows: np.ndarray,
-                    *, closed: bool, fsync: bool) -> None:
+                    *, closed: bool, fsync: bool, warn: bool = True) -> None:
     """Replay the index rule over the scanned batches (the segment's bookkeeping for appends is left as the rule
     leaves it), and rewrite the offset and time indexes when they are not what the batches imply."""
     offset_index = bytearray()
@@ -326,8 +326,8 @@ def rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan | Mapping[
                                 (segment.time_index, time_index, "time index")):
         found = store.read(0, store.size)
         if found != wanted:
-            log.warning("%s: rebuilding the %s %s from its segment (%d bytes, %d expected)", name, what, store.name,
-                        len(found), len(wanted))
+            (log.warning if warn else log.debug)("%s: rebuilding the %s %s from its segment (%d bytes, %d "
+                                                 "expected)", name, what, store.name, len(found), len(wanted))
             if isinstance(store, FileStore):
                 store.close()
                 write_file_atomically(store.name, bytes(wanted), fsync)
@@ -337,7 +337,7 @@ def rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan | Mapping[
                 store.append(wanted)
 
 
-def trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool) -> None:
+def trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool, warn: bool = True) -> None:
     """Drop ``.txnindex`` entries of markers at or past ``end`` (cut with a torn tail) and a partial entry."""
     entries = segment.aborted()
     kept = [entry for entry in entries if entry.last_offset < end]
@@ -349,10 +349,11 @@ def trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool) -> Non
         store.truncate(len(wanted))
         return
     store.close()
+    say = log.warning if warn else log.debug
     if not wanted:
-        log.warning("%s: removing the transaction index %s: its entries lie past the log end", name, store.name)
+        say("%s: removing the transaction index %s: its entries lie past the log end", name, store.name)
         Path(store.name).unlink(missing_ok=True)
     else:
-        log.warning("%s: cutting the transaction index %s to the log end", name, store.name)
+        say("%s: cutting the transaction index %s to the log end", name, store.name)
         write_file_atomically(store.name, wanted, fsync)
     store.size = len(wanted)

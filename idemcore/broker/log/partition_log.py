@@ -751,8 +751,8 @@ class PartitionLog:
         else:
             scan = scan_segment(Path(segment.log.name), verify_crc=False)
         rows = np.arange(len(scan["position"]))
-        rebuild_indexes(self.name, segment, scan, rows, closed=False, fsync=self._fsync)
-        trim_txn_index(self.name, segment, end, self._fsync)
+        rebuild_indexes(self.name, segment, scan, rows, closed=False, fsync=self._fsync, warn=False)
+        trim_txn_index(self.name, segment, end, self._fsync, warn=False)
         segment.next_offset = end
         segment.first_timestamp = int(scan["max_timestamp"][0]) if len(rows) else -1
         segment.forget_positions()
