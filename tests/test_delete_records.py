@@ -116,7 +116,10 @@ def check_against(broker: Broker, model: Model, directory: Path) -> None:
     assert bases[0] <= model.start and all(base > model.start for base in bases[1:])
     assert all(offset >= model.start for offset in files(directory, ".snapshot"))
     epochs = read_leader_epoch_checkpoint(directory / "leader-epoch-checkpoint").entries
-    assert epochs == ([(0, model.start)] if model.end else [])
+    if model.start < model.end:
+        assert epochs == [(0, model.start)]
+    else:  # an entry at the log end: loading drops it (Kafka's LogLoader, truncateFromEnd of the log end)
+        assert epochs in ([], [(0, model.start)])
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -278,6 +278,13 @@ class FlushScheduler:
                                               flush_messages=flush_messages, flush_ms=flush_ms,
                                               lane=len(self._logs) % self.flusher.fsync_lanes)
         partition_log.flush_rolled = self._rolled
+        partition_log.on_truncate.append(self._truncating)
+
+    def _truncating(self, partition_log: PartitionLog, floor: int, start: int) -> None:
+        """A truncation holds ``partition_log`` at ``floor`` at least: nothing past it counts as durable."""
+        state = self._logs.get(partition_log)
+        if state is not None:
+            state.flushed = min(state.flushed, floor)
 
     def untrack_all(self) -> None:
         """Give every log back its own fsync at roll (the flusher is stopping)."""
@@ -364,6 +371,9 @@ class FlushScheduler:
         if error is not None:
             self._fail(state, f"flushing {state.log.name} up to offset {target.end_offset} failed: {error}")
             return
+        if target.truncations != state.log.truncations:  # the bytes it covered may be gone: it counts nothing
+            self._maybe_start(state)
+            return
         if state.log.log_end_offset < target.end_offset:  # an append was taken back (its inline sync failed)
             self._fail(state, f"{state.log.name} was cut below offset {target.end_offset} while it was flushed")
             return
@@ -385,16 +395,19 @@ class FlushScheduler:
         directory = partition_log.directory_descriptor()  # the segment's names, if no flush covered them
         descriptors = [fd for store in segment.stores() if (fd := store.detach()) is not None] + [directory]
         self.stats["rolls"] += 1
-        self.flusher.submit(FsyncJob(descriptors), lambda error: self._roll_flushed(state, next_base, error),
-                            state.lane)
+        truncations = partition_log.truncations
+        self.flusher.submit(FsyncJob(descriptors),
+                            lambda error: self._roll_flushed(state, next_base, error, truncations), state.lane)
 
-    def _roll_flushed(self, state: _LogState, next_base: int, error: BaseException | None) -> None:
+    def _roll_flushed(self, state: _LogState, next_base: int, error: BaseException | None,
+                      truncations: int = 0) -> None:
         if self._logs.get(state.log) is not state:
             return
         if error is not None:
             self._fail(state, f"flushing the segment of {state.log.name} below offset {next_base} failed: {error}")
             return
-        self._advance(state, next_base)
+        if truncations == state.log.truncations:  # (else the segment may be gone or cut since: it counts nothing)
+            self._advance(state, next_base)
 
     def fail_all(self, why: str) -> None:
         """The log directory failed: no log's flushed end moves again, and what waits on any is answered."""

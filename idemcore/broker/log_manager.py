@@ -1,5 +1,6 @@
 """A broker's log directory (Kafka's ``LogManager``): its lock, the partition logs in it, Kafka's checkpoint files
-(``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``), the
+(``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``,
+``replication-offset-checkpoint``: the high watermarks), the
 clean-shutdown marker, the ends written in this boot (``written-log-ends``), and retention and compaction over
 the logs. Without a directory the logs live in memory and none of the files exist."""
 
@@ -45,6 +46,8 @@ OLD_LOG_END_CHECKPOINT = "log-end-offsets.json"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 #: How far each compacted log was cleaned (Kafka's file and format): gaps below it are compaction's.
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+#: Each partition's high watermark (Kafka's ``ReplicaManager`` writes it; Kafka's file and format).
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 
 Key = tuple[str, int]
 
@@ -119,9 +122,43 @@ class LogManager:
             **config.log_settings())
 
     def adopt(self, partition_log: PartitionLog) -> PartitionLog:
-        """Manage ``partition_log`` from now on (checkpoints, retention, close)."""
+        """Manage ``partition_log`` from now on (checkpoints, retention, close, truncations)."""
         self.logs.append(partition_log)
+        partition_log.on_truncate.append(self._truncating)
         return partition_log
+
+    def _truncating(self, partition_log: PartitionLog, floor: int, start: int) -> None:
+        """``partition_log`` is about to be truncated, holding at least ``floor`` throughout, and to start at
+        ``start``: its recovery point and written end come down to ``floor`` and its recorded log start moves to
+        ``start``, durably, before anything is cut (else the next start would take the shorter log for damage,
+        or wipe it for ending below its recorded start)."""
+        if self.data_dir is None:
+            return
+        self.check_online()
+        key = (partition_log.topic, partition_log.partition)
+        if self._recovery_points.get(key, 0) > floor:
+            self._recovery_points[key] = floor
+            self._write_offsets_file(RECOVERY_POINT_CHECKPOINT, self._recovery_points)
+        if self._log_starts.get(key, 0) != start:
+            self._log_starts[key] = start
+            self._write_offsets_file(LOG_START_CHECKPOINT, self._log_starts)
+        if self._written_ends is not None:
+            self._written_ends.update(partition_log.name, floor)
+
+    # --- high watermarks -------------------------------------------------------------------------------------
+
+    def high_watermarks(self) -> dict[Key, int]:
+        """The high watermarks in ``replication-offset-checkpoint`` ({} when there is none, or in memory)."""
+        return self._offsets_file(REPLICATION_CHECKPOINT, "each partition's high watermark: remove it to start "
+                                  "every high watermark at 0 (the followers bring them up again)")
+
+    def write_high_watermarks(self, offsets: Mapping[Key, int]) -> None:
+        """Record ``offsets`` (``(topic, partition) -> high watermark``) in ``replication-offset-checkpoint``,
+        whole (Kafka's ``ReplicaManager.checkpointHighWatermarks``); nothing in memory."""
+        if self.data_dir is None:
+            return
+        self.check_online()
+        self._write_offsets_file(REPLICATION_CHECKPOINT, offsets)
 
     def recovery_points(self) -> dict[Key, int]:
         """The recovery points as last written."""

@@ -56,6 +56,50 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
     return replayed
 
 
+def reload_partition_state(partition: Partition, state: ProducerStateTable, backend: Backend, *, now_ms: int,
+                           expiration_ms: int) -> int:
+    """After ``partition``'s log was truncated: drop its producer-state rows and load them again from its newest
+    usable snapshot and the batches after it (Kafka's ``ProducerStateManager.truncateAndReload`` then
+    ``rebuildProducerState``), note the transactions open in it on the log, and return how many batches were
+    replayed. Unusable snapshots are deleted once it succeeded."""
+    number = partition.number
+    rows = state.n_producers
+    drop = state.row_partition[:rows] == number
+    if drop.any():
+        state.remove_rows(drop, backend)
+    present = state.partition_id[:state.n_partitions] == number
+    if present.any():
+        state.remove_partitions(present, backend)
+    unusable: list[tuple[PartitionLog, int, str]] = []
+    start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
+    replayed = 0
+    if start < partition.log.log_end_offset:
+        found = partition.log.scan_from(start, number)
+        if found is not None:
+            replayed = _replay([found], _Numbered(partition), state, backend)
+    state.set_next_offset(number, partition.log.log_end_offset, backend)
+    rows = state.n_producers
+    for row in np.flatnonzero((state.row_partition[:rows] == number)
+                              & (state.row_txn_first_offset[:rows] >= 0)).tolist():
+        partition.log.note_open_transaction(int(state.row_producer_id[row]), int(state.row_txn_first_offset[row]))
+    for partition_log, offset, why in unusable:
+        partition_log.delete_snapshot(offset, why)
+    return replayed
+
+
+class _Numbered(Sequence[Partition]):
+    """One partition, found by its number (what :func:`_replay` names a bad batch's partition by)."""
+
+    def __init__(self, partition: Partition) -> None:
+        self._partition = partition
+
+    def __getitem__(self, index: int) -> Partition:  # type: ignore[override]
+        return self._partition
+
+    def __len__(self) -> int:
+        return 1
+
+
 def _load_snapshot(partition: Partition, state: ProducerStateTable, backend: Backend,
                    unusable: list[tuple[PartitionLog, int, str]], now_ms: int, expiration_ms: int) -> int:
     """Load the newest usable snapshot of the partition into the state; the offset replay starts at. A corrupt

@@ -5,7 +5,9 @@ end, each segment's size is its file's, and the active segment's index bookkeepi
 last entry. After a crash, the segments from the one holding the recovery point on are scanned with the native
 header scan (every CRC checked), their offset and time indexes rebuilt when they differ from what the batches
 imply, their ``.txnindex`` cut to the log end, and a torn tail of the last segment cut; the segments below are
-trusted as Kafka trusts flushed ones.
+trusted as Kafka trusts flushed ones. A batch's partition leader epoch (outside its CRC) must be at least 0 and at
+least the one before it (leaders stamp their epoch, and epochs only rise along a log); the epochs of the scanned
+batches are assigned in the log's leader epoch cache, as Kafka's ``LogSegment.recover`` does.
 
 ``floor``: the log held at least that much when the broker last started, closed or wrote it (the recovery point,
 or the end it last wrote in this boot: ``written-log-ends``). Damage below it, a segment missing below it, a
@@ -21,11 +23,13 @@ import itertools
 import logging
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from idemcore.broker.log.leader_epochs import LeaderEpochCache
 from idemcore.broker.log.segment import LogSegment
 from idemcore.broker.log.store import FileStore
 from idemcore.errors import IdemcoreError
@@ -46,7 +50,7 @@ log = logging.getLogger(__name__)
 
 #: Where the broker keeps the recovery points (named in messages).
 CHECKPOINT_HINT = "<data_dir>/recovery-point-offset-checkpoint and <data_dir>/written-log-ends"
-#: The partition leader epoch written into every batch (one broker, no leader changes).
+#: The partition leader epoch of a log that never had another leader (a broker without replication writes it).
 LEADER_EPOCH = 0
 
 
@@ -73,14 +77,19 @@ def segment_files(directory: Path, base: int, index_interval_bytes: int, *, crea
 
 def delete_segment_files(name: str, directory: Path, base: int, why: str) -> None:
     log.info("%s: deleting the segment %s (%s)", name, directory / offset_file_name(base, LOG_SUFFIX), why)
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+    # The .log last: a crash midway leaves a segment whose missing indexes loading rebuilds, never index files
+    # that a segment made later at the same offset would take for its own.
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
         (directory / offset_file_name(base, suffix)).unlink(missing_ok=True)
 
 
 def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int, log_start_offset: int,
                   cleaned_offset: int,
-                  index_interval_bytes: int, fsync: bool, clean: bool, cut_torn_tail: bool) -> LoadedLog:
-    """The segments of ``directory`` (module docstring), the active one last, open for appends."""
+                  index_interval_bytes: int, fsync: bool, clean: bool, cut_torn_tail: bool,
+                  epochs: LeaderEpochCache | None = None) -> LoadedLog:
+    """The segments of ``directory`` (module docstring), the active one last, open for appends. The leader
+    epochs of the batches scanned are assigned in ``epochs`` (those above its latest, as Kafka's
+    ``LogSegment.recover``: a checkpoint a crash left behind the log gets them back)."""
     if (directory / "log").exists():
         raise LogCorruptionError(f"{name}: {directory / 'log'} is in idemcore's earlier frame format, which this "
                                  "broker no longer reads (it stores Kafka segments): start from an empty data_dir, "
@@ -140,11 +149,13 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int
         active.load_index_state()
     truncated = scanned = 0
     expected = 0
+    prior_epoch = -1
     for k in to_scan:
         segment = segments[k]
         last = k == len(segments) - 1
         if k == 0 or k - 1 not in to_scan:
             expected = segment.base_offset
+            prior_epoch = -1
         if segment.base_offset != expected and not expected < segment.base_offset <= cleaned_offset:
             what = (f"{directory / offset_file_name(expected, LOG_SUFFIX)} is missing" if segment.base_offset > expected
                     else "segments overlap")
@@ -154,7 +165,8 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int
                 "partition to start over")
         scan = scan_segment(Path(segment.log.name))
         scanned += scan.size
-        valid, expected, bad = _check_scan(name, scan, segment.base_offset, cleaned_offset)
+        valid, expected, bad, prior_epoch = _check_scan(name, scan, segment.base_offset, cleaned_offset,
+                                                        prior_epoch)
         if bad is not None and (not last or expected < floor):
             why = ("a rolled segment (fsync'd before the next one started) is damaged" if not last else
                    f"the log ends at offset {expected}, but held {floor} when the broker last started, "
@@ -184,8 +196,11 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int
                         name, truncated, segment.log.name, expected - 1)
             segment.log.truncate(valid)
         rows = np.flatnonzero(scan["position"] < valid)
-        _rebuild_indexes(name, segment, scan, rows, closed=not last, fsync=fsync)
-        _trim_txn_index(name, segment, expected, fsync)
+        if epochs is not None and len(rows):
+            epochs.assign_all(epoch_starts(scan["leader_epoch"][rows], scan["base_offset"][rows],
+                                           epochs.latest_epoch))
+        rebuild_indexes(name, segment, scan, rows, closed=not last, fsync=fsync)
+        trim_txn_index(name, segment, expected, fsync)
         if last:
             segment.next_offset = max(expected, segment.base_offset)
             segment.first_timestamp = int(scan["max_timestamp"][0]) if len(rows) else -1
@@ -215,12 +230,12 @@ def _tail_ends_at(segment: LogSegment, end: int) -> bool:
         _, position = struct.unpack(">ii", segment.index.read(segment.index.size - 8, 8))
         expected = None  # the entry names the batch's last offset: its base is read from the file
     data = segment.log.read(position, segment.size - position)
+    epoch = 0
     try:
         for _, header in iter_batches(data, check_crc=True):
-            if (expected is not None and header.base_offset != expected) or (
-                    header.partition_leader_epoch != LEADER_EPOCH):
-                return False
-            expected = header.next_offset
+            if (expected is not None and header.base_offset != expected) or header.partition_leader_epoch < epoch:
+                return False  # leader epochs never fall along a log (nor below 0)
+            expected, epoch = header.next_offset, header.partition_leader_epoch
     except CorruptRecordError:
         return False
     return expected == end
@@ -240,9 +255,22 @@ def _indexes_sane(segment: LogSegment) -> bool:
     return True
 
 
-def _check_scan(name: str, scan: SegmentScan, base: int, cleaned_offset: int) -> tuple[int, int, str | None]:
-    """Where the valid batches of a scanned segment end, the offset after them, and what is wrong at that byte
-    (None: nothing). Offsets that skip or repeat (outside what compaction removed) raise: never a torn write."""
+def epoch_starts(leader_epochs: np.ndarray, base_offsets: np.ndarray, latest: int) -> list[tuple[int, int]]:
+    """``(epoch, base offset)`` of each batch whose leader epoch is above every one before it (and ``latest``):
+    where each new epoch begins in these batches."""
+    found = []
+    for epoch, base in zip(leader_epochs.tolist(), base_offsets.tolist(), strict=True):
+        if epoch > latest:
+            found.append((epoch, base))
+            latest = epoch
+    return found
+
+
+def _check_scan(name: str, scan: SegmentScan, base: int, cleaned_offset: int, prior_epoch: int
+                ) -> tuple[int, int, str | None, int]:
+    """Where the valid batches of a scanned segment end, the offset after them, what is wrong at that byte
+    (None: nothing), and the leader epoch of the last valid batch (``prior_epoch``: the one before the segment;
+    -1 none). Offsets that skip or repeat (outside what compaction removed) raise: never a torn write."""
     bases, lasts = scan["base_offset"], scan["last_offset"]
     crc = scan["crc_ok"]
     epochs, control, types = scan["leader_epoch"], scan["is_control"], scan["control_type"]
@@ -251,10 +279,13 @@ def _check_scan(name: str, scan: SegmentScan, base: int, cleaned_offset: int) ->
     for row in range(len(scan)):
         position = int(positions[row])
         if crc[row] != scan_codes.CRC_OK:
-            return position, expected, "CRC mismatch (the batch is corrupt)"
-        if int(epochs[row]) != LEADER_EPOCH:  # outside the CRC: this broker writes only its own
-            return position, expected, (f"partition leader epoch {int(epochs[row])}, but this broker writes "
-                                        f"{LEADER_EPOCH}")
+            return position, expected, "CRC mismatch (the batch is corrupt)", prior_epoch
+        epoch = int(epochs[row])
+        if epoch < max(prior_epoch, 0):  # outside the CRC: a leader stamps its epoch, and epochs only rise
+            return position, expected, (f"partition leader epoch {epoch}, below "
+                                        f"{'0' if epoch < 0 else f'{prior_epoch}, the epoch of the batch before'}"
+                                        ), prior_epoch
+        prior_epoch = epoch
         first = int(bases[row])
         if first != expected and not expected < first <= cleaned_offset:
             raise LogCorruptionError(f"{name}: {scan.path} is corrupt at byte {position}: it holds offset {first} "
@@ -266,12 +297,12 @@ def _check_scan(name: str, scan: SegmentScan, base: int, cleaned_offset: int) ->
         expected = int(lasts[row]) + 1
     end = int(positions[-1]) + int(lengths[-1]) + 12 if len(scan) else 0
     if scan.clean:
-        return end, expected, None
-    return end, expected, f"{scan.stop}: {scan.stop_detail}"
+        return end, expected, None, prior_epoch
+    return end, expected, f"{scan.stop}: {scan.stop_detail}", prior_epoch
 
 
-def _rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan, rows: np.ndarray, *, closed: bool,
-                     fsync: bool) -> None:
+def rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan | Mapping[str, np.ndarray], rows: np.ndarray,
+                    *, closed: bool, fsync: bool, warn: bool = True) -> None:
     """Replay the index rule over the scanned batches (the segment's bookkeeping for appends is left as the rule
     leaves it), and rewrite the offset and time indexes when they are not what the batches imply."""
     offset_index = bytearray()
@@ -295,14 +326,18 @@ def _rebuild_indexes(name: str, segment: LogSegment, scan: SegmentScan, rows: np
                                 (segment.time_index, time_index, "time index")):
         found = store.read(0, store.size)
         if found != wanted:
-            log.warning("%s: rebuilding the %s %s from its segment (%d bytes, %d expected)", name, what, store.name,
-                        len(found), len(wanted))
-            store.close()
-            write_file_atomically(store.name, bytes(wanted), fsync)
-            store.size = len(wanted)
+            (log.warning if warn else log.debug)("%s: rebuilding the %s %s from its segment (%d bytes, %d "
+                                                 "expected)", name, what, store.name, len(found), len(wanted))
+            if isinstance(store, FileStore):
+                store.close()
+                write_file_atomically(store.name, bytes(wanted), fsync)
+                store.size = len(wanted)
+            else:
+                store.truncate(0)
+                store.append(wanted)
 
 
-def _trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool) -> None:
+def trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool, warn: bool = True) -> None:
     """Drop ``.txnindex`` entries of markers at or past ``end`` (cut with a torn tail) and a partial entry."""
     entries = segment.aborted()
     kept = [entry for entry in entries if entry.last_offset < end]
@@ -310,11 +345,15 @@ def _trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool) -> No
     if segment.txn_index.size == len(wanted):
         return
     store = segment.txn_index
+    if not isinstance(store, FileStore):
+        store.truncate(len(wanted))
+        return
     store.close()
+    say = log.warning if warn else log.debug
     if not wanted:
-        log.warning("%s: removing the transaction index %s: its entries lie past the log end", name, store.name)
+        say("%s: removing the transaction index %s: its entries lie past the log end", name, store.name)
         Path(store.name).unlink(missing_ok=True)
     else:
-        log.warning("%s: cutting the transaction index %s to the log end", name, store.name)
+        say("%s: cutting the transaction index %s to the log end", name, store.name)
         write_file_atomically(store.name, wanted, fsync)
     store.size = len(wanted)

@@ -11,7 +11,8 @@ read_committed fetch needs come from the ``.txnindex`` files (Kafka's ``collectA
 ``<base offset, 20 digits>.log``, ``.index``, ``.timeindex`` and (once it holds an entry) ``.txnindex``;
 beside them ``<offset>.snapshot`` (the producer state at that offset, written by the broker, which owns the
 state, through :meth:`write_snapshot` when a segment rolls (``on_roll``) and at a clean close; the newest two
-are kept) and ``leader-epoch-checkpoint`` (epoch 0 from the log's first offset: one broker).
+are kept) and ``leader-epoch-checkpoint`` (:mod:`.leader_epochs`: where each leader epoch began; appends stamp
+:attr:`PartitionLog.leader_epoch`, a follower's keep the leader's).
 
 Segments roll by size (``segment.bytes``: a batch that would take the active segment past it starts a new one)
 and by time (``segment.ms``: a batch whose timestamp is more than that after the segment's first batch's, or,
@@ -36,14 +37,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from idemcore.broker.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpointError
 from idemcore.broker.log.loader import (
-    LEADER_EPOCH,
     LoadedLog,
     delete_segment_files,
+    epoch_starts,
     load_segments,
+    rebuild_indexes,
     segment_files,
+    trim_txn_index,
 )
-from idemcore.broker.log.segment import OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, LogSegment
+from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, LogSegment
 from idemcore.broker.log.store import MemoryStore
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -64,8 +68,8 @@ from idemcore.record.kafka_files.names import (
     offset_file_name,
     parse_offset_file,
 )
-from idemcore.record.kafka_files.segment import scan_segment
-from idemcore.record.kafka_files.writers import encode_leader_epoch_checkpoint, write_file_atomically
+from idemcore.record.kafka_files.segment import STOP_BAD_LENGTH, STOP_BAD_MAGIC, SegmentScan, scan_buffer, scan_segment
+from idemcore.record.kafka_files.writers import write_file_atomically
 from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import (
     CorruptRecordError,
@@ -95,6 +99,9 @@ class FlushTarget(NamedTuple):
     #: The log's counts of new files (segments, a first .txnindex) and of ABORT markers when the target was taken.
     dir_changes: int = 0
     aborts: int = 0
+    #: The log's truncation count when the target was taken: a target taken before a truncation no longer
+    #: describes the log's bytes (the flusher then counts nothing from it).
+    truncations: int = 0
 
 
 def _fsync_closed(descriptor: int) -> None:
@@ -103,6 +110,17 @@ def _fsync_closed(descriptor: int) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def replay_metadata(scan: SegmentScan, rows: np.ndarray) -> BatchMetadata:
+    """The batch metadata columns of a scan's ``rows``, as the producer state replays stored batches: a batch
+    spans its offset range whatever compaction removed from it (its producer's sequence range too)."""
+    part = scan.metadata().take(rows)
+    span = np.where(part["is_control"], 1, scan["last_offset"][rows] - scan["base_offset"][rows] + 1)
+    part["record_count"][:] = span
+    base = part["base_sequence"].astype(np.int64)
+    part["last_sequence"][:] = np.where(base >= 0, (base + span - 1) % (INT32_MAX + 1), -1)
+    return part
 
 
 def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, is_transactional: bool,
@@ -123,6 +141,10 @@ def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, 
     if control_type != ControlType.ABORT:
         return None
     return AbortedTxn(first, base_offset, producer_id, min(open_txns.values(), default=base_offset + 1))
+
+
+class UnexpectedAppendOffsetError(IdemcoreError):
+    """Replicated batches that do not follow on from the log end (Kafka's ``UnexpectedAppendOffsetException``)."""
 
 
 class PartitionLog:
@@ -201,26 +223,47 @@ class PartitionLog:
         #: Producer id -> first offset of its open transaction here (Kafka's ongoing transactions).
         self._open_txns: dict[int, int] = {}
         self._recently_read: collections.deque[LogSegment] = collections.deque()
+        #: Called before a truncation cuts anything, with the log, the offset it holds at least at every step of
+        #: the truncation (a crash midway included), and its log start after it: the broker lowers its recovery
+        #: point and written end to that first, so the next start takes the shorter log for a truncation, not for
+        #: damage (Kafka's LogManager.truncateTo checkpoints the recovery points after truncating).
+        self.on_truncate: list[Callable[[PartitionLog, int, int], None]] = []
+        #: How many truncations this log went through (a flush taken before one covers other bytes).
+        self.truncations = 0
         self.segments: list[LogSegment]
+        #: The leader epochs of this log (``leader-epoch-checkpoint``).
+        self.epochs: LeaderEpochCache
         if directory is None:
             self.segments = [LogSegment(log_start_offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
                                         index_interval_bytes)]
-            self._epochs_written = True
+            self.epochs = LeaderEpochCache(None, fsync)
+            #: The partition leader epoch stamped on this broker's own appends (as leader): the partition's
+            #: leader epoch, set by the broker when it becomes leader.
+            self.leader_epoch = 0
             return
         #: Whether this log made its directory (only such a one is removed by :meth:`discard`).
         self._made_directory = not os.path.lexists(directory)
         directory.mkdir(parents=True, exist_ok=True)
         try:
+            epochs_path = directory / LEADER_EPOCH_CHECKPOINT
+            try:
+                self.epochs = LeaderEpochCache(epochs_path, fsync)
+                rebuild_epochs = not epochs_path.exists()
+            except LeaderEpochCheckpointError as exc:
+                log.warning("%s: %s; rebuilding it from the batches' leader epochs", self.name, exc)
+                self.epochs = LeaderEpochCache(epochs_path, fsync, entries=())
+                rebuild_epochs = True
             loaded: LoadedLog = load_segments(
                 self.name, directory, recovery_point=recovery_point, floor=max(recovery_point, written_end),
                 log_start_offset=log_start_offset,
                 cleaned_offset=cleaned_offset, index_interval_bytes=index_interval_bytes, fsync=fsync,
-                clean=clean_shutdown, cut_torn_tail=cut_torn_tail)
+                clean=clean_shutdown, cut_torn_tail=cut_torn_tail, epochs=None if rebuild_epochs else self.epochs)
             self.segments = loaded.segments
             self.truncated_bytes = loaded.truncated_bytes
             self.scanned_bytes = loaded.scanned_bytes
             self.synced_bytes = self.segments[-1].size
-            self._check_epochs(directory)
+            self._check_epochs(rebuild_epochs)
+            self.leader_epoch = max(self.epochs.latest_epoch, 0)
         except BaseException:
             if self._made_directory:  # a new partition that could not be made leaves nothing behind
                 for segment in getattr(self, "segments", ()):
@@ -343,14 +386,7 @@ class PartitionLog:
             scan = scan_segment(Path(segment.log.name), partition=number)
             keep = np.flatnonzero(scan["last_offset"] >= offset)
             if len(keep):
-                part = scan.metadata().take(keep)
-                # A batch spans its offset range whatever compaction removed from it (its producer's sequence
-                # range too), as the replay counts it.
-                span = np.where(part["is_control"], 1, scan["last_offset"][keep] - scan["base_offset"][keep] + 1)
-                part["record_count"][:] = span
-                base = part["base_sequence"].astype(np.int64)
-                part["last_sequence"][:] = np.where(base >= 0, (base + span - 1) % (INT32_MAX + 1), -1)
-                parts.append(part)
+                parts.append(replay_metadata(scan, keep))
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else concatenate(parts)
@@ -434,13 +470,13 @@ class PartitionLog:
         self._check_append(base_offset)
         wire = batch.wire
         if wire is None:
-            data: bytes | bytearray = encode_record_batch(batch, base_offset, LEADER_EPOCH)
+            data: bytes | bytearray = encode_record_batch(batch, base_offset, self.leader_epoch)
         else:
             data = bytearray(wire)  # stored as sent: only the fields outside the CRC change
             set_base_offset(data, 0, base_offset)
-            set_partition_leader_epoch(data, 0, LEADER_EPOCH)
+            set_partition_leader_epoch(data, 0, self.leader_epoch)
         self._add(data, base_offset, base_offset + batch.record_count - 1, batch.max_timestamp, batch.producer_id,
-                  batch.is_transactional, None)
+                  batch.is_transactional, None, self.leader_epoch)
 
     def append_marker(self, base_offset: int, producer_id: int, producer_epoch: int, control_type: int,
                       coordinator_epoch: int, timestamp: int) -> None:
@@ -450,8 +486,8 @@ class PartitionLog:
         self._check_append(base_offset)
         data = encode_end_txn_marker(control_type, coordinator_epoch, producer_id=producer_id,
                                      producer_epoch=producer_epoch, timestamp=timestamp, base_offset=base_offset,
-                                     partition_leader_epoch=LEADER_EPOCH)
-        self._add(data, base_offset, base_offset, timestamp, producer_id, True, int(control_type))
+                                     partition_leader_epoch=self.leader_epoch)
+        self._add(data, base_offset, base_offset, timestamp, producer_id, True, int(control_type), self.leader_epoch)
 
     def _check_append(self, base_offset: int) -> None:
         if self._closed:
@@ -465,8 +501,9 @@ class PartitionLog:
             raise IdemcoreError(f"{self.name}: append at offset {base_offset}, but the log ends at "
                                 f"{self.log_end_offset}: a stored log's offsets are contiguous")
 
-    def _add(self, data: bytes | bytearray, base_offset: int, last_offset: int, max_timestamp: int,
-             producer_id: int, is_transactional: bool, control_type: int | None) -> None:
+    def _add(self, data: bytes | bytearray | memoryview, base_offset: int, last_offset: int, max_timestamp: int,
+             producer_id: int, is_transactional: bool, control_type: int | None, epoch: int,
+             notify: bool = True) -> None:
         before = self._open_txns.get(producer_id)
         aborted = complete_txn(self._open_txns, producer_id, base_offset, is_transactional, control_type)
         try:
@@ -482,11 +519,7 @@ class PartitionLog:
         new_file = aborted is not None and self._directory is not None and segment.txn_index.size == 0
         try:
             segment.append(data, last_offset, max_timestamp, b"" if aborted is None else aborted.encoded())
-            if not self._epochs_written:  # the first batch starts epoch 0 (Kafka's LeaderEpochFileCache.assign)
-                assert self._directory is not None
-                write_file_atomically(self._directory / LEADER_EPOCH_CHECKPOINT,
-                                      encode_leader_epoch_checkpoint([(LEADER_EPOCH, base_offset)]), self._fsync)
-                self._epochs_written = True
+            self.epochs.assign(epoch, base_offset)  # a new epoch's first batch (Kafka's UnifiedLog.append)
         except BaseException:
             self._cut(segment, saved, position, end)
             self._restore_txn(producer_id, before)
@@ -496,7 +529,7 @@ class PartitionLog:
         self._dirty = True
         self._aborts += aborted is not None
         self._dir_changes += new_file
-        if self.on_append is not None:
+        if notify and self.on_append is not None:
             self.on_append(self)
 
     def _cut(self, segment: LogSegment, saved: object, position: int, end: int) -> None:
@@ -506,12 +539,16 @@ class PartitionLog:
             log.exception("%s: could not cut %s back to byte %d", self.name, segment.log.name, position)
 
     def _maybe_roll(self, base_offset: int, last_offset: int, size: int, max_timestamp: int) -> None:
+        if self._roll_due(last_offset, size, max_timestamp):
+            self._roll(base_offset)
+
+    def _roll_due(self, last_offset: int, size: int, max_timestamp: int) -> bool:
+        """Whether a batch of ``size`` bytes ending at ``last_offset`` starts a new segment (module docstring)."""
         segment = self.segments[-1]
         if self._directory is None or segment.size == 0:
-            return
-        if (segment.size + size > self.segment_bytes or last_offset - segment.base_offset > INT32_MAX
-                or self._waited_for_roll(segment, max_timestamp) > self.segment_ms or self._index_full(segment)):
-            self._roll(base_offset)
+            return False
+        return (segment.size + size > self.segment_bytes or last_offset - segment.base_offset > INT32_MAX
+                or self._waited_for_roll(segment, max_timestamp) > self.segment_ms or self._index_full(segment))
 
     def _index_full(self, segment: LogSegment) -> bool:
         """Whether the offset or time index holds as many entries as ``segment_index_bytes`` allows (Kafka's
@@ -533,6 +570,211 @@ class PartitionLog:
         self._cut(self.segments[-1], saved, position, end)
         self._restore_txn(producer_id, txn_before)
         self._undo = None
+
+    # --- a follower's appends and truncations ------------------------------------------------------------------
+
+    def append_replicated(self, data: bytes | bytearray | memoryview, number: int) -> BatchMetadata:
+        """Append batches fetched from the leader exactly as it stored them (offsets and leader epochs kept; Kafka's
+        ``UnifiedLog.appendAsFollower``), and return their metadata columns (``partition`` = ``number``) for the
+        producer state (REPLICATION origin), one row per batch appended.
+
+        Nothing is appended unless every whole batch in ``data`` is valid: its CRC (CorruptRecordError naming the
+        offset), offsets that follow on from the log end (an error naming both), leader epochs that never fall,
+        control batches that are single markers. A torn last batch (a fetch cut at its byte limit) is left out.
+        Appends stop before a batch that would roll the segment unless it is the first one: the roll's snapshot
+        must see the producer state of every batch below it, so the caller feeds each answer to the state before
+        appending the rest (it fetches again from the new log end). Rolls, indexes, ``.txnindex`` entries of
+        ABORT markers, open transactions and leader epochs (a new epoch's first batch assigns it) are as for the
+        leader's appends, so a follower's segments are the leader's, byte for byte."""
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        scan = scan_buffer(data, partition=number)
+        where = f"{self.name}: replicated data"
+        if scan.stop in (STOP_BAD_MAGIC, STOP_BAD_LENGTH):
+            raise CorruptRecordError(f"{where} is corrupt at byte {scan.stop_position}: {scan.stop_detail}",
+                                     scan.stop_position)
+        count = len(scan)
+        bases, lasts, epochs = scan["base_offset"], scan["last_offset"], scan["leader_epoch"]
+        for row in scan.crc_failures()[:1].tolist():
+            at = int(scan["position"][row])
+            raise CorruptRecordError(f"{where}: the batch at offset {int(bases[row])} (byte {at}) fails its CRC "
+                                     "check (corrupt in transit or at the leader)", at)
+        if not count:
+            return scan.metadata()
+        expected = np.empty(count, np.int64)
+        expected[0] = self.log_end_offset
+        expected[1:] = lasts[:-1] + 1
+        wrong = np.flatnonzero((bases != expected) | (lasts < bases))
+        if len(wrong):
+            row = int(wrong[0])
+            raise UnexpectedAppendOffsetError(
+                f"{where}: the batch at byte {int(scan['position'][row])} holds offsets {int(bases[row])}.."
+                f"{int(lasts[row])}, but the log needs offset {int(expected[row])} next")
+        before = self.epochs.epoch_for_offset(self.log_end_offset - 1) if self._has_batches() else None
+        floor = np.maximum.accumulate(np.concatenate(([max(before or 0, 0)], epochs)))[:-1]
+        fallen = np.flatnonzero(epochs < floor)
+        if len(fallen):
+            row = int(fallen[0])
+            raise CorruptRecordError(f"{where}: the batch at offset {int(bases[row])} has partition leader epoch "
+                                     f"{int(epochs[row])}, below {int(floor[row])} before it (epochs never fall)",
+                                     int(scan["position"][row]))
+        controls = np.flatnonzero(scan["is_control"] & ~np.isin(scan["control_type"], (0, 1)))
+        if len(controls):
+            row = int(controls[0])
+            raise CorruptRecordError(f"{where}: the control batch at offset {int(bases[row])} is not one "
+                                     "transaction marker", int(scan["position"][row]))
+        view = memoryview(data).cast("B")
+        positions, lengths = scan["position"].tolist(), scan["batch_length"].tolist()
+        stamps, producers = scan["max_timestamp"].tolist(), scan["producer_id"].tolist()
+        txns, control, types = (scan["is_transactional"].tolist(), scan["is_control"].tolist(),
+                                scan["control_type"].tolist())
+        appended = 0
+        try:
+            for row in range(count):
+                size = lengths[row] + 12
+                last = int(lasts[row])
+                if row and self._roll_due(last, size, stamps[row]):
+                    break  # the roll's snapshot comes at the next call (docstring)
+                self._add(view[positions[row]:positions[row] + size], int(bases[row]), last, stamps[row],
+                          producers[row], bool(txns[row]), int(types[row]) if control[row] else None,
+                          int(epochs[row]), notify=False)
+                appended += 1
+        finally:
+            if appended and self.on_append is not None:
+                self.on_append(self)
+        return replay_metadata(scan, np.arange(appended))
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at and past ``offset`` (Kafka's ``UnifiedLog.truncateTo``; a batch holding it goes
+        whole): the segments after it, the bytes and index entries of the one holding it, ``.txnindex`` entries of
+        markers at or past it, producer-state snapshots past it, leader epochs starting at or past it, and the
+        open transactions that began at or past it (the caller reloads the producer state:
+        :func:`idemcore.broker.recovery.reload_partition_state`). Below the first segment the log is truncated
+        whole (:meth:`truncate_fully_and_start_at`). Durable before it returns (when the log fsyncs). False, and
+        nothing done, when ``offset`` is at or past the log end."""
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"{self.name}: cannot truncate to offset {offset!r}")
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        k = self._segment_index(offset)
+        segment = self.segments[k]
+        position = segment.position_of(offset)
+        cut = next(segment.headers(position, chunk_bytes=HEADER_BYTES), None)
+        end = offset if cut is None else min(offset, cut.base_offset)
+        start = min(self.log_start_offset, end)
+        log.info("%s: truncating to offset %d (the log ended at %d)", self.name, end, self.log_end_offset)
+        for listener in self.on_truncate:
+            listener(self, end, start)
+        self.truncations += 1
+        self._undo = None
+        # Epochs and snapshots first: after a crash here the loader gets entries back from the batches it scans
+        # (from the lowered recovery point on), and ignores snapshots past the log end.
+        self.epochs.truncate_from_end(end)
+        for snapshot in self.snapshot_offsets():
+            if snapshot > end:
+                self.delete_snapshot(snapshot, f"past offset {end}, where the log was truncated")
+        deleted = self._delete_segments(self.segments[k + 1:], f"past offset {end}, where the log was truncated")
+        del self.segments[k + 1:]
+        was_active = deleted == 0
+        segment.log.truncate(position)
+        txn_size = segment.txn_index.size
+        self._reindex(segment, end)
+        self.log_start_offset = start
+        self._tidied_start = min(self._tidied_start, start)
+        for producer_id, first in list(self._open_txns.items()):
+            if first >= end:
+                del self._open_txns[producer_id]
+        self._last_position = 0
+        if not was_active:
+            self._segment_created = self._clock()
+            self._recently_read = collections.deque(s for s in self._recently_read if s is not segment)
+        self._truncated(deleted, position if was_active else 0, segment.txn_index.size != txn_size)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Remove every segment, snapshot and leader epoch and start the log empty at ``offset`` (Kafka's
+        ``UnifiedLog.truncateFullyAndStartAt``: a follower far behind its leader's log start); durable before it
+        returns (when the log fsyncs)."""
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"{self.name}: cannot start the log at offset {offset!r}")
+        if self._closed:
+            raise IdemcoreError(f"{self.name}: the log is closed")
+        log.info("%s: truncating fully and starting at offset %d (the log was %d..%d)", self.name, offset,
+                 self.segments[0].base_offset, self.log_end_offset)
+        for listener in self.on_truncate:
+            listener(self, min(offset, self.segments[0].base_offset, self.log_start_offset), offset)
+        self.truncations += 1
+        self._undo = None
+        self.epochs.clear()
+        for snapshot in self.snapshot_offsets():
+            self.delete_snapshot(snapshot, f"the log was truncated fully to start at {offset}")
+        deleted = self._delete_segments(self.segments, f"the log was truncated fully to start at {offset}")
+        if self._directory is None:
+            segment = LogSegment(offset, MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore(),
+                                 self.index_interval_bytes)
+        else:
+            segment = segment_files(self._directory, offset, self.index_interval_bytes, create=True)
+            deleted += 1  # a new name in the directory
+        self.segments = [segment]
+        self.log_start_offset = self._tidied_start = offset
+        self.cleaned_offset = min(self.cleaned_offset, offset)
+        self._open_txns.clear()
+        self._recently_read.clear()
+        self._last_position = 0
+        self._segment_created = self._clock()
+        self._truncated(deleted, 0)
+
+    def _delete_segments(self, segments: list[LogSegment], why: str) -> int:
+        """Close ``segments`` and delete their files, newest first (a crash midway leaves a shorter log whose
+        offsets still follow on); how many."""
+        for segment in reversed(segments):
+            segment.close()
+            if self._directory is not None:
+                delete_segment_files(self.name, self._directory, segment.base_offset, why)
+        return len(segments)
+
+    def _reindex(self, segment: LogSegment, end: int) -> None:
+        """The segment was cut to its batches below ``end``: its indexes, ``.txnindex`` and append bookkeeping
+        as they are for those batches (rebuilt as the loader rebuilds an active segment's)."""
+        if self._directory is None:
+            found = list(segment.headers())
+            scan: SegmentScan | dict[str, np.ndarray] = {
+                "position": np.array([h.position for h in found], np.int64),
+                "batch_length": np.array([h.size - 12 for h in found], np.int64),
+                "last_offset": np.array([h.last_offset for h in found], np.int64),
+                "max_timestamp": np.array([h.max_timestamp for h in found], np.int64)}
+        else:
+            scan = scan_segment(Path(segment.log.name), verify_crc=False)
+        rows = np.arange(len(scan["position"]))
+        rebuild_indexes(self.name, segment, scan, rows, closed=False, fsync=self._fsync, warn=False)
+        trim_txn_index(self.name, segment, end, self._fsync, warn=False)
+        segment.next_offset = end
+        segment.first_timestamp = int(scan["max_timestamp"][0]) if len(rows) else -1
+        segment.forget_positions()
+        segment.index_damaged = False
+
+    def _truncated(self, new_files: int, synced: int, txn_cut: bool = False) -> None:
+        """After a truncation: make it durable when the log fsyncs (the cut files, then the directory when files
+        went or came), else count what the next flush must cover."""
+        active = self.segments[-1]
+        self._dir_changes += new_files
+        self._aborts += txn_cut  # the next flush syncs the cut .txnindex
+        if self._fsync and self._directory is not None:
+            active.sync()
+            self._aborts_synced = self._aborts
+            if self._dir_dirty:
+                _fsync_closed(self.directory_descriptor())
+                self._dir_synced = self._dir_changes
+            self.synced_bytes = active.size
+            self._dirty = False
+        else:
+            self.synced_bytes = min(self.synced_bytes, synced)
+            self._dirty = self._directory is not None
 
     def note_open_transaction(self, producer_id: int, first_offset: int) -> None:
         """At recovery: ``producer_id`` has a transaction open here since ``first_offset``, as the producer state
@@ -640,7 +882,8 @@ class PartitionLog:
                         os.close(fd)
                 raise
         return FlushTarget(self.log_end_offset, active.base_offset, active.size,
-                           tuple(fd for fd in descriptors if fd is not None), self._dir_changes, self._aborts)
+                           tuple(fd for fd in descriptors if fd is not None), self._dir_changes, self._aborts,
+                           self.truncations)
 
     def note_flushed(self, target: FlushTarget) -> None:
         """``target`` was fsync'd (off the loop): its bytes count as synced while its segment is the active one,
@@ -684,24 +927,44 @@ class PartitionLog:
 
     # --- leader epochs --------------------------------------------------------------------------------------
 
-    def _epochs(self) -> bytes:
-        """The leader-epoch-checkpoint this log implies: epoch 0 from its start offset, once it holds a batch."""
-        return encode_leader_epoch_checkpoint([(LEADER_EPOCH, self.log_start_offset)] if self._has_batches() else [])
+    def _check_epochs(self, rebuild: bool) -> None:
+        """Bring the leader epochs in line with the log, as Kafka's LogLoader does: entries at or past the log end
+        go, the first moves up to the log start. A checkpoint that was missing or damaged, or that leaves the log's
+        first batch without an epoch, is rebuilt from the batches' leader epochs (each batch carries its own),
+        reading every segment's headers."""
+        self.epochs.truncate_from_end(self.log_end_offset)
+        first = self._first_batch_offset()
+        # The first offset a reader gets (None: none; a log emptied by DeleteRecords needs no epoch entry).
+        readable = None if first is None or self.log_start_offset >= self.log_end_offset else max(
+            first, self.log_start_offset)
+        if not rebuild and readable is not None and (not self.epochs.entries or self.epochs.entries[0][1] > readable):
+            log.warning("%s: %s gives no leader epoch to offset %d (%s): rebuilding it from the batches", self.name,
+                        self.epochs.path, readable, self.epochs.entries)
+            rebuild = True
+        if rebuild and first is not None:
+            self.epochs = LeaderEpochCache(self.epochs.path, self.epochs.fsync, entries=())
+            found: list[tuple[int, int]] = []
+            latest = -1
+            for segment in self.segments:
+                if segment.size:
+                    scan = scan_segment(Path(segment.log.name), verify_crc=False)
+                    starts = epoch_starts(scan["leader_epoch"], scan["base_offset"], latest)
+                    if starts:
+                        latest = starts[-1][0]
+                    found += starts
+            self.epochs.assign_all(found)
+            log.warning("%s: rebuilt %s from the batches: %s", self.name, self.epochs.path, self.epochs.entries)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        if self.epochs.path is not None and not self.epochs.path.exists():
+            self.epochs.write()
 
-    def _check_epochs(self, directory: Path) -> None:
-        """Rewrite ``leader-epoch-checkpoint`` when it is missing or not what the log implies (derived data,
-        as the indexes are)."""
-        path = directory / LEADER_EPOCH_CHECKPOINT
-        wanted = self._epochs()
-        try:
-            found: bytes | None = path.read_bytes()
-        except FileNotFoundError:
-            found = None
-        if found != wanted:
-            if found is not None:
-                log.warning("%s: rewriting %s (%r, expected %r)", self.name, path, found[:40], wanted)
-            write_file_atomically(path, wanted, self._fsync)
-        self._epochs_written = self._has_batches()
+    def _first_batch_offset(self) -> int | None:
+        """The base offset of the log's first batch (None: it holds none)."""
+        for segment in self.segments:
+            header = next(segment.headers(0, chunk_bytes=HEADER_BYTES), None) if segment.size else None
+            if header is not None:
+                return header.base_offset
+        return None
 
     # --- retention ------------------------------------------------------------------------------------------
 
@@ -772,16 +1035,10 @@ class PartitionLog:
             deleted += 1
             if self._directory is not None:
                 delete_segment_files(self.name, self._directory, segment.base_offset, "below the log start offset")
-        if self._directory is None:
-            return deleted
         for offset in self.snapshot_offsets():
             if offset < self.log_start_offset:
                 self.delete_snapshot(offset, "below the log start offset")
-        epochs = self._epochs()
-        path = self._directory / LEADER_EPOCH_CHECKPOINT
-        if not path.exists() or path.read_bytes() != epochs:
-            write_file_atomically(path, epochs, self._fsync)
-        self._epochs_written = self._has_batches()
+        self.epochs.truncate_from_start(self.log_start_offset)
         self._tidied_start = self.log_start_offset
         return deleted
 

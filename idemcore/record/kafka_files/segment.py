@@ -135,6 +135,20 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
     return SegmentScan(path, base_offset_of(path), size, columns, stop, position, detail, kernel.name, verify_crc)
 
 
+def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, backend: str | Backend | None = None,
+                verify_crc: bool = True) -> SegmentScan:
+    """:func:`scan_segment` of bytes in memory (batches fetched from a leader, say): positions count from
+    ``data[0]``; ``path`` is empty and ``base_offset`` None."""
+    kernel = get_backend(backend)
+    array = np.frombuffer(data, np.uint8)
+    if not len(array):
+        empty = {name: np.empty(0, dtype) for name, dtype in SCAN_COLUMNS.items()}
+        return SegmentScan(Path(), None, 0, empty, STOP_END, 0, "no bytes", kernel.name, verify_crc)
+    columns, position, reason = _scan(kernel, array, partition, verify_crc, len(array) // _MIN_BATCH + 1)
+    stop, detail = _stop(array, position, reason)
+    return SegmentScan(Path(), None, len(array), columns, stop, position, detail, kernel.name, verify_crc)
+
+
 def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int
           ) -> tuple[dict[str, np.ndarray], int, int]:
     """The first ``capacity`` rows, then the rest straight into arrays sized from the batches seen so far (5%
