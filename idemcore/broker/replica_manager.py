@@ -140,8 +140,6 @@ class ReplicaManager:
         self.alter_isr: AlterIsr | None = None
         self.replica_lag_time_max_ms = 30_000
         self.producer_id_expiration_ms = DEFAULT_PRODUCER_ID_EXPIRATION_MS
-        self._replicating: PartitionLog | None = None
-        self._rolled_while_replicating = False
 
     # --- partitions ------------------------------------------------------------------------------------------
 
@@ -209,9 +207,6 @@ class ReplicaManager:
 
     def write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
         """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
-        if self._replicating is partition_log:  # the state catches up after the whole fetched chunk: snapshot then
-            self._rolled_while_replicating = True
-            return
         number = self._index[(partition_log.topic, partition_log.partition)].number
         data = encode_snapshot(snapshot_entries(self.state, number))
         if self.delayed is None or not self.delayed.running:
@@ -482,13 +477,10 @@ class ReplicaManager:
         """Append the batches a follower fetched, exactly as its leader stored them (Kafka's ``appendAsFollower``),
         and apply them to the producer state with REPLICATION origin (no sequence check, no duplicate search: the
         leader did both), so a retry that reaches this broker once it leads is answered as the duplicate it is.
-        Returns the batches appended."""
+        Returns the batches appended: the log stops before a batch that rolls a segment unless it is the first, so
+        the roll's snapshot holds the state of every batch below it (the rest is fetched again)."""
         partition_log = partition.log
-        self._replicating, self._rolled_while_replicating = partition_log, False
-        try:
-            packed = partition_log.append_replicated(records, partition.number)
-        finally:
-            self._replicating = None
+        packed = partition_log.append_replicated(records, partition.number)
         count = len(packed)
         if count:
             verdicts = validate_into(packed, self.state, Origin.REPLICATION, self.backend, Verdicts.allocate(count))
@@ -500,8 +492,6 @@ class ReplicaManager:
                             ErrorCode(int(verdicts.error_code[row])).name)
             self.state.set_next_offset(partition.number, partition_log.log_end_offset, self.backend)
             self.log_manager.wrote(partition_log)
-        if self._rolled_while_replicating:
-            self.write_snapshot(partition_log, partition_log.log_end_offset)
         return count
 
     def truncate(self, partition: Partition, offset: int) -> bool:
