@@ -89,9 +89,9 @@ def test_a_lagging_follower_leaves_the_isr_after_the_lag_time_and_the_high_water
     partition = _leader(10, now=0)
     zk = _Zk()
     partition.update_follower(2, 10, 100, zk)
-    assert partition.out_of_sync(100 + LAG_MS, LAG_MS) == ()  # follower 3 counts as caught up at the election
-    assert partition.out_of_sync(101 + LAG_MS, LAG_MS) == (3,)
-    assert partition.maybe_shrink_isr(101 + LAG_MS, LAG_MS, zk)
+    assert partition.out_of_sync(LAG_MS, LAG_MS) == ()  # follower 3 counts as caught up at the election (t=0)
+    assert partition.out_of_sync(LAG_MS + 1, LAG_MS) == (3,)  # follower 2 caught up at t=100
+    assert partition.maybe_shrink_isr(LAG_MS + 1, LAG_MS, zk)
     assert partition.isr == (1, 2) and zk.writes == [(1, 2)]
     assert partition.high_watermark == 10
 
