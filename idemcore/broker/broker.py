@@ -397,8 +397,10 @@ class Broker:
     def _internal_topic_settings(self, name: str) -> tuple[int, dict[str, Any]]:
         """The partition count and topic configs the internal topic ``name`` is made with."""
         if name == TRANSACTION_STATE_TOPIC:
-            return self.transaction_state_partitions, {"cleanup.policy": "compact",
-                                                       "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
+            configs: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
+            if self.settings is not None and self.cluster is not None:  # Kafka's TransactionLog.enforcedMinIsr
+                configs["min.insync.replicas"] = self.settings.values["transaction.state.log.min.isr"]
+            return self.transaction_state_partitions, configs
         return self.offsets_topic_partitions, {"cleanup.policy": "compact",
                                                "segment.bytes": OFFSETS_TOPIC_SEGMENT_BYTES}
 

@@ -160,7 +160,7 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Kind.INT, 10_000, _P, low=1),
     Key("transaction.remove.expired.transaction.cleanup.interval.ms", Kind.INT, _HOUR_MS, _P, low=1),
     Key("transaction.state.log.replication.factor", Kind.SHORT, 3, _H, low=1),
-    Key("transaction.state.log.min.isr", Kind.INT, 2, _R, low=1),
+    Key("transaction.state.log.min.isr", Kind.INT, 2, _H, low=1),
     # Consumer groups and their coordinator
     Key("offsets.topic.num.partitions", Kind.INT, DEFAULT_OFFSETS_TOPIC_PARTITIONS, _H, low=1,
         high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),

@@ -527,6 +527,7 @@ class ReplicaManager:
         results: list[tuple[str, int, int]] = []
         leaders: list[Partition] = []
         followers: list[Partition] = []
+        opened = len(self.partitions)
         for entry in request.partitions:
             if self.broker_id not in entry.replicas:
                 results.append((entry.topic, entry.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -557,6 +558,8 @@ class ReplicaManager:
                 followers.append(partition)
                 log.info("%s: follower of broker %d at epoch %d", partition.name, entry.leader, entry.leader_epoch)
             results.append((entry.topic, entry.partition, ErrorCode.NONE))
+        if len(self.partitions) > opened:  # new replicas get their slots in the written ends, once per request
+            self.log_manager.partitions_added()
         return LeaderAndIsrResponse(ErrorCode.NONE, tuple(results), request.request_id), leaders, followers
 
     def follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int) -> None:
