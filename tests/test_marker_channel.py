@@ -186,7 +186,10 @@ def test_the_coordinator_finishes_a_transaction_once_the_leaders_answer() -> Non
         cluster = Cluster({("a", 0): B2, ("a", 1): B1}, {("a", 1)})
         ids = itertools.count(500)
         coordinator = TransactionCoordinator(Log(), cluster.writer, lambda: next(ids), lambda: 1_000)
-        cluster.writer.on_answer = coordinator.retry_pending_markers  # what the broker schedules
+
+        def retry() -> None:  # what the broker schedules when answers arrive
+            coordinator.retry_pending_markers()
+        cluster.writer.on_answer = retry
         coordinator.load_partition(partition_for("t1"), [], 4)
         init = coordinator.init_producer_id("t1", 60_000)
         coordinator.add_partitions_to_txn("t1", init.producer_id, init.producer_epoch, [("a", 0), ("a", 1)])
