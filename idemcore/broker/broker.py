@@ -85,6 +85,7 @@ from idemcore.state.table import ProducerStateTable
 if TYPE_CHECKING:
     from idemcore.broker.cluster_member import ClusterMember
     from idemcore.broker.config import BrokerConfig
+    from idemcore.broker.coordinator_leadership import CoordinatorLeadership
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,8 @@ class Broker:
         self.settings = settings
         #: This broker's part in a cluster (``zookeeper.connect`` set), None for a broker running alone.
         self.cluster: ClusterMember | None = None
+        #: In a cluster, the coordinators following their partitions' leadership (None for a broker running alone).
+        self.coordinator_leadership: CoordinatorLeadership | None = None
         #: The topics served, their partition counts and settings (the handlers' catalog).
         self.topic_catalog = Topics(topics, defaults, topic_configs, self.data_dir, auto_create=auto_create_topics,
                                     default_partitions=default_partitions, broker_id=broker_id)
@@ -283,7 +286,10 @@ class Broker:
                 **membership_handlers(lambda: self.group_coordinator),
             }
             if self.cluster is not None:
+                from idemcore.broker.coordinator_leadership import CoordinatorLeadership
+
                 self._handlers.update(self.cluster.handlers())
+                self.coordinator_leadership = CoordinatorLeadership(self)
             self.log_manager.started()
             self.log_manager.warn_unserved()
             if CONSUMER_OFFSETS_TOPIC in self.topic_catalog:  # before the coordinator below re-sends markers there
@@ -414,6 +420,8 @@ class Broker:
 
     def _start_txn_coordinator(self) -> None:
         """Make the coordinator over this broker's request path and load ``__transaction_state`` into it."""
+        if self.coordinator_leadership is not None:  # made already; partitions load as leadership comes
+            return
         partitions = self.topics[TRANSACTION_STATE_TOPIC]
         coordinator = TransactionCoordinator(
             HandledTransactionLog(self.handle, self.clock), HandledMarkers(self.handle),
@@ -453,6 +461,8 @@ class Broker:
     def _start_group_coordinator(self) -> None:
         """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
         partition into it (this broker leads them all)."""
+        if self.coordinator_leadership is not None:  # made already; partitions load as leadership comes
+            return
         partitions = self.topics[CONSUMER_OFFSETS_TOPIC]
         coordinator = GroupCoordinator(HandledOffsetLog(self.handle, self.clock), self.clock,
                                        offsets_partitions=partitions,

@@ -93,6 +93,8 @@ class DelayedOperations:
         self._flush_check_ms = NEVER_MS
         #: A cluster's view of its partitions' high watermarks and ISR (None for a broker running alone).
         self.replication: ReplicationView | None = None
+        #: Called with (topic, partition) each time :meth:`replicated` is (the coordinators' answers and markers).
+        self.on_replicated: list[Callable[[str, int], None]] = []
 
     # --- life cycle -------------------------------------------------------------------------------------------
 
@@ -225,6 +227,8 @@ class DelayedOperations:
             self.produces.check_and_complete((topic, partition))
         if self.fetches is not None:
             self.fetches.check_and_complete((topic, partition))
+        for hook in self.on_replicated:
+            hook(topic, partition)
 
     def appended(self, partition_log: PartitionLog) -> None:
         """A log's ``on_append``: its waiting fetches are tried once the current request is done (Kafka's

@@ -6,7 +6,12 @@ The transaction coordinator is independent of the broker's plumbing: it writes i
 callables, so the broker plugs in its own and tests plug in fakes.
 """
 
-from idemcore.broker.coordinator.collaborators import MarkerWriter, ProducerIdAllocator, TransactionLogWriter
+from idemcore.broker.coordinator.collaborators import (
+    LogReplication,
+    MarkerWriter,
+    ProducerIdAllocator,
+    TransactionLogWriter,
+)
 from idemcore.broker.coordinator.metadata import IllegalTransitionError, TransactionMetadata, TxnTransitMetadata
 from idemcore.broker.coordinator.partitioning import coordinator_partition, java_abs, java_string_hash
 from idemcore.broker.coordinator.results import (
@@ -28,7 +33,8 @@ from idemcore.broker.coordinator.txn_log import (
 )
 
 __all__ = [
-    "IllegalTransitionError", "InitProducerIdResult", "ListTransactionsResult", "MarkerWriter", "ProducerIdAllocator",
+    "IllegalTransitionError", "InitProducerIdResult", "ListTransactionsResult", "LogReplication", "MarkerWriter",
+    "ProducerIdAllocator",
     "TransactionCoordinator", "TransactionDescription", "TransactionListing", "TransactionLogFormatError",
     "TransactionLogValue", "TransactionLogWriter", "TransactionMetadata", "TransactionState", "TxnTransitMetadata",
     "coordinator_error", "coordinator_partition", "decode_key", "decode_value", "encode_key", "encode_value",

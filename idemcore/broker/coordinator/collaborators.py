@@ -30,3 +30,16 @@ class MarkerWriter(Protocol):
         """Write a COMMIT (``committed``) or ABORT marker to each partition; one error code per partition.
         UNKNOWN_TOPIC_OR_PARTITION (a broker started without that topic) is retried, as Kafka retries it."""
         ...
+
+
+class LogReplication(Protocol):
+    """How far the coordinator's ``__transaction_state`` partitions are replicated (a broker in a cluster)."""
+
+    def log_end(self, partition: int) -> int:
+        """The partition's log end offset now."""
+        ...
+
+    def high_watermark(self, partition: int) -> int:
+        """The partition's high watermark now: every record below it is on every replica in sync (-1 when this
+        broker does not lead the partition: nothing it wrote there counts as replicated)."""
+        ...

@@ -62,7 +62,13 @@ class PendingCompletion:
     producer_id: int
     producer_epoch: int
     coordinator_epoch: int
-    #: A partition answered with a newer producer or coordinator epoch: no marker is sent again.
+    #: The ``__transaction_state`` partition of the transactional id.
+    log_partition: int = -1
+    #: That partition's log end just after the Prepare* record: in a cluster no marker goes out before its high
+    #: watermark reaches it.
+    replicated_at: int = 0
+    #: A partition answered with a newer producer or coordinator epoch (or the coordinator's partition was
+    #: unloaded): no marker is sent again.
     abandoned: bool = False
 
     @property

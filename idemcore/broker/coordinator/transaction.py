@@ -24,8 +24,17 @@ Synchronous where Kafka is asynchronous, with the same answers:
   a timer, as Kafka's marker sender thread retries) finishes it.
 - InitProducerId on an ongoing transaction fences it and answers CONCURRENT_TRANSACTIONS once the PrepareAbort
   is durable; here the abort has usually completed by then too, so the client's retry succeeds at once.
-- Loading is one call (:meth:`TransactionCoordinator.load`), so COORDINATOR_LOAD_IN_PROGRESS never arises;
-  before the first load every transactional id is answered NOT_COORDINATOR (no partition is owned yet).
+- Loading is one call, so COORDINATOR_LOAD_IN_PROGRESS never arises. A broker running alone loads every
+  partition of ``__transaction_state`` at once (:meth:`TransactionCoordinator.load`, coordinator epoch 0); a
+  broker in a cluster loads one partition when it becomes its leader and drops it when it stops leading
+  (:meth:`TransactionCoordinator.load_partition` / :meth:`TransactionCoordinator.unload_partition`, Kafka's
+  ``TransactionStateManager.loadTransactionsForTxnTopicPartition`` / ``removeTransactionsForTxnTopicPartition``)
+  with the partition's leader epoch as coordinator epoch, stamped on that partition's markers. An id whose
+  partition is not owned is answered NOT_COORDINATOR.
+- In a cluster a Prepare* record must be replicated before its markers go out (a new leader that never saw it
+  would abort what the markers committed): with a ``replication`` view (:class:`LogReplication`) a completion
+  waits until its partition's high watermark passes the Prepare* record, and
+  :meth:`TransactionCoordinator.partition_replicated` finishes it when it does.
 
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
@@ -37,6 +46,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from idemcore.broker.coordinator.collaborators import (
+    LogReplication,
     MarkerWriter,
     ProducerIdAllocator,
     TopicPartition,
@@ -76,6 +86,7 @@ from idemcore.protocol.constants import (
     INTERNAL_TOPICS,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    TRANSACTION_STATE_TOPIC,
 )
 
 __all__ = ["InitProducerIdResult", "ListTransactionsResult", "TransactionCoordinator", "TransactionDescription",
@@ -131,10 +142,14 @@ class TransactionCoordinator:
                  offsets_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS,
                  marker_attempts: int = DEFAULT_MARKER_ATTEMPTS,
                  partition_exists: Callable[[str, int], bool] | None = None) -> None:
-        #: Whether the broker has a partition (Kafka's KafkaApis checks it before the coordinator is called).
-        self._partition_exists = partition_exists
+        #: Whether the cluster has a partition (Kafka's KafkaApis checks it before the coordinator is called).
+        self.partition_exists = partition_exists
         self._log_writer = log_writer
-        self._marker_writer = marker_writer
+        #: Writes markers (a broker in a cluster puts in one that reaches the partitions' leaders).
+        self.marker_writer = marker_writer
+        #: How far each partition of the log is replicated (None: a broker running alone, where a durable record
+        #: is a committed one).
+        self.replication: LogReplication | None = None
         self._producer_ids = producer_ids
         self._clock = clock
         self.transaction_max_timeout_ms = _positive("transaction_max_timeout_ms", transaction_max_timeout_ms)
@@ -148,14 +163,29 @@ class TransactionCoordinator:
         #: Completions of answered EndTxn requests still to write (only with a scheduler, see complete_later).
         self._queued: list[PendingCompletion] = []
         self._schedule: Callable[[Callable[[], None]], object] | None = None
-        self._coordinator_epoch: int | None = None
+        #: The partitions of ``__transaction_state`` this coordinator owns, each with its coordinator epoch.
+        self._epochs: dict[int, int] = {}
 
     # ------------------------------------------------------------ introspection
 
     @property
     def coordinator_epoch(self) -> int | None:
-        """The epoch of the last :meth:`load` (stamped on every marker); None before it."""
-        return self._coordinator_epoch
+        """The highest coordinator epoch of the partitions owned (after :meth:`load`, its epoch); None when none
+        is owned."""
+        return max(self._epochs.values(), default=None)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this coordinator serves ``__transaction_state-<partition>`` (it is loaded here)."""
+        return partition in self._epochs
+
+    def coordinator_epoch_of(self, partition: int) -> int | None:
+        """The coordinator epoch of an owned partition (stamped on the markers of its ids); None if not owned."""
+        return self._epochs.get(partition)
+
+    @property
+    def owned_partitions(self) -> dict[int, int]:
+        """Each owned partition and its coordinator epoch."""
+        return dict(self._epochs)
 
     def partition_for(self, transactional_id: str) -> int:
         """The ``__transaction_state`` partition that owns ``transactional_id``."""
@@ -215,7 +245,7 @@ class TransactionCoordinator:
             return InitProducerIdResult(E.INVALID_REQUEST)
         if not 0 < transaction_timeout_ms <= self.transaction_max_timeout_ms:
             return InitProducerIdResult(E.INVALID_TRANSACTION_TIMEOUT)
-        if self._coordinator_epoch is None:
+        if not self.owns(self.partition_for(transactional_id)):
             return InitProducerIdResult(E.NOT_COORDINATOR)
         metadata = self._metadata.get(transactional_id)
         created = metadata is None
@@ -310,7 +340,7 @@ class TransactionCoordinator:
         # and the others are not attempted.
         refused = {tp: E.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] in INTERNAL_TOPICS}
         refused.update((tp, E.UNKNOWN_TOPIC_OR_PARTITION) for tp in wanted if tp not in refused
-                       and self._partition_exists is not None and not self._partition_exists(*tp))
+                       and self.partition_exists is not None and not self.partition_exists(*tp))
         if refused:
             return {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
         error = self._add_partitions(transactional_id, producer_id, producer_epoch, frozenset(wanted))
@@ -392,11 +422,15 @@ class TransactionCoordinator:
     def _start_completion(self, metadata: TransactionMetadata, later: bool = False) -> None:
         """The Prepare* record is durable: Complete* becomes pending, then markers go out and Complete* is written
         (``later``: queued for the scheduled :meth:`complete_queued`)."""
-        if self._coordinator_epoch is None:
-            raise IllegalTransitionError(f"{metadata.transactional_id}: completing before the log is loaded")
+        partition = self.partition_for(metadata.transactional_id)
+        coordinator_epoch = self._epochs.get(partition)
+        if coordinator_epoch is None:
+            raise IllegalTransitionError(f"{metadata.transactional_id}: completing before its partition is loaded")
         transit = metadata.prepare_complete(self._clock())
+        # In a cluster the markers wait until the Prepare* record (the log's end now) is replicated.
+        replicated_at = 0 if self.replication is None else self.replication.log_end(partition)
         completion = PendingCompletion(metadata, transit, metadata.producer_id, metadata.producer_epoch,
-                                       self._coordinator_epoch)
+                                       coordinator_epoch, partition, replicated_at)
         self._completions[metadata.transactional_id] = completion
         if later:
             self._queued.append(completion)
@@ -408,7 +442,8 @@ class TransactionCoordinator:
 
     def _finish(self, completion: PendingCompletion) -> bool:
         """Write missing markers, then the Complete* record; True once the transaction is complete."""
-        if completion.abandoned or not send_markers(self._marker_writer, completion, self.marker_attempts):
+        if completion.abandoned or not self._replicated(completion) \
+                or not send_markers(self.marker_writer, completion, self.marker_attempts):
             return False
         metadata = completion.metadata
         for _ in range(self.marker_attempts):
@@ -418,6 +453,23 @@ class TransactionCoordinator:
                 del self._completions[metadata.transactional_id]
                 return True
         return False
+
+    def _replicated(self, completion: PendingCompletion) -> bool:
+        """Whether the completion's Prepare* record is replicated (always, for a broker running alone)."""
+        return (self.replication is None
+                or self.replication.high_watermark(completion.log_partition) >= completion.replicated_at)
+
+    def partition_replicated(self, partition: int) -> int:
+        """``__transaction_state-<partition>``'s high watermark moved: finish the completions that waited for it
+        (the broker calls this from its replication hook); answers how many of the partition's remain."""
+        left = 0
+        for transactional_id in sorted(self._completions):
+            completion = self._completions.get(transactional_id)
+            if completion is None or completion.log_partition != partition or completion.abandoned:
+                continue
+            if not self._finish(completion):
+                left += 1
+        return left
 
     def retry_pending_markers(self) -> int:
         """Try again to finish every transaction whose markers or Complete* record are missing (the broker calls
@@ -489,7 +541,7 @@ class TransactionCoordinator:
     def _describe(self, transactional_id: str) -> TransactionDescription:
         if transactional_id == "":
             return TransactionDescription(transactional_id, E.INVALID_REQUEST)
-        if self._coordinator_epoch is None:
+        if not self.owns(self.partition_for(transactional_id)):
             return TransactionDescription(transactional_id, E.NOT_COORDINATOR)
         metadata = self._metadata.get(transactional_id)
         if metadata is None or metadata.state is S.DEAD:
@@ -520,38 +572,92 @@ class TransactionCoordinator:
     # ------------------------------------------------------------ loading
 
     def load(self, records: Iterable[tuple[int, bytes, bytes | None]], coordinator_epoch: int) -> None:
-        """Rebuild every id's state from the ``__transaction_state`` records ``(partition, key, value)`` in log
-        order (the last record of an id wins, a tombstone removes it), then finish every Prepare* by sending its
-        markers again with the new ``coordinator_epoch``; Ongoing transactions are left to time out.
+        """Own every partition of ``__transaction_state`` (a broker running alone): rebuild every id's state from
+        the records ``(partition, key, value)`` in log order (the last record of an id wins, a tombstone removes
+        it), then finish every Prepare* by sending its markers again with the new ``coordinator_epoch``; Ongoing
+        transactions are left to time out.
 
         Raises TransactionLogFormatError for a record this reader cannot decode, one in the wrong partition (Kafka
         refuses to load when the partition count changed) or one with a state that is only ever pending; the
         state is then unchanged."""
-        if type(coordinator_epoch) is not int or coordinator_epoch < 0:
-            raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
+        _check_epoch(coordinator_epoch)
         latest: dict[str, TransactionLogValue | None] = {}
         for partition, key, value in records:
-            transactional_id = decode_key(key)
-            if transactional_id is None:
-                log.warning("skipping a __transaction_state record with an unknown key version in partition %d",
-                            partition)
-                continue
-            owner = self.partition_for(transactional_id)
-            if partition != owner:
-                raise TransactionLogFormatError(f"{transactional_id!r} is in partition {partition} but belongs to "
-                                                f"partition {owner} of {self.transaction_state_partitions}")
-            decoded = decode_value(value)
-            if decoded is not None and decoded.state in (S.DEAD, S.PREPARE_EPOCH_FENCE):
-                raise TransactionLogFormatError(f"{transactional_id!r} has state {decoded.state.kafka_name}, which "
-                                                f"is never written to the log")
-            latest[transactional_id] = decoded
-        self._metadata = {txn_id: TransactionMetadata.from_log_value(txn_id, value)
-                          for txn_id, value in latest.items() if value is not None}
+            self._read_record(partition, key, value, latest)
+        self._metadata = {}
         self._completions = {}  # markers of the previous incarnation are moot: they are sent again below
         self._queued = []
-        self._coordinator_epoch = coordinator_epoch
-        for transactional_id in sorted(self._metadata):
-            metadata = self._metadata[transactional_id]
+        self._epochs = dict.fromkeys(range(self.transaction_state_partitions), coordinator_epoch)
+        self._adopt(latest)
+
+    def load_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]],
+                       coordinator_epoch: int) -> None:
+        """Own ``__transaction_state-<partition>`` (this broker became its leader at leader epoch
+        ``coordinator_epoch``): its ids rebuilt from its records ``(key, value)`` in log order, replacing what was
+        loaded of it before, and its Prepare* transactions finished with markers carrying ``coordinator_epoch``
+        (Kafka's ``TransactionCoordinator.onElection``). The other partitions are untouched. Raises as
+        :meth:`load` does, leaving the state unchanged."""
+        self._check_partition(partition)
+        _check_epoch(coordinator_epoch)
+        latest: dict[str, TransactionLogValue | None] = {}
+        for key, value in records:
+            self._read_record(partition, key, value, latest)
+        self._drop(partition)
+        self._epochs[partition] = coordinator_epoch
+        log.info("%s-%d loaded at coordinator epoch %d: %d transactional ids", TRANSACTION_STATE_TOPIC, partition,
+                 coordinator_epoch, sum(value is not None for value in latest.values()))
+        self._adopt(latest)
+
+    def unload_partition(self, partition: int) -> int:
+        """Stop serving ``__transaction_state-<partition>`` (this broker no longer leads it: Kafka's
+        ``onResignation``): its ids and their unfinished completions are dropped (the next leader finishes them)
+        and requests for them are answered NOT_COORDINATOR. Answers how many ids were dropped."""
+        self._check_partition(partition)
+        dropped = self._drop(partition)
+        if self._epochs.pop(partition, None) is not None:
+            log.info("%s-%d unloaded: %d transactional ids", TRANSACTION_STATE_TOPIC, partition, dropped)
+        return dropped
+
+    def _check_partition(self, partition: int) -> None:
+        if type(partition) is not int or not 0 <= partition < self.transaction_state_partitions:
+            raise ValueError(f"partition must be an int in 0..{self.transaction_state_partitions - 1}, "
+                             f"got {partition!r}")
+
+    def _read_record(self, partition: int, key: bytes, value: bytes | None,
+                     latest: dict[str, TransactionLogValue | None]) -> None:
+        transactional_id = decode_key(key)
+        if transactional_id is None:
+            log.warning("skipping a __transaction_state record with an unknown key version in partition %d",
+                        partition)
+            return
+        owner = self.partition_for(transactional_id)
+        if partition != owner:
+            raise TransactionLogFormatError(f"{transactional_id!r} is in partition {partition} but belongs to "
+                                            f"partition {owner} of {self.transaction_state_partitions}")
+        decoded = decode_value(value)
+        if decoded is not None and decoded.state in (S.DEAD, S.PREPARE_EPOCH_FENCE):
+            raise TransactionLogFormatError(f"{transactional_id!r} has state {decoded.state.kafka_name}, which "
+                                            f"is never written to the log")
+        latest[transactional_id] = decoded
+
+    def _drop(self, partition: int) -> int:
+        """Forget the ids of ``partition``, their completions (abandoned: a scheduled run skips them) and queue."""
+        gone = [txn_id for txn_id in self._metadata if self.partition_for(txn_id) == partition]
+        for transactional_id in gone:
+            del self._metadata[transactional_id]
+            completion = self._completions.pop(transactional_id, None)
+            if completion is not None:
+                completion.abandoned = True
+        self._queued = [c for c in self._queued if c.log_partition != partition]
+        return len(gone)
+
+    def _adopt(self, latest: dict[str, TransactionLogValue | None]) -> None:
+        """Take the ids read, then finish their Prepare* transactions."""
+        loaded = {txn_id: TransactionMetadata.from_log_value(txn_id, value)
+                  for txn_id, value in latest.items() if value is not None}
+        self._metadata.update(loaded)
+        for transactional_id in sorted(loaded):
+            metadata = loaded[transactional_id]
             if metadata.state in _PREPARE:
                 self._start_completion(metadata)
 
@@ -563,7 +669,7 @@ class TransactionCoordinator:
         for an unknown id or another producer id."""
         if not transactional_id:
             return E.INVALID_REQUEST
-        if self._coordinator_epoch is None:
+        if not self.owns(self.partition_for(transactional_id)):
             return E.NOT_COORDINATOR
         metadata = self._metadata.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
@@ -596,6 +702,11 @@ class TransactionCoordinator:
             log.error("__transaction_state-%d: append for %s failed: %s", partition, transactional_id, exc)
             answer = E.KAFKA_STORAGE_ERROR
         return coordinator_error(answer)
+
+
+def _check_epoch(coordinator_epoch: object) -> None:
+    if type(coordinator_epoch) is not int or coordinator_epoch < 0:
+        raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
 
 
 def _check_args(transactional_id: object, producer_id: object, producer_epoch: object) -> None:

@@ -118,10 +118,13 @@ class GroupCoordinator:
             raise ValueError(f"offset_metadata_max_bytes must be an int >= 0, got {offset_metadata_max_bytes!r}")
         self._log_writer = log_writer
         self._clock = clock
-        self._partition_exists = partition_exists
+        #: Whether the cluster has a topic partition (None: every partition is taken to exist).
+        self.partition_exists = partition_exists
         self.offsets_partitions = offsets_partitions
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self._shards: dict[int, OffsetShard] = {}
+        #: Each loaded partition's coordinator epoch (its leader epoch when it was loaded; 0 for a broker alone).
+        self._epochs: dict[int, int] = {}
         if type(min_session_timeout_ms) is not int or type(max_session_timeout_ms) is not int \
                 or not 0 <= min_session_timeout_ms <= max_session_timeout_ms:
             raise ValueError(f"session timeouts must be ints with 0 <= min <= max, got {min_session_timeout_ms!r} "
@@ -140,6 +143,14 @@ class GroupCoordinator:
     def loaded_partitions(self) -> frozenset[int]:
         """The ``__consumer_offsets`` partitions this coordinator serves (those :meth:`load` was given)."""
         return frozenset(self._shards)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this coordinator serves ``__consumer_offsets-<partition>``."""
+        return partition in self._shards
+
+    def coordinator_epoch_of(self, partition: int) -> int | None:
+        """The epoch the partition was loaded at (its leader epoch in a cluster), None if it is not loaded."""
+        return self._epochs.get(partition) if partition in self._shards else None
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether an open transaction wrote an offset of ``group_id`` for the partition."""
@@ -177,7 +188,7 @@ class GroupCoordinator:
         answers: dict[TopicPartition, ErrorCode] = {}
         wanted: list[OffsetEntry] = []
         for entry in entries:
-            if self._partition_exists is not None and not self._partition_exists(entry.topic, entry.partition):
+            if self.partition_exists is not None and not self.partition_exists(entry.topic, entry.partition):
                 answers[(entry.topic, entry.partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append(entry)
@@ -394,6 +405,31 @@ class GroupCoordinator:
         # NOT_COORDINATOR, and members join again).
         self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
         self._shards[partition] = shard
+        self._epochs[partition] = 0
+
+    def load_partition(self, partition: int, stored_batches: Iterable[StoredBatch], coordinator_epoch: int) -> None:
+        """Serve ``__consumer_offsets-<partition>`` from now on: this broker became its leader at leader epoch
+        ``coordinator_epoch`` (Kafka's ``GroupCoordinator.onElection``); its state rebuilt as :meth:`load` does."""
+        if type(coordinator_epoch) is not int or coordinator_epoch < 0:
+            raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
+        self.load(partition, stored_batches)
+        self._epochs[partition] = coordinator_epoch
+        log.info("%s-%d loaded at coordinator epoch %d: %d groups", CONSUMER_OFFSETS_TOPIC, partition,
+                 coordinator_epoch, len(self._shards[partition].committed))
+
+    def unload_partition(self, partition: int) -> bool:
+        """Stop serving ``__consumer_offsets-<partition>`` (this broker no longer leads it: Kafka's
+        ``onResignation``): its offsets and its groups' membership go (requests parked in a join or sync are
+        answered NOT_COORDINATOR) and every request for its groups is answered NOT_COORDINATOR. True if it was
+        loaded."""
+        if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
+            raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
+        self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
+        self._epochs.pop(partition, None)
+        if self._shards.pop(partition, None) is None:
+            return False
+        log.info("%s-%d unloaded", CONSUMER_OFFSETS_TOPIC, partition)
+        return True
 
 
 # ------------------------------------------------------------------ argument checks
