@@ -148,6 +148,8 @@ class ClusterMember:
             timer.cancel()
         self._timers.clear()
         loop = asyncio.get_running_loop()
+        if self.broker.coordinator_leadership is not None:
+            await self.broker.coordinator_leadership.close()
         if self.controller is not None:
             await loop.run_in_executor(None, self.controller.stop)
         if self.fetchers is not None:

@@ -276,7 +276,11 @@ class ReplicaManager:
                         failed[j] = f"syncing {partition_log.name} failed: {exc}"
                         self.log_manager.dir_failed(failed[j])
             for j in written:
-                self.log_manager.wrote(entries[j].partition.log)
+                partition = entries[j].partition
+                self.log_manager.wrote(partition.log)
+                # Kafka's appendRecordsToLeader: a leader alone in its ISR moves the high watermark itself.
+                if partition.replicated and partition.maybe_increment_high_watermark() and self.delayed is not None:
+                    self.delayed.replicated(partition.topic, partition.partition)
         finally:  # whatever happened, the state records exactly the batches that are in the logs
             for j in set(appended).difference(written):
                 status[j] = _REJECTED  # not written: not committed, the retry will be appended
