@@ -220,7 +220,8 @@ class LocalCluster:
         return self.broker(n)
 
     def _command(self, b: _Broker) -> list[str]:
-        command = [sys.executable, "-m", "idemcore.cli", "serve", "--data-dir", str(b.log_dir),
+        # -v: each broker's serve.log tells what it leads and follows, elections and ISR changes.
+        command = [sys.executable, "-m", "idemcore.cli", "serve", "-vv", "--data-dir", str(b.log_dir),
                    "--host", "127.0.0.1", "--port", str(b.port), "--node-id", str(b.broker_id),
                    "--override", f"zookeeper.connect={self.zookeeper_hosts}"]
         for key, value in self.settings.items():

@@ -222,15 +222,23 @@ def test_find_coordinator_batched_without_keys(wire, version):
     assert answer.coordinators == []
 
 
-def test_find_coordinator_batched_answers_each_key_from_one_message(wire):
-    """The v4+ translation sends the first key to the broker and answers every key from that answer."""
+def test_find_coordinator_batched_asks_the_broker_once_per_key(wire):
+    """The v4+ translation sends each key to the broker as its own message (in a cluster each key may have another
+    coordinator) and answers each key from its own answer, naming the node the broker named."""
     body = make(load_request_schema(10, 6), key_type=1, coordinator_keys=("a", "b"))
-    message, keys = FIND_COORDINATOR.to_message(wire.ctx, 6, 9, body)
-    assert (message.key, message.key_type, message.request_id, keys) == ("a", 1, 9, ("a", "b"))
-    refused = FIND_COORDINATOR.to_wire(wire.ctx, 6, body, FindCoordinatorResponse(E.NOT_COORDINATOR, request_id=9,
-                                                                                  error_message="moved"), keys)
-    assert [(c.key, c.error_code, c.node_id, c.error_message) for c in refused.coordinators] == \
-        [("a", E.NOT_COORDINATOR, -1, "moved"), ("b", E.NOT_COORDINATOR, -1, "moved")]
+    messages, keys = FIND_COORDINATOR.to_message(wire.ctx, 6, 9, body)
+    assert [(m.key, m.key_type, m.request_id) for m in messages] == [("a", 1, 9), ("b", 1, 9)]
+    assert keys == ("a", "b")
+    answers = (FindCoordinatorResponse(E.NOT_COORDINATOR, request_id=9, error_message="moved"),
+               FindCoordinatorResponse(E.NONE, 7, "elsewhere.example", 9093, request_id=9))
+    mixed = FIND_COORDINATOR.to_wire(wire.ctx, 6, body, answers, keys)
+    assert [(c.key, c.error_code, c.node_id, c.host, c.port, c.error_message) for c in mixed.coordinators] == \
+        [("a", E.NOT_COORDINATOR, -1, "", -1, "moved"), ("b", E.NONE, 7, "elsewhere.example", 9093, None)]
+    one = make(load_request_schema(10, 6), key_type=1, coordinator_keys=("a",))
+    message, keys = FIND_COORDINATOR.to_message(wire.ctx, 6, 9, one)
+    assert (message.key, keys) == ("a", ("a",))
+    here = FIND_COORDINATOR.to_wire(wire.ctx, 6, one, FindCoordinatorResponse(E.NONE, request_id=9), keys)
+    assert [(c.node_id, c.port) for c in here.coordinators] == [(wire.ctx.node_id, wire.ctx.port)]
 
 
 # ---------------------------------------------------------------- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn

@@ -402,7 +402,11 @@ class ClusterMember:
 
     def _make(self, name: str, count: int, factor: object, configs: dict[str, str],
               validate_only: bool) -> CreatedTopic:
-        live = sorted(self.metadata.brokers) or [self.broker_id]
+        try:  # the brokers registered now, as Kafka's AdminZkClient reads them (the cache may lag behind)
+            live = sorted(self.zk.live_brokers()) if self.zk is not None else []
+        except Exception as error:
+            return CreatedTopic(name, ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r}: ZooKeeper unreachable: {error}")
+        live = live or sorted(self.metadata.brokers) or [self.broker_id]
         try:
             assignment = assign_replicas(live, count, factor)  # type: ignore[arg-type]
         except AssignmentError as error:
@@ -430,6 +434,8 @@ class ClusterMember:
             factor = (self.config.transaction_replication_factor if transactional
                       else self.config.offsets_replication_factor)
             live = len(self.metadata.brokers)
+            if live < factor and self.zk is not None:
+                live = len(self.zk.live_brokers())
             if live < factor:
                 return FindCoordinatorResponse(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
@@ -440,12 +446,20 @@ class ClusterMember:
                                                error_message=made.error_message)
             return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id,
                                            error_message=f"{topic} is being made")
-        count = self.metadata.partition_count(topic)
+        # The topic's full partition count (as made), not how many partitions the cache has heard of yet: a key
+        # hashed over fewer would name another partition's leader.
+        count = self.broker.topics.get(topic) or self.config_partitions(topic)
         leader = self.metadata.leader(topic, coordinator_partition(request.key, count))
+        log.debug("FindCoordinator %r: %s partition %d of %d, leader %s", request.key, topic,
+                  coordinator_partition(request.key, count), count, leader)
         if leader is None:
             return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id)
         return FindCoordinatorResponse(ErrorCode.NONE, leader.broker_id, leader.host, leader.port,
                                        request.request_id)
+
+    def config_partitions(self, topic: str) -> int:
+        """The partition count the internal topic ``topic`` is made with."""
+        return self.broker._internal_topic_settings(topic)[0]
 
     # --- answers waiting for the controller ---------------------------------------------------------------------
 

@@ -82,43 +82,51 @@ def _init_producer_id_to_wire(ctx: WireContext, version: int, body: Any, answer:
 INIT_PRODUCER_ID = WireApi(22, "InitProducerId", 0, 5, _init_producer_id_to_message, _init_producer_id_to_wire)
 
 
-# ---------------------------------------------------------------- FindCoordinator (key 10)
-#
-# v4+ (KIP-699) asks for several keys of one key type at once, where the message (and Broker.handle, called once
-# per request) takes one key. The request goes to the broker for its first key, and every key is answered from
-# that one answer. This is exact, not an approximation: this broker coordinates every group and every
-# transactional id itself, so its answer depends on the key type only (INVALID_REQUEST for a type it does not
-# know, else NONE and this node; see Broker._find_coordinator), and all keys of one request share its key type.
-# Kafka's per-key differences (authorisation, a coordinator partition still loading, another broker leading it)
-# do not exist here. Should the broker ever answer per key, this translation must send one message per key.
-# A v4+ request with no keys is answered with no coordinators (the broker is still asked, for its key type: it
-# makes that coordinator's internal topic, as the first real request would).
+# FindCoordinator v4+ (KIP-699) batches keys: each key is its own message through the broker (in a cluster each
+# may have another coordinator), and the answers come back one per key, in order. A v4+ request with no keys is
+# answered with no coordinators (the broker is still asked once, for its key type: it makes that coordinator's
+# internal topic, as the first real request would).
 
 
 def _find_coordinator_to_message(ctx: WireContext, version: int, correlation_id: int,
-                                 body: Any) -> tuple[FindCoordinatorRequest, tuple[str, ...] | None]:
+                                 body: Any) -> tuple[Any, tuple[str, ...] | None]:
     key_type = int(getattr(body, "key_type", GROUP_KEY))  # v0: groups only
     if version >= 4:
         keys = tuple(str(key) for key in body.coordinator_keys)
-        return FindCoordinatorRequest(keys[0] if keys else "", key_type, correlation_id), keys
+        if len(keys) <= 1:
+            return FindCoordinatorRequest(keys[0] if keys else "", key_type, correlation_id), keys
+        return tuple(FindCoordinatorRequest(key, key_type, correlation_id) for key in keys), keys
     return FindCoordinatorRequest(str(body.key), key_type, correlation_id), None
 
 
-def _find_coordinator_to_wire(ctx: WireContext, version: int, body: Any, answer: Response,
+def _where(ctx: WireContext, response: FindCoordinatorResponse) -> dict[str, Any]:
+    """The coordinator's node: the one the broker named (a cluster), else this node; Kafka answers an error with
+    Node.noNode(): id -1, host "", port -1."""
+    if response.error_code != ErrorCode.NONE:
+        return {"node_id": -1, "host": "", "port": -1}
+    if response.node_id >= 0 and response.host and response.port >= 0:
+        return {"node_id": response.node_id, "host": response.host, "port": response.port}
+    return {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
+
+
+def _find_coordinator_to_wire(ctx: WireContext, version: int, body: Any, answer: Any,
                               keys: tuple[str, ...] | None) -> Any:
-    response = answer_of(answer, FindCoordinatorResponse)
+    answers = answer if type(answer) is tuple else (answer,)
+    responses = [answer_of(one, FindCoordinatorResponse) for one in answers]
     cls = response_class(body)
-    found = response.error_code == ErrorCode.NONE
-    # Kafka answers an error with Node.noNode(): id -1, host "", port -1.
-    where = {"node_id": ctx.node_id if found else -1, "host": ctx.host if found else "",
-             "port": ctx.port if found else -1}
-    error = wire_error(response.error_code, version)
-    message = None if found else response.error_message
     if keys is None:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=message, **where)
+        response = responses[0]
+        found = response.error_code == ErrorCode.NONE
+        return make(cls, throttle_time=NO_THROTTLE, error_code=wire_error(response.error_code, version),
+                    error_message=None if found else response.error_message, **_where(ctx, response))
     coordinator_cls = nested(cls, "Coordinator")
+    if len(responses) < len(keys):  # one message asked for every key (at most one key)
+        responses = responses * len(keys)
     return make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(
-        make(coordinator_cls, key=key, error_code=error, error_message=message, **where) for key in keys))
+        make(coordinator_cls, key=key, error_code=wire_error(response.error_code, version),
+             error_message=None if response.error_code == ErrorCode.NONE else response.error_message,
+             **_where(ctx, response))
+        for key, response in zip(keys, responses, strict=False)))
 
 
 #: v0–6 (v1+ key type and error message, v3+ flexible, v4+ batched keys).
