@@ -221,7 +221,7 @@ class LocalCluster:
 
     def _command(self, b: _Broker) -> list[str]:
         # -v: each broker's serve.log tells what it leads and follows, elections and ISR changes.
-        command = [sys.executable, "-m", "idemcore.cli", "serve", "-vv", "--data-dir", str(b.log_dir),
+        command = [sys.executable, "-m", "idemcore.cli", "serve", "-v", "--data-dir", str(b.log_dir),
                    "--host", "127.0.0.1", "--port", str(b.port), "--node-id", str(b.broker_id),
                    "--override", f"zookeeper.connect={self.zookeeper_hosts}"]
         for key, value in self.settings.items():
