@@ -119,6 +119,9 @@ class ClusterMember:
             self.broker_id, host, port))
         log.info("broker %d registered in ZooKeeper at %s:%d (broker epoch %d)", self.broker_id, host, port,
                  self.broker_epoch)
+        # A session that expired (a pause longer than zookeeper.session.timeout.ms) took the registration with it:
+        # register again in the new one, as Kafka's KafkaZkClient does; the controller sees a broker come back.
+        self.zk.on_new_session(lambda: loop.call_soon_threadsafe(lambda: loop.create_task(self._register_again())))
         self._every(config.replica_lag_time_max_ms / 2000, replicas.shrink_isrs)
         self._every(config.high_watermark_checkpoint_ms / 1000, self.write_high_watermarks)
         self._every(0.1, self._expire_waiting)
@@ -127,6 +130,18 @@ class ClusterMember:
             lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}"),
             unclean_leader_election=self._unclean_allowed, config=config.controller)
         self.controller.start()
+
+    async def _register_again(self) -> None:
+        if self.zk is None or self.endpoint is None:
+            return
+        zk, endpoint = self.zk, self.endpoint
+        try:
+            self.broker_epoch = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: zk.register_broker(self.broker_id, endpoint.host, endpoint.port))
+            log.warning("broker %d registered again in a new ZooKeeper session (broker epoch %d)", self.broker_id,
+                        self.broker_epoch)
+        except Exception as exc:
+            log.error("broker %d: registering again in ZooKeeper failed: %s", self.broker_id, exc)
 
     def _every(self, interval_s: float, work: Callable[[], Any]) -> None:
         assert self._loop is not None
@@ -154,7 +169,7 @@ class ClusterMember:
             await loop.run_in_executor(None, self.controller.stop)
         if self.fetchers is not None:
             await self.fetchers.close()
-        self.write_high_watermarks()
+        self.write_high_watermarks(in_place=True)
         if self.zk is not None:
             await loop.run_in_executor(None, self.zk.close)
 
@@ -205,15 +220,24 @@ class ClusterMember:
     def _follower_progress(self, partition: Partition) -> None:
         self.broker.delayed.replicated(partition.topic, partition.partition)
 
-    def write_high_watermarks(self) -> None:
+    def write_high_watermarks(self, in_place: bool = False) -> None:
         """Kafka's ``checkpointHighWatermarks``: every replicated partition's high watermark to
         ``replication-offset-checkpoint``."""
         marks = {(p.topic, p.partition): p.high_watermark for p in self.broker.replicas.partitions if p.replicated}
-        if marks:
-            try:
-                self.broker.log_manager.write_high_watermarks(marks)
-            except OSError as exc:
-                log.error("broker %d: writing the high watermarks failed: %s", self.broker_id, exc)
+        if not marks:
+            return
+        write = self.broker.log_manager.write_high_watermarks
+
+        def written(_: object, error: BaseException | None) -> None:
+            if error is not None:
+                log.error("broker %d: writing the high watermarks failed: %s", self.broker_id, error)
+        if not in_place and self.broker.delayed.running:
+            self.broker.delayed.in_background(lambda: write(marks), written)  # an fsync: on the flusher thread
+            return
+        try:
+            write(marks)
+        except OSError as exc:
+            written(None, exc)
 
     def _unclean_allowed(self, topic: str) -> bool:
         config = self.broker.topic_catalog.configs.get(topic)
