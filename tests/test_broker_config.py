@@ -196,12 +196,16 @@ def test_a_list_setting_takes_only_its_choices():
     _refused({"log.cleanup.policy": "compact,shrink"}, "'shrink' is not one of compact, delete")
 
 
-def test_replication_is_refused_beyond_what_one_broker_can_keep():
-    assert _config(default__replication__factor="1", min__insync__replicas="1").not_acted_on() == [
-        "min.insync.replicas"]
-    _refused({"default.replication.factor": "3"}, "must be 1", "one replica")
-    _refused({"default.replication.factor": "0"}, "must be 1")
-    _refused({"min.insync.replicas": "2"}, "must be 1", "NOT_ENOUGH_REPLICAS")
+def test_replication_settings_are_taken_and_checked():
+    """A cluster acts on them (a broker alone has one replica: CreateTopics refuses more); only their ranges and
+    KafkaConfig's rules refuse values."""
+    config = _config(default__replication__factor="3", min__insync__replicas="2",
+                     unclean__leader__election__enable="true")
+    assert config.not_acted_on() == ["unclean.leader.election.enable"]  # no zookeeper.connect: not a cluster's
+    assert _config(unclean__leader__election__enable="true", zookeeper__connect="zk:2181").not_acted_on() == []
+    assert (config["default.replication.factor"], config["min.insync.replicas"]) == (3, 2)
+    _refused({"default.replication.factor": "0"}, "default.replication.factor")
+    _refused({"min.insync.replicas": "0"}, "min.insync.replicas")
     _refused({"replica.fetch.wait.max.ms": "40000"}, "replica.fetch.wait.max.ms=40000",
              "replica.socket.timeout.ms=30000")
     _refused({"replica.fetch.wait.max.ms": "800", "replica.lag.time.max.ms": "700"},
@@ -312,9 +316,9 @@ def test_settings_given_but_not_acted_on_are_named_in_one_warning(caplog):
         config = _config(zookeeper__connect="zk:2181", log__cleanup__policy="compact", num__io__threads="4",
                          log__segment__bytes="4096", log__flush__interval__messages="1")
     # log.cleanup.policy gives the topics' cleanup.policy, log.flush.interval.messages their flush.messages.
-    assert config.not_acted_on() == ["num.io.threads", "zookeeper.connect"]
+    assert config.not_acted_on() == ["num.io.threads"]  # zookeeper.connect makes it a cluster's broker
     [record] = caplog.records
-    assert record.getMessage().endswith(": num.io.threads, zookeeper.connect")
+    assert record.getMessage().endswith(": num.io.threads")
     assert {key.use for key in KEYS.values()} == set(Use)
 
 
@@ -350,9 +354,7 @@ def test_kafkas_own_server_properties_is_known_setting_by_setting(tmp_path, capl
     assert config.not_acted_on() == [
         "num.network.threads", "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
         "log.retention.check.interval.ms", "num.recovery.threads.per.data.dir",
-        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-        "group.initial.rebalance.delay.ms", "offsets.topic.replication.factor", "zookeeper.connect",
-        "zookeeper.connection.timeout.ms"]
+        "group.initial.rebalance.delay.ms"]  # its zookeeper.connect makes it a cluster's: those settings act
     assert record.getMessage().endswith(", ".join(config.not_acted_on()))
     assert config.log_dir == Path("/tmp/kafka-logs") and config.broker_kwargs()["segment_bytes"] == 1 << 30
 
@@ -519,10 +521,10 @@ def test_the_readme_names_every_setting_where_it_says_what_idemcore_does_with_it
     section = text[text.index("### Broker settings"):]
     section = re.split(r"\n##+ ", section)[0]  # up to the next heading (### Topic configs)
     assert "idemcore serve --config server.properties" in section
-    bullets = {"Acted on": Use.HONOURED, "Checked and kept, not acted on": Use.PENDING,
-               "Checked and kept for replication": Use.REPLICATION, "Checked, no meaning here": Use.INERT}
+    bullets = {"Acted on in a cluster": Use.REPLICATION, "Acted on": Use.HONOURED,
+               "Checked and kept, not acted on": Use.PENDING, "Checked, no meaning here": Use.INERT}
     for item in section.split("\n- ")[1:]:
         item = item.split("\n\n")[0]  # the last bullet ends at the paragraph after it
-        [use] = [use for start, use in bullets.items() if item.startswith(start)]
+        use = next(use for start, use in bullets.items() if item.startswith(start))
         named = set(re.findall(r"`([a-z.]+)`", item)) & set(KEYS)
         assert named == {name for name, key in KEYS.items() if key.use is use}, use

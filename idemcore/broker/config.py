@@ -141,9 +141,12 @@ class BrokerConfig:
     # ------------------------------------------------------------ using
 
     def not_acted_on(self) -> list[str]:
-        """The settings given that today's broker does not act on (not yet, kept for replication, or without
-        meaning here), in the order of :data:`~idemcore.broker.config_keys.KEYS`."""
-        return [name for name, key in KEYS.items() if name in self.origins and key.use is not Use.HONOURED]
+        """The settings given that this broker does not act on (not yet, without meaning here, or a cluster's
+        setting given to a broker without ``zookeeper.connect``), in the order of
+        :data:`~idemcore.broker.config_keys.KEYS`."""
+        clustered = self.values["zookeeper.connect"] is not None
+        return [name for name, key in KEYS.items() if name in self.origins and key.use is not Use.HONOURED
+                and not (key.use is Use.REPLICATION and clustered)]
 
     def broker_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of today's :class:`~idemcore.broker.Broker` these settings give."""

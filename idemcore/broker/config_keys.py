@@ -77,7 +77,7 @@ class Use(Enum):
     HONOURED = "honoured"
     #: Checked and kept; the broker does not act on it yet (a warning says so).
     PENDING = "pending"
-    #: Checked and kept for replication (a second broker, ZooKeeper); one broker has nothing to do with it.
+    #: Acted on by a broker in a cluster (``zookeeper.connect`` set); a broker alone has nothing to do with it.
     REPLICATION = "replication"
     #: Checked; no meaning here (thread counts, socket buffers: one asyncio loop serves every connection).
     INERT = "inert"
@@ -159,8 +159,8 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("transaction.state.log.segment.bytes", Kind.INT, TRANSACTION_STATE_SEGMENT_BYTES, _P, low=1),
     Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Kind.INT, 10_000, _P, low=1),
     Key("transaction.remove.expired.transaction.cleanup.interval.ms", Kind.INT, _HOUR_MS, _P, low=1),
-    Key("transaction.state.log.replication.factor", Kind.SHORT, 3, _H, low=1),
-    Key("transaction.state.log.min.isr", Kind.INT, 2, _H, low=1),
+    Key("transaction.state.log.replication.factor", Kind.SHORT, 3, _R, low=1),
+    Key("transaction.state.log.min.isr", Kind.INT, 2, _R, low=1),
     # Consumer groups and their coordinator
     Key("offsets.topic.num.partitions", Kind.INT, DEFAULT_OFFSETS_TOPIC_PARTITIONS, _H, low=1,
         high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),
@@ -169,25 +169,25 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("group.min.session.timeout.ms", Kind.INT, DEFAULT_MIN_SESSION_TIMEOUT_MS, _P),
     Key("group.max.session.timeout.ms", Kind.INT, DEFAULT_MAX_SESSION_TIMEOUT_MS, _P),
     Key("group.initial.rebalance.delay.ms", Kind.INT, DEFAULT_INITIAL_REBALANCE_DELAY_MS, _P),
-    Key("offsets.topic.replication.factor", Kind.SHORT, 3, _H, low=1),
+    Key("offsets.topic.replication.factor", Kind.SHORT, 3, _R, low=1),
     # Replication
     Key("default.replication.factor", Kind.INT, 1, _H, low=1),
     Key("min.insync.replicas", Kind.INT, 1, _H, low=1),
-    Key("unclean.leader.election.enable", Kind.BOOLEAN, False, _H),
-    Key("auto.leader.rebalance.enable", Kind.BOOLEAN, True, _H),
-    Key("leader.imbalance.check.interval.seconds", Kind.LONG, 300, _H, low=1),
-    Key("leader.imbalance.per.broker.percentage", Kind.INT, 10, _H, low=0),
-    Key("zookeeper.connect", Kind.STRING, None, _H),
-    Key("zookeeper.session.timeout.ms", Kind.INT, 18_000, _H),
-    Key("zookeeper.connection.timeout.ms", Kind.INT, None, _H),
-    Key("replica.lag.time.max.ms", Kind.LONG, 30_000, _H),
-    Key("replica.fetch.max.bytes", Kind.INT, 1_048_576, _H, low=0),
-    Key("replica.fetch.min.bytes", Kind.INT, 1, _H),
-    Key("replica.fetch.wait.max.ms", Kind.INT, 500, _H),
-    Key("replica.fetch.response.max.bytes", Kind.INT, 10_485_760, _H, low=0),
-    Key("replica.fetch.backoff.ms", Kind.INT, 1_000, _H, low=0),
-    Key("replica.socket.timeout.ms", Kind.INT, 30_000, _R),
-    Key("replica.socket.receive.buffer.bytes", Kind.INT, 65_536, _R),
-    Key("replica.high.watermark.checkpoint.interval.ms", Kind.LONG, 5_000, _H),
-    Key("num.replica.fetchers", Kind.INT, 1, _R, low=1, note="0 would leave no fetcher"),
+    Key("unclean.leader.election.enable", Kind.BOOLEAN, False, _R),
+    Key("auto.leader.rebalance.enable", Kind.BOOLEAN, True, _R),
+    Key("leader.imbalance.check.interval.seconds", Kind.LONG, 300, _R, low=1),
+    Key("leader.imbalance.per.broker.percentage", Kind.INT, 10, _R, low=0),
+    Key("zookeeper.connect", Kind.STRING, None, _R),
+    Key("zookeeper.session.timeout.ms", Kind.INT, 18_000, _R),
+    Key("zookeeper.connection.timeout.ms", Kind.INT, None, _R),
+    Key("replica.lag.time.max.ms", Kind.LONG, 30_000, _R),
+    Key("replica.fetch.max.bytes", Kind.INT, 1_048_576, _R, low=0),
+    Key("replica.fetch.min.bytes", Kind.INT, 1, _R),
+    Key("replica.fetch.wait.max.ms", Kind.INT, 500, _R),
+    Key("replica.fetch.response.max.bytes", Kind.INT, 10_485_760, _R, low=0),
+    Key("replica.fetch.backoff.ms", Kind.INT, 1_000, _R, low=0),
+    Key("replica.socket.timeout.ms", Kind.INT, 30_000, _I),
+    Key("replica.socket.receive.buffer.bytes", Kind.INT, 65_536, _I),
+    Key("replica.high.watermark.checkpoint.interval.ms", Kind.LONG, 5_000, _R),
+    Key("num.replica.fetchers", Kind.INT, 1, _I, low=1, note="0 would leave no fetcher"),
 )}
