@@ -4,7 +4,7 @@ processes on loopback, with the cluster's recommended settings), measured with c
 1. **acks=all produce, replication factor 1 and 3**, side by side on the same cluster (two fresh one-partition
    topics a round; the RF 1 topic with ``min.insync.replicas=1``, the RF 3 one with the cluster's 2):
    a. *throughput*: one idempotent producer (:data:`wire_workloads.PRODUCER_SETTINGS`: acks=all, linger.ms 5,
-      5 in flight) sends $IDEMCORE_BENCH_REPL_RECORDS records (default 100,000) of 100 bytes as fast as it can,
+      5 in flight) sends $IDEMCORE_BENCH_REPL_RECORDS records (default 500,000) of 100 bytes as fast as it can,
       its queue bounded at :data:`QUEUE_RECORDS` records: records/s (from the second record to the last
       acknowledgement) and p50/p99 of librdkafka's per-record latency (produce() to acknowledgement; under
       saturation this is mostly the wait in the producer's own queue: Little's law, queue / throughput);
@@ -16,8 +16,12 @@ processes on loopback, with the cluster's recommended settings), measured with c
 2. **failover**: one idempotent producer sends a record every millisecond to a fresh RF 3 topic; the partition's
    leader is SIGKILLed; the time from the kill to the first delivery report (acknowledged) of a record produced
    after the kill, i.e. on the new leader. ZooKeeper notices the death when the broker's session expires
-   (``zookeeper.session.timeout.ms``, $IDEMCORE_BENCH_REPL_SESSION_MS, default 6000: the cluster's own; ZooKeeper's
-   tickTime of 3 s allows 6 s at the least), then the controller elects a new leader and librdkafka finds it.
+   (``zookeeper.session.timeout.ms``, $IDEMCORE_BENCH_REPL_SESSION_MS, default 6000: the cluster's own), then the
+   controller elects a new leader and librdkafka finds it. Each round is split by ZooKeeper watches into
+   *detect* (the kill to ``/brokers/ids/N`` gone), *elect* (to the partition's state znode changed) and *client*
+   (to the acknowledgement). ZooKeeper expires sessions in buckets of its tickTime, so a session ends between the
+   timeout and the timeout + one tick after the last heartbeat: the cluster's ZooKeeper runs with ZooKeeper's
+   default tickTime, 3000 ms; $IDEMCORE_BENCH_REPL_TICK_MS starts one with that tickTime instead.
    Between rounds the killed broker is started again and the round waits for the ISR to be full; the kill of a
    broker that was also the controller is marked (a controller election comes first). $IDEMCORE_BENCH_REPL_FAILOVERS
    rounds (default 10): median, min, max. Every record must be acknowledged (no delivery error), and the topic's
@@ -51,14 +55,17 @@ import storage_workloads as load
 import wire_workloads as work
 
 from idemcore.cluster import LocalCluster
+from idemcore.zookeeper_server import ZooKeeperServer
 
 BROKERS = 3
-RECORDS = int(os.environ.get("IDEMCORE_BENCH_REPL_RECORDS", "100000"))
+RECORDS = int(os.environ.get("IDEMCORE_BENCH_REPL_RECORDS", "500000"))
 ROUNDS = int(os.environ.get("IDEMCORE_BENCH_REPL_ROUNDS", "3"))
 RATE = int(os.environ.get("IDEMCORE_BENCH_REPL_RATE", "2000"))
 LOAD_S = float(os.environ.get("IDEMCORE_BENCH_REPL_LOAD_S", "5"))
 FAILOVERS = int(os.environ.get("IDEMCORE_BENCH_REPL_FAILOVERS", "10"))
 SESSION_TIMEOUT_MS = int(os.environ.get("IDEMCORE_BENCH_REPL_SESSION_MS", "6000"))
+#: ZooKeeper's tickTime (ms) when set: the bench starts its own ZooKeeper with it (unset: the cluster's, 3000 ms).
+TICK_MS = int(os.environ["IDEMCORE_BENCH_REPL_TICK_MS"]) if os.environ.get("IDEMCORE_BENCH_REPL_TICK_MS") else None
 PROFILE_DIR = os.environ.get("IDEMCORE_BENCH_REPL_PROFILE")
 #: The throughput producer's queue (queue.buffering.max.messages; librdkafka's default is 100,000, which would hold
 #: a whole run and make every latency the run's length).
@@ -83,6 +90,9 @@ class ProduceRow:
 @dataclass
 class FailoverRow:
     seconds: float
+    #: The kill to the broker's registration gone, and to the partition's state changed (None: no watch fired).
+    detect_s: float | None
+    elect_s: float | None
     killed: int
     was_controller: bool
     isr_full_s: float
@@ -116,12 +126,18 @@ def cluster(request) -> Iterator[LocalCluster]:
     if PROFILE_DIR:
         Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="idemcore-bench-repl-", dir="/tmp"))
+    zookeeper = None
     try:
-        with _ProfiledCluster(BROKERS, root, session_timeout_ms=SESSION_TIMEOUT_MS) as running:
+        if TICK_MS is not None:
+            zookeeper = ZooKeeperServer(root / "zookeeper", tick_ms=TICK_MS)
+        with _ProfiledCluster(BROKERS, root, session_timeout_ms=SESSION_TIMEOUT_MS,
+                              zookeeper_hosts=zookeeper.hosts if zookeeper else None) as running:
             warm = _topic(running.bootstrap_servers, "warm", 3)  # connections, producer ids, the first topic
             work.produce_idempotent(running.bootstrap_servers, warm, work.values(20_000))
             yield running
     finally:
+        if zookeeper is not None:
+            zookeeper.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -228,6 +244,7 @@ class _Paced:
         self.errors: list[Any] = []
         self.producer = Producer({"bootstrap.servers": bootstrap, **work.PRODUCER_SETTINGS,
                                   "message.timeout.ms": int(FAILOVER_TIMEOUT_S * 1000),
+                                  "log_level": 2,  # not each refused connection to the killed broker
                                   "error_cb": lambda error: error.fatal() and self.errors.append(error)})
         self.value = work.values(1)[0]
 
@@ -272,19 +289,27 @@ class _Paced:
             raise RuntimeError(f"{self.topic}: {len(self.acked)} of {self.sent} records acknowledged")
 
 
-def _failover_round(cluster: LocalCluster, admin: Any, producer: _Paced) -> FailoverRow:
+def _failover_round(cluster: LocalCluster, zk: Any, admin: Any, producer: _Paced) -> FailoverRow:
     producer.run_for(0.5)  # the producer is sending to the current leader
     meta = admin.list_topics(producer.topic, timeout=10)
     leader = meta.topics[producer.topic].partitions[0].leader
     was_controller = meta.controller_id == leader
+    seen: dict[str, float] = {}
+
+    def watch(name: str) -> Any:
+        return lambda _event: seen.setdefault(name, time.perf_counter())  # kazoo's thread: one-shot watches
+    if zk.exists(f"/brokers/ids/{leader}", watch=watch("gone")) is None:
+        raise RuntimeError(f"broker {leader} leads {producer.topic} but is not registered in ZooKeeper")
+    zk.get(f"/brokers/topics/{producer.topic}/partitions/0/state", watch=watch("state"))
     killed_at = time.perf_counter()
     cluster.kill(leader)
     first_after = producer.sent
     seconds = producer.until_acked(first_after, FAILOVER_TIMEOUT_S) - killed_at
     producer.run_for(0.2)
+    detect, elect = (seen[name] - killed_at if name in seen else None for name in ("gone", "state"))
     cluster.start(leader)
     isr_full_s = _wait_isr_while(producer, admin, BROKERS)
-    return FailoverRow(seconds, leader, was_controller, isr_full_s)
+    return FailoverRow(seconds, detect, elect, leader, was_controller, isr_full_s)
 
 
 def _wait_isr_while(producer: _Paced, admin: Any, size: int) -> float:
@@ -301,6 +326,7 @@ def _wait_isr_while(producer: _Paced, admin: Any, size: int) -> float:
 
 def bench_replication_failover(benchmark, cluster):
     from confluent_kafka import Consumer, TopicPartition
+    from kazoo.client import KazooClient
 
     bootstrap = cluster.bootstrap_servers
     admin = _admin(bootstrap)
@@ -308,9 +334,16 @@ def bench_replication_failover(benchmark, cluster):
     producer = _Paced(bootstrap, topic)
     producer.until_acked(0, work.TIMEOUT_S)  # connected, producer id given
 
+    zk = KazooClient(hosts=cluster.zookeeper_hosts)
+    zk.start(timeout=15)
+
     def run() -> None:
-        _failovers.append(_failover_round(cluster, admin, producer))
-    benchmark.pedantic(run, rounds=FAILOVERS, iterations=1)
+        _failovers.append(_failover_round(cluster, zk, admin, producer))
+    try:
+        benchmark.pedantic(run, rounds=FAILOVERS, iterations=1)
+    finally:
+        zk.stop()
+        zk.close()
     producer.check()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
     try:
@@ -372,4 +405,10 @@ def _write_failovers(write: Any) -> None:
           f"median {statistics.median(times):.2f} s, min {min(times):.2f}, max {max(times):.2f}")
     write("  rounds (s): " + ", ".join(f"{row.seconds:.2f}{'*' if row.was_controller else ''}" for row in _failovers)
           + "   (*: the killed leader was also the controller)")
-    write(f"  ISR full again after the restart: median {_median(_failovers, 'isr_full_s'):.2f} s")
+    for label, name in (("detect (registration gone)", "detect_s"), ("elect (partition state changed)", "elect_s")):
+        found = [value for row in _failovers if (value := getattr(row, name)) is not None]
+        if found:
+            write(f"  kill to {label}: median {statistics.median(found):.2f} s, min {min(found):.2f}, "
+                  f"max {max(found):.2f} ({len(found)} rounds)")
+    write(f"  ZooKeeper tickTime {TICK_MS or 3000} ms; ISR full again after the restart: median "
+          f"{_median(_failovers, 'isr_full_s'):.2f} s")
