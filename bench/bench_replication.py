@@ -38,6 +38,7 @@ comparable: use it for where the time goes, with ``python -m pstats``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -293,7 +294,7 @@ def _failover_round(cluster: LocalCluster, zk: Any, admin: Any, producer: _Paced
     producer.run_for(0.5)  # the producer is sending to the current leader
     meta = admin.list_topics(producer.topic, timeout=10)
     leader = meta.topics[producer.topic].partitions[0].leader
-    was_controller = meta.controller_id == leader
+    was_controller = json.loads(zk.get("/controller")[0]).get("brokerid") == leader
     seen: dict[str, float] = {}
 
     def watch(name: str) -> Any:
@@ -403,12 +404,19 @@ def _write_failovers(write: Any) -> None:
     write(f"failover, SIGKILL of the leader to the first acknowledged record produced after it, "
           f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}, {len(times)} rounds: "
           f"median {statistics.median(times):.2f} s, min {min(times):.2f}, max {max(times):.2f}")
-    write("  rounds (s): " + ", ".join(f"{row.seconds:.2f}{'*' if row.was_controller else ''}" for row in _failovers)
-          + "   (*: the killed leader was also the controller)")
-    for label, name in (("detect (registration gone)", "detect_s"), ("elect (partition state changed)", "elect_s")):
-        found = [value for row in _failovers if (value := getattr(row, name)) is not None]
+    write("  rounds (s, killed broker): " + ", ".join(
+        f"{row.seconds:.2f} ({row.killed}{'*' if row.was_controller else ''})" for row in _failovers)
+        + "   (*: the killed leader was also the controller)")
+    parts = {"detect: the kill to the registration gone": [row.detect_s for row in _failovers],
+             "elect: from there to the partition's state changed": [
+                 row.elect_s - row.detect_s for row in _failovers
+                 if row.elect_s is not None and row.detect_s is not None],
+             "client: from there to the acknowledgement": [
+                 row.seconds - row.elect_s for row in _failovers if row.elect_s is not None]}
+    for label, values in parts.items():
+        found = [value for value in values if value is not None]
         if found:
-            write(f"  kill to {label}: median {statistics.median(found):.2f} s, min {min(found):.2f}, "
-                  f"max {max(found):.2f} ({len(found)} rounds)")
+            write(f"  {label}: median {statistics.median(found):.3f} s, min {min(found):.3f}, "
+                  f"max {max(found):.3f} ({len(found)} rounds)")
     write(f"  ZooKeeper tickTime {TICK_MS or 3000} ms; ISR full again after the restart: median "
           f"{_median(_failovers, 'isr_full_s'):.2f} s")
