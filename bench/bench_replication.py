@@ -10,7 +10,9 @@ processes on loopback, with the cluster's recommended settings), measured with c
       saturation this is mostly the wait in the producer's own queue: Little's law, queue / throughput);
    b. *latency at a fixed rate*: one idempotent producer at $IDEMCORE_BENCH_REPL_RATE records/s (default 2,000)
       for $IDEMCORE_BENCH_REPL_LOAD_S seconds (default 5) after a 1 s warm-up: p50/p99 of the same latency,
-      now what one acknowledgement costs (:func:`storage_workloads.latency_load`).
+      now what one acknowledgement costs (:func:`storage_workloads.latency_load`, librdkafka's settings as given).
+   $IDEMCORE_BENCH_REPL_LINGER_MS and $IDEMCORE_BENCH_REPL_BATCH_BYTES set the throughput producer's linger.ms and
+   batch.size.
    $IDEMCORE_BENCH_REPL_ROUNDS rounds (default 3), RF 1 then RF 3 in each round; the table shows the medians and
    the RF 3 / RF 1 ratios (the aim: RF 3 at 0.5x or more of RF 1's records/s on a 2-core machine).
 2. **failover**: one idempotent producer sends a record every millisecond to a fresh RF 3 topic; the partition's
@@ -68,6 +70,12 @@ SESSION_TIMEOUT_MS = int(os.environ.get("IDEMCORE_BENCH_REPL_SESSION_MS", "6000"
 #: ZooKeeper's tickTime (ms) when set: the bench starts its own ZooKeeper with it (unset: the cluster's, 3000 ms).
 TICK_MS = int(os.environ["IDEMCORE_BENCH_REPL_TICK_MS"]) if os.environ.get("IDEMCORE_BENCH_REPL_TICK_MS") else None
 PROFILE_DIR = os.environ.get("IDEMCORE_BENCH_REPL_PROFILE")
+#: The produce benchmarks' linger.ms and batch.size (default: PRODUCER_SETTINGS', librdkafka's 5 ms and 1,000,000 B;
+#: 16384 B, the Java client's, makes more and smaller requests: more of the broker's per-request cost).
+CLIENT = {**({"linger.ms": int(os.environ["IDEMCORE_BENCH_REPL_LINGER_MS"])}
+             if os.environ.get("IDEMCORE_BENCH_REPL_LINGER_MS") else {}),
+          **({"batch.size": int(os.environ["IDEMCORE_BENCH_REPL_BATCH_BYTES"])}
+             if os.environ.get("IDEMCORE_BENCH_REPL_BATCH_BYTES") else {})}
 #: The throughput producer's queue (queue.buffering.max.messages; librdkafka's default is 100,000, which would hold
 #: a whole run and make every latency the run's length).
 QUEUE_RECORDS = 10_000
@@ -191,7 +199,8 @@ def _percentile(values: list[float], q: float) -> float:
 def _throughput(bootstrap: str, topic: str, latencies: list[float]) -> float:
     """Seconds to produce RECORDS records (the first acknowledged before the clock starts, as
     :func:`wire_workloads.produce_idempotent`), each acknowledgement's latency appended to ``latencies``."""
-    producer, errors = work._producer(bootstrap, topic, latencies, **{"queue.buffering.max.messages": QUEUE_RECORDS})
+    producer, errors = work._producer(bootstrap, topic, latencies,
+                                      **{"queue.buffering.max.messages": QUEUE_RECORDS, **CLIENT})
     value = work.values(1)[0]
     work._produce(producer, topic, value)
     if producer.flush(work.TIMEOUT_S):
@@ -384,7 +393,9 @@ def _median(rows: list[Any], name: str) -> float:
 
 def _write_produce(write: Any) -> None:
     rounds = len(next(iter(_produce.values())))
-    write(f"acks=all, idempotent, one partition, 100-byte records; medians of {rounds} round(s); latency ms:")
+    settings = {**work.PRODUCER_SETTINGS, **CLIENT}
+    write(f"acks=all, idempotent, one partition, 100-byte records, linger.ms {settings['linger.ms']}, batch.size "
+          f"{settings['batch.size']:,} B; medians of {rounds} round(s); latency ms:")
     write(f"  {'RF':>3}{'records/s':>11}{'p50':>8}{'p99':>8}   at {RATE:,}/s:{'p50':>7}{'p99':>8}{'load 1m':>9}")
     for factor, rows in sorted(_produce.items()):
         write(f"  {factor:>3}{_median(rows, 'records_per_s'):>11,.0f}{_median(rows, 'p50') * 1e3:>8.1f}"
