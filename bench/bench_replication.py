@@ -56,6 +56,7 @@ from typing import Any
 import pytest
 import storage_workloads as load
 import wire_workloads as work
+from server_stats import Peer
 
 from idemcore.cluster import LocalCluster
 from idemcore.zookeeper_server import ZooKeeperServer
@@ -89,6 +90,9 @@ FACTORS = (1, 3)
 @dataclass
 class ProduceRow:
     records_per_s: float
+    #: Broker CPU seconds (user + system) during the throughput run: the partition's leader's, and all brokers'.
+    leader_cpu_s: float
+    cluster_cpu_s: float
     p50: float
     p99: float
     rate_p50: float
@@ -217,21 +221,37 @@ def _throughput(bootstrap: str, topic: str, latencies: list[float]) -> float:
     return seconds
 
 
-def _produce_round(bootstrap: str, factor: int) -> ProduceRow:
+def _cpu(cluster: LocalCluster) -> dict[int, float]:
+    """Each running broker's CPU seconds so far."""
+    found = {}
+    for n in cluster.broker_ids:
+        pid = cluster.broker(n).pid
+        seconds = Peer("", pid).cpu_seconds() if pid is not None else None
+        if seconds is not None:
+            found[n] = seconds
+    return found
+
+
+def _produce_round(cluster: LocalCluster, factor: int) -> ProduceRow:
+    bootstrap = cluster.bootstrap_servers
     load_before = os.getloadavg()[0]
     latencies: list[float] = []
-    seconds = _throughput(bootstrap, _topic(bootstrap, "repl-tput", factor), latencies)
+    topic = _topic(bootstrap, "repl-tput", factor)
+    leader = _partition(_admin(bootstrap), topic).leader
+    before = _cpu(cluster)
+    seconds = _throughput(bootstrap, topic, latencies)
+    used = {n: after - before[n] for n, after in _cpu(cluster).items() if n in before}
     paced = load.latency_load(bootstrap, _topic(bootstrap, "repl-rate", factor), LOAD_S, producers=1, rate=RATE,
                               partitions=1)
-    return ProduceRow((RECORDS - 1) / seconds, _percentile(latencies, 50), _percentile(latencies, 99),
-                      paced.percentile(50), paced.percentile(99), load_before)
+    return ProduceRow((RECORDS - 1) / seconds, used.get(leader, 0.0), sum(used.values()), _percentile(latencies, 50),
+                      _percentile(latencies, 99), paced.percentile(50), paced.percentile(99), load_before)
 
 
 def bench_replication_produce(benchmark, cluster):
     """RF 1 and RF 3 in turn, ROUNDS times (the turns interleaved so a change in the machine's load hits both)."""
     def run() -> None:
         for factor in FACTORS:
-            _produce.setdefault(factor, []).append(_produce_round(cluster.bootstrap_servers, factor))
+            _produce.setdefault(factor, []).append(_produce_round(cluster, factor))
     benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
     for factor, rows in _produce.items():
         benchmark.extra_info[f"rf{factor}"] = [{name: round(value, 4) for name, value in vars(row).items()}
@@ -396,10 +416,13 @@ def _write_produce(write: Any) -> None:
     settings = {**work.PRODUCER_SETTINGS, **CLIENT}
     write(f"acks=all, idempotent, one partition, 100-byte records, linger.ms {settings['linger.ms']}, batch.size "
           f"{settings['batch.size']:,} B; medians of {rounds} round(s); latency ms:")
-    write(f"  {'RF':>3}{'records/s':>11}{'p50':>8}{'p99':>8}   at {RATE:,}/s:{'p50':>7}{'p99':>8}{'load 1m':>9}")
+    write(f"  {'RF':>3}{'records/s':>11}{'p50':>8}{'p99':>8}{'CPU us/rec':>11}{'(leader)':>9}   at {RATE:,}/s:"
+          f"{'p50':>7}{'p99':>8}{'load 1m':>9}")
     for factor, rows in sorted(_produce.items()):
+        per_record = 1e6 / (RECORDS - 1)
         write(f"  {factor:>3}{_median(rows, 'records_per_s'):>11,.0f}{_median(rows, 'p50') * 1e3:>8.1f}"
-              f"{_median(rows, 'p99') * 1e3:>8.1f}   {'':>{len(f'at {RATE:,}/s:')}}"
+              f"{_median(rows, 'p99') * 1e3:>8.1f}{_median(rows, 'cluster_cpu_s') * per_record:>11.2f}"
+              f"{_median(rows, 'leader_cpu_s') * per_record:>9.2f}   {'':>{len(f'at {RATE:,}/s:')}}"
               f"{_median(rows, 'rate_p50') * 1e3:>7.1f}{_median(rows, 'rate_p99') * 1e3:>8.1f}"
               f"{_median(rows, 'load_before'):>9.2f}")
     one, three = _produce.get(1), _produce.get(3)
@@ -407,7 +430,8 @@ def _write_produce(write: Any) -> None:
         write(f"  RF 3 / RF 1 records/s: {_median(three, 'records_per_s') / _median(one, 'records_per_s'):.2f}x "
               f"(aim >= 0.5); p99 at {RATE:,}/s: {_median(three, 'rate_p99') / _median(one, 'rate_p99'):.2f}x")
     write(f"  records/s: {RECORDS:,} records as fast as the producer goes (queue {QUEUE_RECORDS:,} records: its "
-          f"p50/p99 are mostly queueing); at {RATE:,}/s: {LOAD_S:g} s paced, after a 1 s warm-up")
+          f"p50/p99 are mostly queueing); CPU us/rec: the brokers' CPU (all, and the leader's) per record in that "
+          f"run; at {RATE:,}/s: {LOAD_S:g} s paced, after a 1 s warm-up")
 
 
 def _write_failovers(write: Any) -> None:
