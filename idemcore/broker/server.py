@@ -107,8 +107,9 @@ class Server:
         host, port = self.address
         return f"{host}:{port}"
 
-    async def start_serving(self) -> None:
-        """Listen (in the running loop)."""
+    async def start_serving(self, join_cluster: bool = True) -> None:
+        """Listen (in the running loop); a broker in a cluster then registers in ZooKeeper (``join_cluster``;
+        False: the caller calls :meth:`join_cluster` itself, after saying where it listens)."""
         self._loop = asyncio.get_running_loop()
         if self._loop.get_exception_handler() is None:  # a loop of the caller's with its own handler keeps it
             self._loop.set_exception_handler(_one_line_accept_failures)
@@ -123,12 +124,19 @@ class Server:
         self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
                                 self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
         self._housekeeper = asyncio.create_task(self._housekeeping())
-        if self.broker.cluster is not None:  # registered once clients can reach it, as Kafka's startup does
-            try:
-                await self.broker.cluster.start(self._ctx.host, self._ctx.port)
-            except BaseException:
-                await self._close()
-                raise
+        if join_cluster:
+            await self.join_cluster()
+
+    async def join_cluster(self) -> None:
+        """A broker in a cluster registers in ZooKeeper once clients can reach it, as Kafka's startup does (and
+        runs for controller, starts its fetchers); nothing for a broker alone."""
+        if self.broker.cluster is None or self._ctx is None:
+            return
+        try:
+            await self.broker.cluster.start(self._ctx.host, self._ctx.port)
+        except BaseException:
+            await self._close()
+            raise
 
     async def serve_until_stopped(self) -> None:
         """Serve until :meth:`request_stop`, then close every connection (in the running loop)."""

@@ -162,7 +162,7 @@ def _check_listenable(host: str, port: int) -> None:
 
 async def _serve(server: Any, data_dir: Path) -> None:
     try:
-        await server.start_serving()
+        await server.start_serving(join_cluster=False)
     except OSError as error:  # name what could not be listened on, in one line
         raise OSError(f"cannot listen on {server.host}:{server.port}: {error.strerror or error}") from None
     loop = asyncio.get_running_loop()
@@ -172,6 +172,7 @@ async def _serve(server: Any, data_dir: Path) -> None:
     topics = ", ".join(f"{name}:{count}" for name, count in sorted(server.broker.topics.items())) or "none yet"
     print(f"idemcore serve: listening on {host}:{port} (bootstrap.servers={host}:{port}); data dir "
           f"{data_dir}; topics: {topics}", flush=True)
+    await server.join_cluster()
     await server.serve_until_stopped()
 
 

@@ -27,6 +27,9 @@ from idemcore.net.replication import BrokerEndpoint
 from idemcore.net.wire.api import topic_id_of
 
 log = logging.getLogger(__name__)
+# kazoo logs every dropped connection attempt; without a handler Python would print each on standard error. What
+# matters (ZooKeeper unreachable, a session lost) is said once, in idemcore's own words.
+logging.getLogger("kazoo").addHandler(logging.NullHandler())
 
 Watch = Callable[[Any], None]
 TopicPartition = tuple[str, int]
