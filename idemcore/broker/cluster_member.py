@@ -121,7 +121,9 @@ class ClusterMember:
                  self.broker_epoch)
         # A session that expired (a pause longer than zookeeper.session.timeout.ms) took the registration with it:
         # register again in the new one, as Kafka's KafkaZkClient does; the controller sees a broker come back.
-        self.zk.on_new_session(lambda: loop.call_soon_threadsafe(lambda: loop.create_task(self._register_again())))
+        def register_again() -> None:  # on kazoo's thread: only hands the work to the loop
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._register_again()))
+        self.zk.on_new_session(register_again)
         self._every(config.replica_lag_time_max_ms / 2000, replicas.shrink_isrs)
         self._every(config.high_watermark_checkpoint_ms / 1000, self.write_high_watermarks)
         self._every(0.1, self._expire_waiting)

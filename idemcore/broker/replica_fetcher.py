@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from idemcore.broker.cluster_config import FetcherSettings
 from idemcore.broker.partition import Partition
@@ -32,7 +32,9 @@ Key = tuple[str, int]
 
 
 class Channel(Protocol):
-    async def call(self, request: FetchRequest) -> FetchResponse: ...
+    """A connection to the leader (:class:`~idemcore.net.broker_channel.BrokerChannel`): one request at a time."""
+
+    async def call(self, request: Any) -> Any: ...
 
     async def close(self) -> None: ...
 
@@ -144,7 +146,7 @@ class ReplicaFetcher:
                 max_bytes=settings.response_max_bytes, min_bytes=settings.min_bytes,
                 max_wait_ms=settings.max_wait_ms, replica_id=settings.broker_id)
             try:
-                response = await self._channel.call(request)
+                response: FetchResponse = await self._channel.call(request)
             except asyncio.CancelledError:
                 raise
             except (ConnectionError, TimeoutError, OSError) as exc:
