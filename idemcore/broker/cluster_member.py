@@ -510,3 +510,10 @@ class PartitionReplication:
     def isr_short(self, partition_log: Any) -> str | None:
         partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
         return None if partition is None else self._replicas.isr_short(partition)
+
+    def not_leader(self, partition_log: Any) -> str | None:
+        partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
+        if partition is None or not partition.replicated or partition.is_leader:
+            return None
+        return (f"broker {self._replicas.broker_id} is no longer the leader of {partition.name} (broker "
+                f"{partition.leader_id} is, at epoch {partition.leader_epoch})")

@@ -450,7 +450,7 @@ class ClusterSim:
                 view = node.member.replication if node.member is not None else None
                 assert view is not None
                 operation = DelayedProduce(answer, waits, request.timeout_ms, None, lambda _log: None,
-                                           view.high_watermark, view.isr_short)
+                                           view.high_watermark, view.isr_short, view.not_leader)
                 done = operation.try_complete()
                 if done is None:
                     self._waiting.append(_Waiting(node, node.incarnation, operation, self.now + request.timeout_ms,
@@ -659,8 +659,8 @@ class ClusterSim:
             node.lag_until = min(node.lag_until, self.now)
 
     def settled(self) -> bool:
-        """Every broker registered, every partition led with its full ISR, every replica at its leader's end and
-        high watermark."""
+        """Every broker registered, every partition led with its full ISR and its high watermark at its log end,
+        every replica at its leader's end and high watermark."""
         if any(n.broker is None or n.broker_epoch < 0 for n in self.nodes):
             return False
         for key, (state, _) in self.zk.states.items():
@@ -669,7 +669,8 @@ class ClusterSim:
             leader = self.nodes[state.leader].broker
             assert leader is not None
             lead = leader.replicas.find_partition(*key)
-            if lead is None or not lead.is_leader or lead.leader_epoch != state.leader_epoch:
+            if lead is None or not lead.is_leader or lead.leader_epoch != state.leader_epoch \
+                    or lead.high_watermark != lead.log.log_end_offset:
                 return False
             for node in self.nodes:
                 assert node.broker is not None

@@ -36,14 +36,14 @@ class ClusterReport:
 
 
 def simulate_cluster(seed: int = 0, faults: ClusterFaults | None = None, *, producers: int = 3, partitions: int = 3,
-                     records: int = 1_500, records_per_tick: int = 2, backend: str | None = None) -> ClusterReport:
-    """Run ``producers`` producers sending ``records`` records in all (a few each ms, so faults meet a steady
-    stream), heal the faults, let the replicas agree, read every partition, and check what the clients saw.
+                     records: int = 1_500, send_interval_ms: int = 6, backend: str | None = None) -> ClusterReport:
+    """Run ``producers`` producers sending ``records`` records in all (each one record every ``send_interval_ms``,
+    so the faults meet a steady stream for a few virtual seconds), heal the faults, let the replicas agree, read every partition, and check what the clients saw.
     Producers are idempotent with acks=all; with ``faults.acks == 1`` they cannot be (Kafka requires acks=all for
     idempotence) and retry without sequences, so duplicates and reordering are theirs, not the cluster's."""
     faults = faults or ClusterFaults()
-    if producers < 1 or partitions < 1 or records < 1:
-        raise ValueError("producers, partitions and records must be at least 1")
+    if producers < 1 or partitions < 1 or records < 1 or send_interval_ms < 1:
+        raise ValueError("producers, partitions, records and send_interval_ms must be at least 1")
     # Crashes, truncations and torn tails are counted in the report, not logged by the thousand.
     quiet = logging.getLogger("idemcore")
     level = quiet.level
@@ -62,7 +62,7 @@ def simulate_cluster(seed: int = 0, faults: ClusterFaults | None = None, *, prod
             busy = False
             for i, client in enumerate(clients):
                 mine = futures[i]
-                for _ in range(min(records_per_tick, quota[i] - len(mine))):
+                if len(mine) < quota[i] and (sim.now + i) % send_interval_ms == 0:
                     mine.append(client.send(TOPIC, encode_value(i, len(mine))))
                 client.poll()
                 busy = busy or len(mine) < quota[i] or client.sender.has_pending_work()
