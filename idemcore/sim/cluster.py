@@ -269,7 +269,8 @@ class ClusterSim:
         # Clients: their inboxes, connections (bumped by disconnect), metadata views.
         self._inbox: dict[str, list[tuple[Request, Response]]] = defaultdict(list)
         self._connection: dict[str, int] = defaultdict(int)
-        self._views: dict[str, dict[TopicPartition, int]] = {}
+        #: Each client's metadata: per partition the leader and its epoch.
+        self._views: dict[str, dict[TopicPartition, tuple[int, int]]] = {}
         self._next_fault = self._fault_gap()
         self.faults_active = True
         #: What consumers read while the simulation ran: ((partition name, offset), record).
@@ -301,7 +302,7 @@ class ClusterSim:
         view = self._view(client)
         by_leader: dict[int, list[int]] = defaultdict(list)
         for position, batch in enumerate(request.batches):
-            by_leader[view.get((batch.topic, batch.partition), -1)].append(position)
+            by_leader[view.get((batch.topic, batch.partition), (-1, -1))[0]].append(position)
         gather = _Gather(client, connection, request, len(by_leader))
         for leader, positions in sorted(by_leader.items()):
             part = ProduceRequest(tuple(request.batches[p] for p in positions), request.acks, request.timeout_ms,
@@ -563,25 +564,26 @@ class ClusterSim:
         live = [n for n in self.nodes if n.broker is not None]
         return live[int(self.rng.integers(len(live)))] if live else None
 
-    def _view(self, client: str) -> dict[TopicPartition, int]:
+    def _view(self, client: str) -> dict[TopicPartition, tuple[int, int]]:
         view = self._views.get(client)
         if view is None:
-            view = self._views[client] = {p: s.leader for p, (s, _) in self.zk.states.items()}
+            view = self._views[client] = {p: (s.leader, s.leader_epoch) for p, (s, _) in self.zk.states.items()}
         return view
 
     def _refresh_view(self, client: str) -> None:
         """Metadata from a live broker's cache (Kafka's producer asks the least loaded node): possibly stale, even
-        naming a leader that lost its leadership while cut off."""
+        naming a leader that lost its leadership while cut off. As Kafka's client (KIP-320), a partition's
+        metadata at an older leader epoch than the client knows is ignored."""
         node = self._any_live_node()
         if node is None or node.member is None:
             return
         self.stats.metadata_refreshes += 1
         cache = node.member.metadata
         view = self._view(client)
-        for key in list(view):
+        for key, (_, known_epoch) in list(view.items()):
             info = cache.partition(*key)
-            if info is not None:
-                view[key] = info.leader
+            if info is not None and info.leader_epoch >= known_epoch:
+                view[key] = (info.leader, info.leader_epoch)
 
     def _answer(self, client: str, connection: int, request: Request, answer: Response) -> None:
         if self._connection[client] != connection:
@@ -604,7 +606,7 @@ class ClusterSim:
         """A consumer reads one partition from the leader its metadata names, from where it got to or from an
         earlier offset (so a record read from two leaders over time can be compared)."""
         partition = int(self.rng.integers(self.partitions))
-        leader = self._view("consumer").get((TOPIC, partition), -1)
+        leader = self._view("consumer").get((TOPIC, partition), (-1, -1))[0]
         node = self.nodes[leader] if leader >= 0 else None
         position = self._read_positions[partition]
         offset = position if self.rng.random() < 0.5 else int(self.rng.integers(position + 1))
