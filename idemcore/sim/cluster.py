@@ -53,7 +53,6 @@ from idemcore.net.messages import (
     FetchRequest,
     FetchResponse,
     InitProducerIdRequest,
-    InitProducerIdResponse,
     PartitionResponse,
     ProduceRequest,
     ProduceResponse,
@@ -290,10 +289,10 @@ class ClusterSim:
     def send(self, client: str, request: Request) -> None:
         connection = self._connection[client]
         if isinstance(request, InitProducerIdRequest):
-            node = self._any_live_node()
-            if node is None or self._lost():
+            live = self._any_live_node()
+            if live is None or self._lost():
                 return
-            self.after(self.faults.latency_ms, lambda: self._deliver(node, request, lambda answer: self._answer(
+            self.after(self.faults.latency_ms, lambda: self._deliver(live, request, lambda answer: self._answer(
                 client, connection, request, answer)))
             return
         if not isinstance(request, ProduceRequest):

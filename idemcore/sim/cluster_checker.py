@@ -69,9 +69,9 @@ def check_cluster(sent: int, acked: Mapping[Record, Position | None], reads: Ite
     for position, record in reads:
         seen_at[position].add(record)
         read_records.add(record)
-    for record, position in acked.items():
-        if position is not None and position[1] >= 0:
-            seen_at[position].add(record)
+    for record, told in acked.items():
+        if told is not None and told[1] >= 0:
+            seen_at[told].add(record)
     lost_acked = sum(1 for record in acked if record not in final_positions)
     lost_reads = sum(1 for record in read_records if record not in final_positions and record not in acked)
     duplicates = sum(len(positions) - 1 for positions in final_positions.values())

@@ -37,10 +37,11 @@ class ClusterReport:
 
 def simulate_cluster(seed: int = 0, faults: ClusterFaults | None = None, *, producers: int = 3, partitions: int = 3,
                      records: int = 1_500, send_interval_ms: int = 6, backend: str | None = None) -> ClusterReport:
-    """Run ``producers`` producers sending ``records`` records in all (each one record every ``send_interval_ms``,
-    so the faults meet a steady stream for a few virtual seconds), heal the faults, let the replicas agree, read every partition, and check what the clients saw.
-    Producers are idempotent with acks=all; with ``faults.acks == 1`` they cannot be (Kafka requires acks=all for
-    idempotence) and retry without sequences, so duplicates and reordering are theirs, not the cluster's."""
+    """Run ``producers`` producers sending ``records`` records in all (each one record every
+    ``send_interval_ms``, so the faults meet a steady stream for a few virtual seconds), heal the faults, let the
+    replicas agree, read every partition, and check what the clients saw. Producers are idempotent with acks=all;
+    with ``faults.acks == 1`` they cannot be (Kafka requires acks=all for idempotence) and retry without
+    sequences, so duplicates and reordering are theirs, not the cluster's."""
     faults = faults or ClusterFaults()
     if producers < 1 or partitions < 1 or records < 1 or send_interval_ms < 1:
         raise ValueError("producers, partitions, records and send_interval_ms must be at least 1")
