@@ -312,6 +312,12 @@ class Broker:
             raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
         return handler(request)
 
+    def serve(self, handlers: Mapping[type, Callable[[Any], Any]]) -> None:
+        """Answer the request types in ``handlers`` with them from now on (the simulated cluster's member of
+        :mod:`idemcore.sim.cluster` answers LeaderAndIsr and UpdateMetadata this way, as ClusterMember does)."""
+        self._check_open()
+        self._handlers.update(handlers)
+
     # ------------------------------------------------------------ topics and partitions
 
     @property

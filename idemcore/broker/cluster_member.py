@@ -66,6 +66,7 @@ from idemcore.protocol.constants import (
 
 if TYPE_CHECKING:
     from idemcore.broker.broker import Broker
+    from idemcore.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class ClusterMember:
             connection_timeout_ms=config.connection_timeout_ms))
         replicas = self.broker.replicas
         replicas.alter_isr = self.alter_isr
-        self.broker.delayed.replication = _Replication(self)
+        self.broker.delayed.replication = PartitionReplication(replicas)
         self.fetchers = ReplicaFetcherManager(
             config.fetcher, replicas,
             lambda endpoint: BrokerChannel(endpoint.host, endpoint.port, f"broker-{self.broker_id}-fetcher",
@@ -519,11 +520,12 @@ class ClusterMember:
         self._waiting = still
 
 
-class _Replication:
-    """The delayed produce's view of replication (:class:`~idemcore.broker.delayed.ReplicationView`)."""
+class PartitionReplication:
+    """The delayed produce's view of replication (:class:`~idemcore.broker.delayed.ReplicationView`) over a
+    broker's partitions (the simulated cluster uses it too)."""
 
-    def __init__(self, member: ClusterMember) -> None:
-        self._replicas = member.broker.replicas
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self._replicas = replicas
 
     def high_watermark(self, partition_log: Any) -> int | None:
         partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
@@ -534,3 +536,10 @@ class _Replication:
     def isr_short(self, partition_log: Any) -> str | None:
         partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
         return None if partition is None else self._replicas.isr_short(partition)
+
+    def not_leader(self, partition_log: Any) -> str | None:
+        partition = self._replicas.find_partition(partition_log.topic, partition_log.partition)
+        if partition is None or not partition.replicated or partition.is_leader:
+            return None
+        return (f"broker {self._replicas.broker_id} is no longer the leader of {partition.name} (broker "
+                f"{partition.leader_id} is, at epoch {partition.leader_epoch})")

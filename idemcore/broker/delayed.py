@@ -38,12 +38,15 @@ log = logging.getLogger(__name__)
 
 
 class ReplicationView(Protocol):
-    """What a delayed produce asks of replication, by log: its high watermark (None: not replicated) and why its
-    ISR is below ``min.insync.replicas`` now (None: it is not)."""
+    """What a delayed produce asks of replication, by log: its high watermark (None: not replicated), why its
+    ISR is below ``min.insync.replicas`` now (None: it is not) and why this broker no longer leads it (None: it
+    does)."""
 
     def high_watermark(self, partition_log: PartitionLog) -> int | None: ...
 
     def isr_short(self, partition_log: PartitionLog) -> str | None: ...
+
+    def not_leader(self, partition_log: PartitionLog) -> str | None: ...
 
 #: The producer's ``request.timeout.ms`` default: how long an acks=all answer waits when the request names none.
 DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
@@ -213,7 +216,8 @@ class DelayedOperations:
         replication = self.replication
         operation = DelayedProduce(response, waits, timeout_ms, scheduler.durable_end if flushed else None,
                                    scheduler.failure, None if replication is None else replication.high_watermark,
-                                   None if replication is None else replication.isr_short)
+                                   None if replication is None else replication.isr_short,
+                                   None if replication is None else replication.not_leader)
         answer = self.produces.try_complete_else_watch(operation)
         if isinstance(answer, Pending) and flushed:
             for _, partition_log, end in waits:

@@ -207,12 +207,14 @@ class DelayedProduce(DelayedOperation[ProduceResponse]):
     reach before the answer goes out; ``durable_end(log)`` and ``failure(log)`` say how far a log is on disk and why
     its flush failed (None: the answer does not wait for the disk); ``replicated_end(log)``: its high watermark
     (None for a log that is not replicated) and ``isr_short(log)``: why its ISR is below ``min.insync.replicas``
-    now (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), or None."""
+    now (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), or None; ``not_leader(log)``: why this broker no longer leads
+    the log's partition (NOT_LEADER_OR_FOLLOWER), or None."""
 
     def __init__(self, response: ProduceResponse, waits: Iterable[tuple[int, PartitionLog, int]], timeout_ms: int,
                  durable_end: Callable[[PartitionLog], int] | None, failure: Callable[[PartitionLog], str | None],
                  replicated_end: Callable[[PartitionLog], int | None] | None = None,
-                 isr_short: Callable[[PartitionLog], str | None] | None = None) -> None:
+                 isr_short: Callable[[PartitionLog], str | None] | None = None,
+                 not_leader: Callable[[PartitionLog], str | None] | None = None) -> None:
         self._waits = list(waits)
         super().__init__(((log.topic, log.partition) for _, log, _ in self._waits), timeout_ms)
         self.response = response
@@ -220,6 +222,7 @@ class DelayedProduce(DelayedOperation[ProduceResponse]):
         self._failure = failure
         self._replicated_end = replicated_end
         self._isr_short = isr_short
+        self._not_leader = not_leader
         self._failed: dict[int, tuple[int, str]] = {}
 
     def _reached(self, partition_log: PartitionLog, end: int) -> bool:
@@ -236,8 +239,13 @@ class DelayedProduce(DelayedOperation[ProduceResponse]):
         for wait in self._waits:
             position, partition_log, end = wait
             why = self._failure(partition_log) if self._durable_end is not None else None
+            moved = self._not_leader(partition_log) if self._not_leader is not None else None
             if why is not None:
                 self._failed[position] = (ErrorCode.KAFKA_STORAGE_ERROR, why)
+            elif moved is not None:
+                # Kafka's checkEnoughReplicasReachOffset: no longer the leader, the batch may be truncated away
+                # (as a follower, this log's high watermark follows the new leader's history, not this batch's).
+                self._failed[position] = (ErrorCode.NOT_LEADER_OR_FOLLOWER, moved)
             elif not self._reached(partition_log, end):
                 waiting.append(wait)
             elif self._isr_short is not None:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from idemcore.broker.cluster_config import FetcherSettings
 from idemcore.broker.partition import Partition
@@ -139,10 +139,7 @@ class ReplicaFetcher:
                 continue
             asked = {(p.topic, p.partition): (p.leader_epoch, p.log.log_end_offset) for p in ready}
             request = FetchRequest(
-                tuple(FetchPartition(p.topic, p.partition, p.log.log_end_offset, settings.max_bytes,
-                                     current_leader_epoch=p.leader_epoch,
-                                     last_fetched_epoch=p.log.epochs.latest_epoch,
-                                     log_start_offset=p.log.log_start_offset) for p in ready),
+                tuple(fetch_partition(p, settings.max_bytes) for p in ready),
                 max_bytes=settings.response_max_bytes, min_bytes=settings.min_bytes,
                 max_wait_ms=settings.max_wait_ms, replica_id=settings.broker_id)
             try:
@@ -174,55 +171,85 @@ class ReplicaFetcher:
                     self._delayed_until[key] = loop.time() + backoff
 
     def _process(self, partition: Partition, answer: FetchedPartition, retry_at: float) -> None:
-        replicas = self.manager.replicas
-        key = (partition.topic, partition.partition)
-        code = answer.error_code
-        changed = False
-        if code == ErrorCode.NONE:
-            if answer.diverging_epoch is not None:
-                changed = self._truncate_diverging(partition, *answer.diverging_epoch)
-            elif answer.records:
-                changed = replicas.append_as_follower(partition, answer.records) > 0
-            before = partition.high_watermark
-            partition.follower_high_watermark(answer.high_watermark)
-            changed = changed or partition.high_watermark != before
-        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            self._out_of_range(partition, answer)
-            changed = True
-        else:
-            # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, ...:
-            # the controller's word is on its way; ask again after the backoff.
-            log.info("%s: broker %d answered %s; fetching again after the backoff", partition.name,
-                     self.leader.broker_id, error_name(code))
-            self._delayed_until[key] = retry_at
-        if changed and self.manager.on_progress is not None:
+        outcome = process_fetched(self.manager.replicas, partition, answer, self.leader.broker_id)
+        if outcome.back_off:
+            self._delayed_until[(partition.topic, partition.partition)] = retry_at
+        if outcome.changed and self.manager.on_progress is not None:
             self.manager.on_progress(partition)
 
-    def _truncate_diverging(self, partition: Partition, leader_epoch: int, leader_end: int) -> bool:
-        """Truncate where this log leaves the leader's history (Kafka's ``getOffsetTruncationState``): to the
-        leader's end of that epoch when this log has the epoch too; to this log's end of its own largest epoch
-        below when it lacks it (KIP-279: the next round asks again with that epoch)."""
-        partition_log = partition.log
-        epoch, own_end = partition_log.epochs.end_offset_for(leader_epoch, partition_log.log_end_offset)
-        if epoch < 0:
-            target = min(leader_end, partition_log.log_end_offset)
-        elif epoch != leader_epoch:
-            target = min(own_end, partition_log.log_end_offset)
-        else:
-            target = min(leader_end, own_end, partition_log.log_end_offset)
-        log.info("%s: diverges from broker %d at epoch %d end %d; truncating to %d", partition.name,
-                 self.leader.broker_id, leader_epoch, leader_end, target)
-        return self.manager.replicas.truncate(partition, target)
 
-    def _out_of_range(self, partition: Partition, answer: FetchedPartition) -> None:
-        """Kafka's ``handleOutOfRangeError``: behind the leader's log start, start over there; ahead of the
-        leader's log (possible only after an unclean election), go back to the leader's high watermark."""
-        partition_log = partition.log
-        if answer.log_start_offset >= 0 and partition_log.log_end_offset < answer.log_start_offset:
-            log.warning("%s: behind broker %d's log start %d; starting over there", partition.name,
-                        self.leader.broker_id, answer.log_start_offset)
-            self.manager.replicas.start_at(partition, answer.log_start_offset)
-        elif answer.high_watermark >= 0:
-            log.warning("%s: ahead of broker %d's log; truncating to its high watermark %d", partition.name,
-                        self.leader.broker_id, answer.high_watermark)
-            self.manager.replicas.truncate(partition, answer.high_watermark)
+# --- the follower's rules, shared by the fetcher above and the simulation (idemcore/sim/cluster.py) ---------------
+
+
+class FetchOutcome(NamedTuple):
+    #: The partition changed: appended, truncated or moved its high watermark.
+    changed: bool
+    #: The leader answered an error: ask again only after ``replica.fetch.backoff.ms``.
+    back_off: bool
+
+
+def fetch_partition(partition: Partition, max_bytes: int) -> FetchPartition:
+    """What a follower asks of its leader for ``partition`` (Fetch v12+): from its log end, with the leader epoch
+    the controller gave it (a leader that moved on answers FENCED_LEADER_EPOCH) and the epoch of its last batch."""
+    partition_log = partition.log
+    return FetchPartition(partition.topic, partition.partition, partition_log.log_end_offset, max_bytes,
+                          current_leader_epoch=partition.leader_epoch,
+                          last_fetched_epoch=partition_log.epochs.latest_epoch,
+                          log_start_offset=partition_log.log_start_offset)
+
+
+def process_fetched(replicas: ReplicaManager, partition: Partition, answer: FetchedPartition,
+                    leader_id: int) -> FetchOutcome:
+    """Apply the leader's answer for one partition (Kafka's ``AbstractFetcherThread.processFetchRequest``):
+    batches appended as the leader stored them, a divergence truncated, an out-of-range offset handled, the
+    leader's high watermark taken."""
+    code = answer.error_code
+    changed = False
+    if code == ErrorCode.NONE:
+        if answer.diverging_epoch is not None:
+            changed = truncate_diverging(replicas, partition, *answer.diverging_epoch, leader_id=leader_id)
+        elif answer.records:
+            changed = replicas.append_as_follower(partition, answer.records) > 0
+        before = partition.high_watermark
+        partition.follower_high_watermark(answer.high_watermark)
+        return FetchOutcome(changed or partition.high_watermark != before, False)
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        out_of_range(replicas, partition, answer, leader_id)
+        return FetchOutcome(True, False)
+    # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, ...: the
+    # controller's word is on its way; ask again after the backoff.
+    log.info("%s: broker %d answered %s; fetching again after the backoff", partition.name, leader_id,
+             error_name(code))
+    return FetchOutcome(False, True)
+
+
+def truncate_diverging(replicas: ReplicaManager, partition: Partition, leader_epoch: int, leader_end: int, *,
+                       leader_id: int) -> bool:
+    """Truncate where this log leaves the leader's history (Kafka's ``getOffsetTruncationState``): to the
+    leader's end of that epoch when this log has the epoch too; to this log's end of its own largest epoch
+    below when it lacks it (KIP-279: the next round asks again with that epoch)."""
+    partition_log = partition.log
+    epoch, own_end = partition_log.epochs.end_offset_for(leader_epoch, partition_log.log_end_offset)
+    if epoch < 0:
+        target = min(leader_end, partition_log.log_end_offset)
+    elif epoch != leader_epoch:
+        target = min(own_end, partition_log.log_end_offset)
+    else:
+        target = min(leader_end, own_end, partition_log.log_end_offset)
+    log.info("%s: diverges from broker %d at epoch %d end %d; truncating to %d", partition.name, leader_id,
+             leader_epoch, leader_end, target)
+    return replicas.truncate(partition, target)
+
+
+def out_of_range(replicas: ReplicaManager, partition: Partition, answer: FetchedPartition, leader_id: int) -> None:
+    """Kafka's ``handleOutOfRangeError``: behind the leader's log start, start over there; ahead of the leader's
+    log (possible only after an unclean election), go back to the leader's high watermark."""
+    partition_log = partition.log
+    if answer.log_start_offset >= 0 and partition_log.log_end_offset < answer.log_start_offset:
+        log.warning("%s: behind broker %d's log start %d; starting over there", partition.name, leader_id,
+                    answer.log_start_offset)
+        replicas.start_at(partition, answer.log_start_offset)
+    elif answer.high_watermark >= 0:
+        log.warning("%s: ahead of broker %d's log; truncating to its high watermark %d", partition.name, leader_id,
+                    answer.high_watermark)
+        replicas.truncate(partition, answer.high_watermark)

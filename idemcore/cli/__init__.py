@@ -21,6 +21,8 @@ from idemcore.cli.options import (
     verbosity_options,
 )
 from idemcore.cli.serve import add_commands as add_serve_commands
+from idemcore.cli.simulate_cluster import add_options as add_cluster_simulation_options
+from idemcore.cli.simulate_cluster import run as run_cluster_simulation
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
 from idemcore.progress import bar as progress_bar
@@ -29,6 +31,14 @@ from idemcore.sim.network import CRASH_KINDS
 
 def run_simulate(args: argparse.Namespace) -> int:
     from idemcore.sim import Faults, simulate
+
+    if args.cluster:
+        if args.transactional:
+            raise ValueError("--cluster does not go with --transactional (the cluster simulation runs idempotent "
+                             "producers)")
+        return run_cluster_simulation(args)
+    args.producers = args.producers or 8
+    args.partitions = args.partitions or 16
 
     if args.no_transactions and not args.transactional:
         raise ValueError("--no-transactions goes with --transactional (the same application without transactions)")
@@ -131,10 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "in send order. With --transactional, run a read-process-write application instead (consume "
                     "read_committed, produce, commit offsets in the transaction) and check its output "
                     "read_committed. Exit status 1 if an idempotent or transactional run breaks exactly-once.")
-    sim.add_argument("--producers", type=positive, default=8, help="producers (default 8)")
-    sim.add_argument("--partitions", type=positive, default=16, help="partitions (default 16)")
+    sim.add_argument("--producers", type=positive, default=None, help="producers (default 8; --cluster: 3)")
+    sim.add_argument("--partitions", type=positive, default=None, help="partitions (default 16; --cluster: 3)")
     sim.add_argument("--records", type=positive, default=None,
-                     help="records in all (default 1,000,000; --transactional: 20,000 input records)")
+                     help="records in all (default 1,000,000; --transactional: 20,000 input records; --cluster: "
+                          "1,500 per seed)")
     sim.add_argument("--drop-request", type=probability, default=0.02, help="request loss (default 0.02)")
     sim.add_argument("--drop-response", type=probability, default=0.05, help="response loss (default 0.05)")
     sim.add_argument("--reorder", type=probability, default=0.05,
@@ -175,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "again (default 0.02)")
     sim.add_argument("--backend", default=None, choices=BACKEND_CHOICES, help=BACKEND_HELP)
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_cluster_simulation_options(sim)
     sim.set_defaults(run=run_simulate)
 
     add_commands(commands, common)

@@ -245,33 +245,13 @@ class SimulatedNetwork:
                                           connection, request, response))
 
     def _crash(self, broker: Broker, torn: int | None, torn_from: int = 0) -> None:
-        """The broker (``self.broker``) dies: ``torn`` (a log's number) was being written; its last frame is cut
-        at a random byte. A machine crash also takes back from every log what was not fsync'd."""
+        """The broker (``self.broker``) dies: :func:`crash_broker`."""
         self.stats.crashes += 1
         self._written_since_crash = 0
-        logs = broker.logs()
-        paths = [(partition_log.path, partition_log.last_append_position, partition_log.synced_bytes)
-                 for partition_log in logs]
-        broker.kill()
+        torn_writes, lost = crash_broker(broker, self.rng, torn, torn_from, machine=self.faults.crash_kind == "machine")
+        self.stats.torn_writes += torn_writes
+        self.stats.bytes_lost += lost
         self.broker = None
-        for k, (path, last_frame, synced) in enumerate(paths):
-            if path is None:
-                continue
-            size = keep = path.stat().st_size
-            if k == torn and size > last_frame:
-                keep = last_frame + int(self.rng.integers(0, size - last_frame))
-                self.stats.torn_writes += 1
-                # Killed mid-write: the broker had not yet recorded this write's end.
-                rewind_written_end(path.parent.parent, logs[k].name, torn_from)
-            if self.faults.crash_kind == "machine" and keep > synced:
-                # The OS had written back some of the page cache, a prefix of what was not fsync'd.
-                keep = synced + int(self.rng.integers(0, keep - synced + 1))
-            if keep < size:
-                os.truncate(path, keep)
-                self.stats.bytes_lost += size - keep
-        if self.faults.crash_kind == "machine" and paths and paths[0][0] is not None:
-            # A reboot: what the broker had written in the old boot is no longer known to be in the OS.
-            (paths[0][0].parent.parent / WRITTEN_ENDS).unlink(missing_ok=True)
         self._events = [e for e in self._events if e[2] == "request"]  # answers of a dead broker never come
         heapq.heapify(self._events)
         self._restart_at = self.now + max(1, self.faults.restart_ms)
@@ -283,6 +263,37 @@ class SimulatedNetwork:
 
 def _log_ends(broker: Broker) -> list[int]:
     return [partition_log.log_end_offset for partition_log in broker.logs()]
+
+
+def crash_broker(broker: Broker, rng: np.random.Generator, torn: int | None, torn_from: int = 0, *,
+                 machine: bool = False) -> tuple[int, int]:
+    """Kill ``broker`` as its process (or machine) dies: ``torn`` (the number of a log in ``broker.logs()``) was
+    being written from its end ``torn_from``: its last frame is cut at a random byte. A machine crash also takes
+    back from every log what was not fsync'd (a random part of it). Returns (torn writes, bytes taken back)."""
+    torn_writes = bytes_lost = 0
+    logs = broker.logs()
+    paths = [(partition_log.path, partition_log.last_append_position, partition_log.synced_bytes)
+             for partition_log in logs]
+    broker.kill()
+    for k, (path, last_frame, synced) in enumerate(paths):
+        if path is None:
+            continue
+        size = keep = path.stat().st_size
+        if k == torn and size > last_frame:
+            keep = last_frame + int(rng.integers(0, size - last_frame))
+            torn_writes += 1
+            # Killed mid-write: the broker had not yet recorded this write's end.
+            rewind_written_end(path.parent.parent, logs[k].name, torn_from)
+        if machine and keep > synced:
+            # The OS had written back some of the page cache, a prefix of what was not fsync'd.
+            keep = synced + int(rng.integers(0, keep - synced + 1))
+        if keep < size:
+            os.truncate(path, keep)
+            bytes_lost += size - keep
+    if machine and paths and paths[0][0] is not None:
+        # A reboot: what the broker had written in the old boot is no longer known to be in the OS.
+        (paths[0][0].parent.parent / WRITTEN_ENDS).unlink(missing_ok=True)
+    return torn_writes, bytes_lost
 
 
 def _coordinated(request: Request) -> bool:
@@ -324,4 +335,4 @@ def _error_response(request: ProduceRequest, error_code: int) -> ProduceResponse
         PartitionResponse(b.topic, b.partition, error_code) for b in request.batches))
 
 
-__all__ = ["CRASH_KINDS", "Faults", "NetworkStats", "NoProgressError", "SimulatedNetwork"]
+__all__ = ["CRASH_KINDS", "Faults", "NetworkStats", "NoProgressError", "SimulatedNetwork", "crash_broker"]

@@ -650,13 +650,17 @@ class PartitionLog:
         markers at or past it, producer-state snapshots past it, leader epochs starting at or past it, and the
         open transactions that began at or past it (the caller reloads the producer state:
         :func:`idemcore.broker.recovery.reload_partition_state`). Below the first segment the log is truncated
-        whole (:meth:`truncate_fully_and_start_at`). Durable before it returns (when the log fsyncs). False, and
-        nothing done, when ``offset`` is at or past the log end."""
+        whole (:meth:`truncate_fully_and_start_at`). Durable before it returns (when the log fsyncs). False when
+        ``offset`` is at or past the log end: only leader epochs starting at the log end go."""
         if type(offset) is not int or offset < 0:
             raise ValueError(f"{self.name}: cannot truncate to offset {offset!r}")
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
         if offset >= self.log_end_offset:
+            # As Kafka's truncateTo: a leader epoch this broker began at the log end as leader, before another was
+            # elected and without appending, goes anyway (else the follower's last fetched epoch keeps naming it and
+            # the leader keeps answering the same divergence).
+            self.epochs.truncate_from_end(self.log_end_offset)
             return False
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
