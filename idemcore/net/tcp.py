@@ -722,7 +722,10 @@ class TcpTransport:
                 self._brokers = dict(fresh.brokers)
             if fresh.controller_id >= 0:
                 self._controller = fresh.controller_id
-            self._topics.update(fresh.topics)  # a topic still without leaders is asked again by who needs it
+            # A topic still without leaders is asked again by who needs it; a partition answered with an older
+            # leader epoch than known keeps the newer leader (KIP-320).
+            self._topics.update({name: leaders.newer_of(self._topics.get(name))
+                                 for name, leaders in fresh.topics.items()})
 
         def lost(why: str) -> None:
             self._metadata_inflight = False

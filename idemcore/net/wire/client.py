@@ -255,6 +255,20 @@ class TopicLeaders:
     error_code: int
     leaders: tuple[int, ...]
     is_internal: bool = False
+    #: Each partition's leader epoch (KIP-320; -1: the broker does not say), by partition number.
+    leader_epochs: tuple[int, ...] = ()
+
+    def newer_of(self, known: TopicLeaders | None) -> TopicLeaders:
+        """This answer, except that a partition whose leader epoch is older than ``known``'s keeps ``known``'s
+        leader (KIP-320: a broker with stale metadata must not send a client back to a deposed leader)."""
+        if known is None or len(known.leaders) != len(self.leaders) or not known.leader_epochs \
+                or len(self.leader_epochs) != len(self.leaders):
+            return self
+        leaders, epochs = list(self.leaders), list(self.leader_epochs)
+        for p, (old, new) in enumerate(zip(known.leader_epochs, self.leader_epochs, strict=True)):
+            if 0 <= new < old:  # -1: this broker does not say, its answer stands
+                leaders[p], epochs[p] = known.leaders[p], old
+        return TopicLeaders(self.name, self.error_code, tuple(leaders), self.is_internal, tuple(epochs))
 
 
 @dataclass(slots=True, frozen=True)
@@ -283,12 +297,14 @@ def cluster_metadata(body: Any) -> ClusterMetadata:
         if t.name is None:
             continue
         leaders = [-1] * len(t.partitions)
+        epochs = [-1] * len(t.partitions)
         for p in t.partitions:
             index = int(p.partition_index)
             if 0 <= index < len(leaders):
                 leaders[index] = int(p.leader_id)
+                epochs[index] = int(getattr(p, "leader_epoch", -1))
         topics[str(t.name)] = TopicLeaders(str(t.name), int(t.error_code), tuple(leaders),
-                                           bool(getattr(t, "is_internal", False)))
+                                           bool(getattr(t, "is_internal", False)), tuple(epochs))
     return ClusterMetadata(brokers, int(getattr(body, "controller_id", -1)), topics)
 
 
