@@ -13,6 +13,6 @@ def test_a_partition_answered_with_an_older_leader_epoch_keeps_the_newer_leader(
 
 def test_answers_without_epochs_or_of_another_shape_replace_what_is_known() -> None:
     known = TopicLeaders("t", 0, (1, 2), leader_epochs=(4, 7))
-    assert TopicLeaders("t", 0, (3, 3), leader_epochs=(-1, -1)).newer_of(known).leaders == (3, 2)
+    assert TopicLeaders("t", 0, (3, 3), leader_epochs=(-1, -1)).newer_of(known).leaders == (3, 3)
     assert TopicLeaders("t", 0, (3, 3, 3)).newer_of(known).leaders == (3, 3, 3)  # partitions were added
     assert TopicLeaders("t", 0, (5,), leader_epochs=(1,)).newer_of(None).leaders == (5,)
