@@ -6,12 +6,16 @@ with every broker running and every replica in sync."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import threading
 import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from idemcore.broker.coordinator.partitioning import coordinator_partition
 
 from .cluster_harness import cluster_fixture, needs_zookeeper
 from .replication_checks import (
@@ -88,3 +92,227 @@ def test_idempotent_producer_across_a_sigkill_of_the_leader_writes_each_acked_re
     epochs = sorted({batch.leader_epoch for batch in batches})
     assert len(epochs) >= 2, epochs  # batches of the first leader and of its successor
     assert new_leader != leader
+
+
+# ---------------------------------------------------------------- transactions across broker restarts
+
+
+def _retrying(what: str, action, attempts: int = 10) -> None:
+    """``action()`` again while librdkafka says its error is retriable (a coordinator or leader moving)."""
+    for _ in range(attempts):
+        try:
+            action()
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            time.sleep(0.5)
+    raise AssertionError(f"{what}: still retriable after {attempts} attempts")
+
+
+class _Bouncer(threading.Thread):
+    """SIGKILLs each broker in turn, starts it again and waits until every replica is back in sync."""
+
+    def __init__(self, cluster, pause_s: float = 1.5) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.pause_s = cluster, pause_s
+        self.error: BaseException | None = None
+        self.down: int | None = None  # the broker down right now
+
+    def run(self) -> None:
+        try:
+            client = admin(self.cluster)
+            for n in self.cluster.broker_ids:
+                time.sleep(self.pause_s)
+                self.down = n
+                self.cluster.kill(n, signal.SIGKILL)
+                time.sleep(self.pause_s)
+                self.cluster.start(n)
+                self.down = None
+                wait_in_sync(client)
+        except BaseException as error:  # the test's thread raises it
+            self.error = error
+
+
+def test_consume_transform_produce_while_brokers_restart_one_at_a_time_yields_each_input_once(cluster, client):
+    create_topic(client, "ctp-in", 2, 3)
+    create_topic(client, "ctp-out", 2, 3)
+    inputs = 600
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, **QUIET})
+    for i in range(inputs):
+        feeder.produce("ctp-in", value=f"in-{i}".encode(), partition=i % 2)
+    assert feeder.flush(30) == 0
+    ends = {p: high_watermark(cluster.bootstrap_servers, "ctp-in", p) for p in (0, 1)}
+    assert sum(ends.values()) == inputs
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "ctp",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", **QUIET})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "ctp-1", **QUIET})
+    bouncer = _Bouncer(cluster)
+    committed = {0: 0, 1: 0}
+    commits = aborts = commits_while_down = 0
+
+    def rewind() -> None:
+        """Back to the group's committed offsets (what the aborted transaction read is read again)."""
+        offsets = consumer.committed([TopicPartition("ctp-in", p) for p in (0, 1)], timeout=30)
+        consumer.assign([TopicPartition("ctp-in", tp.partition, max(tp.offset, 0)) for tp in offsets])
+
+    try:
+        _retrying("init_transactions", lambda: producer.init_transactions(30))
+        consumer.assign([TopicPartition("ctp-in", p, 0) for p in (0, 1)])
+        bouncer.start()
+        deadline = time.monotonic() + 240
+        while committed != ends or bouncer.is_alive():
+            assert time.monotonic() < deadline, f"committed {committed} of {ends} in 240 s"
+            if bouncer.is_alive():
+                time.sleep(0.1)  # paced, so transactions run across every restart
+            messages = [m for m in consumer.consume(5, 1) if m.error() is None]
+            if not messages:
+                continue
+            positions = {m.partition(): m.offset() + 1 for m in messages}
+            down = bouncer.down
+            try:
+                producer.begin_transaction()
+                for m in messages:
+                    producer.produce("ctp-out", value=m.value() + b"-out", partition=m.partition())
+                producer.send_offsets_to_transaction(
+                    [TopicPartition("ctp-in", p, offset) for p, offset in positions.items()],
+                    consumer.consumer_group_metadata(), 30)
+                _retrying("commit_transaction", lambda: producer.commit_transaction(30))
+            except KafkaException as exc:
+                if not exc.args[0].txn_requires_abort():
+                    raise
+                _retrying("abort_transaction", lambda: producer.abort_transaction(30))
+                aborts += 1
+                rewind()
+                continue
+            committed.update(positions)
+            commits += 1
+            commits_while_down += down is not None
+        bouncer.join(1)
+        if bouncer.error is not None:
+            raise bouncer.error
+    finally:
+        consumer.close()
+
+    assert commits_while_down > 0, (commits, aborts)
+    outputs: list[bytes] = []
+    for p in (0, 1):
+        end = high_watermark(cluster.bootstrap_servers, "ctp-out", p, "read_committed")
+        outputs += [value for _, value in read_partition(cluster.bootstrap_servers, "ctp-out", p, end,
+                                                         isolation="read_committed")]
+    seen = Counter(outputs)
+    assert sorted(seen) == sorted(f"in-{i}-out".encode() for i in range(inputs))
+    assert [value for value, count in seen.items() if count > 1] == []
+
+
+# ---------------------------------------------------------------- a group's coordinator dies
+
+
+def test_a_group_moves_to_its_offsets_partitions_new_leader_and_keeps_its_committed_offset(cluster, client):
+    create_topic(client, "grp", 1, 3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", **QUIET})
+    for i in range(100):
+        producer.produce("grp", value=str(i).encode(), partition=0)
+    assert producer.flush(30) == 0
+    offsets_partition = coordinator_partition("grp-group", 50)
+    coordinator = wait_leader(client, "__consumer_offsets", offsets_partition).leader
+
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "grp-group", "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "session.timeout.ms": 6000, **QUIET}
+    first = Consumer(settings)
+    try:
+        first.subscribe(["grp"])
+        read = _poll_values(first, 40)
+        assert read == [str(i).encode() for i in range(40)]
+        first.commit(offsets=[TopicPartition("grp", 0, 40)], asynchronous=False)
+    finally:
+        first.close()
+
+    cluster.kill(coordinator, signal.SIGKILL)
+    successor = wait_leader(client, "__consumer_offsets", offsets_partition, not_on=[coordinator]).leader
+    second = Consumer(settings)
+    try:
+        committed = second.committed([TopicPartition("grp", 0)], timeout=60)
+        assert committed[0].offset == 40
+        second.subscribe(["grp"])
+        assert _poll_values(second, 60) == [str(i).encode() for i in range(40, 100)]
+    finally:
+        second.close()
+    assert successor != coordinator
+
+
+def _poll_values(consumer: Consumer, count: int, timeout_s: float = 60) -> list[bytes]:
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count:
+        assert time.monotonic() < deadline, f"read {len(values)} of {count} records in {timeout_s:g} s"
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    return values
+
+
+# ---------------------------------------------------------------- the Python clients
+
+
+def test_kafka_python_produces_with_acks_all_and_consumes_from_each_partitions_leader(cluster, client):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaPartition
+
+    create_topic(client, "kp", 3, 3)
+    leaders = {partition_state(client, "kp", p).leader for p in range(3)}
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", max_block_ms=30_000)
+    try:
+        sent = {(m.partition, m.offset) for m in
+                (producer.send("kp", f"kp-{i}".encode(), partition=i % 3).get(30) for i in range(30))}
+    finally:
+        producer.close(10)
+    assert sent == {(p, offset) for p in range(3) for offset in range(10)}
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False,
+                             request_timeout_ms=30_000)
+    try:
+        consumer.assign([KafkaPartition("kp", p) for p in range(3)])
+        consumer.seek_to_beginning()
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 30 and time.monotonic() < deadline:
+            for records in consumer.poll(1000).values():
+                got += [record.value for record in records]
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"kp-{i}".encode() for i in range(30))
+    assert len(leaders) > 1  # the partitions are led by different brokers: the clients followed Metadata
+
+
+def test_aiokafka_produces_with_acks_all_and_consumes(cluster, client):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioPartition
+
+    create_topic(client, "aio", 3, 3)
+
+    async def round_trip() -> tuple[set[tuple[int, int]], list[bytes]]:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            sent = {(m.partition, m.offset) for m in
+                    [await producer.send_and_wait("aio", f"aio-{i}".encode(), partition=i % 3) for i in range(30)]}
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([AioPartition("aio", p) for p in range(3)])
+            got: list[bytes] = []
+            while len(got) < 30:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    got += [record.value for record in records]
+        finally:
+            await consumer.stop()
+        return sent, got
+
+    sent, got = asyncio.run(asyncio.wait_for(round_trip(), 90))
+    assert sent == {(p, offset) for p in range(3) for offset in range(10)}
+    assert sorted(got) == sorted(f"aio-{i}".encode() for i in range(30))
