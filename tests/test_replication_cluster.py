@@ -111,11 +111,12 @@ def _retrying(what: str, action, attempts: int = 10) -> None:
 
 
 class _Bouncer(threading.Thread):
-    """SIGKILLs each broker in turn, starts it again and waits until every replica is back in sync."""
+    """SIGKILLs each broker in turn, starts it again ``down_s`` later (past the ZooKeeper session, so its
+    partitions get new leaders meanwhile) and waits until every replica is back in sync."""
 
-    def __init__(self, cluster, pause_s: float = 1.5) -> None:
+    def __init__(self, cluster, down_s: float = 8.0) -> None:
         super().__init__(daemon=True)
-        self.cluster, self.pause_s = cluster, pause_s
+        self.cluster, self.down_s = cluster, down_s
         self.error: BaseException | None = None
         self.down: int | None = None  # the broker down right now
 
@@ -123,10 +124,10 @@ class _Bouncer(threading.Thread):
         try:
             client = admin(self.cluster)
             for n in self.cluster.broker_ids:
-                time.sleep(self.pause_s)
+                time.sleep(1)
                 self.down = n
                 self.cluster.kill(n, signal.SIGKILL)
-                time.sleep(self.pause_s)
+                time.sleep(self.down_s)
                 self.cluster.start(n)
                 self.down = None
                 wait_in_sync(client)
@@ -166,7 +167,7 @@ def test_consume_transform_produce_while_brokers_restart_one_at_a_time_yields_ea
         while committed != ends or bouncer.is_alive():
             assert time.monotonic() < deadline, f"committed {committed} of {ends} in 240 s"
             if bouncer.is_alive():
-                time.sleep(0.1)  # paced, so transactions run across every restart
+                time.sleep(0.4)  # paced, so transactions run across every restart
             messages = [m for m in consumer.consume(5, 1) if m.error() is None]
             if not messages:
                 continue
