@@ -48,8 +48,9 @@ def create_topic(client: AdminClient, name: str, partitions: int = 1, replicatio
                  assignment: list[list[int]] | None = None, config: Mapping[str, str] | None = None) -> None:
     """Create ``name`` (``assignment``: the replicas of each partition, leader first) and wait until every
     partition has a leader and its full ISR."""
-    topic = (NewTopic(name, replica_assignment=assignment, config=dict(config or {})) if assignment else
-             NewTopic(name, partitions, replication_factor, config=dict(config or {})))
+    configs = dict(config or {})
+    topic = (NewTopic(name, len(assignment), replica_assignment=assignment, config=configs) if assignment else
+             NewTopic(name, partitions, replication_factor, config=configs))
     for future in client.create_topics([topic], operation_timeout=30).values():
         future.result(60)
     wait_in_sync(client, [name])
