@@ -350,7 +350,7 @@ def _two_replicas(client, topic: str, config: dict[str, str]) -> tuple[int, int]
     """Create ``topic`` with one partition on two of the three brokers; its leader and its follower."""
     create_topic(client, topic, 1, 2, config=config)
     state = partition_state(client, topic)
-    assert len(state.replicas) == 2 and state.leader in state.replicas
+    assert state is not None and len(state.replicas) == 2 and state.leader in state.replicas
     return state.leader, next(n for n in state.replicas if n != state.leader)
 
 
