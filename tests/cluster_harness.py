@@ -17,28 +17,24 @@ from typing import Any, Literal
 
 import pytest
 
-from idemcore.broker.config_keys import KEYS
 from idemcore.cluster import LocalCluster
 from idemcore.zookeeper_server import missing_prerequisite
 
 #: Skip a module without ZooKeeper's prerequisites (the reason says what to install).
 needs_zookeeper = pytest.mark.skipif(missing_prerequisite() is not None, reason=str(missing_prerequisite()))
-#: While brokers refuse more than one replica, the cluster's factors are set back to 1 (they follow the broker's
-#: own limits, so this empties itself once those are lifted).
-ALONE = {key: "1" for key in ("default.replication.factor", "min.insync.replicas") if KEYS[key].high == 1}
-#: Whether readiness includes the /brokers/ids/N znode: not until the broker registers in ZooKeeper.
-WAIT_REGISTERED = False
+#: Whether readiness includes the /brokers/ids/N znode (brokers register in ZooKeeper).
+WAIT_REGISTERED = True
 
 
 def cluster_fixture(brokers: int, scope: Literal["session", "package", "module"] = "module",
                     overrides: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
     """A pytest fixture (assign it to a module-level name) yielding a started LocalCluster of ``brokers``, stopped
-    after its scope; ``overrides`` over :data:`ALONE`; ``kwargs`` to LocalCluster."""
+    after its scope; ``overrides`` over the recommended settings; ``kwargs`` to LocalCluster."""
 
     @pytest.fixture(scope=scope)
     def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         kwargs.setdefault("wait_registered", WAIT_REGISTERED)
-        with LocalCluster(brokers, tmp_path_factory.mktemp("cluster"), overrides={**ALONE, **(overrides or {})},
+        with LocalCluster(brokers, tmp_path_factory.mktemp("cluster"), overrides=overrides,
                           **kwargs) as started:
             yield started
 

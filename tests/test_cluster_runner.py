@@ -17,7 +17,6 @@ from idemcore.cluster import ClusterError, LocalCluster, answers_api_versions, r
 from idemcore.interrupts import deferred_interrupts
 
 from .cluster_harness import (
-    ALONE,
     WAIT_REGISTERED,
     alive,
     children,
@@ -38,7 +37,7 @@ def test_every_broker_answers_with_its_own_id_port_directory_and_the_cluster_set
     ports = [cluster.broker(n).port for n in range(3)]
     assert len(set(ports)) == 3
     assert cluster.bootstrap_servers == ",".join(f"127.0.0.1:{port}" for port in ports)
-    settings = {**recommended_settings(3, 6000), **ALONE}
+    settings = recommended_settings(3, 6000)
     assert recommended_settings(3, 6000)["default.replication.factor"] == "3"
     assert recommended_settings(2, 6000)["min.insync.replicas"] == "2"
     assert recommended_settings(1, 6000)["transaction.state.log.min.isr"] == "1"
@@ -144,10 +143,6 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _overrides() -> list[str]:
-    return [arg for key, value in ALONE.items() for arg in ("--override", f"{key}={value}")]
-
-
 def _registration() -> list[str]:
     return [] if WAIT_REGISTERED else ["--no-registration-check"]
 
@@ -170,7 +165,7 @@ def _read_until_table(process: subprocess.Popen[str], brokers: int) -> list[str]
 
 def test_the_command_prints_bootstrap_servers_and_stops_every_child_on_sigterm(cluster, tmp_path):
     hosts = f"{cluster.zookeeper_hosts}/cli-{os.getpid()}"
-    process = _cli("--brokers", "2", "--data-dir", str(tmp_path), "--zookeeper", hosts, *_overrides(),
+    process = _cli("--brokers", "2", "--data-dir", str(tmp_path), "--zookeeper", hosts,
                    *_registration())
     try:
         lines = _read_until_table(process, 2)
@@ -197,7 +192,7 @@ def test_the_command_prints_bootstrap_servers_and_stops_every_child_on_sigterm(c
 
 def test_a_signal_while_starting_stops_what_was_started(cluster, tmp_path):
     process = _cli("--brokers", "2", "--data-dir", str(tmp_path), "--zookeeper", cluster.zookeeper_hosts,
-                   *_overrides(), *_registration())
+                   *_registration())
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S  # its handlers are set before the first broker starts
         while not (tmp_path / "broker-0" / "serve.log").exists() and time.monotonic() < deadline:
@@ -215,7 +210,7 @@ def test_a_signal_while_starting_stops_what_was_started(cluster, tmp_path):
 
 def test_a_broker_dying_while_starting_is_one_line_naming_its_log_and_exit_1(cluster, tmp_path):
     process = _cli("--brokers", "2", "--data-dir", str(tmp_path), "--zookeeper", cluster.zookeeper_hosts,
-                   "--override", "log.segment.bytes=1", *_overrides(), *_registration())
+                   "--override", "log.segment.bytes=1", *_registration())
     out, err = process.communicate(timeout=CLI_TIMEOUT_S)
     assert process.returncode == 1 and out == ""
     assert len(err.splitlines()) == 1, err

@@ -246,7 +246,9 @@ class ClusterMember:
         config = self.broker.topic_catalog.configs.get(topic)
         if config is not None:
             return bool(config.unclean_leader_election_enable)
-        return self.config.unclean_leader_election
+        # A topic this broker holds no replica of: its overrides in ZooKeeper, as Kafka's controller reads them.
+        value = self.zk.topic_config(topic).get("unclean.leader.election.enable") if self.zk is not None else None
+        return self.config.unclean_leader_election if value is None else value.strip().lower() == "true"
 
     # --- controller requests ----------------------------------------------------------------------------------
 
