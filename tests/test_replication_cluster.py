@@ -354,9 +354,6 @@ def _two_replicas(client, topic: str, config: dict[str, str]) -> tuple[int, int]
     return state.leader, next(n for n in state.replicas if n != state.leader)
 
 
-@pytest.mark.xfail(strict=True, reason="CreateTopics drops a request's replica assignment: NewTopic "
-                   "(idemcore/net/messages.py) has no field for it, net/wire/metadata.py does not read it, and "
-                   "cluster_member.create_topics always calls assign_replicas")
 def test_create_topics_places_replicas_where_the_request_assigns_them(cluster, client):
     create_topic(client, "assigned", assignment=[[2, 0]])
     assert partition_state(client, "assigned").replicas == (2, 0)

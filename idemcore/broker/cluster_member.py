@@ -406,6 +406,12 @@ class ClusterMember:
     def _create(self, topic: NewTopic, validate_only: bool) -> CreatedTopic:
         name, count, factor = topic.name, topic.partitions, topic.replication_factor
         catalog = self.broker.topic_catalog
+        given = dict(topic.assignments) if topic.assignments else None
+        if given is not None:  # Kafka's ZkAdminManager: counts come from the assignment, which must be whole
+            if count != -1 or factor != -1:
+                return CreatedTopic(str(name), ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor "
+                                    "and replicasAssignments were set. Both cannot be used at the same time.")
+            count, factor = len(given), len(next(iter(given.values())))
         if count == -1:
             count = catalog.default_partitions
         if factor == -1:
@@ -427,19 +433,25 @@ class ClusterMember:
         except ValueError as error:
             code = ErrorCode.INVALID_TOPIC_EXCEPTION if "name" in str(error) else ErrorCode.INVALID_CONFIG
             return CreatedTopic(name, code, str(error))
-        return self._make(name, count, factor, configs, validate_only)
+        return self._make(name, count, factor, configs, validate_only, given)
 
     def _make(self, name: str, count: int, factor: object, configs: dict[str, str],
-              validate_only: bool) -> CreatedTopic:
+              validate_only: bool, given: dict[int, tuple[int, ...]] | None = None) -> CreatedTopic:
         try:  # the brokers registered now, as Kafka's AdminZkClient reads them (the cache may lag behind)
             live = sorted(self.zk.live_brokers()) if self.zk is not None else []
         except Exception as error:
             return CreatedTopic(name, ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r}: ZooKeeper unreachable: {error}")
         live = live or sorted(self.metadata.brokers) or [self.broker_id]
-        try:
-            assignment = assign_replicas(live, count, factor)  # type: ignore[arg-type]
-        except AssignmentError as error:
-            return CreatedTopic(name, error.error_code, str(error))
+        if given is not None:
+            problem = _assignment_problem(given, live)
+            if problem is not None:
+                return CreatedTopic(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+            assignment = {p: list(replicas) for p, replicas in given.items()}
+        else:
+            try:
+                assignment = assign_replicas(live, count, factor)  # type: ignore[arg-type]
+            except AssignmentError as error:
+                return CreatedTopic(name, error.error_code, str(error))
         if validate_only:
             return CreatedTopic(name, ErrorCode.NONE, None, count)
         assert self.zk is not None
@@ -520,6 +532,23 @@ class ClusterMember:
             else:
                 still.append((ready, complete, deadline))
         self._waiting = still
+
+
+def _assignment_problem(given: dict[int, tuple[int, ...]], live: list[int]) -> str | None:
+    """Why a client's replica assignment cannot be used (Kafka's ``AdminZkClient.validateTopicCreate``): partitions
+    0..n-1, each with as many distinct replicas as the first, on registered brokers."""
+    if sorted(given) != list(range(len(given))):
+        return f"partitions {sorted(given)} are not numbered from 0 without gaps"
+    factor = len(given[0])
+    for partition, replicas in sorted(given.items()):
+        if not replicas or len(replicas) != factor:
+            return f"partition {partition} has {len(replicas)} replicas, partition 0 has {factor}"
+        if len(set(replicas)) != len(replicas):
+            return f"partition {partition} names a broker twice: {list(replicas)}"
+        unknown = sorted(set(replicas) - set(live))
+        if unknown:
+            return f"partition {partition} names brokers {unknown}, which are not registered"
+    return None
 
 
 class PartitionReplication:

@@ -74,6 +74,17 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
             describe: Callable[[TopicConfig], tuple[DescribedConfig, ...]] | None) -> CreatedTopic:
     """Make one topic (or only check it): its result, with Kafka's error code for what is wrong."""
     name, count = topic.name, topic.partitions
+    if topic.assignments:  # a client's replica assignment: one broker can only hold every partition itself
+        if count != -1 or topic.replication_factor != -1:
+            return CreatedTopic(str(name), ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                                "replicasAssignments were set. Both cannot be used at the same time.")
+        assigned = dict(topic.assignments)
+        if sorted(assigned) != list(range(len(assigned))) or any(
+                tuple(replicas) != (catalog.broker_id,) for replicas in assigned.values()):
+            return CreatedTopic(str(name), ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                f"topic {name!r}: replicas {dict(sorted(assigned.items()))}: this broker alone "
+                                f"(id {catalog.broker_id}) holds every partition, partitions numbered from 0")
+        count = len(assigned)
     if count == -1:
         count = catalog.default_partitions
     if type(name) is not str or name in INTERNAL_TOPICS:

@@ -451,12 +451,14 @@ class MetadataResponse:
 @dataclass(slots=True, frozen=True)
 class NewTopic:
     """A topic to make: ``partitions`` -1 takes the broker's default; ``configs`` are Kafka's topic configs as
-    the wire carries them (strings); ``replication_factor`` -1 takes the broker's default (one broker: 1)."""
+    the wire carries them (strings); ``replication_factor`` -1 takes the broker's default (one broker: 1);
+    ``assignments``: each partition's replicas by broker id, chosen by the client (then both counts are -1)."""
 
     name: str
     partitions: int = -1
     configs: tuple[tuple[str, str | None], ...] = ()
     replication_factor: int = -1
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

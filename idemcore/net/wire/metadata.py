@@ -73,7 +73,9 @@ def _create_to_message(ctx: WireContext, version: int, correlation_id: int,
                        body: Any) -> tuple[CreateTopicsRequest, Any]:
     topics = tuple(NewTopic(str(t.name), int(t.num_partitions),
                             tuple((str(c.name), None if c.value is None else str(c.value)) for c in t.configs),
-                            int(t.replication_factor))
+                            int(t.replication_factor),
+                            tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids))
+                                  for a in getattr(t, "assignments", ())))
                    for t in body.topics)
     return CreateTopicsRequest(topics, bool(getattr(body, "validate_only", False)), correlation_id), None
 
