@@ -18,10 +18,7 @@ from typing import Any, Literal
 import pytest
 
 from idemcore.cluster import LocalCluster
-from idemcore.zookeeper_server import missing_prerequisite
 
-#: Skip a module without ZooKeeper's prerequisites (the reason says what to install).
-needs_zookeeper = pytest.mark.skipif(missing_prerequisite() is not None, reason=str(missing_prerequisite()))
 #: Whether readiness includes the /brokers/ids/N znode (brokers register in ZooKeeper).
 WAIT_REGISTERED = True
 

@@ -22,12 +22,10 @@ from .cluster_harness import (
     children,
     cluster_fixture,
     cmdline,
-    needs_zookeeper,
     running_over,
     wait_gone,
 )
 
-pytestmark = needs_zookeeper
 CLI_TIMEOUT_S = 90
 
 cluster = cluster_fixture(3)

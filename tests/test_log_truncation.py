@@ -18,6 +18,7 @@ from idemcore.broker.log_manager import LogManager
 from idemcore.broker.topic_config import TopicConfig
 from idemcore.protocol.codes import ControlType
 from idemcore.record.batch import RecordBatch
+from idemcore.record.kafka_files import encode_snapshot
 
 SETTINGS = {"segment_bytes": 700, "index_interval_bytes": 150}
 CONFIG = TopicConfig(segment_bytes=700, index_interval_bytes=150)
@@ -26,6 +27,10 @@ CONFIG = TopicConfig(segment_bytes=700, index_interval_bytes=150)
 def batch(values: list[bytes], pid: int, sequence: int, *, transactional: bool = False) -> RecordBatch:
     return RecordBatch("t", 0, values, None, producer_id=pid, producer_epoch=0, base_sequence=sequence,
                        max_timestamp=1_000 + sequence * 7 % 50, is_transactional=transactional)
+
+
+#: A valid snapshot of no producers (Kafka's format: a loader reading one of these finds it whole).
+EMPTY_SNAPSHOT = encode_snapshot(())
 
 
 def fill(log: PartitionLog) -> None:
@@ -41,7 +46,7 @@ def fill(log: PartitionLog) -> None:
             for marker_pid, kind in ((2, ControlType.ABORT), (3, ControlType.COMMIT)):
                 log.append_marker(log.log_end_offset, marker_pid, 0, kind, 1, 2_000 + k)
         if log.directory is not None:
-            log.write_snapshot(log.log_end_offset, b"")  # placeholders: only which ones stay is checked
+            log.write_snapshot(log.log_end_offset, EMPTY_SNAPSHOT)  # which snapshots stay is what is checked
 
 
 def stored(log: PartitionLog) -> list[tuple[int, int, bytes]]:

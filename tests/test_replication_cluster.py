@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from idemcore.broker.coordinator.partitioning import coordinator_partition
 from idemcore.record.kafka_files import read_offset_checkpoint
 
-from .cluster_harness import alive, children, cluster_fixture, needs_zookeeper, running_over, wait_gone
+from .cluster_harness import alive, children, cluster_fixture, running_over, wait_gone
 from .replication_checks import (
     QUIET,
     admin,
@@ -38,8 +38,6 @@ from .replication_checks import (
     wait_in_sync,
     wait_leader,
 )
-
-pytestmark = needs_zookeeper
 
 cluster = cluster_fixture(3)
 
