@@ -15,6 +15,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from idemcore.broker.cluster_config import ClusterConfig
@@ -70,8 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long CreateTopics and FindCoordinator wait for the controller to elect the new partitions' leaders.
-DEFAULT_CREATE_WAIT_MS = 30_000
 
 
 class ClusterMember:
@@ -90,7 +89,7 @@ class ClusterMember:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: list[asyncio.TimerHandle] = []
         #: Answers waiting for the controller to elect leaders: (ready?, answer, deadline).
-        self._waiting: list[tuple[Callable[[], bool], Callable[[bool], None], float]] = []
+        self._waiting: list[_Waiting] = []
         broker.replicas.replica_lag_time_max_ms = config.replica_lag_time_max_ms
         #: Called with the partitions that became leader and those that became followers (the coordinators).
         self.on_leadership: list[Callable[[list[Partition], list[Partition]], None]] = []
@@ -127,7 +126,6 @@ class ClusterMember:
         self.zk.on_new_session(register_again)
         self._every(config.replica_lag_time_max_ms / 2000, replicas.shrink_isrs)
         self._every(config.high_watermark_checkpoint_ms / 1000, self.write_high_watermarks)
-        self._every(0.1, self._expire_waiting)
         self.controller = Controller(
             self.zk, self.broker_id,
             lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}"),
@@ -175,15 +173,6 @@ class ClusterMember:
         self.write_high_watermarks(in_place=True)
         if self.zk is not None:
             await loop.run_in_executor(None, self.zk.close)
-
-    def kill(self) -> None:
-        """The process dies: nothing is written or closed in order (tests' stand-in for SIGKILL in process)."""
-        for timer in self._timers:
-            timer.cancel()
-        if self.controller is not None:
-            self.controller.stop()
-        if self.zk is not None:
-            self.zk.close()
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         """The requests this member answers, by message type (the broker's dispatch takes them over)."""
@@ -393,11 +382,18 @@ class ClusterMember:
         response = CreateTopicsResponse(tuple(results), request.request_id)
         if not made:
             return response
-        timeout = getattr(request, "timeout_ms", DEFAULT_CREATE_WAIT_MS)
+        timeout = request.timeout_ms
         if type(timeout) is not int or timeout <= 0:
             return response
-        return self._wait_for(lambda: all(self._has_leaders(name) for name in made), lambda ready: response,
-                              timeout)
+        def answer(ready: bool) -> CreateTopicsResponse:
+            if ready:
+                return response
+            # Kafka's DelayedCreatePartitions at its deadline: made in ZooKeeper, not yet led everywhere.
+            return CreateTopicsResponse(tuple(
+                CreatedTopic(r.name, ErrorCode.REQUEST_TIMED_OUT, f"topic {r.name!r} was made; its partitions had "
+                             f"no leader within {timeout} ms", r.partitions)
+                if r.name in made and not self._has_leaders(r.name) else r for r in results), request.request_id)
+        return self._wait_for(lambda: all(self._has_leaders(name) for name in made), answer, timeout)
 
     def _has_leaders(self, name: str) -> bool:
         count = self.metadata.partition_count(name)
@@ -505,33 +501,36 @@ class ClusterMember:
     # --- answers waiting for the controller ---------------------------------------------------------------------
 
     def _wait_for(self, ready: Callable[[], bool], answer: Callable[[bool], Any], timeout_ms: int) -> Any:
+        """``answer(True)`` once ``ready()`` (tried after every LeaderAndIsr and UpdateMetadata), or
+        ``answer(False)`` at the deadline (Kafka's DelayedCreatePartitions)."""
         if ready() or self._loop is None:
             return answer(True)
         pending = Pending()
-        deadline = self._loop.time() + timeout_ms / 1000
-        self._waiting.append((ready, lambda ok: pending.complete(answer(ok)), deadline))
+        waiting = _Waiting(ready, lambda ok: pending.complete(answer(ok)))
+        self._waiting.append(waiting)
+
+        def expire() -> None:
+            if waiting in self._waiting:
+                self._waiting.remove(waiting)
+                waiting.complete(waiting.ready())
+        waiting.timer = self._loop.call_later(timeout_ms / 1000, expire)
         return pending
 
     def _check_waiting(self) -> None:
-        still = []
-        for ready, complete, deadline in self._waiting:
-            if ready():
-                complete(True)
-            else:
-                still.append((ready, complete, deadline))
-        self._waiting = still
+        for waiting in [w for w in self._waiting if w.ready()]:
+            self._waiting.remove(waiting)
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+            waiting.complete(True)
 
-    def _expire_waiting(self) -> None:
-        if not self._waiting or self._loop is None:
-            return
-        now = self._loop.time()
-        still = []
-        for ready, complete, deadline in self._waiting:
-            if ready() or now >= deadline:
-                complete(ready())
-            else:
-                still.append((ready, complete, deadline))
-        self._waiting = still
+
+@dataclass(slots=True)
+class _Waiting:
+    """An answer waiting for the controller's word."""
+
+    ready: Callable[[], bool]
+    complete: Callable[[bool], None]
+    timer: asyncio.TimerHandle | None = None
 
 
 def _assignment_problem(given: dict[int, tuple[int, ...]], live: list[int]) -> str | None:

@@ -25,9 +25,6 @@ from dataclasses import dataclass, field
 
 from idemcore.broker.log import PartitionLog
 
-#: Kafka's replica id of a consumer's fetch (followers send their broker id).
-CONSUMER_REPLICA_ID = -1
-
 
 @dataclass(slots=True)
 class FollowerState:
@@ -231,6 +228,3 @@ class Partition:
     def truncated(self) -> None:
         """After a truncation of the log: the high watermark is at most its end."""
         self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
-
-    def in_sync_count(self) -> int:
-        return len(self.isr) if self.replicated else 1

@@ -51,7 +51,6 @@ class ReplicaFetcherManager:
         self._channel_factory = channel_factory
         self.on_progress = on_progress
         self._fetchers: dict[int, ReplicaFetcher] = {}
-        self._closed = False
 
     def add(self, partitions: list[Partition], leaders: dict[int, BrokerEndpoint]) -> None:
         """Fetch ``partitions`` from their leaders (each removed from any fetcher it was in first); a partition
@@ -79,11 +78,7 @@ class ReplicaFetcherManager:
         for broker_id in [b for b, f in self._fetchers.items() if f.idle]:
             self._fetchers.pop(broker_id).stop()
 
-    def fetching(self, partition: Partition) -> bool:
-        return any(partition in f.partitions.values() for f in self._fetchers.values())
-
     async def close(self) -> None:
-        self._closed = True
         fetchers, self._fetchers = list(self._fetchers.values()), {}
         for fetcher in fetchers:
             fetcher.stop()

@@ -466,6 +466,8 @@ class CreateTopicsRequest:
     topics: tuple[NewTopic, ...]
     validate_only: bool = False
     request_id: int = 0
+    #: How long a cluster's broker waits for the new partitions' leaders before answering (0: not at all).
+    timeout_ms: int = 30_000
 
 
 @dataclass(slots=True, frozen=True)

@@ -19,7 +19,7 @@ from idemcore.net.messages import (
     TopicMetadata,
 )
 from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
-from idemcore.net.wire.frames import make, nested, response_class
+from idemcore.net.wire.frames import make, millis, nested, response_class
 from idemcore.protocol.codes import ErrorCode
 
 #: Kafka's "authorized operations not asked for" (INT32_MIN).
@@ -77,7 +77,8 @@ def _create_to_message(ctx: WireContext, version: int, correlation_id: int,
                             tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids))
                                   for a in getattr(t, "assignments", ())))
                    for t in body.topics)
-    return CreateTopicsRequest(topics, bool(getattr(body, "validate_only", False)), correlation_id), None
+    return CreateTopicsRequest(topics, bool(getattr(body, "validate_only", False)), correlation_id,
+                               timeout_ms=millis(body.timeout)), None
 
 
 def _create_to_wire(ctx: WireContext, version: int, body: Any, response: CreateTopicsResponse, carry: Any) -> Any:
