@@ -123,3 +123,24 @@ def test_corrupt_block_node_is_reported():
     store.compare_and_set(b"not json", -1)
     with pytest.raises(Exception, match="corrupt producer id block"):
         ProducerIdManager(0, store).generate_producer_id()
+
+
+def test_brokers_of_one_cluster_claim_their_blocks_in_zookeeper(zookeeper, tmp_path):
+    """Each broker of a cluster (``zookeeper.connect`` set) claims producer-id blocks in ZooKeeper, not in its own
+    SQLite file: two brokers never hand out one id (two producers sharing an id would corrupt each other's
+    sequences), and each still records its floor in its directory."""
+    from idemcore.broker import Broker
+    from idemcore.broker.config import BrokerConfig
+
+    brokers = []
+    try:
+        for n in range(2):
+            settings = BrokerConfig.from_properties({"broker.id": str(n), "log.dirs": str(tmp_path / f"b{n}"),
+                                                     "zookeeper.connect": f"{zookeeper.hosts}/ids-test"})
+            brokers.append(Broker({}, settings=settings, **settings.broker_kwargs()))
+        first, second = ([b.producer_ids.generate_producer_id() for _ in range(3)] for b in brokers)
+        assert not set(first) & set(second)
+        assert all(not (tmp_path / f"b{n}" / "producer_ids.sqlite").exists() for n in range(2))
+    finally:
+        for broker in brokers:
+            broker.close()

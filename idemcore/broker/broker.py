@@ -249,7 +249,8 @@ class Broker:
                                           lambda: self._txn_coordinator, self.log_manager)
         try:
             self.producer_ids = producer_ids if producer_ids is not None else \
-                self.log_manager.own_producer_ids(broker_id)
+                self.log_manager.own_producer_ids(broker_id, None if self.cluster is None
+                                                  else self.cluster.config.producer_id_store())
             self.topic_catalog.load_created()
             for name in sorted(self.topic_catalog.counts):
                 for partition in range(self.topic_catalog.counts[name]):

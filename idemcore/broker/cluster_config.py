@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from idemcore.broker.controller.config import ControllerConfig
+from idemcore.broker.producer_ids import BlockStore, BlockStoreError, ZooKeeperBlockStore
 
 if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
@@ -40,6 +41,18 @@ class ClusterConfig:
     transaction_replication_factor: int
     unclean_leader_election: bool
     controller: ControllerConfig
+
+    def producer_id_store(self) -> BlockStore:
+        """The cluster's producer-id block node in ZooKeeper (Kafka's ``/latest_producer_id_block``): every broker
+        claims its blocks there by compare-and-set, so no two brokers hand out one id."""
+        from idemcore.broker.controller.zk_client import ensure_chroot  # kazoo: only for a cluster
+
+        ensure_chroot(self.zookeeper_connect, self.connection_timeout_ms)
+        try:
+            return ZooKeeperBlockStore(self.zookeeper_connect, timeout_s=self.connection_timeout_ms / 1000)
+        except Exception as exc:  # kazoo's timeout: one line, as the registration's
+            raise BlockStoreError(f"ZooKeeper {self.zookeeper_connect} did not answer within "
+                                  f"{self.connection_timeout_ms} ms ({type(exc).__name__})") from None
 
 
 def cluster_config_of(settings: BrokerConfig) -> ClusterConfig | None:

@@ -18,6 +18,7 @@ from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.log.cleaner import clean_log
 from idemcore.broker.producer_ids import (
     SQLITE_STORE_NAME,
+    BlockStore,
     BlockStoreError,
     IdFloorFile,
     ProducerIdManager,
@@ -372,12 +373,19 @@ class LogManager:
 
     # --- producer ids ----------------------------------------------------------------------------------------
 
-    def own_producer_ids(self, broker_id: int) -> ProducerIdManager:
-        """The id allocator over this directory's SQLite store, with its floor file (in memory: neither)."""
+    def own_producer_ids(self, broker_id: int, store: BlockStore | None = None) -> ProducerIdManager:
+        """The id allocator over this directory's SQLite store, with its floor file (in memory: neither);
+        ``store``: the cluster's shared block store instead (ZooKeeper: every broker claims its blocks there, so
+        no two brokers hand out one id), still with this directory's floor file."""
         if self.data_dir is None:
-            return ProducerIdManager(broker_id, SqliteBlockStore(":memory:"))
+            return ProducerIdManager(broker_id, store if store is not None else SqliteBlockStore(":memory:"))
         floor_file = IdFloorFile(self.data_dir)
         floor = floor_file.read()
+        if store is not None:
+            shared = ProducerIdManager(broker_id, store, on_claim=floor_file.record)
+            if floor is not None:
+                shared.skip_through(floor)
+            return shared
         store_path = self.data_dir / SQLITE_STORE_NAME
         if floor is None and not os.path.lexists(store_path) and self.wrote_here:
             # Both records of the ids handed out are gone: a producer that got an id and has not written yet

@@ -51,7 +51,7 @@ class TopicExistsError(ZkError):
     """``/brokers/topics/T`` exists already (Kafka's TOPIC_ALREADY_EXISTS)."""
 
 
-def _ensure_chroot(hosts: str, connection_timeout_ms: int) -> None:
+def ensure_chroot(hosts: str, connection_timeout_ms: int) -> None:
     """Create the chroot of ``hosts`` (``"h:2181/kafka"``) when missing, as Kafka's broker does at start."""
     from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError
@@ -79,7 +79,7 @@ class ZkClient:
 
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
-        _ensure_chroot(hosts, connection_timeout_ms)
+        ensure_chroot(hosts, connection_timeout_ms)
         # Reads and checked writes retry through a connection loss, for as long as the session may still live.
         retry = {"max_tries": -1, "deadline": session_timeout_ms / 1000, "max_delay": 1.0}
         self._kazoo = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, command_retry=retry,
