@@ -131,10 +131,13 @@ def test_brokers_of_one_cluster_claim_their_blocks_in_zookeeper(zookeeper, tmp_p
     sequences), and each still records its floor in its directory."""
     from idemcore.broker import Broker
     from idemcore.broker.config import BrokerConfig
+    from idemcore.broker.controller.zk_client import ZkClient
 
     brokers = []
     try:
         for n in range(2):
+            if n == 0:  # as Kafka's brokers leave it (ZkData's persistent paths): empty, no block claimed yet
+                ZkClient(f"{zookeeper.hosts}/ids-test").close()
             settings = BrokerConfig.from_properties({"broker.id": str(n), "log.dirs": str(tmp_path / f"b{n}"),
                                                      "zookeeper.connect": f"{zookeeper.hosts}/ids-test"})
             brokers.append(Broker({}, settings=settings, **settings.broker_kwargs()))

@@ -130,7 +130,8 @@ class ZooKeeperBlockStore:
             data, stat = self._client.get(self.node)
         except NoNodeError:
             return None, ABSENT
-        return data, stat.version
+        # Kafka's brokers make the node empty at start (ZkData's persistent paths): no block claimed yet.
+        return data or None, stat.version
 
     def compare_and_set(self, data: bytes, expected_version: int) -> bool:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
