@@ -248,8 +248,10 @@ class Broker:
         self.admin_sources = AdminSources(self.replicas, self.topic_catalog, broker_id,
                                           lambda: self._txn_coordinator, self.log_manager)
         try:
+            zookeeper = None if self.cluster is None else (
+                self.cluster.config.zookeeper_connect, self.cluster.config.connection_timeout_ms / 1000)
             self.producer_ids = producer_ids if producer_ids is not None else \
-                self.log_manager.own_producer_ids(broker_id)
+                self.log_manager.own_producer_ids(broker_id, zookeeper)
             self.topic_catalog.load_created()
             for name in sorted(self.topic_catalog.counts):
                 for partition in range(self.topic_catalog.counts[name]):

@@ -22,6 +22,7 @@ from idemcore.broker.producer_ids import (
     IdFloorFile,
     ProducerIdManager,
     SqliteBlockStore,
+    ZooKeeperBlockStore,
 )
 from idemcore.broker.topic_config import TopicConfig
 from idemcore.broker.written_ends import WrittenEnds, WrittenEndsError, read_written_ends
@@ -372,12 +373,21 @@ class LogManager:
 
     # --- producer ids ----------------------------------------------------------------------------------------
 
-    def own_producer_ids(self, broker_id: int) -> ProducerIdManager:
-        """The id allocator over this directory's SQLite store, with its floor file (in memory: neither)."""
+    def own_producer_ids(self, broker_id: int, zookeeper: tuple[str, float] | None = None) -> ProducerIdManager:
+        """The id allocator over this directory's SQLite store, with its floor file (in memory: neither). In a
+        cluster (``zookeeper``: its hosts and connection timeout in s) the blocks are claimed in ZooKeeper, as
+        Kafka's ZkProducerIdManager does: every broker hands out ids, and a store of its own would give two
+        producers the same id, the second's writes then answered as duplicates of the first's."""
         if self.data_dir is None:
             return ProducerIdManager(broker_id, SqliteBlockStore(":memory:"))
         floor_file = IdFloorFile(self.data_dir)
         floor = floor_file.read()
+        if zookeeper is not None:
+            store = ZooKeeperBlockStore(zookeeper[0], timeout_s=zookeeper[1])
+            manager = ProducerIdManager(broker_id, store, on_claim=floor_file.record)
+            if floor is not None:
+                manager.skip_through(floor)
+            return manager
         store_path = self.data_dir / SQLITE_STORE_NAME
         if floor is None and not os.path.lexists(store_path) and self.wrote_here:
             # Both records of the ids handed out are gone: a producer that got an id and has not written yet

@@ -121,7 +121,12 @@ class ZooKeeperBlockStore:
 
         self.node = node
         self._client = KazooClient(hosts=hosts, timeout=timeout_s)
-        self._client.start(timeout=timeout_s)
+        try:
+            self._client.start(timeout=timeout_s)
+        except Exception as exc:  # a timeout, a bad host: one line for the user
+            self._client.close()
+            raise BlockStoreError(f"ZooKeeper {hosts} (producer id blocks) did not answer within {timeout_s:g} s: "
+                                  f"{exc}") from None
 
     def read(self) -> tuple[bytes | None, int]:
         from kazoo.exceptions import NoNodeError
@@ -130,7 +135,7 @@ class ZooKeeperBlockStore:
             data, stat = self._client.get(self.node)
         except NoNodeError:
             return None, ABSENT
-        return data, stat.version
+        return data or None, stat.version  # Kafka's brokers make the node empty at start: no block yet
 
     def compare_and_set(self, data: bytes, expected_version: int) -> bool:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
