@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 
+from idemcore.broker.cluster_member import _assignment_problem
 from idemcore.cluster import LocalCluster
 from tests.cluster_harness import cluster_fixture, needs_zookeeper
 
@@ -41,3 +42,9 @@ def test_every_broker_hands_out_its_own_producer_ids(cluster: LocalCluster) -> N
     assert all(error == 0 for error, _, _ in answers), answers
     ids = [producer_id for _, producer_id, _ in answers]
     assert len(set(ids)) == len(ids), f"producer ids handed out twice: {ids}"
+
+
+def test_an_empty_replica_list_is_named_as_such() -> None:
+    # It read "partition 0 has 0 replicas, partition 0 has 0".
+    assert _assignment_problem({0: ()}, [0, 1, 2]) == "partition 0 has no replicas"
+    assert _assignment_problem({0: (0, 1), 1: ()}, [0, 1, 2]) == "partition 1 has no replicas"
