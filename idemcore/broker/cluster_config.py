@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from idemcore.broker.controller.config import ControllerConfig
-from idemcore.broker.producer_ids import BlockStore, BlockStoreError, ZooKeeperBlockStore
+from idemcore.broker.producer_ids import BlockStore, ZooKeeperBlockStore
 
 if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
@@ -48,11 +48,7 @@ class ClusterConfig:
         from idemcore.broker.controller.zk_client import ensure_chroot  # kazoo: only for a cluster
 
         ensure_chroot(self.zookeeper_connect, self.connection_timeout_ms)
-        try:
-            return ZooKeeperBlockStore(self.zookeeper_connect, timeout_s=self.connection_timeout_ms / 1000)
-        except Exception as exc:  # kazoo's timeout: one line, as the registration's
-            raise BlockStoreError(f"ZooKeeper {self.zookeeper_connect} did not answer within "
-                                  f"{self.connection_timeout_ms} ms ({type(exc).__name__})") from None
+        return ZooKeeperBlockStore(self.zookeeper_connect, timeout_s=self.connection_timeout_ms / 1000)
 
 
 def cluster_config_of(settings: BrokerConfig) -> ClusterConfig | None:

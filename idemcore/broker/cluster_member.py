@@ -540,7 +540,9 @@ def _assignment_problem(given: dict[int, tuple[int, ...]], live: list[int]) -> s
         return f"partitions {sorted(given)} are not numbered from 0 without gaps"
     factor = len(given[0])
     for partition, replicas in sorted(given.items()):
-        if not replicas or len(replicas) != factor:
+        if not replicas:
+            return f"partition {partition} has no replicas"
+        if len(replicas) != factor:
             return f"partition {partition} has {len(replicas)} replicas, partition 0 has {factor}"
         if len(set(replicas)) != len(replicas):
             return f"partition {partition} names a broker twice: {list(replicas)}"

@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,14 @@ class ZooKeeperBlockStore:
 
         self.node = node
         self._client = KazooClient(hosts=hosts, timeout=timeout_s)
-        self._client.start(timeout=timeout_s)
+        try:
+            with warnings.catch_warnings():  # a broker makes its chroot when it registers, after this
+                warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)
+                self._client.start(timeout=timeout_s)
+        except Exception as exc:  # a timeout, a bad host: one line for the user
+            self._client.close()
+            raise BlockStoreError(f"ZooKeeper {hosts} (producer id blocks) did not answer within {timeout_s:g} s: "
+                                  f"{exc}") from None
 
     def read(self) -> tuple[bytes | None, int]:
         from kazoo.exceptions import NoNodeError
