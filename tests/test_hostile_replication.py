@@ -7,9 +7,7 @@ import struct
 
 from idemcore.broker.cluster_member import _assignment_problem
 from idemcore.cluster import LocalCluster
-from tests.cluster_harness import cluster_fixture, needs_zookeeper
-
-pytestmark = needs_zookeeper
+from tests.cluster_harness import cluster_fixture
 
 cluster = cluster_fixture(3)
 
