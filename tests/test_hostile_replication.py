@@ -46,3 +46,21 @@ def test_an_empty_replica_list_is_named_as_such() -> None:
     # It read "partition 0 has 0 replicas, partition 0 has 0".
     assert _assignment_problem({0: ()}, [0, 1, 2]) == "partition 0 has no replicas"
     assert _assignment_problem({0: (0, 1), 1: ()}, [0, 1, 2]) == "partition 1 has no replicas"
+
+
+def test_a_cluster_of_a_million_brokers_and_a_session_of_no_time_are_refused_in_one_line(tmp_path):
+    """Typos a hostile pass made: ``idemcore cluster --brokers 1000000`` ran for a minute starting nothing, and
+    ``zookeeper.session.timeout.ms=0`` was answered 'did not answer within -1 ms'."""
+    import subprocess
+    import sys
+
+    for argv, expected in ((["cluster", "--brokers", "1000000", "--data-dir", str(tmp_path / "c")],
+                            "at most 64 brokers"),
+                           (["serve", "--data-dir", str(tmp_path / "s"), "--override",
+                             "zookeeper.session.timeout.ms=0"], "zookeeper.session.timeout.ms")):
+        done = subprocess.run([sys.executable, "-m", "idemcore.cli", *argv], capture_output=True, text=True,
+                              timeout=60)
+        # One error line (argparse puts its usage lines before an option's), no traceback.
+        *_, last = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and expected in last and "Traceback" not in done.stderr
+    assert not (tmp_path / "c").exists() and not (tmp_path / "s").exists()

@@ -88,6 +88,17 @@ def _data_dir(text: str) -> Path:
     return Path(text)
 
 
+#: More brokers than this on one machine is a typo, not a cluster (each is a Python process with its own loop).
+MAX_LOCAL_BROKERS = 64
+
+
+def _broker_count(text: str) -> int:
+    count = positive(text)
+    if count > MAX_LOCAL_BROKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_LOCAL_BROKERS} brokers on one machine, got {count}")
+    return count
+
+
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     cluster = commands.add_parser(
         "cluster", parents=[common], help="run a local cluster: a ZooKeeper and N brokers on loopback ports",
@@ -106,7 +117,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "others keep running. Exit status 1 when the cluster cannot start (a broker exited or did not "
                     "answer within 60 s: the error quotes its log's last lines and names the file; ZooKeeper "
                     "missing or not answering), 2 for a bad option.")
-    cluster.add_argument("--brokers", type=positive, default=3, help="brokers (default 3)")
+    cluster.add_argument("--brokers", type=_broker_count, default=3,
+                         help=f"brokers (default 3, at most {MAX_LOCAL_BROKERS}: each is a process on this machine)")
     cluster.add_argument("--data-dir", type=_data_dir, required=True,
                          help="the cluster's directory: broker-N/ (each broker's log directory) and zookeeper/ (the "
                               "ZooKeeper's data and zookeeper.log); a cluster started again over it keeps its data")
