@@ -68,8 +68,17 @@ class ErrorCode(enum.IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
+    NON_EMPTY_GROUP = 68  # DeleteGroups / OffsetDelete of a group that has members
+    GROUP_ID_NOT_FOUND = 69
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82  # a static member's request with a member id its instance id no longer has (KIP-345)
+    GROUP_SUBSCRIBED_TO_TOPIC = 86  # OffsetDelete of a topic a member of the group subscribes to
     UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90
+    FENCED_MEMBER_EPOCH = 110  # ConsumerGroupHeartbeat with an epoch the member no longer has (KIP-848)
+    UNRELEASED_INSTANCE_ID = 111  # a consumer-protocol static member's instance id still held (KIP-848)
+    UNSUPPORTED_ASSIGNOR = 112  # a server assignor the coordinator lacks (KIP-848)
+    STALE_MEMBER_EPOCH = 113  # an offset commit with an older member epoch (KIP-848)
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
 
