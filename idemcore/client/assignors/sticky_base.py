@@ -37,8 +37,7 @@ class StickyBase:
         # only topics someone subscribes to and that have metadata count
         counts = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
         partitions = [(t, p) for t in sorted(counts) for p in range(counts[t])]
-        claims = previous_owners(counts, {m: self.member_data(s) for m, s in subscriptions.items()},
-                                 sorted(subscriptions))
+        claims = previous_owners(counts, {m: self.member_data(s) for m, s in subscriptions.items()})
         if len(set(topics_of.values())) == 1:
             return constrained_assign(partitions, claims.owned, claims.doubly_claimed)
         owned = {m: [tp for tp in claims.owned[m] if tp[0] in topics_of[m]] for m in subscriptions}

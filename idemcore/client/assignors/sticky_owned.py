@@ -1,12 +1,14 @@
 """Which member still owns what before a sticky assignment (Kafka's ``AbstractStickyAssignor``): each member's
-claimed partitions, kept when the topic is still assigned and nobody of a newer generation claims them too.
+claimed partitions, kept when the partition still exists and no member of a newer generation claims it too.
 
-Two members of the same generation claiming one partition is invalid input: neither keeps it, and it is recorded
-as doubly claimed so that the cooperative assignor does not hand it out before both have revoked it."""
+Two members of the newest generation claiming one partition is invalid input: neither keeps it, and it is recorded
+as doubly claimed so that the cooperative assignor does not hand it out before both have revoked it. (Kafka
+resolves claims member by member in its map's order, so with three or more claimers its outcome can depend on that
+order; here the newest generation wins whatever the order, which is Kafka's outcome for two claimers.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from idemcore.protocol.constants import TopicPartition
@@ -31,40 +33,21 @@ class PreviousOwners:
     doubly_claimed: set[TopicPartition] = field(default_factory=set)
 
 
-def previous_owners(partitions_per_topic: Mapping[str, int], members: Mapping[str, MemberData],
-                    order: Iterable[str]) -> PreviousOwners:
-    """Resolve the claims of ``members`` (visited in ``order``): a claim on a partition that no longer exists is
-    dropped; of two claims the newer generation wins; equal generations void both."""
+def previous_owners(partitions_per_topic: Mapping[str, int], members: Mapping[str, MemberData]) -> PreviousOwners:
+    """Resolve the claims of ``members``: a claim on a partition that no longer exists is dropped; of several
+    claims on one partition the newest generation wins; two or more at the newest generation void them all."""
+    claims: dict[TopicPartition, list[tuple[int, str]]] = {}
+    for member, data in members.items():
+        generation = DEFAULT_GENERATION if data.generation is None else data.generation
+        for tp in dict.fromkeys(data.partitions):  # a member naming a partition twice claims it once
+            if 0 <= tp[1] < partitions_per_topic.get(tp[0], 0):
+                claims.setdefault(tp, []).append((generation, member))
     result = PreviousOwners(owned={member: [] for member in members})
-    holder: dict[TopicPartition, str] = {}  # the current winner of each claimed partition
-    for member in order:
-        data = members[member]
-        generation = _generation(data)
-        for tp in data.partitions:
-            topic, partition = tp
-            if not 0 <= partition < partitions_per_topic.get(topic, 0):
-                continue
-            other = holder.get(tp)
-            if other is None:
-                holder[tp] = member
-                result.owned[member].append(tp)
-                continue
-            other_generation = _generation(members[other])
-            if generation == other_generation:
-                result.doubly_claimed.add(tp)
-                _discard(result.owned[other], tp)
-                holder[tp] = member  # a third claimer of that generation finds nothing more to void
-            elif generation > other_generation:
-                _discard(result.owned[other], tp)
-                result.owned[member].append(tp)
-                holder[tp] = member
+    for tp, claimers in claims.items():
+        newest = max(generation for generation, _ in claimers)
+        winners = [member for generation, member in claimers if generation == newest]
+        if len(winners) == 1:
+            result.owned[winners[0]].append(tp)
+        else:
+            result.doubly_claimed.add(tp)
     return result
-
-
-def _generation(data: MemberData) -> int:
-    return DEFAULT_GENERATION if data.generation is None else data.generation
-
-
-def _discard(partitions: list[TopicPartition], tp: TopicPartition) -> None:
-    if tp in partitions:
-        partitions.remove(tp)
