@@ -290,11 +290,14 @@ def test_sticky_assignment_is_valid_balanced_and_sticky(data: tuple, kind: str) 
             for source in got:
                 if loads[source] >= loads[target] + 2:
                     assert not [tp for tp in got[source] if tp[0] in subs[target].topics]
-        # an owner still subscribed keeps its partition unless it went to a member that ends no fuller than it
+        # an owner still subscribed keeps its partition unless it went to a member that ends no fuller than it, and
+        # the owner kept no partition new to it that the taker could have had instead
         for tp, owner in owners.items():
             if tp[0] in subs[owner].topics and tp not in got[owner]:
                 taker = next(m for m, p in got.items() if tp in p)
                 assert loads[taker] <= loads[owner] + 1
+                new_to_owner = [x for x in got[owner] if owners.get(x) != owner]
+                assert not [x for x in new_to_owner if x[0] in subs[taker].topics], (tp, owner, taker)
 
 
 @settings(max_examples=300, deadline=None)
