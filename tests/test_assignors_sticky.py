@@ -189,7 +189,8 @@ def test_cooperative_member_data_and_generation_user_data() -> None:
 
 
 def test_cooperative_holds_back_a_partition_claimed_by_several_members() -> None:
-    # testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultipleConsumersInSameGenerationWithEqualPartitionsPerConsumer
+    # CooperativeStickyAssignorTest.testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultipleConsumers...
+    # ...InSameGenerationWithEqualPartitionsPerConsumer: topic-0 waits until both claimers have revoked it
     kind = "cooperative-sticky"
     subs = {C1: sub(kind, [T], [(T, 0), (T, 1)]), C2: sub(kind, [T], [(T, 0), (T, 2)]), C3: sub(kind, [T])}
     got = make_assignor(kind).assign({T: 3}, subs)
