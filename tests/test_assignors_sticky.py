@@ -324,3 +324,28 @@ def test_cooperative_never_gives_a_partition_another_member_still_owns(data: tup
         got = {m: list(a.partitions) for m, a in make_assignor(kind).assign(counts, subs).items()}
         _check_valid(got, subs)
     assert {tp for p in got.values() for tp in p} == _wanted(counts, subs)
+
+
+# ---------------------------------------------------------------- kafka-python's members in a group we lead
+
+
+def test_kafka_python_sticky_and_cooperative_subscriptions_are_understood() -> None:
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor as PeerCooperative
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor as PeerSticky
+    from kafka.structs import TopicPartition as PeerTopicPartition
+
+    from idemcore.protocol.consumer_protocol import decode_subscription
+
+    # kafka-python puts an int16 version before its sticky user data (Kafka's Java client does not): read either
+    sticky = PeerSticky._metadata([T1, T2], [PeerTopicPartition(T1, 0), PeerTopicPartition(T2, 2)], 7)
+    subscription = decode_subscription(bytes(sticky.encode()))
+    assert StickyAssignor().member_data(subscription) == MemberData(partitions=((T1, 0), (T2, 2)), generation=7)
+    cooperative = PeerCooperative()
+    cooperative.member_assignment = [PeerTopicPartition(T1, 1)]
+    subscription = decode_subscription(bytes(cooperative.metadata([T1]).encode()))
+    assert subscription.owned_partitions == ((T1, 1),)
+    assert CooperativeStickyAssignor().member_data(subscription).partitions == ((T1, 1),)
+    # and a group of it and one of ours: the partition it owns stays with it
+    ours = sub("cooperative-sticky", [T1], [(T1, 0)], -1)
+    got = make_assignor("cooperative-sticky").assign({T1: 2}, {"peer": subscription, "ours": ours})
+    assert got == {"peer": Assignment(partitions=((T1, 1),)), "ours": Assignment(partitions=((T1, 0),))}
