@@ -221,3 +221,13 @@ def test_range_and_roundrobin_agree_with_kafka_python(group: dict, counts: dict[
             decoded = ConsumerProtocolAssignment.decode(encode_assignment(assignment))
             assert sorted(tuple(tp) for tp in decoded.partitions()) == \
                 sorted(tuple(tp) for tp in theirs[member].partitions()), (name, member)
+
+
+def test_rebalance_protocol_is_cooperative_only_when_every_strategy_supports_it() -> None:
+    from idemcore.client.assignors import COOPERATIVE, DEFAULT_STRATEGY, rebalance_protocol
+
+    assert rebalance_protocol([make_assignor(n) for n in DEFAULT_STRATEGY]) == EAGER  # Kafka's default
+    assert rebalance_protocol([make_assignor("cooperative-sticky")]) == COOPERATIVE
+    assert rebalance_protocol([make_assignor("sticky"), make_assignor("roundrobin")]) == EAGER
+    with pytest.raises(ValueError, match="no partition assignment strategy"):
+        rebalance_protocol([])
