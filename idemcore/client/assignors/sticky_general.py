@@ -5,8 +5,12 @@ general assignment, by a simpler search of our own):
 2. each unassigned partition, the ones with the fewest possible members first, goes to the subscribed member with
    the fewest partitions (then by member id);
 3. while some member holds at least two partitions more than another member subscribed to one of them, one such
-   partition moves to the lighter member, a partition the heavier member did not own before if it has one. Each
-   move lowers the sum of the squared counts, so this ends; at the end no single move can even out the counts."""
+   partition moves: from the heaviest such giver to its lightest such taker (then by member id), a partition the
+   giver did not own before if it has one, else its first by topic and partition. Each move lowers the sum of the
+   squared counts, so this ends; at the end no single move can even out the counts.
+
+Kafka's general algorithm also weighs each partition's previous-but-one owner and avoids moving partitions of one
+topic back and forth between two members; this one does not."""
 
 from __future__ import annotations
 
