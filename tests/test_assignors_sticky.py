@@ -115,8 +115,12 @@ def test_add_remove_two_consumers_two_topics(kind: str) -> None:
 def test_owned_partitions_are_invalidated_for_consumer_with_stale_or_no_generation(kind: str, stale: int) -> None:
     # testOwnedPartitionsAreInvalidatedForConsumerWithStaleGeneration / ...WithNoGeneration
     owned = [(T, 0), (T, 2), (T2, 1)]
-    got, moving = run(kind, {T: 3, T2: 3}, {C1: sub(kind, [T, T2], owned, 10), C2: sub(kind, [T, T2], owned, stale)})
+    subs = {C1: sub(kind, [T, T2], owned, 10), C2: sub(kind, [T, T2], owned, stale)}
+    got, moving = run(kind, {T: 3, T2: 3}, subs)
     assert got == {C1: tps(*owned), C2: tps((T, 1), (T2, 0), (T2, 2))} and moving == {}
+    # the stale claim holds nothing back: consumer1 keeps what it owns, consumer2 gets what nobody owned
+    final = make_assignor(kind).assign({T: 3, T2: 3}, subs)
+    assert {m: sorted(a.partitions) for m, a in final.items()} == got
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -311,13 +315,19 @@ def test_cooperative_never_gives_a_partition_another_member_still_owns(data: tup
     _check_valid(got, subs)
     for member, partitions in got.items():
         for tp in partitions:
-            assert not any(tp in subs[other].owned_partitions for other in subs if other != member), tp
-    # what is left out is only what the sticky assignment would move away from a member still owning it
+            if tp not in subs[member].owned_partitions:  # new to it: nobody else may still own it
+                assert not any(tp in subs[other].owned_partitions for other in subs if other != member), tp
+    # what is left out is only what the sticky assignment would give a new member while another still claims it,
+    # or (same subscriptions) a partition several members of the newest generation claim
     sticky, _ = run(kind, counts, subs)
     held_back = {tp for p in sticky.values() for tp in p} - {tp for p in got.values() for tp in p}
+    wanted = _wanted(counts, subs)
+    valid = _model_valid_owners(wanted, group)
     for tp in held_back:
         taker = next(m for m, p in sticky.items() if tp in p)
-        assert any(tp in subs[other].owned_partitions for other in subs if other != taker)
+        claimed_elsewhere = any(tp in subs[other].owned_partitions for other in subs if other != taker)
+        assert claimed_elsewhere
+        assert tp not in subs[taker].owned_partitions or tp not in valid, tp
     # the members revoke what they lost; within two more rebalances everything is assigned again
     for _ in range(2):
         subs = {m: sub(kind, list(s.topics), got[m], 9) for m, s in subs.items()}
