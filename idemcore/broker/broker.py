@@ -25,6 +25,7 @@ from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, Delaye
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
+from idemcore.broker.group.admin_requests import group_admin_handlers
 from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.input_checks import check_topic
 from idemcore.broker.internal_topics import BackgroundTopics
@@ -285,6 +286,8 @@ class Broker:
                 **admin_handlers(self.admin_sources),
                 **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
+                # None before __consumer_offsets exists: no groups, and an admin's look does not make it.
+                **group_admin_handlers(lambda: self._group_coordinator),
             }
             if self.cluster is not None:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
