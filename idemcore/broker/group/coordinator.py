@@ -44,7 +44,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
-from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups
+from idemcore.broker.group.group_metadata_log import encode_group_key
+from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups, GroupState
 from idemcore.broker.group.offsets_log import (
     OffsetCommitKey,
     OffsetCommitValue,
@@ -70,8 +71,10 @@ from idemcore.net.membership import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
 from idemcore.net.messages import FetchedOffset, OffsetEntry, Pending
 from idemcore.protocol.codes import ControlType, ErrorCode
+from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
     DEFAULT_OFFSET_METADATA_MAX_BYTES,
@@ -353,6 +356,154 @@ class GroupCoordinator:
             return int(E.NOT_COORDINATOR)
         return None
 
+    # ------------------------------------------------------------ admin: DescribeGroups, ListGroups, DeleteGroups
+
+    def describe_groups(self, group_ids: Sequence[str]) -> tuple[DescribedGroup, ...]:
+        """Kafka's DescribeGroups, one answer per id in order: INVALID_GROUP_ID for an empty id,
+        NOT_COORDINATOR for a group of a partition not served, state Dead for a group not known; the members'
+        metadata and assignment only when Stable (``GroupMetadataManager.describeGroups``)."""
+        described: list[DescribedGroup] = []
+        for group_id in _checked_group_ids(group_ids):
+            if not group_id:
+                described.append(DescribedGroup(group_id, int(E.INVALID_GROUP_ID)))
+                continue
+            shard = self._shards.get(self.partition_for(group_id))
+            if shard is None:
+                described.append(DescribedGroup(group_id, int(E.NOT_COORDINATOR)))
+                continue
+            group = self.classic_groups.groups.get(group_id)
+            if group is None:
+                if shard.group_exists(group_id):  # a simple group: offsets only
+                    described.append(DescribedGroup(group_id, int(E.NONE), GroupState.EMPTY.value))
+                else:
+                    described.append(DescribedGroup(group_id, int(E.NONE), DEAD))
+                continue
+            stable = group.state is GroupState.STABLE
+            members = tuple(
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                m.metadata(group.protocol_name) if stable else b"", m.assignment if stable else b"")
+                for m in group.members.values())
+            described.append(DescribedGroup(group_id, int(E.NONE), group.state.value, group.protocol_type or "",
+                                            (group.protocol_name or "") if stable else "", members))
+        return tuple(described)
+
+    def list_groups(self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
+        """Kafka's ListGroups over the served partitions: every classic group and every simple group (offsets only:
+        protocol type ``""``, Empty); filters matched without regard to case or surrounding spaces, an empty filter
+        matching all (``GroupMetadataManager.listGroups``)."""
+        states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
+        types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
+        if types and CLASSIC not in types:
+            return ()
+        listed: dict[str, ListedGroup] = {}
+        for partition, shard in self._shards.items():
+            for group_id in (*shard.committed, *shard.open_by_group):
+                if self.partition_for(group_id) == partition:
+                    listed[group_id] = ListedGroup(group_id, "", GroupState.EMPTY.value, CLASSIC)
+        for group_id, group in self.classic_groups.groups.items():
+            if self.partition_for(group_id) in self._shards:
+                listed[group_id] = ListedGroup(group_id, group.protocol_type or "", group.state.value, CLASSIC)
+        return tuple(g for g in listed.values() if not states or g.state.lower() in states)
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        """Kafka's DeleteGroups: an error code per group (INVALID_GROUP_ID, NOT_COORDINATOR, GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP, NONE). A deleted group's offsets and metadata get tombstones, written per
+        ``__consumer_offsets`` partition as one batch before anything is forgotten; a failed append answers its
+        groups with the coordinator error and changes nothing."""
+        results: dict[str, int] = {}
+        deletable: dict[int, list[str]] = {}
+        for group_id in _checked_group_ids(group_ids):
+            if group_id in results or any(group_id in ids for ids in deletable.values()):
+                continue
+            error = self._delete_error(group_id)
+            if error is None:
+                deletable.setdefault(self.partition_for(group_id), []).append(group_id)
+            else:
+                results[group_id] = error
+        for partition, ids in deletable.items():
+            shard = self._shards[partition]
+            records: list[tuple[bytes, bytes | None]] = []
+            keys: list[OffsetCommitKey] = []
+            for group_id in ids:
+                for topic, part in self._offset_partitions(shard, group_id):
+                    keys.append(OffsetCommitKey(group_id, topic, part))
+                    records.append((encode_key(group_id, topic, part), None))
+                records.append((encode_group_key(group_id), None))
+            error, _ = self._append(partition, records, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                log.info("%s-%d: deleting groups %s failed: %s", CONSUMER_OFFSETS_TOPIC, partition, ids, error.name)
+                results.update((group_id, int(error)) for group_id in ids)
+                continue
+            for key in keys:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+            for group_id in ids:
+                self.classic_groups.groups.pop(group_id, None)
+                log.info("group %r deleted", group_id)
+                results[group_id] = int(E.NONE)
+        return results
+
+    def _delete_error(self, group_id: str) -> int | None:
+        if type(group_id) is not str:
+            return int(E.INVALID_GROUP_ID)
+        shard = self._shards.get(self.partition_for(group_id))
+        if shard is None:
+            return int(E.NOT_COORDINATOR)
+        group = self.classic_groups.groups.get(group_id)
+        if group is None:
+            return None if shard.group_exists(group_id) else int(E.GROUP_ID_NOT_FOUND)
+        return None if group.state is GroupState.EMPTY else int(E.NON_EMPTY_GROUP)
+
+    @staticmethod
+    def _offset_partitions(shard: OffsetShard, group_id: str) -> list[TopicPartition]:
+        """The partitions the group has a committed or a pending (transactional) offset for."""
+        partitions = dict.fromkeys(shard.committed.get(group_id, {}))
+        for producer in shard.open_by_group.get(group_id, ()):
+            for group, topic, part in shard.pending.get(producer, {}):
+                if group == group_id:
+                    partitions[(topic, part)] = None
+        return list(partitions)
+
+    def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        """Kafka's OffsetDelete (``OffsetMetadataManager.deleteOffsets``): a group-wide error (INVALID_GROUP_ID,
+        NOT_COORDINATOR, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for a group with members not of the consumer protocol,
+        or the append's coordinator error), else a code per partition: UNKNOWN_TOPIC_OR_PARTITION for one the
+        broker does not have, GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic, NONE for the rest,
+        whose offsets get tombstones in one batch."""
+        wanted = _checked_partitions(partitions)
+        if type(group_id) is not str:
+            return int(E.INVALID_GROUP_ID), {}
+        _check_string(group_id, "group_id")
+        partition = self.partition_for(group_id)
+        shard = self._shards.get(partition)
+        if shard is None:
+            return int(E.NOT_COORDINATOR), {}
+        group = self.classic_groups.groups.get(group_id)
+        if group is None and not shard.group_exists(group_id):
+            return int(E.GROUP_ID_NOT_FOUND), {}
+        if group is not None and group.state is not GroupState.EMPTY \
+                and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return int(E.NON_EMPTY_GROUP), {}
+        answers: dict[TopicPartition, int] = {}
+        keys: list[OffsetCommitKey] = []
+        having = set(self._offset_partitions(shard, group_id))
+        for topic, part in wanted:
+            if self.partition_exists is not None and not self.partition_exists(topic, part):
+                answers[(topic, part)] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+            elif group is not None and group.is_subscribed_to_topic(topic):
+                answers[(topic, part)] = int(E.GROUP_SUBSCRIBED_TO_TOPIC)
+            else:
+                answers[(topic, part)] = int(E.NONE)
+                if (topic, part) in having and all(k.topic != topic or k.partition != part for k in keys):
+                    keys.append(OffsetCommitKey(group_id, topic, part))
+        if keys:
+            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None) for k in keys],
+                                    NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                return int(error), {}
+            for key in keys:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+        return int(E.NONE), answers
+
     # ------------------------------------------------------------ markers and loading
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
@@ -392,7 +543,7 @@ class GroupCoordinator:
                     raise OffsetLogFormatError(f"{where}: a record without a key")
                 try:
                     decoded = decode_key(key)
-                    if decoded is None:
+                    if not isinstance(decoded, OffsetCommitKey):
                         skipped += 1
                         continue
                     shard.replay(offset, producer_id, decoded, decode_value(value))
@@ -516,6 +667,22 @@ def _checked_offsets(offsets: object) -> list[OffsetEntry]:
         if not _INT32[0] <= entry.partition <= _INT32[1] or not _INT64[0] <= entry.offset <= _INT64[1]:
             raise ValueError(f"partition or offset out of the int32/int64 range: {entry!r:.120}")
     return list(offsets)
+
+
+def _checked_group_ids(group_ids: object) -> list[str]:
+    if not isinstance(group_ids, tuple | list):
+        raise TypeError(f"group_ids must be a tuple or list of str, got {group_ids!r:.80}")
+    for group_id in group_ids:
+        if type(group_id) is not str:
+            raise TypeError(f"a group id must be a str, got {group_id!r:.80}")
+        _check_string(group_id, "group_id")
+    return list(group_ids)
+
+
+def _checked_strings(values: object, what: str) -> list[str]:
+    if not isinstance(values, tuple | list) or not all(type(v) is str for v in values):
+        raise TypeError(f"{what} must be a tuple or list of str, got {values!r:.80}")
+    return list(values)
 
 
 def _checked_partitions(partitions: object) -> list[TopicPartition]:

@@ -63,6 +63,7 @@ from idemcore.net.membership import (
 )
 from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,10 @@ class Member:
     #: A member that has not yet had a join answer may be expired even while it awaits one.
     is_new: bool = False
     heartbeat: _Timer | None = None
+    #: Its static instance id (KIP-345), None for a dynamic member.
+    group_instance_id: str | None = None
+    #: Where its JoinGroup came from (DescribeGroups shows it, Kafka's ``clientHost``).
+    client_host: str = ""
 
     @property
     def protocol_names(self) -> list[str]:
@@ -162,6 +167,9 @@ class ClassicGroup:
         self.new_member_added = False
         self.join_timer: _Timer | None = None
         self.sync_timer: _Timer | None = None
+        #: The topics the members subscribe to, decoded at each generation (Kafka's ``subscribedTopics``);
+        #: None when unknown (not the consumer protocol, no protocol yet, or undecodable metadata).
+        self.subscribed_topics: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return (f"ClassicGroup({self.group_id!r}, {self.state.value}, generation {self.generation_id}, "
@@ -227,6 +235,31 @@ class ClassicGroup:
         if group_instance_id is not None or member_id not in self.members:
             return int(E.UNKNOWN_MEMBER_ID)
         return int(E.NONE)
+
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        """Kafka's ``ClassicGroup.computeSubscribedTopics``: the union of the members' subscriptions under the
+        selected protocol, for a ``consumer`` group; None when that is not known."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for member in self.members.values():
+                topics.update(decode_subscription(member.metadata(self.protocol_name)).topics)
+        except ConsumerProtocolError as exc:
+            log.warning("group %r: cannot read the subscriptions of protocol %r: %s", self.group_id,
+                        self.protocol_name, exc)
+            return None
+        return frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """Kafka's ``ClassicGroup.isSubscribedToTopic``: when unknown, a consumer group counts as subscribed."""
+        if self.subscribed_topics is None:
+            return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return topic in self.subscribed_topics
 
     def join_members(self) -> tuple[tuple[str, str | None, bytes], ...]:
         return tuple((m.member_id, None, m.metadata(self.protocol_name)) for m in self.members.values())
@@ -375,9 +408,11 @@ class ClassicGroups:
         group.pending_sync.clear()
         if not group.members:
             group.protocol_name = None
+            group.subscribed_topics = group.compute_subscribed_topics()
             group.transition(GroupState.EMPTY)
             return
         group.protocol_name = group.select_protocol()
+        group.subscribed_topics = group.compute_subscribed_topics()
         group.transition(GroupState.COMPLETING_REBALANCE)
         now = self._now()
         for member in group.members.values():
