@@ -183,7 +183,7 @@ def test_offset_delete():
 def test_every_version_answers_an_empty_request(api, version):
     """The smallest request of each version (no groups, no filters) translates and is answered."""
     fields = {15: {"groups": []}, 16: {}, 42: {"groups_names": []}, 47: {"group_id": "g", "topics": []}}[api.key]
-    body, message = client_request(api, version, 2, **fields)
+    body, _ = client_request(api, version, 2, **fields)
     empty = {15: DescribeGroupsResponse((), 2), 16: ListGroupsResponse(0, (), 2), 42: DeleteGroupsResponse((), 2),
              47: OffsetDeleteResponse(0, (), 2)}[api.key]
     answered(api, version, body, empty)
