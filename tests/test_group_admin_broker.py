@@ -134,3 +134,17 @@ def test_malformed_fields_are_refused_before_a_coordinator_exists_too(broker):
     assert broker.handle(ListGroupsRequest("Stable")).error_code == E.INVALID_REQUEST  # type: ignore
     assert broker.handle(OffsetDeleteRequest("g", (("t", -1),))).error_code == E.INVALID_REQUEST  # type: ignore
     assert OFFSETS not in broker.topics
+
+
+def test_a_cluster_holds_deletes_until_replicated_and_maps_a_failed_replication():
+    """In a cluster DeleteGroups and OffsetDelete wait on the replication gate like offset commits: only answers
+    that wrote something wait, and a failed replication replaces each success with the coordinator's error."""
+    from idemcore.broker.coordinator_gate import succeeded, with_error
+
+    deleted = DeleteGroupsResponse((("a", 0), ("b", E.NON_EMPTY_GROUP)), 4)
+    assert succeeded(deleted) and not succeeded(DeleteGroupsResponse((("b", E.NON_EMPTY_GROUP),)))
+    assert with_error(deleted, E.NOT_COORDINATOR) == DeleteGroupsResponse(
+        (("a", E.NOT_COORDINATOR), ("b", E.NON_EMPTY_GROUP)), 4)
+    offsets = OffsetDeleteResponse(0, (("t", 0, 0), ("t", 1, E.GROUP_SUBSCRIBED_TO_TOPIC)), 5)
+    assert succeeded(offsets) and not succeeded(OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
+    assert with_error(offsets, E.REQUEST_TIMED_OUT) == OffsetDeleteResponse(int(E.REQUEST_TIMED_OUT), (), 5)
