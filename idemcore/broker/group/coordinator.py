@@ -34,6 +34,10 @@ so after a restart members find their ids unknown and join again. A group with m
 offset commit against them (rule 4 becomes Kafka's ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs
 the membership timers (sessions, rebalance and sync timeouts) and deletes Empty groups that have no offsets.
 
+Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
+:meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
+:meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes.
+
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
 
@@ -59,6 +63,7 @@ from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import OffsetShard, TopicPartition
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
 from idemcore.net.membership import (
     INVALID_SESSION_TIMEOUT,
     HeartbeatRequest,
@@ -71,10 +76,8 @@ from idemcore.net.membership import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
 from idemcore.net.messages import FetchedOffset, OffsetEntry, Pending
 from idemcore.protocol.codes import ControlType, ErrorCode
-from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
     DEFAULT_OFFSET_METADATA_MAX_BYTES,
@@ -83,6 +86,7 @@ from idemcore.protocol.constants import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
 )
+from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.record.stored import StoredBatch
 
 log = logging.getLogger(__name__)
@@ -387,7 +391,8 @@ class GroupCoordinator:
                                             (group.protocol_name or "") if stable else "", members))
         return tuple(described)
 
-    def list_groups(self, states_filter: Sequence[str] = (), types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
+    def list_groups(self, states_filter: Sequence[str] = (),
+                    types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
         """Kafka's ListGroups over the served partitions: every classic group and every simple group (offsets only:
         protocol type ``""``, Empty); filters matched without regard to case or surrounding spaces, an empty filter
         matching all (``GroupMetadataManager.listGroups``)."""
@@ -443,8 +448,6 @@ class GroupCoordinator:
         return results
 
     def _delete_error(self, group_id: str) -> int | None:
-        if type(group_id) is not str:
-            return int(E.INVALID_GROUP_ID)
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return int(E.NOT_COORDINATOR)
@@ -463,7 +466,8 @@ class GroupCoordinator:
                     partitions[(topic, part)] = None
         return list(partitions)
 
-    def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+    def offset_delete(self, group_id: str,
+                      partitions: Sequence[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
         """Kafka's OffsetDelete (``OffsetMetadataManager.deleteOffsets``): a group-wide error (INVALID_GROUP_ID,
         NOT_COORDINATOR, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for a group with members not of the consumer protocol,
         or the append's coordinator error), else a code per partition: UNKNOWN_TOPIC_OR_PARTITION for one the
