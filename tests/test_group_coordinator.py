@@ -417,7 +417,7 @@ def test_load_replays_tombstones_other_record_types_and_markers():
     fake = FakeLog()
     p = coordinator_partition(G, PARTITIONS)
     value = encode_value(OffsetCommitValue(10, "", T0))
-    fake.write_raw(p, [(struct.pack(">h", 2) + _s(G), b"group metadata, unread"), (encode_key(G, "t", 0), value),
+    fake.write_raw(p, [(struct.pack(">h", 3) + _s(G), b"a KIP-848 record, skipped"), (encode_key(G, "t", 0), value),
                        (encode_key(G, "t", 1), value)])
     fake.write_raw(p, [(encode_key(G, "t", 2), value), (encode_key(G, "t", 3), value)], producer_id=9,
                    transactional=True)

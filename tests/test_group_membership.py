@@ -404,7 +404,7 @@ def test_request_level_errors():
     assert join(gc, group="").error_code == E.INVALID_GROUP_ID
     assert join(gc, session=999).error_code == INVALID_SESSION_TIMEOUT
     assert join(gc, "nobody").error_code == E.UNKNOWN_MEMBER_ID  # a member id for a group that does not exist
-    assert join(gc, instance="static-1").error_code == E.UNSUPPORTED_VERSION  # static membership: not built
+    assert join(gc, "someone", instance="static-1").error_code == E.UNKNOWN_MEMBER_ID  # an instance id not known
     assert join(gc, "", ()).error_code == INCONSISTENT_GROUP_PROTOCOL  # no protocols at all
     assert answer(sync(gc, "nobody", 1)).error_code == E.UNKNOWN_MEMBER_ID
     assert beat(gc, "nobody", 1) == E.UNKNOWN_MEMBER_ID

@@ -48,9 +48,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
-from idemcore.broker.group.group_metadata_log import encode_group_key
+from idemcore.broker.group.group_metadata_log import (
+    GroupMetadataValue,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
 from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups, GroupState
 from idemcore.broker.group.offsets_log import (
+    GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
     OffsetLogFormatError,
@@ -138,7 +144,8 @@ class GroupCoordinator:
                              f"and {max_session_timeout_ms!r}")
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
+        self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+                                            store=self._store_group)
 
     # ------------------------------------------------------------ introspection
 
@@ -167,11 +174,14 @@ class GroupCoordinator:
     # ------------------------------------------------------------ OffsetCommit / TxnOffsetCommit
 
     def offset_commit(self, group_id: str | None, offsets: Sequence[OffsetEntry], generation_id: int = -1,
-                      member_id: str = "") -> dict[TopicPartition, ErrorCode]:
-        """Commit ``offsets`` for the group, outside any transaction; one error code per partition."""
+                      member_id: str = "", group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
+        """Commit ``offsets`` for the group, outside any transaction; one error code per partition. A static
+        member's ``group_instance_id`` must be its own (FENCED_INSTANCE_ID otherwise)."""
         _check_member(generation_id, member_id)
+        if not (group_instance_id is None or type(group_instance_id) is str):
+            raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, NO_PRODUCER_ID,
-                            NO_PRODUCER_EPOCH, transactional=False)
+                            NO_PRODUCER_EPOCH, transactional=False, group_instance_id=group_instance_id)
 
     def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
                           offsets: Sequence[OffsetEntry], generation_id: int = -1,
@@ -190,7 +200,8 @@ class GroupCoordinator:
                             producer_epoch, transactional=True)
 
     def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, member_id: str,
-                producer_id: int, producer_epoch: int, transactional: bool) -> dict[TopicPartition, ErrorCode]:
+                producer_id: int, producer_epoch: int, transactional: bool,
+                group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
         _check_group_id(group_id)
         answers: dict[TopicPartition, ErrorCode] = {}
         wanted: list[OffsetEntry] = []
@@ -201,7 +212,7 @@ class GroupCoordinator:
                 wanted.append(entry)
         if not wanted:
             return answers
-        error = self._group_error(group_id, generation_id, member_id, transactional)
+        error = self._group_error(group_id, generation_id, member_id, transactional, group_instance_id)
         if error is not E.NONE:
             answers.update(((e.topic, e.partition), error) for e in wanted)
             return answers
@@ -235,14 +246,15 @@ class GroupCoordinator:
         return answers
 
     def _group_error(self, group_id: str | None, generation_id: int, member_id: str,
-                     transactional: bool) -> ErrorCode:
+                     transactional: bool, group_instance_id: str | None = None) -> ErrorCode:
         """The group-wide answer, in Kafka's order (GroupCoordinatorService, then ClassicGroup)."""
         if group_id is None or (transactional and group_id == ""):
             return E.INVALID_GROUP_ID
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return E.NOT_COORDINATOR
-        membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional)
+        membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional,
+                                                             group_instance_id)
         if membership is not None:
             return _error_code(membership)
         if generation_id < 0:
@@ -347,6 +359,20 @@ class GroupCoordinator:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         self.classic_groups.expire(now_ms)
         self.classic_groups.forget_empty(self._has_offsets)
+
+    def _store_group(self, group_id: str, value: GroupMetadataValue | None) -> int:
+        """Append the group's GroupMetadata record (None: its tombstone) to its partition: NONE once durable,
+        else the coordinator error (Kafka's ``appendGroupMetadataErrorToResponseError``)."""
+        partition = self.partition_for(group_id)
+        if partition not in self._shards:
+            return int(E.NOT_COORDINATOR)
+        try:
+            record = (encode_group_key(group_id), None if value is None else encode_group_value(value))
+        except ValueError as exc:  # a field longer than a record's string (a client id of 32 KiB)
+            log.error("group %r cannot be stored: %s", group_id, exc)
+            return int(E.UNKNOWN_SERVER_ERROR)
+        error, _ = self._append(partition, [record], NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+        return int(error)
 
     def _has_offsets(self, group_id: str) -> bool:
         shard = self._shards.get(self.partition_for(group_id))
@@ -526,11 +552,14 @@ class GroupCoordinator:
     def load(self, partition: int, stored_batches: Iterable[StoredBatch]) -> None:
         """Serve ``__consumer_offsets-<partition>``, its state rebuilt from its batches in offset order: plain
         commits, transactional ones (pending until their producer's marker) and markers; a tombstone deletes.
-        Records of other types (group metadata, key version 2 and up) are skipped. Raises OffsetLogFormatError
+        Classic groups come back from their last GroupMetadata record (a tombstone deletes): with members,
+        Stable, every member's session restarted at load time, so members that keep heartbeating stay in their
+        generation. Records of other types (key version 3 and up) are skipped. Raises OffsetLogFormatError
         for a record this reader cannot decode; the partition's state is then unchanged."""
         if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
             raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
         shard = OffsetShard()
+        groups: dict[str, GroupMetadataValue | None] = {}
         skipped = 0
         for stored in stored_batches:
             batch = stored.batch
@@ -547,7 +576,10 @@ class GroupCoordinator:
                     raise OffsetLogFormatError(f"{where}: a record without a key")
                 try:
                     decoded = decode_key(key)
-                    if not isinstance(decoded, OffsetCommitKey):
+                    if isinstance(decoded, GroupMetadataKey):
+                        groups[decoded.group] = decode_group_value(value)  # the last one wins
+                        continue
+                    if decoded is None:
                         skipped += 1
                         continue
                     shard.replay(offset, producer_id, decoded, decode_value(value))
@@ -556,9 +588,13 @@ class GroupCoordinator:
         if skipped:
             log.info("%s-%d: skipped %d records that are not offset commits", CONSUMER_OFFSETS_TOPIC, partition,
                      skipped)
-        # Membership is not in the log: a reloaded partition starts without it (its waiting requests are answered
-        # NOT_COORDINATOR, and members join again).
+        # Requests parked on this partition's groups are answered NOT_COORDINATOR (clients look it up again), then
+        # its groups come back as their records left them, every member's session restarted now.
         self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
+        now = self._clock()
+        for group_id, group_value in groups.items():
+            if group_value is not None and self.partition_for(group_id) == partition:
+                self.classic_groups.restore(group_id, group_value, now)
         self._shards[partition] = shard
         self._epochs[partition] = 0
 
@@ -618,7 +654,7 @@ def _check_group_request(request: object, ints: tuple[str, ...], strings: tuple[
 
 def _check_join(request: JoinGroupRequest) -> None:
     _check_group_request(request, ("session_timeout_ms", "rebalance_timeout_ms"),
-                         ("member_id", "protocol_type", "client_id"))
+                         ("member_id", "protocol_type", "client_id", "client_host"))
     if not isinstance(request.protocols, tuple) or not all(
             isinstance(p, tuple) and len(p) == 2 and type(p[0]) is str and isinstance(p[1], bytes)
             for p in request.protocols):
