@@ -66,7 +66,7 @@ from idemcore.broker.group.offsets_log import (
     encode_value,
 )
 from idemcore.broker.group.plumbing import OffsetLogWriter
-from idemcore.broker.group.shard import OffsetShard, TopicPartition
+from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
@@ -103,6 +103,9 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 #: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms.
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+#: Kafka's offsets.retention.minutes (7 days, in ms) and offsets.retention.check.interval.ms.
+DEFAULT_OFFSETS_RETENTION_MS = 10_080 * 60_000
+DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 
 
 def java_length(text: str) -> int:
@@ -124,7 +127,9 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool] | None = None,
                  min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
-                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS) -> None:
+                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS,
+                 offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                 offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS) -> None:
         if type(offsets_partitions) is not int or offsets_partitions < 1:
             raise ValueError(f"offsets_partitions must be a positive int, got {offsets_partitions!r}")
         if type(offset_metadata_max_bytes) is not int or offset_metadata_max_bytes < 0:
@@ -144,6 +149,14 @@ class GroupCoordinator:
                              f"and {max_session_timeout_ms!r}")
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        for name, value in (("offsets_retention_ms", offsets_retention_ms),
+                            ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.offsets_retention_ms = offsets_retention_ms
+        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
+        #: When :meth:`expire` next runs :meth:`cleanup_group_metadata` (None: one interval after its first call).
+        self._next_cleanup: int | None = None
         self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms,
                                             store=self._store_group)
 
@@ -354,11 +367,89 @@ class GroupCoordinator:
     def expire(self, now_ms: int) -> None:
         """Run the membership timers due at ``now_ms`` (the broker's housekeeping calls this): members whose
         session lapsed are removed, overdue join phases complete without the members that did not rejoin, members
-        that did not sync are removed. Empty groups without offsets are deleted (Kafka's periodic cleanup)."""
+        that did not sync are removed. Every ``offsets_retention_check_interval_ms`` it runs
+        :meth:`cleanup_group_metadata` (Kafka's periodic cleanup)."""
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         self.classic_groups.expire(now_ms)
-        self.classic_groups.forget_empty(self._has_offsets)
+        if self._next_cleanup is None:
+            self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
+        elif now_ms >= self._next_cleanup:
+            self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
+            self.cleanup_group_metadata(now_ms)
+
+    def cleanup_group_metadata(self, now_ms: int) -> int:
+        """Kafka's ``cleanupGroupMetadata`` (``OffsetMetadataManager.cleanupExpiredOffsets``, KIP-211): expire
+        offsets ``offsets_retention_ms`` old, then delete the Empty groups left without offsets. An offset's age
+        runs from when its group became Empty (an Empty classic group; from its commit when that time is unknown),
+        else from its commit (a simple group; topics no member of a Stable consumer group subscribes to). Groups
+        in a rebalance, and offsets an open transaction wrote, are left. Tombstones go out per partition in one
+        batch before memory changes (a failed append changes nothing). Returns how many offsets expired."""
+        if type(now_ms) is not int:
+            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        expired = 0
+        for partition, shard in self._shards.items():
+            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups))
+                         if self.partition_for(g) == partition]
+            offsets: list[OffsetCommitKey] = []
+            deleted: list[str] = []
+            for group_id in group_ids:
+                gone, all_gone = self._expired_offsets(shard, group_id, now_ms)
+                offsets += gone
+                group = self.classic_groups.groups.get(group_id)
+                if all_gone and (group is None or (group.state is GroupState.EMPTY and not group.pending_members)):
+                    deleted.append(group_id)
+            if not offsets and not deleted:
+                continue
+            records = [(encode_key(k.group, k.topic, k.partition), None) for k in offsets]
+            records += [(encode_group_key(g), None) for g in deleted]
+            error, _ = self._append(partition, records, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                log.warning("%s-%d: expiring offsets and groups failed: %s", CONSUMER_OFFSETS_TOPIC, partition,
+                            error.name)
+                continue
+            for key in offsets:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+            for group_id in deleted:
+                self.classic_groups.groups.pop(group_id, None)
+            expired += len(offsets)
+            log.info("%s-%d: expired %d offsets, deleted groups %s", CONSUMER_OFFSETS_TOPIC, partition,
+                     len(offsets), deleted)
+        return expired
+
+    def _expired_offsets(self, shard: OffsetShard, group_id: str, now_ms: int) -> tuple[list[OffsetCommitKey], bool]:
+        """The group's offsets that expire at ``now_ms``, and whether none is left after them."""
+        committed = shard.committed.get(group_id)
+        if committed is None:
+            return [], group_id not in shard.open_by_group
+        group = self.classic_groups.groups.get(group_id)
+        # Kafka's ClassicGroup.offsetExpirationCondition: where an offset's age starts, or None (no expiry).
+        since: Callable[[CommittedOffset], int] | None = None
+        if group is None or group.protocol_type is None:
+            since = _commit_time
+        elif group.state is GroupState.EMPTY:
+            empty_since = group.state_timestamp
+            since = _commit_time if empty_since is None else (lambda _offset: empty_since)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.subscribed_topics is not None \
+                and group.state is GroupState.STABLE:
+            since = _commit_time
+        if since is None:
+            return [], False
+        gone: list[OffsetCommitKey] = []
+        all_gone = True
+        for (topic, partition), offset in committed.items():
+            if group is not None and group.is_subscribed_to_topic(topic):
+                all_gone = False
+                continue
+            if offset.expire_timestamp >= 0:  # value version 1 carried its own expiry
+                due = now_ms >= offset.expire_timestamp
+            else:
+                due = now_ms - since(offset) >= self.offsets_retention_ms
+            if due and not shard.has_pending(group_id, topic, partition):
+                gone.append(OffsetCommitKey(group_id, topic, partition))
+            else:
+                all_gone = False
+        return gone, all_gone and group_id not in shard.open_by_group
 
     def _store_group(self, group_id: str, value: GroupMetadataValue | None) -> int:
         """Append the group's GroupMetadata record (None: its tombstone) to its partition: NONE once durable,
@@ -373,10 +464,6 @@ class GroupCoordinator:
             return int(E.UNKNOWN_SERVER_ERROR)
         error, _ = self._append(partition, [record], NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
         return int(error)
-
-    def _has_offsets(self, group_id: str) -> bool:
-        shard = self._shards.get(self.partition_for(group_id))
-        return shard is not None and shard.group_exists(group_id)
 
     def _membership_error(self, group_id: str | None) -> int | None:
         """INVALID_GROUP_ID for a null or empty id, NOT_COORDINATOR when its partition is not loaded."""
@@ -624,6 +711,10 @@ class GroupCoordinator:
 
 
 # ------------------------------------------------------------------ argument checks
+
+
+def _commit_time(offset: CommittedOffset) -> int:
+    return offset.commit_timestamp
 
 
 def _error_code(code: int) -> ErrorCode:

@@ -814,12 +814,6 @@ class ClassicGroups:
                     _complete(member.sync, SyncGroupResponse(int(E.NOT_COORDINATOR),
                                                              request_id=member.sync_request_id))
 
-    def forget_empty(self, keep: Callable[[str], bool]) -> None:
-        """Delete Empty groups ``keep`` refuses (those without offsets): Kafka's periodic cleanup."""
-        for group_id in [g for g, group in self.groups.items() if group.state is GroupState.EMPTY
-                         and not group.pending_members and not keep(g)]:
-            del self.groups[group_id]
-
 
 def _inconsistent(asked: str | None, actual: str | None) -> bool:
     return asked is not None and actual is not None and asked != actual
