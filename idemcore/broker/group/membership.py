@@ -21,16 +21,30 @@ The rules are Kafka's (``ClassicGroup``, ``ClassicGroupMember`` and the classic-
 - Heartbeat: ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID for a stale member, REBALANCE_IN_PROGRESS while preparing a
   rebalance; each keeps the member alive for its session timeout. A member that misses it is removed
   (a member awaiting a join or sync answer counts as alive).
-- LeaveGroup removes members and starts a rebalance.
+- LeaveGroup removes members (by member id, or a static member by its instance id) and starts a rebalance.
+- Static membership (KIP-345, JoinGroup v5+ with a ``group_instance_id``): a new static member joins at once
+  (no MEMBER_ID_REQUIRED), its member id ``<instance id>-<uuid>``. A known instance id joining without its
+  member id (a restarted client) takes a new member id in place of the old one, whose parked join or sync is
+  answered FENCED_INSTANCE_ID; in Stable with the selected protocol unchanged the group is stored and the member
+  gets this generation back without a rebalance (named a follower, it syncs for its old assignment), otherwise
+  the group rebalances (Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``). A request naming an
+  instance id with another member id is FENCED_INSTANCE_ID (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+  OffsetCommit); an unknown instance id UNKNOWN_MEMBER_ID. A static member's session lapses like any other's.
+- Durability: the group is stored as Kafka's GroupMetadata record (:mod:`.group_metadata_log`, through the
+  ``store`` the coordinator gives) where Kafka's classic group stores it: after the leader's SyncGroup set the
+  assignment, before any member is answered (a failed append answers the members the coordinator error, their
+  assignments are cleared and the group rebalances: Kafka's ``resetAndPropagateAssignmentWithError``), when the group becomes Empty (a failure only logged, as
+  Kafka), and on a static member's replacement (a failure restores the old member id and answers the join with
+  the error). :meth:`ClassicGroups.restore` brings a group back from its record: Stable with every member's
+  session restarted, or Empty.
 
-Deliberately left out: static membership (a JoinGroup with a ``group_instance_id`` is answered UNSUPPORTED_VERSION,
-other requests naming one UNKNOWN_MEMBER_ID, as Kafka answers an instance id it does not know); writing
-GroupMetadata records to ``__consumer_offsets`` (membership does not survive a restart: members rejoin, as after
-a coordinator move); the group size limit; consumer-protocol (KIP-848) groups. Where Kafka would leave a parked
-request unanswered forever (a member's second JoinGroup or SyncGroup while the first waits; the SyncGroup of a
-member removed while it waits), the first is answered REBALANCE_IN_PROGRESS (the removed member's
+Deliberately left out: the group size limit (``group.max.size``); consumer-protocol (KIP-848) groups; JoinGroup
+v9's ``skip_assignment`` (a returning static leader is answered as before v9: as a follower). Where Kafka would
+leave a parked request unanswered forever (a member's second JoinGroup or SyncGroup while the first waits; the
+SyncGroup of a member removed while it waits), the first is answered REBALANCE_IN_PROGRESS (the removed member's
 UNKNOWN_MEMBER_ID), so that no transport holds a connection on an answer that never comes. A new member id is
-``<client id>-<uuid>`` as Kafka's, with the client id the request carries (empty from the wire today).
+``<client id>-<uuid>`` as Kafka's, with the client id of the request header (the wire server puts it into the
+JoinGroup: :func:`idemcore.net.wire.membership.with_client`).
 
 Timers are deadlines checked by :meth:`ClassicGroups.expire`; requests read the coordinator's clock.
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
@@ -580,7 +594,6 @@ class ClassicGroups:
             if missing:
                 log.warning("group %r generation %d: empty assignments for %s", group.group_id,
                             group.generation_id, missing)
-            previous = {m.member_id: m.assignment for m in group.members.values()}
             for m in group.members.values():
                 m.assignment = assignment.get(m.member_id, b"")
             # Kafka's storeGroup: the assignment is durable before any member gets it.
@@ -589,7 +602,7 @@ class ClassicGroups:
                 log.warning("group %r generation %d: storing the assignment failed (%d)", group.group_id,
                             group.generation_id, error)
                 for m in group.members.values():
-                    m.assignment = previous[m.member_id]
+                    m.assignment = b""
                 # Kafka's resetAndPropagateAssignmentWithError, then a new rebalance.
                 self._propagate_assignment(group, error)
                 self._rebalance_or_complete_join(group)
