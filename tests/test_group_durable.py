@@ -26,7 +26,7 @@ from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
 
 from .test_group_admin_coordinator import FailingLog, make
-from .test_group_membership import G, PARTITIONS, RANGE, REBALANCE, SESSION, Clock, answer, beat, leave, stable_group
+from .test_group_membership import PARTITIONS, RANGE, REBALANCE, SESSION, Clock, G, answer, beat, leave, stable_group
 from .test_group_membership import sync as sync_as
 
 E = ErrorCode
