@@ -150,6 +150,9 @@ def test_confluent_admin_lists_describes_and_deletes_a_live_group(server, opened
                  for m in description.members}
     owned = [{(tp.topic, tp.partition) for tp in member.assignment()} for member in members]
     assert sorted(by_member.values(), key=sorted) == sorted(owned, key=sorted)  # each member's own partitions
+    # Kafka's member ids start with the client id; the host is the member's address as the broker saw it.
+    assert sorted((m.client_id, m.member_id.split("-")[:2], m.host.lstrip("/")) for m in description.members) == [
+        ("member-0", ["member", "0"], "127.0.0.1"), ("member-1", ["member", "1"], "127.0.0.1")]
     assert result(described["nobody"]).state == ConsumerGroupState.DEAD
 
     (refused,) = admin.delete_consumer_groups([GROUP], request_timeout=TIMEOUT_S).values()
@@ -186,6 +189,8 @@ def test_kafka_python_admin_lists_describes_deletes_offsets_and_the_group(server
     owned = [{(tp.topic, tp.partition) for tp in member.assignment()} for member in members]
     assert sorted(assigned.values(), key=sorted) == sorted(owned, key=sorted)
     assert all(m["member_metadata"]["topics"] == [TOPIC] for m in described["members"])
+    assert sorted((m["client_id"], m["client_host"].lstrip("/")) for m in described["members"]) == [
+        ("member-0", "127.0.0.1"), ("member-1", "127.0.0.1")]
 
     # OffsetDelete: the topic the members subscribe to is refused, the other one's offset goes.
     answer = admin.delete_group_offsets(GROUP, [kafka.TopicPartition(TOPIC, 0), kafka.TopicPartition(OTHER, 0)])
