@@ -148,3 +148,11 @@ def test_a_cluster_holds_deletes_until_replicated_and_maps_a_failed_replication(
     offsets = OffsetDeleteResponse(0, (("t", 0, 0), ("t", 1, E.GROUP_SUBSCRIBED_TO_TOPIC)), 5)
     assert succeeded(offsets) and not succeeded(OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
     assert with_error(offsets, E.REQUEST_TIMED_OUT) == OffsetDeleteResponse(int(E.REQUEST_TIMED_OUT), (), 5)
+
+
+def test_an_empty_group_id_is_invalid_with_or_without_a_coordinator(broker):
+    for _ in range(2):  # before __consumer_offsets exists, then after
+        assert broker.handle(DeleteGroupsRequest(("",))).results == (("", E.INVALID_GROUP_ID),)  # type: ignore
+        assert broker.handle(DescribeGroupsRequest(("",))).groups[0].error_code == E.INVALID_GROUP_ID  # type: ignore
+        assert broker.handle(OffsetDeleteRequest("", ())).error_code == E.INVALID_GROUP_ID  # type: ignore
+        commit(broker, "g", ("t", 0, 1))

@@ -32,7 +32,13 @@ from idemcore.protocol.constants import INT32_MAX, TopicPartition
 
 _INVALID = int(ErrorCode.INVALID_REQUEST)
 _NOT_FOUND = int(ErrorCode.GROUP_ID_NOT_FOUND)
+_INVALID_GROUP = int(ErrorCode.INVALID_GROUP_ID)
 _CONTAINERS = (tuple, list)
+
+
+def _unknown(group_id: str) -> int:
+    """What a broker without a coordinator answers for a group: no such group (an empty id is invalid)."""
+    return _NOT_FOUND if group_id else _INVALID_GROUP
 
 
 def _strings(value: object, what: str) -> tuple[str, ...]:
@@ -74,7 +80,7 @@ def describe_groups(coordinator: GroupCoordinator | None,
             raise TypeError(f"include_authorized_operations must be a bool, not "
                             f"{type(request.include_authorized_operations).__name__}")
         if coordinator is None:
-            return tuple(DescribedGroup(group_id, _NOT_FOUND) for group_id in group_ids)
+            return tuple(DescribedGroup(group_id, _unknown(group_id)) for group_id in group_ids)
         return coordinator.describe_groups(group_ids)
     answer = checked(request, ask)
     if isinstance(answer, str):
@@ -98,8 +104,9 @@ def list_groups(coordinator: GroupCoordinator | None, request: ListGroupsRequest
 def delete_groups(coordinator: GroupCoordinator | None, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     def ask() -> tuple[tuple[str, int], ...]:
         group_ids = _strings(request.group_ids, "group_ids")
-        codes = {} if coordinator is None else coordinator.delete_groups(group_ids)
-        return tuple((group_id, int(codes.get(group_id, _NOT_FOUND))) for group_id in group_ids)
+        named = [group_id for group_id in group_ids if group_id]  # an empty id is invalid (Kafka's service checks)
+        codes = {} if coordinator is None or not named else coordinator.delete_groups(named)
+        return tuple((group_id, int(codes.get(group_id, _unknown(group_id)))) for group_id in group_ids)
     answer = checked(request, ask)
     if isinstance(answer, str):
         return DeleteGroupsResponse(tuple((group_id, _INVALID) for group_id in _string_items(request.group_ids)),
@@ -112,8 +119,8 @@ def offset_delete(coordinator: GroupCoordinator | None, request: OffsetDeleteReq
         if type(request.group_id) is not str:
             raise TypeError(f"group_id must be a string, not {type(request.group_id).__name__}")
         partitions = _partitions(request.partitions)
-        if coordinator is None:
-            return _NOT_FOUND, ()
+        if coordinator is None or not request.group_id:
+            return _unknown(request.group_id), ()
         error, codes = coordinator.offset_delete(request.group_id, partitions)
         if error != ErrorCode.NONE:
             return int(error), ()
