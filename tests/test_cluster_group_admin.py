@@ -1,12 +1,15 @@
 """The group admin calls in a cluster (a ZooKeeper and three ``idemcore serve`` brokers, LocalCluster's recommended
 settings): each broker answers for the groups of the ``__consumer_offsets`` partitions it leads, so confluent-kafka's
 AdminClient lists the groups of every coordinator (it asks each broker), describes and deletes each at its own
-coordinator, and a delete it was told succeeded stays done after that coordinator is SIGKILLed (DeleteGroups'
-tombstones are answered once replicated, as offset commits are)."""
+coordinator (and so does ``idemcore groups``), and a delete it was told succeeded stays done after that coordinator
+is SIGKILLed (DeleteGroups' tombstones are answered once replicated, as offset commits are)."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 
@@ -44,6 +47,18 @@ def test_groups_are_answered_by_their_own_coordinators_and_a_delete_survives_its
     assert {d.state for d in described.values()} == {ConsumerGroupState.EMPTY}
     coordinators = {g: d.coordinator.id for g, d in described.items()}
     assert len(set(coordinators.values())) > 1, f"all groups on one coordinator: {coordinators}"
+
+    # idemcore's own `groups` command finds the same: every broker's groups, each described at its coordinator.
+    cli = [sys.executable, "-m", "idemcore.cli", "groups"]
+    bootstrap = ["--bootstrap", cluster.bootstrap_servers, "--json"]
+    shown = subprocess.run([*cli, "list", *bootstrap], capture_output=True, text=True, timeout=TIMEOUT_S * 2)
+    assert shown.returncode == 0, shown.stderr
+    assert {g["group_id"]: g["coordinator"] for g in json.loads(shown.stdout)} == coordinators
+    shown = subprocess.run([*cli, "describe", *GROUPS, *bootstrap], capture_output=True, text=True,
+                           timeout=TIMEOUT_S * 2)
+    assert shown.returncode == 0, shown.stderr
+    assert [(g["group_id"], g["state"], [(o["partition"], o["offset"]) for o in g["offsets"]])
+            for g in json.loads(shown.stdout)] == [(g, "Empty", [(0, n + 1), (1, n + 2)]) for n, g in enumerate(GROUPS)]
 
     doomed = GROUPS[::2]
     results = client.delete_consumer_groups(doomed, request_timeout=TIMEOUT_S)

@@ -7,7 +7,8 @@ A broker without a group coordinator yet (no ``__consumer_offsets`` topic) has n
 coordinator would for groups it does not have, without making the topic (an admin's look must not create it).
 In a cluster each broker's coordinator holds the groups of the ``__consumer_offsets`` partitions it leads: the
 coordinator answers NOT_COORDINATOR for the others, and ListGroups lists what this broker leads (an admin client
-asks every broker, as Kafka's do)."""
+asks every broker, as Kafka's do). There DeleteGroups and OffsetDelete are answered once their tombstones are
+replicated, as offset commits are (:mod:`idemcore.broker.coordinator_leadership`)."""
 
 from __future__ import annotations
 
