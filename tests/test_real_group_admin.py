@@ -4,10 +4,12 @@ two confluent-kafka (librdkafka) consumers: confluent-kafka's ``AdminClient`` li
 describes the members and their assignments, is refused NON_EMPTY_GROUP while the consumers are in the group and
 deletes it (offsets and all) once they have left; kafka-python 3's ``KafkaAdminClient`` (whose calls are named
 ``list_groups``, ``describe_groups``, ``delete_groups`` and ``delete_group_offsets`` in 3.0) does the same and
-deletes a group's offsets of a topic its members do not subscribe to (OffsetDelete), refused for one they do."""
+deletes a group's offsets of a topic its members do not subscribe to (OffsetDelete), refused for one they do;
+aiokafka's admin lists and describes the group."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
 from collections.abc import Callable, Iterator
@@ -209,3 +211,27 @@ def test_kafka_python_admin_lists_describes_deletes_offsets_and_the_group(server
     assert admin.delete_groups([GROUP]) == {GROUP: "OK"}
     assert admin.list_groups() == []
     assert admin.delete_groups([GROUP]) == {GROUP: "GroupIdNotFoundError"}
+
+
+def test_aiokafka_admin_lists_and_describes_a_live_group(server, opened):
+    """aiokafka 0.14's admin (ListGroups and DescribeGroups at its own, older versions; it has no DeleteGroups)."""
+    aiokafka_admin = _required("aiokafka.admin", "aiokafka>=0.14")
+    from idemcore.protocol.consumer_protocol import decode_assignment
+
+    members, _ = live_group(server, opened)
+    owned = sorted(sorted((tp.topic, tp.partition) for tp in member.assignment()) for member in members)
+
+    async def ask() -> tuple[Any, Any]:
+        admin = aiokafka_admin.AIOKafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=10_000)
+        await admin.start()
+        try:
+            return await admin.list_consumer_groups(), await admin.describe_consumer_groups([GROUP])
+        finally:
+            await admin.close()
+
+    groups, (described,) = asyncio.run(asyncio.wait_for(ask(), TIMEOUT_S))
+    assert groups == [(GROUP, "consumer")]
+    (group,) = described.groups
+    error_code, group_id, state, protocol_type, protocol, group_members = group
+    assert (error_code, group_id, state, protocol_type, protocol) == (0, GROUP, "Stable", "consumer", "range")
+    assert sorted(sorted(decode_assignment(m[-1]).partitions) for m in group_members) == owned
