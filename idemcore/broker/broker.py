@@ -25,6 +25,7 @@ from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, Delaye
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
+from idemcore.broker.group.admin_requests import group_admin_handlers
 from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.input_checks import check_topic
 from idemcore.broker.internal_topics import BackgroundTopics
@@ -285,6 +286,8 @@ class Broker:
                 **admin_handlers(self.admin_sources),
                 **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
+                # None before __consumer_offsets exists: no groups, and an admin's look does not make it.
+                **group_admin_handlers(lambda: self._group_coordinator),
             }
             if self.cluster is not None:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
@@ -465,6 +468,11 @@ class Broker:
         assert self._group_coordinator is not None
         return self._group_coordinator
 
+    def group_coordinator_settings(self) -> dict[str, Any]:
+        """The group coordinator's settings (``group.*``, ``offsets.retention.*``...) from the broker's
+        ``settings``; none (Kafka's defaults) for a broker made without them."""
+        return {} if self.settings is None else self.settings.group_coordinator_kwargs()
+
     def _start_group_coordinator(self) -> None:
         """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
         partition into it (this broker leads them all)."""
@@ -473,7 +481,7 @@ class Broker:
         partitions = self.topics[CONSUMER_OFFSETS_TOPIC]
         coordinator = GroupCoordinator(HandledOffsetLog(self.handle, self.clock), self.clock,
                                        offsets_partitions=partitions,
-                                       partition_exists=self._serves)
+                                       partition_exists=self._serves, **self.group_coordinator_settings())
         for partition in range(partitions):
             coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches)
         self._group_coordinator = coordinator
