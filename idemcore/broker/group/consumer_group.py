@@ -147,6 +147,7 @@ class ConsumerGroups:
         rid = request.request_id
         message = _invalid(request)
         if message is not None:
+            log.info("ConsumerGroupHeartbeat of %r answered INVALID_REQUEST: %s (%r %r)", request.member_id, message, request.subscribed_topic_regex, request.subscribed_topic_names)
             return ConsumerGroupHeartbeatResponse(E.INVALID_REQUEST, request_id=rid, error_message=message)
         if request.server_assignor is not None and request.server_assignor not in self._assignors:
             return ConsumerGroupHeartbeatResponse(
@@ -403,7 +404,7 @@ def _invalid(request: ConsumerGroupHeartbeatRequest) -> str | None:
         return "InstanceId can't be empty."
     if request.rack_id == "":
         return "RackId can't be empty."
-    if request.subscribed_topic_regex is not None:
+    if request.subscribed_topic_regex:  # "": no regex (librdkafka sends it with the names)
         return "SubscribedTopicRegex is not supported yet."
     if request.member_id == "" and (request.member_id_from_client or request.member_epoch != JOIN_EPOCH):
         return "MemberId can't be empty."

@@ -1,0 +1,132 @@
+"""The consumer group protocol of KIP-848 against :class:`~idemcore.broker.server.Server` on a free loopback port,
+with librdkafka (confluent-kafka) consumers of ``group.protocol=consumer``: two and three members share a
+4-partition topic exactly (with the server assignors ``uniform`` and ``range``), read every record once, commit
+their offsets with their member epochs, and when one closes the others take its partitions; AdminClient describes
+the group (ConsumerGroupDescribe)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+from idemcore import Broker  # noqa: E402
+from idemcore.broker.server import Server  # noqa: E402
+
+TOPIC = "t"
+PARTITIONS = 4
+GROUP = "next-gen"
+TIMEOUT_S = 40
+RECORDS_PER_PARTITION = 5
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """A served broker (in memory) whose timers run every 100 ms, telling members to heartbeat every 200 ms."""
+    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
+    broker.consumer_groups.heartbeat_interval_ms = 200
+    try:
+        with Server(broker, housekeeping_ms=100) as served:
+            yield served
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Any]]:
+    consumers: list[Any] = []
+    yield consumers
+    for consumer in reversed(consumers):
+        try:
+            consumer.close()
+        except RuntimeError:  # already closed by the test
+            pass
+
+
+def consumer(server: Server, opened: list[Any], assignor: str) -> Any:
+    made = confluent_kafka.Consumer({
+        "bootstrap.servers": server.bootstrap, "group.id": GROUP, "group.protocol": "consumer",
+        "group.remote.assignor": assignor, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 300,
+        "topic.metadata.refresh.interval.ms": 1_000})
+    opened.append(made)
+    made.subscribe([TOPIC])
+    return made
+
+
+def partitions(member: Any) -> set[int]:
+    return {tp.partition for tp in member.assignment()}
+
+
+def poll_until(members: list[Any], done: Callable[[], bool], received: list[bytes]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        assert time.monotonic() < deadline, f"not done in {TIMEOUT_S} s: assignments " \
+                                            f"{[sorted(partitions(m)) for m in members]}, {len(received)} received"
+        for member in members:
+            message = member.poll(0.05)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            received.append(message.value())
+
+
+def exactly_shared(members: list[Any]) -> bool:
+    held = [partitions(m) for m in members]
+    return all(held) and sum(len(h) for h in held) == PARTITIONS and set().union(*held) == set(range(PARTITIONS))
+
+
+@pytest.mark.parametrize(("assignor", "count"), [("uniform", 2), ("range", 2), ("uniform", 3), ("range", 3)])
+def test_consumers_share_the_partitions_commit_and_the_rest_take_over(server, opened, assignor, count):
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
+    everything = set()
+    for partition in range(PARTITIONS):
+        for k in range(RECORDS_PER_PARTITION):
+            value = f"record-{partition}-{k}".encode()
+            everything.add(value)
+            producer.produce(TOPIC, value, partition=partition)
+    assert producer.flush(TIMEOUT_S) == 0
+
+    members = [consumer(server, opened, assignor) for _ in range(count)]
+    received: list[bytes] = []
+    poll_until(members, lambda: exactly_shared(members), received)
+    group = server.broker.consumer_groups.groups[GROUP]
+    assert len(group.members) == count and group.assignor_name == assignor
+    # The coordinator's view agrees with the clients': every partition owned by exactly one member.
+    owned = [(t, p) for m in group.members.values() for t, parts in m.assigned.items() for p in parts]
+    assert sorted(owned) == [(TOPIC, p) for p in range(PARTITIONS)]
+
+    poll_until(members, lambda: set(received) == everything, received)
+    assert len(received) == len(everything)  # every record once: no partition was read by two members
+
+    def committed() -> dict[int, int]:
+        _, offsets = server.broker.group_coordinator.offset_fetch(GROUP, [(TOPIC, p) for p in range(PARTITIONS)])
+        return {p: offsets[(TOPIC, p)].offset for p in range(PARTITIONS)}
+
+    # The auto commits carry the member epochs and are accepted.
+    poll_until(members, lambda: committed() == dict.fromkeys(range(PARTITIONS), RECORDS_PER_PARTITION), received)
+
+    epoch = group.group_epoch
+    members[-1].close()  # a leaving heartbeat (epoch -1): the others take its partitions at once
+    rest = members[:-1]
+    poll_until(rest, lambda: exactly_shared(rest), received)
+    assert len(group.members) == count - 1 and group.group_epoch > epoch
+    assert len(received) == len(everything)  # committed offsets: the partitions taken over are not read again
+
+
+def test_admin_client_describes_the_consumer_group(server, opened):
+    members = [consumer(server, opened, "uniform") for _ in range(2)]
+    poll_until(members, lambda: exactly_shared(members), [])
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    described = admin.describe_consumer_groups([GROUP])[GROUP].result(TIMEOUT_S)
+    assert described.group_id == GROUP
+    assert str(described.state).upper().endswith("STABLE"), described.state
+    assert len(described.members) == 2
+    assigned = sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions)
+    assert assigned == list(range(PARTITIONS))
+    group = server.broker.consumer_groups.groups[GROUP]
+    assert {m.member_id for m in described.members} == set(group.members)
