@@ -147,7 +147,7 @@ class ConsumerGroups:
         rid = request.request_id
         message = _invalid(request)
         if message is not None:
-            log.info("ConsumerGroupHeartbeat of %r answered INVALID_REQUEST: %s (%r %r)", request.member_id, message, request.subscribed_topic_regex, request.subscribed_topic_names)
+            log.info("ConsumerGroupHeartbeat of member %r answered INVALID_REQUEST: %s", request.member_id, message)
             return ConsumerGroupHeartbeatResponse(E.INVALID_REQUEST, request_id=rid, error_message=message)
         if request.server_assignor is not None and request.server_assignor not in self._assignors:
             return ConsumerGroupHeartbeatResponse(
