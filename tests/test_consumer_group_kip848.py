@@ -212,8 +212,6 @@ def test_malformed_heartbeats_are_answered_invalid_request_with_kafkas_messages(
         Hb(G, "a", 0, rebalance_timeout_ms=1, owned_partitions=()): "SubscribedTopicNames",
         Hb(G, "a", -3): "MemberEpoch",
         Hb(G, "a", -2): "InstanceId",
-        Hb(G, "a", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned_partitions=(),
-           subscribed_topic_regex="t.*"): "SubscribedTopicRegex",
     }
     for request, field in cases.items():
         answer = groups.heartbeat(request)
@@ -223,6 +221,28 @@ def test_malformed_heartbeats_are_answered_invalid_request_with_kafkas_messages(
     made = groups.heartbeat(Hb(G, "", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned_partitions=(),
                                member_id_from_client=False))
     assert made.error_code == E.NONE and made.member_id
+
+
+def test_a_regex_subscription_matches_whole_names_and_topics_made_later():
+    clock = Clock()
+    counts = {"orders": 2, "orders-eu": 2, "other": 1, "__consumer_offsets": 3}
+    groups = ConsumerGroups(clock, counts.get, topic_names=lambda: list(counts))
+    bad = groups.heartbeat(Hb(G, "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="orders(", owned_partitions=()))
+    assert bad.error_code == 128 and "orders(" in (bad.error_message or "")  # INVALID_REGULAR_EXPRESSION
+    answer = groups.heartbeat(Hb(G, "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="orders.*|__.*|oth",
+                                 owned_partitions=()))
+    assert answer.error_code == E.NONE
+    assert set(answer.assignment or ()) == {("orders", 0), ("orders", 1), ("orders-eu", 0), ("orders-eu", 1)}
+    counts["orders-us"] = 1  # a matching topic made later is assigned at the next heartbeat
+    again = beat(groups, "a", answer.member_epoch, answer.assignment)
+    assert again.member_epoch == answer.member_epoch + 1 and ("orders-us", 0) in set(again.assignment or ())
+    (described,) = groups.describe([G])
+    assert described.members[0].subscribed_topic_regex == "orders.*|__.*|oth"
+    # An empty regex clears it (librdkafka sends one with its names).
+    names = beat(groups, "a", again.member_epoch, again.assignment, subscribed_topic_names=("other",),
+                 subscribed_topic_regex="")
+    settle(groups, ["a"])
+    assert names.error_code == E.NONE and assigned(groups, "a") == {("other", 0)}
 
 
 def test_offset_commits_describe_list_and_delete():
@@ -277,17 +297,19 @@ OPS = st.lists(st.tuples(st.sampled_from(["join", "beat", "leave", "expire", "gr
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, assignor=st.sampled_from(["uniform", "range"]))
 def test_no_partition_is_ever_owned_by_two_members_and_the_group_settles(ops, assignor):
-    """The model: each client owns exactly what the coordinator last told it (it revokes at once, or lags a
-    heartbeat). Whatever the members do, no partition is ever in two clients' hands, and once all heartbeat the
-    group is stable with every partition owned exactly once."""
+    """The model: each client owns what the coordinator last told it, giving up at once what it must and
+    taking the rest at once or (lagging) at a later heartbeat. Whatever the members do, no partition is ever in two
+    clients' hands, and once all heartbeat the group is stable with every partition owned exactly once."""
     groups, clock, counts = make({"t": 3, "u": 2})
     clients: dict[str, tuple[int, set[tuple[str, int]]]] = {}  # member -> (epoch, owned)
+    told: dict[str, set[tuple[str, int]]] = {}  # member -> the assignment it was last sent
     for op, k in ops:
         name = f"m{k}"
         if op == "join" and name not in clients:
             answer = join(groups, name, ("t", "u") if k % 2 else ("t",), assignor)
             assert answer.error_code == E.NONE
-            clients[name] = (answer.member_epoch, {tuple(tp) for tp in answer.assignment or ()})
+            told[name] = {tuple(tp) for tp in answer.assignment or ()}  # type: ignore[misc]
+            clients[name] = (answer.member_epoch, set(told[name]))
         elif op in ("beat", "lag") and name in clients:
             epoch, held = clients[name]
             answer = beat(groups, name, epoch, sorted(held))
@@ -295,10 +317,10 @@ def test_no_partition_is_ever_owned_by_two_members_and_the_group_settles(ops, as
                 assert answer.error_code in (E.UNKNOWN_MEMBER_ID, E.GROUP_ID_NOT_FOUND), answer
                 del clients[name]
                 continue
-            if op == "beat" and answer.assignment is not None:
-                held = {tuple(tp) for tp in answer.assignment}  # type: ignore[misc]
-            elif answer.assignment is not None:  # lags: gives up what it must, takes nothing yet
-                held &= {tuple(tp) for tp in answer.assignment}  # type: ignore[misc]
+            if answer.assignment is not None:
+                told[name] = {tuple(tp) for tp in answer.assignment}  # type: ignore[misc]
+            # A lagging client gives up at once what it must, and takes the rest at a later heartbeat.
+            held = set(told[name]) if op == "beat" else held & told[name]
             clients[name] = (answer.member_epoch, held)
         elif op == "leave" and name in clients:
             assert groups.heartbeat(Hb(G, name, -1)).error_code == E.NONE
@@ -320,8 +342,8 @@ def test_no_partition_is_ever_owned_by_two_members_and_the_group_settles(ops, as
             answer = beat(groups, name, epoch, sorted(held))
             assert answer.error_code == E.NONE, answer
             if answer.assignment is not None:
-                held = {tuple(tp) for tp in answer.assignment}  # type: ignore[misc]
-            clients[name] = (answer.member_epoch, held)
+                told[name] = {tuple(tp) for tp in answer.assignment}  # type: ignore[misc]
+            clients[name] = (answer.member_epoch, set(told[name]))
         if groups.groups[G].state == STABLE_GROUP:
             break
     assert groups.groups[G].state == STABLE_GROUP

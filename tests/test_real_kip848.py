@@ -1,8 +1,8 @@
 """The consumer group protocol of KIP-848 against :class:`~idemcore.broker.server.Server` on a free loopback port,
 with librdkafka (confluent-kafka) consumers of ``group.protocol=consumer``: two and three members share a
 4-partition topic exactly (with the server assignors ``uniform`` and ``range``), read every record once, commit
-their offsets with their member epochs, and when one closes the others take its partitions; AdminClient describes
-the group (ConsumerGroupDescribe)."""
+their offsets with their member epochs, and when one closes the others take its partitions; a regex subscription is
+resolved by the coordinator; AdminClient describes the group (ConsumerGroupDescribe)."""
 
 from __future__ import annotations
 
@@ -130,3 +130,16 @@ def test_admin_client_describes_the_consumer_group(server, opened):
     assert assigned == list(range(PARTITIONS))
     group = server.broker.consumer_groups.groups[GROUP]
     assert {m.member_id for m in described.members} == set(group.members)
+
+
+def test_a_regex_subscription_is_resolved_by_the_coordinator(server, opened):
+    made = confluent_kafka.Consumer({
+        "bootstrap.servers": server.bootstrap, "group.id": GROUP, "group.protocol": "consumer",
+        "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1_000})
+    opened.append(made)
+    made.subscribe(["^t.*"])
+    poll_until([made], lambda: partitions(made) == set(range(PARTITIONS)), [])
+    (member,) = server.broker.consumer_groups.groups[GROUP].members.values()
+    # librdkafka sends its patterns as one expression (here "(^t.*)") and no names: the coordinator matched it.
+    assert member.subscribed_topic_regex is not None and "^t.*" in member.subscribed_topic_regex
+    assert member.subscribed_topic_names == ()

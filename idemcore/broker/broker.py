@@ -475,7 +475,8 @@ class Broker:
         """The consumer-protocol groups (KIP-848), made with the group coordinator."""
         self.group_coordinator  # noqa: B018
         if self._consumer_groups is None:
-            self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic))
+            self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
+                                                   topic_names=lambda: list(self.topic_catalog.counts))
         return self._consumer_groups
 
     def _start_group_coordinator(self) -> None:

@@ -15,19 +15,25 @@ So no partition is ever owned by two members. A heartbeat with an epoch the memb
 FENCED_MEMBER_EPOCH (the previous epoch is accepted when the member owns a subset of its assignment: the answer
 that bumped it may have been lost), an unknown member UNKNOWN_MEMBER_ID; a member whose session lapses is removed.
 
+A member may subscribe by a regular expression as well as by names (KIP-848's server-side regex): it matches whole
+topic names (Python's ``re.fullmatch``; Kafka uses RE2/J, whose syntax is mostly the same), internal topics
+(``__`` names) excluded, resolved again at every heartbeat of the group, so a matching topic made later is
+assigned; an expression that does not compile is INVALID_REGULAR_EXPRESSION.
+
 What is left out, and said so: the membership is kept in memory only (Kafka writes it as ConsumerGroup* records in
 ``__consumer_offsets``; the committed offsets are durable as for any group); static members (an instance id is
-kept and shown, but epoch -2 leaves as -1 does and no instance id is reserved); the server-side regular expression
-(answered INVALID_REQUEST, as Kafka answered it until 4.0); classic members in a consumer group (a classic
-JoinGroup for a non-empty consumer group is refused: see :mod:`idemcore.broker.group.consumer_group_requests`).
+kept and shown, but epoch -2 leaves as -1 does and no instance id is reserved); classic members in a consumer
+group (a classic JoinGroup for a non-empty consumer group is refused: see
+:mod:`idemcore.broker.group.consumer_group_requests`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from idemcore.broker.group.server_assignors import (
@@ -60,6 +66,9 @@ EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP = "Empty", "Assigning", "Reconciling
 #: The protocol type a consumer group lists with.
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
+#: Kafka's error code for a subscribed regex that does not compile (KIP-848).
+INVALID_REGULAR_EXPRESSION = 128
+
 DEFAULT_SESSION_TIMEOUT_MS = 45_000  # Kafka's group.consumer.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000  # group.consumer.heartbeat.interval.ms
 
@@ -78,6 +87,7 @@ class ConsumerGroupMember:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 0
     assigned: Partitions = field(default_factory=dict)
@@ -98,6 +108,8 @@ class ConsumerGroup:
     target: dict[str, Partitions] = field(default_factory=dict)
     #: The partition count of every existing topic some member subscribes to (Kafka's subscription metadata).
     topic_partitions: dict[str, int] = field(default_factory=dict)
+    #: Each member's topics: its names and what its regex matched when last resolved.
+    subscriptions: dict[str, frozenset[str]] = field(default_factory=dict)
     assignor_name: str = ""
 
     @property
@@ -119,12 +131,14 @@ class ConsumerGroup:
 class ConsumerGroups:
     """Every consumer-protocol group of one coordinator. ``clock`` gives the time of a heartbeat in ms,
     ``partitions_of`` a topic's partition count (None: no such topic); ``assignors``: the server assignors served,
-    the first the default (Kafka's ``group.consumer.assignors``)."""
+    the first the default (Kafka's ``group.consumer.assignors``); ``topic_names`` lists the topics a subscribed
+    regex is matched against (None: none)."""
 
     def __init__(self, clock: Callable[[], int], partitions_of: Callable[[str], int | None], *,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-                 assignors: Sequence[str] = SERVER_ASSIGNOR_NAMES) -> None:
+                 assignors: Sequence[str] = SERVER_ASSIGNOR_NAMES,
+                 topic_names: Callable[[], Iterable[str]] | None = None) -> None:
         for name, value in (("session_timeout_ms", session_timeout_ms),
                             ("heartbeat_interval_ms", heartbeat_interval_ms)):
             if type(value) is not int or value < 1:
@@ -134,6 +148,7 @@ class ConsumerGroups:
         self._assignors: dict[str, ServerAssignor] = {name: make_server_assignor(name) for name in assignors}
         self._clock = clock
         self._partitions_of = partitions_of
+        self._topic_names = topic_names
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
@@ -154,6 +169,13 @@ class ConsumerGroups:
                 E.UNSUPPORTED_ASSIGNOR, request_id=rid,
                 error_message=f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
                               f"{', '.join(self._assignors)}.")
+        if request.subscribed_topic_regex:
+            try:
+                re.compile(request.subscribed_topic_regex)
+            except re.error as exc:
+                regex = request.subscribed_topic_regex
+                return _error(INVALID_REGULAR_EXPRESSION, rid,
+                              f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.")
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(request)
         group_id = request.group_id
@@ -174,9 +196,10 @@ class ConsumerGroups:
             if fenced is not None:
                 return _error(E.FENCED_MEMBER_EPOCH, rid, fenced)
         now = self._clock()
-        before = (frozenset(member.subscribed_topic_names), member.server_assignor)
+        before = (frozenset(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor)
         _update(member, request)
-        bump = joined or (frozenset(member.subscribed_topic_names), member.server_assignor) != before
+        bump = joined or (frozenset(member.subscribed_topic_names), member.subscribed_topic_regex,
+                          member.server_assignor) != before
         group.members[member_id] = member
         self.groups[group_id] = group
         metadata = self._subscription_metadata(group)
@@ -218,7 +241,12 @@ class ConsumerGroups:
         log.info("consumer group %s: member %s %s, epoch %d", group.group_id, member_id, why, group.group_epoch)
 
     def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, int]:
-        topics = {t for m in group.members.values() for t in m.subscribed_topic_names}
+        """The subscribed topics' partition counts, with every member's subscription resolved again."""
+        existing: list[str] | None = None
+        if self._topic_names is not None and any(m.subscribed_topic_regex for m in group.members.values()):
+            existing = sorted(t for t in self._topic_names() if not t.startswith("__"))
+        group.subscriptions = {m.member_id: _topics(m, existing) for m in group.members.values()}
+        topics = set().union(*group.subscriptions.values())
         counts = {t: self._partitions_of(t) for t in sorted(topics)}
         return {t: n for t, n in counts.items() if n is not None and n > 0}
 
@@ -228,7 +256,7 @@ class ConsumerGroups:
         wanted = Counter(m.server_assignor for m in group.members.values() if m.server_assignor is not None)
         names = list(self._assignors)
         name = min(wanted, key=lambda n: (-wanted[n], names.index(n))) if wanted else names[0]
-        specs = [MemberSpec(m.member_id, frozenset(m.subscribed_topic_names), m.instance_id,
+        specs = [MemberSpec(m.member_id, group.subscriptions.get(m.member_id, frozenset()), m.instance_id,
                             group.target.get(m.member_id, {})) for m in group.members.values()]
         group.target = self._assignors[name].assign(specs, group.topic_partitions)
         group.assignor_name = name
@@ -271,7 +299,7 @@ class ConsumerGroups:
                 continue
             members = tuple(DescribedConsumerMember(
                 m.member_id, m.member_epoch, m.instance_id, m.rack_id, m.client_id, m.client_host,
-                tuple(sorted(m.subscribed_topic_names)), None, _flat(m.assigned),
+                tuple(sorted(m.subscribed_topic_names)), m.subscribed_topic_regex, _flat(m.assigned),
                 _flat(group.target.get(m.member_id, {}))) for m in group.members.values())
             described.append(DescribedConsumerGroup(group_id, E.NONE, None, group.state, group.group_epoch,
                                                     group.assignment_epoch,
@@ -381,6 +409,15 @@ def _fenced(member: ConsumerGroupMember, epoch: int, owned: tuple[TopicPartition
 # ---------------------------------------------------------------- requests
 
 
+def _topics(member: ConsumerGroupMember, existing: list[str] | None) -> frozenset[str]:
+    """The member's topics: its names, and the existing topics its regex matches whole."""
+    topics = set(member.subscribed_topic_names)
+    if member.subscribed_topic_regex and existing is not None:
+        pattern = re.compile(member.subscribed_topic_regex)
+        topics.update(t for t in existing if pattern.fullmatch(t))
+    return frozenset(topics)
+
+
 def _update(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest) -> None:
     """The fields a heartbeat sets (None / -1: unchanged)."""
     if request.instance_id is not None:
@@ -393,6 +430,8 @@ def _update(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest)
         member.server_assignor = request.server_assignor
     if request.subscribed_topic_names is not None:
         member.subscribed_topic_names = tuple(dict.fromkeys(request.subscribed_topic_names))
+    if request.subscribed_topic_regex is not None:  # "": none (librdkafka sends it with the names)
+        member.subscribed_topic_regex = request.subscribed_topic_regex or None
     member.client_id, member.client_host = request.client_id, request.client_host
 
 
@@ -404,8 +443,6 @@ def _invalid(request: ConsumerGroupHeartbeatRequest) -> str | None:
         return "InstanceId can't be empty."
     if request.rack_id == "":
         return "RackId can't be empty."
-    if request.subscribed_topic_regex:  # "": no regex (librdkafka sends it with the names)
-        return "SubscribedTopicRegex is not supported yet."
     if request.member_id == "" and (request.member_id_from_client or request.member_epoch != JOIN_EPOCH):
         return "MemberId can't be empty."
     if request.rebalance_timeout_ms < UNCHANGED_TIMEOUT:
@@ -415,8 +452,8 @@ def _invalid(request: ConsumerGroupHeartbeatRequest) -> str | None:
             return "RebalanceTimeoutMs must be provided in first request."
         if request.owned_partitions is None or request.owned_partitions:
             return "TopicPartitions must be empty when (re-)joining."
-        if request.subscribed_topic_names is None:
-            return "SubscribedTopicNames must be set in first request."
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
     elif request.member_epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
         return "InstanceId can't be null."
     elif request.member_epoch < STATIC_LEAVE_EPOCH:
@@ -447,7 +484,7 @@ def check_heartbeat(request: object) -> None:
         raise TypeError(f"owned_partitions must be (topic, partition) pairs or None, got {owned!r:.80}")
 
 
-def _error(code: E, request_id: int, message: str) -> ConsumerGroupHeartbeatResponse:
+def _error(code: int, request_id: int, message: str) -> ConsumerGroupHeartbeatResponse:
     return ConsumerGroupHeartbeatResponse(code, request_id=request_id, error_message=message)
 
 
