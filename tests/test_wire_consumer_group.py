@@ -196,3 +196,40 @@ def test_malformed_fields_are_answered_invalid_request_naming_them():
     assert answer.error_code == E.INVALID_REQUEST and "owned_partitions" in answer.error_message
     described = cgr.describe(server.gc, server.groups, ConsumerGroupDescribeRequest(G))  # type: ignore[arg-type]
     assert described.groups == () and "group_ids" in described.error_message
+
+
+@pytest.mark.parametrize("request_", [
+    ConsumerGroupHeartbeatRequest(None, "m", 0),  # type: ignore[arg-type]
+    ConsumerGroupHeartbeatRequest(G, None, 0),  # type: ignore[arg-type]
+    ConsumerGroupHeartbeatRequest(G, "m", None),  # type: ignore[arg-type]
+    ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=1, subscribed_topic_names="t",  # type: ignore
+                                  owned_partitions=()),
+    ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=(1,),  # type: ignore
+                                  owned_partitions=()),
+    ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",),
+                                  owned_partitions=[("t",)]),  # type: ignore[list-item]
+    ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=True, subscribed_topic_names=("t",),
+                                  owned_partitions=()),
+    ConsumerGroupHeartbeatRequest(G, "m", 0, server_assignor=3, rebalance_timeout_ms=1,  # type: ignore[arg-type]
+                                  subscribed_topic_names=("t",), owned_partitions=()),
+    ConsumerGroupHeartbeatRequest(G, "m", 0, rebalance_timeout_ms=-7, subscribed_topic_names=("t",),
+                                  owned_partitions=()),
+    ConsumerGroupDescribeRequest(None),  # type: ignore[arg-type]
+    ConsumerGroupDescribeRequest((G, 5)),  # type: ignore[arg-type]
+    OffsetCommitRequest(G, (OffsetEntry("t", 0, 1),), "1", "m"),  # type: ignore[arg-type]
+])
+def test_a_malformed_request_through_the_broker_is_answered_and_the_broker_keeps_serving(request_):
+    from idemcore.broker import Broker
+
+    broker = Broker({"t": 2}, offsets_topic_partitions=1)
+    try:
+        answer = broker.handle(request_)
+        assert answer is not None
+        if hasattr(answer, "error_code"):
+            assert answer.error_code == E.INVALID_REQUEST and answer.error_message
+        elif type(request_) is ConsumerGroupDescribeRequest:
+            assert answer.groups == () and answer.error_message
+        joined = broker.handle(join_message())
+        assert joined.error_code == E.NONE and joined.member_epoch == 1  # still serving
+    finally:
+        broker.close()
