@@ -245,6 +245,46 @@ def test_a_regex_subscription_matches_whole_names_and_topics_made_later():
     assert names.error_code == E.NONE and assigned(groups, "a") == {("other", 0)}
 
 
+def static_join(groups: ConsumerGroups, member: str, instance: str) -> ConsumerGroupHeartbeatResponse:
+    return groups.heartbeat(Hb(G, member, 0, instance_id=instance, rebalance_timeout_ms=REBALANCE,
+                               subscribed_topic_names=("t",), owned_partitions=()))
+
+
+def test_a_static_member_leaves_for_a_while_and_comes_back_without_a_rebalance():
+    groups, clock, _ = make()
+    static_join(groups, "s1", "box-1")
+    join(groups, "d")
+    settle(groups, ["s1", "d"])
+    mine = assigned(groups, "s1")
+    epoch = groups.groups[G].group_epoch
+    # The instance id is held: another member can neither join with it nor heartbeat with it.
+    refused = static_join(groups, "s2", "box-1")
+    assert refused.error_code == E.UNRELEASED_INSTANCE_ID and "owned by s1" in (refused.error_message or "")
+    fenced = groups.heartbeat(Hb(G, "s2", 3, instance_id="box-1", owned_partitions=()))
+    assert fenced.error_code == E.FENCED_INSTANCE_ID
+    assert groups.heartbeat(Hb(G, "s2", -2, instance_id="box-9")).error_code == E.UNKNOWN_MEMBER_ID
+    # A temporary leave keeps its partitions (nobody else gets them) and the group epoch.
+    left = groups.heartbeat(Hb(G, "s1", -2, instance_id="box-1"))
+    assert left.error_code == E.NONE and left.member_epoch == -2
+    settle_d = beat(groups, "d", groups.groups[G].members["d"].member_epoch, owned(groups, "d"))
+    assert settle_d.error_code == E.NONE and groups.groups[G].group_epoch == epoch
+    assert not assigned(groups, "d") & mine
+    # It comes back under a new member id within its session: same partitions, no new group epoch.
+    clock.now += SESSION - 1
+    back = static_join(groups, "s2", "box-1")
+    assert back.error_code == E.NONE and back.member_id == "s2" and set(back.assignment or ()) == mine
+    group = groups.groups[G]
+    assert set(group.members) == {"s2", "d"} and group.group_epoch == epoch and group.state == STABLE_GROUP
+    # Gone for longer than its session: removed, and its partitions go to the others.
+    assert groups.heartbeat(Hb(G, "s2", -2, instance_id="box-1")).error_code == E.NONE
+    clock.now += SESSION
+    beat(groups, "d", groups.groups[G].members["d"].member_epoch, owned(groups, "d"))
+    groups.expire(clock.now)
+    assert set(groups.groups[G].members) == {"d"}
+    settle(groups, ["d"])
+    assert assigned(groups, "d") == {("t", p) for p in range(4)}
+
+
 def test_offset_commits_describe_list_and_delete():
     groups, _, _ = make()
     assert groups.offset_commit_error(G, 1, "a") is None  # no consumer group of that id

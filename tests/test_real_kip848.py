@@ -143,3 +143,25 @@ def test_a_regex_subscription_is_resolved_by_the_coordinator(server, opened):
     # librdkafka sends its patterns as one expression (here "(^t.*)") and no names: the coordinator matched it.
     assert member.subscribed_topic_regex is not None and "^t.*" in member.subscribed_topic_regex
     assert member.subscribed_topic_names == ()
+
+
+def test_a_static_member_closes_and_its_instance_comes_back_to_the_same_partitions(server, opened):
+    def static(instance: str) -> Any:
+        made = confluent_kafka.Consumer({
+            "bootstrap.servers": server.bootstrap, "group.id": GROUP, "group.protocol": "consumer",
+            "group.instance.id": instance, "auto.offset.reset": "earliest"})
+        opened.append(made)
+        made.subscribe([TOPIC])
+        return made
+
+    first, other = static("box-1"), consumer(server, opened, "uniform")
+    poll_until([first, other], lambda: exactly_shared([first, other]), [])
+    held, epoch = partitions(first), server.broker.consumer_groups.groups[GROUP].group_epoch
+    first.close()  # a static member's leave (epoch -2): it keeps its partitions for its session
+    group = server.broker.consumer_groups.groups[GROUP]
+    poll_until([other], lambda: len(group.members) == 2 and any(m.member_epoch == -2
+                                                               for m in group.members.values()), [])
+    again = static("box-1")
+    poll_until([again, other], lambda: partitions(again) == held and exactly_shared([again, other]), [])
+    assert group.group_epoch == epoch  # no rebalance: the instance took its partitions back
+    assert len(group.members) == 2

@@ -11,7 +11,9 @@ Each member then moves to its target one step at a time, in its heartbeats (Kafk
 - only then does it reach the target epoch and get new partitions, except those another member still holds
   (assigned or being revoked): those are held back (``UNRELEASED_PARTITIONS``) and given once released.
 
-So no partition is ever owned by two members. A heartbeat with an epoch the member does not have is
+So no partition is ever owned by two members. Static members (an instance id) may leave for a while (epoch -2)
+keeping their partitions until their session lapses, and come back under a new member id without a rebalance.
+A heartbeat with an epoch the member does not have is
 FENCED_MEMBER_EPOCH (the previous epoch is accepted when the member owns a subset of its assignment: the answer
 that bumped it may have been lost), an unknown member UNKNOWN_MEMBER_ID; a member whose session lapses is removed.
 
@@ -21,14 +23,14 @@ topic names (Python's ``re.fullmatch``; Kafka uses RE2/J, whose syntax is mostly
 assigned; an expression that does not compile is INVALID_REGULAR_EXPRESSION.
 
 What is left out, and said so: the membership is kept in memory only (Kafka writes it as ConsumerGroup* records in
-``__consumer_offsets``; the committed offsets are durable as for any group); static members (an instance id is
-kept and shown, but epoch -2 leaves as -1 does and no instance id is reserved); classic members in a consumer
+``__consumer_offsets``; the committed offsets are durable as for any group); classic members in a consumer
 group (a classic JoinGroup for a non-empty consumer group is refused: see
 :mod:`idemcore.broker.group.consumer_group_requests`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
@@ -122,6 +124,9 @@ class ConsumerGroup:
             return RECONCILING
         return STABLE_GROUP
 
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
     def held(self, other_than: str) -> set[TopicPartition]:
         """The partitions members other than ``other_than`` own or are giving up (Kafka's partition epochs)."""
         return {(topic, p) for m in self.members.values() if m.member_id != other_than
@@ -184,17 +189,11 @@ class ConsumerGroups:
             if request.member_epoch != JOIN_EPOCH:
                 return _error(E.GROUP_ID_NOT_FOUND, rid, f"Consumer group {group_id} not found.")
             group = ConsumerGroup(group_id)
-        member_id = request.member_id or str(uuid.uuid4())  # v0: an empty id asks the coordinator for one
-        member = group.members.get(member_id)
-        joined = member is None
-        if member is None:
-            if request.member_epoch != JOIN_EPOCH:
-                return _error(E.UNKNOWN_MEMBER_ID, rid, f"Member {member_id} is not a member of group {group_id}.")
-            member = ConsumerGroupMember(member_id)
-        elif request.member_epoch != JOIN_EPOCH:  # a known member rejoining with epoch 0 is taken back as it is
-            fenced = _fenced(member, request.member_epoch, request.owned_partitions)
-            if fenced is not None:
-                return _error(E.FENCED_MEMBER_EPOCH, rid, fenced)
+        resolved = _member(group, request)
+        if isinstance(resolved, ConsumerGroupHeartbeatResponse):
+            return resolved
+        member, joined = resolved
+        member_id = member.member_id
         now = self._clock()
         before = (frozenset(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor)
         _update(member, request)
@@ -222,13 +221,29 @@ class ConsumerGroups:
                                               assignment, rid)
 
     def _leave(self, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        """Epoch -1: the member goes. Epoch -2 (a static member): it stays, with its partitions, until its
+        session lapses or its instance rejoins (Kafka's ``consumerGroupStaticMemberGroupLeave``)."""
         rid = request.request_id
         group = self.groups.get(request.group_id)
         if group is None:
             return _error(E.GROUP_ID_NOT_FOUND, rid, f"Consumer group {request.group_id} not found.")
-        if request.member_id not in group.members:
-            return _error(E.UNKNOWN_MEMBER_ID, rid,
-                          f"Member {request.member_id} is not a member of group {request.group_id}.")
+        if request.instance_id is None:
+            if request.member_id not in group.members:
+                return _error(E.UNKNOWN_MEMBER_ID, rid,
+                              f"Member {request.member_id} is not a member of group {request.group_id}.")
+        else:
+            static = group.static_member(request.instance_id)
+            if static is None:
+                return _error(E.UNKNOWN_MEMBER_ID, rid, f"Instance id {request.instance_id} is unknown.")
+            if static.member_id != request.member_id:
+                return _error(E.FENCED_INSTANCE_ID, rid, _fenced_instance(request, static))
+            if request.member_epoch == STATIC_LEAVE_EPOCH:
+                _set_epoch(static, STATIC_LEAVE_EPOCH)
+                static.state, static.revoking, static.rebalance_deadline_ms = STABLE, {}, None
+                static.session_deadline_ms = self._clock() + self.session_timeout_ms
+                log.info("consumer group %s: static member %s (instance %s) left for a while", group.group_id,
+                         static.member_id, request.instance_id)
+                return ConsumerGroupHeartbeatResponse(E.NONE, request.member_id, STATIC_LEAVE_EPOCH, request_id=rid)
         self._remove(group, request.member_id, "left")
         return ConsumerGroupHeartbeatResponse(E.NONE, request.member_id, request.member_epoch, request_id=rid)
 
@@ -323,6 +338,55 @@ class ConsumerGroups:
         """Forget the groups ``keep`` refuses (their ``__consumer_offsets`` partition moved away)."""
         for group_id in [g for g in self.groups if not keep(g)]:
             del self.groups[group_id]
+
+
+# ---------------------------------------------------------------- members
+
+
+def _member(group: ConsumerGroup, request: ConsumerGroupHeartbeatRequest,
+            ) -> tuple[ConsumerGroupMember, bool] | ConsumerGroupHeartbeatResponse:
+    """Kafka's ``getOrMaybeSubscribe{Dynamic,Static}ConsumerGroupMember``: the member a heartbeat is from and
+    whether it is new to the group, or the error refusing it. A static member (instance id) rejoining after a
+    temporary leave (epoch -2) replaces its instance's last member under its new id, with its assignment (no
+    rebalance); while that member has not left, the instance id is UNRELEASED_INSTANCE_ID to a joining member and
+    FENCED_INSTANCE_ID to any other."""
+    rid, group_id = request.request_id, group.group_id
+    member_id = request.member_id or str(uuid.uuid4())  # v0: an empty id asks the coordinator for one
+    joining = request.member_epoch == JOIN_EPOCH
+    instance = request.instance_id
+    static = None if instance is None else group.static_member(instance)
+    if instance is not None and static is None and not joining:
+        return _error(E.UNKNOWN_MEMBER_ID, rid, f"Instance id {instance} is unknown.")
+    if static is not None and static.member_id != member_id:
+        if not joining:
+            return _error(E.FENCED_INSTANCE_ID, rid, _fenced_instance(request, static))
+        if static.member_epoch != STATIC_LEAVE_EPOCH:
+            return _error(E.UNRELEASED_INSTANCE_ID, rid,
+                          f"Static member {member_id} with instance id {instance} cannot join the group because the "
+                          f"instance id is owned by {static.member_id} member.")
+        del group.members[static.member_id]
+        target = group.target.pop(static.member_id, None)
+        if target is not None:
+            group.target[member_id] = target
+        replacing = dataclasses.replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        log.info("consumer group %s: static member %s (instance %s) replaces %s", group_id, member_id, instance,
+                 static.member_id)
+        return replacing, False
+    member = group.members.get(member_id)
+    if member is None:
+        if not joining:
+            return _error(E.UNKNOWN_MEMBER_ID, rid, f"Member {member_id} is not a member of group {group_id}.")
+        return ConsumerGroupMember(member_id), True
+    if not joining:  # a known member rejoining with epoch 0 is taken back as it is
+        fenced = _fenced(member, request.member_epoch, request.owned_partitions)
+        if fenced is not None:
+            return _error(E.FENCED_MEMBER_EPOCH, rid, fenced)
+    return member, False
+
+
+def _fenced_instance(request: ConsumerGroupHeartbeatRequest, static: ConsumerGroupMember) -> str:
+    return (f"Static member {request.member_id} with instance id {request.instance_id} was fenced by member "
+            f"{static.member_id}.")
 
 
 # ---------------------------------------------------------------- reconciliation (CurrentAssignmentBuilder)
