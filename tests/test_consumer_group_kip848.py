@@ -285,6 +285,15 @@ def test_a_static_member_leaves_for_a_while_and_comes_back_without_a_rebalance()
     assert assigned(groups, "d") == {("t", p) for p in range(4)}
 
 
+def test_a_full_group_refuses_new_members_but_not_its_own():
+    groups, _, _ = make(max_size=2)
+    join(groups, "a")
+    join(groups, "b")
+    full = join(groups, "c")
+    assert full.error_code == E.GROUP_MAX_SIZE_REACHED and "capacity of 2" in (full.error_message or "")
+    assert join(groups, "a").error_code == E.NONE  # a member rejoining is not new
+
+
 def test_offset_commits_describe_list_and_delete():
     groups, _, _ = make()
     assert groups.offset_commit_error(G, 1, "a") is None  # no consumer group of that id

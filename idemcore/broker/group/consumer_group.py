@@ -137,23 +137,27 @@ class ConsumerGroups:
     """Every consumer-protocol group of one coordinator. ``clock`` gives the time of a heartbeat in ms,
     ``partitions_of`` a topic's partition count (None: no such topic); ``assignors``: the server assignors served,
     the first the default (Kafka's ``group.consumer.assignors``); ``topic_names`` lists the topics a subscribed
-    regex is matched against (None: none)."""
+    regex is matched against (None: none); ``max_size`` bounds the members of a group."""
 
     def __init__(self, clock: Callable[[], int], partitions_of: Callable[[str], int | None], *,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
                  assignors: Sequence[str] = SERVER_ASSIGNOR_NAMES,
-                 topic_names: Callable[[], Iterable[str]] | None = None) -> None:
+                 topic_names: Callable[[], Iterable[str]] | None = None, max_size: int | None = None) -> None:
         for name, value in (("session_timeout_ms", session_timeout_ms),
                             ("heartbeat_interval_ms", heartbeat_interval_ms)):
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if max_size is not None and (type(max_size) is not int or max_size < 1):
+            raise ValueError(f"max_size must be a positive int or None, got {max_size!r}")
         if isinstance(assignors, str) or not assignors:
             raise ValueError(f"assignors must be a non-empty sequence of names, got {assignors!r}")
         self._assignors: dict[str, ServerAssignor] = {name: make_server_assignor(name) for name in assignors}
         self._clock = clock
         self._partitions_of = partitions_of
         self._topic_names = topic_names
+        #: Kafka's ``group.consumer.max.size`` (None: no limit).
+        self.max_size = max_size
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
@@ -189,6 +193,10 @@ class ConsumerGroups:
             if request.member_epoch != JOIN_EPOCH:
                 return _error(E.GROUP_ID_NOT_FOUND, rid, f"Consumer group {group_id} not found.")
             group = ConsumerGroup(group_id)
+        if self.max_size is not None and len(group.members) >= self.max_size \
+                and request.member_id not in group.members:
+            return _error(E.GROUP_MAX_SIZE_REACHED, rid,
+                          f"The consumer group has reached its maximum capacity of {self.max_size} members.")
         resolved = _member(group, request)
         if isinstance(resolved, ConsumerGroupHeartbeatResponse):
             return resolved
