@@ -165,3 +165,15 @@ def test_a_static_member_closes_and_its_instance_comes_back_to_the_same_partitio
     poll_until([again, other], lambda: partitions(again) == held and exactly_shared([again, other]), [])
     assert group.group_epoch == epoch  # no rebalance: the instance took its partitions back
     assert len(group.members) == 2
+
+
+def test_a_member_the_coordinator_forgot_rejoins(server, opened):
+    """Membership is in memory: a restarted broker has no group. Its members are told they are unknown and rejoin
+    (Kafka's GROUP_ID_NOT_FOUND there would be fatal to librdkafka)."""
+    first = consumer(server, opened, "uniform")
+    poll_until([first], lambda: partitions(first) == set(range(PARTITIONS)), [])
+    groups = server.broker.consumer_groups.groups
+    groups.clear()  # what a restart leaves
+    poll_until([first], lambda: GROUP in groups and len(groups[GROUP].members) == 1, [])
+    poll_until([first], lambda: partitions(first) == set(range(PARTITIONS))
+               and groups[GROUP].state == "Stable", [])

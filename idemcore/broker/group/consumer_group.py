@@ -191,7 +191,7 @@ class ConsumerGroups:
         group = self.groups.get(group_id)
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
-                return _error(E.GROUP_ID_NOT_FOUND, rid, f"Consumer group {group_id} not found.")
+                return _unknown_group(request)
             group = ConsumerGroup(group_id)
         if self.max_size is not None and len(group.members) >= self.max_size \
                 and request.member_id not in group.members:
@@ -234,7 +234,7 @@ class ConsumerGroups:
         rid = request.request_id
         group = self.groups.get(request.group_id)
         if group is None:
-            return _error(E.GROUP_ID_NOT_FOUND, rid, f"Consumer group {request.group_id} not found.")
+            return _unknown_group(request)
         if request.instance_id is None:
             if request.member_id not in group.members:
                 return _error(E.UNKNOWN_MEMBER_ID, rid,
@@ -390,6 +390,16 @@ def _member(group: ConsumerGroup, request: ConsumerGroupHeartbeatRequest,
         if fenced is not None:
             return _error(E.FENCED_MEMBER_EPOCH, rid, fenced)
     return member, False
+
+
+def _unknown_group(request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+    """A member's heartbeat for a group this coordinator does not have. Kafka answers GROUP_ID_NOT_FOUND, which
+    librdkafka takes as fatal; Kafka's members are durable, so only a bad client meets it there. Here membership
+    is in memory and a restarted broker has forgotten the group, so the member is told it is unknown
+    (UNKNOWN_MEMBER_ID) and rejoins with epoch 0."""
+    return _error(E.UNKNOWN_MEMBER_ID, request.request_id,
+                  f"Member {request.member_id} is not a member of group {request.group_id}: the coordinator has no "
+                  "such consumer group (its membership is kept in memory).")
 
 
 def _fenced_instance(request: ConsumerGroupHeartbeatRequest, static: ConsumerGroupMember) -> str:
