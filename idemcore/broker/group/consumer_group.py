@@ -23,7 +23,9 @@ topic names (Python's ``re.fullmatch``; Kafka uses RE2/J, whose syntax is mostly
 assigned; an expression that does not compile is INVALID_REGULAR_EXPRESSION.
 
 What is left out, and said so: the membership is kept in memory only (Kafka writes it as ConsumerGroup* records in
-``__consumer_offsets``; the committed offsets are durable as for any group); classic members in a consumer
+``__consumer_offsets``; the committed offsets are durable as for any group), so a member whose group a restarted
+broker forgot is told UNKNOWN_MEMBER_ID and rejoins (Kafka's GROUP_ID_NOT_FOUND would be fatal to librdkafka);
+empty groups stay until deleted (Kafka drops them with their expired offsets); classic members in a consumer
 group (a classic JoinGroup for a non-empty consumer group is refused: see
 :mod:`idemcore.broker.group.consumer_group_requests`).
 """
