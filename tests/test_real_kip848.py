@@ -1,8 +1,9 @@
 """The consumer group protocol of KIP-848 against :class:`~idemcore.broker.server.Server` on a free loopback port,
 with librdkafka (confluent-kafka) consumers of ``group.protocol=consumer``: two and three members share a
 4-partition topic exactly (with the server assignors ``uniform`` and ``range``), read every record once, commit
-their offsets with their member epochs, and when one closes the others take its partitions; a regex subscription is
-resolved by the coordinator; AdminClient describes the group (ConsumerGroupDescribe)."""
+their offsets with their member epochs, and when one closes the others take its partitions; a subscription change
+brings a second topic; a regex subscription is resolved by the coordinator; a static member comes back to its
+partitions; a member the coordinator forgot rejoins; AdminClient describes the group (ConsumerGroupDescribe)."""
 
 from __future__ import annotations
 
@@ -177,3 +178,32 @@ def test_a_member_the_coordinator_forgot_rejoins(server, opened):
     poll_until([first], lambda: GROUP in groups and len(groups[GROUP].members) == 1, [])
     poll_until([first], lambda: partitions(first) == set(range(PARTITIONS))
                and groups[GROUP].state == "Stable", [])
+
+
+def test_a_subscription_change_brings_a_second_topic_to_the_member_that_asks():
+    broker = Broker({TOPIC: PARTITIONS, "u": 2}, offsets_topic_partitions=3)
+    broker.consumer_groups.heartbeat_interval_ms = 200
+    members: list[Any] = []
+    try:
+        with Server(broker, housekeeping_ms=100) as served:
+            first, second = consumer(served, members, "uniform"), consumer(served, members, "uniform")
+            poll_until([first, second], lambda: exactly_shared([first, second]), [])
+            epoch = broker.consumer_groups.groups[GROUP].group_epoch
+            second.subscribe([TOPIC, "u"])
+
+            def held(member: Any) -> set[tuple[str, int]]:
+                return {(tp.topic, tp.partition) for tp in member.assignment()}
+
+            def settled() -> bool:
+                mine, theirs = held(first), held(second)
+                return not mine & theirs and {("u", 0), ("u", 1)} <= theirs and all(t == TOPIC for t, _ in mine) \
+                    and mine | theirs == {(TOPIC, p) for p in range(PARTITIONS)} | {("u", 0), ("u", 1)}
+
+            try:
+                poll_until([first, second], settled, [])
+                assert broker.consumer_groups.groups[GROUP].group_epoch > epoch
+            finally:
+                for member in members:
+                    member.close()
+    finally:
+        broker.close()
