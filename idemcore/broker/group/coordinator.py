@@ -1,6 +1,6 @@
-"""The group coordinator, as much of it as transactions need: committed offsets of simple groups (no
-membership: consumers that assign partitions themselves, and transactional producers' ``send_offsets``), kept in
-the compacted ``__consumer_offsets`` topic in Kafka's record format.
+"""The group coordinator: committed offsets (of simple groups: consumers that assign partitions themselves, and
+transactional producers' ``send_offsets``; and of classic groups' members) and classic group membership, kept in
+the compacted ``__consumer_offsets`` topic in Kafka's record formats.
 
 The rules are Kafka's (``GroupCoordinatorService``, ``OffsetMetadataManager``, ``ClassicGroup``, and the
 partition checks of ``KafkaApis``), in their order:
@@ -9,8 +9,9 @@ partition checks of ``KafkaApis``), in their order:
 2. A null group id: INVALID_GROUP_ID; an empty one too for TxnOffsetCommit (OffsetCommit and OffsetFetch accept
    ``""``, for backward compatibility, as Kafka does).
 3. A ``__consumer_offsets`` partition not loaded: NOT_COORDINATOR.
-4. Generation: for a group with members (or membership state), Kafka's ``validateOffsetCommit``: a member id or
-   generation >= 0 must name a member (UNKNOWN_MEMBER_ID) of this generation (ILLEGAL_GENERATION); an anonymous
+4. Generation: for a group with members (or membership state), Kafka's ``validateOffsetCommit``: a member id,
+   instance id or generation >= 0 must name a member (UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID for a static member's
+   instance id with another member id) of this generation (ILLEGAL_GENERATION); an anonymous
    plain commit into a group with members is UNKNOWN_MEMBER_ID; a plain commit while the group awaits its
    assignment is REBALANCE_IN_PROGRESS. Otherwise a negative generation is a simple commit and is accepted
    (whatever the member id: the group is Empty), and a generation >= 0 names a member of a group with none:
@@ -25,14 +26,18 @@ Every write is durable before memory changes: the shard (:mod:`idemcore.broker.g
 only after its append succeeded, and :meth:`GroupCoordinator.load` replays the same records after a restart.
 
 A group is known while it has committed offsets, an open transaction wrote some, or it has membership state.
-Kafka keeps a simple group whose offsets are gone until its periodic cleanup deletes it; here that cleanup has
-always just run. Offset expiry (``offsets.retention.minutes``) and OffsetDelete are not built.
+Kafka keeps a simple group whose offsets are gone until its periodic cleanup deletes it; here a simple group is
+its offsets, and goes with the last of them.
 
-Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :mod:`idemcore.broker.group.membership`) is kept in
-memory only: Kafka also writes it to ``__consumer_offsets`` as GroupMetadata records, this coordinator does not,
-so after a restart members find their ids unknown and join again. A group with members checks a generation of an
-offset commit against them (rule 4 becomes Kafka's ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs
-the membership timers (sessions, rebalance and sync timeouts) and deletes Empty groups that have no offsets.
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :mod:`idemcore.broker.group.membership`, with static
+members) is written to ``__consumer_offsets`` as Kafka's GroupMetadata records
+(:mod:`idemcore.broker.group.group_metadata_log`) where Kafka writes them, and :meth:`GroupCoordinator.load`
+brings the groups back: a restart or a coordinator move does not rebalance members that keep heartbeating. A
+group with members checks a generation of an offset commit against them (rule 4 becomes Kafka's
+``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs the membership timers (sessions, rebalance and sync
+timeouts) and, every ``offsets_retention_check_interval_ms``, :meth:`cleanup_group_metadata`: offsets
+``offsets_retention_ms`` old expire (KIP-211: from when an Empty group became empty, else from the commit) and
+Empty groups left without offsets are deleted, all with tombstones.
 
 Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
