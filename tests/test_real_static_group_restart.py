@@ -107,7 +107,9 @@ def test_static_members_keep_their_assignment_across_a_coordinator_restart(tmp_p
         instances = {m.group_instance_id: m.member_id for m in group.members.values()}
         assert set(instances) == {"a", "b"}
         assert all(member_id.startswith(f"{instance}-") for instance, member_id in instances.items())
-        assert {m.client_id for m in group.members.values()} == {"app-a", "app-b"}
+        # The request header's client id and the connection's host reach the members (DescribeGroups shows them).
+        assert {(m.client_id, m.client_host) for m in group.members.values()} == \
+            {("app-a", "/127.0.0.1"), ("app-b", "/127.0.0.1")}
         assignment = (partitions(first), partitions(second))
     finally:
         served.stop()
