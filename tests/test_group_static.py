@@ -88,6 +88,8 @@ def test_a_returning_follower_takes_a_new_member_id_without_a_rebalance_and_gets
     assert gc.offset_commit(G, [OffsetEntry("t", 0, 1)], generation, follower, FOLLOWER) == \
         {("t", 0): E.FENCED_INSTANCE_ID}
     assert gc.offset_commit(G, [OffsetEntry("t", 0, 1)], generation, new_id, FOLLOWER) == {("t", 0): E.NONE}
+    assert gc.txn_offset_commit("tx", G, 5, 0, [OffsetEntry("t", 0, 2)], generation, follower, FOLLOWER) == \
+        {("t", 0): E.FENCED_INSTANCE_ID}
     assert leave_group(gc, LeaveGroupRequest(G, (LeavingMember(follower, FOLLOWER),))).members == \
         (LeftMember(follower, FOLLOWER, E.FENCED_INSTANCE_ID),)
     # The replacement is durable: a coordinator loaded from the log knows the new id.

@@ -196,26 +196,27 @@ class GroupCoordinator:
         """Commit ``offsets`` for the group, outside any transaction; one error code per partition. A static
         member's ``group_instance_id`` must be its own (FENCED_INSTANCE_ID otherwise)."""
         _check_member(generation_id, member_id)
-        if not (group_instance_id is None or type(group_instance_id) is str):
-            raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
+        _check_instance(group_instance_id)
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, NO_PRODUCER_ID,
                             NO_PRODUCER_EPOCH, transactional=False, group_instance_id=group_instance_id)
 
     def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
-                          offsets: Sequence[OffsetEntry], generation_id: int = -1,
-                          member_id: str = "") -> dict[TopicPartition, ErrorCode]:
+                          offsets: Sequence[OffsetEntry], generation_id: int = -1, member_id: str = "",
+                          group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
         """Write ``offsets`` as part of the producer's transaction: one transactional batch with its id and epoch,
         pending until the transaction's marker reaches the group's partition (see :meth:`complete_transaction`).
         ``transactional_id`` is not checked here (at transaction version 0 Kafka does not verify the transaction
-        with its coordinator); the producer's epoch is checked by the append."""
+        with its coordinator); the producer's epoch is checked by the append. A member id, generation or instance
+        id is checked against the group (KIP-447: a zombie's offsets are fenced)."""
         if type(transactional_id) is not str:
             raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
         for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
             if type(value) is not int:
                 raise TypeError(f"{name} must be an int, got {value!r:.80}")
         _check_member(generation_id, member_id)
+        _check_instance(group_instance_id)
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, producer_id,
-                            producer_epoch, transactional=True)
+                            producer_epoch, transactional=True, group_instance_id=group_instance_id)
 
     def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, member_id: str,
                 producer_id: int, producer_epoch: int, transactional: bool,
@@ -784,6 +785,11 @@ def _check_member(generation_id: object, member_id: object) -> None:
         raise TypeError(f"generation_id must be an int, got {generation_id!r:.80}")
     if type(member_id) is not str:
         raise TypeError(f"member_id must be a str, got {member_id!r:.80}")
+
+
+def _check_instance(group_instance_id: object) -> None:
+    if not (group_instance_id is None or type(group_instance_id) is str):
+        raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
 
 
 def _checked_offsets(offsets: object) -> list[OffsetEntry]:
