@@ -12,6 +12,7 @@ from typing import Any
 from idemcore.broker.group import GroupCoordinator
 from idemcore.broker.group.membership import GroupState
 from idemcore.broker.group.membership_requests import heartbeat, join_group, leave_group, sync_group
+from idemcore.broker.group.requests import offset_commit, txn_offset_commit
 from idemcore.net.membership import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -21,7 +22,7 @@ from idemcore.net.membership import (
     LeftMember,
     SyncGroupRequest,
 )
-from idemcore.net.messages import OffsetEntry, Pending
+from idemcore.net.messages import OffsetCommitRequest, OffsetEntry, Pending, TxnOffsetCommitRequest
 from idemcore.protocol.codes import ErrorCode
 
 from .test_group_admin_coordinator import FailingLog, make
@@ -88,6 +89,8 @@ def test_a_returning_follower_takes_a_new_member_id_without_a_rebalance_and_gets
     assert gc.offset_commit(G, [OffsetEntry("t", 0, 1)], generation, follower, FOLLOWER) == \
         {("t", 0): E.FENCED_INSTANCE_ID}
     assert gc.offset_commit(G, [OffsetEntry("t", 0, 1)], generation, new_id, FOLLOWER) == {("t", 0): E.NONE}
+    assert gc.txn_offset_commit("tx", G, 5, 0, [OffsetEntry("t", 0, 2)], generation, follower, FOLLOWER) == \
+        {("t", 0): E.FENCED_INSTANCE_ID}
     assert leave_group(gc, LeaveGroupRequest(G, (LeavingMember(follower, FOLLOWER),))).members == \
         (LeftMember(follower, FOLLOWER, E.FENCED_INSTANCE_ID),)
     # The replacement is durable: a coordinator loaded from the log knows the new id.
@@ -230,3 +233,17 @@ def test_static_and_dynamic_members_share_a_group():
     clock.now += DELAY
     settle(gc, clock, ps)
     assert answer(pd).generation_id == answer(ps).generation_id
+
+
+def test_offset_commits_through_the_request_path_carry_the_instance_id():
+    clock = Clock()
+    gc, _ = make(clock)
+    leader, follower, generation = static_group(gc, clock)
+    entries = (OffsetEntry("t", 0, 3),)
+    fenced = offset_commit(gc, OffsetCommitRequest(G, entries, generation, leader, group_instance_id=FOLLOWER))
+    assert [r.error_code for r in fenced.results] == [E.FENCED_INSTANCE_ID]
+    ok = offset_commit(gc, OffsetCommitRequest(G, entries, generation, follower, group_instance_id=FOLLOWER))
+    assert [r.error_code for r in ok.results] == [E.NONE]
+    txn = txn_offset_commit(gc, TxnOffsetCommitRequest("tx", G, 5, 0, entries, generation_id=generation,
+                                                       member_id=leader, group_instance_id=FOLLOWER))
+    assert [r.error_code for r in txn.results] == [E.FENCED_INSTANCE_ID]
