@@ -477,6 +477,7 @@ class Broker:
         """The group coordinator's settings (``group.*``, ``offsets.retention.*``...) from the broker's
         ``settings``; none (Kafka's defaults) for a broker made without them."""
         return {} if self.settings is None else self.settings.group_coordinator_kwargs()
+
     @property
     def consumer_groups(self) -> ConsumerGroups:
         """The consumer-protocol groups (KIP-848), made with the group coordinator."""
@@ -484,6 +485,8 @@ class Broker:
         if self._consumer_groups is None:
             self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
                                                    topic_names=lambda: list(self.topic_catalog.counts))
+            # Listed, deleted and unloaded with the classic groups of the same partitions.
+            self.group_coordinator.consumer_groups = self._consumer_groups
         return self._consumer_groups
 
     def _start_group_coordinator(self) -> None:
