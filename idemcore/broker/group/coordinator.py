@@ -517,8 +517,8 @@ class GroupCoordinator:
     def list_groups(self, states_filter: Sequence[str] = (),
                     types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
         """Kafka's ListGroups over the served partitions: every classic group, every simple group (offsets only:
-        protocol type ``""``, Empty) and every consumer-protocol group (type ``consumer``); filters matched without regard to case or surrounding spaces, an empty filter
-        matching all (``GroupMetadataManager.listGroups``)."""
+        protocol type ``""``, Empty) and every consumer-protocol group (type ``consumer``); filters matched without
+        regard to case or surrounding spaces, an empty filter matching all (``GroupMetadataManager.listGroups``)."""
         states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
         types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
         listed: dict[str, ListedGroup] = {}
