@@ -22,7 +22,7 @@ from idemcore.broker.config_requests import config_handlers, described_topic_con
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, DelayedOperations
-from idemcore.broker.fetch import fetch, list_offsets
+from idemcore.broker.fetch import fetch, list_offsets, offset_for_leader_epoch
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.admin_requests import group_admin_handlers
@@ -66,6 +66,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
+from idemcore.net.replication import OffsetForLeaderEpochRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
@@ -281,6 +282,8 @@ class Broker:
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
                 FetchRequest: self.delayed.fetch,
                 ListOffsetsRequest: lambda r: list_offsets(self.replicas.find_partition, r),
+                # Consumers validate their positions with it after a reconnect (KIP-320), a broker alone too.
+                OffsetForLeaderEpochRequest: lambda r: offset_for_leader_epoch(self.replicas.find_partition, r),
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
