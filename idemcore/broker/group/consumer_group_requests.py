@@ -53,7 +53,10 @@ _Commit = TypeVar("_Commit", OffsetCommitRequest, TxnOffsetCommitRequest)
 
 
 def _coordinated(coordinator: GroupCoordinator, group_id: str) -> bool:
-    return coordinator.owns(coordinator.partition_for(group_id))
+    try:
+        return coordinator.owns(coordinator.partition_for(group_id))
+    except UnicodeEncodeError:  # no group id the wire could carry: the group coordinator's checks refuse it
+        return False
 
 
 def heartbeat(coordinator: GroupCoordinator, groups: ConsumerGroups,
