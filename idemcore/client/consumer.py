@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemcore.client.assignors import make_assignor
 from idemcore.client.group_member import ConsumerGroupMetadata, ConsumerRebalanceListener, GroupMember
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
@@ -282,10 +281,10 @@ class Consumer:
         self._manual = False  # partitions given by assign()
         self._group: GroupMember | None = None  # made at the first subscribe
         self._next_auto_commit_ms = 0
-        for name in self.partition_assignment_strategy:  # an unknown name fails here, not at the first subscribe
-            make_assignor(name)
-        if not self.partition_assignment_strategy:
-            raise ValueError("partition_assignment_strategy must name at least one assignor, got none")
+        if not self.partition_assignment_strategy or not all(
+                type(name) is str for name in self.partition_assignment_strategy):
+            raise ValueError("partition_assignment_strategy must name at least one assignor (by its protocol name), "
+                             f"got {self.partition_assignment_strategy!r}")
 
     # ------------------------------------------------------------ assignment and positions
 
