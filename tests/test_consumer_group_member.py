@@ -166,7 +166,7 @@ def test_a_member_that_closes_hands_its_partitions_to_the_rest_with_no_record_tw
 
 
 def test_a_member_that_stops_heartbeating_is_replaced_after_its_session_and_later_finds_its_partitions_lost(setup):
-    broker, transport = setup
+    _broker, transport = setup
     consumers = [member(transport, f"c{i}") for i in range(3)]
     listener = Recorder()
     for consumer in consumers:
@@ -214,7 +214,7 @@ def test_a_changed_subscription_rebalances_the_group(setup):
 
 
 def test_cooperative_sticky_moves_only_the_partitions_that_must_move(setup):
-    broker, transport = setup
+    _broker, transport = setup
     recorders = [Recorder() for _ in range(3)]
     consumers = [member(transport, f"c{i}", partition_assignment_strategy=["cooperative-sticky"])
                  for i in range(3)]
@@ -238,7 +238,7 @@ def test_cooperative_sticky_moves_only_the_partitions_that_must_move(setup):
 
 
 def test_eager_revokes_everything_before_the_rebalance(setup):
-    broker, transport = setup
+    _broker, transport = setup
     recorder = Recorder()
     first = member(transport, "c0", partition_assignment_strategy=["range"])
     first.subscribe([TOPIC], recorder)
@@ -291,7 +291,7 @@ def test_a_stale_members_commit_fails_and_it_rejoins(setup):
 
 
 def test_assign_and_subscribe_are_exclusive_and_a_group_is_needed(setup):
-    broker, transport = setup
+    _broker, transport = setup
     consumer = member(transport, "c0")
     consumer.assign([(TOPIC, 0)])
     with pytest.raises(IllegalStateError, match="exclusive"):
