@@ -582,7 +582,7 @@ class Consumer:
                 self._on_commit_errors([code])
                 why = " (the group rebalanced: the partition may belong to another member now)" if code in (
                     ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS,
-                    ErrorCode.FENCED_INSTANCE_ID) else ""
+                    ErrorCode.FENCED_INSTANCE_ID) and self._subscribed() is not None else ""
                 raise CommitFailedError(f"committing offset {offset} for group {group} partition {topic}-{partition} "
                                         f"failed: {_name(code)}{why}")
 
