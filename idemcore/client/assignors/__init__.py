@@ -1,0 +1,28 @@
+"""Kafka's consumer partition assignors, by the protocol names of ``partition.assignment.strategy``: the group
+leader runs one over every member's :class:`~idemcore.protocol.consumer_protocol.Subscription`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from idemcore.client.assignors.base import COOPERATIVE, EAGER, Assignor
+from idemcore.client.assignors.range import RangeAssignor
+from idemcore.client.assignors.roundrobin import RoundRobinAssignor
+
+_FACTORIES: dict[str, Callable[[], Assignor]] = {
+    "range": RangeAssignor,
+    "roundrobin": RoundRobinAssignor,
+}
+ASSIGNOR_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def make_assignor(name: str) -> Assignor:
+    """A new assignor (each keeps its own member's state) for the strategy ``name``."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown partition assignment strategy {name!r}: known are {', '.join(ASSIGNOR_NAMES)}")
+    return factory()
+
+
+__all__ = ["ASSIGNOR_NAMES", "COOPERATIVE", "EAGER", "Assignor", "RangeAssignor", "RoundRobinAssignor",
+           "make_assignor"]
