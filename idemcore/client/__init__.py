@@ -13,6 +13,7 @@ from idemcore.client.consumer import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.client.producer import (
     BatchDeliveryError,
     BatchSendFuture,
@@ -31,8 +32,8 @@ from idemcore.client.transactions import (
 )
 
 __all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
-           "ConsumerClosedError", "ConsumerError", "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError",
-           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError", "ProducerConfig",
-           "ProducerFencedError", "RecordFuture", "RecordMetadata", "RecordTooLargeError", "TransactionAbortableError",
-           "TransactionError", "TransactionFatalError", "TransactionState", "TransactionStateError",
-           "TransactionTimeoutError"]
+           "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata", "ConsumerRecord", "ConsumerTimeoutError",
+           "DeliveryError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError",
+           "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata", "RecordTooLargeError",
+           "TransactionAbortableError", "TransactionError", "TransactionFatalError", "TransactionState",
+           "TransactionStateError", "TransactionTimeoutError"]

@@ -13,11 +13,13 @@ import numpy as np
 from idemcore.client.accumulator import RecordAccumulator
 from idemcore.client.batch import DeliveryError, ProducerBatch, RecordFuture, RecordMetadata
 from idemcore.client.config import ProducerConfig
+from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitioner import Partitioner
 from idemcore.client.partitions import PartitionArrays
 from idemcore.client.sender import Sender
 from idemcore.client.transactions import (
+    GroupMember,
     TransactionalResult,
     TransactionError,
     TransactionManager,
@@ -340,14 +342,16 @@ class Producer:
         """Start a transaction (no request: the coordinator learns of it with its first partition)."""
         self._transactional("begin_transaction").begin_transaction()
 
-    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group_id: str) -> None:
-        """Commit ``offsets`` (``(topic, partition) -> next offset to read``) for consumer group ``group_id``
-        as part of the transaction: visible to the group only if the transaction commits."""
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int],
+                                    group_metadata: str | ConsumerGroupMetadata) -> None:
+        """Commit ``offsets`` (``(topic, partition) -> next offset to read``) for a consumer group as part of the
+        transaction: visible to the group only if the transaction commits. ``group_metadata``: the consumer's
+        ``consumer_group_metadata()`` (KIP-447: the coordinator refuses the offsets of a consumer that is no longer
+        the group's member, a zombie, and the transaction must abort), or the group id alone (no such check)."""
         txn = self._transactional("send_offsets_to_transaction")
-        if not isinstance(group_id, str) or not group_id:
-            raise ValueError(f"group_id must be a non-empty string, got {group_id!r}")
+        group_id, member = _group_member(group_metadata)
         entries = _offset_entries(offsets)
-        result = txn.send_offsets_to_transaction(entries, group_id) if entries else None
+        result = txn.send_offsets_to_transaction(entries, group_id, member) if entries else None
         if result is not None:
             self._await(result, "send_offsets_to_transaction")
 
@@ -486,3 +490,16 @@ def _chunks(values: list[bytes], keys: list[bytes | None] | None,
 
 
 __all__ = ["BatchSendFuture", "DeliveryError", "Producer", "ProducerClosedError", "RecordMetadata"]
+
+
+def _group_member(group_metadata: object) -> tuple[str, GroupMember]:
+    """The group id and the member of ``group_metadata`` (a group id, or a consumer's ConsumerGroupMetadata)."""
+    if group_metadata is None or isinstance(group_metadata, str):
+        if not group_metadata:
+            raise ValueError(f"group_id must be a non-empty string, got {group_metadata!r}")
+        return group_metadata, (-1, "", None)
+    if not isinstance(group_metadata, ConsumerGroupMetadata):
+        raise TypeError("group_metadata must be a group id or a Consumer's consumer_group_metadata(), got "
+                        f"{group_metadata!r:.80}")
+    return group_metadata.group_id, (group_metadata.generation_id, group_metadata.member_id,
+                                     group_metadata.group_instance_id)

@@ -105,6 +105,9 @@ class TransactionTimeoutError(TransactionError, TimeoutError):
 _FENCED: Final = frozenset({E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH})
 _FATAL_CODES: Final = frozenset({E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED})
 _NO_COORDINATOR: Final = frozenset({E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR})
+#: What a TxnOffsetCommit says of the consumer that read the offsets (KIP-447): its generation, member id and
+#: group instance id.
+GroupMember = tuple[int, str, "str | None"]
 #: Kafka's lower backoff for an AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS before any partition of the
 #: transaction was added: the previous transaction is completing and will be done soon.
 ADD_PARTITIONS_RETRY_BACKOFF_MS: Final = 20
@@ -374,10 +377,12 @@ class _AddPartitionsHandler(_Handler):
 
 class _AddOffsetsHandler(_Handler):
     name = "AddOffsetsToTxn"
-    def __init__(self, manager: TransactionManager, offsets: tuple[OffsetEntry, ...], group_id: str) -> None:
+    def __init__(self, manager: TransactionManager, offsets: tuple[OffsetEntry, ...], group_id: str,
+                 member: GroupMember) -> None:
         super().__init__(manager, TransactionalResult("send_offsets_to_transaction"))
         self.offsets = offsets
         self.group_id = group_id
+        self.member = member
 
     def build(self, request_id: int) -> Request:
         producer_id, epoch = self.m.producer_id_and_epoch
@@ -389,7 +394,7 @@ class _AddOffsetsHandler(_Handler):
         m = self.m
         if code == E.NONE:
             # The result completes only once TxnOffsetCommit is answered.
-            m.enqueue(_TxnOffsetCommitHandler(m, self.result, self.offsets, self.group_id))
+            m.enqueue(_TxnOffsetCommitHandler(m, self.result, self.offsets, self.group_id, self.member))
             m.transaction_started = True
         elif code in _NO_COORDINATOR:
             self.retry(now, find_coordinator=True)
@@ -411,9 +416,10 @@ class _AddOffsetsHandler(_Handler):
 class _TxnOffsetCommitHandler(_Handler):
     name = "TxnOffsetCommit"
     def __init__(self, manager: TransactionManager, result: TransactionalResult, offsets: tuple[OffsetEntry, ...],
-                 group_id: str) -> None:
+                 group_id: str, member: GroupMember) -> None:
         super().__init__(manager, result)
         self.group_id = group_id
+        self.member = member
         for entry in offsets:
             manager.pending_offsets[(entry.topic, entry.partition)] = entry
 
@@ -423,8 +429,9 @@ class _TxnOffsetCommitHandler(_Handler):
     def build(self, request_id: int) -> Request:
         producer_id, epoch = self.m.producer_id_and_epoch
         offsets = tuple(self.m.pending_offsets[key] for key in sorted(self.m.pending_offsets))
+        generation_id, member_id, instance_id = self.member
         return TxnOffsetCommitRequest(self.m.transactional_id, self.group_id, producer_id, epoch, offsets,
-                                      request_id=request_id)
+                                      generation_id, member_id, request_id, instance_id)
 
     def handle(self, response: Response, now: int) -> None:
         assert isinstance(response, TxnOffsetCommitResponse)
@@ -438,7 +445,8 @@ class _TxnOffsetCommitHandler(_Handler):
                 lookup = True
             elif code in RETRIABLE_ERRORS:
                 continue  # retried with the same coordinator
-            elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.TRANSACTION_ABORTABLE):
+            elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID, E.TRANSACTION_ABORTABLE):
+                # KIP-447: the consumer whose offsets these are is no longer the group's member (a zombie).
                 self.abortable(TransactionAbortableError(f"TxnOffsetCommit for group {self.group_id!r}: "
                                                          f"{error_name(code)}", code))
                 break
@@ -697,13 +705,16 @@ class TransactionManager:
             result = bump.result
         return result
 
-    def send_offsets_to_transaction(self, offsets: tuple[OffsetEntry, ...], group_id: str) -> TransactionalResult:
+    def send_offsets_to_transaction(self, offsets: tuple[OffsetEntry, ...], group_id: str,
+                                    member: GroupMember = (-1, "", None)) -> TransactionalResult:
+        """``member``: the consumer's generation, member id and instance id (KIP-447), checked by the group
+        coordinator so that a zombie's offsets are refused; ``(-1, "", None)`` for none."""
         self._maybe_fail_with_error()
         self._throw_if_pending("send_offsets_to_transaction")
         if self.state is not S.IN_TRANSACTION:
             raise TransactionStateError(f"cannot send offsets to a transaction in state {self.state.name}: "
                                         "call begin_transaction() first")
-        handler = _AddOffsetsHandler(self, offsets, group_id)
+        handler = _AddOffsetsHandler(self, offsets, group_id, member)
         self.enqueue(handler)
         return handler.result
 

@@ -240,6 +240,8 @@ class TxnOffsetCommitRequest:
     generation_id: int = -1
     member_id: str = ""
     request_id: int = 0
+    #: A static member's instance id (KIP-345; OffsetCommit v7+, TxnOffsetCommit v3+).
+    group_instance_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -258,6 +260,8 @@ class OffsetCommitRequest:
     generation_id: int = -1
     member_id: str = ""
     request_id: int = 0
+    #: A static member's instance id (KIP-345; OffsetCommit v7+, TxnOffsetCommit v3+).
+    group_instance_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

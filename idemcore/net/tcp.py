@@ -11,15 +11,19 @@
   know (``wire.client.pick_version``).
 - **routing**: Produce, Fetch and ListOffsets to each partition's leader (a request over partitions of several
   leaders is split, and the answers joined back into one response); InitProducerId with a transactional id,
-  AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the transaction coordinator; TxnOffsetCommit, OffsetCommit
-  and OffsetFetch to the group coordinator; Metadata, FindCoordinator and an idempotent InitProducerId to any
-  broker; CreateTopics to the controller. Leaders come from Metadata, refreshed when an answer says a leader
-  moved; coordinators from FindCoordinator (the clients' own, or the transport's), cached, forgotten on
-  NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE. A request whose route is not known yet waits (at most
-  ``request_timeout_ms``) while the transport looks it up.
+  AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the transaction coordinator; TxnOffsetCommit, OffsetCommit,
+  OffsetFetch, JoinGroup, SyncGroup, Heartbeat and LeaveGroup to the group coordinator; Metadata, FindCoordinator
+  and an idempotent InitProducerId to any broker; CreateTopics to the controller. Leaders come from Metadata,
+  refreshed when an answer says a leader moved; coordinators from FindCoordinator (the clients' own, or the
+  transport's), cached, forgotten on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE. A request whose route is not
+  known yet waits (at most ``request_timeout_ms``) while the transport looks it up.
 - **answers**: a connection's answers come in the order of its requests (Kafka guarantees it); each is matched to
   its correlation id. A broken connection loses the requests in flight on it, as :meth:`disconnect` does: the
   clients' request timeouts and retries handle that; the next request reconnects (after ``reconnect_backoff_ms``).
+
+- **threads**: the public methods hold :attr:`TcpTransport.lock` (a re-entrant lock), so a second thread (a
+  consumer's heartbeat thread) may use the transport with its own client name; the long waits
+  (:meth:`~TcpTransport.partition_count`, :meth:`~TcpTransport.call`) take it for one step at a time.
 
 A request the negotiated versions cannot carry (the broker lacks the API) is not lost silently: the next
 :meth:`poll` of its client raises :class:`~idemcore.net.wire.client.WireProtocolError` naming it.
@@ -28,11 +32,13 @@ A request the negotiated versions cannot carry (the broker lacks the API) is not
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import selectors
 import socket
 import struct
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -41,6 +47,7 @@ from typing import Any
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.net.membership import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from idemcore.net.messages import (
     GROUP_KEY,
     TRANSACTION_KEY,
@@ -108,6 +115,8 @@ _STALE_LEADER = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_T
                            _LEADER_NOT_AVAILABLE, _FENCED_LEADER_EPOCH, _UNKNOWN_LEADER_EPOCH,
                            ErrorCode.KAFKA_STORAGE_ERROR})
 _NO_COORDINATOR = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+#: The classic group protocol's requests: to the group coordinator, like the offset requests.
+_MEMBERSHIP = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 #: At most this many bytes are read from one socket per readiness event, and this many reads per event.
 _RECV_BYTES, _MAX_READS = 1 << 20, 64
 #: The largest response frame accepted (Kafka's clients have no such limit; a bound against a garbled size).
@@ -418,6 +427,15 @@ class _Waiting:
     since_ms: int
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` holding the transport's lock."""
+    @functools.wraps(method)
+    def run(self: TcpTransport, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class TcpTransport:
     """A :class:`~idemcore.net.transport.Transport` over Kafka's protocol (module docstring).
 
@@ -471,6 +489,11 @@ class TcpTransport:
         self._live: dict[int, _Exchange] = {}
         self._waiting: deque[_Waiting] = deque()
         self._closed = False
+        #: Held by the public methods: a second thread (a consumer's heartbeats) may share the transport.
+        self.lock = threading.RLock()
+
+    #: The transport may be used from several threads (see :attr:`lock`).
+    thread_safe = True
 
     # ------------------------------------------------------------ the Transport interface
 
@@ -486,7 +509,8 @@ class TcpTransport:
         deadline = self.now_ms() + self.metadata_timeout_ms
         last: TopicLeaders | None = None
         while True:
-            known = self._topics.get(topic)
+            with self.lock:
+                known = self._topics.get(topic)
             if known is not None and known.error_code == ErrorCode.NONE and known.leaders:
                 return len(known.leaders)
             if known is not None and known is not last:
@@ -496,15 +520,17 @@ class TcpTransport:
                                             "has none (UNKNOWN_TOPIC_OR_PARTITION)")
             if self.now_ms() >= deadline:
                 break
-            self._want_metadata({topic})
-            self._io(0.005)
-            self._housekeeping()
+            with self.lock:
+                self._want_metadata({topic})
+                self._io(0.005)
+                self._housekeeping()
         if last is not None and last.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise UnknownTopicError(f"unknown topic {topic!r}: the cluster at {self._bootstrap_text()} has none")
         raise TransportTimeoutError(f"no metadata for topic {topic!r} from {self._bootstrap_text()} within "
                                     f"metadata_timeout_ms={self.metadata_timeout_ms}"
                                     + ("" if last is None else f" (last answer: error {last.error_code})"))
 
+    @_locked
     def send(self, client: str, request: Request) -> None:
         """Put ``request`` on its way to the broker(s) it goes to (or on hold while its route is looked up)."""
         if self._closed:
@@ -513,6 +539,7 @@ class TcpTransport:
         if not self._dispatch(client, request):
             self._waiting.append(_Waiting(client, request, self.now_ms()))
 
+    @_locked
     def poll(self, client: str) -> list[tuple[Request, Response]]:
         self._io(0)
         self._housekeeping()
@@ -521,6 +548,7 @@ class TcpTransport:
             raise errors[0]
         return self._responses.pop(client, None) or []
 
+    @_locked
     def lost(self, client: str) -> bool:
         """Whether a connection of ``client`` broke (not by :meth:`disconnect`) since the last call: what it had in
         flight there is lost and will never be answered."""
@@ -529,6 +557,7 @@ class TcpTransport:
             return True
         return False
 
+    @_locked
     def disconnect(self, client: str) -> None:
         """Close ``client``'s connections: what it has in flight is lost; its next request reconnects."""
         self._broken.discard(client)
@@ -543,6 +572,7 @@ class TcpTransport:
         self._responses.pop(client, None)
         self._errors.pop(client, None)
 
+    @_locked
     def tick(self) -> None:
         """Wait up to ~1 ms for the sockets, and handle what they bring."""
         self._io(0.001)
@@ -577,10 +607,12 @@ class TcpTransport:
             for sent, response in self.poll(client):
                 if sent is request:
                     return response
-            self._io(0.005)
+            with self.lock:
+                self._io(0.005)
         self.disconnect(client)
         raise TransportTimeoutError(f"no answer to {type(request).__name__} within {timeout} ms")
 
+    @_locked
     def close(self) -> None:
         """Close every connection; the transport cannot be used after."""
         for connection in list(self._connections.values()):
@@ -830,7 +862,7 @@ class TcpTransport:
             assert request.transactional_id is not None
             node = self._coordinator(TRANSACTION_KEY, request.transactional_id)
             return None if node is None else [(node, _COORDINATOR, request)]
-        if isinstance(request, (TxnOffsetCommitRequest, OffsetCommitRequest, OffsetFetchRequest)):
+        if isinstance(request, (TxnOffsetCommitRequest, OffsetCommitRequest, OffsetFetchRequest, *_MEMBERSHIP)):
             node = self._coordinator(GROUP_KEY, request.group_id)
             return None if node is None else [(node, _COORDINATOR, request)]
         if isinstance(request, CreateTopicsRequest) and self._controller in self._brokers:
@@ -947,6 +979,9 @@ class TcpTransport:
         elif isinstance(response, OffsetFetchResponse) and isinstance(request, OffsetFetchRequest):
             if response.error_code in _NO_COORDINATOR or any(o.error_code in _NO_COORDINATOR
                                                              for o in response.offsets):
+                self._forget_coordinator(GROUP_KEY, request.group_id)
+        elif isinstance(request, _MEMBERSHIP):
+            if response.error_code in _NO_COORDINATOR:
                 self._forget_coordinator(GROUP_KEY, request.group_id)
         elif isinstance(response, ProduceResponse):
             self._stale({r.topic for r in response.responses if r.error_code in _STALE_LEADER})

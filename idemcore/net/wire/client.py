@@ -27,6 +27,17 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as WireError
 
 from idemcore.errors import IdemcoreError
+from idemcore.net.membership import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeftMember,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from idemcore.net.messages import (
     GROUP_KEY,
     AbortedTransaction,
@@ -454,7 +465,8 @@ def _encode_txn_offset_commit(request: TxnOffsetCommitRequest, version: int) -> 
     cls = _request_class(28, version)
     return make(cls, transactional_id=request.transactional_id, group_id=request.group_id,
                 producer_id=request.producer_id, producer_epoch=request.producer_epoch,
-                generation_id=request.generation_id, member_id=request.member_id, group_instance_id=None,
+                generation_id=request.generation_id, member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
                 topics=_offset_topics(cls, "TxnOffsetCommitRequest", request.offsets))
 
 
@@ -465,7 +477,7 @@ def _decode_txn_offset_commit(request: TxnOffsetCommitRequest, version: int, bod
 def _encode_offset_commit(request: OffsetCommitRequest, version: int) -> Any:
     cls = _request_class(8, version)
     return make(cls, group_id=request.group_id, generation_id_or_member_epoch=request.generation_id,
-                member_id=request.member_id, group_instance_id=None, retention_time=-1,
+                member_id=request.member_id, group_instance_id=request.group_instance_id, retention_time=-1,
                 topics=_offset_topics(cls, "OffsetCommitRequest", request.offsets))
 
 
@@ -491,6 +503,92 @@ def _decode_offset_fetch(request: OffsetFetchRequest, version: int, body: Any) -
     return OffsetFetchResponse(offsets, int(getattr(body, "error_code", 0)), request.request_id)
 
 
+# ---------------------------------------------------------------- JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+
+
+def _optional(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _static_since(request: Any, version: int, since: int, what: str) -> None:
+    """A static member (KIP-345) needs a version that carries its instance id."""
+    if request.group_instance_id is not None and version < since:
+        raise WireProtocolError(f"{what} v{version} cannot carry group_instance_id "
+                                f"{request.group_instance_id!r} (static membership needs v{since}+)")
+
+
+def _encode_join_group(request: JoinGroupRequest, version: int) -> Any:
+    _static_since(request, version, 5, "JoinGroup")
+    cls = _request_class(11, version)
+    protocol_cls = nested(cls, "JoinGroupRequestProtocol")
+    return make(cls, group_id=request.group_id, session_timeout=request.session_timeout_ms,
+                rebalance_timeout=request.rebalance_timeout_ms, member_id=request.member_id,
+                group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
+                protocols=tuple(make(protocol_cls, name=name, metadata=metadata)
+                                for name, metadata in request.protocols),
+                reason=request.reason)
+
+
+def _decode_join_group(request: JoinGroupRequest, version: int, body: Any) -> JoinGroupResponse:
+    members = tuple((str(m.member_id), _optional(getattr(m, "group_instance_id", None)), bytes(m.metadata))
+                    for m in body.members)
+    # Before v7 the protocol name is not nullable: "" stands for none.
+    name = _optional(body.protocol_name) or None
+    return JoinGroupResponse(int(body.error_code), int(body.generation_id),
+                             _optional(getattr(body, "protocol_type", None)), name, str(body.leader),
+                             str(body.member_id), members, request.request_id)
+
+
+def _encode_sync_group(request: SyncGroupRequest, version: int) -> Any:
+    _static_since(request, version, 3, "SyncGroup")
+    cls = _request_class(14, version)
+    assignment_cls = nested(cls, "SyncGroupRequestAssignment")
+    return make(cls, group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
+                group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
+                protocol_name=request.protocol_name,
+                assignments=tuple(make(assignment_cls, member_id=member_id, assignment=data)
+                                  for member_id, data in request.assignments))
+
+
+def _decode_sync_group(request: SyncGroupRequest, version: int, body: Any) -> SyncGroupResponse:
+    return SyncGroupResponse(int(body.error_code), bytes(body.assignment),
+                             _optional(getattr(body, "protocol_type", None)),
+                             _optional(getattr(body, "protocol_name", None)), request.request_id)
+
+
+def _encode_heartbeat(request: HeartbeatRequest, version: int) -> Any:
+    _static_since(request, version, 3, "Heartbeat")
+    return make(_request_class(12, version), group_id=request.group_id, generation_id=request.generation_id,
+                member_id=request.member_id, group_instance_id=request.group_instance_id)
+
+
+def _decode_heartbeat(request: HeartbeatRequest, version: int, body: Any) -> HeartbeatResponse:
+    return HeartbeatResponse(int(body.error_code), request.request_id)
+
+
+def _encode_leave_group(request: LeaveGroupRequest, version: int) -> Any:
+    cls = _request_class(13, version)
+    if version < 3:  # one member, by member id
+        if len(request.members) != 1 or request.members[0].group_instance_id is not None:
+            raise WireProtocolError(f"LeaveGroup v{version} takes one member without an instance id, got "
+                                    f"{len(request.members)} members")
+        return make(cls, group_id=request.group_id, member_id=request.members[0].member_id)
+    member_cls = nested(cls, "MemberIdentity")
+    return make(cls, group_id=request.group_id, members=tuple(
+        make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id, reason=m.reason)
+        for m in request.members))
+
+
+def _decode_leave_group(request: LeaveGroupRequest, version: int, body: Any) -> LeaveGroupResponse:
+    if version < 3:
+        code = int(body.error_code)
+        return LeaveGroupResponse(code, tuple(LeftMember(m.member_id, m.group_instance_id, code)
+                                              for m in request.members), request.request_id)
+    return LeaveGroupResponse(int(body.error_code), tuple(
+        LeftMember(str(m.member_id), _optional(m.group_instance_id), int(m.error_code)) for m in body.members),
+        request.request_id)
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -511,6 +609,10 @@ ADD_PARTITIONS_TO_TXN = _api(24, "AddPartitionsToTxn", 0, 3, _encode_add_partiti
 ADD_OFFSETS_TO_TXN = _api(25, "AddOffsetsToTxn", 0, 4, _encode_add_offsets, _decode_add_offsets)
 END_TXN = _api(26, "EndTxn", 0, 4, _encode_end_txn, _decode_end_txn)
 TXN_OFFSET_COMMIT = _api(28, "TxnOffsetCommit", 0, 4, _encode_txn_offset_commit, _decode_txn_offset_commit)
+JOIN_GROUP = _api(11, "JoinGroup", 1, 9, _encode_join_group, _decode_join_group)
+HEARTBEAT = _api(12, "Heartbeat", 0, 4, _encode_heartbeat, _decode_heartbeat)
+LEAVE_GROUP = _api(13, "LeaveGroup", 0, 5, _encode_leave_group, _decode_leave_group)
+SYNC_GROUP = _api(14, "SyncGroup", 0, 5, _encode_sync_group, _decode_sync_group)
 
 #: Each message request class, and the API that carries it.
 CLIENT_APIS: dict[type, ClientApi] = {
@@ -519,6 +621,8 @@ CLIENT_APIS: dict[type, ClientApi] = {
     CreateTopicsRequest: CREATE_TOPICS, InitProducerIdRequest: INIT_PRODUCER_ID,
     AddPartitionsToTxnRequest: ADD_PARTITIONS_TO_TXN, AddOffsetsToTxnRequest: ADD_OFFSETS_TO_TXN,
     EndTxnRequest: END_TXN, TxnOffsetCommitRequest: TXN_OFFSET_COMMIT,
+    JoinGroupRequest: JOIN_GROUP, SyncGroupRequest: SYNC_GROUP, HeartbeatRequest: HEARTBEAT,
+    LeaveGroupRequest: LEAVE_GROUP,
 }
 #: The client APIs by key.
 BY_KEY: dict[int, ClientApi] = {api.key: api for api in CLIENT_APIS.values()}

@@ -61,7 +61,8 @@ def _offset_commit_to_message(ctx: WireContext, version: int, correlation_id: in
                               body: Any) -> tuple[OffsetCommitRequest, tuple[OffsetEntry, ...]]:
     entries = _entries(body.topics)
     request = OffsetCommitRequest(str(body.group_id), entries, int(body.generation_id_or_member_epoch),
-                                  str(body.member_id), correlation_id)
+                                  str(body.member_id), correlation_id,
+                                  _optional_str(getattr(body, "group_instance_id", None)))
     return request, entries
 
 
@@ -86,7 +87,7 @@ def _txn_offset_commit_to_message(ctx: WireContext, version: int, correlation_id
         str(body.transactional_id), str(body.group_id), int(body.producer_id), int(body.producer_epoch), entries,
         # v3+ (KIP-447): the consumer's generation and member, checked as OffsetCommit checks them.
         generation_id=int(getattr(body, "generation_id", -1)), member_id=str(getattr(body, "member_id", "")),
-        request_id=correlation_id)
+        request_id=correlation_id, group_instance_id=_optional_str(getattr(body, "group_instance_id", None)))
     return request, entries
 
 
@@ -169,3 +170,7 @@ def _offset_fetch_to_wire(ctx: WireContext, version: int, body: Any, answer: Any
 #: v1–9 (v2+ all partitions and a group error code, v6+ flexible, v7+ require_stable, v8+ several groups; v9 is
 #: v8 for a classic group). v10 names topics by id only.
 OFFSET_FETCH = WireApi(9, "OffsetFetch", 1, 9, _offset_fetch_to_message, _offset_fetch_to_wire)
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
