@@ -37,10 +37,11 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
 from idemcore.client.assignors import COOPERATIVE, EAGER, Assignor, make_assignor
+from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.errors import IdemcoreError
 from idemcore.net.membership import (
     NO_GENERATION,
@@ -100,17 +101,6 @@ class GroupMemberError(IdemcoreError):
 
 class FencedInstanceIdError(GroupMemberError):
     """Another member joined with this member's ``group_instance_id`` (KIP-345): this one is fenced for good."""
-
-
-@dataclass(frozen=True)
-class ConsumerGroupMetadata:
-    """Who a consumer is in its group (Kafka's ``ConsumerGroupMetadata``): a transactional producer's
-    TxnOffsetCommit carries it so that a zombie's offsets are fenced (KIP-447)."""
-
-    group_id: str
-    generation_id: int = NO_GENERATION
-    member_id: str = UNKNOWN_MEMBER_ID
-    group_instance_id: str | None = None
 
 
 class ConsumerRebalanceListener(Protocol):
