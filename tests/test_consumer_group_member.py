@@ -309,3 +309,15 @@ def test_assign_and_subscribe_are_exclusive_and_a_group_is_needed(setup):
     with pytest.raises(ValueError, match="unknown partition assignment strategy"):
         member(transport, "c1", partition_assignment_strategy=["nope"]).subscribe([TOPIC])
     assert Consumer(transport, group_id="x").consumer_group_metadata() == ConsumerGroupMetadata("x")
+
+
+def test_the_leader_rebalances_when_a_subscribed_topic_gets_partitions(setup):
+    broker, transport = setup
+    consumers = [member(transport, f"c{i}", metadata_max_age_ms=1_000) for i in range(2)]
+    for consumer in consumers:
+        consumer.subscribe(["late"])
+    run(transport, consumers, lambda: all(c.consumer_group_metadata().generation_id >= 1 for c in consumers))
+    assert all(not c.assignment() for c in consumers)  # the topic has no partitions yet
+    broker.create_topic("late", 4)
+    run(transport, consumers, lambda: exact_cover(consumers, every("late", 4)) and all(c.assignment()
+                                                                                     for c in consumers))

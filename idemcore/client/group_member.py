@@ -583,8 +583,9 @@ class GroupMember:
         if now < self.next_metadata_ms or self.channel.busy(MetadataRequest):
             return
         self.next_metadata_ms = now + self.metadata_max_age_ms
+        # Only a pattern's matches and the leader's counts of the group's topics decide anything here.
         wanted: tuple[str, ...] | None = None if self.pattern is not None else \
-            tuple(sorted(self.matched | (self.group_topics if self.leader else frozenset())))
+            tuple(sorted(self.group_topics)) if self.leader else ()
         if wanted == ():
             return
 
@@ -614,7 +615,9 @@ class GroupMember:
     # ------------------------------------------------------------ heartbeats
 
     def _heartbeat_step(self, now: int) -> None:
-        if self.generation_id == NO_GENERATION or not self.coordinator_known:
+        # As Kafka's heartbeat thread: nothing while the member has no generation or is joining (a JoinGroup may
+        # wait the rebalance timeout, longer than a session), so neither the session nor the poll timeout lapses.
+        if self.generation_id == NO_GENERATION or not self.coordinator_known or self.joining:
             return
         if now - self.last_poll_ms > self.max_poll_interval_ms and not self.left_for_poll_timeout:
             log.warning("%s: group %s: poll was not called within max_poll_interval_ms=%d: leaving the group",
@@ -629,7 +632,7 @@ class GroupMember:
             self.last_heartbeat_ok_ms = now
             self.request_rejoin("the session lapsed")
             return
-        if self.joining or self.need_rejoin or now < self.next_heartbeat_ms or self.heartbeats.busy(HeartbeatRequest):
+        if self.need_rejoin or now < self.next_heartbeat_ms or self.heartbeats.busy(HeartbeatRequest):
             return
         self.next_heartbeat_ms = now + self.heartbeat_interval_ms
         generation, member_id = self.generation_id, self.member_id
