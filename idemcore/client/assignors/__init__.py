@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from idemcore.client.assignors.base import COOPERATIVE, EAGER, Assignor
+from idemcore.client.assignors.cooperative_sticky import CooperativeStickyAssignor
 from idemcore.client.assignors.range import RangeAssignor
 from idemcore.client.assignors.roundrobin import RoundRobinAssignor
+from idemcore.client.assignors.sticky import StickyAssignor
 
 _FACTORIES: dict[str, Callable[[], Assignor]] = {
     "range": RangeAssignor,
     "roundrobin": RoundRobinAssignor,
+    "sticky": StickyAssignor,
+    "cooperative-sticky": CooperativeStickyAssignor,
 }
 ASSIGNOR_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
@@ -24,5 +28,5 @@ def make_assignor(name: str) -> Assignor:
     return factory()
 
 
-__all__ = ["ASSIGNOR_NAMES", "COOPERATIVE", "EAGER", "Assignor", "RangeAssignor", "RoundRobinAssignor",
-           "make_assignor"]
+__all__ = ["ASSIGNOR_NAMES", "COOPERATIVE", "EAGER", "Assignor", "CooperativeStickyAssignor", "RangeAssignor",
+           "RoundRobinAssignor", "StickyAssignor", "make_assignor"]
