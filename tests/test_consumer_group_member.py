@@ -76,7 +76,6 @@ def member(transport: ClockedTransport, name: str, **settings: object) -> Consum
     settings.setdefault("session_timeout_ms", 6_000)
     settings.setdefault("heartbeat_interval_ms", 500)
     settings.setdefault("max_poll_interval_ms", 20_000)
-    settings.setdefault("partition_assignment_strategy", ["range"])  # TEMP
     return Consumer(transport, group_id=GROUP, client_id=name, **settings)  # type: ignore[arg-type]
 
 
