@@ -353,8 +353,8 @@ def test_kafkas_own_server_properties_is_known_setting_by_setting(tmp_path, capl
     [record] = caplog.records  # no unknown name: only the line naming what is not acted on yet
     assert config.not_acted_on() == [
         "num.network.threads", "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-        "log.retention.check.interval.ms", "num.recovery.threads.per.data.dir",
-        "group.initial.rebalance.delay.ms"]  # its zookeeper.connect makes it a cluster's: those settings act
+        "log.retention.check.interval.ms", "num.recovery.threads.per.data.dir"]
+    # its zookeeper.connect makes it a cluster's: those settings act
     assert record.getMessage().endswith(", ".join(config.not_acted_on()))
     assert config.log_dir == Path("/tmp/kafka-logs") and config.broker_kwargs()["segment_bytes"] == 1 << 30
 

@@ -26,6 +26,7 @@ from idemcore.broker.group import (
     encode_value,
     java_length,
 )
+from idemcore.broker.group.offsets_log import GroupMetadataKey
 from idemcore.net.messages import FetchedOffset, OffsetEntry
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
@@ -368,9 +369,9 @@ def test_the_codec_reads_every_value_version(data, expected):
     assert decode_value(data) == expected
 
 
-def test_key_versions_that_are_not_offset_commits_are_skipped():
+def test_key_versions_that_are_not_offset_commits_or_group_metadata_are_skipped():
     assert decode_key(struct.pack(">h", 0) + _s("g") + _s("t") + struct.pack(">i", 1)) == OffsetCommitKey("g", "t", 1)
-    assert decode_key(struct.pack(">h", 2) + _s("g")) is None  # GroupMetadataKey
+    assert decode_key(struct.pack(">h", 2) + _s("g")) == GroupMetadataKey("g")  # read by group_metadata_log
     assert decode_key(struct.pack(">h", 3) + _s("g")) is None  # a KIP-848 record
 
 
@@ -416,7 +417,7 @@ def test_load_replays_tombstones_other_record_types_and_markers():
     fake = FakeLog()
     p = coordinator_partition(G, PARTITIONS)
     value = encode_value(OffsetCommitValue(10, "", T0))
-    fake.write_raw(p, [(struct.pack(">h", 2) + _s(G), b"group metadata, unread"), (encode_key(G, "t", 0), value),
+    fake.write_raw(p, [(struct.pack(">h", 3) + _s(G), b"a KIP-848 record, skipped"), (encode_key(G, "t", 0), value),
                        (encode_key(G, "t", 1), value)])
     fake.write_raw(p, [(encode_key(G, "t", 2), value), (encode_key(G, "t", 3), value)], producer_id=9,
                    transactional=True)

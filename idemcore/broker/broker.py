@@ -465,6 +465,11 @@ class Broker:
         assert self._group_coordinator is not None
         return self._group_coordinator
 
+    def group_coordinator_settings(self) -> dict[str, Any]:
+        """The group coordinator's settings (``group.*``, ``offsets.retention.*``...) from the broker's
+        ``settings``; none (Kafka's defaults) for a broker made without them."""
+        return {} if self.settings is None else self.settings.group_coordinator_kwargs()
+
     def _start_group_coordinator(self) -> None:
         """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
         partition into it (this broker leads them all)."""
@@ -473,7 +478,7 @@ class Broker:
         partitions = self.topics[CONSUMER_OFFSETS_TOPIC]
         coordinator = GroupCoordinator(HandledOffsetLog(self.handle, self.clock), self.clock,
                                        offsets_partitions=partitions,
-                                       partition_exists=self._serves)
+                                       partition_exists=self._serves, **self.group_coordinator_settings())
         for partition in range(partitions):
             coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches)
         self._group_coordinator = coordinator

@@ -66,12 +66,16 @@ class BrokerConfig:
       ``socket.request.max.bytes``, ``producer.id.expiration.ms``, ``transaction.state.log.num.partitions``,
       ``transaction.max.timeout.ms``, ``offsets.topic.num.partitions``, ``default.replication.factor`` (1),
       ``log.flush.interval.messages``, ``log.flush.interval.ms``, ``log.flush.scheduler.interval.ms``,
-      ``log.flush.offset.checkpoint.interval.ms`` (while the broker runs behind its TCP server: :mod:`.delayed`);
+      ``log.flush.offset.checkpoint.interval.ms`` (while the broker runs behind its TCP server: :mod:`.delayed`),
+      the group coordinator's ``offset.metadata.max.bytes``, ``offsets.retention.minutes``,
+      ``offsets.retention.check.interval.ms``, ``group.min.session.timeout.ms``, ``group.max.session.timeout.ms``,
+      ``group.initial.rebalance.delay.ms`` (:meth:`group_coordinator_kwargs`, read by the broker from its
+      ``settings``);
     - checked and kept, not acted on yet (a warning names them): ``log.retention.check.interval.ms``,
       the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
       lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
       ``compression.type``), ``transactional.id.expiration.ms``, the internal topics' segment
-      sizes, the transaction coordinator's cleanup intervals, ``offset.metadata.max.bytes``, ``group.*``;
+      sizes, the transaction coordinator's cleanup intervals;
     - checked and kept for replication: ``zookeeper.*``, ``replica.*``, ``num.replica.fetchers``,
       ``unclean.leader.election.enable``, ``min.insync.replicas`` (1), the internal topics' replication factor
       and ``transaction.state.log.min.isr`` (a lone broker makes the internal topics with one replica, where Kafka
@@ -172,6 +176,19 @@ class BrokerConfig:
             "flush_ms": max(0, self.log_flush_interval_ms),
             "flush_scheduler_interval_ms": max(0, v["log.flush.scheduler.interval.ms"]),
             "recovery_point_checkpoint_ms": v["log.flush.offset.checkpoint.interval.ms"],
+        }
+
+    def group_coordinator_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~idemcore.broker.group.GroupCoordinator` these settings give (the
+        broker passes them when it makes its group coordinator)."""
+        v = self.values
+        return {
+            "offset_metadata_max_bytes": v["offset.metadata.max.bytes"],
+            "min_session_timeout_ms": v["group.min.session.timeout.ms"],
+            "max_session_timeout_ms": v["group.max.session.timeout.ms"],
+            "initial_rebalance_delay_ms": v["group.initial.rebalance.delay.ms"],
+            "offsets_retention_ms": v["offsets.retention.minutes"] * 60_000,
+            "offsets_retention_check_interval_ms": v["offsets.retention.check.interval.ms"],
         }
 
     def server_kwargs(self) -> dict[str, Any]:

@@ -11,7 +11,12 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from idemcore.broker.group.coordinator import DEFAULT_MAX_SESSION_TIMEOUT_MS, DEFAULT_MIN_SESSION_TIMEOUT_MS
+from idemcore.broker.group.coordinator import (
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_MIN_SESSION_TIMEOUT_MS,
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MS,
+)
 from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS
 from idemcore.protocol.constants import (
     DEFAULT_DELETE_RETENTION_MS,
@@ -165,10 +170,16 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("offsets.topic.num.partitions", Kind.INT, DEFAULT_OFFSETS_TOPIC_PARTITIONS, _H, low=1,
         high=MAX_PARTITIONS_PER_TOPIC, note=_PARTITIONS_NOTE),
     Key("offsets.topic.segment.bytes", Kind.INT, OFFSETS_TOPIC_SEGMENT_BYTES, _P, low=1),
-    Key("offset.metadata.max.bytes", Kind.INT, DEFAULT_OFFSET_METADATA_MAX_BYTES, _P),
-    Key("group.min.session.timeout.ms", Kind.INT, DEFAULT_MIN_SESSION_TIMEOUT_MS, _P),
-    Key("group.max.session.timeout.ms", Kind.INT, DEFAULT_MAX_SESSION_TIMEOUT_MS, _P),
-    Key("group.initial.rebalance.delay.ms", Kind.INT, DEFAULT_INITIAL_REBALANCE_DELAY_MS, _P),
+    Key("offset.metadata.max.bytes", Kind.INT, DEFAULT_OFFSET_METADATA_MAX_BYTES, _H, low=0,
+        note="a negative limit would refuse every commit"),
+    Key("offsets.retention.minutes", Kind.INT, DEFAULT_OFFSETS_RETENTION_MS // 60_000, _H, low=1),
+    Key("offsets.retention.check.interval.ms", Kind.LONG, DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS, _H, low=1),
+    Key("group.min.session.timeout.ms", Kind.INT, DEFAULT_MIN_SESSION_TIMEOUT_MS, _H, low=0,
+        note="a negative session is no session"),
+    Key("group.max.session.timeout.ms", Kind.INT, DEFAULT_MAX_SESSION_TIMEOUT_MS, _H, low=0,
+        note="a negative session is no session"),
+    Key("group.initial.rebalance.delay.ms", Kind.INT, DEFAULT_INITIAL_REBALANCE_DELAY_MS, _H, low=0,
+        note="a delay cannot be negative"),
     Key("offsets.topic.replication.factor", Kind.SHORT, 3, _R, low=1),
     # Replication
     Key("default.replication.factor", Kind.INT, 1, _H, low=1),

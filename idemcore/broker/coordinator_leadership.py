@@ -84,7 +84,7 @@ class CoordinatorLeadership:
         self.group_coordinator = GroupCoordinator(
             HandledOffsetLog(broker.handle, broker.clock), broker.clock,
             offsets_partitions=broker.topics.get(CONSUMER_OFFSETS_TOPIC, broker.offsets_topic_partitions),
-            partition_exists=self._exists)
+            partition_exists=self._exists, **broker.group_coordinator_settings())
         broker._txn_coordinator = self.txn_coordinator
         broker._group_coordinator = self.group_coordinator
         cluster.on_leadership.append(self.on_leadership)

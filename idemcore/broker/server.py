@@ -38,6 +38,7 @@ from idemcore.net.wire.frames import (
     read_request,
     response_frame,
 )
+from idemcore.net.wire.membership import with_client
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +263,9 @@ class Server:
         if api is None or not api.min_version <= version <= api.max_version:
             raise self._refuse("unsupported", peer, f"api key {api_key} version {version} is not served")
         try:
-            _, body = read_request(frame)
+            header, body = read_request(frame)
             message, carry = api.to_message(self._ctx, version, correlation_id, body)
+            message = with_client(message, header.client_id, peer)  # JoinGroup: the member id's prefix
         except (MalformedFrameError, UnsupportedApiError, ValueError, TypeError, KeyError, AttributeError) as error:
             raise self._refuse("malformed", peer, error) from None
         try:

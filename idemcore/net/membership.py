@@ -29,7 +29,9 @@ class JoinGroupRequest:
     """Join (or rejoin) ``group_id``. ``protocols``: ``(name, metadata)`` in the member's order of preference
     (for consumers: assignor names and their subscription bytes). ``member_id_required``: a first join without
     a member id is answered MEMBER_ID_REQUIRED with the id to join with (Kafka's JoinGroup v4+; False for v0-3,
-    which are taken into the group at once). ``client_id`` starts the member id the coordinator makes."""
+    which are taken into the group at once). ``client_id`` (the request header's) starts the member id the
+    coordinator makes; ``client_host`` is where the request came from (DescribeGroups shows both).
+    ``group_instance_id`` makes the member static (KIP-345, JoinGroup v5+)."""
 
     group_id: str
     session_timeout_ms: int
@@ -40,6 +42,7 @@ class JoinGroupRequest:
     group_instance_id: str | None = None
     client_id: str = ""
     member_id_required: bool = True
+    client_host: str = ""
     reason: str | None = None
     request_id: int = 0
 

@@ -34,6 +34,10 @@ so after a restart members find their ids unknown and join again. A group with m
 offset commit against them (rule 4 becomes Kafka's ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs
 the membership timers (sessions, rebalance and sync timeouts) and deletes Empty groups that have no offsets.
 
+Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
+:meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
+:meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes.
+
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
 
@@ -44,8 +48,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
-from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups
+from idemcore.broker.group.group_metadata_log import (
+    GroupMetadataValue,
+    decode_group_value,
+    encode_group_key,
+    encode_group_value,
+)
+from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups, GroupState
 from idemcore.broker.group.offsets_log import (
+    GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
     OffsetLogFormatError,
@@ -55,9 +66,10 @@ from idemcore.broker.group.offsets_log import (
     encode_value,
 )
 from idemcore.broker.group.plumbing import OffsetLogWriter
-from idemcore.broker.group.shard import OffsetShard, TopicPartition
+from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
 from idemcore.net.membership import (
     INVALID_SESSION_TIMEOUT,
     HeartbeatRequest,
@@ -80,6 +92,7 @@ from idemcore.protocol.constants import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
 )
+from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.record.stored import StoredBatch
 
 log = logging.getLogger(__name__)
@@ -90,6 +103,9 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 #: Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms.
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+#: Kafka's offsets.retention.minutes (7 days, in ms) and offsets.retention.check.interval.ms.
+DEFAULT_OFFSETS_RETENTION_MS = 10_080 * 60_000
+DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 
 
 def java_length(text: str) -> int:
@@ -111,7 +127,9 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool] | None = None,
                  min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
-                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS) -> None:
+                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS,
+                 offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                 offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS) -> None:
         if type(offsets_partitions) is not int or offsets_partitions < 1:
             raise ValueError(f"offsets_partitions must be a positive int, got {offsets_partitions!r}")
         if type(offset_metadata_max_bytes) is not int or offset_metadata_max_bytes < 0:
@@ -131,7 +149,16 @@ class GroupCoordinator:
                              f"and {max_session_timeout_ms!r}")
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
+        for name, value in (("offsets_retention_ms", offsets_retention_ms),
+                            ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.offsets_retention_ms = offsets_retention_ms
+        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
+        #: When :meth:`expire` next runs :meth:`cleanup_group_metadata` (None: one interval after its first call).
+        self._next_cleanup: int | None = None
+        self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+                                            store=self._store_group)
 
     # ------------------------------------------------------------ introspection
 
@@ -160,11 +187,14 @@ class GroupCoordinator:
     # ------------------------------------------------------------ OffsetCommit / TxnOffsetCommit
 
     def offset_commit(self, group_id: str | None, offsets: Sequence[OffsetEntry], generation_id: int = -1,
-                      member_id: str = "") -> dict[TopicPartition, ErrorCode]:
-        """Commit ``offsets`` for the group, outside any transaction; one error code per partition."""
+                      member_id: str = "", group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
+        """Commit ``offsets`` for the group, outside any transaction; one error code per partition. A static
+        member's ``group_instance_id`` must be its own (FENCED_INSTANCE_ID otherwise)."""
         _check_member(generation_id, member_id)
+        if not (group_instance_id is None or type(group_instance_id) is str):
+            raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, NO_PRODUCER_ID,
-                            NO_PRODUCER_EPOCH, transactional=False)
+                            NO_PRODUCER_EPOCH, transactional=False, group_instance_id=group_instance_id)
 
     def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
                           offsets: Sequence[OffsetEntry], generation_id: int = -1,
@@ -183,7 +213,8 @@ class GroupCoordinator:
                             producer_epoch, transactional=True)
 
     def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, member_id: str,
-                producer_id: int, producer_epoch: int, transactional: bool) -> dict[TopicPartition, ErrorCode]:
+                producer_id: int, producer_epoch: int, transactional: bool,
+                group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
         _check_group_id(group_id)
         answers: dict[TopicPartition, ErrorCode] = {}
         wanted: list[OffsetEntry] = []
@@ -194,7 +225,7 @@ class GroupCoordinator:
                 wanted.append(entry)
         if not wanted:
             return answers
-        error = self._group_error(group_id, generation_id, member_id, transactional)
+        error = self._group_error(group_id, generation_id, member_id, transactional, group_instance_id)
         if error is not E.NONE:
             answers.update(((e.topic, e.partition), error) for e in wanted)
             return answers
@@ -228,14 +259,15 @@ class GroupCoordinator:
         return answers
 
     def _group_error(self, group_id: str | None, generation_id: int, member_id: str,
-                     transactional: bool) -> ErrorCode:
+                     transactional: bool, group_instance_id: str | None = None) -> ErrorCode:
         """The group-wide answer, in Kafka's order (GroupCoordinatorService, then ClassicGroup)."""
         if group_id is None or (transactional and group_id == ""):
             return E.INVALID_GROUP_ID
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return E.NOT_COORDINATOR
-        membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional)
+        membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional,
+                                                             group_instance_id)
         if membership is not None:
             return _error_code(membership)
         if generation_id < 0:
@@ -335,15 +367,103 @@ class GroupCoordinator:
     def expire(self, now_ms: int) -> None:
         """Run the membership timers due at ``now_ms`` (the broker's housekeeping calls this): members whose
         session lapsed are removed, overdue join phases complete without the members that did not rejoin, members
-        that did not sync are removed. Empty groups without offsets are deleted (Kafka's periodic cleanup)."""
+        that did not sync are removed. Every ``offsets_retention_check_interval_ms`` it runs
+        :meth:`cleanup_group_metadata` (Kafka's periodic cleanup)."""
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         self.classic_groups.expire(now_ms)
-        self.classic_groups.forget_empty(self._has_offsets)
+        if self._next_cleanup is None:
+            self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
+        elif now_ms >= self._next_cleanup:
+            self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
+            self.cleanup_group_metadata(now_ms)
 
-    def _has_offsets(self, group_id: str) -> bool:
-        shard = self._shards.get(self.partition_for(group_id))
-        return shard is not None and shard.group_exists(group_id)
+    def cleanup_group_metadata(self, now_ms: int) -> int:
+        """Kafka's ``cleanupGroupMetadata`` (``OffsetMetadataManager.cleanupExpiredOffsets``, KIP-211): expire
+        offsets ``offsets_retention_ms`` old, then delete the Empty groups left without offsets. An offset's age
+        runs from when its group became Empty (an Empty classic group; from its commit when that time is unknown),
+        else from its commit (a simple group; topics no member of a Stable consumer group subscribes to). Groups
+        in a rebalance, and offsets an open transaction wrote, are left. Tombstones go out per partition in one
+        batch before memory changes (a failed append changes nothing). Returns how many offsets expired."""
+        if type(now_ms) is not int:
+            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        expired = 0
+        for partition, shard in self._shards.items():
+            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups))
+                         if self.partition_for(g) == partition]
+            offsets: list[OffsetCommitKey] = []
+            deleted: list[str] = []
+            for group_id in group_ids:
+                gone, all_gone = self._expired_offsets(shard, group_id, now_ms)
+                offsets += gone
+                group = self.classic_groups.groups.get(group_id)
+                if all_gone and (group is None or (group.state is GroupState.EMPTY and not group.pending_members)):
+                    deleted.append(group_id)
+            if not offsets and not deleted:
+                continue
+            records = [(encode_key(k.group, k.topic, k.partition), None) for k in offsets]
+            records += [(encode_group_key(g), None) for g in deleted]
+            error, _ = self._append(partition, records, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                log.warning("%s-%d: expiring offsets and groups failed: %s", CONSUMER_OFFSETS_TOPIC, partition,
+                            error.name)
+                continue
+            for key in offsets:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+            for group_id in deleted:
+                self.classic_groups.groups.pop(group_id, None)
+            expired += len(offsets)
+            log.info("%s-%d: expired %d offsets, deleted groups %s", CONSUMER_OFFSETS_TOPIC, partition,
+                     len(offsets), deleted)
+        return expired
+
+    def _expired_offsets(self, shard: OffsetShard, group_id: str, now_ms: int) -> tuple[list[OffsetCommitKey], bool]:
+        """The group's offsets that expire at ``now_ms``, and whether none is left after them."""
+        committed = shard.committed.get(group_id)
+        if committed is None:
+            return [], group_id not in shard.open_by_group
+        group = self.classic_groups.groups.get(group_id)
+        # Kafka's ClassicGroup.offsetExpirationCondition: where an offset's age starts, or None (no expiry).
+        since: Callable[[CommittedOffset], int] | None = None
+        if group is None or group.protocol_type is None:
+            since = _commit_time
+        elif group.state is GroupState.EMPTY:
+            empty_since = group.state_timestamp
+            since = _commit_time if empty_since is None else (lambda _offset: empty_since)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.subscribed_topics is not None \
+                and group.state is GroupState.STABLE:
+            since = _commit_time
+        if since is None:
+            return [], False
+        gone: list[OffsetCommitKey] = []
+        all_gone = True
+        for (topic, partition), offset in committed.items():
+            if group is not None and group.is_subscribed_to_topic(topic):
+                all_gone = False
+                continue
+            if offset.expire_timestamp >= 0:  # value version 1 carried its own expiry
+                due = now_ms >= offset.expire_timestamp
+            else:
+                due = now_ms - since(offset) >= self.offsets_retention_ms
+            if due and not shard.has_pending(group_id, topic, partition):
+                gone.append(OffsetCommitKey(group_id, topic, partition))
+            else:
+                all_gone = False
+        return gone, all_gone and group_id not in shard.open_by_group
+
+    def _store_group(self, group_id: str, value: GroupMetadataValue | None) -> int:
+        """Append the group's GroupMetadata record (None: its tombstone) to its partition: NONE once durable,
+        else the coordinator error (Kafka's ``appendGroupMetadataErrorToResponseError``)."""
+        partition = self.partition_for(group_id)
+        if partition not in self._shards:
+            return int(E.NOT_COORDINATOR)
+        try:
+            record = (encode_group_key(group_id), None if value is None else encode_group_value(value))
+        except ValueError as exc:  # a field longer than a record's string (a client id of 32 KiB)
+            log.error("group %r cannot be stored: %s", group_id, exc)
+            return int(E.UNKNOWN_SERVER_ERROR)
+        error, _ = self._append(partition, [record], NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+        return int(error)
 
     def _membership_error(self, group_id: str | None) -> int | None:
         """INVALID_GROUP_ID for a null or empty id, NOT_COORDINATOR when its partition is not loaded."""
@@ -352,6 +472,154 @@ class GroupCoordinator:
         if self.partition_for(group_id) not in self._shards:
             return int(E.NOT_COORDINATOR)
         return None
+
+    # ------------------------------------------------------------ admin: DescribeGroups, ListGroups, DeleteGroups
+
+    def describe_groups(self, group_ids: Sequence[str]) -> tuple[DescribedGroup, ...]:
+        """Kafka's DescribeGroups, one answer per id in order: INVALID_GROUP_ID for an empty id,
+        NOT_COORDINATOR for a group of a partition not served, state Dead for a group not known; the members'
+        metadata and assignment only when Stable (``GroupMetadataManager.describeGroups``)."""
+        described: list[DescribedGroup] = []
+        for group_id in _checked_group_ids(group_ids):
+            if not group_id:
+                described.append(DescribedGroup(group_id, int(E.INVALID_GROUP_ID)))
+                continue
+            shard = self._shards.get(self.partition_for(group_id))
+            if shard is None:
+                described.append(DescribedGroup(group_id, int(E.NOT_COORDINATOR)))
+                continue
+            group = self.classic_groups.groups.get(group_id)
+            if group is None:
+                if shard.group_exists(group_id):  # a simple group: offsets only
+                    described.append(DescribedGroup(group_id, int(E.NONE), GroupState.EMPTY.value))
+                else:
+                    described.append(DescribedGroup(group_id, int(E.NONE), DEAD))
+                continue
+            stable = group.state is GroupState.STABLE
+            members = tuple(
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                m.metadata(group.protocol_name) if stable else b"", m.assignment if stable else b"")
+                for m in group.members.values())
+            described.append(DescribedGroup(group_id, int(E.NONE), group.state.value, group.protocol_type or "",
+                                            (group.protocol_name or "") if stable else "", members))
+        return tuple(described)
+
+    def list_groups(self, states_filter: Sequence[str] = (),
+                    types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
+        """Kafka's ListGroups over the served partitions: every classic group and every simple group (offsets only:
+        protocol type ``""``, Empty); filters matched without regard to case or surrounding spaces, an empty filter
+        matching all (``GroupMetadataManager.listGroups``)."""
+        states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
+        types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
+        if types and CLASSIC not in types:
+            return ()
+        listed: dict[str, ListedGroup] = {}
+        for partition, shard in self._shards.items():
+            for group_id in (*shard.committed, *shard.open_by_group):
+                if self.partition_for(group_id) == partition:
+                    listed[group_id] = ListedGroup(group_id, "", GroupState.EMPTY.value, CLASSIC)
+        for group_id, group in self.classic_groups.groups.items():
+            if self.partition_for(group_id) in self._shards:
+                listed[group_id] = ListedGroup(group_id, group.protocol_type or "", group.state.value, CLASSIC)
+        return tuple(g for g in listed.values() if not states or g.state.lower() in states)
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        """Kafka's DeleteGroups: an error code per group (INVALID_GROUP_ID, NOT_COORDINATOR, GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP, NONE). A deleted group's offsets and metadata get tombstones, written per
+        ``__consumer_offsets`` partition as one batch before anything is forgotten; a failed append answers its
+        groups with the coordinator error and changes nothing."""
+        results: dict[str, int] = {}
+        deletable: dict[int, list[str]] = {}
+        for group_id in _checked_group_ids(group_ids):
+            if group_id in results or any(group_id in ids for ids in deletable.values()):
+                continue
+            error = self._delete_error(group_id)
+            if error is None:
+                deletable.setdefault(self.partition_for(group_id), []).append(group_id)
+            else:
+                results[group_id] = error
+        for partition, ids in deletable.items():
+            shard = self._shards[partition]
+            records: list[tuple[bytes, bytes | None]] = []
+            keys: list[OffsetCommitKey] = []
+            for group_id in ids:
+                for topic, part in self._offset_partitions(shard, group_id):
+                    keys.append(OffsetCommitKey(group_id, topic, part))
+                    records.append((encode_key(group_id, topic, part), None))
+                records.append((encode_group_key(group_id), None))
+            error, _ = self._append(partition, records, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                log.info("%s-%d: deleting groups %s failed: %s", CONSUMER_OFFSETS_TOPIC, partition, ids, error.name)
+                results.update((group_id, int(error)) for group_id in ids)
+                continue
+            for key in keys:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+            for group_id in ids:
+                self.classic_groups.groups.pop(group_id, None)
+                log.info("group %r deleted", group_id)
+                results[group_id] = int(E.NONE)
+        return results
+
+    def _delete_error(self, group_id: str) -> int | None:
+        shard = self._shards.get(self.partition_for(group_id))
+        if shard is None:
+            return int(E.NOT_COORDINATOR)
+        group = self.classic_groups.groups.get(group_id)
+        if group is None:
+            return None if shard.group_exists(group_id) else int(E.GROUP_ID_NOT_FOUND)
+        return None if group.state is GroupState.EMPTY else int(E.NON_EMPTY_GROUP)
+
+    @staticmethod
+    def _offset_partitions(shard: OffsetShard, group_id: str) -> list[TopicPartition]:
+        """The partitions the group has a committed or a pending (transactional) offset for."""
+        partitions = dict.fromkeys(shard.committed.get(group_id, {}))
+        for producer in shard.open_by_group.get(group_id, ()):
+            for group, topic, part in shard.pending.get(producer, {}):
+                if group == group_id:
+                    partitions[(topic, part)] = None
+        return list(partitions)
+
+    def offset_delete(self, group_id: str,
+                      partitions: Sequence[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        """Kafka's OffsetDelete (``OffsetMetadataManager.deleteOffsets``): a group-wide error (INVALID_GROUP_ID,
+        NOT_COORDINATOR, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP for a group with members not of the consumer protocol,
+        or the append's coordinator error), else a code per partition: UNKNOWN_TOPIC_OR_PARTITION for one the
+        broker does not have, GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic, NONE for the rest,
+        whose offsets get tombstones in one batch."""
+        wanted = _checked_partitions(partitions)
+        if type(group_id) is not str:
+            return int(E.INVALID_GROUP_ID), {}
+        _check_string(group_id, "group_id")
+        partition = self.partition_for(group_id)
+        shard = self._shards.get(partition)
+        if shard is None:
+            return int(E.NOT_COORDINATOR), {}
+        group = self.classic_groups.groups.get(group_id)
+        if group is None and not shard.group_exists(group_id):
+            return int(E.GROUP_ID_NOT_FOUND), {}
+        if group is not None and group.state is not GroupState.EMPTY \
+                and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return int(E.NON_EMPTY_GROUP), {}
+        answers: dict[TopicPartition, int] = {}
+        keys: list[OffsetCommitKey] = []
+        having = set(self._offset_partitions(shard, group_id))
+        for topic, part in wanted:
+            if self.partition_exists is not None and not self.partition_exists(topic, part):
+                answers[(topic, part)] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+            elif group is not None and group.is_subscribed_to_topic(topic):
+                answers[(topic, part)] = int(E.GROUP_SUBSCRIBED_TO_TOPIC)
+            else:
+                answers[(topic, part)] = int(E.NONE)
+                if (topic, part) in having and all(k.topic != topic or k.partition != part for k in keys):
+                    keys.append(OffsetCommitKey(group_id, topic, part))
+        if keys:
+            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None) for k in keys],
+                                    NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            if error is not E.NONE:
+                return int(error), {}
+            for key in keys:
+                shard.replay(-1, NO_PRODUCER_ID, key, None)
+        return int(E.NONE), answers
 
     # ------------------------------------------------------------ markers and loading
 
@@ -371,11 +639,14 @@ class GroupCoordinator:
     def load(self, partition: int, stored_batches: Iterable[StoredBatch]) -> None:
         """Serve ``__consumer_offsets-<partition>``, its state rebuilt from its batches in offset order: plain
         commits, transactional ones (pending until their producer's marker) and markers; a tombstone deletes.
-        Records of other types (group metadata, key version 2 and up) are skipped. Raises OffsetLogFormatError
+        Classic groups come back from their last GroupMetadata record (a tombstone deletes): with members,
+        Stable, every member's session restarted at load time, so members that keep heartbeating stay in their
+        generation. Records of other types (key version 3 and up) are skipped. Raises OffsetLogFormatError
         for a record this reader cannot decode; the partition's state is then unchanged."""
         if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
             raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
         shard = OffsetShard()
+        groups: dict[str, GroupMetadataValue | None] = {}
         skipped = 0
         for stored in stored_batches:
             batch = stored.batch
@@ -392,6 +663,9 @@ class GroupCoordinator:
                     raise OffsetLogFormatError(f"{where}: a record without a key")
                 try:
                     decoded = decode_key(key)
+                    if isinstance(decoded, GroupMetadataKey):
+                        groups[decoded.group] = decode_group_value(value)  # the last one wins
+                        continue
                     if decoded is None:
                         skipped += 1
                         continue
@@ -401,9 +675,13 @@ class GroupCoordinator:
         if skipped:
             log.info("%s-%d: skipped %d records that are not offset commits", CONSUMER_OFFSETS_TOPIC, partition,
                      skipped)
-        # Membership is not in the log: a reloaded partition starts without it (its waiting requests are answered
-        # NOT_COORDINATOR, and members join again).
+        # Requests parked on this partition's groups are answered NOT_COORDINATOR (clients look it up again), then
+        # its groups come back as their records left them, every member's session restarted now.
         self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
+        now = self._clock()
+        for group_id, group_value in groups.items():
+            if group_value is not None and self.partition_for(group_id) == partition:
+                self.classic_groups.restore(group_id, group_value, now)
         self._shards[partition] = shard
         self._epochs[partition] = 0
 
@@ -435,6 +713,10 @@ class GroupCoordinator:
 # ------------------------------------------------------------------ argument checks
 
 
+def _commit_time(offset: CommittedOffset) -> int:
+    return offset.commit_timestamp
+
+
 def _error_code(code: int) -> ErrorCode:
     """``code`` as an ErrorCode; a code the enum lacks (REBALANCE_IN_PROGRESS) travels as its int."""
     try:
@@ -463,7 +745,7 @@ def _check_group_request(request: object, ints: tuple[str, ...], strings: tuple[
 
 def _check_join(request: JoinGroupRequest) -> None:
     _check_group_request(request, ("session_timeout_ms", "rebalance_timeout_ms"),
-                         ("member_id", "protocol_type", "client_id"))
+                         ("member_id", "protocol_type", "client_id", "client_host"))
     if not isinstance(request.protocols, tuple) or not all(
             isinstance(p, tuple) and len(p) == 2 and type(p[0]) is str and isinstance(p[1], bytes)
             for p in request.protocols):
@@ -516,6 +798,22 @@ def _checked_offsets(offsets: object) -> list[OffsetEntry]:
         if not _INT32[0] <= entry.partition <= _INT32[1] or not _INT64[0] <= entry.offset <= _INT64[1]:
             raise ValueError(f"partition or offset out of the int32/int64 range: {entry!r:.120}")
     return list(offsets)
+
+
+def _checked_group_ids(group_ids: object) -> list[str]:
+    if not isinstance(group_ids, tuple | list):
+        raise TypeError(f"group_ids must be a tuple or list of str, got {group_ids!r:.80}")
+    for group_id in group_ids:
+        if type(group_id) is not str:
+            raise TypeError(f"a group id must be a str, got {group_id!r:.80}")
+        _check_string(group_id, "group_id")
+    return list(group_ids)
+
+
+def _checked_strings(values: object, what: str) -> list[str]:
+    if not isinstance(values, tuple | list) or not all(type(v) is str for v in values):
+        raise TypeError(f"{what} must be a tuple or list of str, got {values!r:.80}")
+    return list(values)
 
 
 def _checked_partitions(partitions: object) -> list[TopicPartition]:

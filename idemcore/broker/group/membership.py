@@ -21,16 +21,30 @@ The rules are Kafka's (``ClassicGroup``, ``ClassicGroupMember`` and the classic-
 - Heartbeat: ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID for a stale member, REBALANCE_IN_PROGRESS while preparing a
   rebalance; each keeps the member alive for its session timeout. A member that misses it is removed
   (a member awaiting a join or sync answer counts as alive).
-- LeaveGroup removes members and starts a rebalance.
+- LeaveGroup removes members (by member id, or a static member by its instance id) and starts a rebalance.
+- Static membership (KIP-345, JoinGroup v5+ with a ``group_instance_id``): a new static member joins at once
+  (no MEMBER_ID_REQUIRED), its member id ``<instance id>-<uuid>``. A known instance id joining without its
+  member id (a restarted client) takes a new member id in place of the old one, whose parked join or sync is
+  answered FENCED_INSTANCE_ID; in Stable with the selected protocol unchanged the group is stored and the member
+  gets this generation back without a rebalance (named a follower, it syncs for its old assignment), otherwise
+  the group rebalances (Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``). A request naming an
+  instance id with another member id is FENCED_INSTANCE_ID (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+  OffsetCommit); an unknown instance id UNKNOWN_MEMBER_ID. A static member's session lapses like any other's.
+- Durability: the group is stored as Kafka's GroupMetadata record (:mod:`.group_metadata_log`, through the
+  ``store`` the coordinator gives) where Kafka's classic group stores it: after the leader's SyncGroup set the
+  assignment, before any member is answered (a failed append answers the members the coordinator error, their
+  assignments are cleared and the group rebalances: Kafka's ``resetAndPropagateAssignmentWithError``), when the group becomes Empty (a failure only logged, as
+  Kafka), and on a static member's replacement (a failure restores the old member id and answers the join with
+  the error). :meth:`ClassicGroups.restore` brings a group back from its record: Stable with every member's
+  session restarted, or Empty.
 
-Deliberately left out: static membership (a JoinGroup with a ``group_instance_id`` is answered UNSUPPORTED_VERSION,
-other requests naming one UNKNOWN_MEMBER_ID, as Kafka answers an instance id it does not know); writing
-GroupMetadata records to ``__consumer_offsets`` (membership does not survive a restart: members rejoin, as after
-a coordinator move); the group size limit; consumer-protocol (KIP-848) groups. Where Kafka would leave a parked
-request unanswered forever (a member's second JoinGroup or SyncGroup while the first waits; the SyncGroup of a
-member removed while it waits), the first is answered REBALANCE_IN_PROGRESS (the removed member's
+Deliberately left out: the group size limit (``group.max.size``); consumer-protocol (KIP-848) groups; JoinGroup
+v9's ``skip_assignment`` (a returning static leader is answered as before v9: as a follower). Where Kafka would
+leave a parked request unanswered forever (a member's second JoinGroup or SyncGroup while the first waits; the
+SyncGroup of a member removed while it waits), the first is answered REBALANCE_IN_PROGRESS (the removed member's
 UNKNOWN_MEMBER_ID), so that no transport holds a connection on an answer that never comes. A new member id is
-``<client id>-<uuid>`` as Kafka's, with the client id the request carries (empty from the wire today).
+``<client id>-<uuid>`` as Kafka's, with the client id of the request header (the wire server puts it into the
+JoinGroup: :func:`idemcore.net.wire.membership.with_client`).
 
 Timers are deadlines checked by :meth:`ClassicGroups.expire`; requests read the coordinator's clock.
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
@@ -46,6 +60,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from idemcore.broker.group.group_metadata_log import GroupMetadataValue, MemberMetadata
 from idemcore.net.membership import (
     INCONSISTENT_GROUP_PROTOCOL,
     MEMBER_ID_REQUIRED,
@@ -63,6 +78,7 @@ from idemcore.net.membership import (
 )
 from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +88,19 @@ E = ErrorCode
 DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3000
 DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
-__all__ = ["DEFAULT_INITIAL_REBALANCE_DELAY_MS", "DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS", "ClassicGroup",
-           "ClassicGroups", "GroupState", "Member"]
+#: Writes a group's GroupMetadata record (None: its tombstone) durably: the client-facing error code (NONE once
+#: durable; the coordinator error Kafka maps a failed append to otherwise).
+GroupStore = Callable[[str, GroupMetadataValue | None], int]
+
+__all__ = [
+    "DEFAULT_INITIAL_REBALANCE_DELAY_MS",
+    "DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS",
+    "ClassicGroup",
+    "ClassicGroups",
+    "GroupState",
+    "GroupStore",
+    "Member",
+]
 
 
 class GroupState(enum.Enum):
@@ -127,6 +154,10 @@ class Member:
     #: A member that has not yet had a join answer may be expired even while it awaits one.
     is_new: bool = False
     heartbeat: _Timer | None = None
+    #: Its static instance id (KIP-345), None for a dynamic member.
+    group_instance_id: str | None = None
+    #: Where its JoinGroup came from (DescribeGroups shows it, Kafka's ``clientHost``).
+    client_host: str = ""
 
     @property
     def protocol_names(self) -> list[str]:
@@ -162,17 +193,25 @@ class ClassicGroup:
         self.new_member_added = False
         self.join_timer: _Timer | None = None
         self.sync_timer: _Timer | None = None
+        #: Static members: member id by instance id (Kafka's ``staticMembers``).
+        self.static_members: dict[str, str] = {}
+        #: When the group entered its current state (Kafka's ``currentStateTimestamp``); None before any.
+        self.state_timestamp: int | None = None
+        #: The topics the members subscribe to, decoded at each generation (Kafka's ``subscribedTopics``);
+        #: None when unknown (not the consumer protocol, no protocol yet, or undecodable metadata).
+        self.subscribed_topics: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return (f"ClassicGroup({self.group_id!r}, {self.state.value}, generation {self.generation_id}, "
                 f"members {list(self.members)})")
 
-    def transition(self, state: GroupState) -> None:
+    def transition(self, state: GroupState, now: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:
             raise AssertionError(f"group {self.group_id!r}: no transition {self.state.value} -> {state.value}")
         log.info("group %r: %s -> %s (generation %d)", self.group_id, self.state.value, state.value,
                  self.generation_id)
         self.previous_state, self.state = self.state, state
+        self.state_timestamp = now
 
     @property
     def rebalance_timeout_ms(self) -> int:
@@ -212,6 +251,8 @@ class ClassicGroup:
             self.leader = member.member_id
         self.members[member.member_id] = member
         self.pending_members.pop(member.member_id, None)
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
@@ -219,17 +260,83 @@ class ClassicGroup:
             self.leader = next(iter(self.members), None)
         self.pending_members.pop(member_id, None)
         self.pending_sync.discard(member_id)
+        if member is not None and member.group_instance_id is not None \
+                and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
         return member
 
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+        """Kafka's ``replaceStaticMember``: the member of ``instance_id`` takes ``new_id`` (same place, same
+        assignment, leader if it led); a join or sync the old id still awaits is answered FENCED_INSTANCE_ID."""
+        old = self.members[old_id]
+        if old.join is not None:
+            _complete(old.join, JoinGroupResponse(int(E.FENCED_INSTANCE_ID), member_id=old_id,
+                                                  request_id=old.join_request_id))
+            old.join = None
+        if old.sync is not None:
+            _complete(old.sync, SyncGroupResponse(int(E.FENCED_INSTANCE_ID), request_id=old.sync_request_id))
+            old.sync = None
+        new = Member(new_id, old.client_id, old.session_timeout_ms, old.rebalance_timeout_ms, old.protocol_type,
+                     old.protocols, old.assignment, group_instance_id=instance_id, client_host=old.client_host)
+        self.members = {new_id if k == old_id else k: new if k == old_id else m for k, m in self.members.items()}
+        if self.leader == old_id:
+            self.leader = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+        self.static_members[instance_id] = new_id
+        return new
+
     def member_error(self, member_id: str, group_instance_id: str | None) -> int:
-        """Kafka's ``validateMember``: UNKNOWN_MEMBER_ID for an instance id (no static members here) or a member
-        id the group does not have."""
-        if group_instance_id is not None or member_id not in self.members:
+        """Kafka's ``validateMember``: with an instance id, UNKNOWN_MEMBER_ID if no member has it and
+        FENCED_INSTANCE_ID if another member id has it; without, UNKNOWN_MEMBER_ID for a member id the group does
+        not have."""
+        if group_instance_id is not None:
+            known = self.static_members.get(group_instance_id)
+            if known is None:
+                return int(E.UNKNOWN_MEMBER_ID)
+            return int(E.NONE) if known == member_id else int(E.FENCED_INSTANCE_ID)
+        if member_id not in self.members:
             return int(E.UNKNOWN_MEMBER_ID)
         return int(E.NONE)
 
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        """Kafka's ``ClassicGroup.computeSubscribedTopics``: the union of the members' subscriptions under the
+        selected protocol, for a ``consumer`` group; None when that is not known."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for member in self.members.values():
+                topics.update(decode_subscription(member.metadata(self.protocol_name)).topics)
+        except ConsumerProtocolError as exc:
+            log.warning("group %r: cannot read the subscriptions of protocol %r: %s", self.group_id,
+                        self.protocol_name, exc)
+            return None
+        return frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """Kafka's ``ClassicGroup.isSubscribedToTopic``: when unknown, a consumer group counts as subscribed."""
+        if self.subscribed_topics is None:
+            return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return topic in self.subscribed_topics
+
     def join_members(self) -> tuple[tuple[str, str | None, bytes], ...]:
-        return tuple((m.member_id, None, m.metadata(self.protocol_name)) for m in self.members.values())
+        return tuple((m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                     for m in self.members.values())
+
+    def stored(self) -> GroupMetadataValue:
+        """The group as its GroupMetadata record stores it (Kafka's ``newGroupMetadataRecord``)."""
+        return GroupMetadataValue(
+            self.protocol_type or "", self.generation_id, self.protocol_name, self.leader,
+            -1 if self.state_timestamp is None else self.state_timestamp,
+            tuple(MemberMetadata(m.member_id, m.client_id, m.client_host, m.session_timeout_ms,
+                                 m.metadata(self.protocol_name), m.assignment, m.rebalance_timeout_ms,
+                                 m.group_instance_id) for m in self.members.values()))
 
 
 class ClassicGroups:
@@ -238,7 +345,8 @@ class ClassicGroups:
 
     def __init__(self, clock: Callable[[], int], *,
                  initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS,
-                 new_member_join_timeout_ms: int = DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS) -> None:
+                 new_member_join_timeout_ms: int = DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS,
+                 store: GroupStore | None = None) -> None:
         for name, value in (("initial_rebalance_delay_ms", initial_rebalance_delay_ms),
                             ("new_member_join_timeout_ms", new_member_join_timeout_ms)):
             if type(value) is not int or value < 0:
@@ -248,6 +356,8 @@ class ClassicGroups:
         self.new_member_join_timeout_ms = new_member_join_timeout_ms
         self.groups: dict[str, ClassicGroup] = {}
         self._expiring_at: int | None = None
+        #: Writes a group's record (None: its tombstone) durably; answers the client-facing error code.
+        self._store: GroupStore = store or (lambda group_id, value: int(E.NONE))
 
     def _now(self) -> int:
         """The time of the request being handled, or of the timers being run."""
@@ -258,10 +368,7 @@ class ClassicGroups:
     def join(self, request: JoinGroupRequest) -> JoinGroupResponse | Pending:
         """A checked JoinGroup (group id, coordinator and session timeout already answered)."""
         rid = request.request_id
-        if request.group_instance_id is not None:
-            return JoinGroupResponse(int(E.UNSUPPORTED_VERSION), member_id=request.member_id, request_id=rid,
-                                     error_message="static membership (group_instance_id "
-                                                   f"{request.group_instance_id!r:.80}) is not supported")
+        instance = request.group_instance_id
         group = self.groups.get(request.group_id)
         if group is None:
             if request.member_id != UNKNOWN_MEMBER_ID:  # a member of a group that is gone
@@ -271,7 +378,14 @@ class ClassicGroups:
         if request.member_id == UNKNOWN_MEMBER_ID:
             if not group.supports(request.protocol_type, names):
                 return JoinGroupResponse(INCONSISTENT_GROUP_PROTOCOL, request_id=rid)
-            member_id = f"{request.client_id}-{uuid.uuid4()}"
+            # Kafka's generateMemberId: a static member's id starts with its instance id.
+            member_id = f"{request.client_id if instance is None else instance}-{uuid.uuid4()}"
+            if instance is not None:
+                existing = group.static_members.get(instance)
+                if existing is not None:
+                    return self._replace_static_member(group, existing, member_id, request)
+                log.info("group %r: static member %r joins as %s", group.group_id, instance, member_id)
+                return self._add_member(group, member_id, request)
             if request.member_id_required:
                 group.pending_members[member_id] = _Timer(self._now() + request.session_timeout_ms)
                 log.info("group %r: new member id %s, asked to join with it", group.group_id, member_id)
@@ -280,9 +394,9 @@ class ClassicGroups:
         member_id = request.member_id
         if not group.supports(request.protocol_type, names):
             return JoinGroupResponse(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id, request_id=rid)
-        if member_id in group.pending_members:
+        if member_id in group.pending_members and instance is None:  # pending members are never static
             return self._add_member(group, member_id, request)
-        error = group.member_error(member_id, None)
+        error = group.member_error(member_id, instance)
         if error != E.NONE:
             return JoinGroupResponse(error, member_id=member_id, request_id=rid)
         member = group.members[member_id]
@@ -304,7 +418,8 @@ class ClassicGroups:
 
     def _add_member(self, group: ClassicGroup, member_id: str, request: JoinGroupRequest) -> Pending:
         member = Member(member_id, request.client_id, request.session_timeout_ms, request.rebalance_timeout_ms,
-                        request.protocol_type, request.protocols, is_new=True)
+                        request.protocol_type, request.protocols, is_new=True,
+                        group_instance_id=request.group_instance_id, client_host=request.client_host)
         if group.state is GroupState.PREPARING_REBALANCE and group.previous_state is GroupState.EMPTY:
             group.new_member_added = True  # lets the initial rebalance wait longer
         pending = Pending()
@@ -314,6 +429,48 @@ class ClassicGroups:
         member.heartbeat = _Timer(self._now() + self.new_member_join_timeout_ms)
         log.info("group %r: member %s joins in %s", group.group_id, member_id, group.state.value)
         self._rebalance_or_complete_join(group)
+        return pending
+
+    def _replace_static_member(self, group: ClassicGroup, old_id: str, new_id: str,
+                               request: JoinGroupRequest) -> JoinGroupResponse | Pending:
+        """Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``: a known instance id joins without its
+        member id (a restarted static member). Stable with the selected protocol unchanged: the group is stored
+        with the new id and the member gets this generation back, without a rebalance (as a follower: the leader
+        named is the one before, so it syncs for its assignment instead of computing one); otherwise the group
+        rebalances."""
+        instance = request.group_instance_id
+        assert instance is not None
+        log.info("group %r: static member %r rejoins in %s, member id %s replaces %s", group.group_id, instance,
+                 group.state.value, new_id, old_id)
+        leader_before = group.leader
+        member = group.replace_static_member(instance, old_id, new_id)
+        member.heartbeat = _Timer(self._now() + member.session_timeout_ms)
+        old_settings = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        member.protocols = request.protocols
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_timeout_ms = request.session_timeout_ms
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
+            error = self._store(group.group_id, group.stored())
+            if error != E.NONE:  # not durable: the old member id stands
+                log.warning("group %r: storing static member %r as %s failed (%d), %s stays", group.group_id,
+                            instance, new_id, error, old_id)
+                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = old_settings
+                restored = group.replace_static_member(instance, new_id, old_id)
+                restored.heartbeat = _Timer(self._now() + restored.session_timeout_ms)
+                return JoinGroupResponse(error, group.generation_id, group.protocol_type, group.protocol_name,
+                                         leader_before or "", UNKNOWN_MEMBER_ID, request_id=request.request_id)
+            group.subscribed_topics = group.compute_subscribed_topics()
+            return JoinGroupResponse(int(E.NONE), group.generation_id, group.protocol_type, group.protocol_name,
+                                     leader_before or "", new_id, request_id=request.request_id)
+        pending = Pending()
+        member.join, member.join_request_id = pending, request.request_id
+        if group.state is GroupState.STABLE:  # the selected protocol would change
+            self._prepare_rebalance(group)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may be assigning to the old id: rebalance so that the new one gets an assignment.
+            self._prepare_rebalance(group)
+        else:
+            self._maybe_complete_join_phase(group)
         return pending
 
     def _update_member(self, group: ClassicGroup, member: Member, request: JoinGroupRequest) -> Pending:
@@ -346,7 +503,7 @@ class ClassicGroups:
             delay = self.initial_rebalance_delay_ms
             group.join_timer = _Timer(self._now() + delay, initial=True, delay=delay,
                                       remaining=max(group.rebalance_timeout_ms - delay, 0))
-        group.transition(GroupState.PREPARING_REBALANCE)
+        group.transition(GroupState.PREPARING_REBALANCE, self._now())
         if not initial:
             if group.all_members_joined:
                 self._complete_join(group)
@@ -375,10 +532,15 @@ class ClassicGroups:
         group.pending_sync.clear()
         if not group.members:
             group.protocol_name = None
-            group.transition(GroupState.EMPTY)
+            group.subscribed_topics = group.compute_subscribed_topics()
+            group.transition(GroupState.EMPTY, self._now())
+            error = self._store(group.group_id, group.stored())
+            if error != E.NONE:  # as Kafka: only logged, the group is Empty either way
+                log.warning("group %r: storing it Empty failed (%d)", group.group_id, error)
             return
         group.protocol_name = group.select_protocol()
-        group.transition(GroupState.COMPLETING_REBALANCE)
+        group.subscribed_topics = group.compute_subscribed_topics()
+        group.transition(GroupState.COMPLETING_REBALANCE, self._now())
         now = self._now()
         for member in group.members.values():
             assert member.join is not None
@@ -434,8 +596,19 @@ class ClassicGroups:
                             group.generation_id, missing)
             for m in group.members.values():
                 m.assignment = assignment.get(m.member_id, b"")
+            # Kafka's storeGroup: the assignment is durable before any member gets it.
+            error = self._store(group.group_id, group.stored())
+            if error != E.NONE:
+                log.warning("group %r generation %d: storing the assignment failed (%d)", group.group_id,
+                            group.generation_id, error)
+                for m in group.members.values():
+                    m.assignment = b""
+                # Kafka's resetAndPropagateAssignmentWithError, then a new rebalance.
+                self._propagate_assignment(group, error)
+                self._rebalance_or_complete_join(group)
+                return pending
             self._propagate_assignment(group, int(E.NONE))
-            group.transition(GroupState.STABLE)
+            group.transition(GroupState.STABLE, self._now())
         return pending
 
     def _synced(self, group: ClassicGroup, member_id: str) -> None:
@@ -482,18 +655,23 @@ class ClassicGroups:
                 request.request_id)
         answers: list[LeftMember] = []
         for leaving in request.members:
-            if leaving.member_id == UNKNOWN_MEMBER_ID or leaving.group_instance_id is not None:
-                error = int(E.UNKNOWN_MEMBER_ID)  # by instance id: no static members here
-            elif leaving.member_id in group.pending_members:
-                del group.pending_members[leaving.member_id]
-                error = int(E.NONE)
+            member_id = leaving.member_id
+            if member_id == UNKNOWN_MEMBER_ID:  # KIP-345: a static member leaves by its instance id
+                known = None if leaving.group_instance_id is None \
+                    else group.static_members.get(leaving.group_instance_id)
+                error = int(E.UNKNOWN_MEMBER_ID) if known is None else int(E.NONE)
+                member_id = known or member_id
+            elif member_id in group.pending_members:
+                del group.pending_members[member_id]
+                answers.append(LeftMember(member_id, leaving.group_instance_id, int(E.NONE)))
+                continue
             else:
-                error = group.member_error(leaving.member_id, None)
-                if error == E.NONE:
-                    log.info("group %r: member %s leaves (reason: %s)", group.group_id, leaving.member_id,
-                             leaving.reason)
-                    self._remove(group, leaving.member_id)
-            answers.append(LeftMember(leaving.member_id, leaving.group_instance_id, error))
+                error = group.member_error(member_id, leaving.group_instance_id)
+            if error == E.NONE:
+                log.info("group %r: member %s (instance %r) leaves (reason: %s)", group.group_id, member_id,
+                         leaving.group_instance_id, leaving.reason)
+                self._remove(group, member_id)
+            answers.append(LeftMember(member_id, leaving.group_instance_id, error))
         if any(a.error_code == E.NONE for a in answers):
             if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                 self._rebalance_or_complete_join(group)
@@ -516,7 +694,7 @@ class ClassicGroups:
     # ------------------------------------------------------------ offsets
 
     def offset_commit_error(self, group_id: str, generation_id: int, member_id: str,
-                            transactional: bool) -> int | None:
+                            transactional: bool, group_instance_id: str | None = None) -> int | None:
         """Kafka's ``ClassicGroup.validateOffsetCommit`` for a group with membership state; None for a group
         this has no state of (the offsets alone decide)."""
         group = self.groups.get(group_id)
@@ -524,9 +702,10 @@ class ClassicGroups:
             return None
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return int(E.NONE)  # a simple commit, or an admin's
-        if generation_id >= 0 or member_id != "":
-            if member_id not in group.members:
-                return int(E.UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 or member_id != "" or group_instance_id is not None:
+            error = group.member_error(member_id, group_instance_id)
+            if error != E.NONE:
+                return error
             if generation_id != group.generation_id:
                 return int(E.ILLEGAL_GENERATION)
         elif not transactional and group.state is not GroupState.EMPTY:
@@ -616,6 +795,25 @@ class ClassicGroups:
             log.info("group %r: removed members that did not sync: %s", group.group_id, late)
             self._prepare_rebalance(group)
 
+    def restore(self, group_id: str, value: GroupMetadataValue, now: int) -> None:
+        """Install a group as its last GroupMetadata record left it (Kafka's ``ClassicGroup.fromRecord`` and
+        ``onLoaded``): Stable with every member's session restarted at ``now`` when it has members, else Empty."""
+        group = ClassicGroup(group_id)
+        group.protocol_type = value.protocol_type or None
+        group.generation_id = value.generation
+        group.protocol_name = value.protocol
+        group.state_timestamp = None if value.current_state_timestamp < 0 else value.current_state_timestamp
+        for stored in value.members:
+            member = Member(stored.member_id, stored.client_id, stored.session_timeout, stored.rebalance_timeout,
+                            value.protocol_type, ((value.protocol or "", stored.subscription),), stored.assignment,
+                            group_instance_id=stored.group_instance_id, client_host=stored.client_host)
+            member.heartbeat = _Timer(now + member.session_timeout_ms)
+            group.add(member)
+        group.leader = value.leader if value.leader in group.members else next(iter(group.members), None)
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        group.subscribed_topics = group.compute_subscribed_topics()
+        self.groups[group_id] = group
+
     def unload(self, keep: Callable[[str], bool]) -> None:
         """Forget the groups ``keep`` refuses (their ``__consumer_offsets`` partition is being reloaded or moved):
         their parked requests are answered NOT_COORDINATOR, so clients look for the coordinator again."""
@@ -628,12 +826,6 @@ class ClassicGroups:
                 if member.sync is not None:
                     _complete(member.sync, SyncGroupResponse(int(E.NOT_COORDINATOR),
                                                              request_id=member.sync_request_id))
-
-    def forget_empty(self, keep: Callable[[str], bool]) -> None:
-        """Delete Empty groups ``keep`` refuses (those without offsets): Kafka's periodic cleanup."""
-        for group_id in [g for g, group in self.groups.items() if group.state is GroupState.EMPTY
-                         and not group.pending_members and not keep(g)]:
-            del self.groups[group_id]
 
 
 def _inconsistent(asked: str | None, actual: str | None) -> bool:

@@ -9,8 +9,10 @@ Key, versions 0 and 1 (Kafka writes 1)::
 
     int16 version | string group | string topic | int32 partition
 
-Other key versions are other record types (2: group metadata, 3 and up: the consumer-group records of
-KIP-848); :func:`decode_key` answers None for them and the loader skips them, as Kafka's does.
+Key version 2 is a classic group's metadata record (its value: :mod:`idemcore.broker.group.group_metadata_log`):
+:func:`decode_key` answers a :class:`GroupMetadataKey` for it. Versions 3 and up are other record types (the
+consumer-group records of KIP-848); :func:`decode_key` answers None for them and the loader skips them, as
+Kafka's does.
 
 Value version 3 (what Kafka writes today when no expire timestamp is given, and what this module writes)::
 
@@ -31,6 +33,8 @@ from idemcore.record.schema import I16, I32, I64, SchemaReader, pack, pack_strin
 #: The key version this module writes (Kafka's current one), and the versions that are offset commits.
 KEY_VERSION = 1
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
+#: The key version of a group-metadata record.
+GROUP_METADATA_KEY_VERSION = 2
 #: The value version this module writes, and those it reads.
 VALUE_VERSION = 3
 READABLE_VALUE_VERSIONS = (0, 1, 2, 3, 4)
@@ -49,6 +53,13 @@ class OffsetCommitKey:
     group: str
     topic: str
     partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    """The key of a classic group's metadata record: the group id."""
+
+    group: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +98,13 @@ def encode_value(value: OffsetCommitValue) -> bytes:
 # ------------------------------------------------------------------ decoding
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | None:
-    """The key of an offset-commit record; None for another record type (a key version other than 0 or 1)."""
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
+    """The key of an offset-commit record (versions 0 and 1) or of a group-metadata record (version 2); None for
+    another record type."""
     reader = SchemaReader(data, OffsetLogFormatError)
     version = reader.fixed(I16, "key version")
+    if version == GROUP_METADATA_KEY_VERSION:
+        return GroupMetadataKey(reader.string("group id"))
     if version not in OFFSET_COMMIT_KEY_VERSIONS:
         return None
     group = reader.string("group id")

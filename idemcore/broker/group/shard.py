@@ -31,10 +31,13 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     leader_epoch: int = -1
+    #: When it expires, as an old (version 1) record said; -1: by ``offsets.retention.minutes``.
+    expire_timestamp: int = -1
 
     @classmethod
     def from_record(cls, record_offset: int, value: OffsetCommitValue) -> CommittedOffset:
-        return cls(record_offset, value.offset, value.metadata, value.commit_timestamp, value.leader_epoch)
+        return cls(record_offset, value.offset, value.metadata, value.commit_timestamp, value.leader_epoch,
+                   value.expire_timestamp)
 
 
 class OffsetShard:

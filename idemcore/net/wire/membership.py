@@ -10,6 +10,7 @@ JoinGroup and SyncGroup answers may come late (a ``Pending``): the server transl
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode as WireError
@@ -39,6 +40,18 @@ def _optional(value: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- JoinGroup (key 11)
+
+
+def with_client(message: Any, client_id: str | None, peer: Any) -> Any:
+    """``message`` with what the request header and the connection say of the client, for the requests that keep
+    it (a JoinGroup: its member id starts with the client id, DescribeGroups shows both; Kafka's
+    ``RequestContext.clientId`` and ``clientAddress``, shown as ``/<host>``). Other messages are returned as they
+    are. The server calls this after the translation, which sees only the body."""
+    if not isinstance(message, JoinGroupRequest):
+        return message
+    host = peer[0] if isinstance(peer, tuple) and peer else ""
+    return dataclasses.replace(message, client_id=client_id or "", client_host=f"/{host}" if host else "")
+
 
 
 def _join_to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) -> tuple[Any, None]:
