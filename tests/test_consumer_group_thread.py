@@ -124,3 +124,9 @@ def test_a_static_member_closes_without_leaving_the_group(server, made):
     while time.monotonic() < end:
         b.poll(timeout_ms=50)
     assert b.assignment() == held
+    generation = b.consumer_group_metadata().generation_id
+    again = member(server, made, "a2", session_timeout_ms=6_000, group_instance_id="a-1")
+    again.subscribe([TOPIC])
+    poll_until([again, b], lambda: again.assignment() == EVERY - held, "the static member back with its share")
+    assert again.consumer_group_metadata().generation_id == generation == b.consumer_group_metadata().generation_id
+    assert b.assignment() == held

@@ -326,7 +326,7 @@ class GroupMember:
             return
         if not self.coordinator_known:
             if not self.channel.busy(FindCoordinatorRequest):
-                self.channel.send(lambda rid: FindCoordinatorRequest(self.group_id, GROUP_KEY, rid),
+                self.channel.send(lambda rid: FindCoordinatorRequest(self.group_id, GROUP_KEY, request_id=rid),
                                   self.request_timeout_ms, self._on_coordinator, self._backoff)
             return
         if not self.join_prepared:
@@ -390,7 +390,8 @@ class GroupMember:
         # plus five seconds).
         self.channel.send(lambda rid: JoinGroupRequest(
             self.group_id, self.session_timeout_ms, self.max_poll_interval_ms, CONSUMER_PROTOCOL_TYPE, protocols,
-            self.member_id, self.group_instance_id, self.consumer.client_id, True, reason, rid),
+            member_id=self.member_id, group_instance_id=self.group_instance_id, client_id=self.consumer.client_id,
+            member_id_required=True, reason=reason, request_id=rid),
             max(self.request_timeout_ms, self.max_poll_interval_ms + 5000), self._on_join, self._join_lost)
 
     def _join_lost(self) -> None:
@@ -481,15 +482,16 @@ class GroupMember:
             if generation == self.generation_id:
                 self._join_failed("the leader's Metadata was lost", retry=True)
 
-        self.channel.send(lambda rid: MetadataRequest(tuple(sorted(topics)), False, rid), self.request_timeout_ms,
-                          answered, lost)
+        self.channel.send(lambda rid: MetadataRequest(tuple(sorted(topics)), False, request_id=rid),
+                          self.request_timeout_ms, answered, lost)
 
     def _send_sync(self, assignments: tuple[tuple[str, bytes], ...]) -> None:
         generation = self.generation_id
         self.joining = True
         self.channel.send(lambda rid: SyncGroupRequest(
-            self.group_id, generation, self.member_id, assignments, self.group_instance_id, CONSUMER_PROTOCOL_TYPE,
-            self.protocol_name, rid), max(self.request_timeout_ms, self.max_poll_interval_ms + 5000),
+            self.group_id, generation, self.member_id, assignments, group_instance_id=self.group_instance_id,
+            protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=self.protocol_name, request_id=rid),
+            max(self.request_timeout_ms, self.max_poll_interval_ms + 5000),
             lambda response: self._on_sync(generation, response), self._join_lost)
 
     def _on_sync(self, generation: int, response: Response) -> None:
@@ -603,8 +605,8 @@ class GroupMember:
                 if changed:
                     self.request_rejoin(f"the partition count of {changed} changed")
 
-        self.channel.send(lambda rid: MetadataRequest(wanted, False, rid), self.request_timeout_ms, answered,
-                          lambda: None)
+        self.channel.send(lambda rid: MetadataRequest(wanted, False, request_id=rid), self.request_timeout_ms,
+                          answered, lambda: None)
 
     def refresh_metadata_now(self) -> None:
         """Look at the cluster's topics at the next poll (a test, or a user who made a topic, need not wait for
@@ -637,7 +639,7 @@ class GroupMember:
         self.next_heartbeat_ms = now + self.heartbeat_interval_ms
         generation, member_id = self.generation_id, self.member_id
         self.heartbeats.send(lambda rid: HeartbeatRequest(self.group_id, generation, member_id,
-                                                          self.group_instance_id, rid),
+                                                          group_instance_id=self.group_instance_id, request_id=rid),
                              self.request_timeout_ms, lambda response: self._on_heartbeat(generation, response),
                              lambda: None)
 
@@ -682,7 +684,8 @@ class GroupMember:
         if self.generation_id != NO_GENERATION and self.group_instance_id is None and self.coordinator_known \
                 and self.member_id:
             member = LeavingMember(self.member_id, None, reason)
-            self.channel.send(lambda rid: LeaveGroupRequest(self.group_id, (member,), rid), self.request_timeout_ms,
+            self.channel.send(lambda rid: LeaveGroupRequest(self.group_id, (member,), request_id=rid),
+                              self.request_timeout_ms,
                               _ignore, lambda: None)
         self._reset_generation()
 
