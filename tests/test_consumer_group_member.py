@@ -1,8 +1,10 @@
 """idemcore's Consumer in classic consumer groups, over an in-process Broker on a controlled clock (each tick of the
 transport moves it and runs the broker's timers): two and three members share a topic exactly, with every
 assignor; a member that leaves or dies hands its partitions over; a pattern that matches a new topic and a changed
-subscription rebalance; cooperative-sticky moves only what must move; auto commit lets a restarted member resume
-with no duplicate and no gap; a stale member's commit fails; assign and subscribe are exclusive."""
+subscription rebalance; the leader rebalances when a subscribed topic gets partitions; cooperative-sticky moves only
+what must move; auto commit lets a restarted member resume with no duplicate and no gap; a stale member's commit
+fails; assign and subscribe are exclusive; and a property test against a model of the group's members (any joins,
+closes, deaths and subscription changes settle on an exact assignment)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import re
 from collections.abc import Callable, Iterable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from idemcore.broker import Broker
 from idemcore.client.assignors import ASSIGNOR_NAMES
@@ -320,3 +324,61 @@ def test_the_leader_rebalances_when_a_subscribed_topic_gets_partitions(setup):
     broker.create_topic("late", 4)
     run(transport, consumers, lambda: exact_cover(consumers, every("late", 4)) and all(c.assignment()
                                                                                      for c in consumers))
+
+
+OTHER = "u"  # a second topic some members subscribe to
+SUBSCRIPTIONS = ((TOPIC,), (OTHER,), (TOPIC, OTHER))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(strategy=st.sampled_from(ASSIGNOR_NAMES),
+       steps=st.lists(st.tuples(st.sampled_from(["join", "close", "kill", "resubscribe"]),
+                                st.integers(0, 7), st.sampled_from(SUBSCRIPTIONS)), min_size=1, max_size=7))
+def test_the_group_settles_to_what_a_model_of_its_members_says_after_any_joins_leaves_deaths_and_changes(
+        strategy, steps):
+    """The model: the live members and their subscriptions. After each change the group settles (one generation
+    for all, nobody rejoining) on an assignment that gives each partition of a topic someone subscribes to to
+    exactly one live member subscribed to it."""
+    clock = Clock()
+    broker = Broker({TOPIC: PARTITIONS, OTHER: 3}, clock=clock, offsets_topic_partitions=3)
+    transport = ClockedTransport(broker, clock)
+    live: dict[str, tuple[Consumer, tuple[str, ...]]] = {}
+    made = 0
+    try:
+        for action, pick, topics in steps:
+            names = sorted(live)
+            if action == "join" or not names:
+                name = f"m{made}"
+                made += 1
+                consumer = member(transport, name, partition_assignment_strategy=[strategy])
+                consumer.subscribe(list(topics))
+                live[name] = (consumer, topics)
+            else:
+                name = names[pick % len(names)]
+                consumer, _ = live[name]
+                if action == "close":
+                    consumer.close()
+                    del live[name]
+                elif action == "kill":
+                    del live[name]  # never polled again: only its session timeout removes it
+                else:
+                    consumer.subscribe(list(topics))
+                    live[name] = (consumer, topics)
+            consumers = [c for c, _ in live.values()]
+
+            def settled() -> bool:
+                if not consumers:
+                    return True
+                groups = [c._group for c in consumers]
+                if any(g is None or g.need_rejoin or g.joining or g.synced is not None for g in groups):
+                    return False
+                if len({c.consumer_group_metadata().generation_id for c in consumers}) != 1:
+                    return False
+                wanted = {tp for _, topics in live.values() for t in topics
+                          for tp in every(t, PARTITIONS if t == TOPIC else 3)}
+                return exact_cover(consumers, wanted) and all(
+                    all(tp[0] in topics for tp in c.assignment()) for c, topics in live.values())
+
+            run(transport, consumers, settled)
+    finally:
+        broker.close()

@@ -402,6 +402,8 @@ class GroupMember:
 
     def _on_join(self, response: Response) -> None:
         self.joining = False
+        if not self.subscribed:  # unsubscribed while it waited: the coordinator drops the member in time
+            return
         if not isinstance(response, JoinGroupResponse):
             self._join_failed(f"JoinGroup answered with a {type(response).__name__}", retry=True)
             return
@@ -496,6 +498,8 @@ class GroupMember:
 
     def _on_sync(self, generation: int, response: Response) -> None:
         self.joining = False
+        if not self.subscribed:
+            return
         if not isinstance(response, SyncGroupResponse):
             self._join_failed(f"SyncGroup answered with a {type(response).__name__}", retry=True)
             return
@@ -672,8 +676,6 @@ class GroupMember:
                 with self.lock:
                     self.heartbeats.receive()
                     self._heartbeat_step(self.transport.now_ms())
-                    if self.heartbeats is not self.channel and self.left_for_poll_timeout:
-                        self.channel.receive()
             except Exception:  # the thread must not die silently: the user's poll sees the state it left
                 log.exception("%s: heartbeat thread", self.consumer.client_id)
 
