@@ -366,7 +366,7 @@ def test_the_group_settles_to_what_a_model_of_its_members_says_after_any_joins_l
                     live[name] = (consumer, topics)
             consumers = [c for c, _ in live.values()]
 
-            def settled() -> bool:
+            def settled(consumers: list[Consumer] = consumers) -> bool:
                 if not consumers:
                     return True
                 groups = [c._group for c in consumers]
