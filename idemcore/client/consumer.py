@@ -454,7 +454,9 @@ class Consumer:
 
     def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned partitions, at most ``max_records`` (None: ``max_poll_records``), waiting up
-        to ``timeout_ms`` for some (0: without waiting, what the transport answers at once)."""
+        to ``timeout_ms`` for some (0: without waiting, what the transport answers at once). A subscribed consumer
+        also runs its group membership here: joining and rebalancing (the listener is called from here), heartbeats,
+        and auto commits; GroupMemberError when the group refuses it for good."""
         self._check_open()
         limit = self.max_poll_records if max_records is None else _check_int("max_records", max_records, 1)
         _check_int("timeout_ms", timeout_ms, 0)
@@ -554,8 +556,10 @@ class Consumer:
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read, per partition) for the group; None: the positions of the
-        assigned partitions that have one. Blocks until the group coordinator has them; retriable errors are
-        retried, others raise :class:`CommitFailedError` naming the group and the partition."""
+        assigned partitions that have one. A subscribed consumer's commit carries its generation and member id.
+        Blocks until the group coordinator has them; retriable errors are retried, others raise
+        :class:`CommitFailedError` naming the group and the partition (for a member whose generation is gone: the
+        group rebalanced, and the member rejoins at its next poll)."""
         group = self._group_of("commit")
         if offsets is None:
             chosen = {tp: state.position for tp, state in self._partitions.items() if state.position is not None}
