@@ -35,8 +35,8 @@ from idemcore.client.transactions import (
 
 __all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
            "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata", "ConsumerRebalanceListener",
-           "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError", "FencedInstanceIdError", "GroupMemberError", "IllegalStateError",
-           "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError",
-           "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata", "RecordTooLargeError",
-           "TransactionAbortableError", "TransactionError", "TransactionFatalError", "TransactionState",
-           "TransactionStateError", "TransactionTimeoutError"]
+           "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError", "FencedInstanceIdError", "GroupMemberError",
+           "IllegalStateError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer",
+           "ProducerClosedError", "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata",
+           "RecordTooLargeError", "TransactionAbortableError", "TransactionError", "TransactionFatalError",
+           "TransactionState", "TransactionStateError", "TransactionTimeoutError"]
