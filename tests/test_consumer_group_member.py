@@ -19,7 +19,8 @@ from idemcore.broker import Broker
 from idemcore.client.assignors import ASSIGNOR_NAMES
 from idemcore.client.consumer import CommitFailedError, Consumer, ConsumerError, ConsumerRecord, IllegalStateError
 from idemcore.client.group_member import ConsumerGroupMetadata
-from idemcore.net.messages import ProduceRequest, ProduceResponse
+from idemcore.net.membership import HeartbeatRequest, HeartbeatResponse
+from idemcore.net.messages import FindCoordinatorRequest, ProduceRequest, ProduceResponse, Request
 from idemcore.net.transport import InProcessTransport
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import TopicPartition
@@ -381,4 +382,48 @@ def test_the_group_settles_to_what_a_model_of_its_members_says_after_any_joins_l
 
             run(transport, consumers, settled)
     finally:
+        broker.close()
+
+
+class Rediscovering(ClockedTransport):
+    """Answers the next ``refuse`` heartbeats NOT_COORDINATOR and counts FindCoordinator requests."""
+
+    def __init__(self, broker: Broker, clock: Clock) -> None:
+        super().__init__(broker, clock)
+        self.refuse = 0
+        self.lookups = 0
+
+    def send(self, client: str, request: Request) -> None:
+        if isinstance(request, FindCoordinatorRequest):
+            self.lookups += 1
+        if isinstance(request, HeartbeatRequest) and self.refuse > 0:
+            self.refuse -= 1
+            self._responses[client].append((request, HeartbeatResponse(ErrorCode.NOT_COORDINATOR,
+                                                                       request.request_id)))
+            return
+        super().send(client, request)
+
+
+def test_a_coordinator_that_moves_or_restarts_is_found_again_without_a_rebalance(tmp_path):
+    clock = Clock()
+    broker = Broker({TOPIC: PARTITIONS}, data_dir=tmp_path, fsync=False, clock=clock, offsets_topic_partitions=3)
+    transport = Rediscovering(broker, clock)
+    consumers = [member(transport, f"c{i}") for i in range(2)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([TOPIC])
+        run(transport, consumers, lambda: exact_cover(consumers, every()))
+        before = [(c.consumer_group_metadata(), c.assignment()) for c in consumers]
+        lookups = transport.lookups
+        transport.refuse = 2
+        run(transport, consumers, lambda: transport.lookups >= lookups + 2 and transport.refuse == 0)
+        broker.close()  # the coordinator restarts: the group's metadata is loaded from __consumer_offsets
+        broker = Broker({TOPIC: PARTITIONS}, data_dir=tmp_path, fsync=False, clock=clock, offsets_topic_partitions=3)
+        transport.handler = transport.broker = broker
+        end = clock.now + 3 * 6_000  # three sessions of heartbeats to the restarted coordinator
+        run(transport, consumers, lambda: clock.now >= end)
+        assert [(c.consumer_group_metadata(), c.assignment()) for c in consumers] == before
+    finally:
+        for consumer in consumers:
+            consumer.close()
         broker.close()

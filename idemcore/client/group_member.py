@@ -15,7 +15,8 @@ LeaveGroup, as Kafka's ``AbstractCoordinator`` and ``ConsumerCoordinator`` run i
   ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID mean the member's generation is gone, its partitions are lost
   (``on_partitions_lost``, no commit) and it joins again as a new member; FENCED_INSTANCE_ID (a second static
   member with the same instance id) is fatal; NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE send the member back
-  to FindCoordinator. No successful heartbeat for ``session_timeout_ms`` marks the coordinator unknown.
+  to FindCoordinator, and no successful heartbeat for ``session_timeout_ms`` too: the member then goes on in its
+  generation if the coordinator (moved, or restarted with the group's metadata) still has it, without a rejoin.
 - ``max_poll_interval_ms``: a member whose user has not called ``poll`` in time leaves the group (LeaveGroup,
   except a static member) as Kafka's heartbeat thread makes it; the next ``poll`` joins it again.
 - Rejoins also follow a subscription change, a pattern subscription matching another set of topics, and (the
@@ -300,7 +301,9 @@ class GroupMember:
             if self.synced is not None:
                 self._complete_join(*self.synced)
                 self.synced = None
-            if self.need_rejoin and not self.joining:
+            if not self.coordinator_known:
+                self._find_coordinator()
+            elif self.need_rejoin and not self.joining:
                 self._join()
             self.drive()
             self._raise_fatal()
@@ -320,14 +323,19 @@ class GroupMember:
 
     # ------------------------------------------------------------ coordinator and joining
 
+    def _find_coordinator(self) -> None:
+        """FindCoordinator (group key); the transport routes the group's requests by its answer. A coordinator
+        found again does not by itself rejoin: a generation it still knows goes on (Kafka's
+        ``markCoordinatorUnknown``)."""
+        if self.transport.now_ms() >= self.not_before_ms and not self.channel.busy(FindCoordinatorRequest):
+            self.channel.send(lambda rid: FindCoordinatorRequest(self.group_id, GROUP_KEY, request_id=rid),
+                              self.request_timeout_ms, self._on_coordinator, self._backoff)
+
     def _join(self) -> None:
-        now = self.transport.now_ms()
-        if now < self.not_before_ms:
+        if self.transport.now_ms() < self.not_before_ms:
             return
         if not self.coordinator_known:
-            if not self.channel.busy(FindCoordinatorRequest):
-                self.channel.send(lambda rid: FindCoordinatorRequest(self.group_id, GROUP_KEY, request_id=rid),
-                                  self.request_timeout_ms, self._on_coordinator, self._backoff)
+            self._find_coordinator()
             return
         if not self.join_prepared:
             self._prepare_join()
@@ -636,7 +644,6 @@ class GroupMember:
                      "again", self.consumer.client_id, self.group_id, self.session_timeout_ms)
             self.coordinator_known = False
             self.last_heartbeat_ok_ms = now
-            self.request_rejoin("the session lapsed")
             return
         if self.need_rejoin or now < self.next_heartbeat_ms or self.heartbeats.busy(HeartbeatRequest):
             return
@@ -658,9 +665,8 @@ class GroupMember:
             self.request_rejoin("the group is rebalancing")
         elif code in _GENERATION_GONE:
             self._reset_generation()
-        elif code in _COORDINATOR_GONE:
+        elif code in _COORDINATOR_GONE:  # found again, the member goes on in its generation if it still stands
             self.coordinator_known = False
-            self.request_rejoin("the coordinator moved")
         elif code == E.FENCED_INSTANCE_ID:
             self.fatal = FencedInstanceIdError(
                 f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
@@ -675,6 +681,10 @@ class GroupMember:
             try:
                 with self.lock:
                     self.heartbeats.receive()
+                    if self.heartbeats is not self.channel:  # join answers, the coordinator's: state only
+                        self.channel.receive()
+                    if not self.coordinator_known and self.generation_id != NO_GENERATION and not self.joining:
+                        self._find_coordinator()  # a coordinator that moved, found between polls
                     self._heartbeat_step(self.transport.now_ms())
             except Exception:  # the thread must not die silently: the user's poll sees the state it left
                 log.exception("%s: heartbeat thread", self.consumer.client_id)
