@@ -115,8 +115,12 @@ def test_add_remove_two_consumers_two_topics(kind: str) -> None:
 def test_owned_partitions_are_invalidated_for_consumer_with_stale_or_no_generation(kind: str, stale: int) -> None:
     # testOwnedPartitionsAreInvalidatedForConsumerWithStaleGeneration / ...WithNoGeneration
     owned = [(T, 0), (T, 2), (T2, 1)]
-    got, moving = run(kind, {T: 3, T2: 3}, {C1: sub(kind, [T, T2], owned, 10), C2: sub(kind, [T, T2], owned, stale)})
+    subs = {C1: sub(kind, [T, T2], owned, 10), C2: sub(kind, [T, T2], owned, stale)}
+    got, moving = run(kind, {T: 3, T2: 3}, subs)
     assert got == {C1: tps(*owned), C2: tps((T, 1), (T2, 0), (T2, 2))} and moving == {}
+    # the stale claim holds nothing back: consumer1 keeps what it owns, consumer2 gets what nobody owned
+    final = make_assignor(kind).assign({T: 3, T2: 3}, subs)
+    assert {m: sorted(a.partitions) for m, a in final.items()} == got
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -189,7 +193,8 @@ def test_cooperative_member_data_and_generation_user_data() -> None:
 
 
 def test_cooperative_holds_back_a_partition_claimed_by_several_members() -> None:
-    # testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultipleConsumersInSameGenerationWithEqualPartitionsPerConsumer
+    # CooperativeStickyAssignorTest.testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultipleConsumers...
+    # ...InSameGenerationWithEqualPartitionsPerConsumer: topic-0 waits until both claimers have revoked it
     kind = "cooperative-sticky"
     subs = {C1: sub(kind, [T], [(T, 0), (T, 1)]), C2: sub(kind, [T], [(T, 0), (T, 2)]), C3: sub(kind, [T])}
     got = make_assignor(kind).assign({T: 3}, subs)
@@ -290,11 +295,14 @@ def test_sticky_assignment_is_valid_balanced_and_sticky(data: tuple, kind: str) 
             for source in got:
                 if loads[source] >= loads[target] + 2:
                     assert not [tp for tp in got[source] if tp[0] in subs[target].topics]
-        # an owner still subscribed keeps its partition unless it went to a member that ends no fuller than it
+        # an owner still subscribed keeps its partition unless it went to a member that ends no fuller than it, and
+        # the owner kept no partition new to it that the taker could have had instead
         for tp, owner in owners.items():
             if tp[0] in subs[owner].topics and tp not in got[owner]:
                 taker = next(m for m, p in got.items() if tp in p)
                 assert loads[taker] <= loads[owner] + 1
+                new_to_owner = [x for x in got[owner] if owners.get(x) != owner]
+                assert not [x for x in new_to_owner if x[0] in subs[taker].topics], (tp, owner, taker)
 
 
 @settings(max_examples=300, deadline=None)
@@ -307,16 +315,47 @@ def test_cooperative_never_gives_a_partition_another_member_still_owns(data: tup
     _check_valid(got, subs)
     for member, partitions in got.items():
         for tp in partitions:
-            assert not any(tp in subs[other].owned_partitions for other in subs if other != member), tp
-    # what is left out is only what the sticky assignment would move away from a member still owning it
+            if tp not in subs[member].owned_partitions:  # new to it: nobody else may still own it
+                assert not any(tp in subs[other].owned_partitions for other in subs if other != member), tp
+    # what is left out is only what the sticky assignment would give a new member while another still claims it,
+    # or (same subscriptions) a partition several members of the newest generation claim
     sticky, _ = run(kind, counts, subs)
     held_back = {tp for p in sticky.values() for tp in p} - {tp for p in got.values() for tp in p}
+    wanted = _wanted(counts, subs)
+    valid = _model_valid_owners(wanted, group)
     for tp in held_back:
         taker = next(m for m, p in sticky.items() if tp in p)
-        assert any(tp in subs[other].owned_partitions for other in subs if other != taker)
+        claimed_elsewhere = any(tp in subs[other].owned_partitions for other in subs if other != taker)
+        assert claimed_elsewhere
+        assert tp not in subs[taker].owned_partitions or tp not in valid, tp
     # the members revoke what they lost; within two more rebalances everything is assigned again
     for _ in range(2):
         subs = {m: sub(kind, list(s.topics), got[m], 9) for m, s in subs.items()}
         got = {m: list(a.partitions) for m, a in make_assignor(kind).assign(counts, subs).items()}
         _check_valid(got, subs)
     assert {tp for p in got.values() for tp in p} == _wanted(counts, subs)
+
+
+# ---------------------------------------------------------------- kafka-python's members in a group we lead
+
+
+def test_kafka_python_sticky_and_cooperative_subscriptions_are_understood() -> None:
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor as PeerCooperative
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor as PeerSticky
+    from kafka.structs import TopicPartition as PeerTopicPartition
+
+    from idemcore.protocol.consumer_protocol import decode_subscription
+
+    # kafka-python puts an int16 version before its sticky user data (Kafka's Java client does not): read either
+    sticky = PeerSticky._metadata([T1, T2], [PeerTopicPartition(T1, 0), PeerTopicPartition(T2, 2)], 7)
+    subscription = decode_subscription(bytes(sticky.encode()))
+    assert StickyAssignor().member_data(subscription) == MemberData(partitions=((T1, 0), (T2, 2)), generation=7)
+    cooperative = PeerCooperative()
+    cooperative.member_assignment = [PeerTopicPartition(T1, 1)]
+    subscription = decode_subscription(bytes(cooperative.metadata([T1]).encode()))
+    assert subscription.owned_partitions == ((T1, 1),)
+    assert CooperativeStickyAssignor().member_data(subscription).partitions == ((T1, 1),)
+    # and a group of it and one of ours: the partition it owns stays with it
+    ours = sub("cooperative-sticky", [T1], [(T1, 0)], -1)
+    got = make_assignor("cooperative-sticky").assign({T1: 2}, {"peer": subscription, "ours": ours})
+    assert got == {"peer": Assignment(partitions=((T1, 1),)), "ours": Assignment(partitions=((T1, 0),))}

@@ -169,3 +169,28 @@ def test_assignment_interop_with_kafka_python(partitions: list[tuple[str, int]],
     assert [tuple(tp) for tp in peer.partitions()] == partitions and peer.user_data == user_data
     assert decode_assignment(bytes(peer.encode(version=version))) == ours
     assert decode_assignment(data) == ours
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(st.binary(max_size=64),
+                      st.tuples(st.integers(0, 3), st.binary(max_size=40)).map(
+                          lambda vb: struct.pack(">h", vb[0]) + vb[1])))
+def test_any_bytes_decode_or_raise_one_line(data: bytes) -> None:
+    for decode in (decode_subscription, decode_assignment):
+        try:
+            decode(data)
+        except ConsumerProtocolError as error:
+            assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_every_truncation_is_refused(version: int) -> None:
+    full = encode_subscription(Subscription(topics=("a", "bb"), user_data=b"xyz", owned_partitions=(("a", 1),),
+                                            generation_id=2, rack_id="r"), version)
+    for cut in range(len(full)):
+        with pytest.raises(ConsumerProtocolError):
+            decode_subscription(full[:cut])
+    full = encode_assignment(Assignment(partitions=(("a", 1), ("b", 0)), user_data=b"u"), version)
+    for cut in range(1, len(full)):
+        with pytest.raises(ConsumerProtocolError):
+            decode_assignment(full[:cut])

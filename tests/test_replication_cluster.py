@@ -253,6 +253,70 @@ def test_a_group_moves_to_its_offsets_partitions_new_leader_and_keeps_its_commit
     assert successor != coordinator
 
 
+def test_a_live_group_keeps_its_generation_and_assignment_when_its_coordinator_is_killed(cluster, client):
+    """Two consumers share a 4-partition topic; the broker leading the group's ``__consumer_offsets`` partition is
+    SIGKILLed. Its successor loads the group's metadata from the replicated log (GroupMetadata records), so the
+    members' heartbeats go on in the same generation: no partition is revoked or assigned again, and every record
+    produced before and after the kill is read exactly once (no rebalance re-reads from committed offsets)."""
+    create_topic(client, "live-grp", 4, 3)
+    group = "live-group"
+    offsets_partition = coordinator_partition(group, 50)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", **QUIET})
+    callbacks: list[tuple[str, int, str, frozenset[int]]] = []  # (member, callback count, kind, partitions)
+    read: Counter[bytes] = Counter()
+    killed_at = [0]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def member(name: str) -> None:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 30_000,
+                             "heartbeat.interval.ms": 500, "auto.commit.interval.ms": 200, **QUIET})
+
+        def seen(kind: str) -> object:
+            def callback(_: object, parts: list[TopicPartition]) -> None:
+                if not stop.is_set():  # not the revocation of closing at the end
+                    callbacks.append((name, killed_at[0], kind, frozenset(p.partition for p in parts)))
+            return callback
+        consumer.subscribe(["live-grp"], on_assign=seen("assign"), on_revoke=seen("revoke"), on_lost=seen("lost"))
+        try:
+            while not stop.is_set():
+                message = consumer.poll(0.2)
+                if message is not None and message.error() is None:
+                    read[message.value()] += 1
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member, args=(name,), daemon=True) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for("both members assigned", lambda: {c[0] for c in callbacks if c[2] == "assign" and c[3]} == {"a", "b"})
+        coordinator = wait_leader(client, "__consumer_offsets", offsets_partition).leader
+        for i in range(200):
+            producer.produce("live-grp", value=b"before-%d" % i, partition=i % 4)
+        assert producer.flush(30) == 0
+        wait_for("the records before the kill read", lambda: len(read) == 200)
+        time.sleep(1.0)  # let the auto commits of what was read land before the coordinator dies
+        settled = list(callbacks)
+        killed_at[0] = 1
+        cluster.kill(coordinator, signal.SIGKILL)
+        wait_leader(client, "__consumer_offsets", offsets_partition, not_on=[coordinator])
+        for i in range(200):
+            producer.produce("live-grp", value=b"after-%d" % i, partition=i % 4)
+        assert producer.flush(60) == 0
+        wait_for("the records after the kill read", lambda: len(read) == 400)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not errors
+    assert [c for c in callbacks if c[1] == 1] == [], f"a rebalance after the kill: {callbacks}, settled {settled}"
+    assert set(read.values()) == {1}, [value for value, count in read.items() if count > 1][:5]
+
+
 def _poll_values(consumer: Consumer, count: int, timeout_s: float = 60) -> list[bytes]:
     values: list[bytes] = []
     deadline = time.monotonic() + timeout_s

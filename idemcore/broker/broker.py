@@ -25,6 +25,9 @@ from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, Delaye
 from idemcore.broker.fetch import fetch, list_offsets
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
+from idemcore.broker.group.admin_requests import group_admin_handlers
+from idemcore.broker.group.consumer_group import ConsumerGroups
+from idemcore.broker.group.consumer_group_requests import consumer_group_handlers
 from idemcore.broker.group.membership_requests import membership_handlers
 from idemcore.broker.input_checks import check_topic
 from idemcore.broker.internal_topics import BackgroundTopics
@@ -215,6 +218,8 @@ class Broker:
         #: it keeps the count it was made with).
         self.offsets_topic_partitions = offsets_topic_partitions
         self._group_coordinator: GroupCoordinator | None = None
+        #: The consumer-protocol groups (KIP-848), beside the group coordinator.
+        self._consumer_groups: ConsumerGroups | None = None
         self._closed = False
         #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop). Its settings
         #: are checked here, before the directory is touched.
@@ -285,6 +290,9 @@ class Broker:
                 **admin_handlers(self.admin_sources),
                 **config_handlers(self),
                 **membership_handlers(lambda: self.group_coordinator),
+                # None before __consumer_offsets exists: no groups, and an admin's look does not make it.
+                **group_admin_handlers(lambda: self._group_coordinator),
+                **consumer_group_handlers(lambda: self.group_coordinator, lambda: self.consumer_groups),
             }
             if self.cluster is not None:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
@@ -469,6 +477,14 @@ class Broker:
         """The group coordinator's settings (``group.*``, ``offsets.retention.*``...) from the broker's
         ``settings``; none (Kafka's defaults) for a broker made without them."""
         return {} if self.settings is None else self.settings.group_coordinator_kwargs()
+    @property
+    def consumer_groups(self) -> ConsumerGroups:
+        """The consumer-protocol groups (KIP-848), made with the group coordinator."""
+        self.group_coordinator  # noqa: B018
+        if self._consumer_groups is None:
+            self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
+                                                   topic_names=lambda: list(self.topic_catalog.counts))
+        return self._consumer_groups
 
     def _start_group_coordinator(self) -> None:
         """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
@@ -565,6 +581,8 @@ class Broker:
             self._txn_coordinator.retry_pending_markers()
         if self._group_coordinator is not None:  # session and rebalance timeouts
             self._group_coordinator.expire(self.clock())
+        if self._consumer_groups is not None:
+            self._consumer_groups.expire(self.clock())
         self.delete_old_segments(now_ms)
         self.clean_logs(now_ms)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from idemcore.broker.coordinator import coordinator_error
 from idemcore.broker.partition import Partition
+from idemcore.net.group_admin import DeleteGroupsResponse, OffsetDeleteResponse
 from idemcore.net.messages import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
@@ -209,6 +210,10 @@ def with_error(response: Any, code: int) -> Any:
     if isinstance(response, AddPartitionsToTxnResponse | OffsetCommitResponse | TxnOffsetCommitResponse):
         return replace(response, results=tuple(
             PartitionResult(r.topic, r.partition, code) if r.error_code == E.NONE else r for r in response.results))
+    if isinstance(response, OffsetDeleteResponse):  # the whole request failed: Kafka's top-level error
+        return replace(response, error_code=code, results=())
+    if isinstance(response, DeleteGroupsResponse):
+        return replace(response, results=tuple((g, code if c == E.NONE else c) for g, c in response.results))
     raise TypeError(f"no error can be put in a {type(response).__name__}")
 
 
@@ -216,4 +221,6 @@ def succeeded(response: Any) -> bool:
     """Whether a coordinator's answer reports a write (anything answered NONE): only those wait."""
     if isinstance(response, AddPartitionsToTxnResponse | OffsetCommitResponse | TxnOffsetCommitResponse):
         return any(r.error_code == E.NONE for r in response.results)
+    if isinstance(response, DeleteGroupsResponse):
+        return any(code == E.NONE for _, code in response.results)
     return getattr(response, "error_code", None) == E.NONE

@@ -43,6 +43,7 @@ from idemcore.broker.coordinator_gate import (
 )
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.partition import Partition
+from idemcore.net.group_admin import DeleteGroupsRequest, OffsetDeleteRequest
 from idemcore.net.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -206,10 +207,11 @@ class CoordinatorLeadership:
             handlers[txn_request] = self._held(handlers[txn_request], TRANSACTION_STATE_TOPIC,
                                                 lambda r: r.transactional_id, txn.partition_for,
                                                 transaction_error, DEFAULT_APPEND_TIMEOUT_MS)
-        for offsets_request in (OffsetCommitRequest, TxnOffsetCommitRequest):
+        # DeleteGroups and OffsetDelete write tombstones: answered once replicated, as offset commits are.
+        for offsets_request in (OffsetCommitRequest, TxnOffsetCommitRequest, OffsetDeleteRequest, DeleteGroupsRequest):
             handlers[offsets_request] = self._held(handlers[offsets_request], CONSUMER_OFFSETS_TOPIC,
-                                                lambda r: r.group_id, self.group_coordinator.partition_for,
-                                                offset_commit_error, DEFAULT_OFFSET_COMMIT_TIMEOUT_MS)
+                                                   _group_ids, self.group_coordinator.partition_for,
+                                                   offset_commit_error, DEFAULT_OFFSET_COMMIT_TIMEOUT_MS)
         write_markers = handlers[WriteTxnMarkersRequest]
         handlers[WriteTxnMarkersRequest] = lambda request: self._markers_held(write_markers(request))
 
@@ -219,12 +221,17 @@ class CoordinatorLeadership:
         def held(request: Any) -> Any:
             response = handler(request)
             key = key_of(request)
-            if not isinstance(key, str) or not succeeded(response):
+            keys = key if type(key) is tuple else (key,)  # DeleteGroups: several groups
+            if not keys or not all(isinstance(k, str) for k in keys) or not succeeded(response):
                 return response  # an idempotent producer's id, or an error: nothing written to wait for
-            partition = self.broker.replicas.find_partition(topic, partition_for(key))
-            if partition is None or not partition.replicated or not partition.is_leader:
+            waits: dict[int, tuple[Partition, int]] = {}
+            for one in keys:
+                partition = self.broker.replicas.find_partition(topic, partition_for(one))
+                if partition is not None and partition.replicated and partition.is_leader:
+                    waits[partition.partition] = (partition, partition.log.log_end_offset)
+            if not waits:
                 return response
-            return self.gate.answer(response, [(partition, partition.log.log_end_offset)],
+            return self.gate.answer(response, list(waits.values()),
                                     lambda codes: with_error(response, mapped(max(codes))), timeout_ms)
         return held
 
@@ -282,3 +289,8 @@ class _LogView:
     def high_watermark(self, partition: int) -> int:
         found = self._partition(partition)
         return -1 if found is None else self._leadership.high_watermark(found)
+
+
+def _group_ids(request: Any) -> object:
+    """The group (or DeleteGroups' groups) whose ``__consumer_offsets`` partitions a request writes."""
+    return request.group_ids if isinstance(request, DeleteGroupsRequest) else request.group_id

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from idemcore import __version__
 from idemcore.cli.audit import add_commands, print_error
 from idemcore.cli.cluster import add_commands as add_cluster_commands
+from idemcore.cli.groups import add_commands as add_groups_commands
 from idemcore.cli.logdir import add_commands as add_logdir_commands
 from idemcore.cli.options import (
     BACKEND_CHOICES,
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_logdir_commands(commands, common)
     add_serve_commands(commands, common)
     add_cluster_commands(commands, common)
+    add_groups_commands(commands, common)
 
     backends = commands.add_parser("backends", parents=[common], help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)

@@ -25,7 +25,7 @@ from kio.schema.consumer_protocol_subscription import v3 as subscription_v3
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
-from idemcore.errors import IdemcoreError
+from idemcore.errors import IdemcoreError, one_line
 from idemcore.net.wire.encoder import entity_encoder
 from idemcore.net.wire.errors import MalformedFrameError
 from idemcore.net.wire.frames import make, nested
@@ -135,7 +135,7 @@ def _write(version: int, cls: type, entity: Any) -> bytes:
     try:
         entity_encoder(cls)(out, entity)
     except (struct.error, TypeError, ValueError) as error:
-        raise ConsumerProtocolError(f"cannot write {cls.__name__} v{version}: {error}") from None
+        raise ConsumerProtocolError(f"cannot write {cls.__name__} v{version}: {one_line(error)}"[:300]) from None
     return b"".join(out)
 
 
@@ -154,5 +154,5 @@ def _read(data: bytes, classes: tuple[type, ...], what: str) -> Any:
         entity, _ = _reader(cls)(bytes(data), _VERSION.size)
     except (MalformedFrameError, SerialError, ValueError, UnicodeDecodeError, OverflowError, IndexError) as error:
         raise ConsumerProtocolError(
-            f"undecodable consumer protocol {what} v{version} ({len(data)} bytes): {error}"[:300]) from None
+            f"undecodable consumer protocol {what} v{version} ({len(data)} bytes): {one_line(error)}"[:300]) from None
     return entity

@@ -1,11 +1,12 @@
-"""The group coordinator, as much as transactions need: committed offsets of simple groups in the compacted
-``__consumer_offsets`` topic (Kafka's record format), transactional offsets pending until their marker lands.
+"""The group coordinator: committed offsets and classic groups in the compacted ``__consumer_offsets`` topic
+(Kafka's record formats), transactional offsets pending until their marker lands.
 
 Like the transaction coordinator it is independent of the broker's plumbing: it appends through an
 :class:`OffsetLogWriter` (the broker plugs in :class:`HandledOffsetLog`, its one request path) and is rebuilt
 from the log with :meth:`GroupCoordinator.load`; :mod:`idemcore.broker.group.requests` turns requests into calls.
 
-Classic group membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup; in memory only) is
+Classic group membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup; stored as GroupMetadata records by
+:mod:`idemcore.broker.group.group_metadata_log`) is
 :mod:`idemcore.broker.group.membership`, reached through the coordinator; its requests are in
 :mod:`idemcore.broker.group.membership_requests`.
 """

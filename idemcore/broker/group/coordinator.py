@@ -1,6 +1,6 @@
-"""The group coordinator, as much of it as transactions need: committed offsets of simple groups (no
-membership: consumers that assign partitions themselves, and transactional producers' ``send_offsets``), kept in
-the compacted ``__consumer_offsets`` topic in Kafka's record format.
+"""The group coordinator: committed offsets (of simple groups: consumers that assign partitions themselves, and
+transactional producers' ``send_offsets``; and of classic groups' members) and classic group membership, kept in
+the compacted ``__consumer_offsets`` topic in Kafka's record formats.
 
 The rules are Kafka's (``GroupCoordinatorService``, ``OffsetMetadataManager``, ``ClassicGroup``, and the
 partition checks of ``KafkaApis``), in their order:
@@ -9,8 +9,9 @@ partition checks of ``KafkaApis``), in their order:
 2. A null group id: INVALID_GROUP_ID; an empty one too for TxnOffsetCommit (OffsetCommit and OffsetFetch accept
    ``""``, for backward compatibility, as Kafka does).
 3. A ``__consumer_offsets`` partition not loaded: NOT_COORDINATOR.
-4. Generation: for a group with members (or membership state), Kafka's ``validateOffsetCommit``: a member id or
-   generation >= 0 must name a member (UNKNOWN_MEMBER_ID) of this generation (ILLEGAL_GENERATION); an anonymous
+4. Generation: for a group with members (or membership state), Kafka's ``validateOffsetCommit``: a member id,
+   instance id or generation >= 0 must name a member (UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID for a static member's
+   instance id with another member id) of this generation (ILLEGAL_GENERATION); an anonymous
    plain commit into a group with members is UNKNOWN_MEMBER_ID; a plain commit while the group awaits its
    assignment is REBALANCE_IN_PROGRESS. Otherwise a negative generation is a simple commit and is accepted
    (whatever the member id: the group is Empty), and a generation >= 0 names a member of a group with none:
@@ -25,14 +26,18 @@ Every write is durable before memory changes: the shard (:mod:`idemcore.broker.g
 only after its append succeeded, and :meth:`GroupCoordinator.load` replays the same records after a restart.
 
 A group is known while it has committed offsets, an open transaction wrote some, or it has membership state.
-Kafka keeps a simple group whose offsets are gone until its periodic cleanup deletes it; here that cleanup has
-always just run. Offset expiry (``offsets.retention.minutes``) and OffsetDelete are not built.
+Kafka keeps a simple group whose offsets are gone until its periodic cleanup deletes it; here a simple group is
+its offsets, and goes with the last of them.
 
-Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :mod:`idemcore.broker.group.membership`) is kept in
-memory only: Kafka also writes it to ``__consumer_offsets`` as GroupMetadata records, this coordinator does not,
-so after a restart members find their ids unknown and join again. A group with members checks a generation of an
-offset commit against them (rule 4 becomes Kafka's ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs
-the membership timers (sessions, rebalance and sync timeouts) and deletes Empty groups that have no offsets.
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :mod:`idemcore.broker.group.membership`, with static
+members) is written to ``__consumer_offsets`` as Kafka's GroupMetadata records
+(:mod:`idemcore.broker.group.group_metadata_log`) where Kafka writes them, and :meth:`GroupCoordinator.load`
+brings the groups back: a restart or a coordinator move does not rebalance members that keep heartbeating. A
+group with members checks a generation of an offset commit against them (rule 4 becomes Kafka's
+``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs the membership timers (sessions, rebalance and sync
+timeouts) and, every ``offsets_retention_check_interval_ms``, :meth:`cleanup_group_metadata`: offsets
+``offsets_retention_ms`` old expire (KIP-211: from when an Empty group became empty, else from the commit) and
+Empty groups left without offsets are deleted, all with tombstones.
 
 Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
@@ -191,26 +196,27 @@ class GroupCoordinator:
         """Commit ``offsets`` for the group, outside any transaction; one error code per partition. A static
         member's ``group_instance_id`` must be its own (FENCED_INSTANCE_ID otherwise)."""
         _check_member(generation_id, member_id)
-        if not (group_instance_id is None or type(group_instance_id) is str):
-            raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
+        _check_instance(group_instance_id)
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, NO_PRODUCER_ID,
                             NO_PRODUCER_EPOCH, transactional=False, group_instance_id=group_instance_id)
 
     def txn_offset_commit(self, transactional_id: str, group_id: str | None, producer_id: int, producer_epoch: int,
-                          offsets: Sequence[OffsetEntry], generation_id: int = -1,
-                          member_id: str = "") -> dict[TopicPartition, ErrorCode]:
+                          offsets: Sequence[OffsetEntry], generation_id: int = -1, member_id: str = "",
+                          group_instance_id: str | None = None) -> dict[TopicPartition, ErrorCode]:
         """Write ``offsets`` as part of the producer's transaction: one transactional batch with its id and epoch,
         pending until the transaction's marker reaches the group's partition (see :meth:`complete_transaction`).
         ``transactional_id`` is not checked here (at transaction version 0 Kafka does not verify the transaction
-        with its coordinator); the producer's epoch is checked by the append."""
+        with its coordinator); the producer's epoch is checked by the append. A member id, generation or instance
+        id is checked against the group (KIP-447: a zombie's offsets are fenced)."""
         if type(transactional_id) is not str:
             raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
         for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
             if type(value) is not int:
                 raise TypeError(f"{name} must be an int, got {value!r:.80}")
         _check_member(generation_id, member_id)
+        _check_instance(group_instance_id)
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, producer_id,
-                            producer_epoch, transactional=True)
+                            producer_epoch, transactional=True, group_instance_id=group_instance_id)
 
     def _commit(self, group_id: str | None, entries: list[OffsetEntry], generation_id: int, member_id: str,
                 producer_id: int, producer_epoch: int, transactional: bool,
@@ -779,6 +785,11 @@ def _check_member(generation_id: object, member_id: object) -> None:
         raise TypeError(f"generation_id must be an int, got {generation_id!r:.80}")
     if type(member_id) is not str:
         raise TypeError(f"member_id must be a str, got {member_id!r:.80}")
+
+
+def _check_instance(group_instance_id: object) -> None:
+    if not (group_instance_id is None or type(group_instance_id) is str):
+        raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
 
 
 def _checked_offsets(offsets: object) -> list[OffsetEntry]:

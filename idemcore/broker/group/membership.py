@@ -33,10 +33,10 @@ The rules are Kafka's (``ClassicGroup``, ``ClassicGroupMember`` and the classic-
 - Durability: the group is stored as Kafka's GroupMetadata record (:mod:`.group_metadata_log`, through the
   ``store`` the coordinator gives) where Kafka's classic group stores it: after the leader's SyncGroup set the
   assignment, before any member is answered (a failed append answers the members the coordinator error, their
-  assignments are cleared and the group rebalances: Kafka's ``resetAndPropagateAssignmentWithError``), when the group becomes Empty (a failure only logged, as
-  Kafka), and on a static member's replacement (a failure restores the old member id and answers the join with
-  the error). :meth:`ClassicGroups.restore` brings a group back from its record: Stable with every member's
-  session restarted, or Empty.
+  assignments are cleared and the group rebalances: Kafka's ``resetAndPropagateAssignmentWithError``), when the
+  group becomes Empty (a failure only logged, as Kafka), and on a static member's replacement (a failure
+  restores the old member id and answers the join with the error). :meth:`ClassicGroups.restore` brings a
+  group back from its record: Stable with every member's session restarted, or Empty.
 
 Deliberately left out: the group size limit (``group.max.size``); consumer-protocol (KIP-848) groups; JoinGroup
 v9's ``skip_assignment`` (a returning static leader is answered as before v9: as a follower). Where Kafka would

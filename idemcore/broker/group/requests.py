@@ -35,7 +35,8 @@ def _results(offsets: object, answer: Mapping[TopicPartition, ErrorCode] | str) 
 
 def offset_commit(coordinator: GroupCoordinator, request: OffsetCommitRequest) -> OffsetCommitResponse:
     answer = checked(request, lambda: coordinator.offset_commit(request.group_id, request.offsets,
-                                                                request.generation_id, request.member_id))
+                                                                request.generation_id, request.member_id,
+                                                                request.group_instance_id))
     return OffsetCommitResponse(_results(request.offsets, answer), request.request_id,
                                 answer if isinstance(answer, str) else None)
 
@@ -43,7 +44,7 @@ def offset_commit(coordinator: GroupCoordinator, request: OffsetCommitRequest) -
 def txn_offset_commit(coordinator: GroupCoordinator, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     answer = checked(request, lambda: coordinator.txn_offset_commit(
         request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, request.offsets,
-        request.generation_id, request.member_id))
+        request.generation_id, request.member_id, request.group_instance_id))
     return TxnOffsetCommitResponse(_results(request.offsets, answer), request.request_id,
                                    answer if isinstance(answer, str) else None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from idemcore.client.assignors.base import COOPERATIVE, EAGER, Assignor
+from idemcore.client.assignors.base import COOPERATIVE, EAGER, Assignor, rebalance_protocol
 from idemcore.client.assignors.cooperative_sticky import CooperativeStickyAssignor
 from idemcore.client.assignors.range import RangeAssignor
 from idemcore.client.assignors.roundrobin import RoundRobinAssignor
@@ -18,6 +18,8 @@ _FACTORIES: dict[str, Callable[[], Assignor]] = {
     "cooperative-sticky": CooperativeStickyAssignor,
 }
 ASSIGNOR_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+#: Kafka's default ``partition.assignment.strategy``.
+DEFAULT_STRATEGY: tuple[str, ...] = ("range", "cooperative-sticky")
 
 
 def make_assignor(name: str) -> Assignor:
@@ -28,5 +30,5 @@ def make_assignor(name: str) -> Assignor:
     return factory()
 
 
-__all__ = ["ASSIGNOR_NAMES", "COOPERATIVE", "EAGER", "Assignor", "CooperativeStickyAssignor", "RangeAssignor",
-           "RoundRobinAssignor", "StickyAssignor", "make_assignor"]
+__all__ = ["ASSIGNOR_NAMES", "COOPERATIVE", "DEFAULT_STRATEGY", "EAGER", "Assignor", "CooperativeStickyAssignor",
+           "RangeAssignor", "RoundRobinAssignor", "StickyAssignor", "make_assignor", "rebalance_protocol"]

@@ -3,7 +3,7 @@ the interface the group leader calls, and the order in which members are conside
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from idemcore.protocol.constants import TopicPartition
@@ -33,6 +33,18 @@ class Assignor(Protocol):
         """The leader's assignment: every member id of ``subscriptions`` gets an entry. Topics absent from
         ``partitions_per_topic`` (no metadata) are not assigned, as Kafka skips them."""
         ...
+
+
+def rebalance_protocol(assignors: Sequence[Assignor]) -> str:
+    """The protocol a member configured with ``assignors`` follows (Kafka's ``ConsumerCoordinator``): COOPERATIVE
+    only when every one of them supports it, so Kafka's default ``range, cooperative-sticky`` rebalances eagerly."""
+    if not assignors:
+        raise ValueError("no partition assignment strategy configured")
+    common = set.intersection(*(set(a.supported_protocols) for a in assignors))
+    if not common:
+        names = ", ".join(a.name for a in assignors)
+        raise ValueError(f"partition assignment strategies {names} share no rebalance protocol")
+    return COOPERATIVE if COOPERATIVE in common else EAGER
 
 
 def member_order(member_id: str, subscription: Subscription) -> tuple[int, str, str]:

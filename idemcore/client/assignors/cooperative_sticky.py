@@ -1,5 +1,6 @@
 """Kafka's ``CooperativeStickyAssignor`` (KIP-429): the sticky assignment, minus every partition that would move to
-a member while another member still owns it. The owner, not finding it in its new assignment, revokes it and
+a new member while another member still owns it (and, when all subscriptions match, minus the partitions several
+members of the newest generation claimed). The owner, not finding it in its new assignment, revokes it and
 rejoins; the next rebalance gives it to its new member. So a partition is never owned by two members at once.
 
 Owned partitions come from the subscription (v1+); the generation from the subscription (v2+), else from the user
@@ -53,10 +54,9 @@ class CooperativeStickyAssignor(StickyBase):
 
 def still_owned_elsewhere(assignment: Mapping[str, Iterable[TopicPartition]],
                           subscriptions: Mapping[str, Subscription]) -> set[TopicPartition]:
-    """The partitions assigned to a member while another member's subscription still claims them (Kafka's
-    ``computePartitionsTransferringOwnership``, which counts every claim, whatever its generation)."""
-    claimers: dict[TopicPartition, set[str]] = {}
-    for member, subscription in subscriptions.items():
-        for tp in subscription.owned_partitions:
-            claimers.setdefault(tp, set()).add(member)
-    return {tp for member, tps in assignment.items() for tp in tps if claimers.get(tp, set()) - {member}}
+    """The partitions newly assigned to a member while another member's subscription still claims them (Kafka's
+    ``computePartitionsTransferringOwnership``, which counts every claim, whatever its generation). A member keeping
+    a partition it owns keeps it even if a stale member claims it too, as in Kafka."""
+    claimed = {tp for subscription in subscriptions.values() for tp in subscription.owned_partitions}
+    return {tp for member, tps in assignment.items() for tp in tps
+            if tp in claimed and tp not in subscriptions[member].owned_partitions}

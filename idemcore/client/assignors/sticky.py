@@ -5,6 +5,8 @@ generation in its subscription's user data, in Kafka's ``StickyAssignor`` user d
     V0 => previous_assignment:[topic:string partitions:[int32]]
 
 with no version prefix: V1 is tried first, then V0, and user data neither can read counts as nothing owned.
+kafka-python 3 writes the same V1 behind an int16 version; Kafka cannot read that and ignores it, we read it (a
+mixed group keeps its kafka-python members sticky under our leader).
 Kafka takes both from the user data, never from the subscription's owned partitions (an eager member has revoked
 everything before it joins)."""
 
@@ -20,6 +22,7 @@ from idemcore.protocol.constants import TopicPartition
 from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_KAFKA_PYTHON_V1 = b"\x00\x01"  # the version kafka-python puts before its V1 user data
 
 
 class StickyAssignor(StickyBase):
@@ -64,6 +67,8 @@ def decode_user_data(data: bytes) -> MemberData:
     try:
         partitions, end = _read_assignment(data)
     except (struct.error, UnicodeDecodeError, ValueError):
+        if data[:2] == _KAFKA_PYTHON_V1 and len(data) > 2:
+            return decode_user_data(data[2:])
         return MemberData(partitions=(), generation=DEFAULT_GENERATION)
     if len(data) - end >= _I32.size:
         return MemberData(partitions=partitions, generation=_I32.unpack_from(data, end)[0])

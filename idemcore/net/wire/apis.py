@@ -10,8 +10,10 @@ from kio.schema.errors import ErrorCode as WireError
 from idemcore.net.wire.admin import ADMIN_APIS
 from idemcore.net.wire.api import WireApi
 from idemcore.net.wire.configs import CONFIG_APIS
+from idemcore.net.wire.consumer_group import CONSUMER_GROUP_APIS
 from idemcore.net.wire.fetch import FETCH, LIST_OFFSETS
 from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.group_admin import GROUP_ADMIN_APIS
 from idemcore.net.wire.interbroker import INTER_BROKER_APIS
 from idemcore.net.wire.membership import MEMBERSHIP_APIS
 from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
@@ -34,7 +36,7 @@ APIS: dict[int, WireApi] = {api.key: api for api in (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS,
     INIT_PRODUCER_ID, FIND_COORDINATOR, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
     OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
-    *MEMBERSHIP_APIS, *ADMIN_APIS, *CONFIG_APIS, *INTER_BROKER_APIS,
+    *MEMBERSHIP_APIS, *GROUP_ADMIN_APIS, *CONSUMER_GROUP_APIS, *ADMIN_APIS, *CONFIG_APIS, *INTER_BROKER_APIS,
 )}
 
 

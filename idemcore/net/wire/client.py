@@ -79,6 +79,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_UNCOMMITTED
@@ -624,6 +625,8 @@ CLIENT_APIS: dict[type, ClientApi] = {
     JoinGroupRequest: JOIN_GROUP, SyncGroupRequest: SYNC_GROUP, HeartbeatRequest: HEARTBEAT,
     LeaveGroupRequest: LEAVE_GROUP,
 }
+CLIENT_APIS.update({kind: _api(key, name, low, high, encode, decode)
+                    for kind, key, name, low, high, encode, decode in GROUP_ADMIN_CLIENT_APIS})
 #: The client APIs by key.
 BY_KEY: dict[int, ClientApi] = {api.key: api for api in CLIENT_APIS.values()}
 

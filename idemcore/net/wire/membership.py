@@ -4,8 +4,10 @@
 Every version kio has is served: JoinGroup v0–9 (v4+: a first join without a member id is answered
 MEMBER_ID_REQUIRED; v0 has no rebalance timeout, the session timeout stands for it), SyncGroup v0–5, Heartbeat
 v0–4, LeaveGroup v0–5 (v0–2: one member and one error code, Kafka's ``LeaveGroupResponse.getError``).
-``group_instance_id`` is read (static membership is answered as :mod:`idemcore.broker.group.membership` says);
-JoinGroup v9's ``skip_assignment`` is always false (it is for brokers that compute the assignment themselves).
+``group_instance_id`` is read (static membership, KIP-345: :mod:`idemcore.broker.group.membership`); the
+request header's client id reaches a JoinGroup through :func:`with_client`. JoinGroup v9's ``skip_assignment`` is
+always false (Kafka sets it for a returning static leader, KIP-814; here that leader is answered as before v9:
+named a follower, it syncs for its assignment).
 JoinGroup and SyncGroup answers may come late (a ``Pending``): the server translates them once complete."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 idemcore keeps no leader epochs with offsets (``committed_leader_epoch`` is read and dropped, answered -1), no
 expiry per commit (OffsetCommit v2–4's ``retention_time``, which Kafka turns into that commit's expiry, is
-ignored) and no static membership (``group_instance_id`` is read and dropped). Versions stop before topic ids replace
-topic names (OffsetCommit and OffsetFetch v10) and before TxnOffsetCommit v5 (transaction version 2)."""
+ignored). A static member's ``group_instance_id`` is checked against the group (FENCED_INSTANCE_ID). Versions
+stop before topic ids replace topic names (OffsetCommit and OffsetFetch v10) and before TxnOffsetCommit v5
+(transaction version 2)."""
 
 from __future__ import annotations
 
