@@ -502,7 +502,8 @@ class Consumer:
         group = self._subscribed()
         generation, member_id = group.generation() if group is not None else (-1, "")
         entries = tuple(OffsetEntry(topic, partition, offset) for (topic, partition), offset in chosen.items())
-        return OffsetCommitRequest(self.group_id, entries, generation, member_id, request_id)
+        return OffsetCommitRequest(self.group_id, entries, generation, member_id, request_id,
+                                   self.group_instance_id if group is not None else None)
 
     def _on_commit_errors(self, codes: Iterable[int]) -> None:
         """A commit refused for the member's generation: the generation is gone (Kafka's ``resetGeneration``)."""
@@ -556,8 +557,8 @@ class Consumer:
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read, per partition) for the group; None: the positions of the
-        assigned partitions that have one. A subscribed consumer's commit carries its generation and member id.
-        Blocks until the group coordinator has them; retriable errors are retried, others raise
+        assigned partitions that have one. A subscribed consumer's commit carries its generation, member id and
+        instance id. Blocks until the group coordinator has them; retriable errors are retried, others raise
         :class:`CommitFailedError` naming the group and the partition (for a member whose generation is gone: the
         group rebalanced, and the member rejoins at its next poll)."""
         group = self._group_of("commit")
