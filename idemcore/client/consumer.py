@@ -624,12 +624,13 @@ class Consumer:
     def close(self) -> None:
         """Leave the group (a subscribed consumer: auto commit first, revoke, LeaveGroup unless static), drop what
         is in flight and fetched; every later call raises :class:`ConsumerClosedError`."""
-        if not self._closed:
+        if self._closed:
+            return
+        try:
             if self._group is not None:
-                try:
-                    self._group.close()
-                finally:
-                    self._group = None
+                self._group.close()
+        finally:
+            self._group = None
             self._closed = True
             self.transport.disconnect(self.client_id)
             self._inflight.clear()

@@ -212,6 +212,7 @@ class GroupMember:
         self.pattern: re.Pattern[str] | None = None
         self.listener: ConsumerRebalanceListener | None = None
         self.matched: frozenset[str] = frozenset()  # the topics subscribed (the pattern's matches)
+        self.pattern_unresolved = False  # a new pattern not yet matched against the cluster's topics
         # Membership.
         self.generation_id = NO_GENERATION
         self.member_id = UNKNOWN_MEMBER_ID
@@ -253,9 +254,11 @@ class GroupMember:
         with self.lock:
             self.topics, self.pattern, self.listener = topics, pattern, listener
             if pattern is None:
+                self.pattern_unresolved = False
                 self._set_matched(topics, "the subscription changed")
             else:
-                self.next_metadata_ms = 0  # match the pattern at the next poll
+                self.next_metadata_ms = 0  # match the pattern at the next poll, and join with its matches
+                self.pattern_unresolved = True
 
     def subscription(self) -> set[str]:
         return set(self.matched)
@@ -303,7 +306,7 @@ class GroupMember:
                 self.synced = None
             if not self.coordinator_known:
                 self._find_coordinator()
-            elif self.need_rejoin and not self.joining:
+            elif self.need_rejoin and not self.joining and not self.pattern_unresolved:
                 self._join()
             self.drive()
             self._raise_fatal()
@@ -603,12 +606,17 @@ class GroupMember:
         if wanted == ():
             return
 
+        def retry() -> None:  # asked again after the backoff, not after a whole metadata_max_age_ms
+            self.next_metadata_ms = self.transport.now_ms() + self.retry_backoff_ms
+
         def answered(response: Response) -> None:
             if not isinstance(response, MetadataResponse):
+                retry()
                 return
             counts = {t.name: t.partitions for t in response.topics if t.error_code == E.NONE and t.partitions > 0}
             if self.pattern is not None:
                 pattern = self.pattern
+                self.pattern_unresolved = False
                 internal = {t.name for t in response.topics if t.is_internal}
                 matched = frozenset(t for t in counts if t not in internal and pattern.fullmatch(t))
                 self._set_matched(matched, f"the pattern {pattern.pattern!r} matches {sorted(matched)}")
@@ -618,7 +626,7 @@ class GroupMember:
                     self.request_rejoin(f"the partition count of {changed} changed")
 
         self.channel.send(lambda rid: MetadataRequest(wanted, False, request_id=rid), self.request_timeout_ms,
-                          answered, lambda: None)
+                          answered, retry)
 
     def refresh_metadata_now(self) -> None:
         """Look at the cluster's topics at the next poll (a test, or a user who made a topic, need not wait for
