@@ -130,3 +130,10 @@ def test_a_static_member_closes_without_leaving_the_group(server, made):
     poll_until([again, b], lambda: again.assignment() == EVERY - held, "the static member back with its share")
     assert again.consumer_group_metadata().generation_id == generation == b.consumer_group_metadata().generation_id
     assert b.assignment() == held
+
+
+def test_a_pattern_subscription_over_tcp_matches_the_clusters_topics(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000)
+    a.subscribe(r"[st]")  # a string is a pattern, matched whole: "t", not "__consumer_offsets"
+    poll_until([a], lambda: a.assignment() == EVERY, "a taking every partition of t")
+    assert a.subscription() == {TOPIC}
