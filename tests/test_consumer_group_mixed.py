@@ -1,6 +1,6 @@
 """Mixed classic groups over TCP against :class:`~idemcore.broker.server.Server`: an idemcore Consumer (its
 heartbeat thread on the thread-safe TcpTransport) in one group with a confluent-kafka (librdkafka), a kafka-python
-or an aiokafka consumer, for each assignor both support, with our consumer as the group's leader and as a
+or an aiokafka consumer, for each assignor both support (librdkafka has no eager "sticky"), with our consumer as the group's leader and as a
 follower: the group assigns every partition exactly once, and every record produced once the group is stable is
 read exactly once, by the member that holds its partition."""
 
@@ -20,9 +20,11 @@ aiokafka = pytest.importorskip("aiokafka")
 
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor as AioRange  # noqa: E402
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor as AioRoundRobin  # noqa: E402
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor as AioSticky  # noqa: E402
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor  # noqa: E402
 from kafka.coordinator.assignors.range import RangePartitionAssignor  # noqa: E402
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor  # noqa: E402
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor  # noqa: E402
 
 from idemcore import Broker  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
@@ -123,7 +125,7 @@ def librdkafka(server: Server, strategy: str) -> Member:
 
 
 _KAFKA_PYTHON = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-                 "cooperative-sticky": CooperativeStickyAssignor}
+                 "sticky": StickyPartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
 
 
 def kafka_python(server: Server, strategy: str) -> Member:
@@ -141,7 +143,7 @@ def kafka_python(server: Server, strategy: str) -> Member:
                   lambda c: c.close())
 
 
-_AIOKAFKA = {"range": AioRange, "roundrobin": AioRoundRobin}
+_AIOKAFKA = {"range": AioRange, "roundrobin": AioRoundRobin, "sticky": AioSticky}
 
 
 def aiokafka_member(server: Server, strategy: str) -> Member:
@@ -171,8 +173,8 @@ def aiokafka_member(server: Server, strategy: str) -> Member:
 
 PEERS: dict[str, tuple[Callable[[Server, str], Member], tuple[str, ...]]] = {
     "librdkafka": (librdkafka, ("range", "roundrobin", "cooperative-sticky")),
-    "kafka-python": (kafka_python, ("range", "roundrobin", "cooperative-sticky")),
-    "aiokafka": (aiokafka_member, ("range", "roundrobin")),
+    "kafka-python": (kafka_python, ("range", "roundrobin", "sticky", "cooperative-sticky")),
+    "aiokafka": (aiokafka_member, ("range", "roundrobin", "sticky")),
 }
 CASES = [(peer, strategy, leader) for peer, (_, strategies) in PEERS.items() for strategy in strategies
          for leader in ("ours", "peer")]
