@@ -1,8 +1,8 @@
 """Mixed classic groups over TCP against :class:`~idemcore.broker.server.Server`: an idemcore Consumer (its
 heartbeat thread on the thread-safe TcpTransport) in one group with a confluent-kafka (librdkafka), a kafka-python
-or an aiokafka consumer, for each assignor both support (librdkafka has no eager "sticky"), with our consumer as the group's leader and as a
-follower: the group assigns every partition exactly once, and every record produced once the group is stable is
-read exactly once, by the member that holds its partition."""
+or an aiokafka consumer, for each assignor both support (librdkafka has no eager "sticky"), with our consumer as
+the group's leader and as a follower: the group assigns every partition exactly once, and every record produced
+once the group is stable is read exactly once, by the member that holds its partition."""
 
 from __future__ import annotations
 
