@@ -427,3 +427,26 @@ def test_a_coordinator_that_moves_or_restarts_is_found_again_without_a_rebalance
         for consumer in consumers:
             consumer.close()
         broker.close()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_positions_are_committed_before_a_rebalance_so_the_new_owner_reads_no_record_twice(setup, strategy):
+    broker, transport = setup
+    produce(broker, TOPIC, PARTITIONS, 5)
+    # An auto commit interval longer than the test: only the commit before the rebalance can commit.
+    first = member(transport, "c0", partition_assignment_strategy=[strategy], auto_commit_interval_ms=10**9)
+    first.subscribe([TOPIC])
+    received: list[ConsumerRecord] = []
+    run(transport, [first], lambda: len(received) >= 30, received)
+    checker = Consumer(transport, group_id=GROUP, client_id="checker")
+    assert set(checker.committed(sorted(every())).values()) == {None}, "nothing committed yet"
+    second = member(transport, "c1", partition_assignment_strategy=[strategy], auto_commit_interval_ms=10**9)
+    second.subscribe([TOPIC])
+    produce(broker, TOPIC, PARTITIONS, 1, start=5)  # cooperative: read by the first during the rebalance
+    run(transport, [first, second], lambda: exact_cover([first, second], every()) and bool(second.assignment())
+        and len(received) >= 36, received)
+    for _ in range(50):  # a record read twice would show by now
+        for consumer in (first, second):
+            received.extend(consumer.poll(timeout_ms=0))
+        transport.tick()
+    assert sorted(keys(received)) == [(p, o) for p in range(PARTITIONS) for o in range(6)]

@@ -280,7 +280,7 @@ class Consumer:
         self.metadata_max_age_ms = metadata_max_age_ms
         self._manual = False  # partitions given by assign()
         self._group: GroupMember | None = None  # made at the first subscribe
-        self._next_auto_commit_ms = 0
+        self._next_auto_commit_ms = transport.now_ms() + auto_commit_interval_ms  # Kafka's first: an interval on
         if not self.partition_assignment_strategy or not all(
                 type(name) is str for name in self.partition_assignment_strategy):
             raise ValueError("partition_assignment_strategy must name at least one assignor (by its protocol name), "
@@ -515,9 +515,15 @@ class Consumer:
                 elif any(code == ErrorCode.REBALANCE_IN_PROGRESS for code in codes):
                     group.request_rejoin("a commit found the group rebalancing")
 
-    def _commit_positions_sync(self) -> None:
-        """Commit the positions now (before a revocation, on close)."""
-        self.commit()
+    def _commit_positions_sync(self, partitions: set[TopicPartition] | None = None) -> None:
+        """Commit the positions (of ``partitions``; None: every assigned one) now: before a revocation, on close."""
+        if partitions is None:
+            self.commit()
+            return
+        chosen = {tp: state.position for tp, state in self._partitions.items()
+                  if tp in partitions and state.position is not None}
+        if chosen:
+            self.commit(chosen)
 
     def _poll_once(self, limit: int) -> list[ConsumerRecord]:
         """Rounds while answers arrive at once and move positions without giving records (an aborted or

@@ -376,9 +376,9 @@ class GroupMember:
             self.consumer._assign_from_group(owned - revoked)
             self._call_listener("on_partitions_revoked", revoked)
 
-    def _commit_before_revoke(self) -> None:
+    def _commit_before_revoke(self, partitions: set[TopicPartition] | None = None) -> None:
         try:
-            self.consumer._commit_positions_sync()
+            self.consumer._commit_positions_sync(partitions)
         except IdemcoreError as error:  # Kafka logs it and goes on joining: the partitions may have moved already
             log.warning("%s: group %s: committing before the rebalance failed: %s", self.consumer.client_id,
                         self.group_id, error)
@@ -555,6 +555,8 @@ class GroupMember:
             self.request_rejoin("the assignment has topics the member does not subscribe to")
         revoked = owned - assigned
         if revoked:  # EAGER revoked everything before joining: only COOPERATIVE gets here with some
+            if self.consumer.enable_auto_commit:  # what was read since the commit before the join, too
+                self._commit_before_revoke(revoked)
             self.consumer._assign_from_group(owned - revoked)
             self._call_listener("on_partitions_revoked", revoked)
             self.request_rejoin("partitions were revoked: they go to their new owners in the next generation")
