@@ -450,3 +450,21 @@ def test_positions_are_committed_before_a_rebalance_so_the_new_owner_reads_no_re
             received.extend(consumer.poll(timeout_ms=0))
         transport.tick()
     assert sorted(keys(received)) == [(p, o) for p in range(PARTITIONS) for o in range(6)]
+
+
+def test_a_member_that_closes_during_its_first_join_leaves_at_once(setup):
+    _broker, transport = setup
+    first = member(transport, "c0")
+    first.subscribe([TOPIC])
+    run(transport, [first], lambda: first.assignment() == every())
+    second = member(transport, "c1")
+    second.subscribe([TOPIC])
+    for _ in range(3):  # FindCoordinator, then JoinGroup (MEMBER_ID_REQUIRED, again with the id): parked
+        second.poll(timeout_ms=0)
+    assert second._group is not None and second._group.member_id and second._group.joining
+    start = transport.now_ms()
+    second.close()  # LeaveGroup with its member id
+    generation = first.consumer_group_metadata().generation_id
+    run(transport, [first], lambda: first.consumer_group_metadata().generation_id > generation
+        and first.assignment() == every())
+    assert transport.now_ms() - start < 6_000  # the test's clock: before its session timeout could remove it

@@ -416,7 +416,7 @@ class GroupMember:
         if not self.subscribed:  # unsubscribed while it waited: the coordinator drops the member in time
             return
         if not isinstance(response, JoinGroupResponse):
-            self._join_failed(f"JoinGroup answered with a {type(response).__name__}", retry=True)
+            self._join_failed(f"JoinGroup answered with a {type(response).__name__}")
             return
         code = response.error_code
         if code == E.NONE:
@@ -448,9 +448,9 @@ class GroupMember:
             self.fatal = GroupMemberError(f"group {self.group_id}: JoinGroup failed: {_code_name(code)}"
                                           f"{_why(response.error_message)}")
             return
-        self._join_failed(f"JoinGroup answered {_code_name(code)}", retry=True)
+        self._join_failed(f"JoinGroup answered {_code_name(code)}")
 
-    def _join_failed(self, why: str, retry: bool) -> None:
+    def _join_failed(self, why: str) -> None:
         log.info("%s: group %s: %s", self.consumer.client_id, self.group_id, why)
         self.joining = False
         self.request_rejoin(why)
@@ -478,7 +478,7 @@ class GroupMember:
             if generation != self.generation_id:
                 return
             if not isinstance(metadata, MetadataResponse):
-                self._join_failed(f"Metadata answered with a {type(metadata).__name__}", retry=True)
+                self._join_failed(f"Metadata answered with a {type(metadata).__name__}")
                 return
             counts = {t.name: t.partitions for t in metadata.topics if t.error_code == E.NONE and t.partitions > 0}
             assignments = assignor.assign(counts, subscriptions)
@@ -493,7 +493,7 @@ class GroupMember:
 
         def lost() -> None:
             if generation == self.generation_id:
-                self._join_failed("the leader's Metadata was lost", retry=True)
+                self._join_failed("the leader's Metadata was lost")
 
         self.channel.send(lambda rid: MetadataRequest(tuple(sorted(topics)), False, request_id=rid),
                           self.request_timeout_ms, answered, lost)
@@ -512,7 +512,7 @@ class GroupMember:
         if not self.subscribed:
             return
         if not isinstance(response, SyncGroupResponse):
-            self._join_failed(f"SyncGroup answered with a {type(response).__name__}", retry=True)
+            self._join_failed(f"SyncGroup answered with a {type(response).__name__}")
             return
         code = response.error_code
         if code == E.NONE:
@@ -533,7 +533,7 @@ class GroupMember:
             self.fatal = GroupMemberError(f"group {self.group_id}: SyncGroup failed: {_code_name(code)}"
                                           f"{_why(response.error_message)}")
             return
-        self._join_failed(f"SyncGroup answered {_code_name(code)}", retry=True)
+        self._join_failed(f"SyncGroup answered {_code_name(code)}")
 
     def _complete_join(self, generation: int, protocol: str, data: bytes) -> None:
         """Kafka's ``onJoinComplete``: take the assignment; COOPERATIVE revokes what it lost and rejoins."""
@@ -702,9 +702,9 @@ class GroupMember:
     # ------------------------------------------------------------ leaving
 
     def _leave(self, reason: str) -> None:
-        """Kafka's ``maybeLeaveGroup``: a dynamic member sends LeaveGroup; either way the generation is reset."""
-        if self.generation_id != NO_GENERATION and self.group_instance_id is None and self.coordinator_known \
-                and self.member_id:
+        """Kafka's ``maybeLeaveGroup``: a dynamic member with a member id (joined, or in its first join) sends
+        LeaveGroup; either way the generation is reset."""
+        if self.group_instance_id is None and self.coordinator_known and self.member_id:
             member = LeavingMember(self.member_id, None, reason)
             self.channel.send(lambda rid: LeaveGroupRequest(self.group_id, (member,), request_id=rid),
                               self.request_timeout_ms,
