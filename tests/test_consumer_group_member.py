@@ -1,10 +1,12 @@
 """idemcore's Consumer in classic consumer groups, over an in-process Broker on a controlled clock (each tick of the
 transport moves it and runs the broker's timers): two and three members share a topic exactly, with every
-assignor; a member that leaves or dies hands its partitions over; a pattern that matches a new topic and a changed
-subscription rebalance; the leader rebalances when a subscribed topic gets partitions; cooperative-sticky moves only
-what must move; auto commit lets a restarted member resume with no duplicate and no gap; a stale member's commit
-fails; assign and subscribe are exclusive; and a property test against a model of the group's members (any joins,
-closes, deaths and subscription changes settle on an exact assignment)."""
+assignor; a member that leaves (also in its first join) or dies hands its partitions over; a pattern that matches a
+new topic and a changed subscription rebalance; the leader rebalances when a subscribed topic gets partitions;
+eager revokes everything, cooperative-sticky only what must move; positions are committed before a rebalance; auto
+commit lets a restarted member resume with no duplicate and no gap; a coordinator that moves or restarts is found
+again without a rebalance; a stale member's commit fails; a transactional producer's offsets are fenced for a
+zombie member (KIP-447); assign and subscribe are exclusive; and a property test against a model of the group's
+members (any joins, closes, deaths and subscription changes settle on an exact assignment)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemcore.broker import Broker
+from idemcore.client import Producer, TransactionAbortableError
 from idemcore.client.assignors import ASSIGNOR_NAMES
 from idemcore.client.consumer import CommitFailedError, Consumer, ConsumerError, ConsumerRecord, IllegalStateError
 from idemcore.client.group_member import ConsumerGroupMetadata
@@ -468,3 +471,27 @@ def test_a_member_that_closes_during_its_first_join_leaves_at_once(setup):
     run(transport, [first], lambda: first.consumer_group_metadata().generation_id > generation
         and first.assignment() == every())
     assert transport.now_ms() - start < 6_000  # the test's clock: before its session timeout could remove it
+
+
+def test_a_transactional_producer_commits_for_the_live_member_and_is_fenced_for_a_zombie(setup):
+    _broker, transport = setup
+    consumers = [member(transport, f"c{i}", enable_auto_commit=False) for i in range(2)]
+    for consumer in consumers:
+        consumer.subscribe([TOPIC])
+    run(transport, consumers, lambda: exact_cover(consumers, every()))
+    zombie, live = consumers
+    stale = zombie.consumer_group_metadata()
+    run(transport, [live], lambda: live.assignment() == every())  # the zombie's session lapsed
+    producer = Producer(transport, transactional_id="tx", linger_ms=0, retry_backoff_ms=5)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(TransactionAbortableError, match=r"ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID"):
+            producer.send_offsets_to_transaction({(TOPIC, 0): 7}, stale)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({(TOPIC, 0): 9}, live.consumer_group_metadata())
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert live.committed([(TOPIC, 0)]) == {(TOPIC, 0): 9}
