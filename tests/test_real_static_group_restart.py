@@ -2,11 +2,9 @@
 (librdkafka) consumers share a 4-partition topic through :class:`~idemcore.broker.server.Server` over a log
 directory; the server and its broker are stopped and started again on the same directory and port mid-group. The
 reloaded coordinator has the group Stable at the same generation, the members heartbeat into it (three renewals
-each) and keep the same partitions: no revoke or assign callback fires after the restart.
-
-No record is consumed before the restart: a position with a leader epoch makes librdkafka validate it with
-OffsetForLeaderEpoch after the reconnection, which a broker outside a cluster does not serve (it closes the
-connection), and that is not what this test is about."""
+each) and keep the same partitions: no revoke or assign callback fires after the restart. Records produced before
+and after the restart are each read once: the members keep their positions, which librdkafka validates with
+OffsetForLeaderEpoch after reconnecting (KIP-320; a broker alone answers it too)."""
 
 from __future__ import annotations
 
@@ -87,6 +85,13 @@ def poll_until(members: list[Any], done: Callable[[], bool], received: list[byte
                 received.append(message.value())
 
 
+def produce(bootstrap: str, prefix: str, count: int = 20) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for n in range(count):
+        producer.produce(TOPIC, b"%s-%d" % (prefix.encode(), n), partition=n % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
 def test_static_members_keep_their_assignment_across_a_coordinator_restart(tmp_path, opened):
     served = Served(tmp_path)
     port = served.server.address[1]
@@ -102,6 +107,8 @@ def test_static_members_keep_their_assignment_across_a_coordinator_restart(tmp_p
             return bool(mine) and bool(theirs) and not mine & theirs and mine | theirs == set(range(PARTITIONS))
 
         poll_until(members, shared, received)
+        produce(bootstrap, "before")
+        poll_until(members, lambda: len(received) >= 20, received)
         group = served.broker.group_coordinator.classic_groups.groups[GROUP]
         generation = group.generation_id
         instances = {m.group_instance_id: m.member_id for m in group.members.values()}
@@ -132,8 +139,9 @@ def test_static_members_keep_their_assignment_across_a_coordinator_restart(tmp_p
                     seen.append(timer.deadline)
             return set(now) == set(renewals) and all(len(seen) > 3 for seen in renewals.values())
 
-        poll_until(members, heartbeats_heard, received)
-        assert received == []
+        produce(served.server.bootstrap, "after")
+        poll_until(members, lambda: heartbeats_heard() and len(received) >= 40, received)
+        assert sorted(received) == sorted([b"before-%d" % n for n in range(20)] + [b"after-%d" % n for n in range(20)])
         described = coordinator.describe_groups([GROUP])[0]
         assert (described.state, {m.group_instance_id for m in described.members}) == ("Stable", {"a", "b"})
         assert coordinator.classic_groups.groups[GROUP].generation_id == generation

@@ -233,3 +233,36 @@ def test_a_malformed_request_through_the_broker_is_answered_and_the_broker_keeps
         assert joined.error_code == E.NONE and joined.member_epoch == 1  # still serving
     finally:
         broker.close()
+
+
+def test_consumer_groups_are_listed_deleted_and_unloaded_with_the_classic_ones():
+    """ListGroups shows both kinds (the types filter picks one); DeleteGroups refuses a consumer group with members
+    (NON_EMPTY_GROUP) and deletes it, offsets too, once its last member left; a partition that moves away takes
+    its consumer groups with it."""
+    from idemcore.broker import Broker
+    from idemcore.net.group_admin import DeleteGroupsRequest, ListGroupsRequest
+
+    broker = Broker({"t": 2}, offsets_topic_partitions=1)
+    try:
+        assert broker.handle(join_message(group_id="modern")).error_code == E.NONE
+        commit = broker.handle(OffsetCommitRequest("modern", (OffsetEntry("t", 0, 4),), 1, "m"))
+        assert [r.error_code for r in commit.results] == [E.NONE]
+        assert [r.error_code for r in broker.handle(OffsetCommitRequest("simple", (OffsetEntry("t", 0, 1),))).results
+                ] == [E.NONE]
+        listed = {(g.group_id, g.group_type, g.protocol_type) for g in broker.handle(ListGroupsRequest()).groups}
+        assert listed == {("modern", "consumer", "consumer"), ("simple", "classic", "")}
+        only = broker.handle(ListGroupsRequest(types_filter=("Consumer",))).groups
+        assert [g.group_id for g in only] == ["modern"]
+        assert [g.group_id for g in broker.handle(ListGroupsRequest(states_filter=("empty",))).groups] == ["simple"]
+        assert broker.handle(DeleteGroupsRequest(("modern",))).results == (("modern", E.NON_EMPTY_GROUP),)
+        left = broker.handle(ConsumerGroupHeartbeatRequest("modern", "m", -1))
+        assert left.error_code == E.NONE
+        assert broker.handle(DeleteGroupsRequest(("modern",))).results == (("modern", E.NONE),)
+        assert "modern" not in broker.consumer_groups.groups
+        _, fetched = broker.group_coordinator.offset_fetch("modern", [("t", 0)])
+        assert fetched[("t", 0)].offset == -1
+        assert broker.handle(join_message(group_id="again")).error_code == E.NONE
+        broker.group_coordinator.unload_partition(0)
+        assert broker.consumer_groups.groups == {}
+    finally:
+        broker.close()

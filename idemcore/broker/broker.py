@@ -22,7 +22,7 @@ from idemcore.broker.config_requests import config_handlers, described_topic_con
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
 from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, DelayedOperations
-from idemcore.broker.fetch import fetch, list_offsets
+from idemcore.broker.fetch import fetch, list_offsets, offset_for_leader_epoch
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog
 from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.admin_requests import group_admin_handlers
@@ -66,6 +66,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
+from idemcore.net.replication import OffsetForLeaderEpochRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
@@ -281,6 +282,8 @@ class Broker:
                 EndTxnRequest: lambda r: txn_requests.end_txn(self.txn_coordinator, r),
                 FetchRequest: self.delayed.fetch,
                 ListOffsetsRequest: lambda r: list_offsets(self.replicas.find_partition, r),
+                # Consumers validate their positions with it after a reconnect (KIP-320), a broker alone too.
+                OffsetForLeaderEpochRequest: lambda r: offset_for_leader_epoch(self.replicas.find_partition, r),
                 OffsetCommitRequest: lambda r: group_requests.offset_commit(self.group_coordinator, r),
                 TxnOffsetCommitRequest: lambda r: group_requests.txn_offset_commit(self.group_coordinator, r),
                 OffsetFetchRequest: lambda r: group_requests.offset_fetch(self.group_coordinator, r),
@@ -477,6 +480,7 @@ class Broker:
         """The group coordinator's settings (``group.*``, ``offsets.retention.*``...) from the broker's
         ``settings``; none (Kafka's defaults) for a broker made without them."""
         return {} if self.settings is None else self.settings.group_coordinator_kwargs()
+
     @property
     def consumer_groups(self) -> ConsumerGroups:
         """The consumer-protocol groups (KIP-848), made with the group coordinator."""
@@ -484,6 +488,8 @@ class Broker:
         if self._consumer_groups is None:
             self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
                                                    topic_names=lambda: list(self.topic_catalog.counts))
+            # Listed, deleted and unloaded with the classic groups of the same partitions.
+            self.group_coordinator.consumer_groups = self._consumer_groups
         return self._consumer_groups
 
     def _start_group_coordinator(self) -> None:

@@ -24,6 +24,7 @@ from idemcore.broker.controller.controller import Controller
 from idemcore.broker.controller.zk_client import TopicExistsError, ZkClient
 from idemcore.broker.controller.zk_data import LeaderIsr
 from idemcore.broker.coordinator.partitioning import coordinator_partition
+from idemcore.broker.fetch import offset_for_leader_epoch
 from idemcore.broker.metadata_cache import MetadataCache
 from idemcore.broker.partition import Partition
 from idemcore.broker.replica_fetcher import ReplicaFetcherManager
@@ -47,11 +48,9 @@ from idemcore.net.replication import (
     BrokerEndpoint,
     ElectLeadersRequest,
     ElectLeadersResponse,
-    EpochEndOffset,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
     StopReplicaRequest,
     StopReplicaResponse,
     UpdateMetadataRequest,
@@ -180,7 +179,7 @@ class ClusterMember:
             LeaderAndIsrRequest: self.leader_and_isr,
             UpdateMetadataRequest: self.update_metadata,
             StopReplicaRequest: self.stop_replica,
-            OffsetForLeaderEpochRequest: self.offset_for_leader_epoch,
+            OffsetForLeaderEpochRequest: lambda r: offset_for_leader_epoch(self.broker.replicas.find_partition, r),
             ElectLeadersRequest: self.elect_leaders,
             MetadataRequest: self.metadata_response,
             CreateTopicsRequest: self.create_topics,
@@ -287,23 +286,6 @@ class ClusterMember:
         if self.fetchers is not None:
             self.fetchers.remove(stopped)
         return StopReplicaResponse(ErrorCode.NONE, tuple(results), request.request_id)
-
-    def offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
-        """Kafka's ``lastOffsetForLeaderEpoch``: for each partition led here, the end of the largest epoch at or
-        below the one asked (the log end for the current epoch); (-1, -1) for an epoch before the log's first."""
-        from idemcore.broker.fetch import leader_problem
-
-        answers = []
-        for query in request.partitions:
-            partition = self.broker.replicas.find_partition(query.topic, query.partition)
-            problem = leader_problem(partition, query.current_leader_epoch)
-            if problem is not None:
-                answers.append(EpochEndOffset(query.topic, query.partition, problem, -1, -1))
-                continue
-            assert partition is not None
-            epoch, end = partition.log.epochs.end_offset_for(query.leader_epoch, partition.log.log_end_offset)
-            answers.append(EpochEndOffset(query.topic, query.partition, ErrorCode.NONE, epoch, end))
-        return OffsetForLeaderEpochResponse(tuple(answers), request.request_id)
 
     def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse | Pending:
         """ElectLeaders (KIP-460) on the controller: run on its thread, answered when it is done."""

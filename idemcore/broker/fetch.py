@@ -29,6 +29,7 @@ from idemcore.net.messages import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
+from idemcore.net.replication import EpochEndOffset, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_COMMITTED, READ_UNCOMMITTED
 
@@ -192,3 +193,21 @@ def _partition(find_partition: FindPartition, topic: object, partition: object) 
     if type(topic) is not str or type(partition) is not int:
         return None
     return find_partition(topic, partition)
+
+
+def offset_for_leader_epoch(find_partition: FindPartition,
+                            request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+    """Kafka's ``lastOffsetForLeaderEpoch``: for each partition led here, the end of the largest epoch at or below
+    the one asked (the log end for the current epoch); (-1, -1) for an epoch before the log's first. Followers ask
+    it after a leader change (KIP-101), consumers to validate their position after a reconnect (KIP-320)."""
+    answers = []
+    for query in request.partitions:
+        partition = find_partition(query.topic, query.partition)
+        problem = leader_problem(partition, query.current_leader_epoch)
+        if problem is not None:
+            answers.append(EpochEndOffset(query.topic, query.partition, problem, -1, -1))
+            continue
+        assert partition is not None
+        epoch, end = partition.log.epochs.end_offset_for(query.leader_epoch, partition.log.log_end_offset)
+        answers.append(EpochEndOffset(query.topic, query.partition, ErrorCode.NONE, epoch, end))
+    return OffsetForLeaderEpochResponse(tuple(answers), request.request_id)

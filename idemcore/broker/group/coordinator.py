@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
+from idemcore.broker.group.consumer_group import ConsumerGroups
 from idemcore.broker.group.group_metadata_log import (
     GroupMetadataValue,
     decode_group_value,
@@ -164,6 +165,9 @@ class GroupCoordinator:
         self._next_cleanup: int | None = None
         self.classic_groups = ClassicGroups(clock, initial_rebalance_delay_ms=initial_rebalance_delay_ms,
                                             store=self._store_group)
+        #: The consumer-protocol (KIP-848) groups of the same partitions, once the broker has made them (at the first
+        #: ConsumerGroupHeartbeat): listed, deleted and unloaded with the classic ones.
+        self.consumer_groups: ConsumerGroups | None = None
 
     # ------------------------------------------------------------ introspection
 
@@ -512,13 +516,11 @@ class GroupCoordinator:
 
     def list_groups(self, states_filter: Sequence[str] = (),
                     types_filter: Sequence[str] = ()) -> tuple[ListedGroup, ...]:
-        """Kafka's ListGroups over the served partitions: every classic group and every simple group (offsets only:
-        protocol type ``""``, Empty); filters matched without regard to case or surrounding spaces, an empty filter
-        matching all (``GroupMetadataManager.listGroups``)."""
+        """Kafka's ListGroups over the served partitions: every classic group, every simple group (offsets only:
+        protocol type ``""``, Empty) and every consumer-protocol group (type ``consumer``); filters matched without
+        regard to case or surrounding spaces, an empty filter matching all (``GroupMetadataManager.listGroups``)."""
         states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
         types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
-        if types and CLASSIC not in types:
-            return ()
         listed: dict[str, ListedGroup] = {}
         for partition, shard in self._shards.items():
             for group_id in (*shard.committed, *shard.open_by_group):
@@ -527,7 +529,11 @@ class GroupCoordinator:
         for group_id, group in self.classic_groups.groups.items():
             if self.partition_for(group_id) in self._shards:
                 listed[group_id] = ListedGroup(group_id, group.protocol_type or "", group.state.value, CLASSIC)
-        return tuple(g for g in listed.values() if not states or g.state.lower() in states)
+        if self.consumer_groups is not None:  # a consumer group's offsets are its own
+            listed.update((g.group_id, g) for g in self.consumer_groups.listed()
+                          if self.partition_for(g.group_id) in self._shards)
+        return tuple(g for g in listed.values() if (not states or g.state.lower() in states)
+                     and (not types or g.group_type in types))
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
         """Kafka's DeleteGroups: an error code per group (INVALID_GROUP_ID, NOT_COORDINATOR, GROUP_ID_NOT_FOUND,
@@ -562,6 +568,8 @@ class GroupCoordinator:
                 shard.replay(-1, NO_PRODUCER_ID, key, None)
             for group_id in ids:
                 self.classic_groups.groups.pop(group_id, None)
+                if self.consumer_groups is not None and group_id in self.consumer_groups.groups:
+                    self.consumer_groups.delete(group_id)
                 log.info("group %r deleted", group_id)
                 results[group_id] = int(E.NONE)
         return results
@@ -570,6 +578,9 @@ class GroupCoordinator:
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return int(E.NOT_COORDINATOR)
+        modern = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
+        if modern is not None:
+            return int(E.NON_EMPTY_GROUP) if modern.members else None
         group = self.classic_groups.groups.get(group_id)
         if group is None:
             return None if shard.group_exists(group_id) else int(E.GROUP_ID_NOT_FOUND)
@@ -683,7 +694,7 @@ class GroupCoordinator:
                      skipped)
         # Requests parked on this partition's groups are answered NOT_COORDINATOR (clients look it up again), then
         # its groups come back as their records left them, every member's session restarted now.
-        self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
+        self._unload_groups(partition)
         now = self._clock()
         for group_id, group_value in groups.items():
             if group_value is not None and self.partition_for(group_id) == partition:
@@ -701,6 +712,14 @@ class GroupCoordinator:
         log.info("%s-%d loaded at coordinator epoch %d: %d groups", CONSUMER_OFFSETS_TOPIC, partition,
                  coordinator_epoch, len(self._shards[partition].committed))
 
+    def _unload_groups(self, partition: int) -> None:
+        """Forget the membership of the groups of ``partition`` (it is reloaded, or led elsewhere now)."""
+        def keep(group_id: str) -> bool:
+            return self.partition_for(group_id) != partition
+        self.classic_groups.unload(keep)
+        if self.consumer_groups is not None:
+            self.consumer_groups.unload(keep)
+
     def unload_partition(self, partition: int) -> bool:
         """Stop serving ``__consumer_offsets-<partition>`` (this broker no longer leads it: Kafka's
         ``onResignation``): its offsets and its groups' membership go (requests parked in a join or sync are
@@ -708,7 +727,7 @@ class GroupCoordinator:
         loaded."""
         if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
             raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
-        self.classic_groups.unload(lambda group_id: self.partition_for(group_id) != partition)
+        self._unload_groups(partition)
         self._epochs.pop(partition, None)
         if self._shards.pop(partition, None) is None:
             return False
