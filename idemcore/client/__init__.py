@@ -1,5 +1,5 @@
 """The clients: the idempotent and transactional producer (accumulator, drain kernel, sender, retries;
-docs/rules.md §3) and the consumer (read_committed or read_uncommitted, offsets in a group)."""
+docs/rules.md §3) and the consumer (read_committed or read_uncommitted, offsets in a group, group membership)."""
 
 from idemcore.client.batch import DeliveryError, RecordFuture, RecordMetadata
 from idemcore.client.config import ConfigError, ProducerConfig
@@ -10,9 +10,11 @@ from idemcore.client.consumer import (
     ConsumerError,
     ConsumerRecord,
     ConsumerTimeoutError,
+    IllegalStateError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from idemcore.client.group_member import ConsumerRebalanceListener, FencedInstanceIdError, GroupMemberError
 from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.client.producer import (
     BatchDeliveryError,
@@ -32,8 +34,9 @@ from idemcore.client.transactions import (
 )
 
 __all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
-           "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata", "ConsumerRecord", "ConsumerTimeoutError",
-           "DeliveryError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer", "ProducerClosedError",
-           "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata", "RecordTooLargeError",
-           "TransactionAbortableError", "TransactionError", "TransactionFatalError", "TransactionState",
-           "TransactionStateError", "TransactionTimeoutError"]
+           "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata", "ConsumerRebalanceListener",
+           "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError", "FencedInstanceIdError", "GroupMemberError",
+           "IllegalStateError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer",
+           "ProducerClosedError", "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata",
+           "RecordTooLargeError", "TransactionAbortableError", "TransactionError", "TransactionFatalError",
+           "TransactionState", "TransactionStateError", "TransactionTimeoutError"]

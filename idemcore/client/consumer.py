@@ -1,9 +1,14 @@
-"""Consumer: Kafka's consumer read path over a transport (a Broker used directly, or a simulated network).
+"""Consumer: Kafka's consumer read path over a transport (a Broker used directly, a simulated network, TCP).
 
-Partitions are assigned by the caller (Kafka's ``assign``; there is no group membership or rebalancing); a
-``group_id`` gives committed offsets (OffsetCommit, OffsetFetch) a home. There is no background thread: ``poll``
-and the blocking calls (``position``, ``commit``, ``committed``) send requests and let the transport's time pass
-(``tick``) while they wait, as the producer does.
+Partitions are either assigned by the caller (Kafka's ``assign``) or by the consumer group ``group_id`` after
+``subscribe`` (topics or a pattern): the consumer then joins the group through the classic protocol (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup; :mod:`idemcore.client.group_member`), with Kafka's assignors, a rebalance
+listener, ``enable_auto_commit`` (positions committed every ``auto_commit_interval_ms`` from ``poll``, and before
+partitions are revoked; with ``assign`` only ``commit`` commits) and ``max_poll_interval_ms``. The two ways are
+exclusive. A ``group_id`` gives committed offsets (OffsetCommit, OffsetFetch) a home. ``poll`` and the blocking
+calls (``position``, ``commit``, ``committed``) send requests and let the transport's time pass (``tick``) while
+they wait, as the producer does; a group member's heartbeats go from them too, or from a daemon heartbeat thread
+when the transport is ``thread_safe`` (TCP).
 
 Reading follows Kafka's ``FetchCollector`` and ``CompletedFetch``:
 
@@ -25,11 +30,13 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from idemcore.client.group_member import ConsumerGroupMetadata, ConsumerRebalanceListener, GroupMember
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
     EARLIEST_TIMESTAMP,
@@ -82,7 +89,12 @@ class NoOffsetForPartitionError(ConsumerError):
 
 
 class CommitFailedError(ConsumerError):
-    """The group coordinator refused an offset commit."""
+    """The group coordinator refused an offset commit (for a group member: the group rebalanced, the partitions
+    may belong to another member now)."""
+
+
+class IllegalStateError(ConsumerError):
+    """A call that does not fit how partitions are assigned (``assign`` and ``subscribe`` are exclusive)."""
 
 
 class ConsumerTimeoutError(ConsumerError, TimeoutError):
@@ -188,16 +200,22 @@ class _Retry(Exception):
 
 
 class Consumer:
-    """A Kafka consumer with manual assignment. ``transport``: a :class:`~idemcore.broker.Broker` (used directly) or
-    any :class:`~idemcore.net.transport.Transport`. Settings are Kafka's, in snake_case;
-    ``default_api_timeout_ms`` bounds the blocking calls, ``request_timeout_ms`` each request."""
+    """A Kafka consumer: partitions from ``assign``, or from its group after ``subscribe``. ``transport``: a
+    :class:`~idemcore.broker.Broker` (used directly) or any :class:`~idemcore.net.transport.Transport`. Settings
+    are Kafka's, in snake_case; ``default_api_timeout_ms`` bounds the blocking calls, ``request_timeout_ms`` each
+    request (a JoinGroup may wait ``max_poll_interval_ms``, the rebalance timeout, more)."""
 
     def __init__(self, transport: Transport | RequestHandler, group_id: str | None = None,
                  isolation_level: str = "read_committed", *, auto_offset_reset: str = "earliest",
                  max_poll_records: int = 500, fetch_max_bytes: int = 52_428_800,
                  max_partition_fetch_bytes: int = 1_048_576, request_timeout_ms: int = 30_000,
                  default_api_timeout_ms: int = 60_000, retry_backoff_ms: int = 100,
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None,
+                 partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000, group_instance_id: str | None = None,
+                 metadata_max_age_ms: int = 300_000) -> None:
         transport = as_transport(transport)
         if group_id is not None and (type(group_id) is not str or not group_id):
             raise (ValueError if type(group_id) is str else TypeError)(
@@ -211,10 +229,25 @@ class Consumer:
                                  ("max_partition_fetch_bytes", max_partition_fetch_bytes, 0),
                                  ("request_timeout_ms", request_timeout_ms, 1),
                                  ("default_api_timeout_ms", default_api_timeout_ms, 1),
-                                 ("retry_backoff_ms", retry_backoff_ms, 0)):
+                                 ("retry_backoff_ms", retry_backoff_ms, 0),
+                                 ("auto_commit_interval_ms", auto_commit_interval_ms, 1),
+                                 ("session_timeout_ms", session_timeout_ms, 1),
+                                 ("heartbeat_interval_ms", heartbeat_interval_ms, 1),
+                                 ("max_poll_interval_ms", max_poll_interval_ms, 1),
+                                 ("metadata_max_age_ms", metadata_max_age_ms, 0)):
             _check_int(name, value, low)
         if client_id is not None and type(client_id) is not str:
             raise TypeError(f"client_id must be a string or None, got {client_id!r}")
+        if type(enable_auto_commit) is not bool:
+            raise TypeError(f"enable_auto_commit must be True or False, got {enable_auto_commit!r}")
+        if group_instance_id is not None and (type(group_instance_id) is not str or not group_instance_id):
+            raise ValueError(f"group_instance_id must be a non-empty string or None, got {group_instance_id!r}")
+        if isinstance(partition_assignment_strategy, str) or not isinstance(partition_assignment_strategy, Iterable):
+            raise TypeError("partition_assignment_strategy must be a list of assignor names, got "
+                            f"{partition_assignment_strategy!r}")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be below session_timeout_ms "
+                             f"({session_timeout_ms})")
         self.transport: Transport = transport
         self.group_id = group_id
         self.isolation_level = isolation_level
@@ -237,20 +270,129 @@ class Consumer:
         self._fetch_errors: list[ConsumerError] = []
         self._position_errors: list[ConsumerError] = []
         self._closed = False
+        self.partition_assignment_strategy = tuple(partition_assignment_strategy)
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.group_instance_id = group_instance_id
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._manual = False  # partitions given by assign()
+        self._group: GroupMember | None = None  # made at the first subscribe
+        self._next_auto_commit_ms = transport.now_ms() + auto_commit_interval_ms  # Kafka's first: an interval on
+        if not self.partition_assignment_strategy or not all(
+                type(name) is str for name in self.partition_assignment_strategy):
+            raise ValueError("partition_assignment_strategy must name at least one assignor (by its protocol name), "
+                             f"got {self.partition_assignment_strategy!r}")
 
     # ------------------------------------------------------------ assignment and positions
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly ``partitions`` from now on; those assigned before keep their positions."""
+        """Read exactly ``partitions`` from now on; those assigned before keep their positions. Not while
+        subscribed (Kafka's rule)."""
         self._check_open()
+        if self._group is not None and self._group.subscribed:
+            raise IllegalStateError(f"consumer {self.client_id} is subscribed to "
+                                    f"{self._subscription_text()}: assign() and subscribe() are exclusive "
+                                    "(unsubscribe() first)")
         wanted = _partition_list("partitions", partitions)
         for topic, partition in wanted:
             count = self.transport.partition_count(topic)
             if not partition < count:
                 raise ValueError(f"partition {topic}-{partition} does not exist: {topic!r} has {count} partitions")
+        self._set_assignment(wanted)
+        self._manual = bool(wanted)
+
+    def _set_assignment(self, wanted: Iterable[TopicPartition]) -> None:
         old = self._partitions
         self._partitions = {tp: old.get(tp) or _Partition() for tp in wanted}
         self._ready = deque(tp for tp in self._ready if tp in self._partitions)
+
+    def _assign_from_group(self, partitions: Iterable[TopicPartition]) -> None:
+        """The group's assignment (the member calls it): kept partitions keep their positions, new ones start
+        from the committed offset, else ``auto_offset_reset``."""
+        self._set_assignment(sorted(partitions))
+
+    # ------------------------------------------------------------ group subscription
+
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str] | str,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join group ``group_id`` reading ``topics`` (a list), or every topic a pattern (a ``re.Pattern``, or a
+        string: Kafka's regex subscription) matches whole, rechecked at each metadata refresh; the group's
+        assignor decides the partitions. ``listener`` hears of revoked, assigned and lost partitions in
+        ``poll``. Replaces an earlier subscription; not with partitions from ``assign``."""
+        self._check_open()
+        if self.group_id is None:
+            raise ConsumerError(f"subscribe() needs a group_id: consumer {self.client_id} has none")
+        if self._manual:
+            raise IllegalStateError(f"consumer {self.client_id} has partitions from assign(): assign() and "
+                                    "subscribe() are exclusive (assign([]) first)")
+        pattern: re.Pattern[str] | None = None
+        names: frozenset[str] = frozenset()
+        if isinstance(topics, re.Pattern):
+            if not isinstance(topics.pattern, str):
+                raise TypeError(f"a subscription pattern must be a str pattern, got {topics.pattern!r:.80}")
+            pattern = topics
+        elif isinstance(topics, str):
+            try:
+                pattern = re.compile(topics)
+            except re.error as error:
+                raise ValueError(f"subscription pattern {topics!r:.80} is not a regular expression: {error}") from None
+        elif isinstance(topics, Iterable) and not isinstance(topics, bytes | Mapping):
+            listed = list(topics)
+            for topic in listed:
+                if type(topic) is not str or not topic:
+                    raise ValueError(f"a subscribed topic must be a non-empty string, got {topic!r:.80}")
+            names = frozenset(listed)
+        else:
+            raise TypeError(f"subscribe() takes a list of topics or a pattern, got {topics!r:.80}")
+        if pattern is None and not names:
+            self.unsubscribe()
+            return
+        for method in ("on_partitions_revoked", "on_partitions_assigned"):
+            if listener is not None and not callable(getattr(listener, method, None)):
+                raise TypeError(f"listener must have {method}(partitions), got {listener!r:.80}")
+        self._member().subscribe(names, pattern, listener)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (revoking the partitions it gave) and drop a manual assignment."""
+        self._check_open()
+        if self._group is not None and self._group.subscribed:
+            self._group.unsubscribe()
+        self._set_assignment(())
+        self._manual = False
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (a pattern's current matches)."""
+        self._check_open()
+        return self._group.subscription() if self._group is not None else set()
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """Who this consumer is in its group (for a transactional producer's ``send_offsets_to_transaction``)."""
+        group = self._group_of("consumer_group_metadata")
+        return self._member().metadata() if self._group is not None else ConsumerGroupMetadata(group)
+
+    def _member(self) -> GroupMember:
+        if self._group is None:
+            assert self.group_id is not None
+            self._group = GroupMember(
+                self, self.group_id, assignors=self.partition_assignment_strategy,
+                session_timeout_ms=self.session_timeout_ms, heartbeat_interval_ms=self.heartbeat_interval_ms,
+                max_poll_interval_ms=self.max_poll_interval_ms, group_instance_id=self.group_instance_id,
+                metadata_max_age_ms=self.metadata_max_age_ms, retry_backoff_ms=self.retry_backoff_ms,
+                request_timeout_ms=self.request_timeout_ms)
+        return self._group
+
+    def _subscription_text(self) -> str:
+        group = self._group
+        if group is None:
+            return "nothing"
+        return f"pattern {group.pattern.pattern!r}" if group.pattern is not None else f"{sorted(group.topics)}"
+
+    def _subscribed(self) -> GroupMember | None:
+        group = self._group
+        return group if group is not None and group.subscribed else None
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
@@ -312,16 +454,76 @@ class Consumer:
 
     def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned partitions, at most ``max_records`` (None: ``max_poll_records``), waiting up
-        to ``timeout_ms`` for some (0: without waiting, what the transport answers at once)."""
+        to ``timeout_ms`` for some (0: without waiting, what the transport answers at once). A subscribed consumer
+        also runs its group membership here: joining and rebalancing (the listener is called from here), heartbeats,
+        and auto commits; GroupMemberError when the group refuses it for good."""
         self._check_open()
         limit = self.max_poll_records if max_records is None else _check_int("max_records", max_records, 1)
         _check_int("timeout_ms", timeout_ms, 0)
         deadline = self.transport.now_ms() + timeout_ms
         while True:
+            group = self._subscribed()
+            if group is not None:
+                group.poll()
+                self._maybe_auto_commit()
             records = self._poll_once(limit)
             if records or self.transport.now_ms() >= deadline:
                 return records
             self.transport.tick()
+
+    def _maybe_auto_commit(self) -> None:
+        """Every ``auto_commit_interval_ms``: commit the positions without waiting (Kafka's
+        ``maybeAutoCommitOffsetsAsync``); a failure is logged, the next interval commits again."""
+        now = self.transport.now_ms()
+        if not self.enable_auto_commit or now < self._next_auto_commit_ms:
+            return
+        self._next_auto_commit_ms = now + self.auto_commit_interval_ms
+        request = self._commit_request(None, next(self._request_ids))
+        if request is None:
+            return
+
+        def answered(_: Request, response: Response, __: int) -> None:
+            failed = [r for r in getattr(response, "results", ()) if r.error_code != ErrorCode.NONE]
+            if failed or not isinstance(response, OffsetCommitResponse):
+                log.warning("%s: auto commit for group %s failed: %s", self.client_id, self.group_id,
+                            ", ".join(f"{r.topic}-{r.partition}: {_name(r.error_code)}" for r in failed)
+                            or type(response).__name__)
+                self._on_commit_errors([r.error_code for r in failed])
+
+        self._send(request, answered, _nothing)
+
+    def _commit_request(self, offsets: Mapping[TopicPartition, int] | None,
+                        request_id: int) -> OffsetCommitRequest | None:
+        assert self.group_id is not None
+        chosen = offsets if offsets is not None else {
+            tp: state.position for tp, state in self._partitions.items() if state.position is not None}
+        if not chosen:
+            return None
+        group = self._subscribed()
+        generation, member_id = group.generation() if group is not None else (-1, "")
+        entries = tuple(OffsetEntry(topic, partition, offset) for (topic, partition), offset in chosen.items())
+        return OffsetCommitRequest(self.group_id, entries, generation, member_id, request_id,
+                                   self.group_instance_id if group is not None else None)
+
+    def _on_commit_errors(self, codes: Iterable[int]) -> None:
+        """A commit refused for the member's generation: the generation is gone (Kafka's ``resetGeneration``)."""
+        group = self._subscribed()
+        if group is not None:
+            with group.lock:
+                if any(code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) for code in codes):
+                    group._reset_generation()
+                elif any(code == ErrorCode.REBALANCE_IN_PROGRESS for code in codes):
+                    group.request_rejoin("a commit found the group rebalancing")
+
+    def _commit_positions_sync(self, partitions: set[TopicPartition] | None = None) -> None:
+        """Commit the positions (of ``partitions``; None: every assigned one) now: before a revocation, on close."""
+        if partitions is None:
+            self.commit()
+            return
+        chosen = {tp: state.position for tp, state in self._partitions.items()
+                  if tp in partitions and state.position is not None}
+        if chosen:
+            self.commit(chosen)
 
     def _poll_once(self, limit: int) -> list[ConsumerRecord]:
         """Rounds while answers arrive at once and move positions without giving records (an aborted or
@@ -361,9 +563,11 @@ class Consumer:
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read, per partition) for the group; None: the positions of the
-        assigned partitions that have one. Blocks until the group coordinator has them; retriable errors are
-        retried, others raise :class:`CommitFailedError` naming the group and the partition."""
-        group = self._group("commit")
+        assigned partitions that have one. A subscribed consumer's commit carries its generation, member id and
+        instance id. Blocks until the group coordinator has them; retriable errors are retried, others raise
+        :class:`CommitFailedError` naming the group and the partition (for a member whose generation is gone: the
+        group rebalanced, and the member rejoins at its next poll)."""
+        group = self._group_of("commit")
         if offsets is None:
             chosen = {tp: state.position for tp, state in self._partitions.items() if state.position is not None}
         else:
@@ -375,7 +579,6 @@ class Consumer:
                 chosen[(topic, partition)] = _check_int(f"the offset of {topic}-{partition}", offset, 0)
         if not chosen:
             return
-        entries = tuple(OffsetEntry(topic, partition, offset) for (topic, partition), offset in chosen.items())
 
         def accept(response: Response) -> None:
             if not isinstance(response, OffsetCommitResponse):
@@ -387,17 +590,25 @@ class Consumer:
                     continue
                 if code is None or code in RETRIABLE_ERRORS:
                     raise _Retry(f"group {group} partition {topic}-{partition}: {_name(code)}")
+                self._on_commit_errors([code])
+                why = " (the group rebalanced: the partition may belong to another member now)" if code in (
+                    ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS,
+                    ErrorCode.FENCED_INSTANCE_ID) and self._subscribed() is not None else ""
                 raise CommitFailedError(f"committing offset {offset} for group {group} partition {topic}-{partition} "
-                                        f"failed: {_name(code)}")
+                                        f"failed: {_name(code)}{why}")
 
-        self._call(lambda request_id: OffsetCommitRequest(group, entries, request_id=request_id), accept,
-                   f"committing offsets for group {group}")
+        def build(request_id: int) -> OffsetCommitRequest:
+            request = self._commit_request(chosen, request_id)
+            assert request is not None
+            return request
+
+        self._call(build, accept, f"committing offsets for group {group}")
 
     def committed(self, partitions: Iterable[TopicPartition],
                   require_stable: bool = True) -> dict[TopicPartition, int | None]:
         """The group's committed offsets for ``partitions`` (None where it has none). ``require_stable``: wait while
         a transaction's offset commit for a partition is pending (UNSTABLE_OFFSET_COMMIT is retried)."""
-        group = self._group("committed")
+        group = self._group_of("committed")
         wanted = _partition_list("partitions", partitions)
         if type(require_stable) is not bool:
             raise TypeError(f"require_stable must be True or False, got {require_stable!r}")
@@ -408,7 +619,7 @@ class Consumer:
         return self._call(lambda request_id: OffsetFetchRequest(group, tuple(wanted), require_stable, request_id),
                           accept, f"the committed offsets of group {group}")
 
-    def _group(self, call: str) -> str:
+    def _group_of(self, call: str) -> str:
         self._check_open()
         if self.group_id is None:
             raise ConsumerError(f"{call}() needs a group_id: consumer {self.client_id} has none")
@@ -417,8 +628,15 @@ class Consumer:
     # ------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Drop what is in flight and fetched; every later call raises :class:`ConsumerClosedError`."""
-        if not self._closed:
+        """Leave the group (a subscribed consumer: auto commit first, revoke, LeaveGroup unless static), drop what
+        is in flight and fetched; every later call raises :class:`ConsumerClosedError`."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                self._group.close()
+        finally:
+            self._group = None
             self._closed = True
             self.transport.disconnect(self.client_id)
             self._inflight.clear()
@@ -444,6 +662,9 @@ class Consumer:
         the first error found for what the round was for, once every answer is handled (none is lost)."""
         self._receive()
         self._expire()
+        group = self._subscribed()
+        if group is not None:
+            group.drive()
         if positions or fetch:
             if positions:
                 self._request_positions()
@@ -766,5 +987,6 @@ def _partition_list(name: str, partitions: object) -> list[TopicPartition]:
     return list(chosen)
 
 
-__all__ = ["CommitFailedError", "Consumer", "ConsumerClosedError", "ConsumerError", "ConsumerRecord",
-           "ConsumerTimeoutError", "NoOffsetForPartitionError", "OffsetOutOfRangeError"]
+__all__ = ["CommitFailedError", "Consumer", "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata",
+           "ConsumerRebalanceListener", "ConsumerRecord", "ConsumerTimeoutError", "IllegalStateError",
+           "NoOffsetForPartitionError", "OffsetOutOfRangeError"]

@@ -1,0 +1,139 @@
+"""The heartbeat thread of idemcore's Consumer over TCP (TcpTransport is thread-safe) against
+:class:`~idemcore.broker.server.Server`: a member that does not poll for longer than its session timeout stays in the
+group (the thread heartbeats for it); a member that does not poll within ``max_poll_interval_ms`` leaves the group
+(the thread sends LeaveGroup), its partitions go to the others, and at its next poll it finds them lost and joins
+again; a static member's close leaves no LeaveGroup (its partitions wait for it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from idemcore import Broker
+from idemcore.broker.server import Server
+from idemcore.client.consumer import Consumer
+from idemcore.net.tcp import TcpTransport
+from idemcore.protocol.constants import TopicPartition
+
+TOPIC = "t"
+PARTITIONS = 4
+GROUP = "threaded"
+TIMEOUT_S = 40
+EVERY = {(TOPIC, p) for p in range(PARTITIONS)}
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
+    try:
+        with Server(broker, housekeeping_ms=100) as served:
+            yield served
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def made() -> Iterator[list[Consumer]]:
+    consumers: list[Consumer] = []
+    yield consumers
+    for consumer in consumers:
+        transport = consumer.transport
+        consumer.close()
+        transport.close()  # type: ignore[attr-defined]
+
+
+class Lost:
+    def __init__(self) -> None:
+        self.lost: list[set[TopicPartition]] = []
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        pass
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        pass
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.lost.append(partitions)
+
+
+def member(server: Server, made: list[Consumer], name: str, **settings: object) -> Consumer:
+    consumer = Consumer(TcpTransport(server.bootstrap, client_id=name), group_id=GROUP, client_id=name,
+                        heartbeat_interval_ms=200, **settings)  # type: ignore[arg-type]
+    made.append(consumer)
+    return consumer
+
+
+def poll_until(consumers: list[Consumer], done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_S} s: " \
+                                            f"{[sorted(c.assignment()) for c in consumers]}"
+        for consumer in consumers:
+            consumer.poll(timeout_ms=20)
+
+
+def shared(consumers: list[Consumer]) -> bool:
+    held = [c.assignment() for c in consumers]
+    return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == EVERY
+
+
+def test_the_heartbeat_thread_keeps_a_member_that_does_not_poll_for_longer_than_its_session(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000)  # the broker's smallest (Kafka's default minimum)
+    b = member(server, made, "b", session_timeout_ms=6_000)
+    for consumer in (a, b):
+        consumer.subscribe([TOPIC])
+    poll_until([a, b], lambda: shared([a, b]), "sharing")
+    generation, held = a.consumer_group_metadata(), b.assignment()
+    end = time.monotonic() + 8  # more than a's session without a poll from a
+    while time.monotonic() < end:
+        b.poll(timeout_ms=50)
+    assert b.assignment() == held
+    a.poll(timeout_ms=0)
+    assert a.consumer_group_metadata() == generation
+
+
+def test_a_member_that_does_not_poll_in_time_leaves_and_finds_its_partitions_lost_at_its_next_poll(server, made):
+    listener = Lost()
+    # A session far longer than the test's wait: only the poll timeout can make a leave the group in time.
+    a = member(server, made, "a", session_timeout_ms=60_000, max_poll_interval_ms=1_500)
+    b = member(server, made, "b", session_timeout_ms=60_000, max_poll_interval_ms=60_000)
+    a.subscribe([TOPIC], listener)
+    b.subscribe([TOPIC])
+    poll_until([a, b], lambda: shared([a, b]), "sharing")
+    held = a.assignment()
+    poll_until([b], lambda: b.assignment() == EVERY, "b taking every partition after a's poll timeout")
+    assert listener.lost == []  # told in a's own poll, not from the heartbeat thread
+    poll_until([a, b], lambda: shared([a, b]), "a back in the group")
+    assert listener.lost == [held]
+
+
+def test_a_static_member_closes_without_leaving_the_group(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000, group_instance_id="a-1")
+    b = member(server, made, "b", session_timeout_ms=6_000)
+    for consumer in (a, b):
+        consumer.subscribe([TOPIC])
+    poll_until([a, b], lambda: shared([a, b]), "sharing")
+    held = b.assignment()
+    made.remove(a)
+    transport = a.transport
+    a.close()
+    transport.close()  # type: ignore[attr-defined]
+    end = time.monotonic() + 2  # well within a's session: no rebalance, b keeps its share
+    while time.monotonic() < end:
+        b.poll(timeout_ms=50)
+    assert b.assignment() == held
+    generation = b.consumer_group_metadata().generation_id
+    again = member(server, made, "a2", session_timeout_ms=6_000, group_instance_id="a-1")
+    again.subscribe([TOPIC])
+    poll_until([again, b], lambda: again.assignment() == EVERY - held, "the static member back with its share")
+    assert again.consumer_group_metadata().generation_id == generation == b.consumer_group_metadata().generation_id
+    assert b.assignment() == held
+
+
+def test_a_pattern_subscription_over_tcp_matches_the_clusters_topics(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000)
+    a.subscribe(r"[st]")  # a string is a pattern, matched whole: "t", not "__consumer_offsets"
+    poll_until([a], lambda: a.assignment() == EVERY, "a taking every partition of t")
+    assert a.subscription() == {TOPIC}
