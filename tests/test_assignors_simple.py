@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemcore.client.assignors import ASSIGNOR_NAMES, EAGER, make_assignor
-from idemcore.protocol.consumer_protocol import Subscription
+from idemcore.net.consumer_protocol import Subscription
 
 T1, T2 = "topic1", "topic2"
 
@@ -206,7 +206,7 @@ def test_range_and_roundrobin_agree_with_kafka_python(group: dict, counts: dict[
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
-    from idemcore.protocol.consumer_protocol import encode_assignment
+    from idemcore.net.consumer_protocol import encode_assignment
 
     # dynamic members only, and for round robin one subscription: kafka-python 3.0 mixes up static and dynamic
     # members (itertools.groupby on unsorted input) and fails on skipped members (a tuple for a member id)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as PeerAssignment
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as PeerSubscription
 
-from idemcore.protocol.consumer_protocol import (
+from idemcore.net.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
     ConsumerProtocolError,

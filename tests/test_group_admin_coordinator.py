@@ -11,10 +11,10 @@ from idemcore.broker.group import GroupCoordinator
 from idemcore.broker.group.group_metadata_log import encode_group_key
 from idemcore.broker.group.membership import GroupState
 from idemcore.broker.group.offsets_log import decode_key, encode_key
+from idemcore.net.consumer_protocol import Subscription, encode_subscription
 from idemcore.net.group_admin import DEAD, DescribedGroup, ListedGroup
 from idemcore.net.messages import OffsetEntry
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.consumer_protocol import Subscription, encode_subscription
 
 from .test_group_membership import PARTITIONS, Clock, FakeLog, join, leave, new_member, settle, sync
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from idemcore.broker.group import GroupCoordinator
 from idemcore.broker.group.membership import GroupState
+from idemcore.net.consumer_protocol import Subscription, encode_subscription
 from idemcore.net.messages import OffsetEntry
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.consumer_protocol import Subscription, encode_subscription
 
 from .test_group_admin_coordinator import FailingLog, make, stable
 from .test_group_membership import T0, Clock, G, join, leave

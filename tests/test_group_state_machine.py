@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemcore.broker.group.membership import GroupState
+from idemcore.net.consumer_protocol import Subscription, encode_subscription
 from idemcore.net.membership import (
     MEMBER_ID_REQUIRED,
     HeartbeatRequest,
@@ -26,7 +27,6 @@ from idemcore.net.membership import (
 )
 from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.consumer_protocol import Subscription, encode_subscription
 
 from .test_group_admin_coordinator import FailingLog, make
 from .test_group_durable import group_records

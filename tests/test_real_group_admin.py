@@ -216,7 +216,7 @@ def test_kafka_python_admin_lists_describes_deletes_offsets_and_the_group(server
 def test_aiokafka_admin_lists_and_describes_a_live_group(server, opened):
     """aiokafka 0.14's admin (ListGroups and DescribeGroups at its own, older versions; it has no DeleteGroups)."""
     aiokafka_admin = _required("aiokafka.admin", "aiokafka>=0.14")
-    from idemcore.protocol.consumer_protocol import decode_assignment
+    from idemcore.net.consumer_protocol import decode_assignment
 
     members, _ = live_group(server, opened)
     owned = sorted(sorted((tp.topic, tp.partition) for tp in member.assignment()) for member in members)

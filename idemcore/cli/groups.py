@@ -49,7 +49,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _assignment(protocol_type: str, data: bytes) -> str:
     """A member's assignment as ``topic-partition,...`` when it is the consumer protocol's, else its size."""
-    from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
+    from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
 
     if protocol_type != CONSUMER_PROTOCOL_TYPE:
         return f"{len(data)} bytes"

@@ -44,6 +44,16 @@ from typing import TYPE_CHECKING, Protocol, cast
 from idemcore.client.assignors import COOPERATIVE, EAGER, Assignor, make_assignor
 from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.errors import IdemcoreError
+from idemcore.net.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    Assignment,
+    ConsumerProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from idemcore.net.membership import (
     NO_GENERATION,
     UNKNOWN_MEMBER_ID,
@@ -68,16 +78,6 @@ from idemcore.net.messages import (
 from idemcore.net.transport import Transport, connection_broke
 from idemcore.protocol.codes import ErrorCode, error_name
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    Assignment,
-    ConsumerProtocolError,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 
 if TYPE_CHECKING:
     from idemcore.client.consumer import Consumer

@@ -75,6 +75,7 @@ from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.net.group_admin import CLASSIC, DEAD, DescribedGroup, DescribedMember, ListedGroup
 from idemcore.net.membership import (
     INVALID_SESSION_TIMEOUT,
@@ -98,7 +99,6 @@ from idemcore.protocol.constants import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
 )
-from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.record.stored import StoredBatch
 
 log = logging.getLogger(__name__)

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from idemcore.broker.group.group_metadata_log import GroupMetadataValue, MemberMetadata
+from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 from idemcore.net.membership import (
     INCONSISTENT_GROUP_PROTOCOL,
     MEMBER_ID_REQUIRED,
@@ -78,7 +79,6 @@ from idemcore.net.membership import (
 )
 from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Kafka's consumer partition assignors, by the protocol names of ``partition.assignment.strategy``: the group
-leader runs one over every member's :class:`~idemcore.protocol.consumer_protocol.Subscription`."""
+leader runs one over every member's :class:`~idemcore.net.consumer_protocol.Subscription`."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 #: Kafka's ``ConsumerPartitionAssignor.RebalanceProtocol``: EAGER revokes everything before a rebalance,
 #: COOPERATIVE (KIP-429) only what moves.

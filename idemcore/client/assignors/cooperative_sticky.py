@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from idemcore.client.assignors.base import COOPERATIVE, EAGER, to_assignments
 from idemcore.client.assignors.sticky_base import StickyBase
 from idemcore.client.assignors.sticky_owned import DEFAULT_GENERATION, MemberData
+from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 _GENERATION = struct.Struct(">i")
 

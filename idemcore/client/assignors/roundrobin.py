@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from idemcore.client.assignors.base import EAGER, NoUserData, sorted_members, to_assignments
+from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 
 class RoundRobinAssignor(NoUserData):

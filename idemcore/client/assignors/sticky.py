@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from idemcore.client.assignors.base import EAGER
 from idemcore.client.assignors.sticky_base import StickyBase
 from idemcore.client.assignors.sticky_owned import DEFAULT_GENERATION, MemberData
+from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _KAFKA_PYTHON_V1 = b"\x00\x01"  # the version kafka-python puts before its V1 user data

@@ -11,8 +11,8 @@ from idemcore.client.assignors.base import to_assignments
 from idemcore.client.assignors.sticky_constrained import constrained_assign
 from idemcore.client.assignors.sticky_general import general_assign
 from idemcore.client.assignors.sticky_owned import MemberData, previous_owners
+from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
-from idemcore.protocol.consumer_protocol import Assignment, Subscription
 
 
 class StickyBase:
