@@ -5,24 +5,38 @@ is lost rejoins without two members owning one partition."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from idemcore.broker import Broker
 from idemcore.client.consumer import Consumer, ConsumerClosedError, ConsumerError, IllegalStateError
 from idemcore.net.membership import JoinGroupRequest, SyncGroupRequest
-from idemcore.net.messages import Request, Response
+from idemcore.net.messages import Request
 from idemcore.protocol.constants import TopicPartition
-from tests.test_consumer_group_member import (  # noqa: F401 (setup is a fixture)
+from tests.test_consumer_group_member import (
     GROUP,
     MAX_TICKS,
+    PARTITIONS,
     TOPIC,
+    Clock,
     ClockedTransport,
     Recorder,
     every,
     exact_cover,
     member,
     run,
-    setup,
 )
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[Broker, ClockedTransport]]:
+    clock = Clock()
+    broker = Broker({TOPIC: PARTITIONS}, clock=clock, offsets_topic_partitions=3)
+    try:
+        yield broker, ClockedTransport(broker, clock)
+    finally:
+        broker.close()
 
 
 class Boom(Exception):
@@ -174,7 +188,7 @@ def test_a_lost_join_or_sync_is_given_up_and_the_member_rejoins_with_no_partitio
     transport.kinds, transport.holding = (kind,), True
     third = member(transport, "c2", request_timeout_ms=2_000)
     third.subscribe([TOPIC])
-    everyone = consumers + [third]
+    everyone = [*consumers, third]
     for _tick in range(300):  # the lost requests time out; nobody may own a partition another owns
         for consumer in everyone:
             consumer.poll(timeout_ms=0)

@@ -610,7 +610,7 @@ class GroupMember:
             return
         try:
             call(set(partitions))
-        except Exception as error:  # noqa: BLE001 (the user's code) finish the rebalance, raise it after (Kafka)
+        except Exception as error:  # the user's code: finish the rebalance, raise it after (Kafka)
             log.warning("%s: group %s: the rebalance listener's %s raised %r", self.consumer.client_id,
                         self.group_id, method, error)
             if self.listener_error is None:
