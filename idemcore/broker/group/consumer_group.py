@@ -183,7 +183,7 @@ class ConsumerGroups:
         if request.subscribed_topic_regex:
             try:
                 re.compile(request.subscribed_topic_regex)
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, or a deep nesting
                 regex = request.subscribed_topic_regex
                 return _error(INVALID_REGULAR_EXPRESSION, rid,
                               f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.")
