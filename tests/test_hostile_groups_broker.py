@@ -37,12 +37,13 @@ NAMES = st.sampled_from(["", "g", "h", "t", "__consumer_offsets", "ü" * 3, "x" 
 NULLABLE = st.none() | NAMES
 REGEX = st.none() | st.sampled_from(["", ".*", "t|__consumer_offsets", "(", "[", "a{99999999999}", "(?P<x>", "\\"])
 PARTITIONS = st.lists(st.tuples(NAMES, INT32), max_size=4).map(tuple)
-PROTOCOLS = st.lists(st.tuples(NAMES, st.sampled_from([b"", b"\x00", b"\xff" * 7, b"\x00\x03\x00\x00\x00\x01\x00\x01t"])),
-                     max_size=3).map(tuple)
+METADATA = st.sampled_from([b"", b"\x00", b"\xff" * 7, b"\x00\x03\x00\x00\x00\x01\x00\x01t"])
+PROTOCOLS = st.lists(st.tuples(NAMES, METADATA), max_size=3).map(tuple)
 
 REQUESTS = st.one_of(
     st.builds(DescribeGroupsRequest, st.lists(NAMES, max_size=3).map(tuple)),
-    st.builds(ListGroupsRequest, st.lists(NAMES | st.sampled_from(["Stable", "Empty", "stable"]), max_size=2).map(tuple),
+    st.builds(ListGroupsRequest,
+              st.lists(NAMES | st.sampled_from(["Stable", "Empty", "stable"]), max_size=2).map(tuple),
               st.lists(NAMES | st.sampled_from(["classic", "consumer", "CONSUMER"]), max_size=2).map(tuple)),
     st.builds(DeleteGroupsRequest, st.lists(NAMES, max_size=3).map(tuple)),
     st.builds(OffsetDeleteRequest, NAMES, PARTITIONS),
