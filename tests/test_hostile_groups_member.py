@@ -228,3 +228,72 @@ def test_close_and_commit_in_the_middle_of_a_rebalance(setup):
     for consumer in rest:
         consumer.close()
     assert GROUP
+
+
+class CommitsOnRevoke(Recorder):
+    """Kafka's usual listener: commit what was read before giving the partitions up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.consumer: Consumer | None = None
+        self.commits = 0
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        super().on_partitions_revoked(partitions)
+        assert self.consumer is not None
+        self.consumer.commit({tp: 1 for tp in partitions})
+        self.commits += 1
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_listener_that_commits_in_on_partitions_revoked_commits_and_the_group_settles(setup, strategy):
+    _broker, transport = setup
+    listener = CommitsOnRevoke()
+    first = member(transport, "c0", partition_assignment_strategy=[strategy], enable_auto_commit=False)
+    listener.consumer = first
+    first.subscribe([TOPIC], listener)
+    run(transport, [first], lambda: first.assignment() == every())
+    second = member(transport, "c1", partition_assignment_strategy=[strategy], enable_auto_commit=False)
+    second.subscribe([TOPIC])
+    both = [first, second]
+    run(transport, both, lambda: exact_cover(both, every()) and bool(second.assignment()))
+    assert listener.commits >= 1
+    revoked = listener.of("revoked")
+    assert first.committed(sorted(revoked)) == {tp: 1 for tp in revoked}
+    for consumer in both:
+        consumer.close()
+
+
+class ClosesOnAssign(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.consumer: Consumer | None = None
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        super().on_partitions_assigned(partitions)
+        assert self.consumer is not None
+        self.consumer.close()
+
+
+def test_a_listener_that_closes_the_consumer_leaves_it_closed_with_nothing_assigned(setup):
+    _broker, transport = setup
+    listener = ClosesOnAssign()
+    consumer = member(transport, "c0")
+    listener.consumer = consumer
+    consumer.subscribe([TOPIC], listener)
+    for _tick in range(MAX_TICKS):
+        try:
+            consumer.poll(timeout_ms=0)
+        except ConsumerClosedError:
+            break
+        if listener.events:
+            break
+        transport.tick()
+    assert listener.events, "never assigned"
+    assert consumer.assignment() == set()
+    with pytest.raises(ConsumerClosedError):
+        consumer.poll(timeout_ms=0)
+    other = member(transport, "c1")  # the closed member left: the other takes everything
+    other.subscribe([TOPIC])
+    run(transport, [other], lambda: other.assignment() == every())
+    other.close()
