@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from idemcore.broker import Broker
 from idemcore.net.consumer_group import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from idemcore.net.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from idemcore.net.group_admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -27,8 +28,16 @@ from idemcore.net.membership import (
     LeaveGroupRequest,
     LeavingMember,
     SyncGroupRequest,
+    SyncGroupResponse,
 )
-from idemcore.net.messages import MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetEntry
+from idemcore.net.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    OffsetCommitRequest,
+    OffsetEntry,
+    OffsetFetchRequest,
+    Pending,
+)
 from idemcore.protocol.codes import ErrorCode
 
 TOPIC = "t"
@@ -98,3 +107,71 @@ def test_delete_groups_racing_a_join_leaves_one_consistent_answer():
         assert dict(deleted.results) == {"g": ErrorCode.NON_EMPTY_GROUP}, (pending, deleted)
     finally:
         made.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def settled(broker: Broker, clock: Clock, pending: object) -> object:
+    for _ in range(200):  # past the initial rebalance delay
+        if not isinstance(pending, Pending) or pending.done:
+            break
+        clock.now += 100
+        broker.run_housekeeping()
+    return pending.response if isinstance(pending, Pending) else pending
+
+
+def test_delete_groups_between_join_sync_leave_and_rejoin_and_a_restart_after(tmp_path):
+    clock = Clock()
+    broker = Broker({TOPIC: 2}, data_dir=tmp_path, fsync=False, clock=clock, offsets_topic_partitions=1)
+    subscription = encode_subscription(Subscription((TOPIC,)))
+    protocols = (("range", subscription),)
+
+    def join(member_id: str) -> object:
+        return settled(broker, clock, broker.handle(JoinGroupRequest("g", 10_000, 10_000, "consumer", protocols,
+                                                                      member_id=member_id)))
+
+    def delete() -> int:
+        answer = broker.handle(DeleteGroupsRequest(("g",)))
+        assert isinstance(answer, DeleteGroupsResponse)
+        return dict(answer.results)["g"]
+
+    try:
+        first = join("")
+        assert isinstance(first, JoinGroupResponse) and first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        member_id = first.member_id
+        joined = join(member_id)
+        assert isinstance(joined, JoinGroupResponse) and joined.error_code == ErrorCode.NONE, joined
+        assert delete() == ErrorCode.NON_EMPTY_GROUP  # CompletingRebalance: the sync is still to come
+        assignment = encode_assignment(Assignment(((TOPIC, 0), (TOPIC, 1))))
+        synced = settled(broker, clock, broker.handle(
+            SyncGroupRequest("g", joined.generation_id, member_id, ((member_id, assignment),))))
+        assert isinstance(synced, SyncGroupResponse) and synced.error_code == ErrorCode.NONE, synced
+        committed = broker.handle(OffsetCommitRequest("g", (OffsetEntry(TOPIC, 0, 5),), joined.generation_id,
+                                                      member_id, 0, None))
+        assert committed.results[0].error_code == ErrorCode.NONE  # type: ignore[union-attr]
+        assert delete() == ErrorCode.NON_EMPTY_GROUP
+        broker.handle(LeaveGroupRequest("g", (LeavingMember(member_id),)))
+        assert delete() == ErrorCode.NONE
+        assert delete() == ErrorCode.GROUP_ID_NOT_FOUND
+        stale = join(member_id)  # the deleted group's member comes back with its old id
+        assert isinstance(stale, JoinGroupResponse) and stale.error_code == ErrorCode.UNKNOWN_MEMBER_ID, stale
+        again = join(join("").member_id)  # type: ignore[attr-defined]
+        assert isinstance(again, JoinGroupResponse) and again.error_code == ErrorCode.NONE
+        assert again.generation_id == 1, "a new group, not the deleted one's generation"
+        mine = ((again.member_id, assignment),)
+        settled(broker, clock, broker.handle(SyncGroupRequest("g", 1, again.member_id, mine)))
+        broker.close()
+        broker = Broker({TOPIC: 2}, data_dir=tmp_path, fsync=False, clock=clock, offsets_topic_partitions=1)
+        described = broker.handle(DescribeGroupsRequest(("g",)))
+        group = described.groups[0]  # type: ignore[union-attr]
+        assert group.state == "Stable" and [m.member_id for m in group.members] == [again.member_id], group
+        fetched = broker.handle(OffsetFetchRequest("g", ((TOPIC, 0),), False))
+        assert fetched.offsets[0].offset == -1, "the deleted group's offsets stay deleted"  # type: ignore[union-attr]
+    finally:
+        broker.close()
