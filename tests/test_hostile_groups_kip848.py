@@ -1,9 +1,12 @@
 """A hostile pass over KIP-848 consumer groups: a member that reports owning partitions it was never given gets
 none of them and holds nobody up; two members with one instance id (the second is refused
 UNRELEASED_INSTANCE_ID); a regex that would match ``__consumer_offsets`` does not (an explicit name does, as
-Kafka's); a regex too large for Python's ``re`` is answered INVALID_REGULAR_EXPRESSION."""
+Kafka's); the regex is RE2's (Kafka's RE2/J): refused patterns answered INVALID_REGULAR_EXPRESSION, never raised, and no
+pattern stalls the broker."""
 
 from __future__ import annotations
+
+import threading
 
 from idemcore.broker import Broker
 from idemcore.broker.group.consumer_group import INVALID_REGULAR_EXPRESSION
@@ -52,9 +55,31 @@ def test_a_regex_never_matches_internal_topics_and_a_huge_one_is_refused():
         internal = broker.handle(Hb("h", "r", 0, rebalance_timeout_ms=5_000,
                                     subscribed_topic_regex="__consumer_offsets", owned_partitions=()))
         assert internal.error_code == E.NONE and internal.assignment == (), internal  # type: ignore[union-attr]
+        for refused in ("a{1001}", "(a)\\1", "(?=t)t", "orders("):  # RE2's limits, as Kafka's RE2/J
+            answer = broker.handle(Hb("k", "r", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex=refused,
+                                      owned_partitions=()))
+            assert answer.error_code == INVALID_REGULAR_EXPRESSION, (refused, answer)  # type: ignore[union-attr]
+            message = answer.error_message or ""  # type: ignore[union-attr]
+            assert refused in message and "\n" not in message
         huge = broker.handle(Hb("k", "r", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="a{99999999999}",
-                                owned_partitions=()))
-        assert huge.error_code == INVALID_REGULAR_EXPRESSION, huge  # type: ignore[union-attr]
-        assert "a{99999999999}" in (huge.error_message or "")  # type: ignore[union-attr]
+                                owned_partitions=()))  # Python's re raised OverflowError out of Broker.handle
+        assert huge.error_code in (E.NONE, INVALID_REGULAR_EXPRESSION), huge  # type: ignore[union-attr]
+    finally:
+        broker.close()
+
+
+def test_a_catastrophically_backtracking_regex_cannot_stall_the_broker():
+    """``(a+)+b`` against a name of 40 ``a``: Python's ``re`` backtracks for hours; RE2 answers at once. The
+    heartbeat runs in a thread so that a regression fails the test (after a generous bound) instead of hanging it."""
+    broker = Broker({"a" * 40: 1}, offsets_topic_partitions=3)
+    answers: list[object] = []
+    try:
+        worker = threading.Thread(target=lambda: answers.append(broker.handle(
+            Hb("g", "r", 0, rebalance_timeout_ms=5_000, subscribed_topic_regex="(a+)+b", owned_partitions=()))),
+            daemon=True)
+        worker.start()
+        worker.join(timeout=120)
+        assert answers, "the broker was stuck matching the regex"
+        assert answers[0].error_code == E.NONE and answers[0].assignment == ()  # type: ignore[attr-defined]
     finally:
         broker.close()
