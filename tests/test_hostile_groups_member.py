@@ -136,6 +136,14 @@ def test_misuse_is_refused_with_one_line_errors_naming_the_value(setup):
         on_partitions_revoked = on_partitions_assigned = 3
     with pytest.raises(TypeError, match="on_partitions_revoked"):
         consumer.subscribe([TOPIC], NotCallable())  # type: ignore[arg-type]
+    class JunkLost(HalfListener):
+        on_partitions_lost = "later"
+
+        def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="on_partitions_lost must be callable or absent, got 'later'"):
+        consumer.subscribe([TOPIC], JunkLost())  # type: ignore[arg-type]
     for bad in (b"t", {"t": 1}, 3, None):
         with pytest.raises(TypeError) as caught:
             consumer.subscribe(bad)  # type: ignore[arg-type]
