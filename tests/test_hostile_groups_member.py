@@ -11,6 +11,7 @@ import pytest
 
 from idemcore.broker import Broker
 from idemcore.client.consumer import Consumer, ConsumerClosedError, ConsumerError, IllegalStateError
+from idemcore.client.group_member import FencedInstanceIdError
 from idemcore.net.membership import JoinGroupRequest, SyncGroupRequest
 from idemcore.net.messages import Request
 from idemcore.protocol.constants import TopicPartition
@@ -305,3 +306,32 @@ def test_a_listener_that_closes_the_consumer_leaves_it_closed_with_nothing_assig
     other.subscribe([TOPIC])
     run(transport, [other], lambda: other.assignment() == every())
     other.close()
+
+
+def test_two_consumers_with_one_instance_id_the_first_is_fenced_and_no_partition_is_owned_twice(setup):
+    _broker, transport = setup
+    first = member(transport, "c0", group_instance_id="box")
+    first.subscribe([TOPIC])
+    run(transport, [first], lambda: first.assignment() == every())
+    second = member(transport, "c1", group_instance_id="box")
+    second.subscribe([TOPIC])
+    fenced: list[Exception] = []
+    for _tick in range(MAX_TICKS):
+        for consumer in (second, first):
+            if consumer is first and fenced:
+                continue
+            try:
+                consumer.poll(timeout_ms=0)
+            except FencedInstanceIdError as error:
+                fenced.append(error)
+        if fenced and second.assignment() == every():
+            break
+        transport.tick()
+    else:
+        raise AssertionError(f"not settled: {sorted(first.assignment())} {sorted(second.assignment())} {fenced}")
+    assert "'box'" in str(fenced[0]) and "\n" not in str(fenced[0])
+    with pytest.raises(FencedInstanceIdError):
+        first.poll(timeout_ms=0)  # fatal: raised again, never a silent rejoin
+    assert first.consumer_group_metadata().member_id != second.consumer_group_metadata().member_id
+    second.close()
+    first.close()
