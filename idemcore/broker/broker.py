@@ -502,7 +502,7 @@ class Broker:
                                        offsets_partitions=partitions,
                                        partition_exists=self._serves, **self.group_coordinator_settings())
         for partition in range(partitions):
-            coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches)
+            coordinator.load(partition, self.log(CONSUMER_OFFSETS_TOPIC, partition).batches, skip_damaged=True)
         self._group_coordinator = coordinator
 
     def _partition_opened(self, partition: Partition, config: TopicConfig) -> None:

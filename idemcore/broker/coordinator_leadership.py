@@ -120,7 +120,7 @@ class CoordinatorLeadership:
         for partition in leaders:  # groups first: a transaction's load may write markers to their partitions
             if partition.topic == CONSUMER_OFFSETS_TOPIC and self._fits(partition, self.group_coordinator):
                 self.group_coordinator.load_partition(partition.partition, partition.log.batches,
-                                                      partition.leader_epoch)
+                                                      partition.leader_epoch, skip_damaged=True)
         for partition in leaders:
             if partition.topic == TRANSACTION_STATE_TOPIC and self._fits(partition, self.txn_coordinator):
                 records = [(key, value) for _, key, value, _ in partition.log.records() if key is not None]

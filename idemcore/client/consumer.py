@@ -353,6 +353,9 @@ class Consumer:
         for method in ("on_partitions_revoked", "on_partitions_assigned"):
             if listener is not None and not callable(getattr(listener, method, None)):
                 raise TypeError(f"listener must have {method}(partitions), got {listener!r:.80}")
+        lost = getattr(listener, "on_partitions_lost", None)  # optional (Kafka's default: revoked), not junk
+        if lost is not None and not callable(lost):
+            raise TypeError(f"listener's on_partitions_lost must be callable or absent, got {lost!r:.80}")
         self._member().subscribe(names, pattern, listener)
 
     def unsubscribe(self) -> None:

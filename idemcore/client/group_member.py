@@ -230,6 +230,7 @@ class GroupMember:
         self.left_for_poll_timeout = False
         self.synced: tuple[int, str, bytes] | None = None  # (generation, protocol, assignment) to apply in poll
         self.fatal: GroupMemberError | None = None
+        self.listener_error: Exception | None = None  # the first a listener raised, raised from poll
         now = self.transport.now_ms()
         self.last_poll_ms = now
         self.next_heartbeat_ms = now
@@ -288,7 +289,21 @@ class GroupMember:
 
     def poll(self) -> bool:
         """One step of the user's ``poll``: answers, heartbeats, metadata, joining; listener callbacks. True when
-        the member is in a stable generation (its assignment is current)."""
+        the member is in a stable generation (its assignment is current). A listener that raised is raised from
+        here once the step is done (Kafka's ``onJoinComplete`` finishes the rebalance, then throws)."""
+        with self.lock:
+            try:
+                return self._poll_step()
+            finally:
+                self.raise_listener_error()
+
+    def raise_listener_error(self) -> None:
+        """Raise (once) the first error a listener raised since the last call."""
+        error, self.listener_error = self.listener_error, None
+        if error is not None:
+            raise error
+
+    def _poll_step(self) -> bool:
         with self.lock:
             self.last_poll_ms = self.transport.now_ms()
             if self.left_for_poll_timeout:
@@ -591,8 +606,15 @@ class GroupMember:
         call = getattr(listener, method, None)
         if call is None and method == "on_partitions_lost":  # Kafka's default: treat them as revoked
             call = getattr(listener, "on_partitions_revoked", None)
-        if call is not None:
+        if call is None:
+            return
+        try:
             call(set(partitions))
+        except Exception as error:  # the user's code: finish the rebalance, raise it after (Kafka)
+            log.warning("%s: group %s: the rebalance listener's %s raised %r", self.consumer.client_id,
+                        self.group_id, method, error)
+            if self.listener_error is None:
+                self.listener_error = error
 
     # ------------------------------------------------------------ metadata
 
@@ -719,6 +741,7 @@ class GroupMember:
             self.lost_pending = False
             self.topics, self.pattern, self.matched, self.joined_topics = frozenset(), None, frozenset(), frozenset()
             self.synced = None
+            self.raise_listener_error()
 
     def _leave_prepare(self) -> None:
         owned = self.consumer.assignment()
@@ -731,27 +754,31 @@ class GroupMember:
         self._call_listener("on_partitions_revoked", owned)
 
     def close(self) -> None:
-        """Revoke, leave (a dynamic member), wait a bounded time for the LeaveGroup to be sent, stop the thread."""
-        with self.lock:
-            if self.subscribed:
-                if self.consumer.enable_auto_commit and self.generation_id != NO_GENERATION \
-                        and self.consumer.assignment():
-                    self._commit_before_revoke()
-                self._leave_prepare()
-                self._leave("the consumer is closing")
-                deadline = self.transport.now_ms() + min(_LEAVE_WAIT_MS, self.request_timeout_ms)
-                for _ in _bounded():
-                    if not self.channel.busy(LeaveGroupRequest) or self.transport.now_ms() >= deadline:
-                        break
-                    self.transport.tick()
-                    self.channel.receive()
-        self.stop.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout=5)
-        with self.lock:
-            self.channel.drop()
-            if self.heartbeats is not self.channel:
-                self.heartbeats.drop()
+        """Revoke, leave (a dynamic member), wait a bounded time for the LeaveGroup to be sent, stop the thread
+        (whatever failed before: the thread never outlives the close); then raise what a listener raised."""
+        try:
+            with self.lock:
+                if self.subscribed:
+                    if self.consumer.enable_auto_commit and self.generation_id != NO_GENERATION \
+                            and self.consumer.assignment():
+                        self._commit_before_revoke()
+                    self._leave_prepare()
+                    self._leave("the consumer is closing")
+                    deadline = self.transport.now_ms() + min(_LEAVE_WAIT_MS, self.request_timeout_ms)
+                    for _ in _bounded():
+                        if not self.channel.busy(LeaveGroupRequest) or self.transport.now_ms() >= deadline:
+                            break
+                        self.transport.tick()
+                        self.channel.receive()
+        finally:
+            self.stop.set()
+            if self.thread is not None and self.thread is not threading.current_thread():
+                self.thread.join(timeout=5)
+            with self.lock:
+                self.channel.drop()
+                if self.heartbeats is not self.channel:
+                    self.heartbeats.drop()
+        self.raise_listener_error()
 
 
 def _bounded(limit: int = 1_000_000) -> Iterator[int]:

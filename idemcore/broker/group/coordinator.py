@@ -653,13 +653,16 @@ class GroupCoordinator:
         if shard is not None:
             shard.end_transaction(producer_id, committed)
 
-    def load(self, partition: int, stored_batches: Iterable[StoredBatch]) -> None:
+    def load(self, partition: int, stored_batches: Iterable[StoredBatch], *, skip_damaged: bool = False) -> None:
         """Serve ``__consumer_offsets-<partition>``, its state rebuilt from its batches in offset order: plain
         commits, transactional ones (pending until their producer's marker) and markers; a tombstone deletes.
         Classic groups come back from their last GroupMetadata record (a tombstone deletes): with members,
         Stable, every member's session restarted at load time, so members that keep heartbeating stay in their
         generation. Records of other types (key version 3 and up) are skipped. Raises OffsetLogFormatError
-        for a record this reader cannot decode; the partition's state is then unchanged."""
+        for a record this reader cannot decode; the partition's state is then unchanged. ``skip_damaged`` (the
+        broker's own loads): such a record is skipped instead, with one error line naming the partition and the
+        offset, and its group keeps what its earlier records said (Kafka fails the partition's load, which for a
+        broker with no other replica would leave every group of the partition without a coordinator)."""
         if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
             raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
         shard = OffsetShard()
@@ -676,9 +679,9 @@ class GroupCoordinator:
             keys = batch.keys if batch.keys is not None else (None,) * batch.record_count
             for offset, key, value in zip(stored.offsets(), keys, batch.values, strict=True):
                 where = f"{CONSUMER_OFFSETS_TOPIC}-{partition} at offset {offset}"
-                if key is None:
-                    raise OffsetLogFormatError(f"{where}: a record without a key")
                 try:
+                    if key is None:
+                        raise OffsetLogFormatError("a record without a key")
                     decoded = decode_key(key)
                     if isinstance(decoded, GroupMetadataKey):
                         groups[decoded.group] = decode_group_value(value)  # the last one wins
@@ -688,7 +691,9 @@ class GroupCoordinator:
                         continue
                     shard.replay(offset, producer_id, decoded, decode_value(value))
                 except OffsetLogFormatError as exc:
-                    raise OffsetLogFormatError(f"{where}: {exc}") from None
+                    if not skip_damaged:
+                        raise OffsetLogFormatError(f"{where}: {exc}") from None
+                    log.error("%s: a damaged record is skipped: %s", where, exc)
         if skipped:
             log.info("%s-%d: skipped %d records that are not offset commits", CONSUMER_OFFSETS_TOPIC, partition,
                      skipped)
@@ -702,12 +707,13 @@ class GroupCoordinator:
         self._shards[partition] = shard
         self._epochs[partition] = 0
 
-    def load_partition(self, partition: int, stored_batches: Iterable[StoredBatch], coordinator_epoch: int) -> None:
+    def load_partition(self, partition: int, stored_batches: Iterable[StoredBatch], coordinator_epoch: int, *,
+                       skip_damaged: bool = False) -> None:
         """Serve ``__consumer_offsets-<partition>`` from now on: this broker became its leader at leader epoch
         ``coordinator_epoch`` (Kafka's ``GroupCoordinator.onElection``); its state rebuilt as :meth:`load` does."""
         if type(coordinator_epoch) is not int or coordinator_epoch < 0:
             raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
-        self.load(partition, stored_batches)
+        self.load(partition, stored_batches, skip_damaged=skip_damaged)
         self._epochs[partition] = coordinator_epoch
         log.info("%s-%d loaded at coordinator epoch %d: %d groups", CONSUMER_OFFSETS_TOPIC, partition,
                  coordinator_epoch, len(self._shards[partition].committed))
