@@ -26,10 +26,10 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor  # noqa: E4
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor  # noqa: E402
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor  # noqa: E402
 
-from idemcore import Broker  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
 from idemcore.client.consumer import Consumer  # noqa: E402
 from idemcore.net.tcp import TcpTransport  # noqa: E402
+from tests.served_groups import served_broker  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 6
@@ -42,12 +42,8 @@ HEARTBEAT_MS = 300
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
-    try:
-        with Server(broker, housekeeping_ms=100) as served:
-            yield served
-    finally:
-        broker.close()
+    with served_broker({TOPIC: PARTITIONS}) as served:
+        yield served
 
 
 class Member:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from idemcore import Broker
 from idemcore.broker.server import Server
 from idemcore.client.consumer import Consumer
 from idemcore.net.tcp import TcpTransport
 from idemcore.protocol.constants import TopicPartition
+from tests.served_groups import served_broker
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -26,12 +26,8 @@ EVERY = {(TOPIC, p) for p in range(PARTITIONS)}
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
-    try:
-        with Server(broker, housekeeping_ms=100) as served:
-            yield served
-    finally:
-        broker.close()
+    with served_broker({TOPIC: PARTITIONS}) as served:
+        yield served
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from idemcore import Broker  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
+from tests.served_groups import closing, served_broker  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -27,25 +27,15 @@ TIMEOUT_S = 40
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    """A served broker (in memory) whose timers run every 100 ms (group sessions and rebalances)."""
-    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
-    try:
-        with Server(broker, housekeeping_ms=100) as served:
-            yield served
-    finally:
-        broker.close()
+    with served_broker({TOPIC: PARTITIONS}) as served:
+        yield served
 
 
 @pytest.fixture
 def opened() -> Iterator[list[Any]]:
-    """Consumers to close before the server stops (librdkafka otherwise keeps reconnecting to a closed port)."""
-    consumers: list[Any] = []
-    yield consumers
-    for consumer in reversed(consumers):
-        try:
-            consumer.close()
-        except RuntimeError:  # already closed by the test
-            pass
+    clients: list[Any] = []
+    yield clients
+    closing(clients)
 
 
 def consumer(server: Server, opened: list[Any]) -> Any:

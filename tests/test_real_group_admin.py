@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from idemcore import Broker
 from idemcore.broker.server import Server
+from tests.served_groups import closing, served_broker
 
 
 def _required(module: str, package: str) -> Any:
@@ -43,25 +43,15 @@ TIMEOUT_S = 40
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    """A served broker (in memory) whose timers run every 100 ms (group sessions and rebalances)."""
-    broker = Broker({TOPIC: PARTITIONS, OTHER: 1}, offsets_topic_partitions=3)
-    try:
-        with Server(broker, housekeeping_ms=100) as served:
-            yield served
-    finally:
-        broker.close()
+    with served_broker({TOPIC: PARTITIONS, OTHER: 1}) as served:
+        yield served
 
 
 @pytest.fixture
 def opened() -> Iterator[list[Any]]:
-    """Clients to close before the server stops (librdkafka otherwise keeps reconnecting to a closed port)."""
     clients: list[Any] = []
     yield clients
-    for client in reversed(clients):
-        try:
-            client.close()
-        except RuntimeError:  # a consumer the test closed already
-            pass
+    closing(clients)
 
 
 def until(done: Callable[[], Any], what: str, members: list[Any] = ()) -> Any:  # type: ignore[assignment]

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from idemcore import Broker  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
+from tests.served_groups import closing, served_broker  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -28,25 +29,15 @@ RECORDS_PER_PARTITION = 5
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    """A served broker (in memory) whose timers run every 100 ms, telling members to heartbeat every 200 ms."""
-    broker = Broker({TOPIC: PARTITIONS}, offsets_topic_partitions=3)
-    broker.consumer_groups.heartbeat_interval_ms = 200
-    try:
-        with Server(broker, housekeeping_ms=100) as served:
-            yield served
-    finally:
-        broker.close()
+    with served_broker({TOPIC: PARTITIONS}, heartbeat_interval_ms=200) as served:
+        yield served
 
 
 @pytest.fixture
 def opened() -> Iterator[list[Any]]:
-    consumers: list[Any] = []
-    yield consumers
-    for consumer in reversed(consumers):
-        try:
-            consumer.close()
-        except RuntimeError:  # already closed by the test
-            pass
+    clients: list[Any] = []
+    yield clients
+    closing(clients)
 
 
 def consumer(server: Server, opened: list[Any], assignor: str) -> Any:

@@ -20,6 +20,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from idemcore import Broker  # noqa: E402
 from idemcore.broker.group.membership import GroupState  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
+from tests.served_groups import closing  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -41,13 +42,9 @@ class Served:
 
 @pytest.fixture
 def opened() -> Iterator[list[Any]]:
-    consumers: list[Any] = []
-    yield consumers
-    for consumer in reversed(consumers):
-        try:
-            consumer.close()
-        except RuntimeError:
-            pass
+    clients: list[Any] = []
+    yield clients
+    closing(clients)
 
 
 def consumer(bootstrap: str, instance: str, events: list[tuple[str, str, frozenset[int]]],
