@@ -185,6 +185,8 @@ class _Partition:
     steps: list[_Step] = field(default_factory=list)  # fetched, not yet returned
     next_step: int = 0
     not_before: int = 0  # after a retriable error: no new request before this time
+    #: By ``pause``: not fetched, and what was fetched before is held until ``resume``.
+    paused: bool = False
 
 
 @dataclass(slots=True)
@@ -400,6 +402,23 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
 
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` (each assigned, else ValueError naming it) and stop fetching
+        them, keeping their positions: Kafka's flow control. Records fetched before are held for ``resume``. A
+        partition the group takes away is forgotten with its paused state; the group is not told (heartbeats go
+        on)."""
+        for topic, partition in _partition_list("partitions", partitions):
+            self._state(topic, partition).paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch and return ``partitions`` (each assigned, else ValueError) again from their positions."""
+        for topic, partition in _partition_list("partitions", partitions):
+            self._state(topic, partition).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        """The assigned partitions ``pause`` stopped."""
+        return {tp for tp, state in self._partitions.items() if state.paused}
+
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read ``topic``-``partition`` from ``offset`` at the next poll."""
         state = self._state(topic, partition)
@@ -547,9 +566,13 @@ class Consumer:
     def _drain(self, records: list[ConsumerRecord], limit: int) -> None:
         """Move fetched steps to ``records`` in arrival order, partition by partition, as Kafka's FetchCollector:
         positions advance with them; the steps after the ``limit``-th record wait for the next poll."""
+        held: list[TopicPartition] = []
         while self._ready and len(records) < limit:
             tp = self._ready[0]
             state = self._partitions[tp]
+            if state.paused:  # kept, in arrival order, for after resume (Kafka's pausedCompletedFetches)
+                held.append(self._ready.popleft())
+                continue
             steps = state.steps
             while state.next_step < len(steps) and len(records) < limit:
                 position, record = steps[state.next_step]
@@ -561,6 +584,7 @@ class Consumer:
             if state.next_step == len(steps):
                 state.steps, state.next_step = [], 0
                 self._ready.popleft()
+        self._ready.extendleft(reversed(held))
 
     # ------------------------------------------------------------ offsets of the group
 
@@ -863,7 +887,7 @@ class Consumer:
         now = self.transport.now_ms()
         wanted = [(tp, state) for tp, state in self._partitions.items()
                   if state.position is not None and state.fetching is None and not state.steps
-                  and now >= state.not_before]
+                  and now >= state.not_before and not state.paused]
         if not wanted:
             return
         request_id = next(self._request_ids)
