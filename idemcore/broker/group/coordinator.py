@@ -41,7 +41,9 @@ Empty groups left without offsets are deleted, all with tombstones.
 
 Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
-:meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes.
+:meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes. The
+consumer-protocol (KIP-848) groups of the same partitions (:attr:`consumer_groups`, made by the broker at the
+first ConsumerGroupHeartbeat) are listed, deleted and unloaded with the classic ones.
 
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
