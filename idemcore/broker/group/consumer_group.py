@@ -535,7 +535,7 @@ def _update(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest)
         member.subscribed_topic_names = tuple(dict.fromkeys(request.subscribed_topic_names))
     if request.subscribed_topic_regex is not None:  # "": none (librdkafka sends it with the names)
         member.subscribed_topic_regex = request.subscribed_topic_regex or None
-    if request.member_epoch == JOIN_EPOCH:  # kept from the (re)joining heartbeat, as Kafka keeps them
+    if request.member_epoch == JOIN_EPOCH:  # kept from the (re)joining heartbeat: an in-process call has none
         member.client_id, member.client_host = request.client_id, request.client_host
 
 
