@@ -3,7 +3,8 @@ with librdkafka (confluent-kafka) consumers of ``group.protocol=consumer``: two 
 4-partition topic exactly (with the server assignors ``uniform`` and ``range``), read every record once, commit
 their offsets with their member epochs, and when one closes the others take its partitions; a subscription change
 brings a second topic; a regex subscription is resolved by the coordinator; a static member comes back to its
-partitions; a member the coordinator forgot rejoins; AdminClient describes the group (ConsumerGroupDescribe)."""
+partitions; a member the coordinator forgot rejoins; AdminClient describes the group (ConsumerGroupDescribe), with each
+member's client id and host."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def opened() -> Iterator[list[Any]]:
 
 def consumer(server: Server, opened: list[Any], assignor: str) -> Any:
     made = confluent_kafka.Consumer({
-        "bootstrap.servers": server.bootstrap, "group.id": GROUP, "group.protocol": "consumer",
+        "bootstrap.servers": server.bootstrap, "client.id": f"{assignor}-{len(opened)}", "group.id": GROUP,
+        "group.protocol": "consumer",
         "group.remote.assignor": assignor, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 300,
         "topic.metadata.refresh.interval.ms": 1_000})
     opened.append(made)
@@ -122,6 +124,9 @@ def test_admin_client_describes_the_consumer_group(server, opened):
     assert assigned == list(range(PARTITIONS))
     group = server.broker.consumer_groups.groups[GROUP]
     assert {m.member_id for m in described.members} == set(group.members)
+    # From the request header and the connection (Kafka shows the address as /<host>).
+    assert sorted(m.client_id for m in described.members) == ["uniform-0", "uniform-1"]
+    assert {m.host for m in described.members} == {"/127.0.0.1"}
 
 
 def test_a_regex_subscription_is_resolved_by_the_coordinator(server, opened):

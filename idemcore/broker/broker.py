@@ -481,13 +481,19 @@ class Broker:
         ``settings``; none (Kafka's defaults) for a broker made without them."""
         return {} if self.settings is None else self.settings.group_coordinator_kwargs()
 
+    def consumer_groups_settings(self) -> dict[str, Any]:
+        """The KIP-848 groups' settings (``group.consumer.*``) from the broker's ``settings``; none (Kafka's
+        defaults) for a broker made without them."""
+        return {} if self.settings is None else self.settings.consumer_groups_kwargs()
+
     @property
     def consumer_groups(self) -> ConsumerGroups:
-        """The consumer-protocol groups (KIP-848), made with the group coordinator."""
+        """The consumer-protocol groups (KIP-848), made with the group coordinator (alone or in a cluster)."""
         self.group_coordinator  # noqa: B018
         if self._consumer_groups is None:
             self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
-                                                   topic_names=lambda: list(self.topic_catalog.counts))
+                                                   topic_names=lambda: list(self.topic_catalog.counts),
+                                                   **self.consumer_groups_settings())
             # Listed, deleted and unloaded with the classic groups of the same partitions.
             self.group_coordinator.consumer_groups = self._consumer_groups
         return self._consumer_groups

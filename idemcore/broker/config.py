@@ -70,7 +70,8 @@ class BrokerConfig:
       the group coordinator's ``offset.metadata.max.bytes``, ``offsets.retention.minutes``,
       ``offsets.retention.check.interval.ms``, ``group.min.session.timeout.ms``, ``group.max.session.timeout.ms``,
       ``group.initial.rebalance.delay.ms`` (:meth:`group_coordinator_kwargs`, read by the broker from its
-      ``settings``);
+      ``settings``), the KIP-848 groups' ``group.consumer.session.timeout.ms``,
+      ``group.consumer.heartbeat.interval.ms`` and ``group.consumer.assignors`` (:meth:`consumer_groups_kwargs`);
     - checked and kept, not acted on yet (a warning names them): ``log.retention.check.interval.ms``,
       the defaults of the topic configs idemcore does not act on (``log.cleaner.*`` compaction
       lags and ratio, ``log.segment.delete.delay.ms``, ``log.preallocate``, ``log.message.timestamp.type``,
@@ -134,6 +135,10 @@ class BrokerConfig:
                      log_roll_ms=_roll_ms(values, supplied), log_retention_ms=_retention_ms(values, supplied),
                      log_flush_interval_ms=_flush_interval_ms(values))
         _check_replication(values, supplied)
+        if not values["group.consumer.assignors"]:  # the first is the default: there must be one
+            name = "group.consumer.assignors"
+            raise ConfigError(f"invalid value {properties[name]!r} for {name}{_origin(origins, name)}: "
+                              "name at least one server assignor")
         for name in properties:
             if name not in KEYS:
                 _warn_unknown(name, origins.get(name))
@@ -189,6 +194,16 @@ class BrokerConfig:
             "initial_rebalance_delay_ms": v["group.initial.rebalance.delay.ms"],
             "offsets_retention_ms": v["offsets.retention.minutes"] * 60_000,
             "offsets_retention_check_interval_ms": v["offsets.retention.check.interval.ms"],
+        }
+
+    def consumer_groups_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~idemcore.broker.group.consumer_group.ConsumerGroups` (KIP-848) these
+        settings give (the broker passes them when it makes them)."""
+        v = self.values
+        return {
+            "session_timeout_ms": v["group.consumer.session.timeout.ms"],
+            "heartbeat_interval_ms": v["group.consumer.heartbeat.interval.ms"],
+            "assignors": v["group.consumer.assignors"],
         }
 
     def server_kwargs(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from idemcore.broker.group.consumer_group import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
 from idemcore.broker.group.coordinator import (
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
@@ -18,6 +19,7 @@ from idemcore.broker.group.coordinator import (
     DEFAULT_OFFSETS_RETENTION_MS,
 )
 from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS
+from idemcore.broker.group.server_assignors import SERVER_ASSIGNOR_NAMES
 from idemcore.protocol.constants import (
     DEFAULT_DELETE_RETENTION_MS,
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -180,6 +182,10 @@ KEYS: dict[str, Key] = {key.name: key for key in (
         note="a negative session is no session"),
     Key("group.initial.rebalance.delay.ms", Kind.INT, DEFAULT_INITIAL_REBALANCE_DELAY_MS, _H, low=0,
         note="a delay cannot be negative"),
+    # The consumer groups of KIP-848 (Kafka's GroupCoordinatorConfig); assignors by their short names.
+    Key("group.consumer.session.timeout.ms", Kind.INT, DEFAULT_SESSION_TIMEOUT_MS, _H, low=1),
+    Key("group.consumer.heartbeat.interval.ms", Kind.INT, DEFAULT_HEARTBEAT_INTERVAL_MS, _H, low=1),
+    Key("group.consumer.assignors", Kind.LIST, SERVER_ASSIGNOR_NAMES, _H, choices=SERVER_ASSIGNOR_NAMES),
     Key("offsets.topic.replication.factor", Kind.SHORT, 3, _R, low=1),
     # Replication
     Key("default.replication.factor", Kind.INT, 1, _H, low=1),

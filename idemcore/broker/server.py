@@ -265,7 +265,7 @@ class Server:
         try:
             header, body = read_request(frame)
             message, carry = api.to_message(self._ctx, version, correlation_id, body)
-            message = with_client(message, header.client_id, peer)  # JoinGroup: the member id's prefix
+            message = with_client(message, header.client_id, peer)  # JoinGroup, ConsumerGroupHeartbeat
         except (MalformedFrameError, UnsupportedApiError, ValueError, TypeError, KeyError, AttributeError) as error:
             raise self._refuse("malformed", peer, error) from None
         try:

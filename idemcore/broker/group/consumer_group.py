@@ -26,7 +26,8 @@ assigned; an expression that does not compile is INVALID_REGULAR_EXPRESSION.
 What is left out, and said so: the membership is kept in memory only (Kafka writes it as ConsumerGroup* records in
 ``__consumer_offsets``; the committed offsets are durable as for any group), so a member whose group a restarted
 broker forgot is told UNKNOWN_MEMBER_ID and rejoins (Kafka's GROUP_ID_NOT_FOUND would be fatal to librdkafka);
-empty groups stay until deleted (Kafka drops them with their expired offsets); classic members in a consumer
+an empty group goes when the group coordinator's cleanup (``GroupCoordinator.cleanup_group_metadata``) finds
+it without offsets, as Kafka's does; classic members in a consumer
 group (a classic JoinGroup for a non-empty consumer group is refused: see
 :mod:`idemcore.broker.group.consumer_group_requests`).
 """
@@ -534,7 +535,8 @@ def _update(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest)
         member.subscribed_topic_names = tuple(dict.fromkeys(request.subscribed_topic_names))
     if request.subscribed_topic_regex is not None:  # "": none (librdkafka sends it with the names)
         member.subscribed_topic_regex = request.subscribed_topic_regex or None
-    member.client_id, member.client_host = request.client_id, request.client_host
+    if request.member_epoch == JOIN_EPOCH:  # kept from the (re)joining heartbeat: an in-process call has none
+        member.client_id, member.client_host = request.client_id, request.client_host
 
 
 def _invalid(request: ConsumerGroupHeartbeatRequest) -> str | None:

@@ -37,7 +37,7 @@ group with members checks a generation of an offset commit against them (rule 4 
 ``ClassicGroup.validateOffsetCommit``); :meth:`expire` runs the membership timers (sessions, rebalance and sync
 timeouts) and, every ``offsets_retention_check_interval_ms``, :meth:`cleanup_group_metadata`: offsets
 ``offsets_retention_ms`` old expire (KIP-211: from when an Empty group became empty, else from the commit) and
-Empty groups left without offsets are deleted, all with tombstones.
+Empty groups left without offsets (classic or KIP-848) are deleted, all with tombstones.
 
 Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :meth:`describe_groups`,
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
@@ -51,7 +51,7 @@ Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
@@ -392,16 +392,19 @@ class GroupCoordinator:
 
     def cleanup_group_metadata(self, now_ms: int) -> int:
         """Kafka's ``cleanupGroupMetadata`` (``OffsetMetadataManager.cleanupExpiredOffsets``, KIP-211): expire
-        offsets ``offsets_retention_ms`` old, then delete the Empty groups left without offsets. An offset's age
-        runs from when its group became Empty (an Empty classic group; from its commit when that time is unknown),
-        else from its commit (a simple group; topics no member of a Stable consumer group subscribes to). Groups
-        in a rebalance, and offsets an open transaction wrote, are left. Tombstones go out per partition in one
+        offsets ``offsets_retention_ms`` old, then delete the Empty groups left without offsets (classic and
+        KIP-848 ones). An offset's age runs from when its group became Empty (an Empty classic group; from its
+        commit when that time is unknown), else from its commit (a simple group; topics no member of a Stable
+        classic consumer group subscribes to; a KIP-848 group's topics none of its members subscribes to, Kafka's
+        ``ConsumerGroup.offsetExpirationCondition``). Classic groups in a rebalance, and offsets an open
+        transaction wrote, are left. Tombstones go out per partition in one
         batch before memory changes (a failed append changes nothing). Returns how many offsets expired."""
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         expired = 0
         for partition, shard in self._shards.items():
-            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups))
+            modern = {} if self.consumer_groups is None else self.consumer_groups.groups
+            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups, *modern))
                          if self.partition_for(g) == partition]
             offsets: list[OffsetCommitKey] = []
             deleted: list[str] = []
@@ -409,7 +412,9 @@ class GroupCoordinator:
                 gone, all_gone = self._expired_offsets(shard, group_id, now_ms)
                 offsets += gone
                 group = self.classic_groups.groups.get(group_id)
-                if all_gone and (group is None or (group.state is GroupState.EMPTY and not group.pending_members)):
+                consumer_group = modern.get(group_id)
+                if all_gone and (group is None or (group.state is GroupState.EMPTY and not group.pending_members)) \
+                        and (consumer_group is None or not consumer_group.members):
                     deleted.append(group_id)
             if not offsets and not deleted:
                 continue
@@ -424,6 +429,7 @@ class GroupCoordinator:
                 shard.replay(-1, NO_PRODUCER_ID, key, None)
             for group_id in deleted:
                 self.classic_groups.groups.pop(group_id, None)
+                modern.pop(group_id, None)
             expired += len(offsets)
             log.info("%s-%d: expired %d offsets, deleted groups %s", CONSUMER_OFFSETS_TOPIC, partition,
                      len(offsets), deleted)
@@ -435,6 +441,10 @@ class GroupCoordinator:
         if committed is None:
             return [], group_id not in shard.open_by_group
         group = self.classic_groups.groups.get(group_id)
+        consumer_group = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:  # Kafka's ConsumerGroup: by commit time, topics subscribed to kept
+            subscribed: set[str] = set().union(*consumer_group.subscriptions.values())
+            return self._due_offsets(shard, group_id, committed, now_ms, _commit_time, subscribed.__contains__)
         # Kafka's ClassicGroup.offsetExpirationCondition: where an offset's age starts, or None (no expiry).
         since: Callable[[CommittedOffset], int] | None = None
         if group is None or group.protocol_type is None:
@@ -447,10 +457,18 @@ class GroupCoordinator:
             since = _commit_time
         if since is None:
             return [], False
+        return self._due_offsets(shard, group_id, committed, now_ms, since,
+                                 lambda topic: group is not None and group.is_subscribed_to_topic(topic))
+
+    def _due_offsets(self, shard: OffsetShard, group_id: str, committed: Mapping[TopicPartition, CommittedOffset],
+                     now_ms: int, since: Callable[[CommittedOffset], int], subscribed: Callable[[str], bool],
+                     ) -> tuple[list[OffsetCommitKey], bool]:
+        """The group's offsets of topics not ``subscribed`` ``offsets_retention_ms`` old (their age from
+        ``since``) or past their own expiry, and whether none is left after them."""
         gone: list[OffsetCommitKey] = []
         all_gone = True
         for (topic, partition), offset in committed.items():
-            if group is not None and group.is_subscribed_to_topic(topic):
+            if subscribed(topic):
                 all_gone = False
                 continue
             if offset.expire_timestamp >= 0:  # value version 1 carried its own expiry

@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as WireError
 
+from idemcore.net.consumer_group import ConsumerGroupHeartbeatRequest
 from idemcore.net.membership import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -46,10 +47,11 @@ def _optional(value: Any) -> str | None:
 
 def with_client(message: Any, client_id: str | None, peer: Any) -> Any:
     """``message`` with what the request header and the connection say of the client, for the requests that keep
-    it (a JoinGroup: its member id starts with the client id, DescribeGroups shows both; Kafka's
-    ``RequestContext.clientId`` and ``clientAddress``, shown as ``/<host>``). Other messages are returned as they
-    are. The server calls this after the translation, which sees only the body."""
-    if not isinstance(message, JoinGroupRequest):
+    it (a JoinGroup: its member id starts with the client id, DescribeGroups shows both; a ConsumerGroupHeartbeat:
+    ConsumerGroupDescribe shows both; Kafka's ``RequestContext.clientId`` and ``clientAddress``, shown as
+    ``/<host>``). Other messages are returned as they are. The server calls this after the translation, which sees
+    only the body."""
+    if not isinstance(message, JoinGroupRequest | ConsumerGroupHeartbeatRequest):
         return message
     host = peer[0] if isinstance(peer, tuple) and peer else ""
     return dataclasses.replace(message, client_id=client_id or "", client_host=f"/{host}" if host else "")
