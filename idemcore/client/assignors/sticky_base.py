@@ -5,6 +5,7 @@ Kafka's rack-aware placement (KIP-881) is left out: member racks are ignored."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 
 from idemcore.client.assignors.base import to_assignments
@@ -15,11 +16,13 @@ from idemcore.net.consumer_protocol import Assignment, Subscription
 from idemcore.protocol.constants import TopicPartition
 
 
-class StickyBase:
+class StickyBase(abc.ABC):
     """Subclasses say where a member's previous assignment and generation come from (:meth:`member_data`)."""
 
+    @abc.abstractmethod
     def member_data(self, subscription: Subscription) -> MemberData:
-        raise NotImplementedError
+        """The previous assignment and generation ``subscription`` claims (StickyAssignor: its user data;
+        CooperativeStickyAssignor: its owned partitions and generation)."""
 
     def assign(self, partitions_per_topic: Mapping[str, int],
                subscriptions: Mapping[str, Subscription]) -> dict[str, Assignment]:
