@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from idemcore.broker import Broker
+from idemcore.broker.log.loader import LogCorruptionError
 from idemcore.net.messages import OffsetCommitRequest, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.v2.codec import iter_batches
@@ -52,5 +53,38 @@ def test_a_damaged_batch_deep_in_an_offsets_segment_is_named_by_its_position_in_
         answer = broker.handle(OffsetFetchRequest("g3", ((TOPIC, 0),), False))
         assert isinstance(answer, OffsetFetchResponse)
         assert answer.offsets[0].offset == 10 + 3  # batch 3, before the damaged batch 4
+    finally:
+        broker.close()
+
+
+def test_damage_near_the_end_is_refused_with_advice_that_works(tmp_path):
+    """The loader's line for a damaged batch short of where the log ended said "remove the checkpoints to accept
+    the loss", after which the start was refused again (those bytes are then not known to be this broker's); it
+    now says to cut the segment there as well, and that start succeeds with every earlier commit."""
+    broker = open_broker(tmp_path)
+    for n in range(6):
+        answer = broker.handle(OffsetCommitRequest(f"g{n}", (OffsetEntry(TOPIC, 0, 10 + n),), -1, "", 0, None))
+        assert answer.results[0].error_code == ErrorCode.NONE  # type: ignore[union-attr]
+    broker.close()
+    (segment,) = (tmp_path / "__consumer_offsets-0").glob("*.log")
+    data = bytearray(segment.read_bytes())
+    damaged = [position for position, _ in iter_batches(bytes(data), 0)][4]
+    data[damaged + 70] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptionError) as raised:
+        open_broker(tmp_path).close()
+    message = str(raised.value)
+    assert f"corrupt at byte {damaged}:" in message and str(segment) in message, message
+    assert (f"truncate it to {damaged} bytes and remove <data_dir>/recovery-point-offset-checkpoint and "
+            "<data_dir>/written-log-ends") in message, message
+    with segment.open("r+b") as file:
+        file.truncate(damaged)
+    (tmp_path / "recovery-point-offset-checkpoint").unlink()
+    (tmp_path / "written-log-ends").unlink()
+    broker = open_broker(tmp_path)
+    try:
+        for n in range(4):
+            answer = broker.handle(OffsetFetchRequest(f"g{n}", ((TOPIC, 0),), False))
+            assert isinstance(answer, OffsetFetchResponse) and answer.offsets[0].offset == 10 + n
     finally:
         broker.close()
