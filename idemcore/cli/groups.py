@@ -23,6 +23,27 @@ def _bootstrap(text: str) -> str:
     return text
 
 
+#: The states and types ListGroups filters by (Kafka's GroupState and GroupType, but UNKNOWN): a filter naming
+#: anything else matches no group, so a typo is refused here instead of listing nothing, as kafka-consumer-groups.sh
+#: refuses an "Invalid state list".
+STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling")
+TYPES = ("classic", "consumer")
+
+
+def _choices(kind: str, valid: tuple[str, ...]) -> Any:
+    """An argparse type: a comma-separated list of ``valid`` names in any case, each given as ``valid`` spells it."""
+    by_lower = {name.lower(): name for name in valid}
+
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",")]
+        unknown = [name for name in names if name.lower() not in by_lower]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"no {kind} {unknown[0]!r}: valid {kind}s are {', '.join(valid)}")
+        return [by_lower[name.lower()] for name in names]
+
+    return parse
+
+
 def _admin(args: argparse.Namespace) -> Any:
     from idemcore.client.group_admin import GroupAdmin
 
@@ -151,11 +172,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     listing = action("list", "list the groups of every broker",
                      "One line per group: its id, type (classic or consumer), protocol type (- for a group that "
                      "only has committed offsets), state, and the broker coordinating it.")
-    listing.add_argument("--state", action="append", default=[], metavar="STATE",
-                         help="only groups in this state (Empty, Stable, PreparingRebalance, CompletingRebalance, "
-                              "Dead; any case; repeatable; needs ListGroups v4)")
-    listing.add_argument("--type", action="append", default=[], metavar="TYPE",
-                         help="only groups of this type (classic or consumer; repeatable; needs ListGroups v5)")
+    listing.add_argument("--state", type=_choices("state", STATES), action="extend", default=[], metavar="STATE",
+                         help=f"only groups in this state ({', '.join(STATES)}; any case; comma-separated or "
+                              "repeated; needs ListGroups v4)")
+    listing.add_argument("--type", type=_choices("type", TYPES), action="extend", default=[], metavar="TYPE",
+                         help="only groups of this type (classic or consumer; comma-separated or repeated; needs "
+                              "ListGroups v5)")
     listing.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
     listing.set_defaults(run=run_list)
 

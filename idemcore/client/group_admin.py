@@ -168,7 +168,8 @@ class GroupAdmin:
         try:
             answer = channel.call(request)
         except (ConnectionError, TimeoutError) as exc:
-            raise GroupAdminError(f"broker at {_where(address)}: {exc}") from None
+            said = str(exc).removeprefix(f"broker {_where(address)}: ")  # the channel names the broker too
+            raise GroupAdminError(f"broker at {_where(address)}: {said}") from None
         if not isinstance(answer, kind):
             raise GroupAdminError(f"broker at {_where(address)} answered a {type(request).__name__} with a "
                                   f"{type(answer).__name__}")

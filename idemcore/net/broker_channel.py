@@ -63,13 +63,16 @@ class _Negotiation:
                       frame: bytes) -> dict[int, tuple[int, int]] | int:
         """The broker's API ranges, or the ApiVersions version to ask at again (KIP-511)."""
         try:
-            answered, body = read_response(API_VERSIONS_KEY, version, frame)
-        except MalformedFrameError:
-            if version == 0:
-                raise ConnectionError(f"{self.where}: unreadable ApiVersions answer") from None
-            answered, body = read_response(API_VERSIONS_KEY, 0, frame)  # UNSUPPORTED_VERSION comes at v0
-        self._check(answered, correlation_id)
-        code, ranges = api_versions_ranges(body)
+            try:
+                answered, body = read_response(API_VERSIONS_KEY, version, frame)
+            except MalformedFrameError:
+                if version == 0:
+                    raise
+                answered, body = read_response(API_VERSIONS_KEY, 0, frame)  # UNSUPPORTED_VERSION comes at v0
+            self._check(answered, correlation_id)
+            code, ranges = api_versions_ranges(body)
+        except MalformedFrameError as error:  # not a Kafka broker there: say where, not only what did not parse
+            raise ConnectionError(f"{self.where}: unreadable ApiVersions answer: {error}") from None
         if code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
             return max(0, min(ranges.get(API_VERSIONS_KEY, (0, 0))[1], version - 1))
         if code != ErrorCode.NONE:
@@ -92,10 +95,10 @@ class _Negotiation:
     def answer(self, request: Request, api: ClientApi, version: int, correlation_id: int, frame: bytes) -> Response:
         try:
             answered, body = read_response(api.key, version, frame)
+            self._check(answered, correlation_id)
+            return api.decode(request, version, body)
         except MalformedFrameError as error:
             raise ConnectionError(f"{self.where}: unreadable {api.name} v{version} answer: {error}") from None
-        self._check(answered, correlation_id)
-        return api.decode(request, version, body)
 
     def _check(self, answered: int, expected: int) -> None:
         if answered != expected:

@@ -171,8 +171,12 @@ def load_segments(name: str, directory: Path, *, recovery_point: int, floor: int
             why = ("a rolled segment (fsync'd before the next one started) is damaged" if not last else
                    f"the log ends at offset {expected}, but held {floor} when the broker last started, "
                    "closed or wrote it (damaged outside the broker)")
-            raise LogCorruptionError(f"{name}: {segment.log.name} is corrupt at byte {valid}: {bad}; {why}. "
-                                     f"Restore it, or remove {CHECKPOINT_HINT} to accept the loss")
+            # Without the checkpoints the damage still stops the start (a torn tail only is cut), so the way to
+            # accept the loss is to cut there too; a rolled segment has later ones that would then not follow.
+            advice = (f"Restore it, or accept losing what follows: truncate it to {valid} bytes and remove "
+                      f"{CHECKPOINT_HINT}" if last else
+                      f"Restore it, or remove {CHECKPOINT_HINT} and the partition to start over")
+            raise LogCorruptionError(f"{name}: {segment.log.name} is corrupt at byte {valid}: {bad}; {why}. {advice}")
         if not last and expected < segments[k + 1].base_offset:
             raise LogCorruptionError(
                 f"{name}: {segment.log.name} ends at offset {expected}, but the next segment starts at offset "

@@ -357,7 +357,10 @@ class PartitionLog:
                 decoded = decode_stored_batches(self.topic, self.partition, data)
             except CorruptRecordError as exc:  # say which file: a start loading an internal topic stops on it
                 where = getattr(segment.log, "path", None) or f"the segment at offset {segment.base_offset}"
-                raise CorruptRecordError(f"{self.name}: {where} is corrupt: {exc}", exc.position) from None
+                raise CorruptRecordError(
+                    f"{self.name}: {where} is corrupt: {exc}. Restore it, or accept losing that batch and what "
+                    f"follows: truncate it to {exc.position} bytes and remove <data_dir>/recovery-point-offset-"
+                    "checkpoint and <data_dir>/written-log-ends", exc.position) from None
             for stored in decoded:
                 if stored.next_offset > self.log_start_offset:
                     yield stored

@@ -297,7 +297,7 @@ def decode_stored_batches(topic: str, partition: int, records: bytes | memoryvie
     out: list[StoredBatch] = []
     for position, header in iter_batches(data, 0, allow_partial_tail=True):
         raw = data[position:position + header.size_in_bytes]
-        header, decoded = decode_batch(raw, 0, check_crc=True)
+        header, decoded = decode_batch(data, position, check_crc=True)  # errors name the position in ``records``
         if header.is_control:
             marker = parse_end_txn_marker(decoded[0]) if len(decoded) == 1 else None
             if marker is None:
