@@ -43,7 +43,9 @@ Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :met
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
 :meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes. The
 consumer-protocol (KIP-848) groups of the same partitions (:attr:`consumer_groups`, made by the broker at the
-first ConsumerGroupHeartbeat) are listed, deleted and unloaded with the classic ones.
+first ConsumerGroupHeartbeat) are listed, deleted and unloaded with the classic ones; an offset commit to
+one is checked against its member's epoch (rule 4 becomes Kafka's ``ConsumerGroup.validateOffsetCommit``), and a
+classic JoinGroup to one with members is INCONSISTENT_GROUP_PROTOCOL.
 
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
@@ -278,6 +280,12 @@ class GroupCoordinator:
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return E.NOT_COORDINATOR
+        if self.consumer_groups is not None:
+            # A KIP-848 group's member commits with its member epoch as the generation (Kafka's
+            # ConsumerGroup.validateOffsetCommit); accepted, it is a commit outside any classic generation.
+            modern = self.consumer_groups.offset_commit_error(group_id, generation_id, member_id)
+            if modern is not None:
+                return _error_code(modern)
         membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional,
                                                              group_instance_id)
         if membership is not None:
@@ -340,7 +348,25 @@ class GroupCoordinator:
             error = INVALID_SESSION_TIMEOUT
         if error is not None:
             return JoinGroupResponse(error, member_id=request.member_id, request_id=rid)
+        refusal = self._consumer_group_join_error(request)
+        if refusal is not None:
+            return refusal
         return self.classic_groups.join(request)
+
+    def _consumer_group_join_error(self, request: JoinGroupRequest) -> JoinGroupResponse | None:
+        """INCONSISTENT_GROUP_PROTOCOL for a classic JoinGroup to a KIP-848 group with members (no mixed groups:
+        Kafka 4 with online upgrade disabled); an empty KIP-848 group of that id is dropped, as Kafka converts it."""
+        group_id, modern = request.group_id, self.consumer_groups
+        group = None if modern is None else modern.groups.get(group_id)
+        if modern is None or group is None:
+            return None
+        if not group.members:
+            del modern.groups[group_id]
+            return None
+        return JoinGroupResponse(E.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id,
+                                 request_id=request.request_id,
+                                 error_message=f"Member {request.member_id}'s protocols are not supported: group "
+                                               f"{group_id} uses the consumer protocol.")
 
     def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse | Pending:
         """Kafka's SyncGroup: the leader's assignment sets every member's; a member answered before the leader
