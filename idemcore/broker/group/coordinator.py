@@ -43,7 +43,7 @@ Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :met
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
 :meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes. The
 consumer-protocol (KIP-848) groups of the same partitions (:attr:`consumer_groups`, made by the broker at the
-first ConsumerGroupHeartbeat) are listed, deleted and unloaded with the classic ones; an offset commit to
+first ConsumerGroupHeartbeat) are listed, deleted, expired and unloaded with the classic ones; an offset commit to
 one is checked against its member's epoch (rule 4 becomes Kafka's ``ConsumerGroup.validateOffsetCommit``), and a
 classic JoinGroup to one with members is INCONSISTENT_GROUP_PROTOCOL.
 
@@ -405,11 +405,14 @@ class GroupCoordinator:
     def expire(self, now_ms: int) -> None:
         """Run the membership timers due at ``now_ms`` (the broker's housekeeping calls this): members whose
         session lapsed are removed, overdue join phases complete without the members that did not rejoin, members
-        that did not sync are removed. Every ``offsets_retention_check_interval_ms`` it runs
-        :meth:`cleanup_group_metadata` (Kafka's periodic cleanup)."""
+        that did not sync are removed, and so are KIP-848 members past their session or rebalance timeout. Every
+        ``offsets_retention_check_interval_ms`` it runs :meth:`cleanup_group_metadata` (Kafka's periodic
+        cleanup)."""
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         self.classic_groups.expire(now_ms)
+        if self.consumer_groups is not None:
+            self.consumer_groups.expire(now_ms)
         if self._next_cleanup is None:
             self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
         elif now_ms >= self._next_cleanup:
