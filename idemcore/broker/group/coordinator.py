@@ -77,6 +77,7 @@ from idemcore.broker.group.offsets_log import (
 )
 from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
+from idemcore.broker.input_checks import strings, topic_partitions
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
@@ -568,8 +569,8 @@ class GroupCoordinator:
         """Kafka's ListGroups over the served partitions: every classic group, every simple group (offsets only:
         protocol type ``""``, Empty) and every consumer-protocol group (type ``consumer``); filters matched without
         regard to case or surrounding spaces, an empty filter matching all (``GroupMetadataManager.listGroups``)."""
-        states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
-        types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
+        states = {s.strip().lower() for s in strings(states_filter, "states_filter")}
+        types = {t.strip().lower() for t in strings(types_filter, "types_filter")}
         listed: dict[str, ListedGroup] = {}
         for partition, shard in self._shards.items():
             for group_id in (*shard.committed, *shard.open_by_group):
@@ -885,26 +886,13 @@ def _checked_offsets(offsets: object) -> list[OffsetEntry]:
     return list(offsets)
 
 
-def _checked_group_ids(group_ids: object) -> list[str]:
-    if not isinstance(group_ids, tuple | list):
-        raise TypeError(f"group_ids must be a tuple or list of str, got {group_ids!r:.80}")
-    for group_id in group_ids:
-        if type(group_id) is not str:
-            raise TypeError(f"a group id must be a str, got {group_id!r:.80}")
+def _checked_group_ids(group_ids: object) -> tuple[str, ...]:
+    checked = strings(group_ids, "group_ids")
+    for group_id in checked:
         _check_string(group_id, "group_id")
-    return list(group_ids)
+    return checked
 
 
-def _checked_strings(values: object, what: str) -> list[str]:
-    if not isinstance(values, tuple | list) or not all(type(v) is str for v in values):
-        raise TypeError(f"{what} must be a tuple or list of str, got {values!r:.80}")
-    return list(values)
-
-
-def _checked_partitions(partitions: object) -> list[TopicPartition]:
-    if not isinstance(partitions, tuple | list):
-        raise TypeError(f"partitions must be a tuple or list of (topic, partition), got {partitions!r:.80}")
-    for tp in partitions:
-        if not (isinstance(tp, tuple) and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int):
-            raise TypeError(f"a partition must be a (str, int) tuple, got {tp!r:.80}")
-    return list(partitions)
+def _checked_partitions(partitions: object) -> tuple[TopicPartition, ...]:
+    """Any int32 partition: one the broker does not have is answered per partition, not refused."""
+    return topic_partitions(partitions, lowest=_INT32[0])
