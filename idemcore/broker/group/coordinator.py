@@ -52,6 +52,7 @@ Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import cast
@@ -432,10 +433,14 @@ class GroupCoordinator:
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         expired = 0
+        modern = {} if self.consumer_groups is None else self.consumer_groups.groups
+        # Every group's partition computed once (a Java string hash each), not once per loaded partition.
+        by_partition: dict[int, dict[str, None]] = {}
+        for group_id in itertools.chain(*(shard.committed for shard in self._shards.values()),
+                                        self.classic_groups.groups, modern):
+            by_partition.setdefault(self.partition_for(group_id), {})[group_id] = None
         for partition, shard in self._shards.items():
-            modern = {} if self.consumer_groups is None else self.consumer_groups.groups
-            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups, *modern))
-                         if self.partition_for(g) == partition]
+            group_ids = list(by_partition.get(partition, ()))
             offsets: list[OffsetCommitKey] = []
             deleted: list[str] = []
             for group_id in group_ids:
