@@ -667,29 +667,34 @@ class GroupCoordinator:
         if shard is None:
             return int(E.NOT_COORDINATOR), {}
         group = self.classic_groups.groups.get(group_id)
-        if group is None and not shard.group_exists(group_id):
+        modern = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
+        if group is None and modern is None and not shard.group_exists(group_id):
             return int(E.GROUP_ID_NOT_FOUND), {}
         if group is not None and group.state is not GroupState.EMPTY \
                 and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return int(E.NON_EMPTY_GROUP), {}
+        if modern is not None:  # Kafka's ConsumerGroup.isSubscribedToTopic: any member's topics
+            subscribed: set[str] = set().union(*modern.subscriptions.values())
+        else:
+            subscribed = set() if group is None else {t for t, _ in wanted if group.is_subscribed_to_topic(t)}
         answers: dict[TopicPartition, int] = {}
-        keys: list[OffsetCommitKey] = []
+        keys: dict[TopicPartition, OffsetCommitKey] = {}
         having = set(self._offset_partitions(shard, group_id))
         for topic, part in wanted:
             if self.partition_exists is not None and not self.partition_exists(topic, part):
                 answers[(topic, part)] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
-            elif group is not None and group.is_subscribed_to_topic(topic):
+            elif topic in subscribed:
                 answers[(topic, part)] = int(E.GROUP_SUBSCRIBED_TO_TOPIC)
             else:
                 answers[(topic, part)] = int(E.NONE)
-                if (topic, part) in having and all(k.topic != topic or k.partition != part for k in keys):
-                    keys.append(OffsetCommitKey(group_id, topic, part))
+                if (topic, part) in having:
+                    keys[(topic, part)] = OffsetCommitKey(group_id, topic, part)
         if keys:
-            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None) for k in keys],
-                                    NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None)
+                                                for k in keys.values()], NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
             if error is not E.NONE:
                 return int(error), {}
-            for key in keys:
+            for key in keys.values():
                 shard.replay(-1, NO_PRODUCER_ID, key, None)
         return int(E.NONE), answers
 
