@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
@@ -478,7 +478,7 @@ class GroupCoordinator:
         group = self.classic_groups.groups.get(group_id)
         consumer_group = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
         if consumer_group is not None:  # Kafka's ConsumerGroup: by commit time, topics subscribed to kept
-            subscribed: set[str] = set().union(*consumer_group.subscriptions.values())
+            subscribed = consumer_group.subscribed_topics
             return self._due_offsets(shard, group_id, committed, now_ms, _commit_time, subscribed.__contains__)
         # Kafka's ClassicGroup.offsetExpirationCondition: where an offset's age starts, or None (no expiry).
         since: Callable[[CommittedOffset], int] | None = None
@@ -673,8 +673,9 @@ class GroupCoordinator:
         if group is not None and group.state is not GroupState.EMPTY \
                 and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return int(E.NON_EMPTY_GROUP), {}
+        subscribed: Set[str]
         if modern is not None:  # Kafka's ConsumerGroup.isSubscribedToTopic: any member's topics
-            subscribed: set[str] = set().union(*modern.subscriptions.values())
+            subscribed = modern.subscribed_topics
         else:
             subscribed = set() if group is None else {t for t, _ in wanted if group.is_subscribed_to_topic(t)}
         answers: dict[TopicPartition, int] = {}
