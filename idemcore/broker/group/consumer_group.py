@@ -61,6 +61,7 @@ from idemcore.net.consumer_group import (
     DescribedConsumerGroup,
     DescribedConsumerMember,
 )
+from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.net.group_admin import CONSUMER, ListedGroup
 from idemcore.protocol.codes import ErrorCode as E
 from idemcore.protocol.constants import TopicPartition
@@ -71,11 +72,8 @@ log = logging.getLogger(__name__)
 STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS = "STABLE", "UNREVOKED_PARTITIONS", "UNRELEASED_PARTITIONS"
 #: A group's states (Kafka's ``ConsumerGroupState``), as ListGroups and ConsumerGroupDescribe name them.
 EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP = "Empty", "Assigning", "Reconciling", "Stable"
-#: The protocol type a consumer group lists with.
-CONSUMER_PROTOCOL_TYPE = "consumer"
-
 #: Kafka's error code for a subscribed regex that does not compile (KIP-848).
-INVALID_REGULAR_EXPRESSION = 128
+INVALID_REGULAR_EXPRESSION = E.INVALID_REGULAR_EXPRESSION
 #: RE2 reports a refused pattern in the exception, not on stderr.
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False

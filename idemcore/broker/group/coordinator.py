@@ -810,7 +810,7 @@ def _commit_time(offset: CommittedOffset) -> int:
 
 
 def _error_code(code: int) -> ErrorCode:
-    """``code`` as an ErrorCode; a code the enum lacks (REBALANCE_IN_PROGRESS) travels as its int."""
+    """``code`` as an ErrorCode; a code the enum lacks travels as its int."""
     try:
         return ErrorCode(code)
     except ValueError:
