@@ -597,9 +597,7 @@ class GroupCoordinator:
         groups with the coordinator error and changes nothing."""
         results: dict[str, int] = {}
         deletable: dict[int, list[str]] = {}
-        for group_id in _checked_group_ids(group_ids):
-            if group_id in results or any(group_id in ids for ids in deletable.values()):
-                continue
+        for group_id in dict.fromkeys(_checked_group_ids(group_ids)):  # each id once
             error = self._delete_error(group_id)
             if error is None:
                 deletable.setdefault(self.partition_for(group_id), []).append(group_id)
