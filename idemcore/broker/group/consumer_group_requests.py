@@ -16,7 +16,6 @@ A field of the wrong type or range is answered INVALID_REQUEST naming it, never 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +31,6 @@ from idemcore.net.consumer_group import (
     DescribedConsumerGroup,
 )
 from idemcore.protocol.codes import ErrorCode as E
-
-log = logging.getLogger(__name__)
 
 
 def _coordinated(coordinator: GroupCoordinator, group_id: str) -> bool:
@@ -62,8 +59,9 @@ def heartbeat(coordinator: GroupCoordinator, groups: ConsumerGroups,
                 E.GROUP_ID_NOT_FOUND, request_id=rid,
                 error_message=f"Cannot upgrade classic group {group_id} to consumer group because online upgrade "
                               "is disabled.")
-        del coordinator.classic_groups.groups[group_id]  # an empty classic group becomes a consumer group
-        log.info("converted the empty classic group %s to a consumer group", group_id)
+        error = coordinator.drop_empty_classic_group(group_id)  # an empty classic group becomes a consumer group
+        if error != E.NONE:
+            return ConsumerGroupHeartbeatResponse(error, request_id=rid)
     answer = checked(request, lambda: groups.heartbeat(request))
     if isinstance(answer, str):
         return ConsumerGroupHeartbeatResponse(E.INVALID_REQUEST, request_id=rid, error_message=answer)

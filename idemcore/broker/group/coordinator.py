@@ -355,6 +355,16 @@ class GroupCoordinator:
             return refusal
         return self.classic_groups.join(request)
 
+    def drop_empty_classic_group(self, group_id: str) -> int:
+        """An Empty classic group gives its id to a joining KIP-848 group (Kafka converts it): its GroupMetadata
+        tombstone is written first, so a restart does not bring the classic group back over the consumer group.
+        NONE once durable, else the coordinator error (the classic group stays)."""
+        error = self._store_group(group_id, None)
+        if error == E.NONE:
+            del self.classic_groups.groups[group_id]
+            log.info("converted the empty classic group %s to a consumer group", group_id)
+        return error
+
     def _consumer_group_join_error(self, request: JoinGroupRequest) -> JoinGroupResponse | None:
         """INCONSISTENT_GROUP_PROTOCOL for a classic JoinGroup to a KIP-848 group with members (no mixed groups:
         Kafka 4 with online upgrade disabled); an empty KIP-848 group of that id is dropped, as Kafka converts it."""
