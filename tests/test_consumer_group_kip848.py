@@ -5,6 +5,7 @@ describe/list/delete; and a property test against a small model of who may own w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from hypothesis import HealthCheck, given, settings
@@ -244,6 +245,39 @@ def test_a_regex_subscription_matches_whole_names_and_topics_made_later():
                  subscribed_topic_regex="")
     settle(groups, ["a"])
     assert names.error_code == E.NONE and assigned(groups, "a") == {("other", 0)}
+
+
+def test_steady_heartbeats_keep_every_members_topics_as_a_full_resolution_gives():
+    """The subscriptions a heartbeat does not re-resolve (a member whose subscription did not change, the same
+    existing topics) equal what matching every member's regex against every topic again gives, as topics appear
+    and members change their subscriptions."""
+    clock = Clock()
+    counts = {"orders": 2, "other": 1}
+    groups = ConsumerGroups(clock, counts.get, topic_names=lambda: list(counts))
+    regexes = {"a": "orders.*", "b": "orders.*", "c": None}
+    names = {"a": (), "b": ("other",), "c": ("other", "later")}
+
+    sent = dict(regexes)  # the regex each member last heartbeated with
+
+    def expected() -> dict[str, frozenset[str]]:
+        return {m: frozenset(names[m]) | frozenset(t for t in counts if not t.startswith("__") and sent[m]
+                                                   and re.fullmatch(sent[m], t)) for m in regexes}
+
+    epochs = {m: groups.heartbeat(Hb(G, m, 0, rebalance_timeout_ms=1_000, subscribed_topic_names=names[m],
+                                     subscribed_topic_regex=regexes[m] or "", owned_partitions=())).member_epoch
+              for m in regexes}
+    steps = [lambda: counts.update({"orders-eu": 3}), lambda: None, lambda: counts.update({"later": 2}),
+             lambda: regexes.update({"b": "oth.*"}), lambda: counts.update({"orders": 4}), lambda: None]
+    for step in steps:
+        step()
+        for m in regexes:
+            answer = beat(groups, m, epochs[m], None, subscribed_topic_regex=regexes[m] or "")
+            assert answer.error_code == E.NONE, answer
+            epochs[m], sent[m] = answer.member_epoch, regexes[m]
+            group = groups.groups[G]
+            assert group.subscriptions == expected()
+            assert group.subscribed_topics == frozenset().union(*expected().values())
+            assert group.topic_partitions == {t: counts[t] for t in group.subscribed_topics if t in counts}
 
 
 def static_join(groups: ConsumerGroups, member: str, instance: str) -> ConsumerGroupHeartbeatResponse:

@@ -131,6 +131,16 @@ def test_delete_groups_answers_each_group_and_tombstones_an_empty_one():
     assert again.list_groups() == (ListedGroup(G, "consumer", "Stable"),)
 
 
+def test_a_group_named_twice_is_deleted_once():
+    clock = Clock()
+    gc, log = make(clock)
+    commit(gc, SIMPLE, ("t", 0))
+    before = len(log.appends)
+    assert gc.delete_groups([SIMPLE, "nobody", SIMPLE, "nobody"]) == {SIMPLE: E.NONE, "nobody": E.GROUP_ID_NOT_FOUND}
+    (_, records), = log.appends[before:]
+    assert sorted(records) == sorted([(encode_key(SIMPLE, "t", 0), None), (encode_group_key(SIMPLE), None)])
+
+
 def test_delete_groups_of_an_emptied_classic_group_forgets_it_and_its_offsets():
     clock = Clock()
     gc, _ = make(clock)

@@ -13,7 +13,9 @@ from kio.index import load_request_schema
 
 from idemcore.broker.group import GroupCoordinator
 from idemcore.broker.group import consumer_group_requests as cgr
+from idemcore.broker.group import requests as group_requests
 from idemcore.broker.group.consumer_group import ConsumerGroups
+from idemcore.broker.group.membership_requests import join_group
 from idemcore.net.consumer_group import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
@@ -39,6 +41,7 @@ class Coordinator:
         self.gc = GroupCoordinator(FakeLog(), lambda: self.now, offsets_partitions=partitions)
         self.gc.load(0, [])
         self.groups = ConsumerGroups(lambda: self.now, TOPICS.get)
+        self.gc.consumer_groups = self.groups  # as the broker links them
 
     def send(self, api: WireApi, version: int, body: Any, correlation_id: int = 5) -> tuple[Any, Any]:
         """The request framed and read as the server reads it: ``(message, kio response read back)``."""
@@ -141,8 +144,7 @@ def test_a_group_this_coordinator_does_not_load_is_not_coordinator():
 
 def test_a_classic_group_id_is_refused_and_an_empty_one_converted():
     server = Coordinator()
-    handlers = cgr.consumer_group_handlers(lambda: server.gc, lambda: server.groups)
-    handlers[JoinGroupRequest](classic_join())  # answered when the join phase ends
+    join_group(server.gc, classic_join())  # answered when the join phase ends
     assert server.gc.classic_groups.groups[G].members  # a classic group with a member
     answer = cgr.heartbeat(server.gc, server.groups, join_message())
     assert answer.error_code == E.GROUP_ID_NOT_FOUND and "online upgrade is disabled" in answer.error_message
@@ -158,13 +160,12 @@ def test_a_classic_group_id_is_refused_and_an_empty_one_converted():
 
 def test_a_classic_join_to_a_consumer_group_is_inconsistent_group_protocol():
     server = Coordinator()
-    handlers = cgr.consumer_group_handlers(lambda: server.gc, lambda: server.groups)
     assert cgr.heartbeat(server.gc, server.groups, join_message()).error_code == E.NONE
-    refused = handlers[JoinGroupRequest](classic_join())
+    refused = join_group(server.gc, classic_join())
     assert refused.error_code == E.INCONSISTENT_GROUP_PROTOCOL and G not in server.gc.classic_groups.groups
     # An empty consumer group gives its id to the classic group.
     server.groups.heartbeat(ConsumerGroupHeartbeatRequest(G, "m", -1))
-    assert not isinstance(handlers[JoinGroupRequest](classic_join()), JoinGroupResponse)  # waits to join
+    assert not isinstance(join_group(server.gc, classic_join()), JoinGroupResponse)  # waits to join
     assert server.gc.classic_groups.groups[G].members and G not in server.groups.groups
 
 
@@ -173,13 +174,13 @@ def test_offset_commits_of_members_carry_their_epoch():
     joined = cgr.heartbeat(server.gc, server.groups, join_message())
     assert isinstance(joined, ConsumerGroupHeartbeatResponse) and joined.member_epoch == 1
     offsets = (OffsetEntry("t", 0, 5), OffsetEntry("t", 1, 6))
-    ok = cgr.offset_commit(server.gc, server.groups, OffsetCommitRequest(G, offsets, 1, "m", request_id=3))
+    ok = group_requests.offset_commit(server.gc, OffsetCommitRequest(G, offsets, 1, "m", request_id=3))
     assert [r.error_code for r in ok.results] == [0, 0] and ok.request_id == 3
-    stale = cgr.offset_commit(server.gc, server.groups, OffsetCommitRequest(G, offsets, 0, "m"))
+    stale = group_requests.offset_commit(server.gc, OffsetCommitRequest(G, offsets, 0, "m"))
     assert [r.error_code for r in stale.results] == [E.STALE_MEMBER_EPOCH] * 2
-    unknown = cgr.offset_commit(server.gc, server.groups, OffsetCommitRequest(G, offsets, 1, "x"))
+    unknown = group_requests.offset_commit(server.gc, OffsetCommitRequest(G, offsets, 1, "x"))
     assert [r.error_code for r in unknown.results] == [E.UNKNOWN_MEMBER_ID] * 2
-    txn = cgr.txn_offset_commit(server.gc, server.groups, TxnOffsetCommitRequest("tx", G, 7, 0, offsets, 0, "m"))
+    txn = group_requests.txn_offset_commit(server.gc, TxnOffsetCommitRequest("tx", G, 7, 0, offsets, 0, "m"))
     assert [r.error_code for r in txn.results] == [E.STALE_MEMBER_EPOCH] * 2
     _, fetched = server.gc.offset_fetch(G, [("t", 0), ("t", 1)])
     assert (fetched[("t", 0)].offset, fetched[("t", 1)].offset) == (5, 6)

@@ -219,8 +219,6 @@ class Broker:
         #: it keeps the count it was made with).
         self.offsets_topic_partitions = offsets_topic_partitions
         self._group_coordinator: GroupCoordinator | None = None
-        #: The consumer-protocol groups (KIP-848), beside the group coordinator.
-        self._consumer_groups: ConsumerGroups | None = None
         self._closed = False
         #: Fetches and acks=all produces that wait, and the flusher (only while running on a loop). Its settings
         #: are checked here, before the directory is touched.
@@ -488,15 +486,14 @@ class Broker:
 
     @property
     def consumer_groups(self) -> ConsumerGroups:
-        """The consumer-protocol groups (KIP-848), made with the group coordinator (alone or in a cluster)."""
-        self.group_coordinator  # noqa: B018
-        if self._consumer_groups is None:
-            self._consumer_groups = ConsumerGroups(self.clock, lambda topic: self.topic_catalog.counts.get(topic),
-                                                   topic_names=lambda: list(self.topic_catalog.counts),
-                                                   **self.consumer_groups_settings())
-            # Listed, deleted and unloaded with the classic groups of the same partitions.
-            self.group_coordinator.consumer_groups = self._consumer_groups
-        return self._consumer_groups
+        """The consumer-protocol groups (KIP-848), held by the group coordinator (alone or in a cluster), which
+        lists, deletes, expires and unloads them with its classic groups; made at the first use."""
+        coordinator = self.group_coordinator
+        if coordinator.consumer_groups is None:
+            coordinator.consumer_groups = ConsumerGroups(
+                self.clock, lambda topic: self.topic_catalog.counts.get(topic),
+                topic_names=lambda: list(self.topic_catalog.counts), **self.consumer_groups_settings())
+        return coordinator.consumer_groups
 
     def _start_group_coordinator(self) -> None:
         """Make the group coordinator over this broker's request path and load every ``__consumer_offsets``
@@ -591,10 +588,8 @@ class Broker:
             self._txn_coordinator.abort_timed_out_transactions()
             self._txn_coordinator.expire_transactional_ids()
             self._txn_coordinator.retry_pending_markers()
-        if self._group_coordinator is not None:  # session and rebalance timeouts
+        if self._group_coordinator is not None:  # session and rebalance timeouts (classic and KIP-848 groups)
             self._group_coordinator.expire(self.clock())
-        if self._consumer_groups is not None:
-            self._consumer_groups.expire(self.clock())
         self.delete_old_segments(now_ms)
         self.clean_logs(now_ms)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from idemcore.net.messages import TxnMarker
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import INT16_MAX, INT32_MAX, MAX_PARTITIONS_PER_TOPIC
+from idemcore.protocol.constants import INT16_MAX, INT32_MAX, MAX_PARTITIONS_PER_TOPIC, TopicPartition
 from idemcore.record.batch import RecordBatch
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,34 @@ def checked(request: object, call: Callable[[], T]) -> T | str:
     except (TypeError, ValueError) as exc:
         log.info("%s answered INVALID_REQUEST: %s", type(request).__name__, exc)
         return f"{type(request).__name__}: {exc}"
+
+
+def strings(value: object, what: str) -> tuple[str, ...]:
+    """``value`` (a tuple or list of strings) as a tuple; TypeError naming ``what`` otherwise."""
+    if type(value) not in _CONTAINERS:
+        raise TypeError(f"{what} must be a tuple of strings, not {type(value).__name__}")
+    for item in value:  # type: ignore[attr-defined]
+        if type(item) is not str:
+            raise TypeError(f"{what} must hold strings, not {type(item).__name__} ({item!r:.80})")
+    return tuple(value)  # type: ignore[arg-type]
+
+
+def topic_partitions(value: object, lowest: int = 0) -> tuple[TopicPartition, ...]:
+    """``value`` (a tuple or list of ``(topic str, partition int)`` pairs, each partition in ``lowest``..INT32_MAX)
+    as a tuple; TypeError or ValueError naming the first that is not."""
+    if type(value) not in _CONTAINERS:
+        raise TypeError(f"partitions must be a tuple of TopicPartition, not {type(value).__name__}")
+    for item in value:  # type: ignore[attr-defined]
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"partitions must hold (topic, partition) pairs, not {item!r:.80}")
+        topic, partition = item
+        if type(topic) is not str:
+            raise TypeError(f"a partition's topic must be a string, not {type(topic).__name__}")
+        if type(partition) is not int:
+            raise TypeError(f"partition of topic {topic!r:.80} must be an integer, not {type(partition).__name__}")
+        if not lowest <= partition <= INT32_MAX:
+            raise ValueError(f"partition {partition} of topic {topic!r:.80} is out of range")
+    return tuple((topic, partition) for topic, partition in value)  # type: ignore[attr-defined]
 
 
 def _metadata_types(batch: RecordBatch) -> tuple[ErrorCode, str] | None:

@@ -81,6 +81,7 @@ class ErrorCode(enum.IntEnum):
     STALE_MEMBER_EPOCH = 113  # an offset commit with an older member epoch (KIP-848)
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
+    INVALID_REGULAR_EXPRESSION = 128  # a subscribed topic regex the coordinator cannot compile (KIP-848)
 
 
 #: Errors after which the same request may succeed (Kafka's RetriableException subclasses).

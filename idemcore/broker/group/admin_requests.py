@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from idemcore.broker.group.coordinator import GroupCoordinator
-from idemcore.broker.input_checks import checked
+from idemcore.broker.input_checks import checked, strings, topic_partitions
 from idemcore.net.group_admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -29,7 +29,6 @@ from idemcore.net.group_admin import (
     OffsetDeleteResponse,
 )
 from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import INT32_MAX, TopicPartition
 
 _INVALID = int(ErrorCode.INVALID_REQUEST)
 _NOT_FOUND = int(ErrorCode.GROUP_ID_NOT_FOUND)
@@ -42,41 +41,15 @@ def _unknown(group_id: str) -> int:
     return _NOT_FOUND if group_id else _INVALID_GROUP
 
 
-def _strings(value: object, what: str) -> tuple[str, ...]:
-    """``value`` as a tuple of strings; TypeError naming ``what`` otherwise."""
-    if type(value) not in _CONTAINERS:
-        raise TypeError(f"{what} must be a tuple of strings, not {type(value).__name__}")
-    for item in value:  # type: ignore[attr-defined]
-        if type(item) is not str:
-            raise TypeError(f"{what} must hold strings, not {type(item).__name__} ({item!r:.80})")
-    return tuple(value)  # type: ignore[arg-type]
-
-
 def _string_items(value: object) -> tuple[str, ...]:
     """The strings of a (possibly malformed) list, to name them in a refusal."""
     return tuple(item for item in value if type(item) is str) if type(value) in _CONTAINERS else ()  # type: ignore[attr-defined]
 
 
-def _partitions(value: object) -> tuple[TopicPartition, ...]:
-    if type(value) not in _CONTAINERS:
-        raise TypeError(f"partitions must be a tuple of TopicPartition, not {type(value).__name__}")
-    for item in value:  # type: ignore[attr-defined]
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError(f"partitions must hold (topic, partition) pairs, not {item!r:.80}")
-        topic, partition = item
-        if type(topic) is not str:
-            raise TypeError(f"a partition's topic must be a string, not {type(topic).__name__}")
-        if type(partition) is not int:
-            raise TypeError(f"partition of topic {topic!r:.80} must be an integer, not {type(partition).__name__}")
-        if not 0 <= partition <= INT32_MAX:
-            raise ValueError(f"partition {partition} of topic {topic!r:.80} is out of range")
-    return tuple((topic, partition) for topic, partition in value)  # type: ignore[attr-defined]
-
-
 def describe_groups(coordinator: GroupCoordinator | None,
                     request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     def ask() -> tuple[DescribedGroup, ...]:
-        group_ids = _strings(request.group_ids, "group_ids")
+        group_ids = strings(request.group_ids, "group_ids")
         if type(request.include_authorized_operations) is not bool:
             raise TypeError(f"include_authorized_operations must be a bool, not "
                             f"{type(request.include_authorized_operations).__name__}")
@@ -93,8 +66,8 @@ def describe_groups(coordinator: GroupCoordinator | None,
 
 def list_groups(coordinator: GroupCoordinator | None, request: ListGroupsRequest) -> ListGroupsResponse:
     def ask() -> tuple[Any, ...]:
-        states = _strings(request.states_filter, "states_filter")
-        types = _strings(request.types_filter, "types_filter")
+        states = strings(request.states_filter, "states_filter")
+        types = strings(request.types_filter, "types_filter")
         return () if coordinator is None else coordinator.list_groups(states, types)
     answer = checked(request, ask)
     if isinstance(answer, str):
@@ -104,7 +77,7 @@ def list_groups(coordinator: GroupCoordinator | None, request: ListGroupsRequest
 
 def delete_groups(coordinator: GroupCoordinator | None, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     def ask() -> tuple[tuple[str, int], ...]:
-        group_ids = _strings(request.group_ids, "group_ids")
+        group_ids = strings(request.group_ids, "group_ids")
         named = [group_id for group_id in group_ids if group_id]  # an empty id is invalid (Kafka's service checks)
         codes = {} if coordinator is None or not named else coordinator.delete_groups(named)
         return tuple((group_id, int(codes.get(group_id, _unknown(group_id)))) for group_id in group_ids)
@@ -119,7 +92,7 @@ def offset_delete(coordinator: GroupCoordinator | None, request: OffsetDeleteReq
     def ask() -> tuple[int, tuple[tuple[str, int, int], ...]]:
         if type(request.group_id) is not str:
             raise TypeError(f"group_id must be a string, not {type(request.group_id).__name__}")
-        partitions = _partitions(request.partitions)
+        partitions = topic_partitions(request.partitions)
         if coordinator is None or not request.group_id:
             return _unknown(request.group_id), ()
         error, codes = coordinator.offset_delete(request.group_id, partitions)

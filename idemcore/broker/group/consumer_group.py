@@ -61,6 +61,7 @@ from idemcore.net.consumer_group import (
     DescribedConsumerGroup,
     DescribedConsumerMember,
 )
+from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from idemcore.net.group_admin import CONSUMER, ListedGroup
 from idemcore.protocol.codes import ErrorCode as E
 from idemcore.protocol.constants import TopicPartition
@@ -71,14 +72,13 @@ log = logging.getLogger(__name__)
 STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS = "STABLE", "UNREVOKED_PARTITIONS", "UNRELEASED_PARTITIONS"
 #: A group's states (Kafka's ``ConsumerGroupState``), as ListGroups and ConsumerGroupDescribe name them.
 EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP = "Empty", "Assigning", "Reconciling", "Stable"
-#: The protocol type a consumer group lists with.
-CONSUMER_PROTOCOL_TYPE = "consumer"
-
 #: Kafka's error code for a subscribed regex that does not compile (KIP-848).
-INVALID_REGULAR_EXPRESSION = 128
+INVALID_REGULAR_EXPRESSION = E.INVALID_REGULAR_EXPRESSION
 #: RE2 reports a refused pattern in the exception, not on stderr.
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
+#: How many regexes' matches are kept at most (members may each send another one).
+_MAX_CACHED_REGEXES = 1024
 
 DEFAULT_SESSION_TIMEOUT_MS = 45_000  # Kafka's group.consumer.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000  # group.consumer.heartbeat.interval.ms
@@ -121,6 +121,10 @@ class ConsumerGroup:
     topic_partitions: dict[str, int] = field(default_factory=dict)
     #: Each member's topics: its names and what its regex matched when last resolved.
     subscriptions: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: The union of ``subscriptions`` (kept with it: a heartbeat that changes neither does not recompute it).
+    subscribed_topics: frozenset[str] = frozenset()
+    #: The existing topics the regexes were matched against (None: no member has a regex).
+    resolved_in: tuple[str, ...] | None = None
     assignor_name: str = ""
 
     @property
@@ -170,6 +174,9 @@ class ConsumerGroups:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
+        #: The topics each regex matched among ``_matched_in`` (the existing topics when they were matched).
+        self._matched: dict[str, frozenset[str]] = {}
+        self._matched_in: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------ ConsumerGroupHeartbeat
 
@@ -218,7 +225,7 @@ class ConsumerGroups:
                           member.server_assignor) != before
         group.members[member_id] = member
         self.groups[group_id] = group
-        metadata = self._subscription_metadata(group)
+        metadata = self._subscription_metadata(group, member_id if not bump else None)
         if metadata != group.topic_partitions:  # a subscribed topic appeared, went, or grew
             group.topic_partitions = metadata
             bump = True
@@ -272,15 +279,35 @@ class ConsumerGroups:
         group.topic_partitions = self._subscription_metadata(group)
         log.info("consumer group %s: member %s %s, epoch %d", group.group_id, member_id, why, group.group_epoch)
 
-    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, int]:
-        """The subscribed topics' partition counts, with every member's subscription resolved again."""
-        existing: list[str] | None = None
+    def _subscription_metadata(self, group: ConsumerGroup, unchanged: str | None = None) -> dict[str, int]:
+        """The subscribed topics' partition counts. Every member's subscription is resolved again, except on a
+        heartbeat of member ``unchanged`` whose subscription did not change while the existing topics did not
+        either: then only the members' partition counts are looked up (a steady heartbeat must not match every
+        member's regex against every topic)."""
+        existing: tuple[str, ...] | None = None
         if self._topic_names is not None and any(m.subscribed_topic_regex for m in group.members.values()):
-            existing = sorted(t for t in self._topic_names() if not t.startswith("__"))
-        group.subscriptions = {m.member_id: _topics(m, existing) for m in group.members.values()}
-        topics = set().union(*group.subscriptions.values())
-        counts = {t: self._partitions_of(t) for t in sorted(topics)}
+            existing = tuple(sorted(t for t in self._topic_names() if not t.startswith("__")))
+        if unchanged is None or existing != group.resolved_in or group.subscriptions.keys() != group.members.keys():
+            group.subscriptions = {m.member_id: self._topics(m, existing) for m in group.members.values()}
+            group.subscribed_topics = frozenset().union(*group.subscriptions.values())
+            group.resolved_in = existing
+        counts = {t: self._partitions_of(t) for t in sorted(group.subscribed_topics)}
         return {t: n for t, n in counts.items() if n is not None and n > 0}
+
+    def _topics(self, member: ConsumerGroupMember, existing: tuple[str, ...] | None) -> frozenset[str]:
+        """The member's topics: its names, and the existing topics its regex matches whole (the matches kept per
+        regex while the existing topics stay the same: the members of a group mostly share one)."""
+        names = frozenset(member.subscribed_topic_names)
+        regex = member.subscribed_topic_regex
+        if not regex or existing is None:
+            return names
+        if existing != self._matched_in or len(self._matched) >= _MAX_CACHED_REGEXES:
+            self._matched, self._matched_in = {}, existing
+        matched = self._matched.get(regex)
+        if matched is None:
+            pattern = compile_regex(regex)
+            matched = self._matched[regex] = frozenset(t for t in existing if pattern.fullmatch(t))
+        return names | matched
 
     def _assign(self, group: ConsumerGroup) -> None:
         """The target assignment at the group epoch, by the assignor most members ask for (Kafka's
@@ -510,15 +537,6 @@ def compile_regex(regex: str) -> Any:
         raise ValueError(why.decode(errors="replace") if isinstance(why, bytes) else str(why)) from None
     except UnicodeError as exc:  # a lone surrogate: not text RE2 can read
         raise ValueError(str(exc)) from None
-
-
-def _topics(member: ConsumerGroupMember, existing: list[str] | None) -> frozenset[str]:
-    """The member's topics: its names, and the existing topics its regex matches whole."""
-    topics = set(member.subscribed_topic_names)
-    if member.subscribed_topic_regex and existing is not None:
-        pattern = compile_regex(member.subscribed_topic_regex)
-        topics.update(t for t in existing if pattern.fullmatch(t))
-    return frozenset(topics)
 
 
 def _update(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest) -> None:

@@ -43,15 +43,18 @@ Admin calls (Kafka's ``GroupMetadataManager`` / ``OffsetMetadataManager``): :met
 :meth:`list_groups` (a simple group is listed Empty with protocol type ``""``, as Kafka lists it),
 :meth:`delete_groups` and :meth:`offset_delete`, whose tombstones are durable before memory changes. The
 consumer-protocol (KIP-848) groups of the same partitions (:attr:`consumer_groups`, made by the broker at the
-first ConsumerGroupHeartbeat) are listed, deleted and unloaded with the classic ones.
+first ConsumerGroupHeartbeat) are listed, deleted, expired and unloaded with the classic ones; an offset commit to
+one is checked against its member's epoch (rule 4 becomes Kafka's ``ConsumerGroup.validateOffsetCommit``), and a
+classic JoinGroup to one with members is INCONSISTENT_GROUP_PROTOCOL.
 
 Not thread-safe: the caller serialises calls, as ``Broker.handle`` does.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import cast
 
 from idemcore.broker.coordinator import coordinator_error, coordinator_partition
@@ -75,6 +78,7 @@ from idemcore.broker.group.offsets_log import (
 )
 from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
+from idemcore.broker.input_checks import strings, topic_partitions
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
@@ -278,6 +282,12 @@ class GroupCoordinator:
         shard = self._shards.get(self.partition_for(group_id))
         if shard is None:
             return E.NOT_COORDINATOR
+        if self.consumer_groups is not None:
+            # A KIP-848 group's member commits with its member epoch as the generation (Kafka's
+            # ConsumerGroup.validateOffsetCommit); accepted, it is a commit outside any classic generation.
+            modern = self.consumer_groups.offset_commit_error(group_id, generation_id, member_id)
+            if modern is not None:
+                return _error_code(modern)
         membership = self.classic_groups.offset_commit_error(group_id, generation_id, member_id, transactional,
                                                              group_instance_id)
         if membership is not None:
@@ -340,7 +350,35 @@ class GroupCoordinator:
             error = INVALID_SESSION_TIMEOUT
         if error is not None:
             return JoinGroupResponse(error, member_id=request.member_id, request_id=rid)
+        refusal = self._consumer_group_join_error(request)
+        if refusal is not None:
+            return refusal
         return self.classic_groups.join(request)
+
+    def drop_empty_classic_group(self, group_id: str) -> int:
+        """An Empty classic group gives its id to a joining KIP-848 group (Kafka converts it): its GroupMetadata
+        tombstone is written first, so a restart does not bring the classic group back over the consumer group.
+        NONE once durable, else the coordinator error (the classic group stays)."""
+        error = self._store_group(group_id, None)
+        if error == E.NONE:
+            del self.classic_groups.groups[group_id]
+            log.info("converted the empty classic group %s to a consumer group", group_id)
+        return error
+
+    def _consumer_group_join_error(self, request: JoinGroupRequest) -> JoinGroupResponse | None:
+        """INCONSISTENT_GROUP_PROTOCOL for a classic JoinGroup to a KIP-848 group with members (no mixed groups:
+        Kafka 4 with online upgrade disabled); an empty KIP-848 group of that id is dropped, as Kafka converts it."""
+        group_id, modern = request.group_id, self.consumer_groups
+        group = None if modern is None else modern.groups.get(group_id)
+        if modern is None or group is None:
+            return None
+        if not group.members:
+            del modern.groups[group_id]
+            return None
+        return JoinGroupResponse(E.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id,
+                                 request_id=request.request_id,
+                                 error_message=f"Member {request.member_id}'s protocols are not supported: group "
+                                               f"{group_id} uses the consumer protocol.")
 
     def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse | Pending:
         """Kafka's SyncGroup: the leader's assignment sets every member's; a member answered before the leader
@@ -379,11 +417,14 @@ class GroupCoordinator:
     def expire(self, now_ms: int) -> None:
         """Run the membership timers due at ``now_ms`` (the broker's housekeeping calls this): members whose
         session lapsed are removed, overdue join phases complete without the members that did not rejoin, members
-        that did not sync are removed. Every ``offsets_retention_check_interval_ms`` it runs
-        :meth:`cleanup_group_metadata` (Kafka's periodic cleanup)."""
+        that did not sync are removed, and so are KIP-848 members past their session or rebalance timeout. Every
+        ``offsets_retention_check_interval_ms`` it runs :meth:`cleanup_group_metadata` (Kafka's periodic
+        cleanup)."""
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         self.classic_groups.expire(now_ms)
+        if self.consumer_groups is not None:
+            self.consumer_groups.expire(now_ms)
         if self._next_cleanup is None:
             self._next_cleanup = now_ms + self.offsets_retention_check_interval_ms
         elif now_ms >= self._next_cleanup:
@@ -402,10 +443,14 @@ class GroupCoordinator:
         if type(now_ms) is not int:
             raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
         expired = 0
+        modern = {} if self.consumer_groups is None else self.consumer_groups.groups
+        # Every group's partition computed once (a Java string hash each), not once per loaded partition.
+        by_partition: dict[int, dict[str, None]] = {}
+        for group_id in itertools.chain(*(shard.committed for shard in self._shards.values()),
+                                        self.classic_groups.groups, modern):
+            by_partition.setdefault(self.partition_for(group_id), {})[group_id] = None
         for partition, shard in self._shards.items():
-            modern = {} if self.consumer_groups is None else self.consumer_groups.groups
-            group_ids = [g for g in dict.fromkeys((*shard.committed, *self.classic_groups.groups, *modern))
-                         if self.partition_for(g) == partition]
+            group_ids = list(by_partition.get(partition, ()))
             offsets: list[OffsetCommitKey] = []
             deleted: list[str] = []
             for group_id in group_ids:
@@ -443,7 +488,7 @@ class GroupCoordinator:
         group = self.classic_groups.groups.get(group_id)
         consumer_group = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
         if consumer_group is not None:  # Kafka's ConsumerGroup: by commit time, topics subscribed to kept
-            subscribed: set[str] = set().union(*consumer_group.subscriptions.values())
+            subscribed = consumer_group.subscribed_topics
             return self._due_offsets(shard, group_id, committed, now_ms, _commit_time, subscribed.__contains__)
         # Kafka's ClassicGroup.offsetExpirationCondition: where an offset's age starts, or None (no expiry).
         since: Callable[[CommittedOffset], int] | None = None
@@ -539,8 +584,8 @@ class GroupCoordinator:
         """Kafka's ListGroups over the served partitions: every classic group, every simple group (offsets only:
         protocol type ``""``, Empty) and every consumer-protocol group (type ``consumer``); filters matched without
         regard to case or surrounding spaces, an empty filter matching all (``GroupMetadataManager.listGroups``)."""
-        states = {s.strip().lower() for s in _checked_strings(states_filter, "states_filter")}
-        types = {t.strip().lower() for t in _checked_strings(types_filter, "types_filter")}
+        states = {s.strip().lower() for s in strings(states_filter, "states_filter")}
+        types = {t.strip().lower() for t in strings(types_filter, "types_filter")}
         listed: dict[str, ListedGroup] = {}
         for partition, shard in self._shards.items():
             for group_id in (*shard.committed, *shard.open_by_group):
@@ -562,9 +607,7 @@ class GroupCoordinator:
         groups with the coordinator error and changes nothing."""
         results: dict[str, int] = {}
         deletable: dict[int, list[str]] = {}
-        for group_id in _checked_group_ids(group_ids):
-            if group_id in results or any(group_id in ids for ids in deletable.values()):
-                continue
+        for group_id in dict.fromkeys(_checked_group_ids(group_ids)):  # each id once
             error = self._delete_error(group_id)
             if error is None:
                 deletable.setdefault(self.partition_for(group_id), []).append(group_id)
@@ -632,29 +675,35 @@ class GroupCoordinator:
         if shard is None:
             return int(E.NOT_COORDINATOR), {}
         group = self.classic_groups.groups.get(group_id)
-        if group is None and not shard.group_exists(group_id):
+        modern = None if self.consumer_groups is None else self.consumer_groups.groups.get(group_id)
+        if group is None and modern is None and not shard.group_exists(group_id):
             return int(E.GROUP_ID_NOT_FOUND), {}
         if group is not None and group.state is not GroupState.EMPTY \
                 and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return int(E.NON_EMPTY_GROUP), {}
+        subscribed: Set[str]
+        if modern is not None:  # Kafka's ConsumerGroup.isSubscribedToTopic: any member's topics
+            subscribed = modern.subscribed_topics
+        else:
+            subscribed = set() if group is None else {t for t, _ in wanted if group.is_subscribed_to_topic(t)}
         answers: dict[TopicPartition, int] = {}
-        keys: list[OffsetCommitKey] = []
+        keys: dict[TopicPartition, OffsetCommitKey] = {}
         having = set(self._offset_partitions(shard, group_id))
         for topic, part in wanted:
             if self.partition_exists is not None and not self.partition_exists(topic, part):
                 answers[(topic, part)] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
-            elif group is not None and group.is_subscribed_to_topic(topic):
+            elif topic in subscribed:
                 answers[(topic, part)] = int(E.GROUP_SUBSCRIBED_TO_TOPIC)
             else:
                 answers[(topic, part)] = int(E.NONE)
-                if (topic, part) in having and all(k.topic != topic or k.partition != part for k in keys):
-                    keys.append(OffsetCommitKey(group_id, topic, part))
+                if (topic, part) in having:
+                    keys[(topic, part)] = OffsetCommitKey(group_id, topic, part)
         if keys:
-            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None) for k in keys],
-                                    NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
+            error, _ = self._append(partition, [(encode_key(k.group, k.topic, k.partition), None)
+                                                for k in keys.values()], NO_PRODUCER_ID, NO_PRODUCER_EPOCH, False)
             if error is not E.NONE:
                 return int(error), {}
-            for key in keys:
+            for key in keys.values():
                 shard.replay(-1, NO_PRODUCER_ID, key, None)
         return int(E.NONE), answers
 
@@ -769,7 +818,7 @@ def _commit_time(offset: CommittedOffset) -> int:
 
 
 def _error_code(code: int) -> ErrorCode:
-    """``code`` as an ErrorCode; a code the enum lacks (REBALANCE_IN_PROGRESS) travels as its int."""
+    """``code`` as an ErrorCode; a code the enum lacks travels as its int."""
     try:
         return ErrorCode(code)
     except ValueError:
@@ -856,26 +905,13 @@ def _checked_offsets(offsets: object) -> list[OffsetEntry]:
     return list(offsets)
 
 
-def _checked_group_ids(group_ids: object) -> list[str]:
-    if not isinstance(group_ids, tuple | list):
-        raise TypeError(f"group_ids must be a tuple or list of str, got {group_ids!r:.80}")
-    for group_id in group_ids:
-        if type(group_id) is not str:
-            raise TypeError(f"a group id must be a str, got {group_id!r:.80}")
+def _checked_group_ids(group_ids: object) -> tuple[str, ...]:
+    checked = strings(group_ids, "group_ids")
+    for group_id in checked:
         _check_string(group_id, "group_id")
-    return list(group_ids)
+    return checked
 
 
-def _checked_strings(values: object, what: str) -> list[str]:
-    if not isinstance(values, tuple | list) or not all(type(v) is str for v in values):
-        raise TypeError(f"{what} must be a tuple or list of str, got {values!r:.80}")
-    return list(values)
-
-
-def _checked_partitions(partitions: object) -> list[TopicPartition]:
-    if not isinstance(partitions, tuple | list):
-        raise TypeError(f"partitions must be a tuple or list of (topic, partition), got {partitions!r:.80}")
-    for tp in partitions:
-        if not (isinstance(tp, tuple) and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int):
-            raise TypeError(f"a partition must be a (str, int) tuple, got {tp!r:.80}")
-    return list(partitions)
+def _checked_partitions(partitions: object) -> tuple[TopicPartition, ...]:
+    """Any int32 partition: one the broker does not have is answered per partition, not refused."""
+    return topic_partitions(partitions, lowest=_INT32[0])

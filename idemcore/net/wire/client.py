@@ -78,7 +78,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
-from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
 from idemcore.protocol.codes import ErrorCode
@@ -507,10 +507,6 @@ def _decode_offset_fetch(request: OffsetFetchRequest, version: int, body: Any) -
 # ---------------------------------------------------------------- JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 
 
-def _optional(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def _static_since(request: Any, version: int, since: int, what: str) -> None:
     """A static member (KIP-345) needs a version that carries its instance id."""
     if request.group_instance_id is not None and version < since:
@@ -531,12 +527,12 @@ def _encode_join_group(request: JoinGroupRequest, version: int) -> Any:
 
 
 def _decode_join_group(request: JoinGroupRequest, version: int, body: Any) -> JoinGroupResponse:
-    members = tuple((str(m.member_id), _optional(getattr(m, "group_instance_id", None)), bytes(m.metadata))
+    members = tuple((str(m.member_id), optional_str(getattr(m, "group_instance_id", None)), bytes(m.metadata))
                     for m in body.members)
     # Before v7 the protocol name is not nullable: "" stands for none.
-    name = _optional(body.protocol_name) or None
+    name = optional_str(body.protocol_name) or None
     return JoinGroupResponse(int(body.error_code), int(body.generation_id),
-                             _optional(getattr(body, "protocol_type", None)), name, str(body.leader),
+                             optional_str(getattr(body, "protocol_type", None)), name, str(body.leader),
                              str(body.member_id), members, request.request_id)
 
 
@@ -553,8 +549,8 @@ def _encode_sync_group(request: SyncGroupRequest, version: int) -> Any:
 
 def _decode_sync_group(request: SyncGroupRequest, version: int, body: Any) -> SyncGroupResponse:
     return SyncGroupResponse(int(body.error_code), bytes(body.assignment),
-                             _optional(getattr(body, "protocol_type", None)),
-                             _optional(getattr(body, "protocol_name", None)), request.request_id)
+                             optional_str(getattr(body, "protocol_type", None)),
+                             optional_str(getattr(body, "protocol_name", None)), request.request_id)
 
 
 def _encode_heartbeat(request: HeartbeatRequest, version: int) -> Any:
@@ -586,7 +582,7 @@ def _decode_leave_group(request: LeaveGroupRequest, version: int, body: Any) -> 
         return LeaveGroupResponse(code, tuple(LeftMember(m.member_id, m.group_instance_id, code)
                                               for m in request.members), request.request_id)
     return LeaveGroupResponse(int(body.error_code), tuple(
-        LeftMember(str(m.member_id), _optional(m.group_instance_id), int(m.error_code)) for m in body.members),
+        LeftMember(str(m.member_id), optional_str(m.group_instance_id), int(m.error_code)) for m in body.members),
         request.request_id)
 
 

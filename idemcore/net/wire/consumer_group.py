@@ -19,7 +19,7 @@ from idemcore.net.consumer_group import (
     ConsumerGroupHeartbeatResponse,
 )
 from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
-from idemcore.net.wire.frames import make, millis, nested, response_class
+from idemcore.net.wire.frames import make, millis, nested, optional_str, response_class
 from idemcore.net.wire.transactions import NO_THROTTLE, answer_of
 from idemcore.protocol.constants import TopicPartition
 
@@ -27,10 +27,6 @@ from idemcore.protocol.constants import TopicPartition
 CLIENT_MEMBER_ID_SINCE = 1
 #: ConsumerGroupDescribe's ``member_type`` of a member of the consumer protocol (v1+).
 CONSUMER_MEMBER_TYPE = 1
-
-
-def _optional(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _owned(ctx: WireContext, topics: Any) -> tuple[TopicPartition, ...] | None:
@@ -60,11 +56,11 @@ def _heartbeat_to_message(ctx: WireContext, version: int, correlation_id: int, b
     names = body.subscribed_topic_names
     request = ConsumerGroupHeartbeatRequest(
         str(body.group_id), str(body.member_id), int(body.member_epoch),
-        instance_id=_optional(body.instance_id), rack_id=_optional(body.rack_id),
+        instance_id=optional_str(body.instance_id), rack_id=optional_str(body.rack_id),
         rebalance_timeout_ms=millis(body.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(str(n) for n in names),
-        subscribed_topic_regex=_optional(getattr(body, "subscribed_topic_regex", None)),
-        server_assignor=_optional(body.server_assignor), owned_partitions=_owned(ctx, body.topic_partitions),
+        subscribed_topic_regex=optional_str(getattr(body, "subscribed_topic_regex", None)),
+        server_assignor=optional_str(body.server_assignor), owned_partitions=_owned(ctx, body.topic_partitions),
         member_id_from_client=version >= CLIENT_MEMBER_ID_SINCE, request_id=correlation_id)
     return request, None
 

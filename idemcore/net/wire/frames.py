@@ -211,6 +211,11 @@ def nested(cls: type, name: str) -> type:
     return getattr(sys.modules[cls.__module__], name)
 
 
+def optional_str(value: Any) -> str | None:
+    """A kio nullable string as a ``str`` (None stays None)."""
+    return None if value is None else str(value)
+
+
 def millis(value: datetime.timedelta | int | None) -> int:
     """A kio duration (``timedelta``) as milliseconds."""
     if value is None:

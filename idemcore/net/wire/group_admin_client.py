@@ -24,15 +24,11 @@ from idemcore.net.group_admin import (
     OffsetDeleteRequest,
     OffsetDeleteResponse,
 )
-from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.schema import load_request_schema
 
 #: The first ListGroups versions with the states filter (KIP-518) and the types filter (KIP-848).
 STATES_FILTER_SINCE, TYPES_FILTER_SINCE = 4, 5
-
-
-def _optional(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _encode_describe(request: DescribeGroupsRequest, version: int) -> Any:
@@ -43,11 +39,11 @@ def _encode_describe(request: DescribeGroupsRequest, version: int) -> Any:
 def _decode_describe(request: DescribeGroupsRequest, version: int, body: Any) -> DescribeGroupsResponse:
     groups = tuple(DescribedGroup(
         str(g.group_id), int(g.error_code), str(g.group_state), str(g.protocol_type), str(g.protocol_data),
-        tuple(DescribedMember(str(m.member_id), _optional(getattr(m, "group_instance_id", None)), str(m.client_id),
+        tuple(DescribedMember(str(m.member_id), optional_str(getattr(m, "group_instance_id", None)), str(m.client_id),
                               str(m.client_host), bytes(m.member_metadata), bytes(m.member_assignment))
               for m in g.members)) for g in body.groups)
     message = next((g.error_message for g in body.groups if getattr(g, "error_message", None)), None)
-    return DescribeGroupsResponse(groups, request.request_id, _optional(message))
+    return DescribeGroupsResponse(groups, request.request_id, optional_str(message))
 
 
 def _encode_list(request: ListGroupsRequest, version: int) -> Any:

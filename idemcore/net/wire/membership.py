@@ -31,15 +31,11 @@ from idemcore.net.membership import (
 )
 from idemcore.net.messages import Response
 from idemcore.net.wire.api import WireApi, WireContext
-from idemcore.net.wire.frames import make, millis, nested, response_class
+from idemcore.net.wire.frames import make, millis, nested, optional_str, response_class
 from idemcore.net.wire.transactions import NO_THROTTLE, answer_of
 
 #: The first JoinGroup version whose clients expect MEMBER_ID_REQUIRED (Kafka's requiresKnownMemberId).
 MEMBER_ID_REQUIRED_SINCE = 4
-
-
-def _optional(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 # ---------------------------------------------------------------- JoinGroup (key 11)
@@ -64,8 +60,8 @@ def _join_to_message(ctx: WireContext, version: int, correlation_id: int, body: 
         str(body.group_id), session,
         millis(body.rebalance_timeout) if version >= 1 else session,
         str(body.protocol_type), tuple((str(p.name), bytes(p.metadata)) for p in body.protocols),
-        member_id=str(body.member_id), group_instance_id=_optional(getattr(body, "group_instance_id", None)),
-        member_id_required=version >= MEMBER_ID_REQUIRED_SINCE, reason=_optional(getattr(body, "reason", None)),
+        member_id=str(body.member_id), group_instance_id=optional_str(getattr(body, "group_instance_id", None)),
+        member_id_required=version >= MEMBER_ID_REQUIRED_SINCE, reason=optional_str(getattr(body, "reason", None)),
         request_id=correlation_id)
     return request, None
 
@@ -93,9 +89,9 @@ def _sync_to_message(ctx: WireContext, version: int, correlation_id: int, body: 
     request = SyncGroupRequest(
         str(body.group_id), int(body.generation_id), str(body.member_id),
         tuple((str(a.member_id), bytes(a.assignment)) for a in body.assignments),
-        group_instance_id=_optional(getattr(body, "group_instance_id", None)),
-        protocol_type=_optional(getattr(body, "protocol_type", None)),
-        protocol_name=_optional(getattr(body, "protocol_name", None)), request_id=correlation_id)
+        group_instance_id=optional_str(getattr(body, "group_instance_id", None)),
+        protocol_type=optional_str(getattr(body, "protocol_type", None)),
+        protocol_name=optional_str(getattr(body, "protocol_name", None)), request_id=correlation_id)
     return request, None
 
 
@@ -114,7 +110,7 @@ SYNC_GROUP = WireApi(14, "SyncGroup", 0, 5, _sync_to_message, _sync_to_wire)
 
 def _heartbeat_to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) -> tuple[Any, None]:
     return HeartbeatRequest(str(body.group_id), int(body.generation_id), str(body.member_id),
-                            _optional(getattr(body, "group_instance_id", None)), correlation_id), None
+                            optional_str(getattr(body, "group_instance_id", None)), correlation_id), None
 
 
 def _heartbeat_to_wire(ctx: WireContext, version: int, body: Any, answer: Response, carry: None) -> Any:
@@ -132,8 +128,8 @@ def _leave_to_message(ctx: WireContext, version: int, correlation_id: int, body:
     if version < 3:
         members: tuple[LeavingMember, ...] = (LeavingMember(str(body.member_id)),)
     else:
-        members = tuple(LeavingMember(str(m.member_id), _optional(m.group_instance_id),
-                                      _optional(getattr(m, "reason", None))) for m in body.members)
+        members = tuple(LeavingMember(str(m.member_id), optional_str(m.group_instance_id),
+                                      optional_str(getattr(m, "reason", None))) for m in body.members)
     return LeaveGroupRequest(str(body.group_id), members, correlation_id), None
 
 

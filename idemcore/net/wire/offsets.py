@@ -25,7 +25,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.net.wire.api import WireApi, WireContext
-from idemcore.net.wire.frames import make, nested, response_class
+from idemcore.net.wire.frames import make, nested, optional_str, response_class
 from idemcore.net.wire.transactions import NO_THROTTLE, answer_of
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, TopicPartition
@@ -63,7 +63,7 @@ def _offset_commit_to_message(ctx: WireContext, version: int, correlation_id: in
     entries = _entries(body.topics)
     request = OffsetCommitRequest(str(body.group_id), entries, int(body.generation_id_or_member_epoch),
                                   str(body.member_id), correlation_id,
-                                  _optional_str(getattr(body, "group_instance_id", None)))
+                                  optional_str(getattr(body, "group_instance_id", None)))
     return request, entries
 
 
@@ -88,7 +88,7 @@ def _txn_offset_commit_to_message(ctx: WireContext, version: int, correlation_id
         str(body.transactional_id), str(body.group_id), int(body.producer_id), int(body.producer_epoch), entries,
         # v3+ (KIP-447): the consumer's generation and member, checked as OffsetCommit checks them.
         generation_id=int(getattr(body, "generation_id", -1)), member_id=str(getattr(body, "member_id", "")),
-        request_id=correlation_id, group_instance_id=_optional_str(getattr(body, "group_instance_id", None)))
+        request_id=correlation_id, group_instance_id=optional_str(getattr(body, "group_instance_id", None)))
     return request, entries
 
 
@@ -173,5 +173,3 @@ def _offset_fetch_to_wire(ctx: WireContext, version: int, body: Any, answer: Any
 OFFSET_FETCH = WireApi(9, "OffsetFetch", 1, 9, _offset_fetch_to_message, _offset_fetch_to_wire)
 
 
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
