@@ -37,7 +37,7 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -89,6 +89,7 @@ E = ErrorCode
 _THREAD_PERIOD_MS = 100
 #: How long ``close`` waits for the LeaveGroup answer (Kafka bounds it by the close timeout).
 _LEAVE_WAIT_MS = 5_000
+_MAX_LEAVE_ROUNDS = 1_000_000  # a bound on that wait's loop besides its clock (a transport's time may stand still)
 #: Answers that send the member back to FindCoordinator (Kafka's ``markCoordinatorUnknown``).
 _COORDINATOR_GONE = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE})
 #: Answers that end the member's generation: its partitions are lost and it joins as a new member.
@@ -224,8 +225,8 @@ class GroupMember:
         self.joining = False  # JoinGroup or SyncGroup in flight, or the leader's metadata
         self.join_prepared = False
         self.joined_topics: frozenset[str] = frozenset()
-        self.assigned_counts: dict[str, int] = {}  # the leader's partition counts at its assignment
-        self.group_topics: frozenset[str] = frozenset()  # every member's topics (the leader knows them)
+        # The leader's partition count of every member's topic at its assignment (what it watches for changes).
+        self.assigned_counts: dict[str, int] = {}
         self.lost_pending = False  # the generation went: the partitions are lost at the next poll
         self.left_for_poll_timeout = False
         self.synced: tuple[int, str, bytes] | None = None  # (generation, protocol, assignment) to apply in poll
@@ -303,29 +304,27 @@ class GroupMember:
         if error is not None:
             raise error
 
-    def _poll_step(self) -> bool:
-        with self.lock:
-            self.last_poll_ms = self.transport.now_ms()
-            if self.left_for_poll_timeout:
-                self.left_for_poll_timeout = False
-            self.drive()
-            self._raise_fatal()
-            if self.lost_pending:
-                self.lost_pending = False
-                self._lose("the member's generation is gone")
-            if not self.subscribed:
-                return False
-            self._refresh_metadata()
-            if self.synced is not None:
-                self._complete_join(*self.synced)
-                self.synced = None
-            if not self.coordinator_known:
-                self._find_coordinator()
-            elif self.need_rejoin and not self.joining and not self.pattern_unresolved:
-                self._join()
-            self.drive()
-            self._raise_fatal()
-            return not self.need_rejoin and not self.joining and self.generation_id != NO_GENERATION
+    def _poll_step(self) -> bool:  # under self.lock (poll)
+        self.last_poll_ms = self.transport.now_ms()
+        self.left_for_poll_timeout = False
+        self.drive()
+        self._raise_fatal()
+        if self.lost_pending:
+            self.lost_pending = False
+            self._lose("the member's generation is gone")
+        if not self.subscribed:
+            return False
+        self._refresh_metadata()
+        if self.synced is not None:
+            self._complete_join(*self.synced)
+            self.synced = None
+        if not self.coordinator_known:
+            self._find_coordinator()
+        elif self.need_rejoin and not self.joining and not self.pattern_unresolved:
+            self._join()
+        self.drive()
+        self._raise_fatal()
+        return not self.need_rejoin and not self.joining and self.generation_id != NO_GENERATION
 
     def drive(self) -> None:
         """Handle answers, send a heartbeat when due (without a heartbeat thread), check the session and (without
@@ -451,19 +450,27 @@ class GroupMember:
             self.request_rejoin("the coordinator gave the member its id")
             self._send_join()
             return
+        self._rebalance_error("JoinGroup", code, response.error_message,
+                              (E.REBALANCE_IN_PROGRESS, E.COORDINATOR_LOAD_IN_PROGRESS))
+
+    def _rebalance_error(self, api: str, code: int, message: str | None, retriable: tuple[int, ...]) -> None:
+        """An error answer to JoinGroup or SyncGroup: the coordinator is found again, or the generation is reset,
+        and the member joins again after the backoff (``retriable`` as they are); anything else is fatal."""
         if code in _COORDINATOR_GONE:
             self.coordinator_known = False
-        elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+        elif code in _GENERATION_GONE:
             self._reset_generation()
         elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
+            self.fatal = self._fenced()
             return
-        elif code not in (E.REBALANCE_IN_PROGRESS, E.COORDINATOR_LOAD_IN_PROGRESS):
-            self.fatal = GroupMemberError(f"group {self.group_id}: JoinGroup failed: {_code_name(code)}"
-                                          f"{_why(response.error_message)}")
+        elif code not in retriable:
+            self.fatal = GroupMemberError(f"group {self.group_id}: {api} failed: {_code_name(code)}{_why(message)}")
             return
-        self._join_failed(f"JoinGroup answered {_code_name(code)}")
+        self._join_failed(f"{api} answered {_code_name(code)}")
+
+    def _fenced(self) -> FencedInstanceIdError:
+        return FencedInstanceIdError(
+            f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
 
     def _join_failed(self, why: str) -> None:
         log.info("%s: group %s: %s", self.consumer.client_id, self.group_id, why)
@@ -497,7 +504,6 @@ class GroupMember:
                 return
             counts = {t.name: t.partitions for t in metadata.topics if t.error_code == E.NONE and t.partitions > 0}
             assignments = assignor.assign(counts, subscriptions)
-            self.group_topics = topics
             self.assigned_counts = {t: counts.get(t, 0) for t in topics}
             encoded = tuple((member_id, encode_assignment(assignments.get(member_id, Assignment(()))))
                             for member_id in subscriptions)
@@ -536,19 +542,7 @@ class GroupMember:
                 self.next_heartbeat_ms = self.transport.now_ms() + self.heartbeat_interval_ms
                 self.last_heartbeat_ok_ms = self.transport.now_ms()
             return
-        if code in _COORDINATOR_GONE:
-            self.coordinator_known = False
-        elif code in _GENERATION_GONE:
-            self._reset_generation()
-        elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
-            return
-        elif code != E.REBALANCE_IN_PROGRESS:
-            self.fatal = GroupMemberError(f"group {self.group_id}: SyncGroup failed: {_code_name(code)}"
-                                          f"{_why(response.error_message)}")
-            return
-        self._join_failed(f"SyncGroup answered {_code_name(code)}")
+        self._rebalance_error("SyncGroup", code, response.error_message, (E.REBALANCE_IN_PROGRESS,))
 
     def _complete_join(self, generation: int, protocol: str, data: bytes) -> None:
         """Kafka's ``onJoinComplete``: take the assignment; COOPERATIVE revokes what it lost and rejoins."""
@@ -626,7 +620,7 @@ class GroupMember:
         self.next_metadata_ms = now + self.metadata_max_age_ms
         # Only a pattern's matches and the leader's counts of the group's topics decide anything here.
         wanted: tuple[str, ...] | None = None if self.pattern is not None else \
-            tuple(sorted(self.group_topics)) if self.leader else ()
+            tuple(sorted(self.assigned_counts)) if self.leader else ()
         if wanted == ():
             return
 
@@ -700,8 +694,7 @@ class GroupMember:
         elif code in _COORDINATOR_GONE:  # found again, the member goes on in its generation if it still stands
             self.coordinator_known = False
         elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
+            self.fatal = self._fenced()
         else:
             log.warning("%s: group %s: heartbeat answered %s", self.consumer.client_id, self.group_id,
                         _code_name(code))
@@ -765,7 +758,7 @@ class GroupMember:
                     self._leave_prepare()
                     self._leave("the consumer is closing")
                     deadline = self.transport.now_ms() + min(_LEAVE_WAIT_MS, self.request_timeout_ms)
-                    for _ in _bounded():
+                    for _ in range(_MAX_LEAVE_ROUNDS):
                         if not self.channel.busy(LeaveGroupRequest) or self.transport.now_ms() >= deadline:
                             break
                         self.transport.tick()
@@ -779,10 +772,6 @@ class GroupMember:
                 if self.heartbeats is not self.channel:
                     self.heartbeats.drop()
         self.raise_listener_error()
-
-
-def _bounded(limit: int = 1_000_000) -> Iterator[int]:
-    return iter(range(limit))
 
 
 def _ignore(response: Response) -> None:
