@@ -137,6 +137,8 @@ class _Channel:
         # The membership requests travel like any other (the transports carry them to ``handle``).
         request = cast(Request, build(next(self.ids)))
         with self.lock:
+            if not self.inflight:  # a break while idle (receive did not ask) lost nothing of this request's
+                connection_broke(self.transport, self.client)
             self.inflight[request.request_id] = (request, self.transport.now_ms(), timeout_ms, on_answer, on_lost)
             try:
                 self.transport.send(self.client, request)
@@ -145,6 +147,8 @@ class _Channel:
                 raise
 
     def receive(self) -> None:
+        if not self.inflight:  # nothing to answer or lose: the transport is not asked (every poll comes here)
+            return
         with self.lock:
             answers = self.transport.poll(self.client)
             now = self.transport.now_ms()
