@@ -37,7 +37,7 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -280,6 +280,16 @@ class GroupMember:
             log.info("%s: group %s: rejoining: %s", self.consumer.client_id, self.group_id, reason)
         self.need_rejoin = True
         self.rejoin_reason = reason
+
+    def commit_refused(self, codes: Iterable[int]) -> None:
+        """An OffsetCommit refused for the member's generation: it is gone (Kafka's ``resetGeneration``), or the
+        group is rebalancing (rejoin)."""
+        with self.lock:
+            refused = set(codes)
+            if refused & _GENERATION_GONE:
+                self._reset_generation()
+            elif E.REBALANCE_IN_PROGRESS in refused:
+                self.request_rejoin("a commit found the group rebalancing")
 
     def metadata(self) -> ConsumerGroupMetadata:
         with self.lock:
