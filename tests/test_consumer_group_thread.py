@@ -6,8 +6,9 @@ again; a static member's close leaves no LeaveGroup (its partitions wait for it)
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,7 +16,7 @@ from idemcore.broker.server import Server
 from idemcore.client.consumer import Consumer
 from idemcore.net.tcp import TcpTransport
 from idemcore.protocol.constants import TopicPartition
-from tests.served_groups import served_broker
+from tests.served_groups import close_consumers, poll_consumers_until, served_broker, share_exactly
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -34,10 +35,7 @@ def server() -> Iterator[Server]:
 def made() -> Iterator[list[Consumer]]:
     consumers: list[Consumer] = []
     yield consumers
-    for consumer in consumers:
-        transport = consumer.transport
-        consumer.close()
-        transport.close()  # type: ignore[attr-defined]
+    close_consumers(consumers)
 
 
 class Lost:
@@ -61,18 +59,11 @@ def member(server: Server, made: list[Consumer], name: str, **settings: object) 
     return consumer
 
 
-def poll_until(consumers: list[Consumer], done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_S} s: " \
-                                            f"{[sorted(c.assignment()) for c in consumers]}"
-        for consumer in consumers:
-            consumer.poll(timeout_ms=20)
+poll_until = functools.partial(poll_consumers_until, timeout_s=TIMEOUT_S)
 
 
 def shared(consumers: list[Consumer]) -> bool:
-    held = [c.assignment() for c in consumers]
-    return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == EVERY
+    return share_exactly(consumers, EVERY)
 
 
 def test_the_heartbeat_thread_keeps_a_member_that_does_not_poll_for_longer_than_its_session(server, made):
