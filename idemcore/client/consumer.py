@@ -521,10 +521,11 @@ class Consumer:
         if not chosen:
             return None
         group = self._subscribed()
-        generation, member_id = group.generation() if group is not None else (-1, "")
+        # A member's commit carries its generation, member id and instance id (-1 and "" while it has none).
+        member = group.metadata() if group is not None else ConsumerGroupMetadata(self.group_id)
         entries = tuple(OffsetEntry(topic, partition, offset) for (topic, partition), offset in chosen.items())
-        return OffsetCommitRequest(self.group_id, entries, generation, member_id, request_id,
-                                   self.group_instance_id if group is not None else None)
+        return OffsetCommitRequest(self.group_id, entries, member.generation_id, member.member_id, request_id,
+                                   member.group_instance_id)
 
     def _on_commit_errors(self, codes: Iterable[int]) -> None:
         """A commit refused for the member's generation: the generation is gone (Kafka's ``resetGeneration``)."""

@@ -295,11 +295,6 @@ class GroupMember:
         with self.lock:
             return ConsumerGroupMetadata(self.group_id, self.generation_id, self.member_id, self.group_instance_id)
 
-    def generation(self) -> tuple[int, str]:
-        """The generation and member id a commit carries (-1 and "" while the member has none)."""
-        with self.lock:
-            return self.generation_id, self.member_id
-
     # ------------------------------------------------------------ driving
 
     def poll(self) -> bool:
@@ -659,12 +654,6 @@ class GroupMember:
 
         self.channel.send(lambda rid: MetadataRequest(wanted, False, request_id=rid), self.request_timeout_ms,
                           answered, retry)
-
-    def refresh_metadata_now(self) -> None:
-        """Look at the cluster's topics at the next poll (a test, or a user who made a topic, need not wait for
-        ``metadata_max_age_ms``)."""
-        with self.lock:
-            self.next_metadata_ms = 0
 
     # ------------------------------------------------------------ heartbeats
 
