@@ -124,3 +124,45 @@ def test_a_pattern_subscription_over_tcp_matches_the_clusters_topics(server, mad
     a.subscribe(r"[st]")  # a string is a pattern, matched whole: "t", not "__consumer_offsets"
     poll_until([a], lambda: a.assignment() == EVERY, "a taking every partition of t")
     assert a.subscription() == {TOPIC}
+
+
+class SlowAssigned:
+    """A listener whose first on_partitions_assigned with partitions takes ``seconds``; it notes the member's
+    generation then, and every revocation or loss after."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.consumer: Consumer | None = None
+        self.generation: int | None = None
+        self.taken: list[set[TopicPartition]] = []
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        if self.generation is not None:
+            self.taken.append(partitions)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.on_partitions_revoked(partitions)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        if partitions and self.generation is None:
+            assert self.consumer is not None
+            self.generation = self.consumer.consumer_group_metadata().generation_id
+            time.sleep(self.seconds)
+
+
+def test_the_heartbeat_thread_heartbeats_while_a_listener_runs_longer_than_the_session(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000)
+    b = member(server, made, "b", session_timeout_ms=6_000)
+    b.subscribe([TOPIC])
+    poll_until([b], lambda: b.assignment() == EVERY, "b alone")
+    listener = SlowAssigned(8)  # more than a's session without a poll
+    listener.consumer = a
+    a.subscribe([TOPIC], listener)
+    poll_until([a, b], lambda: listener.generation is not None and shared([a, b]), "sharing, after a's listener")
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # the coordinator kept a through its listener: no rebalance follows
+        for consumer in (a, b):
+            consumer.poll(timeout_ms=50)
+    assert listener.taken == []
+    assert a.consumer_group_metadata().generation_id == listener.generation
+    assert shared([a, b])

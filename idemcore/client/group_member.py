@@ -27,7 +27,8 @@ LeaveGroup, as Kafka's ``AbstractCoordinator`` and ``ConsumerCoordinator`` run i
 Threads: a transport that says ``thread_safe`` (``TcpTransport``) gets a daemon heartbeat thread, which sends the
 heartbeats (under the transport's ``lock``, with its own client name) and applies the poll timeout while the user
 does not poll; otherwise heartbeats go from ``poll`` and the consumer's blocking calls. The member's own state is
-guarded by one lock shared with that thread.
+guarded by one lock shared with that thread, let go while a listener or a synchronous commit runs (so a slow one
+does not stop the heartbeats).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -401,7 +402,8 @@ class GroupMember:
 
     def _commit_before_revoke(self, partitions: set[TopicPartition] | None = None) -> None:
         try:
-            self.consumer._commit_positions_sync(partitions)
+            with self._let_go():
+                self.consumer._commit_positions_sync(partitions)
         except IdemcoreError as error:  # Kafka logs it and goes on joining: the partitions may have moved already
             log.warning("%s: group %s: committing before the rebalance failed: %s", self.consumer.client_id,
                         self.group_id, error)
@@ -612,12 +614,24 @@ class GroupMember:
         if call is None:
             return
         try:
-            call(set(partitions))
+            with self._let_go():
+                call(set(partitions))
         except Exception as error:  # the user's code: finish the rebalance, raise it after (Kafka)
             log.warning("%s: group %s: the rebalance listener's %s raised %r", self.consumer.client_id,
                         self.group_id, method, error)
             if self.listener_error is None:
                 self.listener_error = error
+
+    @contextlib.contextmanager
+    def _let_go(self) -> Iterator[None]:
+        """The member lock let go (by the user's thread, which holds it once: ``poll``, ``unsubscribe``, ``close``)
+        while the user's listener or a synchronous commit runs, however long: the heartbeat thread goes on
+        heartbeating meanwhile (Kafka's ``joinGroupIfNeeded`` calls them outside the coordinator's lock too)."""
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
 
     # ------------------------------------------------------------ metadata
 
