@@ -40,7 +40,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from idemcore.client.assignors import COOPERATIVE, EAGER, Assignor, make_assignor
 from idemcore.client.group_metadata import ConsumerGroupMetadata
@@ -122,6 +122,16 @@ def rebalance_protocol(assignors: Sequence[Assignor]) -> str:
     return COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in assignors) else EAGER
 
 
+class _Sent(NamedTuple):
+    """A request in flight on a channel: when it went, its timeout, what runs on its answer or its loss."""
+
+    request: Request
+    sent_ms: int
+    timeout_ms: int
+    on_answer: Callable[[Response], None]
+    on_lost: Callable[[], None]
+
+
 class _Channel:
     """Requests of one client name on the transport: sent, answered, or given up after their timeout (the
     connection is then dropped, so no late answer arrives)."""
@@ -131,7 +141,7 @@ class _Channel:
         self.client = client
         self.lock = lock
         self.ids = itertools.count(1)
-        self.inflight: dict[int, tuple[Request, int, int, Callable[[Response], None], Callable[[], None]]] = {}
+        self.inflight: dict[int, _Sent] = {}
 
     def send(self, build: Callable[[int], object], timeout_ms: int, on_answer: Callable[[Response], None],
              on_lost: Callable[[], None]) -> None:
@@ -140,7 +150,7 @@ class _Channel:
         with self.lock:
             if not self.inflight:  # a break while idle (receive did not ask) lost nothing of this request's
                 connection_broke(self.transport, self.client)
-            self.inflight[request.request_id] = (request, self.transport.now_ms(), timeout_ms, on_answer, on_lost)
+            self.inflight[request.request_id] = _Sent(request, self.transport.now_ms(), timeout_ms, on_answer, on_lost)
             try:
                 self.transport.send(self.client, request)
             except BaseException:
@@ -156,11 +166,11 @@ class _Channel:
             broke = connection_broke(self.transport, self.client)
         for request, response in answers:
             sent = self.inflight.get(request.request_id)
-            if sent is None or sent[0] is not request:
+            if sent is None or sent.request is not request:
                 continue
             del self.inflight[request.request_id]
-            sent[3](response)
-        if broke or any(now - sent_ms >= timeout for _, sent_ms, timeout, _, _ in self.inflight.values()):
+            sent.on_answer(response)
+        if broke or any(now - sent.sent_ms >= sent.timeout_ms for sent in self.inflight.values()):
             self.drop()
 
     def drop(self) -> None:
@@ -169,11 +179,11 @@ class _Channel:
             self.transport.disconnect(self.client)
         lost = list(self.inflight.values())
         self.inflight.clear()
-        for entry in lost:
-            entry[4]()
+        for sent in lost:
+            sent.on_lost()
 
     def busy(self, kind: type) -> bool:
-        return any(isinstance(entry[0], kind) for entry in self.inflight.values())
+        return any(isinstance(sent.request, kind) for sent in self.inflight.values())
 
 
 class GroupMember:
