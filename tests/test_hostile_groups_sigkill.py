@@ -14,6 +14,7 @@ from idemcore.client.group_admin import GroupAdmin
 from idemcore.net.consumer_protocol import decode_assignment
 from idemcore.net.tcp import TcpTransport
 from tests.peers import ServeProcess
+from tests.served_groups import close_consumers
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -26,9 +27,7 @@ EVERY = {(TOPIC, p) for p in range(PARTITIONS)}
 def made() -> Iterator[list[Consumer]]:
     consumers: list[Consumer] = []
     yield consumers
-    for consumer in consumers:
-        consumer.close()
-        consumer.transport.close()  # type: ignore[attr-defined]
+    close_consumers(consumers)
 
 
 def test_sigkill_right_after_sync_group_keeps_the_group_and_its_generation(tmp_path, made):

@@ -5,9 +5,9 @@ coordinator is down) stops every heartbeat thread."""
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from idemcore.broker.server import Server
 from idemcore.client.consumer import Consumer
 from idemcore.net.tcp import TcpTransport
 from tests.peers import free_port
+from tests.served_groups import close_consumers, poll_consumers_until, share_exactly
 
 TOPIC = "t"
 PARTITIONS = 6
@@ -67,9 +68,7 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
 def made() -> Iterator[list[Consumer]]:
     consumers: list[Consumer] = []
     yield consumers
-    for consumer in consumers:
-        consumer.close()
-        consumer.transport.close()  # type: ignore[attr-defined]
+    close_consumers(consumers)
 
 
 def member(coordinator: Coordinator, made: list[Consumer], name: str) -> Consumer:
@@ -80,18 +79,11 @@ def member(coordinator: Coordinator, made: list[Consumer], name: str) -> Consume
     return consumer
 
 
-def poll_until(consumers: list[Consumer], done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_S} s: " \
-                                            f"{[sorted(c.assignment()) for c in consumers]}"
-        for consumer in consumers:
-            consumer.poll(timeout_ms=20)
+poll_until = functools.partial(poll_consumers_until, timeout_s=TIMEOUT_S)
 
 
 def shared(consumers: list[Consumer]) -> bool:
-    held = [c.assignment() for c in consumers]
-    return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == EVERY
+    return share_exactly(consumers, EVERY)
 
 
 def test_the_coordinator_dying_mid_join_and_coming_back_leaves_each_partition_owned_once(coordinator, made):

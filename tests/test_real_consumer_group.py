@@ -17,12 +17,17 @@ import pytest
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from idemcore.broker.server import Server  # noqa: E402
-from tests.served_groups import closing, served_broker  # noqa: E402
+from tests.real_client_helpers import wait_until  # noqa: E402
+from tests.served_groups import closing, partitions, poll_members_until, served_broker  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 4
 GROUP = "consumers"
 TIMEOUT_S = 40
+
+
+def poll_until(members: list[Any], done: Callable[[], bool], received: list[bytes] | None = None) -> None:
+    poll_members_until(members, done, TIMEOUT_S, received)
 
 
 @pytest.fixture
@@ -46,24 +51,6 @@ def consumer(server: Server, opened: list[Any]) -> Any:
     opened.append(made)
     made.subscribe([TOPIC])
     return made
-
-
-def partitions(member: Any) -> set[int]:
-    return {tp.partition for tp in member.assignment()}
-
-
-def poll_until(members: list[Any], done: Callable[[], bool], received: list[bytes] | None = None) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"not done in {TIMEOUT_S} s: assignments " \
-                                            f"{[sorted(partitions(m)) for m in members]}, received {received}"
-        for member in members:
-            message = member.poll(0.05)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            if received is not None:
-                received.append(message.value())
 
 
 def test_two_consumers_share_the_partitions_and_one_takes_all_when_the_other_leaves(server, opened):
@@ -126,11 +113,11 @@ def test_kafka_python_consumers_share_the_partitions_and_rebalance_when_one_leav
         def held(k: int) -> set[int]:
             return {tp.partition for tp in members[k].assignment()}
 
-        wait_for(lambda: held(0) and held(1) and not held(0) & held(1)
-                 and held(0) | held(1) == set(range(PARTITIONS)), lambda: [held(0), held(1)])
+        wait_until(lambda: bool(held(0) and held(1) and not held(0) & held(1)
+                                and held(0) | held(1) == set(range(PARTITIONS))), TIMEOUT_S, "the two sharing")
         stop[1].set()
         threads[1].join(TIMEOUT_S)
-        wait_for(lambda: held(0) == set(range(PARTITIONS)), lambda: held(0))
+        wait_until(lambda: held(0) == set(range(PARTITIONS)), TIMEOUT_S, "the first holding every partition")
     finally:
         for event in stop:
             event.set()
@@ -166,10 +153,3 @@ def test_aiokafka_consumers_share_the_partitions_and_rebalance_when_one_leaves(s
                 await member.stop()
 
     asyncio.run(scenario())
-
-
-def wait_for(done: Callable[[], Any], describe: Callable[[], Any]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"not done in {TIMEOUT_S} s: {describe()}"
-        time.sleep(0.05)

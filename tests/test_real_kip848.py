@@ -8,7 +8,6 @@ member's client id and host."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,13 +18,17 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from idemcore import Broker  # noqa: E402
 from idemcore.broker.server import Server  # noqa: E402
-from tests.served_groups import closing, served_broker  # noqa: E402
+from tests.served_groups import closing, partitions, poll_members_until, served_broker  # noqa: E402
 
 TOPIC = "t"
 PARTITIONS = 4
 GROUP = "next-gen"
 TIMEOUT_S = 40
 RECORDS_PER_PARTITION = 5
+
+
+def poll_until(members: list[Any], done: Callable[[], bool], received: list[bytes]) -> None:
+    poll_members_until(members, done, TIMEOUT_S, received)
 
 
 @pytest.fixture
@@ -50,23 +53,6 @@ def consumer(server: Server, opened: list[Any], assignor: str) -> Any:
     opened.append(made)
     made.subscribe([TOPIC])
     return made
-
-
-def partitions(member: Any) -> set[int]:
-    return {tp.partition for tp in member.assignment()}
-
-
-def poll_until(members: list[Any], done: Callable[[], bool], received: list[bytes]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        assert time.monotonic() < deadline, f"not done in {TIMEOUT_S} s: assignments " \
-                                            f"{[sorted(partitions(m)) for m in members]}, {len(received)} received"
-        for member in members:
-            message = member.poll(0.05)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            received.append(message.value())
 
 
 def exactly_shared(members: list[Any]) -> bool:

@@ -14,7 +14,7 @@ GROUP_FAILED = 1
 
 
 def _bootstrap(text: str) -> str:
-    from idemcore.client.group_admin import parse_bootstrap
+    from idemcore.net.tcp import parse_bootstrap
 
     try:
         parse_bootstrap(text)

@@ -517,35 +517,32 @@ class Consumer:
     def _commit_request(self, offsets: Mapping[TopicPartition, int] | None,
                         request_id: int) -> OffsetCommitRequest | None:
         assert self.group_id is not None
-        chosen = offsets if offsets is not None else {
-            tp: state.position for tp, state in self._partitions.items() if state.position is not None}
+        chosen = offsets if offsets is not None else self._positions()
         if not chosen:
             return None
         group = self._subscribed()
-        generation, member_id = group.generation() if group is not None else (-1, "")
+        # A member's commit carries its generation, member id and instance id (-1 and "" while it has none).
+        member = group.metadata() if group is not None else ConsumerGroupMetadata(self.group_id)
         entries = tuple(OffsetEntry(topic, partition, offset) for (topic, partition), offset in chosen.items())
-        return OffsetCommitRequest(self.group_id, entries, generation, member_id, request_id,
-                                   self.group_instance_id if group is not None else None)
+        return OffsetCommitRequest(self.group_id, entries, member.generation_id, member.member_id, request_id,
+                                   member.group_instance_id)
 
     def _on_commit_errors(self, codes: Iterable[int]) -> None:
         """A commit refused for the member's generation: the generation is gone (Kafka's ``resetGeneration``)."""
         group = self._subscribed()
         if group is not None:
-            with group.lock:
-                if any(code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) for code in codes):
-                    group._reset_generation()
-                elif any(code == ErrorCode.REBALANCE_IN_PROGRESS for code in codes):
-                    group.request_rejoin("a commit found the group rebalancing")
+            group.commit_refused(codes)
 
     def _commit_positions_sync(self, partitions: set[TopicPartition] | None = None) -> None:
         """Commit the positions (of ``partitions``; None: every assigned one) now: before a revocation, on close."""
-        if partitions is None:
-            self.commit()
-            return
-        chosen = {tp: state.position for tp, state in self._partitions.items()
-                  if tp in partitions and state.position is not None}
+        chosen = self._positions(partitions)
         if chosen:
             self.commit(chosen)
+
+    def _positions(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """The positions of the assigned partitions that have one (of ``partitions``; None: every one)."""
+        return {tp: state.position for tp, state in self._partitions.items()
+                if state.position is not None and (partitions is None or tp in partitions)}
 
     def _poll_once(self, limit: int) -> list[ConsumerRecord]:
         """Rounds while answers arrive at once and move positions without giving records (an aborted or
@@ -596,7 +593,7 @@ class Consumer:
         group rebalanced, and the member rejoins at its next poll)."""
         group = self._group_of("commit")
         if offsets is None:
-            chosen = {tp: state.position for tp, state in self._partitions.items() if state.position is not None}
+            chosen = self._positions()
         else:
             if not isinstance(offsets, Mapping):
                 raise TypeError(f"offsets must map (topic, partition) to an offset, got {type(offsets).__name__}")

@@ -6,6 +6,7 @@ found again, a bounded number of times). Blocking, one connection per broker
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -33,7 +34,9 @@ from idemcore.net.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from idemcore.net.tcp import parse_bootstrap
 from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.codes import error_name as _error_name
 from idemcore.protocol.constants import TopicPartition
 
 #: Answers after which the coordinator is looked up again (it moved, or is loading its partition).
@@ -50,20 +53,8 @@ class GroupAdminError(IdemcoreError, RuntimeError):
     """A broker could not be reached or refused the request as a whole; one line naming what."""
 
 
-def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
-    """``HOST:PORT`` as ``(host, port)`` (the first of a comma-separated list); ValueError naming the value."""
-    first = bootstrap.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bootstrap {bootstrap!r} is not HOST:PORT")
-    return host, int(port)
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
+#: How an answer's error code is named in a message: its ErrorCode name, else ``error N``.
+error_name = functools.partial(_error_name, unknown="error ")
 
 
 class GroupAdmin:
@@ -71,7 +62,7 @@ class GroupAdmin:
 
     def __init__(self, bootstrap: str, *, client_id: str = "idemcore-groups", request_timeout_ms: int = 30_000,
                  attempts: int = ATTEMPTS) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
+        self.bootstrap = parse_bootstrap(bootstrap)[0]  # the first broker is asked
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.attempts = attempts

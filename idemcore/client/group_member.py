@@ -27,7 +27,8 @@ LeaveGroup, as Kafka's ``AbstractCoordinator`` and ``ConsumerCoordinator`` run i
 Threads: a transport that says ``thread_safe`` (``TcpTransport``) gets a daemon heartbeat thread, which sends the
 heartbeats (under the transport's ``lock``, with its own client name) and applies the poll timeout while the user
 does not poll; otherwise heartbeats go from ``poll`` and the consumer's blocking calls. The member's own state is
-guarded by one lock shared with that thread.
+guarded by one lock shared with that thread, let go while a listener or a synchronous commit runs (so a slow one
+does not stop the heartbeats).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ import itertools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from idemcore.client.assignors import COOPERATIVE, EAGER, Assignor, make_assignor
 from idemcore.client.group_metadata import ConsumerGroupMetadata
@@ -89,6 +90,7 @@ E = ErrorCode
 _THREAD_PERIOD_MS = 100
 #: How long ``close`` waits for the LeaveGroup answer (Kafka bounds it by the close timeout).
 _LEAVE_WAIT_MS = 5_000
+_MAX_LEAVE_ROUNDS = 1_000_000  # a bound on that wait's loop besides its clock (a transport's time may stand still)
 #: Answers that send the member back to FindCoordinator (Kafka's ``markCoordinatorUnknown``).
 _COORDINATOR_GONE = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE})
 #: Answers that end the member's generation: its partitions are lost and it joins as a new member.
@@ -120,6 +122,16 @@ def rebalance_protocol(assignors: Sequence[Assignor]) -> str:
     return COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in assignors) else EAGER
 
 
+class _Sent(NamedTuple):
+    """A request in flight on a channel: when it went, its timeout, what runs on its answer or its loss."""
+
+    request: Request
+    sent_ms: int
+    timeout_ms: int
+    on_answer: Callable[[Response], None]
+    on_lost: Callable[[], None]
+
+
 class _Channel:
     """Requests of one client name on the transport: sent, answered, or given up after their timeout (the
     connection is then dropped, so no late answer arrives)."""
@@ -129,14 +141,16 @@ class _Channel:
         self.client = client
         self.lock = lock
         self.ids = itertools.count(1)
-        self.inflight: dict[int, tuple[Request, int, int, Callable[[Response], None], Callable[[], None]]] = {}
+        self.inflight: dict[int, _Sent] = {}
 
     def send(self, build: Callable[[int], object], timeout_ms: int, on_answer: Callable[[Response], None],
              on_lost: Callable[[], None]) -> None:
         # The membership requests travel like any other (the transports carry them to ``handle``).
         request = cast(Request, build(next(self.ids)))
         with self.lock:
-            self.inflight[request.request_id] = (request, self.transport.now_ms(), timeout_ms, on_answer, on_lost)
+            if not self.inflight:  # a break while idle (receive did not ask) lost nothing of this request's
+                connection_broke(self.transport, self.client)
+            self.inflight[request.request_id] = _Sent(request, self.transport.now_ms(), timeout_ms, on_answer, on_lost)
             try:
                 self.transport.send(self.client, request)
             except BaseException:
@@ -144,17 +158,19 @@ class _Channel:
                 raise
 
     def receive(self) -> None:
+        if not self.inflight:  # nothing to answer or lose: the transport is not asked (every poll comes here)
+            return
         with self.lock:
             answers = self.transport.poll(self.client)
             now = self.transport.now_ms()
             broke = connection_broke(self.transport, self.client)
         for request, response in answers:
             sent = self.inflight.get(request.request_id)
-            if sent is None or sent[0] is not request:
+            if sent is None or sent.request is not request:
                 continue
             del self.inflight[request.request_id]
-            sent[3](response)
-        if broke or any(now - sent_ms >= timeout for _, sent_ms, timeout, _, _ in self.inflight.values()):
+            sent.on_answer(response)
+        if broke or any(now - sent.sent_ms >= sent.timeout_ms for sent in self.inflight.values()):
             self.drop()
 
     def drop(self) -> None:
@@ -163,11 +179,11 @@ class _Channel:
             self.transport.disconnect(self.client)
         lost = list(self.inflight.values())
         self.inflight.clear()
-        for entry in lost:
-            entry[4]()
+        for sent in lost:
+            sent.on_lost()
 
     def busy(self, kind: type) -> bool:
-        return any(isinstance(entry[0], kind) for entry in self.inflight.values())
+        return any(isinstance(sent.request, kind) for sent in self.inflight.values())
 
 
 class GroupMember:
@@ -224,8 +240,8 @@ class GroupMember:
         self.joining = False  # JoinGroup or SyncGroup in flight, or the leader's metadata
         self.join_prepared = False
         self.joined_topics: frozenset[str] = frozenset()
-        self.assigned_counts: dict[str, int] = {}  # the leader's partition counts at its assignment
-        self.group_topics: frozenset[str] = frozenset()  # every member's topics (the leader knows them)
+        # The leader's partition count of every member's topic at its assignment (what it watches for changes).
+        self.assigned_counts: dict[str, int] = {}
         self.lost_pending = False  # the generation went: the partitions are lost at the next poll
         self.left_for_poll_timeout = False
         self.synced: tuple[int, str, bytes] | None = None  # (generation, protocol, assignment) to apply in poll
@@ -276,14 +292,19 @@ class GroupMember:
         self.need_rejoin = True
         self.rejoin_reason = reason
 
+    def commit_refused(self, codes: Iterable[int]) -> None:
+        """An OffsetCommit refused for the member's generation: it is gone (Kafka's ``resetGeneration``), or the
+        group is rebalancing (rejoin)."""
+        with self.lock:
+            refused = set(codes)
+            if refused & _GENERATION_GONE:
+                self._reset_generation()
+            elif E.REBALANCE_IN_PROGRESS in refused:
+                self.request_rejoin("a commit found the group rebalancing")
+
     def metadata(self) -> ConsumerGroupMetadata:
         with self.lock:
             return ConsumerGroupMetadata(self.group_id, self.generation_id, self.member_id, self.group_instance_id)
-
-    def generation(self) -> tuple[int, str]:
-        """The generation and member id a commit carries (-1 and "" while the member has none)."""
-        with self.lock:
-            return self.generation_id, self.member_id
 
     # ------------------------------------------------------------ driving
 
@@ -303,29 +324,27 @@ class GroupMember:
         if error is not None:
             raise error
 
-    def _poll_step(self) -> bool:
-        with self.lock:
-            self.last_poll_ms = self.transport.now_ms()
-            if self.left_for_poll_timeout:
-                self.left_for_poll_timeout = False
-            self.drive()
-            self._raise_fatal()
-            if self.lost_pending:
-                self.lost_pending = False
-                self._lose("the member's generation is gone")
-            if not self.subscribed:
-                return False
-            self._refresh_metadata()
-            if self.synced is not None:
-                self._complete_join(*self.synced)
-                self.synced = None
-            if not self.coordinator_known:
-                self._find_coordinator()
-            elif self.need_rejoin and not self.joining and not self.pattern_unresolved:
-                self._join()
-            self.drive()
-            self._raise_fatal()
-            return not self.need_rejoin and not self.joining and self.generation_id != NO_GENERATION
+    def _poll_step(self) -> bool:  # under self.lock (poll)
+        self.last_poll_ms = self.transport.now_ms()
+        self.left_for_poll_timeout = False
+        self.drive()
+        self._raise_fatal()
+        if self.lost_pending:
+            self.lost_pending = False
+            self._lose("the member's generation is gone")
+        if not self.subscribed:
+            return False
+        self._refresh_metadata()
+        if self.synced is not None:
+            self._complete_join(*self.synced)
+            self.synced = None
+        if not self.coordinator_known:
+            self._find_coordinator()
+        elif self.need_rejoin and not self.joining and not self.pattern_unresolved:
+            self._join()
+        self.drive()
+        self._raise_fatal()
+        return not self.need_rejoin and not self.joining and self.generation_id != NO_GENERATION
 
     def drive(self) -> None:
         """Handle answers, send a heartbeat when due (without a heartbeat thread), check the session and (without
@@ -393,7 +412,8 @@ class GroupMember:
 
     def _commit_before_revoke(self, partitions: set[TopicPartition] | None = None) -> None:
         try:
-            self.consumer._commit_positions_sync(partitions)
+            with self._let_go():
+                self.consumer._commit_positions_sync(partitions)
         except IdemcoreError as error:  # Kafka logs it and goes on joining: the partitions may have moved already
             log.warning("%s: group %s: committing before the rebalance failed: %s", self.consumer.client_id,
                         self.group_id, error)
@@ -451,19 +471,27 @@ class GroupMember:
             self.request_rejoin("the coordinator gave the member its id")
             self._send_join()
             return
+        self._rebalance_error("JoinGroup", code, response.error_message,
+                              (E.REBALANCE_IN_PROGRESS, E.COORDINATOR_LOAD_IN_PROGRESS))
+
+    def _rebalance_error(self, api: str, code: int, message: str | None, retriable: tuple[int, ...]) -> None:
+        """An error answer to JoinGroup or SyncGroup: the coordinator is found again, or the generation is reset,
+        and the member joins again after the backoff (``retriable`` as they are); anything else is fatal."""
         if code in _COORDINATOR_GONE:
             self.coordinator_known = False
-        elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+        elif code in _GENERATION_GONE:
             self._reset_generation()
         elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
+            self.fatal = self._fenced()
             return
-        elif code not in (E.REBALANCE_IN_PROGRESS, E.COORDINATOR_LOAD_IN_PROGRESS):
-            self.fatal = GroupMemberError(f"group {self.group_id}: JoinGroup failed: {_code_name(code)}"
-                                          f"{_why(response.error_message)}")
+        elif code not in retriable:
+            self.fatal = GroupMemberError(f"group {self.group_id}: {api} failed: {_code_name(code)}{_why(message)}")
             return
-        self._join_failed(f"JoinGroup answered {_code_name(code)}")
+        self._join_failed(f"{api} answered {_code_name(code)}")
+
+    def _fenced(self) -> FencedInstanceIdError:
+        return FencedInstanceIdError(
+            f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
 
     def _join_failed(self, why: str) -> None:
         log.info("%s: group %s: %s", self.consumer.client_id, self.group_id, why)
@@ -497,7 +525,6 @@ class GroupMember:
                 return
             counts = {t.name: t.partitions for t in metadata.topics if t.error_code == E.NONE and t.partitions > 0}
             assignments = assignor.assign(counts, subscriptions)
-            self.group_topics = topics
             self.assigned_counts = {t: counts.get(t, 0) for t in topics}
             encoded = tuple((member_id, encode_assignment(assignments.get(member_id, Assignment(()))))
                             for member_id in subscriptions)
@@ -536,19 +563,7 @@ class GroupMember:
                 self.next_heartbeat_ms = self.transport.now_ms() + self.heartbeat_interval_ms
                 self.last_heartbeat_ok_ms = self.transport.now_ms()
             return
-        if code in _COORDINATOR_GONE:
-            self.coordinator_known = False
-        elif code in _GENERATION_GONE:
-            self._reset_generation()
-        elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
-            return
-        elif code != E.REBALANCE_IN_PROGRESS:
-            self.fatal = GroupMemberError(f"group {self.group_id}: SyncGroup failed: {_code_name(code)}"
-                                          f"{_why(response.error_message)}")
-            return
-        self._join_failed(f"SyncGroup answered {_code_name(code)}")
+        self._rebalance_error("SyncGroup", code, response.error_message, (E.REBALANCE_IN_PROGRESS,))
 
     def _complete_join(self, generation: int, protocol: str, data: bytes) -> None:
         """Kafka's ``onJoinComplete``: take the assignment; COOPERATIVE revokes what it lost and rejoins."""
@@ -609,12 +624,24 @@ class GroupMember:
         if call is None:
             return
         try:
-            call(set(partitions))
+            with self._let_go():
+                call(set(partitions))
         except Exception as error:  # the user's code: finish the rebalance, raise it after (Kafka)
             log.warning("%s: group %s: the rebalance listener's %s raised %r", self.consumer.client_id,
                         self.group_id, method, error)
             if self.listener_error is None:
                 self.listener_error = error
+
+    @contextlib.contextmanager
+    def _let_go(self) -> Iterator[None]:
+        """The member lock let go (by the user's thread, which holds it once: ``poll``, ``unsubscribe``, ``close``)
+        while the user's listener or a synchronous commit runs, however long: the heartbeat thread goes on
+        heartbeating meanwhile (Kafka's ``joinGroupIfNeeded`` calls them outside the coordinator's lock too)."""
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
 
     # ------------------------------------------------------------ metadata
 
@@ -626,7 +653,7 @@ class GroupMember:
         self.next_metadata_ms = now + self.metadata_max_age_ms
         # Only a pattern's matches and the leader's counts of the group's topics decide anything here.
         wanted: tuple[str, ...] | None = None if self.pattern is not None else \
-            tuple(sorted(self.group_topics)) if self.leader else ()
+            tuple(sorted(self.assigned_counts)) if self.leader else ()
         if wanted == ():
             return
 
@@ -651,12 +678,6 @@ class GroupMember:
 
         self.channel.send(lambda rid: MetadataRequest(wanted, False, request_id=rid), self.request_timeout_ms,
                           answered, retry)
-
-    def refresh_metadata_now(self) -> None:
-        """Look at the cluster's topics at the next poll (a test, or a user who made a topic, need not wait for
-        ``metadata_max_age_ms``)."""
-        with self.lock:
-            self.next_metadata_ms = 0
 
     # ------------------------------------------------------------ heartbeats
 
@@ -700,8 +721,7 @@ class GroupMember:
         elif code in _COORDINATOR_GONE:  # found again, the member goes on in its generation if it still stands
             self.coordinator_known = False
         elif code == E.FENCED_INSTANCE_ID:
-            self.fatal = FencedInstanceIdError(
-                f"group {self.group_id}: group_instance_id {self.group_instance_id!r} was taken by another member")
+            self.fatal = self._fenced()
         else:
             log.warning("%s: group %s: heartbeat answered %s", self.consumer.client_id, self.group_id,
                         _code_name(code))
@@ -765,7 +785,7 @@ class GroupMember:
                     self._leave_prepare()
                     self._leave("the consumer is closing")
                     deadline = self.transport.now_ms() + min(_LEAVE_WAIT_MS, self.request_timeout_ms)
-                    for _ in _bounded():
+                    for _ in range(_MAX_LEAVE_ROUNDS):
                         if not self.channel.busy(LeaveGroupRequest) or self.transport.now_ms() >= deadline:
                             break
                         self.transport.tick()
@@ -779,10 +799,6 @@ class GroupMember:
                 if self.heartbeats is not self.channel:
                     self.heartbeats.drop()
         self.raise_listener_error()
-
-
-def _bounded(limit: int = 1_000_000) -> Iterator[int]:
-    return iter(range(limit))
 
 
 def _ignore(response: Response) -> None:
