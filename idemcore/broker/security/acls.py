@@ -23,7 +23,8 @@ class _Named(IntEnum):
 
     @classmethod
     def from_kafka_name(cls, text: str) -> _Named:
-        """The member named ``text`` in any case, with or without underscores (``Read``, ``READ``, ``idempotent_write``);
+        """The member named ``text`` in any case, with or without underscores (``Read``, ``READ``,
+        ``idempotent_write``);
         ValueError naming the text and the choices otherwise."""
         wanted = text.replace("_", "").replace("-", "").lower()
         for member in cls:
