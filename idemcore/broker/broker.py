@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from idemcore.broker.cluster_member import ClusterMember
     from idemcore.broker.config import BrokerConfig
     from idemcore.broker.coordinator_leadership import CoordinatorLeadership
+    from idemcore.broker.security.authorizer import AclAuthorizer
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,9 @@ class Broker:
     ``recovery_point_checkpoint_ms``: ``log.flush.offset.checkpoint.interval.ms``,
     how often the flushed ends are written to ``recovery-point-offset-checkpoint``
     (these act while the broker runs on a loop). ``clock``: the time in ms (wall
-    clock by default; a simulation passes its virtual one).
+    clock by default; a simulation passes its virtual one). ``authorizer``: who may do what (Kafka's ACLs); by
+    default the one ``settings`` name (``authorizer.class.name``), its ACLs in ZooKeeper in a cluster, else in
+    ``data_dir``; none without settings (the ACL requests are then answered SECURITY_DISABLED).
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class Broker:
         flush_ms: int = NEVER_FLUSH,
         flush_scheduler_interval_ms: int = NEVER_FLUSH,
         recovery_point_checkpoint_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
@@ -201,6 +205,9 @@ class Broker:
         self.settings = settings
         #: This broker's part in a cluster (``zookeeper.connect`` set), None for a broker running alone.
         self.cluster: ClusterMember | None = None
+        #: Who may do what (Kafka's ACLs; ``authorizer.class.name``), None: everyone may do anything.
+        self.authorizer: AclAuthorizer | None = None
+        self._own_authorizer = False
         #: In a cluster, the coordinators following their partitions' leadership (None for a broker running alone).
         self.coordinator_leadership: CoordinatorLeadership | None = None
         #: The topics served, their partition counts and settings (the handlers' catalog).
@@ -270,6 +277,10 @@ class Broker:
                     opened.restore_high_watermark(marks.get((opened.topic, opened.partition), 0))
             log.info("broker %d recovered %s: %d batches replayed after the snapshots", broker_id, self.data_dir,
                      replayed)
+            # Imported here: the ACL messages import the security model, whose package import runs this module.
+            from idemcore.broker.security.acl_requests import acl_handlers, authorizer_of
+
+            self.authorizer, self._own_authorizer = authorizer_of(self, authorizer)
             self._handlers: dict[type, Callable] = {
                 ProduceRequest: self.replicas.produce,
                 InitProducerIdRequest: self._init_producer_id,
@@ -294,6 +305,7 @@ class Broker:
                 # None before __consumer_offsets exists: no groups, and an admin's look does not make it.
                 **group_admin_handlers(lambda: self._group_coordinator),
                 **consumer_group_handlers(lambda: self.group_coordinator, lambda: self.consumer_groups),
+                **acl_handlers(lambda: self.authorizer),
             }
             if self.cluster is not None:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
@@ -649,10 +661,13 @@ class Broker:
             self._release()
 
     def _release(self) -> None:
-        """Close the id store, then release the log directory (written ends, lock)."""
+        """Close the id store and the authorizer it made, then release the log directory (written ends, lock)."""
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
         try:
+            if self._own_authorizer and self.authorizer is not None:
+                self._own_authorizer = False
+                self.authorizer.close()
             if close_store is not None:
                 close_store()
         finally:

@@ -57,6 +57,7 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54  # the ACL APIs of a broker without an authorizer
     OPERATION_NOT_ATTEMPTED = 55  # the other partitions of a request one of whose partitions failed
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     UNKNOWN_PRODUCER_ID = 59

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as WireError
 
+from idemcore.net.wire.acls import ACL_APIS
 from idemcore.net.wire.admin import ADMIN_APIS
 from idemcore.net.wire.api import WireApi
 from idemcore.net.wire.configs import CONFIG_APIS
@@ -37,6 +38,7 @@ APIS: dict[int, WireApi] = {api.key: api for api in (
     INIT_PRODUCER_ID, FIND_COORDINATOR, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
     OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
     *MEMBERSHIP_APIS, *GROUP_ADMIN_APIS, *CONSUMER_GROUP_APIS, *ADMIN_APIS, *CONFIG_APIS, *INTER_BROKER_APIS,
+    *ACL_APIS,
 )}
 
 

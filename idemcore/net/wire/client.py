@@ -78,6 +78,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from idemcore.net.wire.acls_client import ACL_CLIENT_APIS
 from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
@@ -622,7 +623,7 @@ CLIENT_APIS: dict[type, ClientApi] = {
     LeaveGroupRequest: LEAVE_GROUP,
 }
 CLIENT_APIS.update({kind: _api(key, name, low, high, encode, decode)
-                    for kind, key, name, low, high, encode, decode in GROUP_ADMIN_CLIENT_APIS})
+                    for kind, key, name, low, high, encode, decode in GROUP_ADMIN_CLIENT_APIS + ACL_CLIENT_APIS})
 #: The client APIs by key.
 BY_KEY: dict[int, ClientApi] = {api.key: api for api in CLIENT_APIS.values()}
 
