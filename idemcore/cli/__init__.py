@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 from idemcore import __version__
+from idemcore.cli.acls import add_commands as add_acls_commands
 from idemcore.cli.audit import add_commands, print_error
 from idemcore.cli.cluster import add_commands as add_cluster_commands
 from idemcore.cli.groups import add_commands as add_groups_commands
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_commands(commands, common)
     add_cluster_commands(commands, common)
     add_groups_commands(commands, common)
+    add_acls_commands(commands, common)
 
     backends = commands.add_parser("backends", parents=[common], help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)
