@@ -130,7 +130,7 @@ def test_an_explicit_authorizer_is_used_and_left_open(tmp_path):
 
 
 def test_unknown_authorizer_class_is_a_one_line_config_error(tmp_path):
-    with pytest.raises(ValueError, match="authorizer.class.name=com.example.Custom") as refused:
+    with pytest.raises(ValueError, match=r"authorizer\.class\.name=com\.example\.Custom") as refused:
         broker_of(settings_of(tmp_path, **{"authorizer.class.name": "com.example.Custom"}))
     assert "\n" not in str(refused.value)
     # the directory was released: a broker opens it at once
