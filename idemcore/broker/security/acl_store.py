@@ -278,6 +278,8 @@ class ZkAclStore:
         self._wakeups: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._session_lost = False
+        self._kazoo.add_listener(self._on_state)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -377,6 +379,18 @@ class ZkAclStore:
 
     def _watch_fired(self, event: Any) -> None:
         self._wakeups.put(event.path)
+
+    def _on_state(self, state: str) -> None:
+        """A new session after an expired one has no watches, and changes may have come meanwhile: read both change
+        paths again (on kazoo's thread: only wakes the follower)."""
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost and self._thread is not None:
+            self._session_lost = False
+            for root in (LITERAL_CHANGE_PATH, EXTENDED_CHANGE_PATH):
+                self._wakeups.put(root)
 
     def _follow(self) -> None:
         while True:
