@@ -6,6 +6,8 @@ other request (:mod:`idemcore.broker.security.request_authorization`)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +23,10 @@ from idemcore.net.acls import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
+from idemcore.net.messages import Pending
 from idemcore.protocol.codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 #: Kafka's message for an ACL request to a broker without an authorizer.
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
@@ -62,12 +67,46 @@ def delete_acls(authorizer: AclAuthorizer | None, request: DeleteAclsRequest) ->
     return DeleteAclsResponse(tuple(results), request.request_id)
 
 
+def _off_the_loop(authorizer: AclAuthorizer | None, work: Callable[[], Any], failed: Callable[[str], Any]
+                  ) -> Any:
+    """``work()``'s answer; when the ACLs live in ZooKeeper and the broker runs on an asyncio loop, made on a
+    thread of the loop's executor and answered as a :class:`Pending` (a compare-and-set that lost a race backs off
+    and retries: the loop must not wait for that). ``failed(why)``: the answer if ``work`` raises."""
+    if authorizer is None or not authorizer.store.remote:
+        return work()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # used in process, not behind the server: answered in place
+        return work()
+    pending = Pending()
+
+    def done(future: asyncio.Future[Any]) -> None:
+        error = future.exception()
+        if error is not None:
+            log.error("an ACL request failed: %s", error)
+        pending.complete(failed(f"{type(error).__name__}: {error}") if error is not None else future.result())
+
+    loop.run_in_executor(None, work).add_done_callback(done)
+    return pending
+
+
 def acl_handlers(authorizer: Callable[[], AclAuthorizer | None]) -> dict[type, Callable[[Any], Any]]:
     """The ACL requests' handlers, over the broker's authorizer as it is when each comes."""
+
+    def create(r: CreateAclsRequest) -> Any:
+        made = authorizer()
+        return _off_the_loop(made, lambda: create_acls(made, r), lambda why: CreateAclsResponse(tuple(
+            AclCreationResult(ErrorCode.UNKNOWN_SERVER_ERROR, why) for _ in r.creations), r.request_id))
+
+    def delete(r: DeleteAclsRequest) -> Any:
+        made = authorizer()
+        return _off_the_loop(made, lambda: delete_acls(made, r), lambda why: DeleteAclsResponse(tuple(
+            DeleteAclsFilterResult(ErrorCode.UNKNOWN_SERVER_ERROR, why) for _ in r.filters), r.request_id))
+
     return {
-        CreateAclsRequest: lambda r: create_acls(authorizer(), r),
-        DescribeAclsRequest: lambda r: describe_acls(authorizer(), r),
-        DeleteAclsRequest: lambda r: delete_acls(authorizer(), r),
+        CreateAclsRequest: create,
+        DescribeAclsRequest: lambda r: describe_acls(authorizer(), r),  # the cache only: in place
+        DeleteAclsRequest: delete,
     }
 
 

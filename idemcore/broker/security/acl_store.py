@@ -65,6 +65,9 @@ class AclStoreError(IdemcoreError):
 class AclStore(Protocol):
     """What :class:`~idemcore.broker.security.authorizer.AclAuthorizer` keeps its ACLs in."""
 
+    #: Whether a write waits on another machine (ZooKeeper): the broker then makes it off its loop.
+    remote: bool
+
     def load(self) -> dict[ResourcePattern, Entries]:
         """Every resource pattern that has ACLs, with them."""
         ...
@@ -128,6 +131,9 @@ def _parse_node(data: bytes, where: str) -> Entries:
 
 class MemoryAclStore:
     """ACLs kept in memory only (a broker without a log directory): gone when the process ends."""
+
+    #: Whether a write waits on another machine (then the broker makes it off its loop).
+    remote = False
 
     def __init__(self) -> None:
         self._acls: dict[ResourcePattern, Entries] = {}
@@ -197,6 +203,8 @@ class FileAclStore(MemoryAclStore):
     def update(self, changes: Mapping[ResourcePattern, Change]) -> dict[ResourcePattern, Entries | Exception]:
         before = dict(self._acls)
         done = super().update(changes)
+        if self._acls == before:  # e.g. a delete that matched nothing
+            return done
         resources = [{"resourceType": p.resource_type.kafka_name, "name": p.name, "patternType": p.pattern_type.name,
                       "acls": entries_to_json(entries)}
                      for p, entries in sorted(self._acls.items(), key=lambda item: str(item[0]))]
@@ -248,6 +256,8 @@ def pattern_of_notification(root: str, data: bytes) -> ResourcePattern:
 class ZkAclStore:
     """ACLs in ZooKeeper ``hosts`` (which may end in a chroot, as ``zookeeper.connect``), over a session of their
     own as Kafka's AclAuthorizer has."""
+
+    remote = True
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
                  clock: Callable[[], float] = time.time) -> None:
