@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from idemcore.broker.cluster_member import ClusterMember
     from idemcore.broker.config import BrokerConfig
     from idemcore.broker.coordinator_leadership import CoordinatorLeadership
+    from idemcore.broker.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +322,15 @@ class Broker:
         if handler is None:
             raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
         return handler(request)
+
+    def handle_from(self, session: Session, request: Request) -> Response | Pending | None:
+        """:meth:`handle` for a request sent by ``session`` over the network: checked against the ACLs first when
+        the broker has an authorizer (as Kafka's ``KafkaApis`` checks each request)."""
+        authorizer = getattr(self, "authorizer", None)
+        if authorizer is None:
+            return self.handle(request)
+        from idemcore.broker.security.request_authorization import authorized_handle
+        return authorized_handle(self.handle, authorizer, session, request)
 
     def serve(self, handlers: Mapping[type, Callable[[Any], Any]]) -> None:
         """Answer the request types in ``handlers`` with them from now on (the simulated cluster's member of

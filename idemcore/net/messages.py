@@ -20,6 +20,7 @@ from idemcore.net.replication import (
     ElectLeadersResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListenerAddress,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     StopReplicaRequest,
@@ -152,6 +153,8 @@ class FindCoordinatorResponse:
     port: int = -1
     request_id: int = 0
     error_message: str | None = None
+    #: The coordinator's every listener (a cluster): a client is sent to the one it came in on.
+    listeners: tuple[ListenerAddress, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
