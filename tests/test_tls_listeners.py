@@ -258,3 +258,19 @@ def test_distinguished_names_as_java_writes_them():
     assert PrincipalMapper.parse("DEFAULT").name_of("CN=x") == "CN=x"
     with pytest.raises(ConfigError, match=r"pattern '\(': missing \)"):
         PrincipalMapper.parse("RULE:(/x/")
+
+
+def test_describe_configs_names_the_secrets_and_never_gives_them(tmp_path, ca):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    locked = ca.issue("described", server=True, password="hunter2", CN="localhost")
+    with serving(tmp_path, **_tls(ca, locked, **{"ssl.key.password": "hunter2"})) as (server, _):
+        admin = AdminClient({"bootstrap.servers": server.bootstrap, "security.protocol": "SSL",
+                             "ssl.ca.location": str(ca.path)})
+        resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+        entries = admin.describe_configs([resource])[resource].result(30)
+        secret = entries["ssl.key.password"]
+        assert secret.value is None and secret.is_sensitive
+        assert entries["ssl.keystore.location"].value == str(locked.keystore)
+        assert not entries["ssl.keystore.location"].is_sensitive
+        assert all("hunter2" not in str(entry.value) for entry in entries.values())
