@@ -29,7 +29,13 @@ from idemcore.net.configs import (
 )
 from idemcore.net.consumer_group import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from idemcore.net.group_admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest, OffsetDeleteRequest
-from idemcore.net.membership import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, LeavingMember, SyncGroupRequest
+from idemcore.net.membership import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    LeavingMember,
+    SyncGroupRequest,
+)
 from idemcore.net.messages import (
     GROUP_KEY,
     TRANSACTION_KEY,
@@ -47,8 +53,8 @@ from idemcore.net.messages import (
     OffsetCommitRequest,
     OffsetEntry,
     OffsetFetchRequest,
-    Pending,
     PartitionResponse,
+    Pending,
     ProduceRequest,
     ProduceResponse,
     TxnMarker,

@@ -299,7 +299,7 @@ def _metadata(c: _Context, handle: Handle, r: Any) -> Any:
         answers: dict[str, Any] = {}
         for topic in response.topics:
             answers.setdefault(topic.name, topic)
-        merged = [refusals.get(name) or answers.pop(name, None) for name in names]
+        merged = [refusals.get(name) or answers.get(name) for name in names]
         return dataclasses.replace(response, topics=tuple(topic for topic in merged if topic is not None))
     # Always asked (even for no topic): the answer carries the brokers and the controller.
     return then(handle(dataclasses.replace(r, topics=tuple(name for name in names if name not in refusals))), merge)
