@@ -421,3 +421,20 @@ def test_a_refusal_is_logged_with_principal_host_operation_and_resource(broker, 
     (line,) = [r.getMessage() for r in caplog.records if "Denied" in r.getMessage()]
     assert line == ("Principal = User:alice is Denied Operation = Write from host = 10.0.0.7 on resource = "
                     "Topic:LITERAL:b for request = Produce")
+
+
+def test_a_kip848_heartbeat_and_describe_need_describe_on_the_subscribed_topics(broker):
+    model = broker.authorizer.allow(Op.READ, Kind.GROUP, "cg").allow(Op.DESCRIBE, Kind.TOPIC, "a")
+    join = ConsumerGroupHeartbeatRequest("cg", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("a", "b"),
+                                         owned_partitions=())
+    refused = broker.handle_from(ALICE, join)
+    assert refused.error_code == TOPIC_DENIED and "'b'" in refused.error_message
+    assert broker.handle(ConsumerGroupDescribeRequest(("cg",))).groups[0].members == ()  # it did not join
+    model.allow(Op.DESCRIBE, Kind.TOPIC, "b")
+    assert broker.handle_from(ALICE, join).error_code == 0
+    model.allow(Op.DESCRIBE, Kind.GROUP, "cg")
+    (described,) = broker.handle_from(ALICE, ConsumerGroupDescribeRequest(("cg",))).groups
+    assert described.error_code == 0 and [m.member_id for m in described.members] == ["m1"]
+    model.allowed.discard(("User:alice", Op.DESCRIBE, Kind.TOPIC, "b"))
+    (hidden,) = broker.handle_from(ALICE, ConsumerGroupDescribeRequest(("cg",))).groups
+    assert (hidden.error_code, hidden.members) == (TOPIC_DENIED, ())

@@ -157,14 +157,15 @@ def then(answer: Any, merge: Callable[[Any], Any]) -> Any:
     return merge(answer)
 
 
-def _split(handle: Handle, items: Sequence[Any], refusals: Sequence[Any | None],
+def _split(handle: Handle, request: Any, items: Sequence[Any], refusals: Sequence[Any | None],
            rebuild: Callable[[list[int]], Any], answers_field: str, empty: Any,
            item_key: Callable[[Any], Any], answer_key: Callable[[Any], Any]) -> Any:
-    """Send the items whose refusal is None on (``rebuild`` makes the request of those, by index) and answer the
-    rest with their refusals, in the request's order: the broker's answers are matched to the items by key (a key
-    asked twice is answered in turn). With nothing left to send, the broker is not asked (``empty`` is merged)."""
+    """``request`` as it is when nothing is refused; else the items whose refusal is None sent on (``rebuild``
+    makes the request of those, by index) and the rest answered with their refusals, in the request's order: the
+    broker's answers are matched to the items by key (a key asked twice is answered in turn). With nothing left to
+    send, the broker is not asked (``empty`` is merged)."""
     if all(refusal is None for refusal in refusals):
-        return handle(rebuild(list(range(len(items)))))
+        return handle(request)
     kept = [index for index, refusal in enumerate(refusals) if refusal is None]
 
     def merge(response: Any) -> Any:
@@ -240,7 +241,7 @@ def _produce(c: _Context, handle: Handle, r: Any) -> Any:
         raise RequestRefused(f"an acks=0 produce to topics {sorted(denied)} refused")
     refusals = [PartitionResponse(b.topic, b.partition, TOPIC_DENIED) if b.topic in denied else None
                 for b in batches]
-    return _split(handle, batches, refusals, lambda kept: dataclasses.replace(r, batches=_pick(batches, kept)),
+    return _split(handle, r, batches, refusals, lambda kept: dataclasses.replace(r, batches=_pick(batches, kept)),
                   "responses", ProduceResponse(r.request_id), _tp, _tp)
 
 
@@ -255,7 +256,7 @@ def _fetch(c: _Context, handle: Handle, r: Any) -> Any:
                              request_id=r.request_id)
     denied = c.denied(Op.READ, TOPIC, (p.topic for p in parts))
     refusals = [FetchedPartition(p.topic, p.partition, TOPIC_DENIED) if p.topic in denied else None for p in parts]
-    return _split(handle, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
+    return _split(handle, r, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
                   "partitions", FetchResponse((), request_id=r.request_id), _tp, _tp)
 
 
@@ -270,7 +271,7 @@ def _list_offsets(c: _Context, handle: Handle, r: Any) -> Any:
         epochs = r.current_leader_epochs
         return dataclasses.replace(r, partitions=_pick(parts, kept),
                                    current_leader_epochs=None if epochs is None else _pick(epochs, kept))
-    return _split(handle, parts, refusals, rebuild, "results", ListOffsetsResponse((), r.request_id), _first_two,
+    return _split(handle, r, parts, refusals, rebuild, "results", ListOffsetsResponse((), r.request_id), _first_two,
                   _tp)
 
 
@@ -327,7 +328,7 @@ def _create_topics(c: _Context, handle: Handle, r: Any) -> Any:
         return dataclasses.replace(r, topics=_pick(topics, kept))
     name_of = lambda item: getattr(item, "name", None)  # noqa: E731
     # The broker answers a repeated name once: its answer goes to the first mention, the others get none.
-    answer = _split(handle, topics, refusals, rebuild, "results", CreateTopicsResponse((), r.request_id), name_of,
+    answer = _split(handle, r, topics, refusals, rebuild, "results", CreateTopicsResponse((), r.request_id), name_of,
                     name_of)
     return then(answer, hide_configs)
 
@@ -389,7 +390,7 @@ def _offsets_split(c: _Context, handle: Handle, r: Any, empty: Any) -> Any:
     offsets = tuple(r.offsets)
     denied = c.denied(Op.READ, TOPIC, (entry.topic for entry in offsets))
     refusals = [PartitionResult(e.topic, e.partition, TOPIC_DENIED) if e.topic in denied else None for e in offsets]
-    return _split(handle, offsets, refusals, lambda kept: dataclasses.replace(r, offsets=_pick(offsets, kept)),
+    return _split(handle, r, offsets, refusals, lambda kept: dataclasses.replace(r, offsets=_pick(offsets, kept)),
                   "results", empty, _tp, _tp)
 
 
@@ -491,7 +492,7 @@ def _offset_for_leader_epoch(c: _Context, handle: Handle, r: Any) -> Any:
     parts = tuple(r.partitions)
     denied = c.denied(Op.DESCRIBE, TOPIC, (q.topic for q in parts))
     refusals = [EpochEndOffset(q.topic, q.partition, TOPIC_DENIED) if q.topic in denied else None for q in parts]
-    return _split(handle, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
+    return _split(handle, r, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
                   "partitions", OffsetForLeaderEpochResponse((), r.request_id), _tp, _tp)
 
 
@@ -513,7 +514,7 @@ def _delete_records(c: _Context, handle: Handle, r: Any) -> Any:
     parts = tuple(r.partitions)
     denied = c.denied(Op.DELETE, TOPIC, (p[0] for p in parts))
     refusals = [DeletedRecords(p[0], p[1], TOPIC_DENIED) if p[0] in denied else None for p in parts]
-    return _split(handle, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
+    return _split(handle, r, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
                   "partitions", DeleteRecordsResponse((), r.request_id), _first_two, _tp)
 
 
@@ -523,7 +524,7 @@ def _describe_producers(c: _Context, handle: Handle, r: Any) -> Any:
     parts = tuple(r.partitions)
     denied = c.denied(Op.READ, TOPIC, (t for t, _ in parts if illegal_topic_name(t) is None))
     refusals = [PartitionProducers(t, p, TOPIC_DENIED) if t in denied else None for t, p in parts]
-    return _split(handle, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
+    return _split(handle, r, parts, refusals, lambda kept: dataclasses.replace(r, partitions=_pick(parts, kept)),
                   "partitions", DescribeProducersResponse((), r.request_id), _first_two, _tp)
 
 
@@ -540,8 +541,9 @@ def _describe_transactions(c: _Context, handle: Handle, r: Any) -> Any:
             txn, topic_partitions=tuple(tp for tp in txn.topic_partitions if c.allowed(Op.DESCRIBE, TOPIC, tp[0])))
             for txn in response.transactions))
     key = lambda item: getattr(item, "transactional_id", item)  # noqa: E731
-    return then(_split(handle, ids, refusals, lambda kept: dataclasses.replace(r, transactional_ids=_pick(ids, kept)),
-                       "transactions", DescribeTransactionsResponse((), r.request_id), key, key), visible)
+    answer = _split(handle, r, ids, refusals, lambda kept: dataclasses.replace(r, transactional_ids=_pick(ids, kept)),
+                    "transactions", DescribeTransactionsResponse((), r.request_id), key, key)
+    return then(answer, visible)
 
 
 @_check("ListTransactionsRequest")
@@ -583,7 +585,7 @@ def _configs(c: _Context, handle: Handle, r: Any, op: AclOperation, legal: froze
         refusals.append(None if refusal is None else answer_type(resource.resource_type, resource.resource_name,
                                                                  refusal[0], refusal[1]))
     key = lambda item: (item.resource_type, item.resource_name)  # noqa: E731
-    return _split(handle, resources, refusals, lambda kept: dataclasses.replace(r, resources=_pick(resources, kept)),
+    return _split(handle, r, resources, refusals, lambda kept: dataclasses.replace(r, resources=_pick(resources, kept)),
                   "results", empty, key, key)
 
 
@@ -617,8 +619,14 @@ def _incremental_alter_configs(c: _Context, handle: Handle, r: Any) -> Any:
 @_check("JoinGroupRequest", "SyncGroupRequest", "HeartbeatRequest", "LeaveGroupRequest",
         "ConsumerGroupHeartbeatRequest")
 def _group_member(c: _Context, handle: Handle, r: Any) -> Any:
-    """READ on the group (the classic protocol's four requests and KIP-848's heartbeat)."""
+    """READ on the group (the classic protocol's four requests and KIP-848's heartbeat); a KIP-848 heartbeat's
+    subscribed topic names also DESCRIBE each (TOPIC_AUTHORIZATION_FAILED otherwise, as Kafka 4.0 checks them)."""
     if c.allowed(Op.READ, GROUP, r.group_id):
+        subscribed = getattr(r, "subscribed_topic_names", None) or ()
+        denied = c.denied(Op.DESCRIBE, TOPIC, subscribed)
+        if denied:
+            return ConsumerGroupHeartbeatResponse(TOPIC_DENIED, request_id=r.request_id, error_message=(
+                f"The member is not authorized to describe topics {sorted(denied)}"))
         return handle(r)
     refusal = {"JoinGroupRequest": JoinGroupResponse, "SyncGroupRequest": SyncGroupResponse,
                "HeartbeatRequest": HeartbeatResponse, "LeaveGroupRequest": LeaveGroupResponse,
@@ -628,7 +636,8 @@ def _group_member(c: _Context, handle: Handle, r: Any) -> Any:
 
 @_check("DescribeGroupsRequest", "ConsumerGroupDescribeRequest")
 def _describe_groups(c: _Context, handle: Handle, r: Any) -> Any:
-    """DESCRIBE on each group."""
+    """DESCRIBE on each group; a KIP-848 group whose members name a topic the principal may not DESCRIBE is
+    answered TOPIC_AUTHORIZATION_FAILED without its members (as Kafka 4.0 answers it)."""
     ids = tuple(r.group_ids)
     denied = c.denied(Op.DESCRIBE, GROUP, ids)
     classic = type(r).__name__ == "DescribeGroupsRequest"
@@ -636,8 +645,21 @@ def _describe_groups(c: _Context, handle: Handle, r: Any) -> Any:
                 else DescribedConsumerGroup(i, GROUP_DENIED) for i in ids]
     empty = DescribeGroupsResponse((), r.request_id) if classic else ConsumerGroupDescribeResponse((), r.request_id)
     key = lambda item: getattr(item, "group_id", item)  # noqa: E731
-    return _split(handle, ids, refusals, lambda kept: dataclasses.replace(r, group_ids=_pick(ids, kept)),
-                  "groups", empty, key, key)
+    answer = _split(handle, r, ids, refusals, lambda kept: dataclasses.replace(r, group_ids=_pick(ids, kept)),
+                    "groups", empty, key, key)
+    return answer if classic else then(answer, lambda response: _hide_undescribed_topics(c, response))
+
+
+def _hide_undescribed_topics(c: _Context, response: Any) -> Any:
+    groups = []
+    for group in response.groups:
+        topics = {name for member in group.members for name in member.subscribed_topic_names}
+        topics |= {tp[0] for member in group.members for tp in (*member.assignment, *member.target_assignment)}
+        if c.denied(Op.DESCRIBE, TOPIC, sorted(topics)):
+            group = DescribedConsumerGroup(group.group_id, TOPIC_DENIED, "The group has described topic(s) that the "
+                                           "client is not authorized to describe.")
+        groups.append(group)
+    return dataclasses.replace(response, groups=tuple(groups))
 
 
 @_check("ListGroupsRequest")
@@ -656,7 +678,7 @@ def _delete_groups(c: _Context, handle: Handle, r: Any) -> Any:
     denied = c.denied(Op.DELETE, GROUP, ids)
     refusals = [(i, GROUP_DENIED) if i in denied else None for i in ids]
     key = lambda item: item if isinstance(item, str) else item[0]  # noqa: E731
-    return _split(handle, ids, refusals, lambda kept: dataclasses.replace(r, group_ids=_pick(ids, kept)),
+    return _split(handle, r, ids, refusals, lambda kept: dataclasses.replace(r, group_ids=_pick(ids, kept)),
                   "results", DeleteGroupsResponse((), r.request_id), key, key)
 
 
