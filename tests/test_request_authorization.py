@@ -438,3 +438,16 @@ def test_a_kip848_heartbeat_and_describe_need_describe_on_the_subscribed_topics(
     model.allowed.discard(("User:alice", Op.DESCRIBE, Kind.TOPIC, "b"))
     (hidden,) = broker.handle_from(ALICE, ConsumerGroupDescribeRequest(("cg",))).groups
     assert (hidden.error_code, hidden.members) == (TOPIC_DENIED, ())
+
+
+def test_a_produce_from_the_wire_carries_its_transactional_id():
+    from idemcore.net.wire.api import WireContext
+    from idemcore.net.wire.client import encode_produce
+    from idemcore.net.wire.produce import PRODUCE
+
+    ctx = WireContext(0, "127.0.0.1", 9092, "idemcore", lambda: {"a": 1})
+    batch = _batch("a", producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)
+    body = encode_produce(ProduceRequest((batch,)), 9, transactional_id="tx")
+    message, _ = PRODUCE.to_message(ctx, 9, 1, body)
+    assert message.transactional_id == "tx" and message.batches[0].is_transactional
+    assert PRODUCE.to_message(ctx, 9, 1, encode_produce(ProduceRequest((_batch("a"),)), 9))[0].transactional_id is None
