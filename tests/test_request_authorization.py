@@ -226,11 +226,11 @@ def test_create_topics_needs_create_on_the_cluster_or_each_topic(broker):
     assert [(r.name, r.error_code, r.error_message) for r in answer.results] == [
         ("y", TOPIC_DENIED, "Authorization failed."), ("x", 0, None)]
     assert "x" in broker.topics and "y" not in broker.topics
-    assert answer.results[1].configs == ()  # no DESCRIBE_CONFIGS on x: its configs are not shown
+    assert (answer.results[1].configs, answer.results[1].partitions) == ((), -1)  # no DESCRIBE_CONFIGS on x
     model.allow_cluster(Op.CREATE)
     model.allow(Op.DESCRIBE_CONFIGS, Kind.TOPIC, "y")
     answer = broker.handle_from(ALICE, CreateTopicsRequest((NewTopic("y", 1),)))
-    assert answer.results[0].error_code == 0 and answer.results[0].configs != ()
+    assert answer.results[0].error_code == 0 and answer.results[0].configs != () and answer.results[0].partitions == 1
 
 
 # ---------------------------------------------------------------- transactions

@@ -309,7 +309,8 @@ def _metadata(c: _Context, handle: Handle, r: Any) -> Any:
 @_check("CreateTopicsRequest")
 def _create_topics(c: _Context, handle: Handle, r: Any) -> Any:
     """CREATE on the cluster, else on each topic ("Authorization failed."); a topic named twice is the broker's
-    INVALID_REQUEST whatever the ACLs; the configs of a made topic only with DESCRIBE_CONFIGS on it."""
+    INVALID_REQUEST whatever the ACLs; the configs and partition count of a made topic only with DESCRIBE_CONFIGS
+    on it."""
     topics = tuple(r.topics)
     names = [getattr(topic, "name", None) for topic in topics]
     repeated = {name for name in names if names.count(name) > 1}
@@ -319,10 +320,11 @@ def _create_topics(c: _Context, handle: Handle, r: Any) -> Any:
     refusals = [CreatedTopic(str(name), TOPIC_DENIED, "Authorization failed.") if name in denied else None
                 for name in names]
 
-    def hide_configs(response: Any) -> Any:
+    def hide_configs(response: Any) -> Any:  # as Kafka's createTopics leaves out configs and partition count
         return dataclasses.replace(response, results=tuple(
-            result if not result.configs or c.allowed(Op.DESCRIBE_CONFIGS, TOPIC, result.name, log_denied=False)
-            else dataclasses.replace(result, configs=()) for result in response.results))
+            result if result.error_code != ErrorCode.NONE
+            or c.allowed(Op.DESCRIBE_CONFIGS, TOPIC, result.name, log_denied=False)
+            else dataclasses.replace(result, configs=(), partitions=-1) for result in response.results))
 
     def rebuild(kept: list[int]) -> Any:
         return dataclasses.replace(r, topics=_pick(topics, kept))
@@ -555,7 +557,10 @@ def _list_transactions(c: _Context, handle: Handle, r: Any) -> Any:
 
 # ---------------------------------------------------------------- configs
 
-#: Per config resource type: the ACL resource its check names (None: the cluster) and the refusal's code.
+#: The message each refusal carries where Kafka's response has one (its exceptions' default messages).
+_DENIED_MESSAGES = {TOPIC_DENIED: "Topic authorization failed.", GROUP_DENIED: "Group authorization failed.",
+                    CLUSTER_DENIED: "Cluster authorization failed."}
+#: Per config resource type: the ACL resource its check names and the refusal's code.
 _CONFIG_RESOURCES: dict[int, tuple[AclResourceType, int]] = {
     ResourceType.TOPIC: (TOPIC, TOPIC_DENIED),
     ResourceType.BROKER: (CLUSTER, CLUSTER_DENIED),
@@ -573,7 +578,7 @@ def _config_refusal(c: _Context, op: AclOperation, resource: Any, legal: frozens
                                                f"{resource.resource_name}"
     kind, code = kind_code
     name = CLUSTER_NAME if kind is CLUSTER else resource.resource_name
-    return None if c.allowed(op, kind, name) else (code, f"{op.kafka_name} on {kind.kafka_name} {name} refused")
+    return None if c.allowed(op, kind, name) else (code, _DENIED_MESSAGES[code])
 
 
 def _configs(c: _Context, handle: Handle, r: Any, op: AclOperation, legal: frozenset[int], answer_type: type,
