@@ -152,7 +152,15 @@ def then(answer: Any, merge: Callable[[Any], Any]) -> Any:
     """``merge(answer)``, or for a Pending answer a new Pending completed with ``merge`` of the broker's."""
     if isinstance(answer, Pending):
         merged = Pending()
-        answer.add_done_callback(lambda response: merged.complete(merge(response)))
+
+        def complete(response: Any) -> None:
+            try:
+                merged.complete(merge(response))
+            except Exception:  # never leave the client waiting: the broker's answer alone (the refused parts missing)
+                log.exception("merging the refusals into a %s failed", type(response).__name__)
+                if not merged.done:
+                    merged.complete(response)
+        answer.add_done_callback(complete)
         return merged
     return merge(answer)
 
