@@ -451,3 +451,13 @@ def test_a_produce_from_the_wire_carries_its_transactional_id():
     message, _ = PRODUCE.to_message(ctx, 9, 1, body)
     assert message.transactional_id == "tx" and message.batches[0].is_transactional
     assert PRODUCE.to_message(ctx, 9, 1, encode_produce(ProduceRequest((_batch("a"),)), 9))[0].transactional_id is None
+
+
+def test_checks_kafka_asks_quietly_log_nothing(broker, caplog):
+    broker.authorizer.allow(Op.DESCRIBE, Kind.TOPIC, "new").allow(Op.CREATE, Kind.TOPIC, "new")
+    with caplog.at_level(logging.INFO, logger="idemcore.broker.security.request_authorization"):
+        assert broker.handle_from(ALICE, MetadataRequest(None)).topics == ()  # the filter of every topic: silent
+        assert broker.handle_from(ALICE, MetadataRequest(("new",))).topics[0].error_code == 0  # CREATE on cluster
+        epochs = OffsetForLeaderEpochRequest(-1, ())
+        assert broker.handle_from(ALICE, epochs).partitions == ()  # CLUSTER_ACTION first, then per topic
+    assert [r.getMessage() for r in caplog.records if "Denied" in r.getMessage()] == []
