@@ -416,7 +416,7 @@ def test_an_unknown_request_is_refused_not_passed_on():
 
 
 def test_a_refusal_is_logged_with_principal_host_operation_and_resource(broker, caplog):
-    with caplog.at_level(logging.INFO, logger="idemcore.broker.security.request_authorization"):
+    with caplog.at_level(logging.INFO, logger="idemcore.broker.security.request_context"):
         broker.handle_from(ALICE, ProduceRequest((_batch("b"),)))
     (line,) = [r.getMessage() for r in caplog.records if "Denied" in r.getMessage()]
     assert line == ("Principal = User:alice is Denied Operation = Write from host = 10.0.0.7 on resource = "
@@ -455,7 +455,7 @@ def test_a_produce_from_the_wire_carries_its_transactional_id():
 
 def test_checks_kafka_asks_quietly_log_nothing(broker, caplog):
     broker.authorizer.allow(Op.DESCRIBE, Kind.TOPIC, "new").allow(Op.CREATE, Kind.TOPIC, "new")
-    with caplog.at_level(logging.INFO, logger="idemcore.broker.security.request_authorization"):
+    with caplog.at_level(logging.INFO, logger="idemcore.broker.security.request_context"):
         assert broker.handle_from(ALICE, MetadataRequest(None)).topics == ()  # the filter of every topic: silent
         assert broker.handle_from(ALICE, MetadataRequest(("new",))).topics[0].error_code == 0  # CREATE on cluster
         epochs = OffsetForLeaderEpochRequest(-1, ())
