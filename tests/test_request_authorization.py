@@ -461,3 +461,29 @@ def test_checks_kafka_asks_quietly_log_nothing(broker, caplog):
         epochs = OffsetForLeaderEpochRequest(-1, ())
         assert broker.handle_from(ALICE, epochs).partitions == ()  # CLUSTER_ACTION first, then per topic
     assert [r.getMessage() for r in caplog.records if "Denied" in r.getMessage()] == []
+
+
+def test_in_a_cluster_the_topics_known_are_the_metadata_cache_s(broker, monkeypatch):
+    from types import SimpleNamespace
+
+    from idemcore.broker.metadata_cache import MetadataCache
+    from idemcore.net.replication import UpdateMetadataPartition
+
+    cache = MetadataCache(0)
+    cache.update(UpdateMetadataRequest(1, 1, 0, (UpdateMetadataPartition("far", 0, 1, 1, 0, (1,), 0, (1,)),
+                                                 UpdateMetadataPartition("far", 1, 1, 1, 0, (1,), 0, (1,))), ()))
+    monkeypatch.setattr(broker, "cluster", SimpleNamespace(metadata=cache))
+    assert broker._partition_count("far") == 2  # held by broker 1 only: known from the cache, not the log dir
+    assert broker._partition_count("a") is None  # this broker's logs, but not in the cluster's metadata
+
+
+def test_a_table_entry_builds_a_cluster_checked_refusal():
+    from idemcore.broker.security.request_authorization import CLUSTER_REFUSALS
+    from tests.test_request_authorization_props import CreateAclsRequest, CreateAclsResponse
+
+    CLUSTER_REFUSALS["CreateAclsRequest"] = lambda request, code: CreateAclsResponse((code,), request.request_id)
+    try:
+        refused = authorized_handle(lambda r: None, AllowSet(), ALICE, CreateAclsRequest(request_id=6))
+        assert refused == CreateAclsResponse((CLUSTER_DENIED,), 6)
+    finally:
+        del CLUSTER_REFUSALS["CreateAclsRequest"]
