@@ -28,6 +28,7 @@ from typing import Any
 
 from idemcore.broker.broker import Broker
 from idemcore.broker.security.listeners import Endpoint, ListenerSecurity, distinguished_name
+from idemcore.broker.security.request_context import RequestRefused
 from idemcore.broker.security.session import ANONYMOUS, KafkaPrincipal, Session
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
@@ -351,6 +352,9 @@ class Server:
                 response = await _awaited(response)
             elif type(response) is tuple and any(isinstance(one, Pending) for one in response):
                 response = tuple([await _awaited(one) if isinstance(one, Pending) else one for one in response])
+        except RequestRefused as refused:  # no answer can be given (Kafka closes the connection too)
+            log.info("closing %s: %s v%d refused: %s", peer, api.name, version, refused)
+            raise _CloseConnection from None
         except Exception as error:
             self.stats["broker_errors"] += 1
             log.exception("closing %s: the broker failed on %s v%d", peer, api.name, version)

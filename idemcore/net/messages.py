@@ -51,6 +51,8 @@ class ProduceRequest:
     #: Written by this broker's own coordinator (Kafka's AppendOrigin.COORDINATOR): only such requests may append
     #: to internal topics.
     internal: bool = False
+    #: The producer's transactional id (the request's, for transactional batches): what their WRITE is checked on.
+    transactional_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
