@@ -37,6 +37,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
     TOPIC_ALREADY_EXISTS = 36
@@ -57,9 +58,10 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-    SECURITY_DISABLED = 54  # the ACL APIs of a broker without an authorizer
+    SECURITY_DISABLED = 54  # an ACL API on a broker with no authorizer
     OPERATION_NOT_ATTEMPTED = 55  # the other partitions of a request one of whose partitions failed
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     FENCED_LEADER_EPOCH = 74  # a request's current leader epoch is older than the leader's
     UNKNOWN_LEADER_EPOCH = 75  # a request's current leader epoch is newer than this broker knows
