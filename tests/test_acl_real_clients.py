@@ -139,3 +139,28 @@ def test_without_an_authorizer_the_admin_gets_security_disabled(tmp_path):
             assert type(raised.value).__name__ == "SecurityDisabledError"
         finally:
             client.close()
+
+
+def test_the_acl_apis_need_alter_and_describe_on_the_cluster(tmp_path):
+    from idemcore.broker.security import acls as model
+
+    for server, admin in served(tmp_path, **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}):
+        [future] = admin.create_acls([READ_T], request_timeout=TIMEOUT_S).values()
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=TIMEOUT_S)
+        assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        [deleting] = admin.delete_acls([ANY_FILTER], request_timeout=TIMEOUT_S).values()
+        with pytest.raises(KafkaException) as refused:
+            deleting.result(timeout=TIMEOUT_S)
+        assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        # An operator grants this client (ANONYMOUS on PLAINTEXT) ALTER on the cluster, in process.
+        authorizer = server.broker.authorizer
+        assert authorizer is not None
+        cluster = model.ResourcePattern(model.AclResourceType.CLUSTER, model.CLUSTER_NAME)
+        grant = model.AclBinding(cluster, model.AccessControlEntry("User:ANONYMOUS", "*", model.AclOperation.ALTER,
+                                                                   model.AclPermissionType.ALLOW))
+        assert authorizer.create_acls([grant]) == [None]
+        create(admin, [READ_T])  # ALTER also implies the DESCRIBE that DescribeAcls needs
+        assert described(admin) == {READ_T, AclBinding(ResourceType.BROKER, "kafka-cluster",
+                                                       ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                                                       AclOperation.ALTER, AclPermissionType.ALLOW)}

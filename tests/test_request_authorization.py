@@ -481,9 +481,10 @@ def test_a_table_entry_builds_a_cluster_checked_refusal():
     from idemcore.broker.security.request_authorization import CLUSTER_REFUSALS
     from tests.test_request_authorization_props import CreateAclsRequest, CreateAclsResponse
 
+    kept = CLUSTER_REFUSALS["CreateAclsRequest"]  # the real one, put back after
     CLUSTER_REFUSALS["CreateAclsRequest"] = lambda request, code: CreateAclsResponse((code,), request.request_id)
     try:
         refused = authorized_handle(lambda r: None, AllowSet(), ALICE, CreateAclsRequest(request_id=6))
         assert refused == CreateAclsResponse((CLUSTER_DENIED,), 6)
     finally:
-        del CLUSTER_REFUSALS["CreateAclsRequest"]
+        CLUSTER_REFUSALS["CreateAclsRequest"] = kept

@@ -81,10 +81,19 @@ class CreateAclsResponse:
     request_id: int = 0
 
 
-def test_a_cluster_checked_api_is_refused_with_its_own_response_type():
+def test_a_cluster_checked_api_is_refused_with_its_own_response_type(monkeypatch):
+    from idemcore.broker.security.acls import AclBindingFilter
+    from idemcore.broker.security.request_authorization import CLUSTER_REFUSALS
+    from idemcore.net import acls
+
     sent: list[object] = []
     refused = authorized_handle(sent.append, AllowSet(), ALICE, DescribeAclsRequest(request_id=4))
     assert refused == DescribeAclsResponse(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, 4) and sent == []
+    # The real messages: CreateAcls' and DeleteAcls' per-item results come from the table.
+    real = authorized_handle(sent.append, AllowSet(), ALICE, acls.DeleteAclsRequest((AclBindingFilter(),) * 2, 5))
+    assert real == acls.DeleteAclsResponse((acls.DeleteAclsFilterResult(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),) * 2,
+                                           5) and sent == []
+    monkeypatch.delitem(CLUSTER_REFUSALS, "CreateAclsRequest")
     with pytest.raises(RequestRefused, match="needs"):  # per-item results: the table entry is needed
         authorized_handle(sent.append, AllowSet(), ALICE, CreateAclsRequest())
     allowed = AllowSet().allow_cluster(Op.DESCRIBE, Op.ALTER)

@@ -78,3 +78,13 @@ class DeleteAclsResponse:
 
 AclRequest = CreateAclsRequest | DescribeAclsRequest | DeleteAclsRequest
 AclResponse = CreateAclsResponse | DescribeAclsResponse | DeleteAclsResponse
+
+
+def refused_create_acls(request: CreateAclsRequest, code: int) -> CreateAclsResponse:
+    """The whole request refused with ``code`` (as Kafka's ``getErrorResponse``: every creation gets it)."""
+    return CreateAclsResponse(tuple(AclCreationResult(code) for _ in request.creations), request.request_id)
+
+
+def refused_delete_acls(request: DeleteAclsRequest, code: int) -> DeleteAclsResponse:
+    """The whole request refused with ``code``: every filter gets it, nothing deleted."""
+    return DeleteAclsResponse(tuple(DeleteAclsFilterResult(code) for _ in request.filters), request.request_id)

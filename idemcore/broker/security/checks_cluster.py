@@ -26,6 +26,7 @@ from idemcore.broker.security.request_context import (
     pick,
     split,
 )
+from idemcore.net.acls import refused_create_acls, refused_delete_acls
 from idemcore.net.configs import (
     AlterConfigsResponse,
     AlteredResource,
@@ -173,9 +174,12 @@ CLUSTER_CHECKED: dict[str, AclOperation] = {
     "AlterUserScramCredentialsRequest": Op.ALTER,
     "DescribeUserScramCredentialsRequest": Op.DESCRIBE,
 }
-#: MERGE: the lead fills per-item refusals here (request -> response with every item CLUSTER_AUTHORIZATION_FAILED)
-#: where the response has per-item results without defaults (CreateAcls' and DeleteAcls' results, ...).
-CLUSTER_REFUSALS: dict[str, Callable[[Any, int], Any]] = {}
+#: Per-item refusals (request -> response with every item CLUSTER_AUTHORIZATION_FAILED) where the response has
+#: per-item results without defaults (CreateAcls' and DeleteAcls' results, ...).
+CLUSTER_REFUSALS: dict[str, Callable[[Any, int], Any]] = {
+    "CreateAclsRequest": refused_create_acls,
+    "DeleteAclsRequest": refused_delete_acls,
+}
 
 
 def _generic_refusal(request: Any, code: int) -> Any:
