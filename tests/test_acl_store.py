@@ -226,3 +226,31 @@ def test_brokers_of_a_cluster_share_acls_through_zookeeper(zookeeper, tmp_path, 
         assert set(AclAuthorizer(store).acls(AclBindingFilter())) == {READ_T}
     finally:
         store.close()
+
+
+def test_old_change_notifications_are_deleted_once_followed(zookeeper, request):
+    """Kafka keeps a change notification 15 minutes: a broker that follows them later deletes older ones after
+    taking them in (here its clock runs 16 minutes ahead)."""
+    from kazoo.client import KazooClient
+
+    hosts = f"{zookeeper.hosts}/{request.node.name}"
+    writer = AclAuthorizer(ZkAclStore(hosts))
+    later = ZkAclStore(hosts, clock=lambda: time.time() + 16 * 60)
+    try:
+        assert writer.create_acls([READ_T, WRITE_PREFIXED]) == [None, None]
+        follower = AclAuthorizer(later)
+        wait_until(lambda: set(follower.acls(AclBindingFilter())) == {READ_T, WRITE_PREFIXED}, "loaded")
+        kazoo = KazooClient(hosts=hosts)
+        kazoo.start(timeout=10)
+        try:
+            wait_until(lambda: not kazoo.get_children("/kafka-acl-changes")
+                       and not kazoo.get_children("/kafka-acl-extended-changes"), "the notifications deleted")
+            kazoo.create("/kafka-acl-changes/not-a-notification", b"")  # skipped, never stops the follower
+            assert writer.create_acls([AclBinding(ResourcePattern(AclResourceType.GROUP, "g"), READ_T.entry)]) == [None]
+            wait_until(lambda: len(follower.acls(AclBindingFilter())) == 3, "a later change followed")
+        finally:
+            kazoo.stop()
+            kazoo.close()
+    finally:
+        writer.close()
+        later.close()

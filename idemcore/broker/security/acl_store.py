@@ -421,7 +421,7 @@ class ZkAclStore:
 
         children = self._call(self._kazoo.get_children, root, watch=self._watch_fired)
         now_ms = self._clock() * 1000
-        for child in sorted(c for c in children if c.startswith(CHANGE_PREFIX)):
+        for child in sorted(c for c in children if c.startswith(CHANGE_PREFIX) and c[len(CHANGE_PREFIX):].isdigit()):
             number = int(child[len(CHANGE_PREFIX):])
             path = f"{root}/{child}"
             try:
