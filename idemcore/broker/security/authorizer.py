@@ -128,7 +128,7 @@ class AclAuthorizer:
         _check_action(operation, resource_type)
         if session.principal in self.super_users:
             return True
-        acls = self._acls  # one snapshot of the reference; its values are never changed in place
+        acls = self._acls  # read without the lock: writers replace its values (frozensets), never change them
         found = [entries for entries in (acls.get(ResourcePattern(resource_type, name)),
                                          acls.get(ResourcePattern(resource_type, WILDCARD_RESOURCE)))
                  if entries]
