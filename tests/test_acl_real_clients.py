@@ -1,4 +1,4 @@
-"""confluent-kafka's (librdkafka's) AdminClient ``create_acls`` / ``describe_acls`` / ``delete_acls`` against
+"""confluent-kafka's (librdkafka's) AdminClient and kafka-python's KafkaAdminClient ``create_acls`` / ``describe_acls`` / ``delete_acls`` against
 :class:`~idemcore.broker.server.Server` with Kafka's AclAuthorizer on (CreateAcls, DescribeAcls, DeleteAcls over
 the wire): with the connection's principal (ANONYMOUS on PLAINTEXT) in ``super.users``; with
 ``allow.everyone.if.no.acl.found`` and no ACL on the cluster; refusals (a cluster ACL not on ``kafka-cluster``)
@@ -164,3 +164,30 @@ def test_the_acl_apis_need_alter_and_describe_on_the_cluster(tmp_path):
         assert described(admin) == {READ_T, AclBinding(ResourceType.BROKER, "kafka-cluster",
                                                        ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
                                                        AclOperation.ALTER, AclPermissionType.ALLOW)}
+
+
+def test_kafka_python_creates_describes_and_deletes(super_user_admin):
+    k = _required("kafka.admin", "kafka-python>=3.0")
+    server, _ = super_user_admin
+    host, port = server.address
+    client = k.KafkaAdminClient(bootstrap_servers=f"{host}:{port}")
+    try:
+        topic = k.ResourcePattern(k.ResourceType.TOPIC, "payments", k.ACLResourcePatternType.PREFIXED)
+        grant = k.ACL("User:carol", "*", k.ACLOperation.WRITE, k.ACLPermissionType.ALLOW, topic)
+        bad = k.ACL("User:carol", "*", k.ACLOperation.ALTER, k.ACLPermissionType.ALLOW,
+                    k.ResourcePattern(k.ResourceType.CLUSTER, "elsewhere"))
+        result = client.create_acls([grant, bad])
+        errors = _required("kafka.errors", "kafka-python>=3.0")
+        assert result == {"succeeded": [grant], "failed": [errors.InvalidRequestError]}  # the cluster's name
+        any_filter = k.ACLFilter(principal=None, host=None, operation=k.ACLOperation.ANY,
+                                 permission_type=k.ACLPermissionType.ANY, resource_pattern=k.ResourcePatternFilter(
+                                     k.ResourceType.ANY, None, k.ACLResourcePatternType.ANY))
+        acls, error = client.describe_acls(any_filter)
+        assert error is errors.NoError
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name) for a in acls] == [
+            ("User:carol", k.ACLOperation.WRITE, "payments")]
+        [(_, deleted, error)] = client.delete_acls([any_filter])
+        assert [a.principal for a in deleted] == ["User:carol"] and error is errors.NoError
+        assert client.describe_acls(any_filter)[0] == []
+    finally:
+        client.close()
