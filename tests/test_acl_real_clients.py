@@ -1,8 +1,9 @@
-"""confluent-kafka's (librdkafka's) AdminClient and kafka-python's KafkaAdminClient ``create_acls`` / ``describe_acls`` / ``delete_acls`` against
-:class:`~idemcore.broker.server.Server` with Kafka's AclAuthorizer on (CreateAcls, DescribeAcls, DeleteAcls over
-the wire): with the connection's principal (ANONYMOUS on PLAINTEXT) in ``super.users``; with
-``allow.everyone.if.no.acl.found`` and no ACL on the cluster; refusals (a cluster ACL not on ``kafka-cluster``)
-answered per binding; a broker without an authorizer answering SECURITY_DISABLED."""
+"""confluent-kafka's (librdkafka's) AdminClient and kafka-python's KafkaAdminClient create, describe and delete
+ACLs against :class:`~idemcore.broker.server.Server` with Kafka's AclAuthorizer on (CreateAcls, DescribeAcls,
+DeleteAcls over the wire): with the connection's principal (ANONYMOUS on PLAINTEXT) in ``super.users``; with
+``allow.everyone.if.no.acl.found`` and no ACL on the cluster; refused CLUSTER_AUTHORIZATION_FAILED until granted
+ALTER on the cluster; bindings Kafka refuses (a cluster ACL not on ``kafka-cluster``) answered one by one; a
+broker without an authorizer answering SECURITY_DISABLED."""
 
 from __future__ import annotations
 
