@@ -49,6 +49,10 @@ def test_add_list_remove_and_restart(tmp_path, capsys):
 
         status, out, _ = acls(capsys, bootstrap, "--list", "--topic", "orders")
         assert status == 0 and "Current ACLs for Topic 'orders' (LITERAL):" in out and "billing" not in out
+        # MATCH: the ACLs that apply to the transactional id orders-42 (the prefixed orders- one).
+        status, out, _ = acls(capsys, bootstrap, "--list", "--transactional-id", "orders-42",
+                              "--resource-pattern-type", "match")
+        assert status == 0 and "TransactionalId 'orders-' (PREFIXED)" in out and "User:mallory" in out
 
         status, out, _ = acls(capsys, bootstrap, "--remove", "--topic", "orders", "--operation", "Describe")
         assert status == 0 and "Removed ACLs for Topic 'orders'" in out and "Describe" in out and "Read" not in out
