@@ -261,6 +261,11 @@ class Broker:
         self.admin_sources = AdminSources(self.replicas, self.topic_catalog, broker_id,
                                           lambda: self._txn_coordinator, self.log_manager)
         try:
+            # Imported here: the ACL messages import the security model, whose package import runs this module.
+            from idemcore.broker.security.acl_requests import acl_handlers, authorizer_of
+
+            # Before the logs are replayed: a damaged ACL file or a bad authorizer setting is refused at once.
+            self.authorizer, self._own_authorizer = authorizer_of(self, authorizer)
             self.producer_ids = producer_ids if producer_ids is not None else \
                 self.log_manager.own_producer_ids(broker_id, None if self.cluster is None
                                                   else self.cluster.config.producer_id_store())
@@ -279,10 +284,6 @@ class Broker:
                     opened.restore_high_watermark(marks.get((opened.topic, opened.partition), 0))
             log.info("broker %d recovered %s: %d batches replayed after the snapshots", broker_id, self.data_dir,
                      replayed)
-            # Imported here: the ACL messages import the security model, whose package import runs this module.
-            from idemcore.broker.security.acl_requests import acl_handlers, authorizer_of
-
-            self.authorizer, self._own_authorizer = authorizer_of(self, authorizer)
             self._handlers: dict[type, Callable] = {
                 ProduceRequest: self.replicas.produce,
                 InitProducerIdRequest: self._init_producer_id,
