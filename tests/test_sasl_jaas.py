@@ -54,7 +54,7 @@ def test_errors_name_the_position(text: str, says: str) -> None:
 def test_the_mechanism_takes_its_login_module() -> None:
     plain = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'
     assert jaas_for_mechanism(plain, "PLAIN").plain_users() == {"a": "b"}
-    with pytest.raises(JaasConfigError, match="names org.apache.kafka.common.security.plain.PlainLoginModule"):
+    with pytest.raises(JaasConfigError, match=r"names org\.apache\.kafka\.common\.security\.plain\.PlainLoginModule"):
         jaas_for_mechanism(plain, "SCRAM-SHA-256")
     with pytest.raises(JaasConfigError, match="GSSAPI"):
         jaas_for_mechanism(plain, "GSSAPI")

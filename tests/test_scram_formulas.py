@@ -29,7 +29,7 @@ RFC_7677 = (scram.SCRAM_SHA_256, "rOprNGfwEbeRWgbNEkqO", "%hvYDpWUa2RaTCAfuxFIlj
 
 @pytest.mark.parametrize("vector", [RFC_5802, RFC_7677], ids=["rfc5802", "rfc7677"])
 def test_the_formulas_give_the_rfc_proof_and_signature(vector: tuple) -> None:
-    mechanism, client_nonce, server_part, salt64, first, server_first, final, server_final = vector
+    mechanism, _client_nonce, _server_part, salt64, first, server_first, final, server_final = vector
     salted = scram.salted_password(mechanism, "pencil", base64.b64decode(salt64), 4096)
     without_proof = final.rsplit(",p=", 1)[0]
     message = scram.auth_message(first[3:], server_first, without_proof)
@@ -40,7 +40,7 @@ def test_the_formulas_give_the_rfc_proof_and_signature(vector: tuple) -> None:
 
 @pytest.mark.parametrize("vector", [RFC_5802, RFC_7677], ids=["rfc5802", "rfc7677"])
 def test_the_client_sends_the_rfc_messages(vector: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
-    mechanism, client_nonce, server_part, salt64, first, server_first, final, server_final = vector
+    mechanism, client_nonce, _server_part, _salt64, first, server_first, final, server_final = vector
     monkeypatch.setitem(scram.MECHANISMS, mechanism.name, mechanism)
     client = ScramClient(mechanism.name, "user", "pencil", client_nonce)
     assert client.first().decode() == first
@@ -50,7 +50,7 @@ def test_the_client_sends_the_rfc_messages(vector: tuple, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("vector", [RFC_5802, RFC_7677], ids=["rfc5802", "rfc7677"])
 def test_the_server_answers_the_rfc_messages(vector: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
-    mechanism, client_nonce, server_part, salt64, first, server_first, final, server_final = vector
+    mechanism, _client_nonce, server_part, salt64, first, server_first, final, server_final = vector
     monkeypatch.setitem(scram.MECHANISMS, mechanism.name, mechanism)
     monkeypatch.setattr("idemcore.broker.security.sasl_server.SUPPORTED_MECHANISMS", (mechanism.name,))
     monkeypatch.setattr(scram, "nonce", lambda: server_part)
