@@ -139,7 +139,7 @@ def run_list(args: argparse.Namespace) -> int:
     if answer.error_code:
         print(f"{error_name(answer.error_code)}: {answer.error_message or ''}".rstrip(": "))
         return USER_FAILED
-    rows = []
+    rows: list[dict[str, Any]] = []
     failed = False
     for result in answer.results:
         if result.error_code:
