@@ -150,6 +150,16 @@ def test_scram_tampered_proof_is_refused(store: Store, caplog: pytest.LogCapture
     assert proof not in caplog.text
 
 
+def test_a_malformed_final_message_is_not_logged(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    authenticator = server(store, "SCRAM-SHA-256")
+    client = ScramClient("SCRAM-SHA-256", "alice", "alice-secret")
+    final = scram_first(authenticator, client).decode()
+    with caplog.at_level(logging.INFO):
+        step = authenticator.authenticate((final + ",junk").encode())
+    assert step.error_code == 58 and "client final message" in caplog.text
+    assert final.split(",p=")[1] not in caplog.text
+
+
 def test_scram_wrong_channel_binding_is_refused(store: Store) -> None:
     authenticator = server(store, "SCRAM-SHA-256")
     client = ScramClient("SCRAM-SHA-256", "alice", "alice-secret")

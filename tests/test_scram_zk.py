@@ -97,3 +97,20 @@ def test_a_cluster_member_before_its_session_refuses_changes(clients) -> None:
         assert lazy.get("alice", "SCRAM-SHA-256") is not None
     finally:
         lazy.close()
+
+
+def test_a_cluster_members_store_is_zookeepers(clients, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from idemcore.broker.security.scram_credentials import FileScramCredentialStore, store_for
+
+    member = SimpleNamespace(zk=None)
+    store = store_for(tmp_path, member)  # a cluster member: ZooKeeper, never the log dir's file
+    assert isinstance(store, ClusterScramCredentials)
+    member.zk = clients()
+    try:
+        assert store.alter("erin", {"SCRAM-SHA-256": scram.make_credential(scram.SCRAM_SHA_256, "x", 4096)}) is None
+        assert member.zk._kazoo.exists("/config/users/erin") and not (tmp_path / "scram-credentials.json").exists()
+    finally:
+        store.close()
+    assert isinstance(store_for(tmp_path, None), FileScramCredentialStore)

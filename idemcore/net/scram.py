@@ -277,8 +277,8 @@ class ClientFinal:
     def parse(cls, data: bytes) -> ClientFinal:
         text = _text(data, "client's final message")
         found = _CLIENT_FINAL.fullmatch(text)
-        if found is None:
-            raise ScramFormatError(f"invalid SCRAM client final message {text[:80]!r}")
+        if found is None:  # not echoed: it may hold a proof
+            raise ScramFormatError(f"invalid SCRAM client final message ({len(data)} bytes)")
         try:
             return cls(_unb64(found["binding"]), found["nonce"], _unb64(found["proof"]), found["without_proof"])
         except ValueError as error:
