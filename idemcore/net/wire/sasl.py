@@ -5,8 +5,9 @@ These two requests never reach ``Broker.handle``: the server's connection answer
 ``SaslServerAuthenticator``), so they are not in :data:`idemcore.net.wire.apis.APIS`; :data:`SASL_API_RANGES`
 is what a SASL listener advertises for them in ApiVersions.
 
-Server side: :func:`handshake_mechanism` / :func:`authenticate_bytes` read a request body;
-:func:`handshake_response` / :func:`authenticate_response` build the answer. Client side (the broker channels):
+Server side: :func:`answer` takes a request body to the :class:`SaslAnswer` (the response, the principal once
+authenticated, whether to close); underneath, :func:`handshake_mechanism` / :func:`authenticate_bytes` read a
+request body and :func:`handshake_response` / :func:`authenticate_response` build the answer. Client side (the broker channels):
 :func:`handshake_request` / :func:`authenticate_request` build a request body;
 :func:`read_handshake_response` / :func:`read_authenticate_response` read the answer.
 
@@ -16,11 +17,13 @@ sends."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode as WireError
 
-from idemcore.broker.security.sasl_server import SaslStep
+from idemcore.broker.security.sasl_server import SaslAuthenticator, SaslStep
+from idemcore.broker.security.session import KafkaPrincipal
 from idemcore.net.wire.frames import make
 from idemcore.net.wire.schema import load_request_schema, load_response_schema
 
@@ -55,6 +58,30 @@ def authenticate_response(version: int, step: SaslStep, session_lifetime_ms: int
     return make(load_response_schema(SASL_AUTHENTICATE_KEY, version), error_code=WireError(step.error_code),
                 error_message=step.error_message, auth_bytes=bytes(step.auth_bytes),
                 session_lifetime=session_lifetime_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAnswer:
+    """What a connection does with one SASL request: send ``response`` (a kio body), then close when ``close``
+    (Kafka closes after a refused mechanism or authentication); ``principal`` once the client is authenticated."""
+
+    response: Any
+    principal: KafkaPrincipal | None
+    close: bool
+
+
+def answer(authenticator: SaslAuthenticator, api_key: int, version: int, body: Any,
+           session_lifetime_ms: int = NO_SESSION_LIFETIME) -> SaslAnswer:
+    """The answer to a SaslHandshake or SaslAuthenticate request ``body`` (its ``api_key`` and ``version``)."""
+    if api_key == SASL_HANDSHAKE_KEY:
+        code, mechanisms = authenticator.handshake(handshake_mechanism(body))
+        return SaslAnswer(handshake_response(version, code, mechanisms), None, code != 0)
+    if api_key == SASL_AUTHENTICATE_KEY:
+        step = authenticator.authenticate(authenticate_bytes(body))
+        return SaslAnswer(authenticate_response(version, step, session_lifetime_ms), step.principal,
+                          step.error_code != 0)
+    raise ValueError(f"api key {api_key} is neither SaslHandshake ({SASL_HANDSHAKE_KEY}) nor SaslAuthenticate "
+                     f"({SASL_AUTHENTICATE_KEY})")
 
 
 # ---------------------------------------------------------------- client side
