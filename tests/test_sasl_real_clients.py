@@ -60,7 +60,7 @@ class SaslFront:
     def __init__(self, backend: tuple[str, int]) -> None:
         self.backend = backend
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.bootstrap = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.principals: list[str] = []
         threading.Thread(target=self._accept, daemon=True).start()
 

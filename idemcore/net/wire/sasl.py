@@ -7,8 +7,8 @@ is what a SASL listener advertises for them in ApiVersions.
 
 Server side: :func:`answer` takes a request body to the :class:`SaslAnswer` (the response, the principal once
 authenticated, whether to close); underneath, :func:`handshake_mechanism` / :func:`authenticate_bytes` read a
-request body and :func:`handshake_response` / :func:`authenticate_response` build the answer. Client side (the broker channels):
-:func:`handshake_request` / :func:`authenticate_request` build a request body;
+request body and :func:`handshake_response` / :func:`authenticate_response` build the answer. Client side (the
+broker channels): :func:`handshake_request` / :func:`authenticate_request` build a request body;
 :func:`read_handshake_response` / :func:`read_authenticate_response` read the answer.
 
 SaslHandshake v0 (the token then travels in raw frames, Kafka's pre-KIP-152 form) is decoded and answered, but a
