@@ -114,3 +114,19 @@ def test_a_cluster_members_store_is_zookeepers(clients, tmp_path) -> None:
     finally:
         store.close()
     assert isinstance(store_for(tmp_path, None), FileScramCredentialStore)
+
+
+def test_old_notifications_are_purged_once_followed(clients, monkeypatch) -> None:
+    from idemcore.broker.security import scram_credentials
+
+    monkeypatch.setattr(scram_credentials, "CHANGE_EXPIRATION_MS", -1)  # every notification is old
+    writer_zk, follower_zk = clients(), clients()
+    follower = ZkScramCredentialStore(follower_zk)
+    writer = ZkScramCredentialStore(writer_zk, follow=False)  # only the follower purges: no race between two
+    try:
+        credential = scram.make_credential(scram.SCRAM_SHA_256, "pw", 4096)
+        assert writer.alter("frank", {"SCRAM-SHA-256": credential}) is None
+        wait_until(lambda: follower.get("frank", "SCRAM-SHA-256") == credential, what="the follower reloaded frank")
+        wait_until(lambda: not follower_zk._kazoo.get_children("/config/changes"), what="the notification purged")
+    finally:
+        follower.close()

@@ -466,12 +466,21 @@ class ZkClient:
         """The names under ``/config/changes`` in order; ``watch`` fires when one is added."""
         return sorted(self._call(self._kazoo.get_children, zk_data.CONFIG_CHANGES, watch=watch))
 
-    def config_change_entity(self, change: str) -> str | None:
-        """The ``entity_path`` a notification names, None when it is gone or unreadable."""
+    def config_change_entity(self, change: str) -> tuple[str | None, int]:
+        """The ``entity_path`` a notification names (None when gone or unreadable) and when it was made (ms)."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = self._call(self._kazoo.get, f"{zk_data.CONFIG_CHANGES}/{change}")
+            data, stat = self._call(self._kazoo.get, f"{zk_data.CONFIG_CHANGES}/{change}")
         except NoNodeError:
-            return None
-        return zk_data.decode_config_change(data)
+            return None, 0
+        return zk_data.decode_config_change(data), int(stat.ctime)
+
+    def delete_config_change(self, change: str) -> None:
+        """Remove a notification every broker has had time to see (Kafka purges them after 15 minutes)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self._call(self._kazoo.delete, f"{zk_data.CONFIG_CHANGES}/{change}")
+        except NoNodeError:
+            pass

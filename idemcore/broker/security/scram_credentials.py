@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,8 @@ Credentials = dict[str, ScramCredential]
 #: ``(error code, message)`` of a change refused, None when made.
 Refusal = tuple[int, str] | None
 _CAS_ATTEMPTS = 20
+#: Kafka's ``ZkNodeChangeNotificationListener``: a notification older than this has been seen by every broker.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class ScramStoreError(IdemcoreError):
@@ -175,7 +178,8 @@ class ZkScramCredentialStore(ScramCredentialStore):
     """The credentials of a cluster, in ZooKeeper (module docstring). A thread follows ``/config/changes`` and
     reloads each user a notification names; :meth:`close` stops it."""
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: ZkClient, follow: bool = True) -> None:
+        """``follow=False``: read once and write, without following other writers' changes."""
         super().__init__()
         self.zk = zk
         self._changed = threading.Event()
@@ -184,10 +188,11 @@ class ZkScramCredentialStore(ScramCredentialStore):
         self._users = {}
         for node in zk.entity_names(USERS):
             self._reload(node)
+        if not follow:
+            return
         self._seen = max(zk.config_changes(watch=self._on_change), default="")
         zk.on_new_session(self._changed.set)  # watches do not survive a new session: look again
-        self._thread = threading.Thread(target=self._follow, name="scram-credentials", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._follow, name="scram-credentials", daemon=True).start()
 
     def _on_change(self, _event: object) -> None:  # on kazoo's thread: only hands over
         self._changed.set()
@@ -223,11 +228,13 @@ class ZkScramCredentialStore(ScramCredentialStore):
                 for change in changes:
                     if change <= self._seen:
                         continue
-                    entity = self.zk.config_change_entity(change)
+                    entity, made_ms = self.zk.config_change_entity(change)
                     kind, _, node = (entity or "").partition("/")
                     if kind == USERS and node and "/" not in node:
                         self._reload(node)
                     self._seen = change
+                    if made_ms and time.time() * 1000 - made_ms > CHANGE_EXPIRATION_MS:
+                        self.zk.delete_config_change(change)  # as Kafka's listener purges what all have seen
             except Exception as error:  # ZooKeeper away for longer than the session: try again later
                 if self._closed:
                     return
