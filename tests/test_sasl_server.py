@@ -230,3 +230,23 @@ def test_any_payload_is_answered_without_raising(mechanism: str, payloads: list[
         step = authenticator.authenticate(payload)
         assert step.error_code in (0, 58, 34)
         assert not step.complete or step.principal is not None
+
+
+_names = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x2FF), min_size=1, max_size=12)
+_passwords = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=16)
+
+
+@settings(max_examples=40, deadline=None)
+@given(mechanism=st.sampled_from(ALL), user=_names, password=_passwords, other=_passwords)
+def test_any_user_and_password_round_trip_and_only_the_right_one(mechanism: str, user: str, password: str,
+                                                                 other: str) -> None:
+    store = Store()
+    if mechanism != "PLAIN":
+        store.credentials[(user, mechanism)] = scram.make_credential(scram.MECHANISMS[mechanism], password, 4096)
+    authenticator = SaslAuthenticator(ALL, {user: password}, store, "h")
+    authenticator.handshake(mechanism)
+    step = run(authenticator, sasl_client(mechanism, user, password))
+    assert step.complete and step.principal is not None and step.principal.name == user
+    wrong = SaslAuthenticator(ALL, {user: password}, store, "h")
+    wrong.handshake(mechanism)
+    assert run(wrong, sasl_client(mechanism, user, other)).complete == (other == password)
