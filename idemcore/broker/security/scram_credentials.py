@@ -219,6 +219,7 @@ class ZkScramCredentialStore(ScramCredentialStore):
         return config
 
     def _follow(self) -> None:
+        failing = False
         while not self._closed:
             if not self._changed.wait(1.0):
                 continue
@@ -235,15 +236,15 @@ class ZkScramCredentialStore(ScramCredentialStore):
                     self._seen = change
                     if made_ms and time.time() * 1000 - made_ms > CHANGE_EXPIRATION_MS:
                         self.zk.delete_config_change(change)  # as Kafka's listener purges what all have seen
+                failing = False
             except Exception as error:  # ZooKeeper away for longer than the session: try again later
                 if self._closed:
                     return
-                log.warning("SCRAM credentials not reloaded from ZooKeeper: %s", error)
+                if not failing:  # said once per outage, not once a second
+                    log.warning("SCRAM credentials not reloaded from ZooKeeper: %s", error)
+                failing = True
+                time.sleep(1.0)
                 self._changed.set()
-
-    def refresh(self) -> None:
-        """Reload now what the notifications name (tests; the thread does it on its own)."""
-        self._changed.set()
 
     def alter(self, user: str, upserts: Mapping[str, ScramCredential], deletions: frozenset[str] = frozenset()
               ) -> Refusal:
