@@ -75,3 +75,36 @@ def test_advertised_ranges_have_kio_schemas() -> None:
     for key, low, high in wire.SASL_API_RANGES:
         for version in range(low, high + 1):
             assert load_request_schema(key, version) and load_response_schema(key, version)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("password", ["pw", "pw2", "wrong"])
+def test_the_client_exchange_drives_a_whole_authentication(mechanism: str, password: str) -> None:
+    user = "dave" if mechanism == "PLAIN" else "carol"
+    right = {"PLAIN": "pw2", "SCRAM-SHA-512": "pw"}[mechanism]
+    server = SaslAuthenticator(("PLAIN", "SCRAM-SHA-512"), {"dave": "pw2"}, Store(), "127.0.0.1")
+    exchange = wire.ClientExchange(sasl_client(mechanism, user, password), authenticate_version=1)
+    request: tuple | None = exchange.first()
+    sent = 0
+    try:
+        while request is not None and sent < 5:
+            api_key, version, body = request
+            _, read = read_request(request_frame(api_key, version, sent, "c", body)[4:])
+            reply = wire.answer(server, api_key, version, read)
+            request = exchange.on_response(api_key, roundtrip_response(api_key, version, reply.response))
+            sent += 1
+    except wire.SaslAuthenticationError as refused:
+        assert password != right and refused.code == 58
+        return
+    assert password == right and str(server.principal) == f"User:{user}" and exchange.client.complete
+
+
+def test_the_client_exchange_names_the_enabled_mechanisms() -> None:
+    server = SaslAuthenticator(("PLAIN",), {}, None, "h")
+    exchange = wire.ClientExchange(sasl_client("SCRAM-SHA-256", "a", "b"))
+    api_key, version, body = exchange.first()
+    reply = wire.answer(server, api_key, version, read_request(request_frame(api_key, version, 1, "c", body)[4:])[1])
+    assert reply.close
+    with pytest.raises(wire.SaslAuthenticationError, match=r"does not enable SASL mechanism SCRAM-SHA-256 \(it "
+                                                           r"enables: PLAIN\)"):
+        exchange.on_response(api_key, roundtrip_response(api_key, version, reply.response))
