@@ -185,14 +185,13 @@ class ZkScramCredentialStore(ScramCredentialStore):
         self._changed = threading.Event()
         self._closed = False
         self._seen = ""
-        self._users = {}
+        if follow:  # the notifications first: a change made while the users load is followed, not missed
+            self._seen = max(zk.config_changes(watch=self._on_change), default="")
         for node in zk.entity_names(USERS):
             self._reload(node)
-        if not follow:
-            return
-        self._seen = max(zk.config_changes(watch=self._on_change), default="")
-        zk.on_new_session(self._changed.set)  # watches do not survive a new session: look again
-        threading.Thread(target=self._follow, name="scram-credentials", daemon=True).start()
+        if follow:
+            zk.on_new_session(self._changed.set)  # watches do not survive a new session: look again
+            threading.Thread(target=self._follow, name="scram-credentials", daemon=True).start()
 
     def _on_change(self, _event: object) -> None:  # on kazoo's thread: only hands over
         self._changed.set()
