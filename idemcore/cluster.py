@@ -117,10 +117,12 @@ class BrokerInfo:
 
 
 class _Broker:
-    def __init__(self, broker_id: int, log_dir: Path) -> None:
+    def __init__(self, broker_id: int, log_dir: Path, extra_listeners: tuple[str, ...] = ()) -> None:
         self.broker_id = broker_id
         self.log_dir = log_dir
         self.port = free_port()
+        #: The port of each extra listener, by name.
+        self.extra_ports = {name: free_port() for name in extra_listeners}
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -137,12 +139,17 @@ class LocalCluster:
     cluster). Every broker gets :func:`recommended_settings`, then ``overrides`` over them (Kafka's names; the
     settings in :data:`OWN_SETTINGS` are the cluster's own). A broker is ready when its port answers ApiVersions
     and, with ``wait_registered``, its ``/brokers/ids/N`` znode exists. :meth:`start_all` (or ``with``) starts
-    them; :meth:`stop` stops them all."""
+    them; :meth:`stop` stops them all.
+
+    ``listeners``: more listeners besides PLAINTEXT (name -> security protocol, e.g. ``{"SECURE": "SASL_SSL"}``),
+    each on its own free port (:meth:`bootstrap_of`); their TLS and SASL settings go in ``overrides`` by Kafka's
+    names (``listener.name.secure.ssl.keystore.location``, ``inter.broker.listener.name=SECURE``...). Readiness
+    is asked on the PLAINTEXT listener."""
 
     def __init__(self, brokers: int, data_dir: Path, *, zookeeper_hosts: str | None = None,
                  overrides: Mapping[str, str] | None = None, session_timeout_ms: int = 6000,
                  wait_registered: bool = True, start_timeout_s: float = START_TIMEOUT_S,
-                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+                 stop_timeout_s: float = STOP_TIMEOUT_S, listeners: Mapping[str, str] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least 1 broker, got {brokers}")
         owned = sorted(OWN_SETTINGS.intersection(overrides or {}))
@@ -155,7 +162,10 @@ class LocalCluster:
         self.stop_timeout_s = stop_timeout_s
         self._zookeeper_hosts = zookeeper_hosts
         self.zookeeper: ZooKeeperServer | None = None
-        self._brokers = [_Broker(n, self.data_dir / f"broker-{n}") for n in range(brokers)]
+        self.listeners = {name.upper(): protocol for name, protocol in (listeners or {}).items()}
+        if "PLAINTEXT" in self.listeners:
+            raise ValueError("the cluster's PLAINTEXT listener is its own: name the extra listeners otherwise")
+        self._brokers = [_Broker(n, self.data_dir / f"broker-{n}", tuple(self.listeners)) for n in range(brokers)]
         self._zk_client: Any = None
 
     # ------------------------------------------------------------ what it is
@@ -172,6 +182,15 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of every broker (Kafka's ``bootstrap.servers``)."""
         return ",".join(f"127.0.0.1:{b.port}" for b in self._brokers)
+
+    def bootstrap_of(self, listener: str) -> str:
+        """``host:port,...`` of every broker's extra listener ``listener``."""
+        name = listener.upper()
+        if name == "PLAINTEXT":
+            return self.bootstrap_servers
+        if name not in self.listeners:
+            raise ValueError(f"no listener {listener!r} (extra listeners: {', '.join(self.listeners) or 'none'})")
+        return ",".join(f"127.0.0.1:{b.extra_ports[name]}" for b in self._brokers)
 
     @property
     def broker_ids(self) -> list[int]:
@@ -226,8 +245,15 @@ class LocalCluster:
     def _command(self, b: _Broker) -> list[str]:
         # -v: each broker's serve.log tells what it leads and follows, elections and ISR changes.
         command = [sys.executable, "-m", "idemcore.cli", "serve", "-v", "--data-dir", str(b.log_dir),
-                   "--host", "127.0.0.1", "--port", str(b.port), "--node-id", str(b.broker_id),
-                   "--override", f"zookeeper.connect={self.zookeeper_hosts}"]
+                   "--node-id", str(b.broker_id), "--override", f"zookeeper.connect={self.zookeeper_hosts}"]
+        if self.listeners:
+            listeners = [f"PLAINTEXT://127.0.0.1:{b.port}"] + [f"{name}://127.0.0.1:{port}"
+                                                              for name, port in b.extra_ports.items()]
+            protocols = ["PLAINTEXT:PLAINTEXT"] + [f"{name}:{p}" for name, p in self.listeners.items()]
+            command += ["--override", f"listeners={','.join(listeners)}",
+                        "--override", f"listener.security.protocol.map={','.join(protocols)}"]
+        else:
+            command += ["--host", "127.0.0.1", "--port", str(b.port)]
         for key, value in self.settings.items():
             command += ["--override", f"{key}={value}"]
         return command

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.broker.config import BrokerConfig, Endpoint, parse_override, read_properties
+from idemcore.broker.config import BrokerConfig, Endpoint, parse_override, read_properties, shortcut_listener
 from idemcore.broker.config_keys import KEYS, Kind, Use
 from idemcore.broker.server import Server
 from idemcore.cli import build_parser
@@ -270,10 +270,21 @@ def test_listeners_and_advertised_listeners():
     assert everywhere["host"] == "" and everywhere["advertised_host"] not in ("", None)
     _refused({"listeners": "PLAINTEXT://0.0.0.0:9092"}, "0.0.0.0", "advertised.listeners is unset")
     _refused({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "nonroutable meta-address 0.0.0.0")
-    _refused({"listeners": "SSL://:9093"}, "PLAINTEXT only, not SSL")
+    _refused({"listeners": "SSL://:9093"}, "listener SSL uses TLS and has no key store")
     _refused({"listeners": "INTERNAL://:9093"}, "no security protocol for the listener name 'INTERNAL'")
-    _refused({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"}, "2 listeners")
-    _refused({"listeners": "localhost:9092"}, "expected PLAINTEXT://host:port")
+    _refused({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"}, "the listener name PLAINTEXT is given twice")
+    _refused({"listeners": "localhost:9092"}, "is not NAME://host:port")
+    # Several listeners: each advertised by name; the flags that change one listener refuse several.
+    config = _config(listeners="PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.2:9094",
+                     listener__security__protocol__map="PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+                     advertised__listeners="CLIENT://client.example:19094")
+    assert [str(one.endpoint) for one in config.listeners] == ["PLAINTEXT://127.0.0.1:9092",
+                                                              "CLIENT://127.0.0.2:9094"]
+    assert {name: str(e) for name, e in config.advertised_listeners.items()} == {
+        "CLIENT": "CLIENT://client.example:19094", "PLAINTEXT": "PLAINTEXT://127.0.0.1:9092"}
+    assert config.inter_broker_listener == "PLAINTEXT" and len(config.server_kwargs()["listeners"]) == 2
+    with pytest.raises(ConfigError, match="has 2 listeners: --host, --port and --advertised-host change a single"):
+        shortcut_listener("PLAINTEXT://:1,SSL://:2", None, 5)
     _refused({"listeners": "PLAINTEXT://:70000"}, "port 70000")
     _refused({"advertised.listeners": ""}, "no listener")
 

@@ -144,3 +144,37 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path, content: bytes, says: s
 def test_sanitized_names_are_kafkas() -> None:
     assert sanitized("alice") == "alice"
     assert sanitized("a b/c*") == "a%20b%2Fc%2A"
+
+
+class _Allow:
+    """An authorizer allowing only what ``allowed`` names: (operation name, resource type name)."""
+
+    def __init__(self, *allowed: tuple[str, str]) -> None:
+        self.allowed = set(allowed)
+
+    def authorize(self, session, operation, resource_type, name) -> bool:  # type: ignore[no-untyped-def]
+        return (operation.name, resource_type.name) in self.allowed
+
+    def authorize_by_resource_type(self, session, operation, resource_type) -> bool:  # type: ignore[no-untyped-def]
+        return (operation.name, resource_type.name) in self.allowed
+
+
+def test_the_credential_apis_need_alter_and_describe_on_the_cluster() -> None:
+    from idemcore.broker.security.request_authorization import authorized_handle
+    from idemcore.broker.security.session import KafkaPrincipal, Session
+
+    store = ScramCredentialStore()
+    session = Session(KafkaPrincipal("User", "mallory"), "10.0.0.9")
+    handle = {AlterUserScramCredentialsRequest: lambda r: alter(store, r),
+              DescribeUserScramCredentialsRequest: lambda r: describe(store, r)}
+    request = AlterUserScramCredentialsRequest(deletions=(ScramCredentialDeletion("bob", 1),),
+                                               upsertions=(upsert("alice"), upsert("bob", SHA512)), request_id=5)
+    denied = authorized_handle(lambda r: handle[type(r)](r), _Allow(("DESCRIBE", "CLUSTER")), session, request)
+    assert denied.results == (AlteredUser("bob", 31), AlteredUser("alice", 31)) and denied.request_id == 5
+    assert store.users() == {}
+    described = authorized_handle(lambda r: handle[type(r)](r), _Allow(("ALTER", "CLUSTER")), session,
+                                  DescribeUserScramCredentialsRequest(None, 6))
+    assert (described.error_code, described.results, described.request_id) == (31, (), 6)
+    allowed = authorized_handle(lambda r: handle[type(r)](r), _Allow(("ALTER", "CLUSTER")), session,
+                                AlterUserScramCredentialsRequest(upsertions=(upsert("alice"),)))
+    assert allowed.results == (AlteredUser("alice", 0),)

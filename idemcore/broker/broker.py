@@ -38,6 +38,7 @@ from idemcore.broker.producer_ids import BlockStoreError, ProducerIdManager, Pro
 from idemcore.broker.purgatory import EventLoop
 from idemcore.broker.replica_manager import ReplicaManager
 from idemcore.broker.security import scram_credentials
+from idemcore.broker.security.request_authorization import authorized_handle
 from idemcore.broker.security.scram_requests import scram_credential_handlers
 from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from idemcore.broker.cluster_member import ClusterMember
     from idemcore.broker.config import BrokerConfig
     from idemcore.broker.coordinator_leadership import CoordinatorLeadership
+    from idemcore.broker.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +328,22 @@ class Broker:
         if handler is None:
             raise TypeError(f"broker {self.broker_id} cannot handle a {type(request).__name__}")
         return handler(request)
+
+    def handle_from(self, session: Session, request: Request) -> Response | Pending | None:
+        """:meth:`handle` for a request from ``session``: with an authorizer, checked first as Kafka's KafkaApis
+        checks it (the parts refused answered with Kafka's authorization errors; RequestRefused when the
+        connection is to be closed)."""
+        authorizer = getattr(self, "authorizer", None)
+        if authorizer is None:
+            return self.handle(request)
+        return authorized_handle(self.handle, authorizer, session, request, partitions_of=self._partition_count,
+                                 auto_create_topics=self.auto_create_topics)
+
+    def _partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has as this broker's metadata knows it; None for a topic it does not."""
+        if self.cluster is not None:
+            return self.cluster.metadata.partition_count(topic) if self.cluster.metadata.has_topic(topic) else None
+        return self.topic_catalog.get(topic)
 
     def serve(self, handlers: Mapping[type, Callable[[Any], Any]]) -> None:
         """Answer the request types in ``handlers`` with them from now on (the simulated cluster's member of

@@ -28,8 +28,10 @@ from idemcore.broker.fetch import offset_for_leader_epoch
 from idemcore.broker.metadata_cache import MetadataCache
 from idemcore.broker.partition import Partition
 from idemcore.broker.replica_fetcher import ReplicaFetcherManager
+from idemcore.broker.security.inter_broker import inter_broker_security
 from idemcore.broker.topic_config import InvalidTopicConfig
 from idemcore.broker.topic_requests import wire_configs
+from idemcore.errors import IdemcoreError
 from idemcore.net.broker_channel import BlockingBrokerChannel, BrokerChannel
 from idemcore.net.messages import (
     TRANSACTION_KEY,
@@ -50,6 +52,7 @@ from idemcore.net.replication import (
     ElectLeadersResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListenerAddress,
     OffsetForLeaderEpochRequest,
     StopReplicaRequest,
     StopReplicaResponse,
@@ -85,6 +88,8 @@ class ClusterMember:
         self.fetchers: ReplicaFetcherManager | None = None
         self.endpoint: BrokerEndpoint | None = None
         self.broker_epoch = -1
+        #: How this broker's channels to the others authenticate (None: PLAINTEXT).
+        self.channel_security = inter_broker_security(broker.settings)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: list[asyncio.TimerHandle] = []
         #: Answers waiting for the controller to elect leaders: (ready?, answer, deadline).
@@ -95,27 +100,35 @@ class ClusterMember:
 
     # --- life cycle -------------------------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Join: connect to ZooKeeper, register (waiting for a previous registration of this id to expire),
-        start the fetchers, the timers and the controller's election. Called on the loop once the server
-        listens."""
+    async def start(self, listeners: tuple[tuple[str, str, int, str], ...], inter_broker_listener: str) -> None:
+        """Join: connect to ZooKeeper, register every listener (``(name, advertised host, port, security
+        protocol)``; waiting for a previous registration of this id to expire), start the fetchers, the timers
+        and the controller's election. Brokers reach each other on ``inter_broker_listener``. Called on the loop
+        once the server listens."""
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.endpoint = BrokerEndpoint(self.broker_id, host, port)
+        addresses = tuple(ListenerAddress(*one) for one in listeners)
+        inter_broker = next((one for one in addresses if one.name == inter_broker_listener), None)
+        if inter_broker is None:
+            raise IdemcoreError(f"broker {self.broker_id}: the inter-broker listener {inter_broker_listener} is not "
+                                f"served ({', '.join(one.name for one in addresses)})")
+        host, port = inter_broker.host, inter_broker.port
+        self.endpoint = BrokerEndpoint(self.broker_id, host, port, None, addresses)
         config = self.config
         self.zk = await loop.run_in_executor(None, lambda: ZkClient(
             config.zookeeper_connect, session_timeout_ms=config.session_timeout_ms,
-            connection_timeout_ms=config.connection_timeout_ms))
+            connection_timeout_ms=config.connection_timeout_ms, listener=inter_broker_listener))
         replicas = self.broker.replicas
         replicas.alter_isr = self.alter_isr
         self.broker.delayed.replication = PartitionReplication(replicas)
         self.fetchers = ReplicaFetcherManager(
             config.fetcher, replicas,
             lambda endpoint: BrokerChannel(endpoint.host, endpoint.port, f"broker-{self.broker_id}-fetcher",
-                                           request_timeout_ms=config.fetcher.max_wait_ms + 30_000),
+                                           request_timeout_ms=config.fetcher.max_wait_ms + 30_000,
+                                           security=self.channel_security),
             on_progress=self._follower_progress)
         self.broker_epoch = await loop.run_in_executor(None, lambda: self.zk.register_broker(  # type: ignore[union-attr]
-            self.broker_id, host, port))
+            self.broker_id, host, port, None, addresses))
         log.info("broker %d registered in ZooKeeper at %s:%d (broker epoch %d)", self.broker_id, host, port,
                  self.broker_epoch)
         # A session that expired (a pause longer than zookeeper.session.timeout.ms) took the registration with it:
@@ -127,7 +140,8 @@ class ClusterMember:
         self._every(config.high_watermark_checkpoint_ms / 1000, self.write_high_watermarks)
         self.controller = Controller(
             self.zk, self.broker_id,
-            lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}"),
+            lambda endpoint: BlockingBrokerChannel(endpoint.host, endpoint.port, f"controller-{self.broker_id}",
+                                                   security=self.channel_security),
             unclean_leader_election=self._unclean_allowed, config=config.controller)
         self.controller.start()
 
@@ -137,7 +151,8 @@ class ClusterMember:
         zk, endpoint = self.zk, self.endpoint
         try:
             self.broker_epoch = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: zk.register_broker(self.broker_id, endpoint.host, endpoint.port))
+                None, lambda: zk.register_broker(self.broker_id, endpoint.host, endpoint.port, endpoint.rack,
+                                                 endpoint.listeners))
             log.warning("broker %d registered again in a new ZooKeeper session (broker epoch %d)", self.broker_id,
                         self.broker_epoch)
         except Exception as exc:
@@ -474,7 +489,7 @@ class ClusterMember:
         if leader is None:
             return FindCoordinatorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request_id=request.request_id)
         return FindCoordinatorResponse(ErrorCode.NONE, leader.broker_id, leader.host, leader.port,
-                                       request.request_id)
+                                       request.request_id, listeners=leader.listeners)
 
     def config_partitions(self, topic: str) -> int:
         """The partition count the internal topic ``topic`` is made with."""

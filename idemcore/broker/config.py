@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,31 +23,24 @@ from typing import Any
 import javaproperties
 
 from idemcore.broker.config_keys import DOUBLE_TEXT, INTEGER_TEXT, KEYS, LIST_SEPARATOR, Key, Kind, Use
+from idemcore.broker.security.listeners import (
+    Endpoint,
+    ListenerSecurity,
+    inter_broker_listener,
+    listener_securities,
+    parse_endpoints,
+    parse_protocol_map,
+    split_listener_overrides,
+)
 from idemcore.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: Where ``idemcore serve`` listens when ``listeners`` is not set: loopback, not Kafka's every interface.
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
-#: Kafka's ``EndPoint`` syntax: NAME://host:port, an IPv6 host in brackets.
-_ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
-#: Kafka's default ``listener.security.protocol.map``: a listener's name is its security protocol.
-_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The largest properties file read (Kafka's own is a few kilobytes).
 MAX_PROPERTIES_BYTES = 1 << 20
 _HOST_PORT = re.compile(r"[^\s:/,]+:[0-9]{1,5}")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A PLAINTEXT listener: ``host`` (empty: every interface, as in Kafka) and ``port`` (0: any free port)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"PLAINTEXT://{host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -93,12 +86,19 @@ class BrokerConfig:
     origins: Mapping[str, str]
     broker_id: int
     log_dir: Path | None
+    #: The first listener (where ``--host``/``--port`` point, and a one-listener server listens).
     listener: Endpoint
-    #: Where clients are sent (None: the listener, the port it was given).
+    #: Where clients of the first listener are sent (None: the listener, the port it was given).
     advertised: Endpoint | None
     log_roll_ms: int
     log_retention_ms: int
     log_flush_interval_ms: int
+    #: Every listener with its security (protocol, TLS context, SASL mechanisms), in ``listeners``' order.
+    listeners: tuple[ListenerSecurity, ...] = ()
+    #: Each listener's advertised address by listener name (``advertised.listeners``, else ``listeners``).
+    advertised_listeners: Mapping[str, Endpoint] = field(default_factory=lambda: MappingProxyType({}))
+    #: The listener brokers reach each other on.
+    inter_broker_listener: str = "PLAINTEXT"
 
     def __getitem__(self, name: str) -> Any:
         if name not in KEYS:
@@ -129,18 +129,27 @@ class BrokerConfig:
                 raise ConfigError(f"{name}{_origin(origins, name)}: a value must be a string, got {text!r}")
             values[name] = _parse(key, text, _origin(origins, name))
         supplied = {name: origins.get(name, "") for name in properties if name in KEYS}
+        overrides = {where: _parse(KEYS[where[1]], text, _origin(origins, f"listener.name.{where[0].lower()}."
+                                                                  f"{where[1]}")) if where[1] in KEYS else text
+                     for where, text in split_listener_overrides(properties).items()}
+        endpoints, advertised, inter_broker = _listeners(values, supplied)
+        securities = listener_securities(endpoints, parse_protocol_map(values["listener.security.protocol.map"]),
+                                         values.__getitem__, overrides)
+        first_advertised = advertised.get(endpoints[0].name)
         config = cls(values=MappingProxyType(values), origins=MappingProxyType(supplied),
                      broker_id=_broker_id(values, supplied), log_dir=_log_dir(values, supplied),
-                     listener=_listener(values, supplied), advertised=_advertised(values, supplied),
+                     listener=endpoints[0],
+                     advertised=first_advertised if values["advertised.listeners"] is not None else None,
                      log_roll_ms=_roll_ms(values, supplied), log_retention_ms=_retention_ms(values, supplied),
-                     log_flush_interval_ms=_flush_interval_ms(values))
+                     log_flush_interval_ms=_flush_interval_ms(values), listeners=securities,
+                     advertised_listeners=MappingProxyType(advertised), inter_broker_listener=inter_broker)
         _check_replication(values, supplied)
         if not values["group.consumer.assignors"]:  # the first is the default: there must be one
             name = "group.consumer.assignors"
             raise ConfigError(f"invalid value {properties[name]!r} for {name}{_origin(origins, name)}: "
                               "name at least one server assignor")
         for name in properties:
-            if name not in KEYS:
+            if name not in KEYS and not name.startswith("listener.name."):
                 _warn_unknown(name, origins.get(name))
         idle = config.not_acted_on()
         if idle:
@@ -208,12 +217,12 @@ class BrokerConfig:
 
     def server_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~idemcore.broker.server.Server` (after the broker) these settings give:
-        where to listen, where to send clients, the largest request."""
+        where to listen (every listener with its security), where to send clients, the largest request."""
         advertised = self.advertised
         if advertised is None and self.listener.host == "":
             # Kafka advertises the machine's canonical host name for a listener on every interface.
             advertised = Endpoint(socket.getfqdn(), 0)
-        return {
+        kwargs: dict[str, Any] = {
             "host": self.listener.host,
             "port": self.listener.port,
             "advertised_host": advertised.host if advertised is not None else None,
@@ -221,6 +230,17 @@ class BrokerConfig:
             "advertised_port": (advertised.port or None) if advertised is not None else None,
             "max_request_bytes": self.values["socket.request.max.bytes"],
         }
+        if len(self.listeners) > 1 or any(one.protocol != "PLAINTEXT" for one in self.listeners):
+            kwargs["listeners"] = self.listeners
+            kwargs["advertised_listeners"] = {name: _advertise(endpoint) for name, endpoint in
+                                              self.advertised_listeners.items()}
+            kwargs["inter_broker_listener"] = self.inter_broker_listener
+        return kwargs
+
+
+def _advertise(endpoint: Endpoint) -> Endpoint:
+    """A listener on every interface is advertised by the machine's canonical host name (Kafka's rule)."""
+    return Endpoint(socket.getfqdn(), endpoint.port, endpoint.name) if endpoint.host == "" else endpoint
 
 
 # ------------------------------------------------------------ reading
@@ -267,8 +287,24 @@ def shortcut_listener(current: str | None, host: str | None, port: int | None, n
                       default: str = DEFAULT_LISTENER, origin: str = "") -> str:
     """``current`` (a ``listeners`` or ``advertised.listeners`` value; None: ``default``) with its host and/or
     port replaced: how the ``--host``, ``--port`` and ``--advertised-host`` flags set those settings."""
-    endpoint = _one_endpoint(name, current if current is not None else default, f" (from {origin})" if origin else "")
-    return str(Endpoint(endpoint.host if host is None else host, endpoint.port if port is None else port))
+    text = current if current is not None else default
+    endpoints = parse_endpoints(name, text, _ANY_NAME, f" (from {origin})" if origin else "")
+    if len(endpoints) > 1:
+        raise ConfigError(f"{name}={text!r}{f' (from {origin})' if origin else ''} has {len(endpoints)} listeners: "
+                          f"--host, --port and --advertised-host change a single one; set {name} instead")
+    endpoint = endpoints[0]
+    return str(Endpoint(endpoint.host if host is None else host, endpoint.port if port is None else port,
+                        endpoint.name))
+
+
+class _AnyName(dict[str, str]):
+    """A protocol map where every name has a protocol: the flags change addresses, names are checked later."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY_NAME = _AnyName()
 
 
 # ------------------------------------------------------------ values
@@ -361,50 +397,41 @@ def _log_dir(values: Mapping[str, Any], origins: Mapping[str, str]) -> Path | No
     return Path(dirs[0])
 
 
-def _one_endpoint(name: str, text: str, origin: str) -> Endpoint:
-    """The one PLAINTEXT endpoint of a ``listeners``-style value (Kafka's ``NAME://host:port,...``)."""
-    parts = [part for part in LIST_SEPARATOR.split(text.strip()) if part]
-
-    def bad(reason: str) -> ConfigError:
-        return ConfigError(f"invalid value {text!r} for {name}{origin}: {reason}")
-
-    if not parts:
-        raise bad("no listener (expected PLAINTEXT://host:port)")
-    if len(parts) > 1:
-        raise bad(f"{len(parts)} listeners: idemcore serves one, PLAINTEXT://host:port")
-    match = _ENDPOINT.fullmatch(parts[0])
-    if match is None:
-        raise bad("expected PLAINTEXT://host:port (an IPv6 host in brackets)")
-    protocol = match["name"].upper()
-    if protocol not in _PROTOCOLS:
-        raise bad(f"no security protocol for the listener name {match['name']!r} (names are taken as "
-                  f"{', '.join(_PROTOCOLS)}; listener.security.protocol.map is not read)")
-    if protocol != "PLAINTEXT":
-        raise bad(f"idemcore serves PLAINTEXT only, not {protocol}")
-    port = int(match["port"])
-    if not 0 <= port <= 65535:
-        raise bad(f"port {port} is not from 0 to 65535")
-    return Endpoint(match["host"], port)
-
-
-def _listener(values: Mapping[str, Any], origins: Mapping[str, str]) -> Endpoint:
+def _listeners(values: Mapping[str, Any], origins: Mapping[str, str]) -> tuple[tuple[Endpoint, ...],
+                                                                            dict[str, Endpoint], str]:
+    """``listeners``; ``advertised.listeners`` (else ``listeners``: KafkaConfig's rule, which must then not be
+    0.0.0.0) by listener name; the inter-broker listener's name."""
+    protocols = parse_protocol_map(values["listener.security.protocol.map"],
+                                   _origin(origins, "listener.security.protocol.map"))
     text = values["listeners"]
-    return _one_endpoint("listeners", DEFAULT_LISTENER if text is None else text, _origin(origins, "listeners"))
-
-
-def _advertised(values: Mapping[str, Any], origins: Mapping[str, str]) -> Endpoint | None:
-    """``advertised.listeners``, else ``listeners`` (KafkaConfig's rule), which must not be 0.0.0.0."""
+    endpoints = parse_endpoints("listeners", DEFAULT_LISTENER if text is None else text, protocols,
+                                _origin(origins, "listeners"))
     name = "advertised.listeners" if values["advertised.listeners"] is not None else "listeners"
-    text = values[name]
-    if text is None:
-        return None
-    endpoint = _one_endpoint(name, text, _origin(origins, name))
-    if endpoint.host == "0.0.0.0":
-        fallback = "" if name == "advertised.listeners" else " (advertised.listeners is unset, so listeners is " \
-            "advertised)"
-        raise ConfigError(f"{name}={text!r}{_origin(origins, name)}: advertised.listeners cannot use the "
-                          f"nonroutable meta-address 0.0.0.0{fallback}; set advertised.listeners to a routable host")
-    return endpoint if name == "advertised.listeners" else None
+    advertised_text = values[name]
+    advertised = endpoints if advertised_text is None else \
+        parse_endpoints(name, advertised_text, protocols, _origin(origins, name))
+    for endpoint in advertised:
+        if endpoint.host == "0.0.0.0":
+            fallback = "" if name == "advertised.listeners" else " (advertised.listeners is unset, so listeners " \
+                "is advertised)"
+            raise ConfigError(f"{name}={advertised_text!r}{_origin(origins, name)}: advertised.listeners cannot use "
+                              f"the nonroutable meta-address 0.0.0.0{fallback}; set advertised.listeners to a "
+                              "routable host")
+        if not any(e.name == endpoint.name for e in endpoints):
+            raise ConfigError(f"advertised.listeners={advertised_text!r}{_origin(origins, name)}: {endpoint.name} is "
+                              f"not a listener in listeners ({', '.join(e.name for e in endpoints)})")
+    by_name = {e.name: e for e in advertised}
+    for endpoint in endpoints:  # a listener not advertised is advertised as it listens
+        by_name.setdefault(endpoint.name, endpoint)
+    try:
+        inter_broker = inter_broker_listener(endpoints, protocols, values["inter.broker.listener.name"],
+                                             values["security.inter.broker.protocol"],
+                                             "security.inter.broker.protocol" in origins)
+    except ConfigError:
+        if values["zookeeper.connect"] is not None or values["inter.broker.listener.name"] is not None:
+            raise
+        inter_broker = endpoints[0]  # a broker alone talks to no other: any listener will do
+    return endpoints, by_name, inter_broker.name
 
 
 def _roll_ms(values: Mapping[str, Any], origins: Mapping[str, str]) -> int:

@@ -106,6 +106,10 @@ class Key:
     note: str = ""
 
 
+#: Kafka's PASSWORD settings: DescribeConfigs gives their names, never their values (``isSensitive``).
+SENSITIVE = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.key",
+                       "ssl.keystore.certificate.chain", "ssl.truststore.certificates"})
+
 _H, _P, _R, _I = Use.HONOURED, Use.PENDING, Use.REPLICATION, Use.INERT
 _HOUR_MS = 3_600_000
 _PARTITIONS_NOTE = f"at most {MAX_PARTITIONS_PER_TOPIC:,} partitions per topic here"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from idemcore.broker.config_keys import KEYS as BROKER_KEYS
-from idemcore.broker.config_keys import Kind
+from idemcore.broker.config_keys import SENSITIVE, Kind
 from idemcore.broker.input_checks import illegal_topic_name
 from idemcore.broker.topic_config import TOPIC_KEYS, InvalidTopicConfig, TopicConfig, value_text
 from idemcore.net.configs import (
@@ -197,7 +197,14 @@ def _described_broker(broker: ConfiguredBroker, keys: Iterable[str] | None,
             continue
         value = static[name] if name in static else defaults.get(name)
         # Read-only: idemcore takes its settings at start only (Kafka's dynamic ones included).
-        entries.append(_entry(name, value, _synonyms(name, static, defaults), key.kind, True, include_synonyms, None))
+        synonyms = _synonyms(name, static, defaults)
+        if name in SENSITIVE:  # Kafka's PASSWORD: the name and where it came from, never the value
+            entries.append(DescribedConfig(
+                name, None, True, int(synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG), True,
+                tuple(ConfigSynonym(one.name, None, one.source) for one in synonyms) if include_synonyms else (),
+                int(ConfigType.PASSWORD), None))
+            continue
+        entries.append(_entry(name, value, synonyms, key.kind, True, include_synonyms, None))
     return tuple(entries)
 
 

@@ -80,7 +80,8 @@ class CoordinatorLeadership:
                                     moved=self._moved)
         self.marker_writer = ClusterMarkerWriter(
             broker.broker_id, broker.handle, self._leads_here, cluster.metadata,
-            broker_channel(f"broker-{broker.broker_id}-txn-markers"), loop=_running_loop, on_answer=self._retry_soon)
+            broker_channel(f"broker-{broker.broker_id}-txn-markers", cluster.channel_security), loop=_running_loop,
+            on_answer=self._retry_soon)
         self.txn_coordinator = self._make_txn_coordinator()
         self.group_coordinator = GroupCoordinator(
             HandledOffsetLog(broker.handle, broker.clock), broker.clock,

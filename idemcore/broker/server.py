@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from idemcore.broker.broker import Broker
+from idemcore.broker.security.listeners import Endpoint, ListenerSecurity, distinguished_name
+from idemcore.broker.security.request_context import RequestRefused
+from idemcore.broker.security.session import ANONYMOUS, KafkaPrincipal, Session
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
 from idemcore.net.wire.api import WireContext, handle_each
@@ -67,7 +71,10 @@ class Server:
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *, advertised_host: str | None = None,
                  advertised_port: int | None = None,
                  cluster_id: str = "idemcore", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 housekeeping_ms: int = DEFAULT_HOUSEKEEPING_MS) -> None:
+                 housekeeping_ms: int = DEFAULT_HOUSEKEEPING_MS,
+                 listeners: Sequence[ListenerSecurity] | None = None,
+                 advertised_listeners: Mapping[str, Endpoint] | None = None,
+                 inter_broker_listener: str | None = None) -> None:
         if type(port) is not int or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         if type(max_request_bytes) is not int or max_request_bytes < 64:
@@ -81,8 +88,18 @@ class Server:
         self.cluster_id = cluster_id
         self.max_request_bytes = max_request_bytes
         self.housekeeping_ms = housekeeping_ms
+        #: Every listener (``listeners=None``: one PLAINTEXT listener on ``host``:``port``); the first is the one
+        #: :attr:`address` names.
+        self.listeners: tuple[ListenerSecurity, ...] = tuple(listeners) if listeners else (
+            ListenerSecurity(Endpoint(host, port), "PLAINTEXT"),)
+        if listeners:
+            self.host, self.port = self.listeners[0].endpoint.host, self.listeners[0].endpoint.port
+        self.advertised_listeners = dict(advertised_listeners or {})
+        self.inter_broker_listener = inter_broker_listener or self.listeners[0].name
         #: Counts for tests and logs: connections closed for a bad frame, requests the broker raised on.
-        self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0}
+        self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0,
+                      "authentication_failures": 0}
+        self._served: list[_Served] = []
         self._ctx: WireContext | None = None
         self._bound_port = 0
         self._server: asyncio.Server | None = None
@@ -104,9 +121,30 @@ class Server:
 
     @property
     def bootstrap(self) -> str:
-        """``host:port``, as clients' ``bootstrap.servers`` take it."""
+        """``host:port`` of the first listener, as clients' ``bootstrap.servers`` take it."""
         host, port = self.address
         return f"{host}:{port}"
+
+    @property
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Each listener's host and bound port, by listener name."""
+        if self._ctx is None:
+            raise IdemcoreError("the server is not started")
+        return {served.security.name: (served.security.endpoint.host, served.port) for served in self._served}
+
+    def bootstrap_of(self, listener: str) -> str:
+        """``host:port`` of the listener named ``listener``."""
+        addresses = self.addresses
+        if listener.upper() not in addresses:
+            raise IdemcoreError(f"no listener {listener!r} (listeners: {', '.join(addresses)})")
+        host, port = addresses[listener.upper()]
+        return f"{host}:{port}"
+
+    def advertised_endpoints(self) -> tuple[tuple[str, str, int, str], ...]:
+        """``(listener, host, port, security protocol)`` of every listener as clients are told to reach it (the
+        bound port where 0 was advertised): what a broker in a cluster registers in ZooKeeper."""
+        return tuple((served.security.name, served.ctx.host, served.ctx.port, served.security.protocol)
+                     for served in self._served if served.ctx is not None)
 
     async def start_serving(self, join_cluster: bool = True) -> None:
         """Listen (in the running loop); a broker in a cluster then registers in ZooKeeper (``join_cluster``;
@@ -117,13 +155,35 @@ class Server:
         self._stopping = asyncio.Event()
         self.broker.start_background(self._loop)
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port, limit=1 << 20)
+            for security in self.listeners:
+                served = _Served(security)
+                served.server = await asyncio.start_server(
+                    functools.partial(self._connection, served),
+                    security.endpoint.host or None, security.endpoint.port, limit=1 << 20, ssl=security.server_tls,
+                    ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S if security.server_tls is not None else None)
+                self._served.append(served)
         except BaseException:
+            for served in self._served:
+                if served.server is not None:
+                    served.server.close()
+            self._served.clear()
             self.broker.stop_background()
             raise
-        self._bound_port = self._server.sockets[0].getsockname()[1]
-        self._ctx = WireContext(self.broker.broker_id, self.advertised_host or self.host,
-                                self.advertised_port or self._bound_port, self.cluster_id, lambda: self.broker.topics)
+        for served in self._served:
+            assert served.server is not None
+            served.port = served.server.sockets[0].getsockname()[1]
+            advertised = self.advertised_listeners.get(served.security.name)
+            if advertised is not None:
+                host, port = advertised.host, advertised.port or served.port
+            elif served is self._served[0]:  # the one-listener form: advertised_host / advertised_port
+                host, port = self.advertised_host or served.security.endpoint.host, self.advertised_port or served.port
+            else:
+                host, port = served.security.endpoint.host, served.port
+            served.ctx = WireContext(self.broker.broker_id, host, port, self.cluster_id, lambda: self.broker.topics,
+                                     listener=served.security.name)
+        self._server = self._served[0].server
+        self._bound_port = self._served[0].port
+        self._ctx = self._served[0].ctx
         self._housekeeper = asyncio.create_task(self._housekeeping())
         if join_cluster:
             await self.join_cluster()
@@ -134,7 +194,7 @@ class Server:
         if self.broker.cluster is None or self._ctx is None:
             return
         try:
-            await self.broker.cluster.start(self._ctx.host, self._ctx.port)
+            await self.broker.cluster.start(self.advertised_endpoints(), self.inter_broker_listener)
         except BaseException:
             await self._close()
             raise
@@ -151,8 +211,9 @@ class Server:
             self._loop.call_soon_threadsafe(self._stopping.set)
 
     async def _close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for served in self._served:
+            if served.server is not None:
+                served.server.close()
         self._housekeeper.cancel()
         for task in list(self._connections):
             task.cancel()
@@ -160,9 +221,10 @@ class Server:
         if self.broker.cluster is not None:
             await self.broker.cluster.stop()
         self.broker.stop_background()  # what is queued is flushed; the broker answers in place again
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+        for served in self._served:
+            if served.server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(served.server.wait_closed(), 5)
 
     def start(self) -> Server:
         """Serve from a background thread; returns once listening (raises what listening raised)."""
@@ -211,13 +273,14 @@ class Server:
             except Exception:  # a failing timer must not stop the server; the next round tries again
                 log.exception("housekeeping failed")
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, served: _Served, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         self.stats["connections"] += 1
         peer = writer.get_extra_info("peername")
         try:
+            connection = self._open(served, peer, writer)
             while True:
                 size = SIZE.unpack(await reader.readexactly(4))[0]
                 if not 8 <= size <= self.max_request_bytes:
@@ -226,7 +289,7 @@ class Server:
                              self.max_request_bytes)
                     return
                 frame = await reader.readexactly(size)
-                chunks = await self._answer(frame, peer)
+                chunks = await self._answer(frame, peer, connection)
                 if chunks is None:
                     continue
                 writer.writelines(chunks)
@@ -241,10 +304,25 @@ class Server:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _answer(self, frame: bytes, peer: Any) -> Iterable[bytes] | None:
+    def _open(self, served: _Served, peer: Any, writer: asyncio.StreamWriter) -> _Connection:
+        """A new connection's state: who it is before any request (ANONYMOUS; on a TLS listener with client
+        authentication, the principal of its certificate's subject, as Kafka's ``DefaultKafkaPrincipalBuilder``)."""
+        security = served.security
+        principal = ANONYMOUS
+        if security.protocol == "SSL":  # on SASL_SSL the principal is SASL's
+            ssl_object = writer.get_extra_info("ssl_object")
+            certificate = ssl_object.getpeercert() if ssl_object is not None else None
+            if certificate:
+                principal = KafkaPrincipal("User", security.principal_mapper.name_of(
+                    distinguished_name(certificate.get("subject", ()))))
+        host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        assert served.ctx is not None
+        return _Connection(served.ctx, Session(principal, host, security.name, security.protocol))
+
+    async def _answer(self, frame: bytes, peer: Any, connection: _Connection) -> Iterable[bytes] | None:
         """The response frame's chunks, None when none is sent (acks=0); _CloseConnection when the frame is
         not one to answer."""
-        assert self._ctx is not None
+        ctx = connection.ctx
         self.stats["requests"] += 1
         try:
             api_key, version, correlation_id = peek_request(frame)
@@ -264,16 +342,19 @@ class Server:
             raise self._refuse("unsupported", peer, f"api key {api_key} version {version} is not served")
         try:
             header, body = read_request(frame)
-            message, carry = api.to_message(self._ctx, version, correlation_id, body)
+            message, carry = api.to_message(ctx, version, correlation_id, body)
             message = with_client(message, header.client_id, peer)  # JoinGroup, ConsumerGroupHeartbeat
         except (MalformedFrameError, UnsupportedApiError, ValueError, TypeError, KeyError, AttributeError) as error:
             raise self._refuse("malformed", peer, error) from None
         try:
-            response = handle_each(self.broker.handle, message)
+            response = handle_each(connection.handle(self.broker), message)
             if isinstance(response, Pending):
                 response = await _awaited(response)
             elif type(response) is tuple and any(isinstance(one, Pending) for one in response):
                 response = tuple([await _awaited(one) if isinstance(one, Pending) else one for one in response])
+        except RequestRefused as refused:  # no answer can be given (Kafka closes the connection too)
+            log.info("closing %s: %s v%d refused: %s", peer, api.name, version, refused)
+            raise _CloseConnection from None
         except Exception as error:
             self.stats["broker_errors"] += 1
             log.exception("closing %s: the broker failed on %s v%d", peer, api.name, version)
@@ -281,7 +362,7 @@ class Server:
         if response is None:
             return None
         try:
-            return response_frame(correlation_id, api.to_wire(self._ctx, version, body, response, carry))
+            return response_frame(correlation_id, api.to_wire(ctx, version, body, response, carry))
         except Exception as error:  # a translation bug: this client loses its connection, the others go on
             self.stats["broker_errors"] += 1
             log.exception("closing %s: could not answer %s v%d", peer, api.name, version)
@@ -291,6 +372,36 @@ class Server:
         self.stats[kind] += 1
         log.info("closing %s: %s", peer, why)
         return _CloseConnection()
+
+
+#: How long a TLS client may take to finish its handshake before its connection is closed.
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class _Served:
+    """One listener being served: its security, its asyncio server, the port bound and what its translations
+    tell clients (its advertised address)."""
+
+    def __init__(self, security: ListenerSecurity) -> None:
+        self.security = security
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self.ctx: WireContext | None = None
+
+
+class _Connection:
+    """One client connection: the listener's wire context and who the client is (its :class:`Session`)."""
+
+    __slots__ = ("ctx", "session")
+
+    def __init__(self, ctx: WireContext, session: Session) -> None:
+        self.ctx = ctx
+        self.session = session
+
+    def handle(self, broker: Broker) -> Callable[[Any], Any]:
+        """The broker's answer to a request of this session (checked against the ACLs when an authorizer is on)."""
+        session = self.session
+        return lambda message: broker.handle_from(session, message)
 
 
 class _CloseConnection(Exception):

@@ -24,6 +24,7 @@ import struct
 import threading
 import time
 
+from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import ProduceRequest, ProduceResponse, Request, Response
 from idemcore.net.wire.broker_client import broker_api_of
 from idemcore.net.wire.client import (
@@ -122,8 +123,9 @@ class BrokerChannel:
     """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
+        self.security = security
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self._wire = _Negotiation(f"broker {host}:{port}", client_id)
@@ -165,12 +167,14 @@ class BrokerChannel:
 
     async def _connect(self) -> None:
         try:
+            tls = self.security.ssl_context if self.security is not None else None
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout_ms / 1000)
+                asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
+                self.connect_timeout_ms / 1000)
         except TimeoutError:
             raise TimeoutError(f"{self._wire.where}: no connection within "
                                f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:
+        except OSError as error:  # ssl.SSLError is one too
             raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
         try:
             version = API_VERSIONS_RANGE[1]
@@ -227,8 +231,9 @@ class BlockingBrokerChannel:
     between threads: calls take turns."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
+        self.security = security
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self._wire = _Negotiation(f"broker {host}:{port}", client_id)
@@ -264,11 +269,18 @@ class BlockingBrokerChannel:
 
     def _connect(self) -> None:
         try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_ms / 1000)
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_ms / 1000)
+            if self.security is not None and self.security.ssl_context is not None:
+                try:
+                    sock = self.security.ssl_context.wrap_socket(sock, server_hostname=self.host)
+                except BaseException:
+                    sock.close()
+                    raise
+            self._sock = sock
         except TimeoutError:
             raise TimeoutError(f"{self._wire.where}: no connection within "
                                f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:
+        except OSError as error:  # ssl.SSLError is one too
             raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:

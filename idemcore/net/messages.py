@@ -20,6 +20,7 @@ from idemcore.net.replication import (
     ElectLeadersResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListenerAddress,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     StopReplicaRequest,
@@ -50,6 +51,8 @@ class ProduceRequest:
     #: Written by this broker's own coordinator (Kafka's AppendOrigin.COORDINATOR): only such requests may append
     #: to internal topics.
     internal: bool = False
+    #: The producer's transactional id (the request's, for transactional batches): what their WRITE is checked on.
+    transactional_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,6 +155,8 @@ class FindCoordinatorResponse:
     port: int = -1
     request_id: int = 0
     error_message: str | None = None
+    #: The coordinator's every listener (a cluster): a client is sent to the one it came in on.
+    listeners: tuple[ListenerAddress, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

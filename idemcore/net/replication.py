@@ -6,18 +6,44 @@ sends a broker (LeaderAndIsr, UpdateMetadata, StopReplica), what a follower asks
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from idemcore.protocol.codes import ErrorCode
+
+#: Kafka's ``SecurityProtocol`` ids (UpdateMetadata endpoints).
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+class ListenerAddress(NamedTuple):
+    """One listener of a broker as it registers it: name, advertised host and port, security protocol."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str
 
 
 @dataclass(slots=True, frozen=True)
 class BrokerEndpoint:
-    """A live broker's id and address (Kafka's LiveLeader / UpdateMetadataBroker, one plaintext listener)."""
+    """A live broker's id and address (Kafka's LiveLeader / UpdateMetadataBroker): ``host``/``port`` are where
+    brokers reach it (its inter-broker listener); ``listeners`` every listener it registered (empty: one
+    PLAINTEXT listener at host/port)."""
 
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[ListenerAddress, ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where a client of ``listener`` reaches this broker; None when it has no such listener (a broker that
+        registered no listener list is reached at host/port on any)."""
+        if not self.listeners:
+            return self.host, self.port
+        for one in self.listeners:
+            if one.name == listener:
+                return one.host, one.port
+        return None
 
 
 # ---------------------------------------------------------------- LeaderAndIsr (key 4)

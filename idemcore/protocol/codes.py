@@ -37,6 +37,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_SASL_MECHANISM = 33  # a SaslHandshake for a mechanism the listener does not enable
     ILLEGAL_SASL_STATE = 34  # a SASL request out of order
@@ -59,6 +60,7 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54  # an ACL API on a broker with no authorizer
     OPERATION_NOT_ATTEMPTED = 55  # the other partitions of a request one of whose partitions failed
     KAFKA_STORAGE_ERROR = 56  # the log could not be written
     SASL_AUTHENTICATION_FAILED = 58

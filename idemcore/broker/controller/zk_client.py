@@ -23,7 +23,7 @@ from typing import Any
 from idemcore.broker.controller import zk_data
 from idemcore.broker.controller.zk_data import LeaderIsr
 from idemcore.errors import IdemcoreError, one_line
-from idemcore.net.replication import BrokerEndpoint
+from idemcore.net.replication import BrokerEndpoint, ListenerAddress
 from idemcore.net.wire.api import topic_id_of
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,15 @@ def ensure_chroot(hosts: str, connection_timeout_ms: int) -> None:
 class ZkClient:
     """One ZooKeeper session (``hosts`` may end in a chroot, ``"h:2181/kafka"``)."""
 
-    def __init__(self, hosts: str, *, session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000) -> None:
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
+                 listener: str | None = None) -> None:
         from kazoo.client import KazooClient  # optional dependency, imported when used
         from kazoo.handlers.threading import KazooTimeoutError
 
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
+        #: The inter-broker listener: the address of each registered broker read (host, port) is its.
+        self.listener = listener
         ensure_chroot(hosts, connection_timeout_ms)
         # Reads and checked writes retry through a connection loss, for as long as the session may still live.
         retry = {"max_tries": -1, "deadline": session_timeout_ms / 1000, "max_delay": 1.0}
@@ -152,14 +155,15 @@ class ZkClient:
 
     # -- brokers ---------------------------------------------------------------------------------------------
 
-    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None) -> int:
+    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
+                        listeners: tuple[ListenerAddress, ...] = ()) -> int:
         """Create the ephemeral ``/brokers/ids/N`` and return the broker epoch (its czxid). A node left by an
         earlier session of the same broker (a crash) vanishes within the session timeout: wait for that, no
         longer (then :class:`BrokerIdInUseError`)."""
         from kazoo.exceptions import NodeExistsError
 
         path = zk_data.broker_path(broker_id)
-        data = zk_data.encode_broker(host, port, rack)
+        data = zk_data.encode_broker(host, port, rack, listeners)
         deadline = time.monotonic() + self.session_timeout_ms * 1.5 / 1000 + 1
         while True:
             try:
@@ -193,7 +197,7 @@ class ZkClient:
             except NoNodeError:  # gone between the listing and the read
                 continue
             broker_id = int(child)
-            registrations[broker_id] = (zk_data.decode_broker(broker_id, data), int(stat.czxid))
+            registrations[broker_id] = (zk_data.decode_broker(broker_id, data, self.listener), int(stat.czxid))
         return registrations
 
     def live_brokers(self) -> dict[int, BrokerEndpoint]:

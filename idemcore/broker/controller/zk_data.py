@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from idemcore.errors import IdemcoreError
-from idemcore.net.replication import BrokerEndpoint
+from idemcore.net.replication import BrokerEndpoint, ListenerAddress
 
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -80,21 +80,32 @@ def _load(data: bytes | None, what: str) -> Any:
         raise ZkDataError(f"{what}: not JSON: {data!r} ({exc})") from None
 
 
-def encode_broker(host: str, port: int, rack: str | None = None) -> bytes:
-    """``/brokers/ids/N``, version 5 (Kafka 2.7+): one PLAINTEXT listener, also given as top-level host/port for
-    old clients."""
-    fields: dict[str, Any] = {"version": 5, "host": host, "port": port, "endpoints": [f"PLAINTEXT://{host}:{port}"],
-                              "jmx_port": -1, "timestamp": str(int(time.time() * 1000))}
+def encode_broker(host: str, port: int, rack: str | None = None,
+                  listeners: tuple[ListenerAddress, ...] = ()) -> bytes:
+    """``/brokers/ids/N``, version 5 (Kafka 2.7+): every listener (``NAME://host:port``) and its security protocol;
+    the top-level host/port (for old clients) are the PLAINTEXT listener's, else null and -1, as Kafka writes them.
+    Without ``listeners``: one PLAINTEXT listener at ``host``:``port``."""
+    listeners = listeners or (ListenerAddress("PLAINTEXT", host, port, "PLAINTEXT"),)
+    plaintext = next((one for one in listeners if one.protocol == "PLAINTEXT"), None)
+    fields: dict[str, Any] = {
+        "version": 5, "host": plaintext.host if plaintext else None, "port": plaintext.port if plaintext else -1,
+        "endpoints": [f"{one.name}://{_bracketed(one.host)}:{one.port}" for one in listeners],
+        "jmx_port": -1, "timestamp": str(int(time.time() * 1000))}
     if rack is not None:
         fields["rack"] = rack
-    fields["listener_security_protocol_map"] = {"PLAINTEXT": "PLAINTEXT"}
+    fields["listener_security_protocol_map"] = {one.name: one.protocol for one in listeners}
     fields["features"] = {}
     return _dump(fields)
 
 
-def decode_broker(broker_id: int, data: bytes) -> BrokerEndpoint:
-    """The endpoint of a registration of any version Kafka writes (1: host/port; 2+: the endpoints list, whose
-    PLAINTEXT listener is preferred)."""
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def decode_broker(broker_id: int, data: bytes, listener: str | None = None) -> BrokerEndpoint:
+    """The registration of any version Kafka writes (1: host/port; 2+: the endpoints list), with every listener;
+    its host and port are those of ``listener`` (the inter-broker listener) when it has one, else of its
+    PLAINTEXT listener, else of its first."""
     fields = _load(data, f"registration of broker {broker_id}")
     try:
         version = int(fields["version"])
@@ -102,17 +113,15 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerEndpoint:
         if version <= 1 or not fields.get("endpoints"):
             return BrokerEndpoint(broker_id, str(fields["host"]), int(fields["port"]), rack)
         protocols = fields.get("listener_security_protocol_map") or {}
-        chosen = None
+        addresses = []
         for endpoint in fields["endpoints"]:
-            listener, _, address = str(endpoint).partition("://")
-            if chosen is None or protocols.get(listener, listener) == "PLAINTEXT":
-                chosen = address
-                if protocols.get(listener, listener) == "PLAINTEXT":
-                    break
-        assert chosen is not None
-        host, _, port = chosen.rpartition(":")
-        return BrokerEndpoint(broker_id, host.strip("[]"), int(port), rack)
-    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+            name, _, address = str(endpoint).partition("://")
+            host, _, port = address.rpartition(":")
+            addresses.append(ListenerAddress(name, host.strip("[]"), int(port), str(protocols.get(name, name))))
+        chosen = next((one for one in addresses if one.name == listener), None) or \
+            next((one for one in addresses if one.protocol == "PLAINTEXT"), addresses[0])
+        return BrokerEndpoint(broker_id, chosen.host, chosen.port, rack, tuple(addresses))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ZkDataError(f"registration of broker {broker_id} is not Kafka's: {data!r} ({exc!r})") from None
 
 

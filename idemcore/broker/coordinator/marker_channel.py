@@ -23,6 +23,7 @@ from idemcore.net.messages import Pending, Request, Response, TxnMarker, WriteTx
 from idemcore.protocol.codes import ErrorCode
 
 if TYPE_CHECKING:
+    from idemcore.net.client_security import ClientSecurity
     from idemcore.net.replication import BrokerEndpoint
 
 log = logging.getLogger(__name__)
@@ -50,13 +51,13 @@ class LeaderLookup(Protocol):
     def leader(self, topic: str, partition: int) -> BrokerEndpoint | None: ...
 
 
-def broker_channel(client_id: str) -> Callable[[BrokerEndpoint], Channel]:
-    """The default channel factory: a ``BrokerChannel`` to the endpoint."""
+def broker_channel(client_id: str, security: ClientSecurity | None = None) -> Callable[[BrokerEndpoint], Channel]:
+    """The default channel factory: a ``BrokerChannel`` to the endpoint (authenticating with ``security``)."""
     # The wire's inter-broker client (its own branch until merged).
     from idemcore.net.broker_channel import BrokerChannel  # type: ignore[import-not-found, unused-ignore]
 
     def make(endpoint: BrokerEndpoint) -> Channel:
-        channel: Channel = BrokerChannel(endpoint.host, endpoint.port, client_id)
+        channel: Channel = BrokerChannel(endpoint.host, endpoint.port, client_id, security=security)
         return channel
     return make
 

@@ -131,3 +131,11 @@ def scram_credential_handlers(store_of: Callable[[], CredentialStore]) -> dict[t
         DescribeUserScramCredentialsRequest: lambda request: describe(store_of(), request),
         AlterUserScramCredentialsRequest: lambda request: alter(store_of(), request),
     }
+
+
+def refused_alter(request: AlterUserScramCredentialsRequest, code: int) -> AlterUserScramCredentialsResponse:
+    """Every user of the request answered ``code`` (Kafka's ``AlterUserScramCredentialsRequest.getErrorResponse``,
+    as KafkaApis answers a principal without ALTER on the cluster)."""
+    changes: list[ScramCredentialDeletion | ScramCredentialUpsertion] = [*request.deletions, *request.upsertions]
+    users = dict.fromkeys(change.user for change in changes)
+    return AlterUserScramCredentialsResponse(tuple(AlteredUser(user, code) for user in users), request.request_id)

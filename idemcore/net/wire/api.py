@@ -12,14 +12,16 @@ from typing import Any, NamedTuple
 
 @dataclass(slots=True)
 class WireContext:
-    """What the translations need to know about the server: this node's address (Metadata, FindCoordinator)
-    and the topics (topic ids both ways)."""
+    """What the translations need to know about the server: this node's address on the listener served
+    (Metadata, FindCoordinator) and the topics (topic ids both ways)."""
 
     node_id: int
     host: str
     port: int
     cluster_id: str
     topics: Callable[[], Mapping[str, int]]
+    #: The listener the request came in on: Metadata and FindCoordinator name other brokers by theirs.
+    listener: str = "PLAINTEXT"
     _names: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:

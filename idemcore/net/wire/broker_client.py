@@ -24,12 +24,14 @@ from idemcore.net.messages import (
     WriteTxnMarkersResponse,
 )
 from idemcore.net.replication import (
+    SECURITY_PROTOCOL_IDS,
     BrokerEndpoint,
     ElectLeadersRequest,
     ElectLeadersResponse,
     EpochEndOffset,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListenerAddress,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     StopReplicaRequest,
@@ -50,8 +52,6 @@ from idemcore.net.wire.client import (
 from idemcore.net.wire.frames import make, nested
 from idemcore.protocol.codes import ErrorCode
 
-#: Kafka's security protocol id of PLAINTEXT (UpdateMetadata endpoints).
-PLAINTEXT = 0
 #: The listener name idemcore's brokers advertise (one plaintext listener).
 LISTENER = "PLAINTEXT"
 
@@ -131,9 +131,18 @@ def _encode_update_metadata(request: UpdateMetadataRequest, version: int) -> Any
                 broker_epoch=request.broker_epoch,
                 topic_states=tuple(make(topic_cls, topic_name=name, topic_id=topic_id_of(name),
                                         partition_states=tuple(states)) for name, states in by_topic.items()),
-                live_brokers=tuple(make(broker_cls, id=b.broker_id, rack=b.rack, endpoints=(
-                    make(endpoint_cls, port=b.port, host=b.host, listener=LISTENER, security_protocol=PLAINTEXT),))
+                live_brokers=tuple(make(broker_cls, id=b.broker_id, rack=b.rack, endpoints=tuple(
+                    make(endpoint_cls, port=one.port, host=one.host, listener=one.name,
+                         security_protocol=SECURITY_PROTOCOL_IDS[one.protocol])
+                    for one in _inter_broker_first(b)))
                     for b in request.live_brokers))
+
+
+def _inter_broker_first(broker: BrokerEndpoint) -> tuple[ListenerAddress, ...]:
+    """A broker's listeners, the one brokers reach it on (its host and port) first: the receiver takes the first
+    endpoint as that."""
+    listeners = broker.listeners or (ListenerAddress(LISTENER, broker.host, broker.port, "PLAINTEXT"),)
+    return tuple(sorted(listeners, key=lambda one: (one.host, one.port) != (broker.host, broker.port)))
 
 
 def _decode_update_metadata(request: UpdateMetadataRequest, version: int, body: Any) -> UpdateMetadataResponse:

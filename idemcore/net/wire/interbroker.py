@@ -21,6 +21,7 @@ from idemcore.net.messages import (
 )
 from idemcore.net.replication import (
     NO_REPLICA_ID,
+    SECURITY_PROTOCOL_IDS,
     BrokerEndpoint,
     ElectLeadersRequest,
     ElectLeadersResponse,
@@ -28,6 +29,7 @@ from idemcore.net.replication import (
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListenerAddress,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     StopReplicaPartition,
@@ -127,12 +129,17 @@ def _update_metadata_to_message(ctx: WireContext, version: int, correlation_id: 
                                 tuple(int(r) for r in p.offline_replicas))
         for topic in body.topic_states for p in topic.partition_states)
     brokers = []
+    protocols = {number: name for name, number in SECURITY_PROTOCOL_IDS.items()}
     for broker in body.live_brokers:
         if not broker.endpoints:
             raise ValueError(f"UpdateMetadata: broker {broker.id} has no endpoint")
-        endpoint = broker.endpoints[0]  # one listener: idemcore's brokers speak plaintext on one port
-        brokers.append(BrokerEndpoint(int(broker.id), str(endpoint.host), int(endpoint.port),
-                                      None if broker.rack is None else str(broker.rack)))
+        listeners = tuple(ListenerAddress(str(e.listener), str(e.host), int(e.port),
+                                          protocols.get(int(e.security_protocol), "PLAINTEXT"))
+                          for e in broker.endpoints)
+        # host/port: where brokers reach it, the controller's inter-broker listener (the receiver's is the same)
+        first = listeners[0]
+        brokers.append(BrokerEndpoint(int(broker.id), first.host, first.port,
+                                      None if broker.rack is None else str(broker.rack), listeners))
     return UpdateMetadataRequest(int(body.controller_id), int(body.controller_epoch), int(body.broker_epoch),
                                  partitions, tuple(brokers), correlation_id), None
 

@@ -51,9 +51,10 @@ def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: Metad
                  offline_replicas=p.offline_replicas)
             for p in _partition_states(t, node)))
         for t in response.topics)
-    if response.brokers:
-        brokers = tuple(make(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                        for b in response.brokers)
+    if response.brokers:  # each on the listener this client came in on; one without it is left out, as Kafka
+        addresses = ((b, b.address(ctx.listener)) for b in response.brokers)
+        brokers = tuple(make(broker_cls, node_id=b.broker_id, host=where[0], port=where[1], rack=b.rack)
+                        for b, where in addresses if where is not None)
     else:
         brokers = (make(broker_cls, node_id=node, host=ctx.host, port=ctx.port, rack=None),)
     controller = node if response.controller_id == -1 else response.controller_id

@@ -50,7 +50,8 @@ def _to_message(ctx: WireContext, version: int, correlation_id: int, body: Any) 
                 except ValueError as error:
                     refusal = (ErrorCode.INVALID_RECORD, str(error))
             carry.append((name, partition, refusal))
-    request = ProduceRequest(tuple(batches), acks if acks in (0, 1, -1) else -1, millis(body.timeout), correlation_id)
+    request = ProduceRequest(tuple(batches), acks if acks in (0, 1, -1) else -1, millis(body.timeout), correlation_id,
+                             transactional_id=body.transactional_id)
     return request, carry
 
 

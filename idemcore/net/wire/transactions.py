@@ -104,6 +104,9 @@ def _where(ctx: WireContext, response: FindCoordinatorResponse) -> dict[str, Any
     Node.noNode(): id -1, host "", port -1."""
     if response.error_code != ErrorCode.NONE:
         return {"node_id": -1, "host": "", "port": -1}
+    for one in response.listeners:  # a cluster's coordinator, on the listener this client came in on
+        if one.name == ctx.listener:
+            return {"node_id": response.node_id, "host": one.host, "port": one.port}
     if response.node_id >= 0 and response.host and response.port >= 0:
         return {"node_id": response.node_id, "host": response.host, "port": response.port}
     return {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
