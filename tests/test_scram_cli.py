@@ -78,3 +78,12 @@ def test_mistakes_are_one_line_with_status_2(tmp_path) -> None:
         done = subprocess.run([sys.executable, "-m", "idemcore.cli", *argv], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, (argv, done.stderr)
         assert says in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
+
+
+def test_command_config_is_read(kafka_server, tmp_path, capsys) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=PLAINTEXT\n")
+    assert main(["users", "list", "--bootstrap-server", kafka_server.bootstrap, "--command-config", str(config)]) == 0
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\n")
+    assert main(["users", "list", "--bootstrap-server", kafka_server.bootstrap, "--command-config", str(config)]) == 2
+    assert "GSSAPI" in capsys.readouterr().err

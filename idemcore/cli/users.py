@@ -69,8 +69,15 @@ def _call(args: argparse.Namespace, request: Any) -> Any:
     from idemcore.net.broker_channel import BlockingBrokerChannel
     from idemcore.net.tcp import parse_bootstrap
 
+    security = None
+    if args.command_config is not None:
+        from idemcore.broker.config import read_properties
+        from idemcore.net.client_security import ClientSecurity
+
+        security = ClientSecurity.from_properties(read_properties(args.command_config))
     host, port = parse_bootstrap(args.bootstrap_server)[0]
-    channel = BlockingBrokerChannel(host, port, "idemcore-users", request_timeout_ms=args.timeout_ms)
+    channel = BlockingBrokerChannel(host, port, "idemcore-users", request_timeout_ms=args.timeout_ms,
+                                    security=security)
     try:
         return channel.call(request)
     finally:
@@ -175,6 +182,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         where.add_argument("--bootstrap-server", type=_bootstrap, metavar="HOST:PORT",
                            help="a running broker (the first of a comma-separated list is used)")
         where.add_argument("--log-dir", metavar="DIR", help="a stopped broker's log dir (alone, not in a cluster)")
+        parser.add_argument("--command-config", metavar="FILE",
+                            help="client properties for --bootstrap-server (security.protocol, ssl.*, sasl.mechanism, "
+                                 "sasl.jaas.config or sasl.username/sasl.password), as Kafka's tools take them")
         parser.add_argument("--timeout-ms", type=positive, default=30_000,
                             help="how long the request may take (default 30000)")
         return parser
