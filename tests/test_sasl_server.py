@@ -250,3 +250,46 @@ def test_any_user_and_password_round_trip_and_only_the_right_one(mechanism: str,
     wrong = SaslAuthenticator(ALL, {user: password}, store, "h")
     wrong.handshake(mechanism)
     assert run(wrong, sasl_client(mechanism, user, other)).complete == (other == password)
+
+
+# Kafka's PlainSaslServerTest and ScramSaslServerTest cases.
+
+
+@pytest.mark.parametrize(("token", "message"), [
+    (b"\0\0", "Authentication failed: username not specified"),
+    (b"\0u\0", "Authentication failed: password not specified"),
+    (b"a\0\0p", "Authentication failed: username not specified"),
+    (b"\0\0\0", GENERIC.format("PLAIN")),  # four tokens
+    (b"", GENERIC.format("PLAIN")),
+    (b"\xff\0alice\0alice-secret", GENERIC.format("PLAIN")),
+])
+def test_plain_empty_tokens(store: Store, token: bytes, message: str) -> None:
+    step = server(store, "PLAIN").authenticate(token)
+    assert (step.error_code, step.error_message) == (58, message)
+
+
+@pytest.mark.parametrize(("first", "accepted"), [
+    (b"n,,n=alice,r=abc", True),  # no authorization id
+    (b"n,a=alice,n=alice,r=abc", True),  # the authorization id is the user
+    (b"n,a=admin,n=alice,r=abc", False),  # another: refused with Kafka's own message
+])
+def test_scram_authorization_id(store: Store, first: bytes, accepted: bool) -> None:
+    step = server(store, "SCRAM-SHA-256").authenticate(first)
+    if accepted:
+        assert step.error_code == 0 and step.auth_bytes.startswith(b"r=abc")
+    else:
+        assert (step.error_code, step.error_message) == (
+            58, "Authentication failed: Client requested an authorization id that is different from username")
+
+
+def test_scram_with_an_authorization_id_completes_with_its_channel_binding(store: Store) -> None:
+    authenticator = server(store, "SCRAM-SHA-256")
+    mechanism = scram.SCRAM_SHA_256
+    first_bare = "n=alice,r=abc"
+    server_first = authenticator.authenticate(b"n,a=alice," + first_bare.encode()).auth_bytes.decode()
+    parsed = scram.ServerFirst.parse(server_first.encode())
+    without_proof = f"c={base64.b64encode(b'n,a=alice,').decode()},r={parsed.nonce}"
+    salted = scram.salted_password(mechanism, "alice-secret", parsed.salt, parsed.iterations)
+    proof = scram.client_proof(mechanism, salted, scram.auth_message(first_bare, server_first, without_proof))
+    step = authenticator.authenticate(scram.ClientFinal.build(without_proof, proof))
+    assert step.complete and str(step.principal) == "User:alice"
