@@ -1,7 +1,8 @@
-"""librdkafka (confluent-kafka) authenticating with PLAIN and SCRAM against idemcore's authenticator and SASL wire
-translations. Until the server wires SASL into its listeners, a small front in this test plays the listener: it
-answers ApiVersions (with the SASL APIs) and the SASL exchange through :func:`idemcore.net.wire.sasl.answer`, then
-relays the authenticated connection to a PLAINTEXT `idemcore serve`."""
+"""Real clients authenticating with PLAIN and SCRAM against idemcore's authenticator and SASL wire translations:
+librdkafka (confluent-kafka), kafka-python and aiokafka. Until the server wires SASL into its listeners, a small
+front in this test plays a SASL_PLAINTEXT listener: it answers ApiVersions (with the SASL APIs) and the SASL
+exchange through :func:`idemcore.net.wire.sasl.answer`, then relays the authenticated connection to a PLAINTEXT
+`idemcore serve` (which, in the produce/consume tests, advertises the front as its address)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _api_versions(version: int) -> object:
 
 
 class SaslFront:
-    def __init__(self, backend: tuple[str, int]) -> None:
+    def __init__(self, backend: tuple[str, int] | None = None) -> None:
         self.backend = backend
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.bootstrap = f"127.0.0.1:{self.listener.getsockname()[1]}"
@@ -89,6 +90,7 @@ class SaslFront:
                 if answer.principal is not None:
                     self.principals.append(str(answer.principal))
                     break
+            assert self.backend is not None
             backend = socket.create_connection(self.backend)
             threading.Thread(target=self._copy, args=(backend, conn), daemon=True).start()
             self._copy(conn, backend)
@@ -114,6 +116,23 @@ def front(kafka_server) -> Iterator[SaslFront]:
     made = SaslFront(parse_bootstrap(kafka_server.bootstrap)[0])
     yield made
     made.close()
+
+
+@pytest.fixture
+def fronted(tmp_path) -> Iterator[SaslFront]:
+    """A front that is the broker's only advertised address: every connection of a client goes through it."""
+    from idemcore.broker import Broker
+    from idemcore.broker.server import Server
+
+    made = SaslFront()
+    port = int(made.bootstrap.rsplit(":", 1)[1])
+    broker = Broker({}, data_dir=tmp_path / "logs", fsync=False)
+    server = Server(broker, advertised_host="127.0.0.1", advertised_port=port).start()
+    made.backend = parse_bootstrap(server.bootstrap)[0]
+    yield made
+    made.close()
+    server.stop()
+    broker.close()
 
 
 def admin(front: SaslFront, mechanism: str, user: str, password: str, errors: list) -> object:
@@ -147,3 +166,64 @@ def test_librdkafka_is_refused_with_kafkas_message(front: SaslFront, mechanism: 
     client.poll(1)  # type: ignore[attr-defined]  # error_cb is called from poll
     assert any(says in str(error) for error in errors), errors
     assert not front.principals
+
+
+def test_librdkafka_produces_and_consumes_over_scram(fronted: SaslFront) -> None:
+    common = {"bootstrap.servers": fronted.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": "carol-secret",
+              "log_level": 0}
+    producer = confluent_kafka.Producer({**common, "enable.idempotence": True})
+    for n in range(20):
+        producer.produce("sasl-topic", f"v{n}".encode())
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({**common, "group.id": "g", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["sasl-topic"])
+    got: list[bytes] = []
+    try:
+        for _ in range(200):
+            if len(got) == 20:
+                break
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+    finally:
+        consumer.close()
+    assert got == [f"v{n}".encode() for n in range(20)]
+    assert set(fronted.principals) == {"User:carol"}
+
+
+def test_kafka_python_produces_and_consumes_over_scram(fronted: SaslFront) -> None:
+    kafka = pytest.importorskip("kafka")
+    common = {"bootstrap_servers": fronted.bootstrap, "security_protocol": "SASL_PLAINTEXT",
+              "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "carol",
+              "sasl_plain_password": "carol-secret"}
+    producer = kafka.KafkaProducer(**common)
+    for n in range(5):
+        producer.send("kp-topic", f"k{n}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = kafka.KafkaConsumer("kp-topic", auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common)
+    try:
+        got = [message.value for _, message in zip(range(5), consumer, strict=False)]
+    finally:
+        consumer.close()
+    assert got == [f"k{n}".encode() for n in range(5)]
+    assert "User:carol" in fronted.principals
+
+
+def test_aiokafka_produces_over_plain(fronted: SaslFront) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    async def run() -> None:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=fronted.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+            sasl_plain_username="dave", sasl_plain_password="dave-secret")
+        await producer.start()
+        try:
+            await producer.send_and_wait("aio-topic", b"hello")
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    assert "User:dave" in fronted.principals
