@@ -37,7 +37,9 @@ from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import BlockStoreError, ProducerIdManager, ProducerIdsExhaustedError
 from idemcore.broker.purgatory import EventLoop
 from idemcore.broker.replica_manager import ReplicaManager
+from idemcore.broker.security import scram_credentials
 from idemcore.broker.security.request_authorization import authorized_handle
+from idemcore.broker.security.scram_requests import scram_credential_handlers
 from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
 from idemcore.clock import wall_clock_ms
@@ -284,6 +286,8 @@ class Broker:
                     opened.restore_high_watermark(marks.get((opened.topic, opened.partition), 0))
             log.info("broker %d recovered %s: %d batches replayed after the snapshots", broker_id, self.data_dir,
                      replayed)
+            #: Users' SCRAM credentials: ZooKeeper in a cluster, a file in the log dir alone.
+            self.scram_credentials = scram_credentials.store_for(self.data_dir, self.cluster, fsync)
             self._handlers: dict[type, Callable] = {
                 ProduceRequest: self.replicas.produce,
                 InitProducerIdRequest: self._init_producer_id,
@@ -309,6 +313,7 @@ class Broker:
                 **group_admin_handlers(lambda: self._group_coordinator),
                 **consumer_group_handlers(lambda: self.group_coordinator, lambda: self.consumer_groups),
                 **acl_handlers(lambda: self.authorizer),
+                **scram_credential_handlers(lambda: self.scram_credentials),
             }
             if self.cluster is not None:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
@@ -683,6 +688,9 @@ class Broker:
         """Close the id store and the authorizer it made, then release the log directory (written ends, lock)."""
         ids = getattr(self, "producer_ids", None)  # absent when the constructor failed before making it
         close_store = getattr(getattr(ids, "store", None), "close", None)
+        credentials = getattr(self, "scram_credentials", None)
+        if credentials is not None:
+            credentials.close()
         try:
             if self._own_authorizer and self.authorizer is not None:
                 self._own_authorizer = False

@@ -25,6 +25,7 @@ from idemcore.cli.options import (
 from idemcore.cli.serve import add_commands as add_serve_commands
 from idemcore.cli.simulate_cluster import add_options as add_cluster_simulation_options
 from idemcore.cli.simulate_cluster import run as run_cluster_simulation
+from idemcore.cli.users import add_commands as add_users_commands
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import PREFERENCE, available_backends, get_backend
 from idemcore.progress import bar as progress_bar
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_commands(commands, common)
     add_groups_commands(commands, common)
     add_acls_commands(commands, common)
+    add_users_commands(commands, common)
 
     backends = commands.add_parser("backends", parents=[common], help="list the kernel backends this machine can load")
     backends.set_defaults(run=run_backends)

@@ -39,6 +39,8 @@ class ErrorCode(enum.IntEnum):
     REBALANCE_IN_PROGRESS = 27
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33  # a SaslHandshake for a mechanism the listener does not enable
+    ILLEGAL_SASL_STATE = 34  # a SASL request out of order
     UNSUPPORTED_VERSION = 35  # a marker for a partition whose broker cannot take it: the coordinator counts it done
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -78,6 +80,9 @@ class ErrorCode(enum.IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86  # OffsetDelete of a topic a member of the group subscribes to
     UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch(require_stable): a transaction's offset for the partition is pending
     PRODUCER_FENCED = 90
+    RESOURCE_NOT_FOUND = 91  # e.g. describing or deleting a SCRAM credential a user does not have
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93  # e.g. a SCRAM credential's iterations outside Kafka's bounds
     FENCED_MEMBER_EPOCH = 110  # ConsumerGroupHeartbeat with an epoch the member no longer has (KIP-848)
     UNRELEASED_INSTANCE_ID = 111  # a consumer-protocol static member's instance id still held (KIP-848)
     UNSUPPORTED_ASSIGNOR = 112  # a server assignor the coordinator lacks (KIP-848)

@@ -431,3 +431,60 @@ class ZkClient:
         except (NoNodeError, BadVersionError):
             return False
         return True
+
+    # -- entity configs (/config/<type>/<name>) and their change notifications -----------------------------------
+
+    def entity_config_node(self, entity_type: str, name: str) -> tuple[bytes, int] | None:
+        """``/config/<entity_type>/<name>``'s bytes and version (``name`` as Kafka's Sanitizer writes it), None
+        when there is none."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._call(self._kazoo.get, f"/config/{entity_type}/{name}")
+        except NoNodeError:
+            return None
+        return data or b"", int(stat.version)
+
+    def entity_names(self, entity_type: str) -> list[str]:
+        return sorted(self._call(self._kazoo.get_children, f"/config/{entity_type}"))
+
+    def set_entity_config_node(self, entity_type: str, name: str, data: bytes, expected_version: int | None) -> bool:
+        """Write the node if it is still at ``expected_version`` (None: only if absent) and leave a
+        ``/config/changes/config_change_`` notification (``{"version":2,"entity_path":"<type>/<name>"}``) so every
+        broker reloads it, as Kafka's ``AdminZkClient.changeEntityConfig``. False when another writer came first."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = f"/config/{entity_type}/{name}"
+        try:
+            if expected_version is None:
+                self._call(self._kazoo.create, path, data, makepath=True)
+            else:
+                self._call(self._kazoo.set, path, data, version=expected_version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        self._call(self._kazoo.create, f"{zk_data.CONFIG_CHANGES}/config_change_",
+                   zk_data.encode_config_change(f"{entity_type}/{name}"), sequence=True)
+        return True
+
+    def config_changes(self, watch: Watch | None = None) -> list[str]:
+        """The names under ``/config/changes`` in order; ``watch`` fires when one is added."""
+        return sorted(self._call(self._kazoo.get_children, zk_data.CONFIG_CHANGES, watch=watch))
+
+    def config_change_entity(self, change: str) -> tuple[str | None, int]:
+        """The ``entity_path`` a notification names (None when gone or unreadable) and when it was made (ms)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._call(self._kazoo.get, f"{zk_data.CONFIG_CHANGES}/{change}")
+        except NoNodeError:
+            return None, 0
+        return zk_data.decode_config_change(data), int(stat.ctime)
+
+    def delete_config_change(self, change: str) -> None:
+        """Remove a notification every broker has had time to see (Kafka purges them after 15 minutes)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self._call(self._kazoo.delete, f"{zk_data.CONFIG_CHANGES}/{change}")
+        except NoNodeError:
+            pass

@@ -202,6 +202,20 @@ def decode_config(data: bytes | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {}
 
 
+def encode_config_change(entity_path: str) -> bytes:
+    """A ``/config/changes/config_change_N`` node (Kafka's ``ConfigEntityChangeNotificationSequenceZNode``)."""
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes | None) -> str | None:
+    try:
+        fields = _load(data or b"", "config change")
+    except ZkDataError:
+        return None
+    path = fields.get("entity_path") if isinstance(fields, dict) else None
+    return path if isinstance(path, str) else None
+
+
 def encode_isr_change(partitions: list[tuple[str, int]]) -> bytes:
     return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
 

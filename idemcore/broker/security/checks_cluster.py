@@ -26,6 +26,7 @@ from idemcore.broker.security.request_context import (
     pick,
     split,
 )
+from idemcore.broker.security.scram_requests import refused_alter
 from idemcore.net.acls import refused_create_acls, refused_delete_acls
 from idemcore.net.configs import (
     AlterConfigsResponse,
@@ -179,6 +180,7 @@ CLUSTER_CHECKED: dict[str, AclOperation] = {
 CLUSTER_REFUSALS: dict[str, Callable[[Any, int], Any]] = {
     "CreateAclsRequest": refused_create_acls,
     "DeleteAclsRequest": refused_delete_acls,
+    "AlterUserScramCredentialsRequest": refused_alter,
 }
 
 

@@ -21,6 +21,7 @@ from idemcore.net.wire.metadata import CREATE_TOPICS, METADATA
 from idemcore.net.wire.offsets import OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT
 from idemcore.net.wire.produce import PRODUCE
 from idemcore.net.wire.schema import load_response_schema
+from idemcore.net.wire.scram_credentials import SCRAM_CREDENTIAL_APIS
 from idemcore.net.wire.transactions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -39,6 +40,7 @@ APIS: dict[int, WireApi] = {api.key: api for api in (
     OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
     *MEMBERSHIP_APIS, *GROUP_ADMIN_APIS, *CONSUMER_GROUP_APIS, *ADMIN_APIS, *CONFIG_APIS, *INTER_BROKER_APIS,
     *ACL_APIS,
+    *SCRAM_CREDENTIAL_APIS,
 )}
 
 

@@ -82,6 +82,7 @@ from idemcore.net.wire.acls_client import ACL_CLIENT_APIS
 from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
+from idemcore.net.wire.scram_credentials import SCRAM_CREDENTIAL_CLIENT_APIS
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_UNCOMMITTED
 from idemcore.record.batch import RecordBatch
@@ -623,7 +624,8 @@ CLIENT_APIS: dict[type, ClientApi] = {
     LeaveGroupRequest: LEAVE_GROUP,
 }
 CLIENT_APIS.update({kind: _api(key, name, low, high, encode, decode)
-                    for kind, key, name, low, high, encode, decode in GROUP_ADMIN_CLIENT_APIS + ACL_CLIENT_APIS})
+                    for kind, key, name, low, high, encode, decode in (*GROUP_ADMIN_CLIENT_APIS, *ACL_CLIENT_APIS,
+                                                                      *SCRAM_CREDENTIAL_CLIENT_APIS)})
 #: The client APIs by key.
 BY_KEY: dict[int, ClientApi] = {api.key: api for api in CLIENT_APIS.values()}
 
