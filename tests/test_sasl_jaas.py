@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore.broker.security.jaas import (
+from idemcore.net.jaas import (
     PLAIN_LOGIN_MODULE,
     JaasConfigError,
     jaas_for_mechanism,

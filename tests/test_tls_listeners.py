@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import ssl
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import kafka
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from idemcore.broker import Broker
 from idemcore.broker.config import BrokerConfig
 from idemcore.broker.security.listeners import PrincipalMapper, distinguished_name
-from idemcore.broker.security.session import Session
-from idemcore.broker.server import Server
 from idemcore.errors import ConfigError
 from idemcore.net.broker_channel import BlockingBrokerChannel
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import MetadataRequest
+from tests.secured import serving
 from tests.tls_certs import TestCA
 
 
@@ -35,25 +30,6 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
 @pytest.fixture(scope="module")
 def broker_cert(ca: TestCA) -> Any:
     return ca.issue("broker", server=True, O="idemcore tests", CN="localhost")
-
-
-@contextmanager
-def serving(tmp_path: Path, **settings: str) -> Iterator[tuple[Server, list[Session]]]:
-    """A broker and server of ``settings`` (Kafka's names); the sessions of the requests it answered."""
-    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path / "logs"), **settings})
-    broker = Broker({}, fsync=False, settings=config, **config.broker_kwargs())
-    sessions: list[Session] = []
-    answer = broker.handle_from
-
-    def recording(session: Session, request: Any) -> Any:
-        sessions.append(session)
-        return answer(session, request)
-    broker.handle_from = recording  # type: ignore[method-assign]
-    try:
-        with Server(broker, **config.server_kwargs()) as server:
-            yield server, sessions
-    finally:
-        broker.close()
 
 
 def _tls(ca: TestCA, cert: Any, listeners: str = "SSL://127.0.0.1:0", **more: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -29,11 +30,19 @@ from typing import Any
 from idemcore.broker.broker import Broker
 from idemcore.broker.security.listeners import Endpoint, ListenerSecurity, distinguished_name
 from idemcore.broker.security.request_context import RequestRefused
+from idemcore.broker.security.sasl_server import SaslAuthenticator, SaslStep
 from idemcore.broker.security.session import ANONYMOUS, KafkaPrincipal, Session
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
+from idemcore.net.wire import sasl as sasl_wire
 from idemcore.net.wire.api import WireContext, handle_each
-from idemcore.net.wire.apis import API_VERSIONS_KEY, API_VERSIONS_RANGE, APIS, api_versions_response
+from idemcore.net.wire.apis import (
+    API_VERSIONS_KEY,
+    API_VERSIONS_RANGE,
+    APIS,
+    SASL_API_RANGES,
+    api_versions_response,
+)
 from idemcore.net.wire.frames import (
     SIZE,
     MalformedFrameError,
@@ -43,6 +52,7 @@ from idemcore.net.wire.frames import (
     response_frame,
 )
 from idemcore.net.wire.membership import with_client
+from idemcore.protocol.codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +108,7 @@ class Server:
         self.inter_broker_listener = inter_broker_listener or self.listeners[0].name
         #: Counts for tests and logs: connections closed for a bad frame, requests the broker raised on.
         self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0,
-                      "authentication_failures": 0}
+                      "authentication_failures": 0, "unauthenticated": 0}
         self._served: list[_Served] = []
         self._ctx: WireContext | None = None
         self._bound_port = 0
@@ -283,17 +293,24 @@ class Server:
             connection = self._open(served, peer, writer)
             while True:
                 size = SIZE.unpack(await reader.readexactly(4))[0]
-                if not 8 <= size <= self.max_request_bytes:
+                # Before a SASL client is authenticated, frames are bounded by sasl.server.max.receive.size.
+                largest = self.max_request_bytes if connection.authenticated else min(
+                    self.max_request_bytes, served.security.sasl_max_receive_size)
+                smallest = 1 if connection.raw_tokens else 8
+                if not smallest <= size <= largest:
                     self.stats["malformed"] += 1
-                    log.info("closing %s: a request frame of %d bytes (allowed: 8 to %d)", peer, size,
-                             self.max_request_bytes)
+                    log.info("closing %s: a request frame of %d bytes (allowed: %d to %d)", peer, size, smallest,
+                             largest)
                     return
                 frame = await reader.readexactly(size)
-                chunks = await self._answer(frame, peer, connection)
+                chunks = (self._answer_raw_token(frame, peer, connection) if connection.raw_tokens
+                          else await self._answer(frame, peer, connection))
                 if chunks is None:
                     continue
                 writer.writelines(chunks)
                 await writer.drain()
+                if connection.close_after:  # Kafka closes once a refused authentication is answered
+                    return
         except _CloseConnection:
             pass
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
@@ -317,7 +334,54 @@ class Server:
                     distinguished_name(certificate.get("subject", ()))))
         host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         assert served.ctx is not None
-        return _Connection(served.ctx, Session(principal, host, security.name, security.protocol))
+        sasl = None
+        if security.uses_sasl:
+            plain = security.jaas["PLAIN"].plain_users() if "PLAIN" in security.jaas else {}
+            sasl = SaslAuthenticator(security.sasl_mechanisms, plain, self.broker.scram_credentials, host)
+        return _Connection(served.ctx, Session(principal, host, security.name, security.protocol), sasl)
+
+    def _answer_sasl(self, frame: bytes, peer: Any, connection: _Connection, api_key: int, version: int,
+                     correlation_id: int) -> Iterable[bytes]:
+        """SaslHandshake and SaslAuthenticate, answered by the connection's authenticator (Kafka's
+        ``SaslServerAuthenticator``); on a listener without SASL, or once authenticated, ILLEGAL_SASL_STATE (as
+        Kafka's ``KafkaApis`` answers them)."""
+        low, high = next((low, high) for key, low, high in SASL_API_RANGES if key == api_key)
+        if not low <= version <= high:
+            raise self._refuse("unsupported", peer, f"api key {api_key} version {version} is not served")
+        try:
+            _, body = read_request(frame)
+        except (MalformedFrameError, UnsupportedApiError) as error:
+            raise self._refuse("malformed", peer, error) from None
+        sasl = connection.sasl
+        if sasl is None or sasl.complete:
+            if api_key == sasl_wire.SASL_HANDSHAKE_KEY:
+                response = sasl_wire.handshake_response(version, ErrorCode.ILLEGAL_SASL_STATE, ())
+            else:
+                response = sasl_wire.authenticate_response(version, SaslStep(
+                    ErrorCode.ILLEGAL_SASL_STATE, "SASL authentication is not expected on this connection", b""))
+            return response_frame(correlation_id, response)
+        answer = sasl_wire.answer(sasl, api_key, version, body)
+        if answer.principal is not None:
+            connection.authenticated_as(answer.principal)
+        if answer.close:
+            self.stats["authentication_failures"] += 1
+            connection.close_after = True
+        elif api_key == sasl_wire.SASL_HANDSHAKE_KEY and version == 0:
+            connection.raw_tokens = True  # v0: the tokens follow in raw frames, not in SaslAuthenticate
+        return response_frame(correlation_id, answer.response)
+
+    def _answer_raw_token(self, token: bytes, peer: Any, connection: _Connection) -> Iterable[bytes]:
+        """A SASL token in a raw frame after SaslHandshake v0 (Kafka's pre-KIP-152 form); a refusal closes the
+        connection without an answer, as Kafka does for these clients."""
+        assert connection.sasl is not None
+        step = connection.sasl.authenticate(token)
+        if step.error_code != ErrorCode.NONE:
+            self.stats["authentication_failures"] += 1
+            raise _CloseConnection()
+        if step.complete and step.principal is not None:
+            connection.raw_tokens = False
+            connection.authenticated_as(step.principal)
+        return (SIZE.pack(len(step.auth_bytes)), bytes(step.auth_bytes))
 
     async def _answer(self, frame: bytes, peer: Any, connection: _Connection) -> Iterable[bytes] | None:
         """The response frame's chunks, None when none is sent (acks=0); _CloseConnection when the frame is
@@ -328,6 +392,10 @@ class Server:
             api_key, version, correlation_id = peek_request(frame)
         except MalformedFrameError as error:
             raise self._refuse("malformed", peer, error) from None
+        if api_key in (sasl_wire.SASL_HANDSHAKE_KEY, sasl_wire.SASL_AUTHENTICATE_KEY):
+            return self._answer_sasl(frame, peer, connection, api_key, version, correlation_id)
+        if not connection.authenticated and api_key != API_VERSIONS_KEY:  # Kafka closes such a connection
+            raise self._refuse("unauthenticated", peer, f"api key {api_key} before SASL authentication completed")
         if api_key == API_VERSIONS_KEY:
             low, high = API_VERSIONS_RANGE
             if not low <= version <= high:
@@ -390,13 +458,24 @@ class _Served:
 
 
 class _Connection:
-    """One client connection: the listener's wire context and who the client is (its :class:`Session`)."""
+    """One client connection: the listener's wire context, who the client is (its :class:`Session`), and on a
+    SASL listener its authenticator (no request but ApiVersions and SASL's own is served until it completes)."""
 
-    __slots__ = ("ctx", "session")
+    __slots__ = ("close_after", "ctx", "raw_tokens", "sasl", "session")
 
-    def __init__(self, ctx: WireContext, session: Session) -> None:
+    def __init__(self, ctx: WireContext, session: Session, sasl: SaslAuthenticator | None = None) -> None:
         self.ctx = ctx
         self.session = session
+        self.sasl = sasl
+        self.raw_tokens = False
+        self.close_after = False
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl is None or self.sasl.complete
+
+    def authenticated_as(self, principal: KafkaPrincipal) -> None:
+        self.session = dataclasses.replace(self.session, principal=principal)
 
     def handle(self, broker: Broker) -> Callable[[Any], Any]:
         """The broker's answer to a request of this session (checked against the ACLs when an authorizer is on)."""

@@ -10,17 +10,15 @@ librdkafka's (``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.locat
 
 from __future__ import annotations
 
-import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from idemcore.errors import ConfigError
+from idemcore.net.jaas import parse_jaas_config
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: ``username="..."`` / ``password="..."`` in a JAAS login module's options.
-_JAAS_OPTION = re.compile(r'(?P<key>username|password)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -75,14 +73,8 @@ class ClientSecurity:
             username, password = get("sasl.username"), get("sasl.password")
             jaas = get("sasl.jaas.config")
             if jaas is not None and (username is None or password is None):
-                username, password = jaas_credentials(jaas)
+                username, password = parse_jaas_config(jaas).client_credentials()
         return cls(protocol, context, mechanism, username, password)
-
-
-def jaas_credentials(jaas: str) -> tuple[str | None, str | None]:
-    """The ``username`` and ``password`` options of a JAAS login module's text (the client side of SASL)."""
-    options = {m["key"]: re.sub(r"\\(.)", r"\1", m["value"]) for m in _JAAS_OPTION.finditer(jaas)}
-    return options.get("username"), options.get("password")
 
 
 def _client_context(get: object, properties: Mapping[str, str]) -> ssl.SSLContext:

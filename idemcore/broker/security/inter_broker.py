@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from idemcore.errors import ConfigError
-from idemcore.net.client_security import ClientSecurity, jaas_credentials
+from idemcore.net.client_security import ClientSecurity
 
 if TYPE_CHECKING:
     from idemcore.broker.config import BrokerConfig
@@ -31,9 +31,8 @@ def inter_broker_security(settings: BrokerConfig | None, listener: str | None = 
             raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism} is not enabled on the inter-broker "
                               f"listener {name} ({', '.join(security.sasl_mechanisms)})")
         jaas = security.jaas.get(mechanism)
-        if jaas is not None:
-            username, password = jaas_credentials(jaas)
-        if username is None or password is None:
+        if jaas is None or "username" not in jaas.options or "password" not in jaas.options:
             raise ConfigError(f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config needs username and "
                               "password: the credentials this broker authenticates to the others with")
+        username, password = jaas.client_credentials()
     return ClientSecurity(security.protocol, context, mechanism, username, password)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idemcore.errors import ConfigError
+from idemcore.net.jaas import JaasConfig, jaas_for_mechanism
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms served (Kafka's GSSAPI and OAUTHBEARER are not).
@@ -328,14 +329,15 @@ class PrincipalMapper:
 @dataclass(frozen=True)
 class ListenerSecurity:
     """How one listener authenticates: its protocol, its TLS (SSL, SASL_SSL), its SASL mechanisms and their JAAS
-    configs (``listener.name.<l>.<mechanism>.sasl.jaas.config``, kept as text: the SASL module reads them)."""
+    configs (``listener.name.<l>.<mechanism>.sasl.jaas.config``: PLAIN's users; the broker's own credentials as a
+    client of the inter-broker listener)."""
 
     endpoint: Endpoint
     protocol: str
     tls: TlsSettings | None = None
     server_tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
     sasl_mechanisms: tuple[str, ...] = ()
-    jaas: Mapping[str, str] = field(default_factory=dict, repr=False)
+    jaas: Mapping[str, JaasConfig] = field(default_factory=dict, repr=False)
     sasl_max_receive_size: int = 524_288
     principal_mapper: PrincipalMapper = field(default_factory=lambda: PrincipalMapper((None,)))
 
@@ -383,7 +385,7 @@ def listener_securities(endpoints: tuple[Endpoint, ...], protocols: Mapping[str,
             tls = tls_settings(endpoint.name, value)
             server_tls = tls.server_context()
         mechanisms: tuple[str, ...] = ()
-        jaas: dict[str, str] = {}
+        jaas: dict[str, JaasConfig] = {}
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             mechanisms = tuple(value("sasl.enabled.mechanisms"))
             where = f"listener.name.{endpoint.name.lower()}.sasl.enabled.mechanisms (or sasl.enabled.mechanisms)"
@@ -397,8 +399,12 @@ def listener_securities(endpoints: tuple[Endpoint, ...], protocols: Mapping[str,
             for (listener, name), text in overrides.items():
                 match = _JAAS_KEY.fullmatch(name)
                 if listener == endpoint.name and match is not None:
-                    jaas[match["mechanism"].upper()] = text
-            if "PLAIN" in mechanisms and "PLAIN" not in jaas:
+                    mechanism = match["mechanism"].upper()
+                    try:
+                        jaas[mechanism] = jaas_for_mechanism(text, mechanism)
+                    except ConfigError as error:  # the text holds passwords: name the setting, not the value
+                        raise ConfigError(f"listener.name.{listener.lower()}.{name}: {error}") from None
+            if "PLAIN" in mechanisms and not (jaas.get("PLAIN") and jaas["PLAIN"].plain_users()):
                 raise ConfigError(f"SASL listener {endpoint.name} enables PLAIN and has no users: set "
                                   f"listener.name.{endpoint.name.lower()}.plain.sasl.jaas.config to "
                                   "org.apache.kafka.common.security.plain.PlainLoginModule required "

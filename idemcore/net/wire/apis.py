@@ -44,9 +44,13 @@ APIS: dict[int, WireApi] = {api.key: api for api in (
 )}
 
 
+#: SaslHandshake (17) and SaslAuthenticate (36): answered by the server's connections, not by the broker.
+SASL_API_RANGES = ((17, 0, 1), (36, 0, 2))
+
+
 def advertised() -> list[tuple[int, int, int]]:
-    """``(api key, min version, max version)`` of every API served, ApiVersions included."""
-    return sorted([(API_VERSIONS_KEY, *API_VERSIONS_RANGE)]
+    """``(api key, min version, max version)`` of every API served, ApiVersions and SASL's included."""
+    return sorted([(API_VERSIONS_KEY, *API_VERSIONS_RANGE), *SASL_API_RANGES]
                   + [(api.key, api.min_version, api.max_version) for api in APIS.values()])
 
 

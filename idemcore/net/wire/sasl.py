@@ -31,8 +31,6 @@ from idemcore.net.wire.frames import make
 from idemcore.net.wire.schema import load_request_schema, load_response_schema
 
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
-#: ``(api key, min version, max version)`` as ApiVersions lists them.
-SASL_API_RANGES = ((SASL_HANDSHAKE_KEY, 0, 1), (SASL_AUTHENTICATE_KEY, 0, 2))
 #: Kafka's answer when ``connections.max.reauth.ms`` is not set: the session does not expire.
 NO_SESSION_LIFETIME = 0
 
