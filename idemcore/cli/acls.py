@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from idemcore.cli.options import positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
 
 #: Exit status when the broker refused an ACL or a filter (printed with it).
 ACL_FAILED = 1
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.add + args.remove + args.list != 1:
         raise ValueError("give exactly one of --add, --remove and --list")
-    with AclAdmin(args.bootstrap_server, request_timeout_ms=args.timeout_ms) as admin:
+    with AclAdmin(args.bootstrap_server, request_timeout_ms=args.timeout_ms,
+                  security=command_config_security(args.command_config)) as admin:
         if args.add:
             return _add(args, admin)
         if args.remove:
@@ -245,6 +246,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     action.add_argument("--list", action="store_true", help="list ACLs")
     acls.add_argument("--bootstrap-server", type=_bootstrap, required=True, metavar="HOST:PORT",
                       help="a broker of the cluster (the first of a comma-separated list is asked)")
+    acls.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     acls.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic (repeatable)")
     acls.add_argument("--group", action="append", default=[], metavar="GROUP", help="a consumer group (repeatable)")
     acls.add_argument("--transactional-id", action="append", default=[], metavar="ID",

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from idemcore.cli.options import positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
 
 #: Exit status when a group's answer was an error (a missing group, a group that still has members).
 GROUP_FAILED = 1
@@ -47,7 +47,8 @@ def _choices(kind: str, valid: tuple[str, ...]) -> Any:
 def _admin(args: argparse.Namespace) -> Any:
     from idemcore.client.group_admin import GroupAdmin
 
-    return GroupAdmin(args.bootstrap, request_timeout_ms=args.timeout_ms)
+    return GroupAdmin(args.bootstrap, request_timeout_ms=args.timeout_ms,
+                      security=command_config_security(args.command_config))
 
 
 def _table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> None:
@@ -163,6 +164,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
 
     def action(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, parents=[common], help=help_text, description=description)
+        parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
         parser.add_argument("--bootstrap", type=_bootstrap, required=True, metavar="HOST:PORT",
                             help="a broker of the cluster (the first of a comma-separated list is used)")
         parser.add_argument("--timeout-ms", type=positive, default=30_000,

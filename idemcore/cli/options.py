@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 from idemcore.kernels import ENV_VAR, PREFERENCE
 from idemcore.protocol.codes import Origin
@@ -72,3 +73,19 @@ def configure_logging(args: argparse.Namespace) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False
+
+
+#: The help of ``--command-config``, as every command that talks to a broker gives it.
+COMMAND_CONFIG_HELP = ("client properties for the broker connection (security.protocol, ssl.*, sasl.mechanism, "
+                       "sasl.jaas.config or sasl.username/sasl.password), as Kafka's tools take them")
+
+
+def command_config_security(path: str | None) -> Any:
+    """The :class:`~idemcore.net.client_security.ClientSecurity` of the client properties file ``path`` (a
+    command's ``--command-config``); None when no file is given."""
+    if path is None:
+        return None
+    from idemcore.broker.config import read_properties
+    from idemcore.net.client_security import ClientSecurity
+
+    return ClientSecurity.from_properties(read_properties(path))

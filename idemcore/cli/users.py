@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from idemcore.cli.options import positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
 from idemcore.errors import IdemcoreError
 from idemcore.net import scram
 from idemcore.net.scram_credentials import (
@@ -69,12 +69,7 @@ def _call(args: argparse.Namespace, request: Any) -> Any:
     from idemcore.net.broker_channel import BlockingBrokerChannel
     from idemcore.net.tcp import parse_bootstrap
 
-    security = None
-    if args.command_config is not None:
-        from idemcore.broker.config import read_properties
-        from idemcore.net.client_security import ClientSecurity
-
-        security = ClientSecurity.from_properties(read_properties(args.command_config))
+    security = command_config_security(args.command_config)
     host, port = parse_bootstrap(args.bootstrap_server)[0]
     channel = BlockingBrokerChannel(host, port, "idemcore-users", request_timeout_ms=args.timeout_ms,
                                     security=security)
@@ -182,9 +177,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         where.add_argument("--bootstrap-server", type=_bootstrap, metavar="HOST:PORT",
                            help="a running broker (the first of a comma-separated list is used)")
         where.add_argument("--log-dir", metavar="DIR", help="a stopped broker's log dir (alone, not in a cluster)")
-        parser.add_argument("--command-config", metavar="FILE",
-                            help="client properties for --bootstrap-server (security.protocol, ssl.*, sasl.mechanism, "
-                                 "sasl.jaas.config or sasl.username/sasl.password), as Kafka's tools take them")
+        parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
         parser.add_argument("--timeout-ms", type=positive, default=30_000,
                             help="how long the request may take (default 30000)")
         return parser

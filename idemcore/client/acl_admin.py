@@ -21,6 +21,7 @@ from idemcore.net.acls import (
     DescribeAclsResponse,
 )
 from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.client_security import ClientSecurity
 from idemcore.net.tcp import parse_bootstrap
 
 T = TypeVar("T")
@@ -33,9 +34,11 @@ class AclAdminError(IdemcoreError, RuntimeError):
 class AclAdmin:
     """ACL administration through the broker ``bootstrap`` names (``HOST:PORT``; the first of a list)."""
 
-    def __init__(self, bootstrap: str, *, client_id: str = "idemcore-acls", request_timeout_ms: int = 30_000) -> None:
+    def __init__(self, bootstrap: str, *, client_id: str = "idemcore-acls", request_timeout_ms: int = 30_000,
+                 security: ClientSecurity | None = None) -> None:
         self.address = parse_bootstrap(bootstrap)[0]
-        self._channel = BlockingBrokerChannel(*self.address, client_id, request_timeout_ms=request_timeout_ms)
+        self._channel = BlockingBrokerChannel(*self.address, client_id, request_timeout_ms=request_timeout_ms,
+                                              security=security)
 
     def __enter__(self) -> AclAdmin:
         return self

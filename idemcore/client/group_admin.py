@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from idemcore.errors import IdemcoreError
 from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.client_security import ClientSecurity
 from idemcore.net.group_admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -61,8 +62,9 @@ class GroupAdmin:
     """Group administration over the cluster that ``bootstrap`` (``HOST:PORT``) belongs to."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "idemcore-groups", request_timeout_ms: int = 30_000,
-                 attempts: int = ATTEMPTS) -> None:
+                 attempts: int = ATTEMPTS, security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)[0]  # the first broker is asked
+        self.security = security
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.attempts = attempts
@@ -155,7 +157,7 @@ class GroupAdmin:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = BlockingBrokerChannel(
-                *address, self.client_id, request_timeout_ms=self.request_timeout_ms)
+                *address, self.client_id, request_timeout_ms=self.request_timeout_ms, security=self.security)
         try:
             answer = channel.call(request)
         except (ConnectionError, TimeoutError) as exc:

@@ -23,9 +23,12 @@ import socket
 import struct
 import threading
 import time
+from typing import Any
 
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import ProduceRequest, ProduceResponse, Request, Response
+from idemcore.net.sasl_client import SaslClientError, sasl_client
+from idemcore.net.wire import sasl as sasl_wire
 from idemcore.net.wire.broker_client import broker_api_of
 from idemcore.net.wire.client import (
     API_VERSIONS_KEY,
@@ -42,6 +45,8 @@ from idemcore.protocol.codes import ErrorCode
 _SIZE = struct.Struct(">i")
 #: The largest answer frame read (as the clients' transport bounds them).
 MAX_RESPONSE_BYTES = 1 << 30
+#: A SASL exchange takes two (PLAIN) or three (SCRAM) requests: more is a broker leading the client on.
+_MAX_SASL_STEPS = 8
 
 
 class _Negotiation:
@@ -100,6 +105,39 @@ class _Negotiation:
             return api.decode(request, version, body)
         except MalformedFrameError as error:
             raise ConnectionError(f"{self.where}: unreadable {api.name} v{version} answer: {error}") from None
+
+    def sasl_exchange(self, security: ClientSecurity | None,
+                      versions: dict[int, tuple[int, int]]) -> sasl_wire.ClientExchange | None:
+        """The SASL exchange this connection runs after ApiVersions (None: not a SASL connection)."""
+        if security is None or not security.uses_sasl:
+            return None
+        assert security.sasl_mechanism is not None and security.username is not None
+        assert security.password is not None
+        server = versions.get(sasl_wire.SASL_AUTHENTICATE_KEY)
+        if server is None or versions.get(sasl_wire.SASL_HANDSHAKE_KEY, (0, 0))[1] < 1:
+            raise ConnectionError(f"{self.where} does not speak SaslHandshake v1 and SaslAuthenticate (KIP-152)")
+        client = sasl_client(security.sasl_mechanism, security.username, security.password)
+        return sasl_wire.ClientExchange(client, authenticate_version=min(server[1], 2))
+
+    def sasl_frame(self, step: tuple[int, int, Any]) -> tuple[int, int, int, bytes]:
+        """``(api key, version, correlation id, frame)`` of one SASL request of an exchange."""
+        api_key, version, body = step
+        correlation_id = self.next_correlation()
+        return api_key, version, correlation_id, request_frame(api_key, version, correlation_id, self.client_id, body)
+
+    def sasl_answer(self, exchange: sasl_wire.ClientExchange, api_key: int, version: int, correlation_id: int,
+                    frame: bytes) -> tuple[int, int, Any] | None:
+        """The next SASL request after the answer ``frame``; None once authenticated; ConnectionError naming the
+        broker when refused (an authentication failure is no broker fault to retry at once)."""
+        try:
+            answered, body = read_response(api_key, version, frame)
+            self._check(answered, correlation_id)
+            return exchange.on_response(api_key, body)
+        except MalformedFrameError as error:
+            raise ConnectionError(f"{self.where}: unreadable SASL answer: {error}") from None
+        except (sasl_wire.SaslAuthenticationError, SaslClientError) as error:
+            raise ConnectionError(f"{self.where}: SASL authentication as {exchange.client.mechanism} failed: "
+                                  f"{error}") from None
 
     def _check(self, answered: int, expected: int) -> None:
         if answered != expected:
@@ -185,12 +223,25 @@ class BrokerChannel:
                                                    await self._receive(f"ApiVersions v{version}"))
                 if isinstance(outcome, dict):
                     self._versions = outcome
+                    await self._authenticate()
                     return
                 version = outcome
             raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
         except BaseException:
             self._drop()
             raise
+
+    async def _authenticate(self) -> None:
+        exchange = self._wire.sasl_exchange(self.security, self._versions)
+        step = exchange.first() if exchange is not None else None
+        for _ in range(_MAX_SASL_STEPS):
+            if step is None or exchange is None:
+                return
+            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
+            await self._send(frame)
+            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
+                                          await self._receive(f"SASL api {api_key} v{version}"))
+        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     async def _send(self, frame: bytes) -> None:
         assert self._writer is not None
@@ -293,12 +344,26 @@ class BlockingBrokerChannel:
                                                    self._receive(deadline, f"ApiVersions v{version}"))
                 if isinstance(outcome, dict):
                     self._versions = outcome
+                    self._authenticate()
                     return
                 version = outcome
             raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
         except BaseException:
             self._drop()
             raise
+
+    def _authenticate(self) -> None:
+        exchange = self._wire.sasl_exchange(self.security, self._versions)
+        step = exchange.first() if exchange is not None else None
+        for _ in range(_MAX_SASL_STEPS):
+            if step is None or exchange is None:
+                return
+            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
+            deadline = time.monotonic() + self.request_timeout_ms / 1000
+            self._send(frame, deadline, f"SASL api {api_key} v{version}")
+            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
+                                          self._receive(deadline, f"SASL api {api_key} v{version}"))
+        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     def _left(self, deadline: float, what: str) -> float:
         left = deadline - time.monotonic()
