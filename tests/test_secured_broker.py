@@ -109,3 +109,38 @@ def test_broker_channels_authenticate(tmp_path, mechanism):
             "SASL_PLAINTEXT", None, mechanism, "admin", "nope"))
         with pytest.raises(ConnectionError, match=f"SASL authentication as {mechanism} failed"):
             refused.call(MetadataRequest((), False))
+
+
+def test_the_readmes_security_settings_serve_as_it_says(tmp_path):
+    """The README's server.properties of its Security section, with a real key store and free ports: the first
+    SCRAM user made into the log directory before the start (as the README shows) logs in over SASL_SSL, and
+    PLAIN's admin too."""
+    from tests.tls_certs import TestCA
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Security"):]
+    block = section[section.index("    listeners="):section.index("\n\n- **Listeners**")]
+    text = "\n".join(line[4:] for line in block.splitlines())
+    from idemcore.broker.config import read_properties
+
+    (tmp_path / "server.properties").write_text(text)
+    settings = read_properties(tmp_path / "server.properties")
+    ca = TestCA(tmp_path)
+    cert = ca.issue("broker", server=True, CN="localhost")
+    settings.update({"ssl.keystore.location": str(cert.keystore), "listeners": "SASL_SSL://127.0.0.1:0,"
+                     "INTERNAL://127.0.0.1:0", "advertised.listeners": "SASL_SSL://127.0.0.1:0,INTERNAL://127.0.0.1:0"})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    password = tmp_path / "carol.password"
+    password.write_text("carol-secret\n")
+    assert main(["users", "set", "carol", "--mechanism", "SCRAM-SHA-512", "--password-file", str(password),
+                 "--log-dir", str(logs)]) == 0
+    with serving(tmp_path, **settings) as (server, sessions):
+        secure = {"bootstrap.servers": server.bootstrap_of("SASL_SSL"), "security.protocol": "SASL_SSL",
+                  "ssl.ca.location": str(ca.path), "log_level": 0}
+        for mechanism, user, secret in (("SCRAM-SHA-512", "carol", "carol-secret"), ("PLAIN", "admin",
+                                                                                    "admin-secret")):
+            client = AdminClient({**secure, "sasl.mechanism": mechanism, "sasl.username": user,
+                                  "sasl.password": secret})
+            assert client.list_topics(timeout=20).brokers
+        assert {str(s.principal) for s in sessions} == {"User:carol", "User:admin"}
