@@ -108,7 +108,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from idemcore.broker.server import Server
 
     config, data_dir = _settings(args)
-    _check_listenable(config.listener.host, config.listener.port)
+    for listener in config.listeners:
+        _check_listenable(listener.endpoint.host, listener.endpoint.port)
     # A --topics topic whose partitions are on disk but not in topics.json (that file lost or edited) is served from
     # them: given to the broker at start, as its error for CreateTopics advises; the others are created below.
     on_disk = {name: count for name, count in args.topics
@@ -164,7 +165,8 @@ async def _serve(server: Any, data_dir: Path) -> None:
     try:
         await server.start_serving(join_cluster=False)
     except OSError as error:  # name what could not be listened on, in one line
-        raise OSError(f"cannot listen on {server.host}:{server.port}: {error.strerror or error}") from None
+        where = ", ".join(str(one.endpoint) for one in server.listeners)
+        raise OSError(f"cannot listen on {where}: {error.strerror or error}") from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
@@ -172,6 +174,10 @@ async def _serve(server: Any, data_dir: Path) -> None:
     topics = ", ".join(f"{name}:{count}" for name, count in sorted(server.broker.topics.items())) or "none yet"
     print(f"idemcore serve: listening on {host}:{port} (bootstrap.servers={host}:{port}); data dir "
           f"{data_dir}; topics: {topics}", flush=True)
+    if len(server.listeners) > 1 or server.listeners[0].protocol != "PLAINTEXT":
+        print("idemcore serve: listeners " + ", ".join(
+            f"{one.name} ({one.protocol}) on {server.addresses[one.name][0]}:{server.addresses[one.name][1]}"
+            for one in server.listeners), flush=True)
     await server.join_cluster()
     await server.serve_until_stopped()
 
