@@ -141,3 +141,41 @@ def test_anonymous_on_the_plaintext_listener_may_do_nothing(secured):
     assert errors[0].code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._MSG_TIMED_OUT,
                                 KafkaError.UNKNOWN_TOPIC_OR_PART)
 
+
+
+def test_a_transaction_commits_with_markers_sent_between_brokers_as_the_super_user(secured):
+    """The transaction coordinator writes its markers to the partitions' leaders over the SASL_SSL listener as
+    User:broker (WriteTxnMarkers needs CLUSTER_ACTION); carol needs WRITE on her transactional id."""
+    cluster, ca = secured
+    admin = AdminClient(_secure(cluster, ca, "PLAIN", "admin", "admin-secret"))
+    topic, txn = "secured-txn", "carol-txn"
+    grants = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*", operation,
+                         AclPermissionType.ALLOW) for operation in (AclOperation.WRITE, AclOperation.READ)]
+    grants.append(AclBinding(ResourceType.TRANSACTIONAL_ID, txn, ResourcePatternType.LITERAL, "User:carol", "*",
+                             AclOperation.WRITE, AclPermissionType.ALLOW))
+    for future in admin.create_acls(grants).values():
+        assert future.result(30) is None
+    create_topic(admin, topic, 3, 3)
+    carol = _secure(cluster, ca, "SCRAM-SHA-512", "carol", "carol-secret")
+    producer = Producer({**carol, "transactional.id": txn, "transaction.timeout.ms": 30_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(topic, str(i).encode(), partition=i % 3)
+    producer.commit_transaction(60)
+    consumer = Consumer({**carol, "group.id": "unused", "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(values) < 30 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert sorted(values, key=int) == [str(i).encode() for i in range(30)]  # committed: markers reached all three
+
+    stranger = Producer({**carol, "transactional.id": "not-carols", "log_level": 0})
+    with pytest.raises(KafkaException) as refused:
+        stranger.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
