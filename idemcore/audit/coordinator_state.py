@@ -68,11 +68,13 @@ RECENT = "recent"
 #: The verdicts counted as hanging (the report's ``hanging`` column).
 HANGING_VERDICTS = (HANGING, UNCONFIRMED)
 
-#: ``transaction_log`` of a report: the coordinator's log was read / the audit held none / it was not read.
-LOG_READ, LOG_ABSENT, LOG_IGNORED = "read", "absent", "ignored"
+#: ``transaction_log`` of a report: the coordinator's log was read / the audit held none / it was not read / (over
+#: the wire) the cluster's coordinators would not say (ListTransactions refused, or not spoken).
+LOG_READ, LOG_ABSENT, LOG_IGNORED, LOG_REFUSED = "read", "absent", "ignored", "refused"
 #: The reason of an unconfirmed candidate, by ``transaction_log``.
 NOT_CONFIRMED = {LOG_ABSENT: "not confirmed: no transaction log",
-                 LOG_IGNORED: "not confirmed: transaction log not read (ignored)"}
+                 LOG_IGNORED: "not confirmed: transaction log not read (ignored)",
+                 LOG_REFUSED: "not confirmed: the cluster's transaction coordinators could not be asked"}
 
 #: The columns :func:`judge_open_txns` appends to the open transactions.
 VERDICT_FIELDS = [

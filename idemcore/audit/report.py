@@ -91,13 +91,15 @@ class AuditReport:
     def from_results(cls, results: Iterable[TaskResult], *, order_by: str, seconds: float,
                      hanging_after_ms: int = DEFAULT_HANGING_AFTER_MS, now_ms: int | None = None,
                      source: str = "", transaction_log: TransactionLog | None = None,
-                     transaction_log_ignored: bool = False) -> AuditReport:
+                     transaction_log_ignored: bool = False, transaction_log_status: str | None = None
+                     ) -> AuditReport:
         """Merge task results. ``now_ms`` (default: the newest batch timestamp seen) is when open
         transactions are judged: one whose producer last wrote more than ``hanging_after_ms`` before
         is a candidate, as Kafka's ``kafka-transactions.sh find-hanging`` collects them. With the
         coordinator's ``transaction_log`` a candidate is hanging only if the coordinator would write no
         marker for it (:meth:`TransactionLog.judge`); without one, every candidate is hanging, unconfirmed
-        (``transaction_log_ignored``: the log was there but not read, which the reasons say)."""
+        (``transaction_log_ignored``: the log was there but not read, which the reasons say;
+        ``transaction_log_status``: the status to report instead, e.g. ``refused`` over the wire)."""
         if hanging_after_ms < 0:
             raise ValueError(f"hanging_after_ms must be >= 0, got {hanging_after_ms}")
         results = list(results) or [TaskResult.empty(order_by)]  # no rows at all: an empty report
@@ -114,6 +116,8 @@ class AuditReport:
         idle = now_ms - open_txns.column("last_timestamp").to_numpy()
         open_txns = open_txns.append_column("idle_ms", pa.array(idle, pa.int64()))
         status = LOG_READ if transaction_log is not None else LOG_IGNORED if transaction_log_ignored else LOG_ABSENT
+        if transaction_log_status is not None:
+            status = transaction_log_status
         open_txns = judge_open_txns(open_txns, hanging_after_ms, transaction_log, status, int(now_ms))
         earliest = open_txns.group_by([TOPIC, "partition"]).aggregate([("first_offset", "min")])
         partitions = partitions.join(earliest, [TOPIC, "partition"], join_type="left outer")

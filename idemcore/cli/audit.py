@@ -18,7 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from idemcore.cli.options import BACKEND_CHOICES, BACKEND_HELP, ORIGIN_CHOICES, non_negative, positive, show_progress
+from idemcore.cli.options import (
+    BACKEND_CHOICES,
+    BACKEND_HELP,
+    COMMAND_CONFIG_HELP,
+    ORIGIN_CHOICES,
+    command_config_security,
+    non_negative,
+    positive,
+    show_progress,
+)
 from idemcore.errors import IdemcoreError
 from idemcore.findings import Finding
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
@@ -321,6 +330,66 @@ def _audit_log_dir(args: argparse.Namespace) -> Any:
     return report
 
 
+def _topics(args: argparse.Namespace) -> list[str] | None:
+    if args.topics is None:
+        return None
+    names = [name.strip() for name in args.topics.split(",") if name.strip()]
+    if not names:
+        raise IdemcoreError(f"--topics {args.topics!r} names no topic")
+    return names
+
+
+def _audit_cluster(args: argparse.Namespace) -> Any:
+    """A live cluster (``kafka://HOST:PORT,...``): fetched over the wire, in-process or with --spark."""
+    from idemcore.audit.spark.audit_job import check_out
+    from idemcore.audit.wire import audit_cluster
+    from idemcore.audit.wire_fetch import Position, parse_bootstrap
+
+    parse_bootstrap(args.path)  # a bad address, said before any work
+    start, end = Position.parse(args.start), Position.parse(args.end)
+    if args.out:
+        check_out(Path(args.out), None)
+    security = command_config_security(args.config)
+    confirm = not getattr(args, "ignore_transaction_log", False)
+    with _one_line_warnings():
+        if args.spark:
+            from idemcore.audit.spark import audit_cluster_spark
+
+            report = audit_cluster_spark(args.path, topics=_topics(args), start=start, end=end,
+                                         client_properties=args.config, master=args.master, tasks=args.tasks,
+                                         backend=args.backend, hanging_after_ms=args.hanging_after_ms,
+                                         now_ms=getattr(args, "now_ms", None), confirm_hanging=confirm,
+                                         progress=show_progress(args))
+        else:
+            report = audit_cluster(args.path, topics=_topics(args), start=start, end=end, security=security,
+                                   backend=args.backend, hanging_after_ms=args.hanging_after_ms,
+                                   now_ms=getattr(args, "now_ms", None), confirm_hanging=confirm,
+                                   progress=show_progress(args))
+    if args.out:
+        report.write(args.out)
+    return report
+
+
+def _print_cluster_details(report: Any) -> None:
+    """What a cluster audit adds: the bytes fetched, the problems of the answers, the findings by offset."""
+    print(f"\nfetched {report.fetched_bytes / 1e6:,.1f} MB from {report.bootstrap} "
+          f"({report.megabytes_per_s:,.1f} MB/s)")
+    lines = report.problem_lines()
+    if lines:
+        print(f"\nproblems in what the leaders served ({len(lines)}):")
+        for line in lines[:_DETAIL_ROWS]:
+            print(f"  {line}")
+        if len(lines) > _DETAIL_ROWS:
+            print(f"  ... and {len(lines) - _DETAIL_ROWS} more")
+    located = report.located_findings
+    if located is not None and located.num_rows:
+        columns = ["topic", "partition", "base_offset", "last_offset", "producer_id", "producer_epoch",
+                   "base_sequence", "finding"]
+        shown = located.slice(0, _DETAIL_ROWS).to_pylist()
+        print(f"\nfindings by offset{f' (first {_DETAIL_ROWS})' if located.num_rows > _DETAIL_ROWS else ''}:")
+        print(_table(columns, [[row[c] for c in columns] for row in shown]))
+
+
 def _print_log_dir_problems(report: Any) -> None:
     lines = report.problem_lines()
     if lines:
@@ -535,10 +604,18 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.engine != "local":
         raise IdemcoreError("--engine goes with --follow (the one-shot audit of Parquet always runs on Spark; "
                             "--spark audits a Kafka log directory with Spark)")
+    cluster = args.path.startswith("kafka://")
     log_dir = "://" not in args.path and is_log_path(args.path)
+    if not cluster:
+        for option, given in (("--topics", args.topics is not None), ("--from", args.start != "earliest"),
+                              ("--to", args.end != "latest"), ("--config", args.config is not None)):
+            if given:
+                raise IdemcoreError(f"{option} goes with a cluster (kafka://HOST:PORT), not {args.path}")
     if args.html is not None:
         _check_html(args.html, args.path)
-    if log_dir:
+    if cluster:
+        report = _audit_cluster(args)
+    elif log_dir:
         report = _audit_log_dir(args)
     else:
         importlib.import_module("pyspark")  # Parquet is audited with Spark: a missing extra is said first
@@ -554,6 +631,10 @@ def run_audit(args: argparse.Namespace) -> int:
         summary["transactions"] = report.transactions()
         summary["lso_held_partitions"] = report.held_partitions().num_rows
         summary["hanging_check"] = report.hanging_check()
+        if cluster:
+            summary["fetched_bytes"] = report.fetched_bytes
+            summary["fetch_problems"] = report.problem_counts()
+            summary["located_findings"] = report.located_findings.slice(0, _DETAIL_ROWS).to_pylist()
         summary["hanging_candidates"] = report.hanging_candidates().select(_CANDIDATE_JSON).slice(
             0, _DETAIL_ROWS).to_pylist()
         summary["out"] = str(args.out) if args.out else None
@@ -567,6 +648,8 @@ def run_audit(args: argparse.Namespace) -> int:
         print_report(report)
         if log_dir:
             _print_log_dir_problems(report)
+        if cluster:
+            _print_cluster_details(report)
         if args.out:
             print(f"\nwritten: {_report_files(args.out)}")
         if html is not None:
@@ -732,8 +815,21 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "rules with Spark (Python workers read the files; only findings come back) and report "
                     "duplicates, gaps, zombie writes and hanging transactions.")
     aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
-                                  "a dataset written by `idemcore generate`, or Kafka's log directory (or "
-                                  "partition directories, segment files: audited in-process)")
+                                  "a dataset written by `idemcore generate`, Kafka's log directory (or "
+                                  "partition directories, segment files: audited in-process), or a live cluster, "
+                                  "kafka://HOST:PORT[,HOST:PORT...] (its batches fetched over the wire, "
+                                  "read_uncommitted, headers only)")
+    aud.add_argument("--topics", default=None, metavar="A,B",
+                     help="a cluster: the topics to audit (default: every topic but internal ones)")
+    aud.add_argument("--from", dest="start", default="earliest", metavar="WHERE",
+                     help="a cluster: where each partition's audit starts: earliest (the default), latest-N (N "
+                          "offsets before the end), offset:N, or a time (epoch ms or ISO 8601 with its zone: the "
+                          "first offset at or after it, by ListOffsets)")
+    aud.add_argument("--to", dest="end", default="latest", metavar="WHERE",
+                     help="a cluster: where it stops, as --from (default latest: the log end when the audit "
+                          "starts)")
+    aud.add_argument("--config", default=None, metavar="FILE",
+                     help="a cluster: " + COMMAND_CONFIG_HELP)
     aud.add_argument("--out", type=Path, default=None,
                      help="write findings.parquet, producers.parquet and summary.json here")
     aud.add_argument("--html", type=Path, default=None, metavar="PATH",
@@ -747,10 +843,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     aud.add_argument("--ignore-transaction-log", action="store_true",
                      help="a Kafka log directory: do not read its __transaction_state partitions (by default each "
                           "open transaction idle past --hanging-after-ms is confirmed hanging or cleared by the "
-                          "coordinator's state, as kafka-transactions.sh find-hanging does)")
+                          "coordinator's state, as kafka-transactions.sh find-hanging does); a cluster: do not ask "
+                          "its coordinators (ListTransactions, DescribeTransactions)")
     aud.add_argument("--spark", action="store_true",
-                     help="a Kafka log directory: audit it with Spark (whole partitions per task) instead of "
-                          "in-process (Parquet is always audited with Spark)")
+                     help="a Kafka log directory or a cluster: audit it with Spark (whole partitions per task; "
+                          "each task fetches its own partitions from their leaders) instead of in-process (Parquet "
+                          "is always audited with Spark)")
     aud.add_argument("--follow", action="store_true",
                      help="keep auditing PATH as it grows (a Parquet directory gaining files, or a Kafka log "
                           "directory whose segments grow), in-process unless --engine spark: new findings as they "

@@ -79,6 +79,7 @@ from idemcore.net.messages import (
     TxnOffsetCommitResponse,
 )
 from idemcore.net.wire.acls_client import ACL_CLIENT_APIS
+from idemcore.net.wire.admin_client import ADMIN_CLIENT_APIS
 from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
@@ -625,7 +626,8 @@ CLIENT_APIS: dict[type, ClientApi] = {
 }
 CLIENT_APIS.update({kind: _api(key, name, low, high, encode, decode)
                     for kind, key, name, low, high, encode, decode in (*GROUP_ADMIN_CLIENT_APIS, *ACL_CLIENT_APIS,
-                                                                      *SCRAM_CREDENTIAL_CLIENT_APIS)})
+                                                                      *SCRAM_CREDENTIAL_CLIENT_APIS,
+                                                                      *ADMIN_CLIENT_APIS)})
 #: The client APIs by key.
 BY_KEY: dict[int, ClientApi] = {api.key: api for api in CLIENT_APIS.values()}
 

@@ -1,0 +1,376 @@
+"""Reading a live cluster's partitions as a consumer does, for the audit: raw batches, never decoded.
+
+:class:`ClusterReader` holds one :class:`~idemcore.net.broker_channel.BlockingBrokerChannel` per broker (TLS and
+SASL from Kafka's client settings, :class:`~idemcore.net.client_security.ClientSecurity`), learns each partition's
+leader from Metadata, resolves where to start and stop by ListOffsets (earliest, latest, a timestamp), and fetches
+each partition from its leader with ``isolation_level=read_uncommitted`` (the audit must see aborted data and the
+markers). A leader that moved (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, a lost connection, ...) means new
+metadata and the same fetch again, a bounded number of times, as Kafka's consumer does.
+
+:func:`fetch_batches` walks one partition's offsets: each Fetch answer's ``records`` are the leader's stored
+batches back to back, exactly a segment's bytes, so the native header scan (:func:`scan_buffer`) reads them as it
+reads a segment file; the last batch of an answer may be cut short by the byte limit, and the next fetch starts
+where the last whole batch ended.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from idemcore.errors import IdemcoreError
+from idemcore.kernels import Backend
+from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.client_security import ClientSecurity
+from idemcore.net.messages import (
+    EARLIEST_TIMESTAMP,
+    FetchedPartition,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from idemcore.protocol.codes import ErrorCode, error_name
+from idemcore.protocol.constants import READ_UNCOMMITTED
+from idemcore.record.kafka_files import STOP_END, STOP_TORN_TAIL, STOP_ZERO_PADDING, SegmentScan
+from idemcore.record.kafka_files.segment import scan_buffer
+
+#: The scheme of a cluster's bootstrap address: ``kafka://HOST:PORT[,HOST:PORT...]``.
+SCHEME = "kafka://"
+#: Errors that mean "ask the metadata again and retry": the leader moved, or is being elected.
+RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                       ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
+                       ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT})
+#: Tries of one request before the audit gives up on it (each after new metadata and a growing pause).
+ATTEMPTS = 8
+BACKOFF_MS = 100
+#: Bytes asked per partition and fetch; doubled (up to :data:`MAX_FETCH_BYTES`) when a batch is larger.
+FETCH_BYTES = 8 << 20
+MAX_FETCH_BYTES = 1 << 30
+
+
+def is_cluster_url(source: str) -> bool:
+    return source.startswith(SCHEME)
+
+
+def parse_bootstrap(url: str) -> list[tuple[str, int]]:
+    """``kafka://HOST:PORT[,HOST:PORT...]`` as ``(host, port)`` pairs (IPv6 hosts in brackets)."""
+    if not is_cluster_url(url):
+        raise IdemcoreError(f"{url!r} is not a cluster address: kafka://HOST:PORT[,HOST:PORT...]")
+    rest = url[len(SCHEME):].rstrip("/")
+    pairs = []
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        match = re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d{1,5})", item)
+        if match is None or not 0 < int(match.group(2)) < 65536:
+            raise IdemcoreError(f"{item!r} in {url!r} is not HOST:PORT")
+        pairs.append((match.group(1), int(match.group(2))))
+    if not pairs:
+        raise IdemcoreError(f"{url!r} names no broker: kafka://HOST:PORT[,HOST:PORT...]")
+    return pairs
+
+
+# --- Where to start and stop -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Position:
+    """``--from`` / ``--to``: ``earliest``, ``latest``, ``latest-N`` (N offsets before the end), ``offset:N`` (that
+    offset in every partition), or a time (epoch ms, or ISO 8601: the first offset whose timestamp is at least it,
+    by ListOffsets)."""
+
+    kind: str  # "earliest", "latest", "offset", "timestamp"
+    value: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        word = text.strip().lower()
+        if word in ("earliest", "beginning"):
+            return cls("earliest")
+        if word in ("latest", "end"):
+            return cls("latest")
+        match = re.fullmatch(r"latest-(\d+)", word)
+        if match:
+            return cls("latest", int(match.group(1)))
+        match = re.fullmatch(r"offset:(\d+)", word)
+        if match:
+            return cls("offset", int(match.group(1)))
+        if re.fullmatch(r"\d+", word):
+            return cls("timestamp", int(word))
+        try:
+            stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise IdemcoreError(f"{text!r} is not earliest, latest, latest-N, offset:N, epoch ms or an ISO 8601 "
+                                "time") from None
+        if stamp.tzinfo is None:
+            raise IdemcoreError(f"{text!r}: give the time zone (e.g. {text.strip()}Z) so the time is not a guess")
+        return cls("timestamp", int(stamp.timestamp() * 1000))
+
+    def __str__(self) -> str:
+        if self.kind == "latest" and self.value:
+            return f"latest-{self.value}"
+        return {"earliest": "earliest", "latest": "latest", "offset": f"offset:{self.value}",
+                "timestamp": f"{self.value}"}[self.kind]
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """One partition's offsets to audit: the batches from the one holding ``start`` up to those starting before
+    ``end``; ``log_start``/``log_end``: the partition's log start and end offsets when planned."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    log_start: int
+    log_end: int
+
+
+# --- The cluster ------------------------------------------------------------------------------------------------
+
+
+class ClusterReader:
+    """Metadata, ListOffsets and Fetch of a cluster reached at ``bootstrap`` (module docstring). One request at a
+    time per broker; :meth:`close` closes every connection."""
+
+    def __init__(self, bootstrap: Sequence[tuple[str, int]], *, security: ClientSecurity | None = None,
+                 client_id: str = "idemcore-audit", request_timeout_ms: int = 30_000,
+                 connect_timeout_ms: int = 10_000):
+        self.bootstrap = list(bootstrap)
+        self.security = security
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.leader_epochs: dict[tuple[str, int], int] = {}
+        self.internal: set[str] = set()
+        self.topics: dict[str, int] = {}
+        self.fetches = 0
+        self.fetched_bytes = 0
+
+    def __enter__(self) -> ClusterReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def channel(self, address: tuple[str, int]) -> BlockingBrokerChannel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = BlockingBrokerChannel(
+                address[0], address[1], self.client_id, connect_timeout_ms=self.connect_timeout_ms,
+                request_timeout_ms=self.request_timeout_ms, security=self.security)
+        return channel
+
+    def broker_address(self, broker_id: int) -> tuple[str, int]:
+        return self.brokers.get(broker_id, self.bootstrap[0])
+
+    def any_broker(self, request: object) -> object:
+        """``request`` answered by the first broker that answers: the known brokers, then the bootstrap ones."""
+        errors = []
+        for address in [*self.brokers.values(), *self.bootstrap]:
+            try:
+                return self.channel(address).call(request)  # type: ignore[arg-type]
+            except (ConnectionError, TimeoutError, OSError) as error:
+                errors.append(str(error))
+        raise IdemcoreError(f"no broker of {self.describe()} answered: {'; '.join(errors[-3:])}")
+
+    def describe(self) -> str:
+        return SCHEME + ",".join(f"{host}:{port}" for host, port in self.bootstrap)
+
+    def refresh(self, topics: Sequence[str] | None = None) -> MetadataResponse:
+        """New metadata: the brokers, every partition's leader (of ``topics``; None: every topic)."""
+        answer = self.any_broker(MetadataRequest(None if topics is None else tuple(topics),
+                                                 allow_auto_topic_creation=False))
+        assert isinstance(answer, MetadataResponse)
+        for broker in answer.brokers:
+            self.brokers[broker.broker_id] = (broker.host, broker.port)
+        for topic in answer.topics:
+            if topic.is_internal:
+                self.internal.add(topic.name)
+            if topic.error_code != ErrorCode.NONE:
+                continue
+            self.topics[topic.name] = topic.partitions
+            for state in topic.partition_states or ():
+                self.leaders[(topic.name, state.partition)] = state.leader
+                self.leader_epochs[(topic.name, state.partition)] = state.leader_epoch
+        return answer
+
+    def partitions(self, topics: Sequence[str] | None) -> list[tuple[str, int]]:
+        """The partitions of ``topics`` (None: every topic but the internal ones), sorted; a topic the cluster
+        does not have (or does not show this principal) is an error naming it."""
+        answer = self.refresh(topics)
+        found = {topic.name: topic for topic in answer.topics}
+        if topics is not None:
+            for name in topics:
+                topic = found.get(name)
+                if topic is None or topic.error_code != ErrorCode.NONE:
+                    code = topic.error_code if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    raise IdemcoreError(f"topic {name!r} of {self.describe()}: {error_name(code)}")
+        names = sorted(topics) if topics is not None else sorted(
+            t.name for t in answer.topics if not t.is_internal and not t.name.startswith("__")
+            and t.error_code == ErrorCode.NONE)
+        return [(name, partition) for name in names for partition in range(self.topics[name])]
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+        return self.broker_address(self.leaders.get((topic, partition), -1))
+
+    def list_offsets(self, pairs: Sequence[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """Per partition, the offset ListOffsets answers for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+        or a time: -1 when no record is that late), asked of each partition's leader."""
+        out: dict[tuple[str, int], int] = {}
+        left = list(pairs)
+        for attempt in range(ATTEMPTS):
+            by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+            for pair in left:
+                by_leader.setdefault(self._leader(*pair), []).append(pair)
+            retry: list[tuple[str, int]] = []
+            for address, mine in by_leader.items():
+                try:
+                    answer = self.channel(address).call(ListOffsetsRequest(
+                        tuple((t, p, timestamp) for t, p in mine), isolation_level=READ_UNCOMMITTED))
+                except (ConnectionError, TimeoutError) as error:
+                    if attempt == ATTEMPTS - 1:
+                        raise IdemcoreError(f"ListOffsets of {len(mine)} partition(s) at {address[0]}:{address[1]}:"
+                                            f" {error}") from None
+                    retry += mine
+                    continue
+                assert isinstance(answer, ListOffsetsResponse)
+                for result in answer.results:
+                    pair = (result.topic, result.partition)
+                    if result.error_code == ErrorCode.NONE:
+                        out[pair] = result.offset
+                    elif result.error_code in RETRIABLE and attempt < ATTEMPTS - 1:
+                        retry.append(pair)
+                    else:
+                        raise IdemcoreError(f"ListOffsets of {result.topic}-{result.partition}: "
+                                            f"{error_name(result.error_code)}")
+            if not retry:
+                return out
+            left = retry
+            self._pause(attempt)
+        return out
+
+    def _pause(self, attempt: int) -> None:
+        time.sleep(BACKOFF_MS * (attempt + 1) / 1000)
+        self.refresh()
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_BYTES,
+              max_wait_ms: int = 0) -> FetchedPartition:
+        """One Fetch of ``topic``-``partition`` from ``offset`` at its leader, read_uncommitted; a moved leader or
+        a lost connection: new metadata and again (at most :data:`ATTEMPTS` times). Any other error is the
+        partition's answer (the caller decides)."""
+        for attempt in range(ATTEMPTS):
+            address = self._leader(topic, partition)
+            request = FetchRequest((FetchPartition(topic, partition, offset, max_bytes),),
+                                   isolation_level=READ_UNCOMMITTED, max_bytes=max_bytes, min_bytes=1,
+                                   max_wait_ms=max_wait_ms)
+            try:
+                answer = self.channel(address).call(request)
+            except (ConnectionError, TimeoutError) as error:
+                if attempt == ATTEMPTS - 1:
+                    raise IdemcoreError(f"Fetch of {topic}-{partition} at {address[0]}:{address[1]}: {error}") \
+                        from None
+                self._pause(attempt)
+                continue
+            assert isinstance(answer, FetchResponse)
+            mine = next((p for p in answer.partitions if (p.topic, p.partition) == (topic, partition)), None)
+            code = mine.error_code if mine is not None else answer.error_code
+            if mine is not None and code == ErrorCode.NONE:
+                self.fetches += 1
+                self.fetched_bytes += len(mine.records)
+                return mine
+            if code in RETRIABLE and attempt < ATTEMPTS - 1:
+                self._pause(attempt)
+                continue
+            return mine if mine is not None else FetchedPartition(topic, partition, code)
+        raise AssertionError("unreachable")
+
+
+# --- Walking a partition ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FetchedBatches:
+    """The whole batches of one Fetch answer (``scan``: their header columns, in log order), the partition's
+    ``high_watermark`` and ``log_start_offset`` as the leader answered, and what was wrong (``problem``: a kind and
+    a line, where the answer's bytes could not be read as batches)."""
+
+    scan: SegmentScan
+    high_watermark: int
+    log_start_offset: int
+    problem: tuple[str, int, str] | None = None  # (kind, offset, message)
+
+
+def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str | Backend | None = None,
+                  max_bytes: int = FETCH_BYTES, follow_end: bool = False) -> Iterator[FetchedBatches]:
+    """The batches of ``part``, one Fetch answer at a time, each with at least one whole batch; from the batch
+    holding ``part.start`` on, up to the batches starting before ``part.end`` (``follow_end``: up to the high
+    watermark of each answer instead, the log as it grows). Stops at an unreadable answer (bad magic or length:
+    no later batch can be found in it), yielding it with its ``problem``."""
+    offset = part.start
+    limit = max_bytes
+    while True:
+        answer = reader.fetch(part.topic, part.partition, offset, limit)
+        if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            starts = reader.list_offsets([(part.topic, part.partition)], EARLIEST_TIMESTAMP)
+            new_start = starts.get((part.topic, part.partition), offset)
+            if new_start <= offset:  # beyond the end: the log was truncated under us
+                return
+            yield FetchedBatches(scan_buffer(b""), -1, new_start,
+                                 ("deleted", offset, f"offsets {offset}..{new_start - 1} were deleted (retention or "
+                                                     "DeleteRecords) before they were read"))
+            offset = new_start
+            continue
+        if answer.error_code != ErrorCode.NONE:
+            raise IdemcoreError(f"Fetch of {part.topic}-{part.partition} at offset {offset}: "
+                                f"{error_name(answer.error_code)}"
+                                + (f" ({answer.error_message})" if answer.error_message else ""))
+        end = answer.high_watermark if follow_end else min(part.end, answer.high_watermark)
+        records = answer.records
+        if not records:
+            return  # nothing at or after offset: the end of the log
+        scan = scan_buffer(records, partition=part.partition, backend=backend, verify_crc=True)
+        count = len(scan)
+        if not count:
+            if scan.stop == STOP_TORN_TAIL and limit < MAX_FETCH_BYTES:  # one batch larger than asked for
+                limit = min(2 * limit, MAX_FETCH_BYTES)
+                continue
+            yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset,
+                                 (scan.stop.replace(" ", "_"), offset, scan.stop_detail))
+            return
+        keep = scan["base_offset"] < end
+        if not keep.all():
+            scan = _rows(scan, np.flatnonzero(keep))
+        problem = None
+        if scan.stop not in (STOP_END, STOP_TORN_TAIL, STOP_ZERO_PADDING):  # a torn tail: the byte limit cut it
+            problem = (scan.stop.replace(" ", "_"), int(scan["last_offset"][-1]) + 1 if len(scan) else offset,
+                       scan.stop_detail)
+        if len(scan):
+            yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset, problem)
+        if problem is not None or not len(scan):
+            return
+        offset = max(offset, int(scan["last_offset"].max()) + 1)
+        if offset >= end:
+            return
+
+
+def _rows(scan: SegmentScan, rows: np.ndarray) -> SegmentScan:
+    return SegmentScan(scan.path, scan.base_offset, scan.size, {name: column[rows] for name, column in
+                                                                 scan.columns.items()},
+                       scan.stop, scan.stop_position, scan.stop_detail, scan.backend, scan.verified_crc)
