@@ -159,7 +159,7 @@ def plan_ranges(reader: ClusterReader, topics: Sequence[str] | None, start: Posi
     return [PartitionRange(topic, partition, min(max(starts[(topic, partition)], first[(topic, partition)]),
                                                  last[(topic, partition)]),
                            min(max(ends[(topic, partition)], first[(topic, partition)]), last[(topic, partition)]),
-                           first[(topic, partition)], last[(topic, partition)])
+                           first[(topic, partition)], last[(topic, partition)], end.kind == "latest" and not end.value)
             for topic, partition in pairs]
 
 
@@ -244,7 +244,7 @@ class WireAuditor:
                     backend: str | Backend | None, max_bytes: int = FETCH_BYTES, follow_end: bool = False,
                     on_fetch: Callable[[int, int], None] | None = None) -> None:
         """Fetch and replay ``part`` from ``progress.next_offset``, moving it on as answers come."""
-        if progress.next_offset >= part.end and not follow_end:
+        if progress.next_offset >= part.end and not (follow_end or part.to_log_end):
             return
         fetches, fetched_bytes = reader.fetches, reader.fetched_bytes
         walk = dataclasses.replace(part, start=progress.next_offset)

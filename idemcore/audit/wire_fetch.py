@@ -56,6 +56,9 @@ BACKOFF_MS = 100
 #: Bytes asked per partition and fetch; doubled (up to :data:`MAX_FETCH_BYTES`) when a batch is larger.
 FETCH_BYTES = 8 << 20
 MAX_FETCH_BYTES = 1 << 30
+#: How long a leader may hold a Fetch for data: a broker answers at once when it has some (tansu answers nothing
+#: to a Fetch that may not wait at all, so 0 is not used).
+FETCH_WAIT_MS = 100
 
 
 def is_cluster_url(source: str) -> bool:
@@ -132,6 +135,9 @@ class PartitionRange:
     end: int
     log_start: int
     log_end: int
+    #: ``end`` is the log end when planned (``--to latest``): the first answer's high watermark is taken if higher
+    #: (a broker whose ListOffsets answers less than its log end, as tansu's does, is read to its end all the same).
+    to_log_end: bool = False
 
 
 # --- The cluster ------------------------------------------------------------------------------------------------
@@ -271,7 +277,7 @@ class ClusterReader:
         self.refresh()
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_BYTES,
-              max_wait_ms: int = 0) -> FetchedPartition:
+              max_wait_ms: int = FETCH_WAIT_MS) -> FetchedPartition:
         """One Fetch of ``topic``-``partition`` from ``offset`` at its leader, read_uncommitted; a moved leader or
         a lost connection: new metadata and again (at most :data:`ATTEMPTS` times). Any other error is the
         partition's answer (the caller decides)."""
@@ -325,6 +331,9 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
     no later batch can be found in it), yielding it with its ``problem``."""
     offset = part.start
     limit = max_bytes
+    end = part.end
+    first = True
+    empty = 0
     while True:
         answer = reader.fetch(part.topic, part.partition, offset, limit)
         if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -341,10 +350,18 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             raise IdemcoreError(f"Fetch of {part.topic}-{part.partition} at offset {offset}: "
                                 f"{error_name(answer.error_code)}"
                                 + (f" ({answer.error_message})" if answer.error_message else ""))
-        end = answer.high_watermark if follow_end else min(part.end, answer.high_watermark)
+        if first and part.to_log_end:
+            end = max(end, answer.high_watermark)
+        first = False
+        stop = answer.high_watermark if follow_end else min(end, answer.high_watermark)
         records = answer.records
         if not records:
+            if offset < stop and empty < ATTEMPTS:  # below the high watermark: data is there, ask again
+                empty += 1
+                time.sleep(BACKOFF_MS * empty / 1000)
+                continue
             return  # nothing at or after offset: the end of the log
+        empty = 0
         scan = scan_buffer(records, partition=part.partition, backend=backend, verify_crc=True)
         count = len(scan)
         if not count:
@@ -354,7 +371,7 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset,
                                  (scan.stop.replace(" ", "_"), offset, scan.stop_detail))
             return
-        keep = scan["base_offset"] < end
+        keep = scan["base_offset"] < stop
         if not keep.all():
             scan = _rows(scan, np.flatnonzero(keep))
         problem = None
@@ -366,7 +383,7 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
         if problem is not None or not len(scan):
             return
         offset = max(offset, int(scan["last_offset"].max()) + 1)
-        if offset >= end:
+        if offset >= stop:
             return
 
 
