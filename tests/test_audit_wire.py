@@ -171,7 +171,8 @@ def test_a_served_log_with_every_kind_planted_gives_the_log_dir_report_and_the_g
                      segment_bytes=64 << 10)
     logs = tmp_path / "ds" / "logs"
     files = audit_log_dir(logs)
-    broker = Broker({"topic-000": 3, "topic-001": 3}, data_dir=logs, fsync=False)
+    # (retention off: the generated batches are older than a week, and the server's housekeeping would delete them)
+    broker = Broker({"topic-000": 3, "topic-001": 3}, data_dir=logs, fsync=False, retention_ms=-1)
     server = Server(broker).start()
     try:
         report = audit_cluster("kafka://" + server.bootstrap, max_bytes=16 << 10)  # many fetches per partition
@@ -335,7 +336,7 @@ def test_the_command_line_over_sasl_with_a_client_properties_file(tmp_path, caps
 
 def test_the_command_line_text_report_locates_findings_by_offset(tmp_path, capsys):
     truth = generate(tmp_path / "ds", topics=1, partitions=2, producers=8, batches=800, seed=5, format="kafka")
-    broker = Broker({"topic-000": 2}, data_dir=tmp_path / "ds" / "logs", fsync=False)
+    broker = Broker({"topic-000": 2}, data_dir=tmp_path / "ds" / "logs", fsync=False, retention_ms=-1)
     server = Server(broker).start()
     try:
         capsys.readouterr()
