@@ -3,7 +3,9 @@ and tansu, with the log-directory audit of the same broker's files as the oracle
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,6 +32,7 @@ from idemcore.record.batch import RecordBatch
 from idemcore.record.v2 import decode_stored_batches
 from idemcore.synth.dataset import generate
 from idemcore.synth.ground_truth import check_against_truth
+from idemcore.synth.streams import parse_mix
 from tests.peers import TansuProcess, tansu_binary
 from tests.secured import serving
 
@@ -355,3 +358,86 @@ def test_options_of_a_cluster_are_refused_elsewhere(tmp_path, capsys):
     assert main(["audit", str(tmp_path), "--topics", "a"]) == 2
     assert "--topics goes with a cluster" in capsys.readouterr().err
 
+
+
+def test_follow_a_cluster_reports_each_finding_once_across_a_restart(tmp_path):
+    """`audit --follow kafka://`: each round fetches on from where the last stopped; a crafted gap is one finding
+    in one round's file; a follower restarted from the checkpoint reads on without reporting it again."""
+    from idemcore.audit.follow import read_findings
+    from idemcore.audit.wire_follow import follow_cluster
+
+    broker = Broker({}, data_dir=tmp_path / "kafka-logs", fsync=False)
+    server = Server(broker).start()
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    url = "kafka://" + server.bootstrap
+    try:
+        _produce_more_to(server.bootstrap, "followed", 300, partitions=2)
+        (first,) = follow_cluster(url, out, checkpoint, rounds=1, fsync=False)
+        assert first.findings.num_rows == 0 and first.batches > 0
+        channel, pid, epoch = _raw_producer(server)
+        batch = RecordBatch("followed", 1, [b"v"] * 3, producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                            max_timestamp=int(time.time() * 1000))
+        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0  # type: ignore[union-attr]
+        broker.remove_expired_producers(int(time.time() * 1000) + 10 ** 10)
+        gap = dataclasses.replace(batch, base_sequence=10)
+        (answer,) = channel.call(ProduceRequest((gap,))).responses  # type: ignore[union-attr]
+        assert answer.error_code == 0
+        channel.close()
+        second, third = follow_cluster(url, out, checkpoint, rounds=2, interval_ms=10, fsync=False)
+        assert second.batches == 2 and third.batches == 0
+        assert second.findings.select(["topic", "partition", "base_offset", "finding"]).to_pylist() == [
+            {"topic": "followed", "partition": 1, "base_offset": answer.base_offset, "finding": "sequence_gap"}]
+        assert third.findings.num_rows == 0
+        _produce_more_to(server.bootstrap, "followed", 100, partitions=2, create=False)
+        (fourth,) = follow_cluster(url, out, checkpoint, rounds=1, fsync=False)  # a restart: from the checkpoint
+        assert fourth.round == 4 and fourth.findings.num_rows == 0 and fourth.batches > 0
+        assert fourth.total_batches == first.batches + 2 + fourth.batches
+        assert read_findings(out).column("finding").to_pylist() == ["sequence_gap"]
+        assert sum(fourth.report.partitions.column("log_end_offset").to_pylist()) == 300 + 6 + 100
+    finally:
+        server.stop()
+        broker.close()
+
+
+def _produce_more_to(bootstrap: str, topic: str, count: int, partitions: int, create: bool = True) -> None:
+    if create:
+        _produce(bootstrap, topic, count, partitions=partitions)
+        return
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                              "batch.size": 1500, "log_level": 0})
+    for i in range(count):
+        producer.produce(topic, value=b"x" * 80, partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+def test_follow_on_the_command_line_prints_a_line_per_round_and_stops_on_sigint(tmp_path):
+    import signal
+
+    truth = generate(tmp_path / "ds", topics=1, partitions=1, producers=5, batches=300, seed=2, format="kafka",
+                     anomalies=parse_mix("sequence_gap=1"))
+    broker = Broker({"topic-000": 1}, data_dir=tmp_path / "ds" / "logs", fsync=False, retention_ms=-1)
+    server = Server(broker).start()
+    try:
+        follower = subprocess.Popen([sys.executable, "-m", "idemcore.cli", "audit", "--follow",
+                                     f"kafka://{server.bootstrap}", "--out", str(tmp_path / "out"),
+                                     "--interval-ms", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = []
+        deadline = time.monotonic() + 60
+        assert follower.stdout is not None
+        while time.monotonic() < deadline:  # bounded: until the first round that read something
+            line = follower.stdout.readline()
+            lines.append(line)
+            if not line or " batches (" in line:
+                break
+        follower.send_signal(signal.SIGINT)
+        rest, errors = follower.communicate(timeout=60)
+    finally:
+        server.stop()
+        broker.close()
+    assert follower.returncode == 0, errors
+    (found,) = [line for line in lines if "sequence_gap" in line]
+    (planted,) = [p for p in truth["planted"] if p["finding"] == "sequence_gap"]
+    assert f"base_offset {planted['base_offset']}" in found and "topic-000-0" in found
+    assert f"round 1: {truth['batches']:,} batches" in "".join(lines)
+    assert "stopped after" in rest and "1 sequence_gap" in rest

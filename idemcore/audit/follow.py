@@ -114,7 +114,7 @@ class RoundResult:
     report: AuditReport
     read: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
-    problems: list[FileProblem] = field(default_factory=list)
+    problems: list[Any] = field(default_factory=list)  # FileProblem (a log directory), WireProblem (a cluster)
     findings_file: Path | None = None
     seconds: float = 0.0
 
@@ -519,6 +519,13 @@ def follow(source: str | os.PathLike[str], out: str | os.PathLike[str] | None = 
     never sleeps before it, so ``follow(..., rounds=1)`` is one immediate round."""
     follower = Follower(source, out, checkpoint, order_by=order_by, origin=origin, backend=backend,
                         hanging_after_ms=hanging_after_ms, verify_crc=verify_crc, fsync=fsync)
+    return run_rounds(follower, interval_ms=interval_ms, rounds=rounds, stop=stop, on_round=on_round, keep=keep)
+
+
+def run_rounds(follower: Any, *, interval_ms: int = DEFAULT_INTERVAL_MS, rounds: int | None = None,
+               stop: Callable[[], bool] | None = None, on_round: Callable[[RoundResult], None] | None = None,
+               keep: bool = True) -> list[RoundResult]:
+    """:func:`follow`'s loop over any follower (``poll()`` a round, ``close()`` at the end): a cluster's too."""
     results: list[RoundResult] = []
     done = 0
     try:

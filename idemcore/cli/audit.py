@@ -480,9 +480,19 @@ def _run_follow(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with _one_line_warnings():
-            follow(args.path, args.out, checkpoint, interval_ms=args.interval_ms, stop=lambda: bool(stopping),
-                   on_round=on_round, keep=False, order_by=args.order_by, origin=args.origin, backend=args.backend,
-                   hanging_after_ms=args.hanging_after_ms)
+            if args.path.startswith("kafka://"):
+                from idemcore.audit.wire_follow import follow_cluster
+
+                if args.end != "latest":
+                    raise IdemcoreError("--to does not go with --follow (a follow reads on as the log grows)")
+                follow_cluster(args.path, args.out, checkpoint, topics=_topics(args), start=args.start,
+                               security=command_config_security(args.config), interval_ms=args.interval_ms,
+                               stop=lambda: bool(stopping), on_round=on_round, keep=False, backend=args.backend,
+                               hanging_after_ms=args.hanging_after_ms)
+            else:
+                follow(args.path, args.out, checkpoint, interval_ms=args.interval_ms, stop=lambda: bool(stopping),
+                       on_round=on_round, keep=False, order_by=args.order_by, origin=args.origin,
+                       backend=args.backend, hanging_after_ms=args.hanging_after_ms)
     except KeyboardInterrupt:
         print("idemcore: round abandoned; the checkpoint holds the last whole round", file=sys.stderr)
     finally:
@@ -519,6 +529,9 @@ def _run_follow_spark(args: argparse.Namespace) -> int:
     from idemcore.audit.spark import follow_stream, get_session
     from idemcore.audit.spark.session import java_causes
 
+    if args.path.startswith("kafka://"):
+        raise IdemcoreError(f"{args.path} is a cluster: --engine spark follows a Parquet directory; a cluster is "
+                            "followed in process only (--engine local, the default)")
     if source_kind(args.path) == LOG_DIR:
         raise IdemcoreError(f"{args.path} is a Kafka log directory: --engine spark follows a Parquet directory; "
                             "a log directory is followed in process only (--engine local, the default)")
@@ -850,8 +863,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                           "each task fetches its own partitions from their leaders) instead of in-process (Parquet "
                           "is always audited with Spark)")
     aud.add_argument("--follow", action="store_true",
-                     help="keep auditing PATH as it grows (a Parquet directory gaining files, or a Kafka log "
-                          "directory whose segments grow), in-process unless --engine spark: new findings as they "
+                     help="keep auditing PATH as it grows (a Parquet directory gaining files, a Kafka log "
+                          "directory whose segments grow, or a cluster's partitions, fetched on from where the last "
+                          "round stopped), in-process unless --engine spark: new findings as they "
                           "appear, one line each "
                           "and OUT/findings-<round>.parquet; stops cleanly on Ctrl-C")
     aud.add_argument("--engine", choices=("local", "spark"), default="local",
