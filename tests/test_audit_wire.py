@@ -441,3 +441,43 @@ def test_follow_on_the_command_line_prints_a_line_per_round_and_stops_on_sigint(
     assert f"base_offset {planted['base_offset']}" in found and "topic-000-0" in found
     assert f"round 1: {truth['batches']:,} batches" in "".join(lines)
     assert "stopped after" in rest and "1 sequence_gap" in rest
+
+
+def test_a_principal_that_may_describe_only_some_ids_confirms_only_those(tmp_path):
+    """ListTransactions shows a principal only the ids it may describe: a transaction of an id it may describe is
+    judged (cleared: the coordinator tracks it); one whose id it cannot see is left unconfirmed, not confirmed
+    hanging (an id nobody uses is refused too, so some ids are hidden)."""
+    from idemcore.broker.security.acls import AclOperation as Op
+    from idemcore.broker.security.acls import AclResourceType as Kind
+    from idemcore.client import Producer
+    from idemcore.net.tcp import TcpTransport
+    from tests.authz_model import AllowSet
+
+    broker = Broker({"guarded": 2}, data_dir=tmp_path / "kafka-logs", fsync=False)
+    server = Server(broker).start()
+    try:
+        with TcpTransport(server.bootstrap) as transport:
+            producers = []
+            for partition, transactional_id in enumerate(("visible", "hidden")):
+                producer = Producer(transport, transactional_id=transactional_id, linger_ms=1,
+                                    transaction_timeout_ms=60_000)
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send("guarded", b"open", partition=partition)
+                producer.flush()
+                producers.append(producer)
+            anonymous = "User:ANONYMOUS"
+            broker.authorizer = AllowSet().allow(Op.READ, Kind.TOPIC, "guarded", principal=anonymous).allow(
+                Op.DESCRIBE, Kind.TOPIC, "guarded", principal=anonymous).allow(
+                Op.DESCRIBE, Kind.TRANSACTIONAL_ID, "visible", principal=anonymous)
+            report = audit_cluster("kafka://" + server.bootstrap, topics=["guarded"], hanging_after_ms=0,
+                                   now_ms=int(time.time() * 1000) + 5_000)
+            broker.authorizer = None
+            for producer in producers:
+                producer.abort_transaction()
+    finally:
+        server.stop()
+        broker.close()
+    verdicts = {row["partition"]: (row["verdict"], row["transactional_id"]) for row in report.open_txns.to_pylist()}
+    assert verdicts == {0: (CLEARED, "visible"), 1: (UNCONFIRMED, None)}
+    assert "may describe" in report.hanging_check()["read"]

@@ -8,7 +8,9 @@ coordinator (FindCoordinator), for the partitions of its transaction. The answer
 :class:`~idemcore.audit.coordinator_state.TransactionLog`, so every open transaction is judged by the same
 ``filterHangingTransactions`` rule (:meth:`TransactionLog.judge`): ``hanging``, ``cleared``, or, where the cluster
 would not answer (ListTransactions refused or not spoken, an id the principal may not describe),
-``hanging_unconfirmed``.
+``hanging_unconfirmed``. A principal that may not describe every transactional id (FindCoordinator of an id
+nobody holds is refused) sees only its own in ListTransactions: a producer id none of them holds is then left
+unconfirmed rather than confirmed hanging.
 
 Only ids in a state with partitions (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence) are described: an
 Empty or Complete* id describes no partition, which ListTransactions' state already says.
@@ -17,12 +19,13 @@ Empty or Complete* id describes no partition, which ListTransactions' state alre
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from idemcore.audit.coordinator_state import LOG_REFUSED, CoordinatorTxn, TransactionLog
+from idemcore.audit.coordinator_state import LOG_REFUSED, UNCONFIRMED, CoordinatorTxn, Judgement, TransactionLog
 from idemcore.audit.wire_fetch import ClusterReader
 from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
@@ -47,13 +50,24 @@ _WITH_PARTITIONS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "Prepa
 @dataclass(frozen=True)
 class CoordinatorAnswers(TransactionLog):
     """The coordinators' state of the transactional ids holding the open transactions' producer ids, as they
-    answered ListTransactions and DescribeTransactions (``brokers``: who was asked)."""
+    answered ListTransactions and DescribeTransactions (``brokers``: who was asked). ``sees_every_id``: whether the
+    principal may describe any transactional id; if not, ListTransactions left out the ids it may not describe, so
+    a producer id no listed id holds is not confirmed hanging but left unconfirmed."""
 
     brokers: tuple[str, ...] = ()
+    sees_every_id: bool = True
 
     def describe(self) -> str:
         return (f"ListTransactions and DescribeTransactions of {len(self.brokers)} broker(s): "
-                f"{len(self.transactions):,} transactional id(s) hold the open transactions' producer ids")
+                f"{len(self.transactions):,} transactional id(s) hold the open transactions' producer ids"
+                + ("" if self.sees_every_id else " (of the ids this principal may describe)"))
+
+    def judge(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+              now_ms: int | None = None) -> Judgement:
+        if not self.sees_every_id and not self.holders(producer_id):
+            return Judgement(UNCONFIRMED, f"no transactional id this principal may describe has producer id "
+                                          f"{producer_id} (ListTransactions lists only those): not confirmed", None)
+        return super().judge(topic, partition, producer_id, producer_epoch, now_ms)
 
 
 class Refused(Exception):
@@ -70,6 +84,7 @@ def ask_coordinators(reader: ClusterReader, open_txns: pa.Table) -> tuple[Transa
     try:
         listed, brokers = _list(reader, producer_ids)
         described = _describe(reader, [t for t in listed if t.state in _WITH_PARTITIONS])
+        sees_every_id = _sees_every_id(reader)
     except Refused as why:
         log.warning("hanging transactions not confirmed: %s", why)
         return None, LOG_REFUSED
@@ -89,7 +104,8 @@ def ask_coordinators(reader: ClusterReader, open_txns: pa.Table) -> tuple[Transa
             frozenset(answer.topic_partitions) if answer else frozenset(),
             answer.transaction_timeout_ms if answer else 0, answer.transaction_start_ms if answer else -1, -1,
             Path(), -1)
-    return CoordinatorAnswers((), transactions, records=len(listed), brokers=tuple(brokers)), None
+    return CoordinatorAnswers((), transactions, records=len(listed), brokers=tuple(brokers),
+                              sees_every_id=sees_every_id), None
 
 
 def _call(reader: ClusterReader, address: tuple[str, int], request: object) -> object:
@@ -115,13 +131,25 @@ def _list(reader: ClusterReader, producer_ids: list[int]) -> tuple[list[ListedTr
     return [found[name] for name in sorted(found)], [f"{host}:{port}" for host, port in addresses]
 
 
+def _sees_every_id(reader: ClusterReader) -> bool:
+    """Whether the principal may describe a transactional id it was given no ACL for by name: FindCoordinator of
+    an id nobody uses (Kafka checks DESCRIBE on the id first); refused means ListTransactions hides some ids."""
+    probe = f"idemcore-audit-probe-{uuid.uuid4().hex}"
+    answer = _call(reader, _first_broker(reader), FindCoordinatorRequest(probe, TRANSACTION_KEY))
+    assert isinstance(answer, FindCoordinatorResponse)
+    return answer.error_code != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def _first_broker(reader: ClusterReader) -> tuple[str, int]:
+    return sorted(set(reader.brokers.values()))[0] if reader.brokers else reader.bootstrap[0]
+
+
 def _describe(reader: ClusterReader, listed: list[ListedTransaction]) -> dict[str, DescribedTransaction]:
     """DescribeTransactions of each id at its coordinator; an id described with an error other than
     TRANSACTIONAL_ID_NOT_FOUND (gone since) refuses the whole confirmation."""
     by_coordinator: dict[tuple[str, int], list[str]] = {}
     for txn in listed:
-        answer = _call(reader, reader.bootstrap[0] if not reader.brokers else sorted(set(reader.brokers.values()))[0],
-                       FindCoordinatorRequest(txn.transactional_id, TRANSACTION_KEY))
+        answer = _call(reader, _first_broker(reader), FindCoordinatorRequest(txn.transactional_id, TRANSACTION_KEY))
         assert isinstance(answer, FindCoordinatorResponse)
         if answer.error_code != ErrorCode.NONE:
             raise Refused(f"FindCoordinator of {txn.transactional_id!r}: {error_name(answer.error_code)}")
