@@ -50,9 +50,11 @@ RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AV
                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
                        ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT})
-#: Tries of one request before the audit gives up on it (each after new metadata and a growing pause).
-ATTEMPTS = 8
+#: Tries of one request before the audit gives up on it (each after new metadata and a pause doubling from
+#: BACKOFF_MS up to MAX_BACKOFF_MS: about 16 s in all, longer than a leader election after a broker's death).
+ATTEMPTS = 20
 BACKOFF_MS = 100
+MAX_BACKOFF_MS = 1000
 #: Bytes asked per partition and fetch; doubled (up to :data:`MAX_FETCH_BYTES`) when a batch is larger.
 FETCH_BYTES = 8 << 20
 MAX_FETCH_BYTES = 1 << 30
@@ -273,8 +275,11 @@ class ClusterReader:
         return out
 
     def _pause(self, attempt: int) -> None:
-        time.sleep(BACKOFF_MS * (attempt + 1) / 1000)
-        self.refresh()
+        time.sleep(min(BACKOFF_MS << min(attempt, 10), MAX_BACKOFF_MS) / 1000)
+        try:
+            self.refresh()
+        except IdemcoreError:  # no broker answers yet: the next try says so if it lasts
+            pass
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_BYTES,
               max_wait_ms: int = FETCH_WAIT_MS) -> FetchedPartition:
@@ -356,7 +361,7 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
         stop = answer.high_watermark if follow_end else min(end, answer.high_watermark)
         records = answer.records
         if not records:
-            if offset < stop and empty < ATTEMPTS:  # below the high watermark: data is there, ask again
+            if offset < stop and empty < 8:  # below the high watermark: data is there, ask again
                 empty += 1
                 time.sleep(BACKOFF_MS * empty / 1000)
                 continue
