@@ -179,9 +179,13 @@ def test_a_served_log_with_every_kind_planted_gives_the_log_dir_report_and_the_g
     server = Server(broker).start()
     try:
         report = audit_cluster("kafka://" + server.bootstrap, max_bytes=16 << 10)  # many fetches per partition
+        unasked = audit_cluster("kafka://" + server.bootstrap, confirm_hanging=False)
     finally:
         server.stop()
         broker.close()
+    assert set(report.located_open_txns.column("leader").to_pylist()) == {broker.broker_id}
+    assert unasked.hanging_check()["transaction_log"] == "ignored"
+    assert set(unasked.hanging_transactions().column("verdict").to_pylist()) == {UNCONFIRMED}
     assert check_against_truth(report, truth).ok
     assert report.finding_counts() == files.finding_counts() == truth["findings"]
     assert report.findings.equals(files.findings)

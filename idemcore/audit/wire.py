@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
+from idemcore.audit.coordinator_state import LOG_IGNORED
 from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogTaskResult, _offset_spans
 from idemcore.audit.replayer import StreamReplayer
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
@@ -184,9 +185,11 @@ class WireAuditor:
         self.located: list[pa.Table] = []
         self.problems: list[WireProblem] = []
         self.last_offsets: dict[tuple[str, int], int] = {}  # the last offset replayed, per partition
+        self.leaders: dict[tuple[str, int], int] = {}  # the broker that served each partition's last answer
 
     def feed(self, topic: str, partition: int, fetched: FetchedBatches, leader: int) -> int:
         """Replay one answer's batches; the batches replayed (batches failing their CRC are not: a problem)."""
+        self.leaders[(topic, partition)] = leader
         if fetched.problem is not None:
             kind, offset, message = fetched.problem
             self.problems.append(WireProblem(topic, partition, offset, kind, message))
@@ -271,7 +274,9 @@ class WireAuditor:
         places = pa.table({TOPIC: open_txns.column(TOPIC), "partition": open_txns.column("partition"),
                            "producer_id": open_txns.column("producer_id"),
                            "first_offset": open_txns.column("first_offset"),
-                           "leader": pa.array([-1] * open_txns.num_rows, pa.int32())}, schema=WIRE_PLACE_SCHEMA)
+                           "leader": pa.array([self.leaders.get(key, -1) for key in zip(
+                               open_txns.column(TOPIC).to_pylist(), open_txns.column("partition").to_pylist(),
+                               strict=True)], pa.int32())}, schema=WIRE_PLACE_SCHEMA)
         problems = pa.table({TOPIC: [p.topic for p in self.problems],
                              "partition": [p.partition for p in self.problems],
                              "offset": [p.offset for p in self.problems], "kind": [p.kind for p in self.problems],
@@ -320,11 +325,11 @@ def merge_wire_tasks(tasks: Iterable[LogTaskResult], ranges: pa.Table, *, source
     """The report of tasks that together audited every partition of ``ranges``, each partition in one task.
 
     ``confirm``: given the open transactions, the coordinators' view of them and the status
-    (:func:`idemcore.audit.wire_coordinator.ask_coordinators`); None: judged by idle time alone."""
+    (:func:`idemcore.audit.wire_coordinator.ask_coordinators`); None: judged by idle time alone (``ignored``)."""
     tasks = list(tasks) or [WireAuditor().task_result()]
     results = [task.result for task in tasks]
     open_txns = pa.concat_tables([r.open_txns for r in results])
-    transaction_log, status = confirm(open_txns) if confirm is not None else (None, None)
+    transaction_log, status = confirm(open_txns) if confirm is not None else (None, LOG_IGNORED)
     report = AuditReport.from_results(results, order_by="base_offset", seconds=time.perf_counter() - started,
                                       hanging_after_ms=hanging_after_ms, now_ms=now_ms, source=source,
                                       transaction_log=transaction_log, transaction_log_status=status)

@@ -130,9 +130,11 @@ def _print_hanging(report: Any) -> None:
     bound = f"idle more than {report.hanging_after_ms:,} ms, --hanging-after-ms"
     if report.transaction_log_status != LOG_READ:
         if hanging.num_rows:
+            how = ("where the principal may call ListTransactions and DescribeTransactions (and not "
+                   "--ignore-transaction-log), each is confirmed or cleared" if getattr(report, "bootstrap", "")
+                   else "with the __transaction_state partitions in the audit, each is confirmed or cleared")
             _detail(f"hanging transactions ({bound})", hanging, _OPEN_COLUMNS,
-                    note=f"{NOT_CONFIRMED[report.transaction_log_status]}: judged by idle time alone (with the "
-                         "__transaction_state partitions in the audit, each is confirmed or cleared as "
+                    note=f"{NOT_CONFIRMED[report.transaction_log_status]}: judged by idle time alone ({how} as "
                          "kafka-transactions.sh find-hanging does)")
         return
     if hanging.num_rows:
