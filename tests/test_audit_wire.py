@@ -318,14 +318,24 @@ def test_positions_and_addresses_are_parsed_or_refused_in_one_line():
             parse_bootstrap(bad)
 
 
-def test_the_command_line_over_sasl_with_a_client_properties_file(tmp_path, capsys):
-    settings = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_the_command_line_over_sasl_with_a_client_properties_file(tmp_path, capsys, protocol):
+    from tests.tls_certs import TestCA
+
+    settings = {"listeners": f"{protocol}://127.0.0.1:0", "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    client = {"security.protocol": protocol, "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
+              "sasl.password": "carol-secret"}
+    trust = ""
+    if protocol == "SASL_SSL":
+        ca = TestCA(tmp_path)
+        cert = ca.issue("broker", server=True, CN="localhost")
+        settings.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore)})
+        client["ssl.ca.location"] = str(ca.path)
+        trust = f"ssl.truststore.type=PEM\nssl.truststore.location={ca.path}\n"
     with serving(tmp_path, {"carol": "carol-secret"}, **settings) as (server, sessions):
-        client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-                  "sasl.username": "carol", "sasl.password": "carol-secret"}
         _produce(server.bootstrap, "secured", 500, partitions=2, **client)
         properties = tmp_path / "client.properties"
-        properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        properties.write_text(f"security.protocol={protocol}\nsasl.mechanism=SCRAM-SHA-256\n{trust}"
                               'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
                               'username="carol" password="carol-secret";\n')
         capsys.readouterr()
@@ -336,6 +346,7 @@ def test_the_command_line_over_sasl_with_a_client_properties_file(tmp_path, caps
         assert summary["fetched_bytes"] > 500 * 80
         assert json.loads((tmp_path / "report" / "summary.json").read_text())["bootstrap"].startswith("kafka://")
         assert {str(s.principal) for s in sessions} >= {"User:carol"}
+        assert {s.security_protocol for s in sessions} == {protocol}
         # Without the properties the broker is not reached: one line naming it.
         assert main(["audit", f"kafka://{server.bootstrap}", "--topics", "secured"]) == 2
         assert "idemcore: error:" in capsys.readouterr().err
