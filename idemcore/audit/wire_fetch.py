@@ -129,8 +129,9 @@ class Position:
 
 @dataclass(frozen=True)
 class PartitionRange:
-    """One partition's offsets to audit: the batches from the one holding ``start`` up to those starting before
-    ``end``; ``log_start``/``log_end``: the partition's log start and end offsets when planned."""
+    """One partition's offsets to audit: the batches from the one holding ``start`` (``from_batch_start``: from
+    ``start``) up to those starting before ``end``; ``log_start``/``log_end``: the partition's log start and end
+    offsets when planned."""
 
     topic: str
     partition: int
@@ -141,6 +142,9 @@ class PartitionRange:
     #: ``end`` is the log end when planned (``--to latest``): the first answer's high watermark is taken if higher
     #: (a broker whose ListOffsets answers less than its log end, as tansu's does, is read to its end all the same).
     to_log_end: bool = False
+    #: The batches from ``start`` on only, not the one holding it: a later piece of a partition split into offset
+    #: ranges (the batch across the boundary is the earlier piece's).
+    from_batch_start: bool = False
 
 
 # --- The cluster ------------------------------------------------------------------------------------------------
@@ -377,18 +381,20 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset,
                                  (scan.stop.replace(" ", "_"), offset, scan.stop_detail))
             return
-        keep = scan["base_offset"] < stop
-        if not keep.all():
-            scan = _rows(scan, np.flatnonzero(keep))
+        after = max(offset, int(scan["last_offset"].max()) + 1)  # where the next fetch starts
         problem = None
         if scan.stop not in (STOP_END, STOP_TORN_TAIL, STOP_ZERO_PADDING):  # a torn tail: the byte limit cut it
-            problem = (scan.stop.replace(" ", "_"), int(scan["last_offset"][-1]) + 1 if len(scan) else offset,
-                       scan.stop_detail)
-        if len(scan):
+            problem = (scan.stop.replace(" ", "_"), int(scan["last_offset"][-1]) + 1, scan.stop_detail)
+        keep = scan["base_offset"] < stop
+        if part.from_batch_start:
+            keep &= scan["base_offset"] >= part.start
+        if not keep.all():
+            scan = _rows(scan, np.flatnonzero(keep))
+        if len(scan) or problem is not None:
             yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset, problem)
-        if problem is not None or not len(scan):
+        if problem is not None:
             return
-        offset = max(offset, int(scan["last_offset"].max()) + 1)
+        offset = after
         if offset >= stop:
             return
 
