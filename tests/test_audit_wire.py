@@ -496,3 +496,23 @@ def test_a_principal_that_may_describe_only_some_ids_confirms_only_those(tmp_pat
     verdicts = {row["partition"]: (row["verdict"], row["transactional_id"]) for row in report.open_txns.to_pylist()}
     assert verdicts == {0: (CLEARED, "visible"), 1: (UNCONFIRMED, None)}
     assert "may describe" in report.hanging_check()["read"]
+
+
+def test_follow_reads_on_as_topics_grow(cluster, tmp_path):
+    """On both peers: a round reads what was written since the last one, every batch once."""
+    from idemcore.audit.wire_follow import ClusterFollower
+
+    _, bootstrap, _ = cluster
+    _produce(bootstrap, "growing", 400, partitions=2)
+    follower = ClusterFollower("kafka://" + bootstrap, checkpoint=tmp_path / "ckpt", topics=["growing"],
+                               fsync=False)
+    try:
+        first = follower.poll()
+        assert follower.poll().batches == 0
+        _produce_more_to(bootstrap, "growing", 200, partitions=2, create=False)
+        third = follower.poll()
+    finally:
+        follower.close()
+    assert first.batches > 0 and third.batches > 0
+    assert third.total_batches == first.batches + third.batches == _batches_by_decoding(bootstrap, "growing", 2)
+    assert third.findings.num_rows == 0
