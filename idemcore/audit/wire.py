@@ -17,9 +17,10 @@ What differs from a log directory:
   batch) and confirmed by asking the cluster's transaction coordinators (ListTransactions, DescribeTransactions:
   :mod:`idemcore.audit.wire_coordinator`) instead of reading ``__transaction_state``, where the principal may.
 
-:func:`audit_ranges` is one task's work (whole partitions, into a
-:class:`~idemcore.audit.logdir.LogTaskResult` whose places are offsets), :func:`merge_wire_tasks` the report, so
-the Spark audit (:func:`idemcore.audit.spark.audit_cluster_spark`) splits partitions over tasks and merges the same
+:class:`WireAuditor` replays fetched answers (whole partitions, in offset order) into a
+:class:`~idemcore.audit.logdir.LogTaskResult` whose places are offsets, :func:`audit_ranges` runs it over
+partitions in-process, and :func:`merge_wire_tasks` makes the report, so the Spark audit
+(:func:`idemcore.audit.spark.audit_cluster_spark`) spreads fetching and replaying over tasks and merges the same
 way.
 """
 
@@ -287,8 +288,9 @@ class WireAuditor:
 def audit_ranges(reader: ClusterReader, ranges: Sequence[PartitionRange], *, backend: str | Backend | None = None,
                  max_bytes: int = FETCH_BYTES, on_fetch: Callable[[int, int, int], None] | None = None
                  ) -> tuple[LogTaskResult, pa.Table]:
-    """Fetch and replay whole partitions, each from its leader in offset order: one task's work (the in-process
-    audit gives it every partition, a Spark task its own). The task's result and its :data:`RANGES_SCHEMA` rows.
+    """Fetch and replay whole partitions, each from its leader in offset order (the in-process audit gives it every
+    partition; Spark's replay tasks feed a :class:`WireAuditor` the pieces its fetch tasks scanned). The task's
+    result and its :data:`RANGES_SCHEMA` rows.
     ``on_fetch(batches, bytes, offsets)``: after each answer, what it added."""
     auditor = WireAuditor(backend)
     rows = []
