@@ -516,3 +516,28 @@ def test_follow_reads_on_as_topics_grow(cluster, tmp_path):
     assert first.batches > 0 and third.batches > 0
     assert third.total_batches == first.batches + third.batches == _batches_by_decoding(bootstrap, "growing", 2)
     assert third.findings.num_rows == 0
+
+
+@needs_tansu
+def test_a_corrupt_batch_tansu_accepted_is_reported_at_its_offset_and_not_replayed():
+    """tansu stores a produced batch whose CRC does not match (Kafka refuses it: CORRUPT_MESSAGE) and serves it:
+    the audit names it by offset and replays the batches around it."""
+    from idemcore.net.messages import CreateTopicsRequest, NewTopic
+    from idemcore.record.v2 import encode_record_batch
+
+    with TansuProcess() as tansu:
+        host, port = parse_bootstrap("kafka://" + tansu.bootstrap)[0]
+        channel = BlockingBrokerChannel(host, port, "crafted")
+        channel.call(CreateTopicsRequest((NewTopic("corrupt", 1),)))
+        good = RecordBatch("corrupt", 0, [b"value-%d" % i for i in range(5)], max_timestamp=int(time.time() * 1000))
+        damaged = bytearray(encode_record_batch(good, 0))
+        damaged[-2] ^= 0xFF  # a record's byte: the header reads, the CRC-32C does not match
+        offsets = []
+        for batch in (good, dataclasses.replace(good, wire=bytes(damaged)), good):
+            (answer,) = channel.call(ProduceRequest((batch,))).responses  # type: ignore[union-attr]
+            assert answer.error_code == 0
+            offsets.append(answer.base_offset)
+        channel.close()
+        report = audit_cluster("kafka://" + tansu.bootstrap, topics=["corrupt"])
+    assert [(p.offset, p.kind) for p in report.problems] == [(offsets[1], "crc_mismatch")]
+    assert report.batches == 2 and report.finding_counts() == {}
