@@ -369,9 +369,12 @@ def test_the_command_line_text_report_locates_findings_by_offset(tmp_path, capsy
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
-def test_options_of_a_cluster_are_refused_elsewhere(tmp_path, capsys):
+def test_options_of_a_cluster_are_refused_elsewhere_and_an_unreachable_cluster_is_one_line(tmp_path, capsys):
     assert main(["audit", str(tmp_path), "--topics", "a"]) == 2
     assert "--topics goes with a cluster" in capsys.readouterr().err
+    assert main(["audit", "kafka://127.0.0.1:1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("idemcore: error: no broker of kafka://127.0.0.1:1 answered")
 
 
 
