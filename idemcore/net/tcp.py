@@ -274,6 +274,7 @@ class _Connection:
         if self.state != _CONNECTING or self.sock is not None:
             log.info("%r closed: %s", self, why)
         self.close()
+        self.transport._last_failure = why
         lost = [s.on_lost for s in self.inflight] + [c.on_lost for c in self.queued]
         self.inflight.clear()
         self.queued.clear()
@@ -516,7 +517,10 @@ class _Connection:
                 self.fail(f"receive failed: {error}")
                 return
             if not data:
-                self.fail("the broker closed the connection")
+                # A broker refusing a client certificate after a TLS 1.3 handshake may close without its alert.
+                self.fail("the broker closed the connection" if self.state == _READY else
+                          f"{self._where()} closed the TLS connection before answering (if its listener requires a "
+                          "client certificate: did it refuse this one?)")
                 return
             self.inbuf += data
         if sock.pending():
@@ -648,6 +652,8 @@ class TcpTransport:
             self.security = None  # the plain path, unchanged
         #: The first authentication failure: fatal (see the module docstring).
         self._fatal: AuthenticationError | None = None
+        #: Why the last connection closed (said when a wait for metadata times out).
+        self._last_failure: str | None = None
         #: TLS connections holding decrypted bytes the selector cannot see.
         self._pending: set[_Connection] = set()
         self._selector = selectors.DefaultSelector()
@@ -717,7 +723,9 @@ class TcpTransport:
             raise UnknownTopicError(f"unknown topic {topic!r}: the cluster at {self._bootstrap_text()} has none")
         raise TransportTimeoutError(f"no metadata for topic {topic!r} from {self._bootstrap_text()} within "
                                     f"metadata_timeout_ms={self.metadata_timeout_ms}"
-                                    + ("" if last is None else f" (last answer: error {last.error_code})"))
+                                    + (f" (last answer: error {last.error_code})" if last is not None else
+                                       f" (last connection failure: {self._last_failure})" if self._last_failure
+                                       else ""))
 
     @_locked
     def send(self, client: str, request: Request) -> None:
