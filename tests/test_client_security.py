@@ -5,7 +5,9 @@ retried."""
 
 from __future__ import annotations
 
+import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -18,6 +20,7 @@ import pytest
 
 from idemcore.client import Consumer, Producer
 from idemcore.client.consumer import ConsumerRecord
+from idemcore.net import tcp
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.tcp import AuthenticationError, TcpTransport, TransportTimeoutError
 from tests.secured import serving
@@ -244,3 +247,106 @@ def test_security_goes_to_a_transport_the_client_builds(ca: TestCA) -> None:
             Consumer(transport, security=_scram(ca))
     with pytest.raises(TypeError, match="security must be a ClientSecurity"):
         TcpTransport("127.0.0.1:9", security="SASL_SSL")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("small_reads", [False, True], ids=["reads-as-shipped", "reads-of-1000-bytes"])
+def test_large_answers_over_tls_arrive_whole(tmp_path: Path, ca: TestCA, broker_cert: Issued,
+                                             monkeypatch: pytest.MonkeyPatch, small_reads: bool) -> None:
+    """Fetch answers of megabytes span hundreds of TLS records: every byte reaches the consumer. With reads of
+    1000 bytes, two per readiness event, most of each record stays decrypted inside the SSL object, where the
+    selector cannot see it: the transport must go back for it unasked."""
+    if small_reads:
+        monkeypatch.setattr(tcp, "_RECV_BYTES", 1000)
+        monkeypatch.setattr(tcp, "_MAX_READS", 2)
+        pending = [0]
+        real_pending = ssl.SSLSocket.pending
+
+        def counted(self: ssl.SSLSocket) -> int:
+            left = real_pending(self)
+            pending[0] += left > 0
+            return left
+        monkeypatch.setattr(ssl.SSLSocket, "pending", counted)
+    settings = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(broker_cert.keystore)}
+    security = {"security.protocol": "SSL", "ssl.ca.location": str(ca.path)}
+    with serving(tmp_path, **settings) as (server, _):
+        topic = _topic(server.bootstrap, security, 1)
+        values = [bytes([i % 251]) * (40_000 + i) for i in range(120)]
+        producer = Producer(server.bootstrap, security=security, linger_ms=5, batch_size=1 << 20,
+                            max_request_size=8 << 20)
+        for value in values:
+            producer.send(topic, value, partition=0)
+        producer.flush()
+        producer.close()
+        with Consumer(server.bootstrap, security=security, max_partition_fetch_bytes=8 << 20) as consumer:
+            consumer.assign([(topic, 0)])
+            assert [r.value for r in _read(consumer, len(values))] == values
+    if small_reads:
+        assert pending[0] > 100  # the case was met
+
+
+@contextmanager
+def _tls_front(ca: TestCA, cert: Issued, backend: str) -> Iterator[str]:
+    """A TLS listener in front of the PLAINTEXT broker at ``backend`` that passes requests on and writes each
+    answer frame back in one TLS write (one record): its bootstrap."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert.keystore))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def relay(front: ssl.SSLSocket, back: socket.socket) -> None:
+        answers = bytearray()
+        while not stop.is_set():
+            ready, _, _ = select.select([front, back], [], [], 0.05)
+            if front in ready or front.pending():
+                data = front.recv(1 << 16)
+                if not data:
+                    return
+                back.sendall(data)
+            if back in ready:
+                data = back.recv(1 << 16)
+                if not data:
+                    return
+                answers += data
+                while len(answers) >= 4 and len(answers) >= 4 + int.from_bytes(answers[:4], "big"):
+                    size = 4 + int.from_bytes(answers[:4], "big")
+                    front.sendall(bytes(answers[:size]))  # under 16 KiB: one record
+                    del answers[:size]
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except TimeoutError:
+                continue
+            host, port = backend.split(":")
+            with context.wrap_socket(raw, server_side=True) as front, \
+                    socket.create_connection((host, int(port))) as back:
+                try:
+                    relay(front, back)
+                except OSError:
+                    pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_bytes_held_inside_the_ssl_object_are_read_unasked(tmp_path: Path, ca: TestCA, broker_cert: Issued,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each answer comes in one TLS record and the transport reads 100 bytes per readiness event: the rest of the
+    record sits decrypted inside the SSL object and no more bytes come to the socket (nothing else is asked on the
+    connection), so a transport that waits on the selector alone never sees the ApiVersions answer whole."""
+    with serving(tmp_path) as (server, _), _tls_front(ca, broker_cert, server.bootstrap) as bootstrap:
+        with TcpTransport(server.bootstrap) as plain:
+            assert plain.create_topics({"held": 5}) == {"held": 0}
+        monkeypatch.setattr(tcp, "_RECV_BYTES", 100)
+        monkeypatch.setattr(tcp, "_MAX_READS", 1)
+        security = {"security.protocol": "SSL", "ssl.ca.location": str(ca.path)}
+        with TcpTransport(bootstrap, security=security, metadata_timeout_ms=3_000) as transport:
+            assert transport.partition_count("held") == 5

@@ -567,7 +567,11 @@ class _Connection:
         sent.on_answer(sent.version, body)
 
     def check_time(self, now: int) -> None:
-        if self.state == _CONNECTING and self.sock is not None and now >= self.deadline_ms:
+        if self.state == _READY:  # the common case first: it runs for every connection on every poll
+            if self.key[0] == _INTERNAL and self.inflight and \
+                    now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
+                self.fail(f"no answer within request_timeout_ms={self.transport.request_timeout_ms}")
+        elif self.state == _CONNECTING and self.sock is not None and now >= self.deadline_ms:
             self.fail(f"no connection to {self.address[0]}:{self.address[1]} within "
                       f"connect_timeout_ms={self.transport.connect_timeout_ms}")
         elif self.state == _HANDSHAKING and now >= self.deadline_ms:
@@ -577,9 +581,6 @@ class _Connection:
                 now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
             what = "ApiVersions" if self.state == _NEGOTIATING else "SASL"
             self.fail(f"no {what} answer within request_timeout_ms")
-        elif self.key[0] == _INTERNAL and self.inflight and \
-                now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
-            self.fail(f"no answer within request_timeout_ms={self.transport.request_timeout_ms}")
 
 
 def _tls_reason(error: ssl.SSLError) -> str:
@@ -862,14 +863,13 @@ class TcpTransport:
             if timeout > 0:
                 time.sleep(timeout)
             return
-        if self._pending:
-            timeout = 0
-        for key, mask in self._selector.select(timeout):
+        pending = self._pending
+        for key, mask in self._selector.select(0 if pending else timeout):
             connection = key.data
             if isinstance(connection, _Connection) and connection.state != _CLOSED:
                 connection.on_event(mask)
-        if self._pending:  # TLS bytes already decrypted: no readiness event will say so
-            pending, self._pending = self._pending, set()
+        if pending:  # TLS bytes already decrypted: no readiness event will say so (the set fills in on_event)
+            self._pending = set()
             for connection in pending:
                 if connection.state != _CLOSED:
                     connection.on_event(selectors.EVENT_READ)
