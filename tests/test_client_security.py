@@ -23,7 +23,7 @@ from idemcore.client.consumer import ConsumerRecord
 from idemcore.net import tcp
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.tcp import AuthenticationError, TcpTransport, TransportTimeoutError
-from tests.secured import serving
+from tests.secured import PLAIN_USERS, serving
 from tests.tls_certs import Issued, TestCA
 
 CAROL = {"carol": "carol-secret"}
@@ -151,7 +151,32 @@ def test_a_wrong_password_is_one_clear_error_soon(tmp_path: Path, ca: TestCA, br
             for _ in range(100):
                 consumer.poll(timeout_ms=100)
         consumer.close()
+        member = Consumer(server.bootstrap, security=_scram(ca, "wrong"), group_id="g")
+        member.subscribe([topic])
+        with _refused_within(5):
+            for _ in range(100):
+                member.poll(timeout_ms=100)
+        member.close()  # closing after the refusal raises nothing more
         assert len(sessions) == before  # no request of theirs was ever served
+
+
+def test_producer_and_consumer_over_sasl_plaintext_with_plain(tmp_path: Path) -> None:
+    settings = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS}
+    security = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                    'username="dave" password="dave-secret";'}
+    with serving(tmp_path, **settings) as (server, sessions):
+        topic = _topic(server.bootstrap, security, 1)
+        producer = Producer(server.bootstrap, security=security, linger_ms=1)
+        offsets = [producer.send(topic, b"p-%d" % i, partition=0) for i in range(50)]
+        producer.flush()
+        assert [f.result().offset for f in offsets] == list(range(50))
+        producer.close()
+        with Consumer(server.bootstrap, security=security) as consumer:
+            consumer.assign([(topic, 0)])
+            assert [r.value for r in _read(consumer, 50)] == [b"p-%d" % i for i in range(50)]
+        assert {(str(s.principal), s.security_protocol) for s in sessions} == {("User:dave", "SASL_PLAINTEXT")}
 
 
 def test_an_untrusted_broker_certificate_is_one_clear_error(tmp_path: Path, ca: TestCA, broker_cert: Issued) -> None:
