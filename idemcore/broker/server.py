@@ -307,7 +307,10 @@ class Server:
                           else await self._answer(frame, peer, connection))
                 if chunks is None:
                     continue
-                writer.writelines(chunks)
+                if served.security.server_tls is not None:  # one TLS record per answer, not one per chunk
+                    writer.write(b"".join(chunks))
+                else:
+                    writer.writelines(chunks)
                 await writer.drain()
                 if connection.close_after:  # Kafka closes once a refused authentication is answered
                     return
