@@ -1,0 +1,84 @@
+"""A hostile client against a SASL listener: what it may not do before, during or after authentication
+(each test was written against a weakness found by attacking the server, and fails without its fix)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+from idemcore.net.wire import sasl as wire
+from idemcore.net.wire.frames import read_response, request_frame
+from tests.secured import PLAIN_USERS, serving
+
+SECURED = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+           "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_USERS,
+           "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin"}
+
+
+def _received(sock: socket.socket, wait_s: float) -> tuple[bytes, bool]:
+    """What arrives within ``wait_s`` and whether the server closed the connection."""
+    sock.settimeout(0.1)
+    data, deadline = b"", time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return data, True
+        if not chunk:
+            return data, True
+        data += chunk
+    return data, False
+
+
+def _frames(data: bytes) -> list[bytes]:
+    frames = []
+    while len(data) >= 4:
+        size = struct.unpack(">i", data[:4])[0]
+        frames.append(data[4:4 + size])
+        data = data[4 + size:]
+    return frames
+
+
+def test_a_client_that_does_not_authenticate_is_closed(tmp_path: Path) -> None:
+    with serving(tmp_path, None, **SECURED) as (server, _):
+        server.authentication_timeout_ms = 300
+        silent = socket.create_connection(server.address)
+        dribbling = socket.create_connection(server.address)
+        dribbling.sendall(request_frame(17, 1, 1, "x", wire.handshake_request(1, "PLAIN"))[:6])  # never finished
+        handshaken = socket.create_connection(server.address)
+        handshaken.sendall(request_frame(17, 1, 1, "x", wire.handshake_request(1, "PLAIN")))
+        try:
+            for sock in (silent, dribbling, handshaken):
+                _, closed = _received(sock, 3.0)
+                assert closed
+        finally:
+            for sock in (silent, dribbling, handshaken):
+                sock.close()
+        assert server.stats["authentication_timeouts"] == 3
+
+
+def test_an_authenticated_client_is_not_timed_out(tmp_path: Path) -> None:
+    with serving(tmp_path, None, **SECURED) as (server, _):
+        server.authentication_timeout_ms = 300
+        with socket.create_connection(server.address) as sock:
+            sock.sendall(request_frame(17, 1, 1, "x", wire.handshake_request(1, "PLAIN"))
+                         + request_frame(36, 2, 2, "x", wire.authenticate_request(2, b"\0admin\0admin-secret")))
+            data, closed = _received(sock, 0.8)
+            assert not closed
+            answers = _frames(data)
+            assert len(answers) == 2 and read_response(36, 2, answers[1])[1].error_code == 0
+            sock.sendall(request_frame(18, 0, 3, "x", _api_versions()))  # past the deadline: still served
+            data, closed = _received(sock, 0.5)
+            assert not closed and len(_frames(data)) == 1
+        assert server.stats["authentication_timeouts"] == 0
+
+
+def _api_versions() -> object:
+    from idemcore.net.wire.frames import make
+    from idemcore.net.wire.schema import load_request_schema
+
+    return make(load_request_schema(18, 0))
