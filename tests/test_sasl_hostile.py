@@ -8,6 +8,8 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
+
 from idemcore.net.wire import sasl as wire
 from idemcore.net.wire.frames import read_response, request_frame
 from tests.secured import PLAIN_USERS, serving
@@ -82,3 +84,35 @@ def _api_versions() -> object:
     from idemcore.net.wire.schema import load_request_schema
 
     return make(load_request_schema(18, 0))
+
+
+def _logged_in(server: object, user: bytes = b"dave", password: bytes = b"dave-secret") -> socket.socket:
+    sock = socket.create_connection(server.address)  # type: ignore[attr-defined]
+    sock.sendall(request_frame(17, 1, 1, "x", wire.handshake_request(1, "PLAIN"))
+                 + request_frame(36, 2, 2, "x", wire.authenticate_request(2, b"\0" + user + b"\0" + password)))
+    answers = _frames(_received(sock, 0.5)[0])
+    assert len(answers) == 2 and read_response(36, 2, answers[1])[1].error_code == 0
+    return sock
+
+
+@pytest.mark.parametrize("version", [10, 11, 12, 13])
+def test_metadata_by_topic_id_does_not_name_a_topic_the_principal_may_not_describe(tmp_path: Path,
+                                                                                    version: int) -> None:
+    from idemcore.net.wire.api import topic_id_of
+    from idemcore.net.wire.frames import make, nested
+    from idemcore.net.wire.schema import load_request_schema
+
+    cls = load_request_schema(3, version)
+    with serving(tmp_path, None, **SECURED) as (server, _):
+        server.broker.create_topic("secret-plans", 1)
+        with _logged_in(server) as sock:
+            answers = []
+            for name in ("secret-plans", "no-such-topic"):
+                asked = make(nested(cls, "MetadataRequestTopic"), topic_id=topic_id_of(name), name=None)
+                sock.sendall(request_frame(3, version, 3, "x", make(
+                    cls, topics=(asked,), allow_auto_topic_creation=False, include_topic_authorized_operations=False)))
+                (answer,) = read_response(3, version, _frames(_received(sock, 0.5)[0])[0])[1].topics
+                assert answer.error_code == 29 and answer.topic_id == topic_id_of(name)
+                answers.append(answer.name)
+        # An existing topic and a missing one look the same: nothing says which exists, nor its name.
+        assert answers[0] == answers[1] == (None if version >= 12 else "")
