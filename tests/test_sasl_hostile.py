@@ -116,3 +116,46 @@ def test_metadata_by_topic_id_does_not_name_a_topic_the_principal_may_not_descri
                 answers.append(answer.name)
         # An existing topic and a missing one look the same: nothing says which exists, nor its name.
         assert answers[0] == answers[1] == (None if version >= 12 else "")
+
+
+def _scram_attempt(server: object, user: str, password: str) -> tuple[bytes, tuple[int, str | None]]:
+    """The server's first answer and its final (code, message) for a SCRAM-SHA-256 login."""
+    from idemcore.broker.security.sasl_server import SaslAuthenticator
+    from idemcore.net.sasl_client import sasl_client
+
+    assert isinstance(server, SaslAuthenticator)
+    client = sasl_client("SCRAM-SHA-256", user, password)
+    assert server.handshake("SCRAM-SHA-256")[0] == 0
+    first = server.authenticate(client.first())
+    assert (first.error_code, first.error_message) == (0, None), first
+    final = server.authenticate(client.respond(first.auth_bytes))
+    return first.auth_bytes, (final.error_code, final.error_message)
+
+
+def test_scram_does_not_tell_which_users_exist() -> None:
+    """RFC 5802 section 5.1: an unknown user gets a salt and iterations as a known one does, the same salt each
+    time, and is refused at the proof with a wrong password's answer."""
+    from idemcore.broker.security.sasl_server import SaslAuthenticator
+    from idemcore.net import scram
+
+    credential = scram.make_credential(scram.SCRAM_SHA_256, "right", 4096)
+
+    class Store:
+        def get(self, user: str, mechanism: str) -> scram.ScramCredential | None:
+            return credential if user == "carol" else None
+
+    def login(user: str, password: str) -> tuple[bytes, tuple[int, str | None]]:
+        return _scram_attempt(SaslAuthenticator(("SCRAM-SHA-256",), {}, Store(), "10.0.0.9"), user, password)
+
+    def salt_and_iterations(server_first: bytes) -> tuple[bytes, int]:
+        parsed = scram.ServerFirst.parse(server_first)
+        return parsed.salt, parsed.iterations
+
+    _, known_final = login("carol", "wrong")
+    unknown_first, unknown_final = login("mallory", "wrong")
+    assert unknown_final == known_final and known_final[0] == 58
+    salt, iterations = salt_and_iterations(unknown_first)
+    assert iterations == 4096 and len(salt) == len(credential.salt)
+    assert salt_and_iterations(login("mallory", "other")[0]) == (salt, 4096)  # not a fresh one per attempt
+    assert salt_and_iterations(login("trudy", "wrong")[0])[0] != salt
+    assert login("carol", "right")[1] == (0, None)
