@@ -159,3 +159,27 @@ def test_scram_does_not_tell_which_users_exist() -> None:
     assert salt_and_iterations(login("mallory", "other")[0]) == (salt, 4096)  # not a fresh one per attempt
     assert salt_and_iterations(login("trudy", "wrong")[0])[0] != salt
     assert login("carol", "right")[1] == (0, None)
+
+
+@pytest.mark.parametrize("handshake_version", [0, 1])
+def test_a_refused_login_is_answered_after_the_failed_authentication_delay(tmp_path: Path,
+                                                                           handshake_version: int) -> None:
+    """As Kafka's connection.failed.authentication.delay.ms: a password guesser waits for each refusal."""
+    with serving(tmp_path, None, **SECURED) as (server, _):
+        assert server.failed_authentication_delay_ms == 100
+        server.failed_authentication_delay_ms = 600
+        with socket.create_connection(server.address) as sock:
+            sock.sendall(request_frame(17, handshake_version, 1, "x",
+                                       wire.handshake_request(handshake_version, "PLAIN")))
+            assert len(_frames(_received(sock, 0.3)[0])) == 1
+            guess = b"\0admin\0guess"
+            started = time.monotonic()
+            sock.sendall(request_frame(36, 2, 2, "x", wire.authenticate_request(2, guess)) if handshake_version
+                         else struct.pack(">i", len(guess)) + guess)
+            sock.settimeout(5)
+            first = sock.recv(65536)  # the refusal (v1), or the close with no answer (v0)
+            elapsed = time.monotonic() - started
+            assert elapsed >= 0.55, elapsed
+            assert bool(first) == bool(handshake_version)
+        with _logged_in(server, b"admin", b"admin-secret"):  # a right password is not delayed
+            pass

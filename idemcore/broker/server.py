@@ -73,13 +73,16 @@ DEFAULT_HOUSEKEEPING_MS = 1_000
 #: How long a SASL client may take to authenticate (idemcore's bound: Kafka relies on ``connections.max.idle.ms``,
 #: 10 minutes, which still lets a flood of silent connections hold the broker's descriptors).
 DEFAULT_AUTHENTICATION_TIMEOUT_MS = 30_000
+#: Kafka's ``connection.failed.authentication.delay.ms`` default.
+DEFAULT_FAILED_AUTHENTICATION_DELAY_MS = 100
 
 
 class Server:
     """Serve ``broker`` over Kafka's protocol on ``host``:``port`` (0: a free port, see :attr:`address`).
     ``advertised_host`` / ``advertised_port``: where Metadata and FindCoordinator send clients (default: the address
     listened on; another when clients reach the server through a proxy, as Kafka's ``advertised.listeners``).
-    ``authentication_timeout_ms``: how long a client of a SASL listener has to authenticate before it is closed. The
+    ``authentication_timeout_ms``: how long a client of a SASL listener has to authenticate before it is closed;
+    ``failed_authentication_delay_ms``: how long a refused authentication waits before its answer and close. The
     server does not close the broker: its owner does, after :meth:`stop`."""
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *, advertised_host: str | None = None,
@@ -89,7 +92,8 @@ class Server:
                  listeners: Sequence[ListenerSecurity] | None = None,
                  advertised_listeners: Mapping[str, Endpoint] | None = None,
                  inter_broker_listener: str | None = None,
-                 authentication_timeout_ms: int = DEFAULT_AUTHENTICATION_TIMEOUT_MS) -> None:
+                 authentication_timeout_ms: int = DEFAULT_AUTHENTICATION_TIMEOUT_MS,
+                 failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS) -> None:
         if type(port) is not int or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         if type(max_request_bytes) is not int or max_request_bytes < 64:
@@ -98,6 +102,9 @@ class Server:
             raise ValueError(f"housekeeping_ms must be a positive integer, got {housekeeping_ms!r}")
         if type(authentication_timeout_ms) is not int or authentication_timeout_ms < 1:
             raise ValueError(f"authentication_timeout_ms must be a positive integer, got {authentication_timeout_ms!r}")
+        if type(failed_authentication_delay_ms) is not int or failed_authentication_delay_ms < 0:
+            raise ValueError("failed_authentication_delay_ms must be an integer of at least 0, got "
+                             f"{failed_authentication_delay_ms!r}")
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host
@@ -107,6 +114,9 @@ class Server:
         self.housekeeping_ms = housekeeping_ms
         #: How long a client of a SASL listener has, from its connection, to complete SASL authentication.
         self.authentication_timeout_ms = authentication_timeout_ms
+        #: How long a refused authentication waits before it is answered and closed (Kafka's
+        #: ``connection.failed.authentication.delay.ms``): each guess of a password costs a guesser that long.
+        self.failed_authentication_delay_ms = failed_authentication_delay_ms
         #: Every listener (``listeners=None``: one PLAINTEXT listener on ``host``:``port``); the first is the one
         #: :attr:`address` names.
         self.listeners: tuple[ListenerSecurity, ...] = tuple(listeners) if listeners else (
@@ -330,6 +340,8 @@ class Server:
                           else await self._answer(frame, peer, connection))
                 if chunks is None:
                     continue
+                if connection.close_after:
+                    await asyncio.sleep(self.failed_authentication_delay_ms / 1000)
                 writer.writelines(chunks)
                 await writer.drain()
                 if connection.close_after:  # Kafka closes once a refused authentication is answered
@@ -398,9 +410,10 @@ class Server:
         connection without an answer, as Kafka does for these clients."""
         assert connection.sasl is not None
         step = connection.sasl.authenticate(token)
-        if step.error_code != ErrorCode.NONE:
+        if step.error_code != ErrorCode.NONE:  # closed (after the delay) with no answer
             self.stats["authentication_failures"] += 1
-            raise _CloseConnection()
+            connection.close_after = True
+            return ()
         if step.complete and step.principal is not None:
             connection.raw_tokens = False
             connection.authenticated_as(step.principal)
