@@ -183,3 +183,24 @@ def test_a_refused_login_is_answered_after_the_failed_authentication_delay(tmp_p
             assert bool(first) == bool(handshake_version)
         with _logged_in(server, b"admin", b"admin-secret"):  # a right password is not delayed
             pass
+
+
+def test_plain_compares_passwords_of_one_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare_digest answers at once for inputs of different lengths: what PLAIN compares must not be the
+    passwords themselves, else the time taken tells the length of a user's password."""
+    from idemcore.broker.security import sasl_server
+
+    compared: list[tuple[int, int]] = []
+    real = sasl_server.hmac.compare_digest
+
+    def recording(a: bytes, b: bytes) -> bool:
+        compared.append((len(a), len(b)))
+        return real(a, b)
+    monkeypatch.setattr(sasl_server.hmac, "compare_digest", recording)
+    for user, password in (("dave", "x"), ("dave", "a much longer guess than the password"), ("nobody", "x"),
+                           ("dave", "dave-secret")):
+        server = sasl_server.SaslAuthenticator(("PLAIN",), {"dave": "dave-secret"}, None, "10.0.0.9")
+        server.handshake("PLAIN")
+        step = server.authenticate(f"\0{user}\0{password}".encode())
+        assert step.complete == (password == "dave-secret")
+    assert len(compared) == 4 and len(set(compared)) == 1 and compared[0][0] == compared[0][1]

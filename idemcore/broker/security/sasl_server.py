@@ -19,6 +19,7 @@ Delegation tokens (SCRAM's ``tokenauth`` extension) are not supported: such a cl
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import secrets
@@ -97,8 +98,10 @@ class _PlainServer:
         if not password:
             raise _Refused("Authentication failed: password not specified", public=True)
         expected = self.users.get(username)
-        # Compared even for an unknown user, so the time taken does not say which users exist.
-        matches = hmac.compare_digest(password.encode(), (expected if expected is not None else "\0").encode())
+        # Digests compared, and for an unknown user too, so the time taken says neither which users exist nor how
+        # long a password is (compare_digest returns at once for lengths that differ).
+        matches = hmac.compare_digest(hashlib.sha256(password.encode()).digest(), hashlib.sha256(
+            (expected if expected is not None else "\0").encode()).digest())
         if expected is None or not matches:
             raise _Refused("Authentication failed: Invalid username or password", public=True)
         if authzid and authzid != username:
