@@ -204,3 +204,35 @@ def test_plain_compares_passwords_of_one_length(monkeypatch: pytest.MonkeyPatch)
         step = server.authenticate(f"\0{user}\0{password}".encode())
         assert step.complete == (password == "dave-secret")
     assert len(compared) == 4 and len(set(compared)) == 1 and compared[0][0] == compared[0][1]
+
+
+@pytest.mark.parametrize(("acl_host", "peer"), [("0:0:0:0:0:0:0:1", "::1"), ("FE80::1", "fe80::1"),
+                                                ("::ffff:10.0.0.5", "10.0.0.5"), ("10.0.0.5", "::ffff:10.0.0.5"),
+                                                ("2001:db8:0:0::7", "2001:db8::7")])
+def test_a_deny_acl_applies_to_its_host_however_the_address_is_written(acl_host: str, peer: str) -> None:
+    """A DENY naming the client's address in another form than the peer's was ignored: the ALLOW beside it won."""
+    from idemcore.broker.security.acls import (
+        WILDCARD_HOST,
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AclResourceType,
+        ResourcePattern,
+    )
+    from idemcore.broker.security.authorizer import AclAuthorizer
+    from idemcore.broker.security.session import KafkaPrincipal, Session
+
+    authorizer = AclAuthorizer()
+    topic = ResourcePattern(AclResourceType.TOPIC, "payroll")
+    assert authorizer.create_acls([
+        AclBinding(topic, AccessControlEntry("User:eve", WILDCARD_HOST, AclOperation.READ, AclPermissionType.ALLOW)),
+        AclBinding(topic, AccessControlEntry("User:eve", acl_host, AclOperation.READ, AclPermissionType.DENY)),
+        AclBinding(ResourcePattern(AclResourceType.GROUP, "g"), AccessControlEntry(
+            "User:eve", acl_host, AclOperation.READ, AclPermissionType.ALLOW))]) == [None] * 3
+    eve = Session(KafkaPrincipal("User", "eve"), peer)
+    assert not authorizer.authorize(eve, AclOperation.READ, AclResourceType.TOPIC, "payroll")
+    assert authorizer.authorize(Session(KafkaPrincipal("User", "eve"), "192.0.2.1"), AclOperation.READ,
+                                AclResourceType.TOPIC, "payroll")
+    # The index of authorize_by_resource_type reads the host in the same form.
+    assert authorizer.authorize_by_resource_type(eve, AclOperation.READ, AclResourceType.GROUP)
