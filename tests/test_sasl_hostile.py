@@ -236,3 +236,23 @@ def test_a_deny_acl_applies_to_its_host_however_the_address_is_written(acl_host:
                                 AclResourceType.TOPIC, "payroll")
     # The index of authorize_by_resource_type reads the host in the same form.
     assert authorizer.authorize_by_resource_type(eve, AclOperation.READ, AclResourceType.GROUP)
+
+
+def test_a_client_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """Names a client chooses reach the log: before authentication the mechanism asked for, after it a group or
+    transactional id refused; a line break in them would start a line the client wrote."""
+    import logging
+
+    from idemcore.broker.security.authorizer import AclAuthorizer
+    from idemcore.broker.security.request_authorization import authorized_handle
+    from idemcore.broker.security.sasl_server import SaslAuthenticator
+    from idemcore.broker.security.session import KafkaPrincipal, Session
+    from idemcore.net.membership import HeartbeatRequest
+
+    forged = "x\nINFO Principal = User:admin is Allowed Operation = All\r"
+    caplog.set_level(logging.INFO, logger="idemcore.broker.security")
+    SaslAuthenticator(("PLAIN",), {}, None, "10.0.0.9").handshake(forged)
+    authorized_handle(lambda r: None, AclAuthorizer(), Session(KafkaPrincipal("User", "eve"), "10.0.0.9"),
+                      HeartbeatRequest(forged, 1, "m"))
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2 and all("x\\nINFO" in m and "\n" not in m and "\r" not in m for m in messages)

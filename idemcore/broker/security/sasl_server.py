@@ -218,7 +218,7 @@ class SaslAuthenticator:
             return int(ErrorCode.ILLEGAL_SASL_STATE), self.enabled_mechanisms
         if mechanism not in self.enabled_mechanisms:
             self.failed = True
-            log.info("Failed authentication with %s (Unsupported SASL mechanism %s)", self.client_host, mechanism)
+            log.info("Failed authentication with %s (Unsupported SASL mechanism %r)", self.client_host, mechanism)
             return int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), self.enabled_mechanisms
         self.mechanism = mechanism
         self._server = _PlainServer(self.plain_users) if mechanism == PLAIN else \
