@@ -256,3 +256,27 @@ def test_a_client_cannot_forge_log_lines(caplog: pytest.LogCaptureFixture) -> No
                       HeartbeatRequest(forged, 1, "m"))
     messages = [record.getMessage() for record in caplog.records]
     assert len(messages) == 2 and all("x\\nINFO" in m and "\n" not in m and "\r" not in m for m in messages)
+
+
+def test_the_scram_credentials_file_is_never_readable_by_others(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its keys allow a dictionary attack on the passwords: owner only from its first byte, not chmod'ed after the
+    rename (a reader polling the log dir caught it meanwhile), and not a crash's partial file's mode either."""
+    import os
+
+    from idemcore.broker.security.scram_credentials import FileScramCredentialStore
+    from idemcore.net import scram
+    from idemcore.record.kafka_files import writers
+
+    modes: list[int] = []
+    replace = os.replace
+
+    def seen_at_rename(source: str, target: str) -> None:
+        modes.append(os.stat(source).st_mode & 0o777)
+        replace(source, target)
+    monkeypatch.setattr(writers.os, "replace", seen_at_rename)
+    store = FileScramCredentialStore(tmp_path, fsync=False)
+    (tmp_path / (store.path.name + writers.TEMPORARY_SUFFIX)).write_text("left by a crash")
+    os.chmod(tmp_path / (store.path.name + writers.TEMPORARY_SUFFIX), 0o644)
+    assert store.alter("carol", {"SCRAM-SHA-256": scram.make_credential(scram.SCRAM_SHA_256, "pw", 4096)}) is None
+    assert modes == [0o600] and os.stat(store.path).st_mode & 0o777 == 0o600
