@@ -169,7 +169,8 @@ def test_kafkas_ranges_and_defaults_for_the_settings_the_broker_honours():
         "transaction_max_timeout_ms": 900_000, "offsets_topic_partitions": 50, "flush_messages": 2**63 - 1,
         "flush_ms": 2**63 - 1, "flush_scheduler_interval_ms": 2**63 - 1, "recovery_point_checkpoint_ms": 60_000}
     assert defaults.server_kwargs() == {"host": "127.0.0.1", "port": 9092, "advertised_host": None,
-                                        "advertised_port": None, "max_request_bytes": 104_857_600}
+                                        "advertised_port": None, "max_request_bytes": 104_857_600,
+                                        "failed_authentication_delay_ms": 100}
     assert defaults["log.cleanup.policy"] == ("delete",) and defaults["log.retention.check.interval.ms"] == 300_000
     assert defaults["transactional.id.expiration.ms"] == 7 * 86_400_000
     assert defaults["log.flush.offset.checkpoint.interval.ms"] == 60_000 and defaults["min.insync.replicas"] == 1
@@ -263,7 +264,8 @@ def test_listeners_and_advertised_listeners():
     assert config.server_kwargs()["host"] == "::1" and config.server_kwargs()["port"] == 0
     config = _config(listeners="PLAINTEXT://0.0.0.0:9093", advertised__listeners="PLAINTEXT://kafka.example:19093")
     assert config.server_kwargs() == {"host": "0.0.0.0", "port": 9093, "advertised_host": "kafka.example",
-                                      "advertised_port": 19093, "max_request_bytes": 104_857_600}
+                                      "advertised_port": 19093, "max_request_bytes": 104_857_600,
+                                      "failed_authentication_delay_ms": 100}
     # Port 0 advertised: the port bound; an empty host: every interface, the machine's name advertised (Kafka's).
     assert _config(advertised__listeners="PLAINTEXT://proxy:0").server_kwargs()["advertised_port"] is None
     everywhere = _config(listeners="PLAINTEXT://:9092").server_kwargs()

@@ -60,3 +60,17 @@ def test_the_mechanism_takes_its_login_module() -> None:
         jaas_for_mechanism(plain, "GSSAPI")
     with pytest.raises(JaasConfigError, match="no password option"):
         parse_jaas_config('a.B required username="x";').client_credentials()
+
+
+@pytest.mark.parametrize("text", [
+    'a.B required user_x "hunter2";',
+    'a.B required user_x="hunter2;',
+    'a.B required user_x=;user_y="hunter2";',
+    'a.B required user_x="hunter2" "x";',
+    'a.B mandatory user_x="hunter2";',
+    'a.B required user_x=hunter2 !;',
+])
+def test_a_refused_jaas_config_does_not_show_its_passwords(text):
+    with pytest.raises(JaasConfigError) as refused:
+        parse_jaas_config(text)
+    assert "hunter2" not in str(refused.value) and "at character" in str(refused.value)

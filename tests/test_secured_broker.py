@@ -144,3 +144,11 @@ def test_the_readmes_security_settings_serve_as_it_says(tmp_path):
                                   "sasl.password": secret})
             assert client.list_topics(timeout=20).brokers
         assert {str(s.principal) for s in sessions} == {"User:carol", "User:admin"}
+
+
+def test_a_client_without_the_listeners_sasl_is_told_what_to_give(tmp_path, capsys):
+    with serving(tmp_path, **SECURED) as (server, sessions):
+        status = main(["acls", "--bootstrap-server", server.bootstrap, "--list"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(err) == 1 and "if its listener requires SASL" in err[0]
+        assert sessions == [] and server.stats["unauthenticated"] == 1

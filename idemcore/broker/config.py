@@ -229,6 +229,7 @@ class BrokerConfig:
             # Port 0 advertised: the port bound (Kafka's KafkaServer does the same).
             "advertised_port": (advertised.port or None) if advertised is not None else None,
             "max_request_bytes": self.values["socket.request.max.bytes"],
+            "failed_authentication_delay_ms": self.values["connection.failed.authentication.delay.ms"],
         }
         if len(self.listeners) > 1 or any(one.protocol != "PLAINTEXT" for one in self.listeners):
             kwargs["listeners"] = self.listeners

@@ -222,6 +222,7 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("sasl.mechanism.inter.broker.protocol", Kind.STRING, "GSSAPI", _H),
     Key("sasl.server.max.receive.size", Kind.INT, 524_288, _H, low=1),
     Key("connections.max.reauth.ms", Kind.LONG, 0, _P, low=0),
+    Key("connection.failed.authentication.delay.ms", Kind.INT, 100, _H, low=0),
     Key("ssl.keystore.type", Kind.STRING, "JKS", _H),
     Key("ssl.keystore.location", Kind.STRING, None, _H),
     Key("ssl.keystore.password", Kind.STRING, None, _H),

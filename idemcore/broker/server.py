@@ -70,12 +70,19 @@ def _one_line_accept_failures(loop: asyncio.AbstractEventLoop, context: dict[str
 #: Kafka's ``socket.request.max.bytes`` default: the largest request frame read.
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 DEFAULT_HOUSEKEEPING_MS = 1_000
+#: How long a SASL client may take to authenticate (idemcore's bound: Kafka relies on ``connections.max.idle.ms``,
+#: 10 minutes, which still lets a flood of silent connections hold the broker's descriptors).
+DEFAULT_AUTHENTICATION_TIMEOUT_MS = 30_000
+#: Kafka's ``connection.failed.authentication.delay.ms`` default.
+DEFAULT_FAILED_AUTHENTICATION_DELAY_MS = 100
 
 
 class Server:
     """Serve ``broker`` over Kafka's protocol on ``host``:``port`` (0: a free port, see :attr:`address`).
     ``advertised_host`` / ``advertised_port``: where Metadata and FindCoordinator send clients (default: the address
-    listened on; another when clients reach the server through a proxy, as Kafka's ``advertised.listeners``). The
+    listened on; another when clients reach the server through a proxy, as Kafka's ``advertised.listeners``).
+    ``authentication_timeout_ms``: how long a client of a SASL listener has to authenticate before it is closed;
+    ``failed_authentication_delay_ms``: how long a refused authentication waits before its answer and close. The
     server does not close the broker: its owner does, after :meth:`stop`."""
 
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *, advertised_host: str | None = None,
@@ -84,13 +91,20 @@ class Server:
                  housekeeping_ms: int = DEFAULT_HOUSEKEEPING_MS,
                  listeners: Sequence[ListenerSecurity] | None = None,
                  advertised_listeners: Mapping[str, Endpoint] | None = None,
-                 inter_broker_listener: str | None = None) -> None:
+                 inter_broker_listener: str | None = None,
+                 authentication_timeout_ms: int = DEFAULT_AUTHENTICATION_TIMEOUT_MS,
+                 failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS) -> None:
         if type(port) is not int or not 0 <= port <= 65535:
             raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
         if type(max_request_bytes) is not int or max_request_bytes < 64:
             raise ValueError(f"max_request_bytes must be an integer of at least 64, got {max_request_bytes!r}")
         if type(housekeeping_ms) is not int or housekeeping_ms < 1:
             raise ValueError(f"housekeeping_ms must be a positive integer, got {housekeeping_ms!r}")
+        if type(authentication_timeout_ms) is not int or authentication_timeout_ms < 1:
+            raise ValueError(f"authentication_timeout_ms must be a positive integer, got {authentication_timeout_ms!r}")
+        if type(failed_authentication_delay_ms) is not int or failed_authentication_delay_ms < 0:
+            raise ValueError("failed_authentication_delay_ms must be an integer of at least 0, got "
+                             f"{failed_authentication_delay_ms!r}")
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host
@@ -98,6 +112,11 @@ class Server:
         self.cluster_id = cluster_id
         self.max_request_bytes = max_request_bytes
         self.housekeeping_ms = housekeeping_ms
+        #: How long a client of a SASL listener has, from its connection, to complete SASL authentication.
+        self.authentication_timeout_ms = authentication_timeout_ms
+        #: How long a refused authentication waits before it is answered and closed (Kafka's
+        #: ``connection.failed.authentication.delay.ms``): each guess of a password costs a guesser that long.
+        self.failed_authentication_delay_ms = failed_authentication_delay_ms
         #: Every listener (``listeners=None``: one PLAINTEXT listener on ``host``:``port``); the first is the one
         #: :attr:`address` names.
         self.listeners: tuple[ListenerSecurity, ...] = tuple(listeners) if listeners else (
@@ -108,7 +127,8 @@ class Server:
         self.inter_broker_listener = inter_broker_listener or self.listeners[0].name
         #: Counts for tests and logs: connections closed for a bad frame, requests the broker raised on.
         self.stats = {"connections": 0, "requests": 0, "malformed": 0, "unsupported": 0, "broker_errors": 0,
-                      "authentication_failures": 0, "unauthenticated": 0}
+                      "authentication_failures": 0, "unauthenticated": 0,
+                      "authentication_timeouts": 0}
         self._served: list[_Served] = []
         self._ctx: WireContext | None = None
         self._bound_port = 0
@@ -291,23 +311,41 @@ class Server:
         peer = writer.get_extra_info("peername")
         try:
             connection = self._open(served, peer, writer)
+            # A client that has not authenticated by then is closed: else anyone reaching the port could hold
+            # connections (and descriptors) forever without a password, sending nothing or a frame byte by byte.
+            deadline = None if connection.authenticated else (
+                asyncio.get_running_loop().time() + self.authentication_timeout_ms / 1000)
             while True:
-                size = SIZE.unpack(await reader.readexactly(4))[0]
-                # Before a SASL client is authenticated, frames are bounded by sasl.server.max.receive.size.
-                largest = self.max_request_bytes if connection.authenticated else min(
-                    self.max_request_bytes, served.security.sasl_max_receive_size)
-                smallest = 1 if connection.raw_tokens else 8
-                if not smallest <= size <= largest:
-                    self.stats["malformed"] += 1
-                    log.info("closing %s: a request frame of %d bytes (allowed: %d to %d)", peer, size, smallest,
-                             largest)
+                if connection.authenticated:
+                    deadline = None
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        size = SIZE.unpack(await reader.readexactly(4))[0]
+                        # Before a SASL client is authenticated, frames are bounded by sasl.server.max.receive.size.
+                        largest = self.max_request_bytes if connection.authenticated else min(
+                            self.max_request_bytes, served.security.sasl_max_receive_size)
+                        smallest = 1 if connection.raw_tokens else 8
+                        if not smallest <= size <= largest:
+                            self.stats["malformed"] += 1
+                            log.info("closing %s: a request frame of %d bytes (allowed: %d to %d)", peer, size,
+                                     smallest, largest)
+                            return
+                        frame = await reader.readexactly(size)
+                except TimeoutError:
+                    self.stats["authentication_timeouts"] += 1
+                    log.info("closing %s: SASL authentication not completed within %d ms", peer,
+                             self.authentication_timeout_ms)
                     return
-                frame = await reader.readexactly(size)
                 chunks = (self._answer_raw_token(frame, peer, connection) if connection.raw_tokens
                           else await self._answer(frame, peer, connection))
                 if chunks is None:
                     continue
-                writer.writelines(chunks)
+                if connection.close_after:  # Kafka's connection.failed.authentication.delay.ms
+                    await asyncio.sleep(self.failed_authentication_delay_ms / 1000)
+                if served.security.server_tls is not None:  # one TLS record per answer, not one per chunk
+                    writer.write(b"".join(chunks))
+                else:
+                    writer.writelines(chunks)
                 await writer.drain()
                 if connection.close_after:  # Kafka closes once a refused authentication is answered
                     return
@@ -375,9 +413,10 @@ class Server:
         connection without an answer, as Kafka does for these clients."""
         assert connection.sasl is not None
         step = connection.sasl.authenticate(token)
-        if step.error_code != ErrorCode.NONE:
+        if step.error_code != ErrorCode.NONE:  # closed (after the delay) with no answer
             self.stats["authentication_failures"] += 1
-            raise _CloseConnection()
+            connection.close_after = True
+            return ()
         if step.complete and step.principal is not None:
             connection.raw_tokens = False
             connection.authenticated_as(step.principal)

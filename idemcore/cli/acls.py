@@ -7,20 +7,10 @@ import argparse
 import json
 from typing import Any
 
-from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security, positive
 
 #: Exit status when the broker refused an ACL or a filter (printed with it).
 ACL_FAILED = 1
-
-
-def _bootstrap(text: str) -> str:
-    from idemcore.net.tcp import parse_bootstrap
-
-    try:
-        parse_bootstrap(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 def _operation(text: str) -> Any:
@@ -244,7 +234,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     action.add_argument("--add", action="store_true", help="create ACLs")
     action.add_argument("--remove", action="store_true", help="delete ACLs")
     action.add_argument("--list", action="store_true", help="list ACLs")
-    acls.add_argument("--bootstrap-server", type=_bootstrap, required=True, metavar="HOST:PORT",
+    acls.add_argument("--bootstrap-server", type=bootstrap_servers, required=True, metavar="HOST:PORT",
                       help="a broker of the cluster (the first of a comma-separated list is asked)")
     acls.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     acls.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic (repeatable)")

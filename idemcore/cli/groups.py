@@ -7,20 +7,10 @@ import argparse
 import json
 from typing import Any
 
-from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security, positive
 
 #: Exit status when a group's answer was an error (a missing group, a group that still has members).
 GROUP_FAILED = 1
-
-
-def _bootstrap(text: str) -> str:
-    from idemcore.net.tcp import parse_bootstrap
-
-    try:
-        parse_bootstrap(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 #: The states and types ListGroups filters by (Kafka's GroupState and GroupType, but UNKNOWN): a filter naming
@@ -165,7 +155,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     def action(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, parents=[common], help=help_text, description=description)
         parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-        parser.add_argument("--bootstrap", type=_bootstrap, required=True, metavar="HOST:PORT",
+        parser.add_argument("--bootstrap", type=bootstrap_servers, required=True, metavar="HOST:PORT",
                             help="a broker of the cluster (the first of a comma-separated list is used)")
         parser.add_argument("--timeout-ms", type=positive, default=30_000,
                             help="how long each request may take (default 30000)")

@@ -75,6 +75,17 @@ def configure_logging(args: argparse.Namespace) -> None:
     logger.propagate = False
 
 
+def bootstrap_servers(text: str) -> str:
+    """A ``--bootstrap-server`` value: ``host:port[,host:port...]``, checked as the clients parse it."""
+    from idemcore.net.tcp import parse_bootstrap
+
+    try:
+        parse_bootstrap(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 #: The help of ``--command-config``, as every command that talks to a broker gives it.
 COMMAND_CONFIG_HELP = ("client properties for the broker connection (security.protocol, ssl.*, sasl.mechanism, "
                        "sasl.jaas.config or sasl.username/sasl.password), as Kafka's tools take them")

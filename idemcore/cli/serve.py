@@ -176,7 +176,8 @@ async def _serve(server: Any, data_dir: Path) -> None:
           f"{data_dir}; topics: {topics}", flush=True)
     if len(server.listeners) > 1 or server.listeners[0].protocol != "PLAINTEXT":
         print("idemcore serve: listeners " + ", ".join(
-            f"{one.name} ({one.protocol}) on {server.addresses[one.name][0]}:{server.addresses[one.name][1]}"
+            f"{one.name}{'' if one.name == one.protocol else f' ({one.protocol})'} on "
+            f"{server.addresses[one.name][0]}:{server.addresses[one.name][1]}"
             for one in server.listeners), flush=True)
     await server.join_cluster()
     await server.serve_until_stopped()

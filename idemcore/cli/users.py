@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from idemcore.cli.options import COMMAND_CONFIG_HELP, command_config_security, positive
+from idemcore.cli.options import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security, positive
 from idemcore.errors import IdemcoreError
 from idemcore.net import scram
 from idemcore.net.scram_credentials import (
@@ -30,16 +30,6 @@ from idemcore.protocol.codes import error_name
 USER_FAILED = 1
 #: kafka-configs.sh's default iterations.
 DEFAULT_ITERATIONS = 4096
-
-
-def _bootstrap(text: str) -> str:
-    from idemcore.net.tcp import parse_bootstrap
-
-    try:
-        parse_bootstrap(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 def _mechanism(text: str) -> scram.ScramMechanism:
@@ -174,7 +164,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, parents=[common], help=help_text, description=help_text)
         where = parser.add_mutually_exclusive_group(required=True)
-        where.add_argument("--bootstrap-server", type=_bootstrap, metavar="HOST:PORT",
+        where.add_argument("--bootstrap-server", type=bootstrap_servers, metavar="HOST:PORT",
                            help="a running broker (the first of a comma-separated list is used)")
         where.add_argument("--log-dir", metavar="DIR", help="a stopped broker's log dir (alone, not in a cluster)")
         parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)

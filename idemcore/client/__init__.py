@@ -32,8 +32,10 @@ from idemcore.client.transactions import (
     TransactionStateError,
     TransactionTimeoutError,
 )
+from idemcore.net.tcp import AuthenticationError
 
-__all__ = ["BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError", "Consumer",
+__all__ = ["AuthenticationError", "BatchDeliveryError", "BatchSendFuture", "CommitFailedError", "ConfigError",
+           "Consumer",
            "ConsumerClosedError", "ConsumerError", "ConsumerGroupMetadata", "ConsumerRebalanceListener",
            "ConsumerRecord", "ConsumerTimeoutError", "DeliveryError", "FencedInstanceIdError", "GroupMemberError",
            "IllegalStateError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer",

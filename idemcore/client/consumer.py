@@ -34,8 +34,9 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from idemcore.client.connecting import own_transport
 from idemcore.client.group_member import ConsumerGroupMetadata, ConsumerRebalanceListener, GroupMember
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import (
@@ -55,9 +56,12 @@ from idemcore.net.messages import (
     Request,
     Response,
 )
-from idemcore.net.transport import RequestHandler, Transport, as_transport, connection_broke
+from idemcore.net.transport import RequestHandler, Transport, connection_broke
 from idemcore.protocol.codes import RETRIABLE_ERRORS, ControlType, ErrorCode, error_name
 from idemcore.protocol.constants import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
+
+if TYPE_CHECKING:
+    from idemcore.net.client_security import ClientSecurity
 from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import CorruptRecordError, decode_stored_batches
 
@@ -203,11 +207,16 @@ class _Retry(Exception):
 
 class Consumer:
     """A Kafka consumer: partitions from ``assign``, or from its group after ``subscribe``. ``transport``: a
-    :class:`~idemcore.broker.Broker` (used directly) or any :class:`~idemcore.net.transport.Transport`. Settings
+    :class:`~idemcore.broker.Broker` (used directly), any :class:`~idemcore.net.transport.Transport`, or bootstrap
+    servers (``"host:port[,...]"``): the consumer then connects with a :class:`~idemcore.net.tcp.TcpTransport` of
+    its own (closed by :meth:`close`), authenticating as ``security`` says (a
+    :class:`~idemcore.net.client_security.ClientSecurity`, or Kafka's client properties such as
+    ``{"security.protocol": "SSL", "ssl.ca.location": ..., "ssl.certificate.location": ...,
+    "ssl.key.location": ...}``; a broker's refusal raises :class:`~idemcore.net.tcp.AuthenticationError`). Settings
     are Kafka's, in snake_case; ``default_api_timeout_ms`` bounds the blocking calls, ``request_timeout_ms`` each
     request (a JoinGroup may wait ``max_poll_interval_ms``, the rebalance timeout, more)."""
 
-    def __init__(self, transport: Transport | RequestHandler, group_id: str | None = None,
+    def __init__(self, transport: Transport | RequestHandler | str, group_id: str | None = None,
                  isolation_level: str = "read_committed", *, auto_offset_reset: str = "earliest",
                  max_poll_records: int = 500, fetch_max_bytes: int = 52_428_800,
                  max_partition_fetch_bytes: int = 1_048_576, request_timeout_ms: int = 30_000,
@@ -217,8 +226,8 @@ class Consumer:
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, group_instance_id: str | None = None,
-                 metadata_max_age_ms: int = 300_000) -> None:
-        transport = as_transport(transport)
+                 metadata_max_age_ms: int = 300_000,
+                 security: ClientSecurity | Mapping[str, str] | None = None) -> None:
         if group_id is not None and (type(group_id) is not str or not group_id):
             raise (ValueError if type(group_id) is str else TypeError)(
                 f"group_id must be a non-empty string or None, got {group_id!r}")
@@ -240,6 +249,7 @@ class Consumer:
             _check_int(name, value, low)
         if client_id is not None and type(client_id) is not str:
             raise TypeError(f"client_id must be a string or None, got {client_id!r}")
+        client_id = client_id or f"consumer-{next(_client_ids)}"
         if type(enable_auto_commit) is not bool:
             raise TypeError(f"enable_auto_commit must be True or False, got {enable_auto_commit!r}")
         if group_instance_id is not None and (type(group_instance_id) is not str or not group_instance_id):
@@ -250,7 +260,9 @@ class Consumer:
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be below session_timeout_ms "
                              f"({session_timeout_ms})")
-        self.transport: Transport = transport
+        self.transport: Transport
+        self.transport, self._owns_transport = own_transport(transport, client_id, security, "consumer")
+        transport = self.transport
         self.group_id = group_id
         self.isolation_level = isolation_level
         self.read_committed = isolation_level == "read_committed"
@@ -261,7 +273,7 @@ class Consumer:
         self.request_timeout_ms = request_timeout_ms
         self.default_api_timeout_ms = default_api_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self.client_id = client_id or f"consumer-{next(_client_ids)}"
+        self.client_id = client_id
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._ready: deque[TopicPartition] = deque()  # partitions with fetched steps, in the order they arrived
         self._inflight: dict[int, _Pending] = {}
@@ -663,6 +675,8 @@ class Consumer:
             self._group = None
             self._closed = True
             self.transport.disconnect(self.client_id)
+            if self._owns_transport:
+                self.transport.close()  # type: ignore[attr-defined]  # a TcpTransport
             self._inflight.clear()
             self._answers.clear()
             self._partitions.clear()

@@ -6,13 +6,14 @@ import itertools
 import logging
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from idemcore.client.accumulator import RecordAccumulator
 from idemcore.client.batch import DeliveryError, ProducerBatch, RecordFuture, RecordMetadata
 from idemcore.client.config import ProducerConfig
+from idemcore.client.connecting import own_transport
 from idemcore.client.group_metadata import ConsumerGroupMetadata
 from idemcore.client.idempotence import IdempotenceManager
 from idemcore.client.partitioner import Partitioner
@@ -30,10 +31,13 @@ from idemcore.client.transactions import (
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.net.messages import OffsetEntry
-from idemcore.net.transport import RequestHandler, Transport, as_transport
+from idemcore.net.transport import RequestHandler, Transport
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET
 from idemcore.record.batch import RECORD_OVERHEAD, headers_size
+
+if TYPE_CHECKING:
+    from idemcore.net.client_security import ClientSecurity
 
 _client_ids = itertools.count()
 log = logging.getLogger(__name__)
@@ -127,8 +131,13 @@ class BatchDeliveryError(DeliveryError):
 class Producer:
     """An idempotent (by default) Kafka producer. Settings as Kafka's, in snake_case; see ProducerConfig.
 
-    ``transport``: a :class:`~idemcore.broker.Broker` (used directly) or any
-    :class:`~idemcore.transport.Transport`. There is no background thread:
+    ``transport``: a :class:`~idemcore.broker.Broker` (used directly), any
+    :class:`~idemcore.transport.Transport`, or bootstrap servers (``"host:port[,...]"``): the producer then
+    connects with a :class:`~idemcore.net.tcp.TcpTransport` of its own (closed by :meth:`close`), authenticating
+    as ``security`` says (a :class:`~idemcore.net.client_security.ClientSecurity`, or Kafka's client properties:
+    ``{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": ...,
+    "sasl.password": ..., "ssl.ca.location": ...}``; a broker's refusal raises
+    :class:`~idemcore.net.tcp.AuthenticationError`). There is no background thread:
     ``send`` runs a sender round when a batch fills, and ``result()``,
     ``flush()`` and ``poll()`` drive the sender until their work is done.
 
@@ -139,11 +148,12 @@ class Producer:
     order, TransactionAbortableError: only abort works, ProducerFencedError and TransactionFatalError: close).
     """
 
-    def __init__(self, transport: Transport | RequestHandler, *, backend: str | Backend | None = None,
-                 **config: Any) -> None:
+    def __init__(self, transport: Transport | RequestHandler | str, *, backend: str | Backend | None = None,
+                 security: ClientSecurity | Mapping[str, str] | None = None, **config: Any) -> None:
         self.config = ProducerConfig.from_kwargs(**config)
-        self.transport: Transport = as_transport(transport)
         self.client_id = self.config.client_id or f"producer-{next(_client_ids)}"
+        self.transport: Transport
+        self.transport, self._owns_transport = own_transport(transport, self.client_id, security, "producer")
         self.partitions = PartitionArrays()
         settings = self.config
         #: The transaction bookkeeping (None without ``transactional_id``); its sequence bookkeeping is the
@@ -310,6 +320,8 @@ class Producer:
         finally:
             self._closed = True
             self._checked_send = True
+            if self._owns_transport:
+                self.transport.close()  # type: ignore[attr-defined]  # a TcpTransport
 
     # ------------------------------------------------------------ transactions
 

@@ -139,6 +139,14 @@ class _Negotiation:
             raise ConnectionError(f"{self.where}: SASL authentication as {exchange.client.mechanism} failed: "
                                   f"{error}") from None
 
+    @staticmethod
+    def security_hint(security: ClientSecurity | None) -> str:
+        """What to say of a connection closed instead of answered: a broker closes a client that skips the SASL
+        its listener requires."""
+        if security is not None and security.uses_sasl:
+            return ""
+        return " (if its listener requires SASL, connect with the listener's security: security.protocol, sasl.*)"
+
     def _check(self, answered: int, expected: int) -> None:
         if answered != expected:
             raise ConnectionError(f"{self.where}: an answer to correlation id {answered}, expected {expected}")
@@ -266,7 +274,7 @@ class BrokerChannel:
                                f"request_timeout_ms={self.request_timeout_ms}") from None
         except asyncio.IncompleteReadError as error:
             raise ConnectionError(f"{self._wire.where}: the connection closed after {len(error.partial)} bytes "
-                                  f"of the answer to {what}") from None
+                                  f"of the answer to {what}{self._wire.security_hint(self.security)}") from None
         except OSError as error:
             raise ConnectionError(f"{self._wire.where}: receive failed: {error}") from None
 
@@ -400,7 +408,8 @@ class BlockingBrokerChannel:
             except OSError as error:
                 raise ConnectionError(f"{self._wire.where}: receive failed: {error}") from None
             if not data:
-                raise ConnectionError(f"{self._wire.where}: the connection closed in the answer to {what}")
+                raise ConnectionError(f"{self._wire.where}: the connection closed in the answer to {what}"
+                                      f"{self._wire.security_hint(self.security)}")
             out += data
         return bytes(out)
 

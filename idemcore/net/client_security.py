@@ -15,10 +15,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from idemcore.errors import ConfigError
+from idemcore.net import scram
 from idemcore.net.jaas import parse_jaas_config
 
+#: Kafka's security protocols (``SecurityProtocol``).
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: The SASL mechanisms idemcore speaks, both sides (Kafka's GSSAPI and OAUTHBEARER are not among them).
+SASL_MECHANISMS = ("PLAIN", *scram.MECHANISMS)
+
+
+def protocol_uses_tls(protocol: str) -> bool:
+    return protocol in ("SSL", "SASL_SSL")
+
+
+def protocol_uses_sasl(protocol: str) -> bool:
+    return protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -47,11 +58,11 @@ class ClientSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return protocol_uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return protocol_uses_sasl(self.protocol)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ClientSecurity:

@@ -12,6 +12,7 @@ character where it goes wrong."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from idemcore.errors import ConfigError
@@ -60,9 +61,10 @@ class _Tokens:
 
     def fail(self, what: str, at: int | None = None) -> JaasConfigError:
         at = self.at if at is None else at
-        shown = self.text[at:at + 20]
+        # What follows is shown up to the next value only: the text holds passwords, and errors reach logs.
+        shown = re.split(r'[="]', self.text[at:at + 20], maxsplit=1)[0]
         return JaasConfigError(f"JAAS config: {what} at character {at + 1}"
-                               + (f" ({shown!r})" if shown else " (the end)"))
+                               + (" (the end)" if at >= len(self.text) else f" ({shown!r})" if shown.strip() else ""))
 
     def _skip(self) -> None:
         text = self.text

@@ -25,6 +25,16 @@
   consumer's heartbeat thread) may use the transport with its own client name; the long waits
   (:meth:`~TcpTransport.partition_count`, :meth:`~TcpTransport.call`) take it for one step at a time.
 
+- **security** (``security=``, a :class:`~idemcore.net.client_security.ClientSecurity` or Kafka's client
+  properties): on SSL and SASL_SSL each connection, once its TCP connect completes, runs a non-blocking TLS
+  handshake (driven on socket readiness; the broker's certificate checked against the trust store); on
+  SASL_PLAINTEXT and SASL_SSL, after ApiVersions, it authenticates with SaslHandshake v1 and SaslAuthenticate
+  (KIP-152) before anything else is sent on it. A connection lost during either is lost as any other (retried
+  after ``reconnect_backoff_ms``); a refusal (a certificate that fails its check, a TLS alert from the broker, a
+  SASL mechanism or credentials the broker refuses) is fatal, as Kafka's ``AuthenticationException``: every later
+  :meth:`~TcpTransport.poll`, :meth:`~TcpTransport.partition_count` and :meth:`~TcpTransport.call` raises one
+  :class:`AuthenticationError` naming the broker, and no connection is opened again.
+
 A request the negotiated versions cannot carry (the broker lacks the API) is not lost silently: the next
 :meth:`poll` of its client raises :class:`~idemcore.net.wire.client.WireProtocolError` naming it.
 """
@@ -37,16 +47,18 @@ import itertools
 import logging
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.net.client_security import ClientSecurity
 from idemcore.net.membership import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from idemcore.net.messages import (
     GROUP_KEY,
@@ -81,7 +93,9 @@ from idemcore.net.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from idemcore.net.sasl_client import SaslClientError, sasl_client
 from idemcore.net.transport import UnknownTopicError
+from idemcore.net.wire import sasl as sasl_wire
 from idemcore.net.wire.client import (
     API_VERSIONS_KEY,
     API_VERSIONS_RANGE,
@@ -121,10 +135,20 @@ _MEMBERSHIP = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupR
 _RECV_BYTES, _MAX_READS = 1 << 20, 64
 #: The largest response frame accepted (Kafka's clients have no such limit; a bound against a garbled size).
 MAX_RESPONSE_BYTES = 1 << 30
+#: A SASL exchange takes two (PLAIN) or three (SCRAM) requests: more is a broker leading the client on.
+_MAX_SASL_STEPS = 8
+#: TLS errors that mean the connection was cut, not refused: lost like a plain connection.
+_TLS_CUT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 
 
 class TransportTimeoutError(IdemcoreError, TimeoutError):
     """A blocking call of the transport (metadata for a topic) got no answer in time."""
+
+
+class AuthenticationError(IdemcoreError):
+    """A broker refused this client's TLS handshake or SASL authentication, or its certificate failed the
+    client's check (Kafka's ``SslAuthenticationException`` / ``SaslAuthenticationException``): fatal for the
+    transport. One line naming the broker and the reason."""
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -167,7 +191,8 @@ class _Call:
     expects_answer: bool = True
 
 
-_CONNECTING, _NEGOTIATING, _READY, _CLOSED = "connecting", "negotiating", "ready", "closed"
+_CONNECTING, _HANDSHAKING, _NEGOTIATING, _AUTHENTICATING, _READY, _CLOSED = (
+    "connecting", "handshaking", "negotiating", "authenticating", "ready", "closed")
 
 
 class _Connection:
@@ -189,6 +214,8 @@ class _Connection:
         self.versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = API_VERSIONS_RANGE[1]
         self._events = 0
+        self.tls = False
+        self._sasl_steps = 0
 
     def __repr__(self) -> str:
         client, node, role = self.key
@@ -198,7 +225,8 @@ class _Connection:
 
     def start(self, now: int) -> None:
         """Open the socket (non-blocking connect) once ``connect_at_ms`` has come."""
-        if self.sock is not None or self.state != _CONNECTING or now < self.connect_at_ms:
+        if self.sock is not None or self.state != _CONNECTING or now < self.connect_at_ms \
+                or self.transport._fatal is not None:  # after an authentication failure: no more connections
             return
         try:
             infos = socket.getaddrinfo(self.address[0], self.address[1], type=socket.SOCK_STREAM)
@@ -231,6 +259,14 @@ class _Connection:
             return selectors.EVENT_WRITE
         return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
 
+    def _where(self) -> str:
+        return f"broker {self.address[0]}:{self.address[1]}"
+
+    def refuse(self, why: str) -> None:
+        """Close on an authentication failure: fatal for the transport (module docstring)."""
+        self.transport._authentication_failed(AuthenticationError(why))
+        self.fail(why)
+
     def fail(self, why: str) -> None:
         """Close: everything in flight and queued is lost."""
         if self.state == _CLOSED:
@@ -238,10 +274,12 @@ class _Connection:
         if self.state != _CONNECTING or self.sock is not None:
             log.info("%r closed: %s", self, why)
         self.close()
+        self.transport._last_failure = why
         lost = [s.on_lost for s in self.inflight] + [c.on_lost for c in self.queued]
         self.inflight.clear()
         self.queued.clear()
         self.transport._connection_failed(self)
+        self.transport._pending.discard(self)
         for on_lost in lost:
             on_lost(why)
 
@@ -289,13 +327,16 @@ class _Connection:
 
     def flush(self) -> None:
         """Write what the socket takes now."""
-        if self.sock is None or self.state in (_CONNECTING, _CLOSED):
+        if self.sock is None or self.state in (_CONNECTING, _HANDSHAKING, _CLOSED):
             return
         while self.out:
             try:
                 sent = self.sock.send(self.out)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
+            except ssl.SSLError as error:
+                self._tls_failed(error)
+                return
             except OSError as error:
                 self.fail(f"send failed: {error}")
                 return
@@ -311,13 +352,67 @@ class _Connection:
             if code != 0:
                 self.fail(f"connect to {self.address[0]}:{self.address[1]} failed: {errno.errorcode.get(code, code)}")
                 return
+            security = self.transport.security
+            if security is not None and security.ssl_context is not None:
+                self._start_tls(security.ssl_context)
+                return
             self.state = _NEGOTIATING
             self._ask_versions()
+            return
+        if self.state == _HANDSHAKING:
+            self._handshake()
             return
         if mask & selectors.EVENT_READ:
             self._read()
         if self.state not in (_CLOSED, _CONNECTING) and mask & selectors.EVENT_WRITE:
             self.flush()
+
+    # ------------------------------------------------------------ TLS
+
+    def _start_tls(self, context: ssl.SSLContext) -> None:
+        """Wrap the connected socket (the handshake is driven by readiness events, :meth:`_handshake`)."""
+        assert self.sock is not None
+        plain = self.sock
+        self.transport._selector.unregister(plain)  # the wrapped socket is a new object on the same descriptor
+        self._events = 0
+        try:
+            self.sock = context.wrap_socket(plain, server_hostname=self.address[0], do_handshake_on_connect=False)
+        except (OSError, ValueError) as error:
+            self.sock = plain
+            self.fail(f"{self._where()}: cannot start TLS: {error}")
+            return
+        self.tls = True
+        self.state = _HANDSHAKING
+        self._handshake()
+
+    def _handshake(self) -> None:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(selectors.EVENT_WRITE)
+            return
+        except ssl.SSLError as error:
+            self._tls_failed(error)
+            return
+        except OSError as error:
+            self.fail(f"{self._where()}: TLS handshake cut: {error}")
+            return
+        log.debug("%r TLS %s", self, self.sock.version())
+        self.state = _NEGOTIATING
+        self._ask_versions()
+
+    def _tls_failed(self, error: ssl.SSLError) -> None:
+        """A cut connection is lost as any other; a refusal before the connection is ready is fatal."""
+        if isinstance(error, _TLS_CUT) or self.state == _READY:
+            self.fail(f"{self._where()}: TLS connection cut: {_tls_reason(error)}")
+        else:
+            self.refuse(f"{self._where()}: TLS handshake failed: {_tls_reason(error)}")
+
+    # ------------------------------------------------------------ ApiVersions, SASL
 
     def _ask_versions(self) -> None:
         version = self.api_versions_version
@@ -335,12 +430,59 @@ class _Connection:
             self.fail(f"ApiVersions answered error {code}")
             return
         self.versions = ranges
+        security = self.transport.security
+        if security is not None and security.uses_sasl:
+            self._start_sasl(security)
+            return
+        self._ready()
+
+    def _ready(self) -> None:
         self.state = _READY
         log.debug("%r ready", self)
         while self.queued and self.state == _READY:  # a failed send closes it: fail() loses the rest
             self._send_call(self.queued.popleft())
 
+    def _start_sasl(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the exchange completes (nothing else is sent before)."""
+        assert security.sasl_mechanism is not None and security.username is not None
+        assert security.password is not None
+        authenticate = self.versions.get(sasl_wire.SASL_AUTHENTICATE_KEY)
+        if authenticate is None or self.versions.get(sasl_wire.SASL_HANDSHAKE_KEY, (0, 0))[1] < 1:
+            self.refuse(f"{self._where()} does not speak SaslHandshake v1 and SaslAuthenticate (KIP-152): is its "
+                        f"listener {security.protocol}?")
+            return
+        self.state = _AUTHENTICATING
+        client = sasl_client(security.sasl_mechanism, security.username, security.password)
+        exchange = sasl_wire.ClientExchange(client, authenticate_version=min(authenticate[1], 2))
+        self._sasl_send(exchange, exchange.first())
+
+    def _sasl_send(self, exchange: sasl_wire.ClientExchange, step: tuple[int, int, Any]) -> None:
+        self._sasl_steps += 1
+        if self._sasl_steps > _MAX_SASL_STEPS:
+            self.refuse(f"{self._where()}: SASL took more than {_MAX_SASL_STEPS} steps")
+            return
+        api_key, version, body = step
+
+        def answered(_version: int, answer: Any) -> None:
+            try:
+                following = exchange.on_response(api_key, answer)
+            except (sasl_wire.SaslAuthenticationError, SaslClientError) as error:
+                self.refuse(f"{self._where()}: SASL authentication of {exchange.client.username!r} with "
+                            f"{exchange.client.mechanism} failed: {error}")
+                return
+            if following is None:
+                self._ready()
+            else:
+                self._sasl_send(exchange, following)
+
+        self._write(api_key, version, body, answered, self.fail)
+
+    # ------------------------------------------------------------ reading
+
     def _read(self) -> None:
+        if self.tls:
+            self._read_tls()
+            return
         assert self.sock is not None
         for _ in range(_MAX_READS):
             try:
@@ -356,6 +498,33 @@ class _Connection:
             self.inbuf += data
             if len(data) < _RECV_BYTES:
                 break
+        self._frames()
+
+    def _read_tls(self) -> None:
+        """Read records until the socket has no more; bytes decrypted but not yet taken (``pending``) are read on
+        the next :meth:`TcpTransport._io` pass, since the selector cannot see them."""
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        for _ in range(_MAX_READS):
+            try:
+                data = sock.recv(_RECV_BYTES)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                break
+            except ssl.SSLError as error:
+                self._tls_failed(error)
+                return
+            except OSError as error:
+                self.fail(f"receive failed: {error}")
+                return
+            if not data:
+                # A broker refusing a client certificate after a TLS 1.3 handshake may close without its alert.
+                self.fail("the broker closed the connection" if self.state == _READY else
+                          f"{self._where()} closed the TLS connection before answering (if its listener requires a "
+                          "client certificate: did it refuse this one?)")
+                return
+            self.inbuf += data
+        if sock.pending():
+            self.transport._pending.add(self)
         self._frames()
 
     def _frames(self) -> None:
@@ -398,15 +567,27 @@ class _Connection:
         sent.on_answer(sent.version, body)
 
     def check_time(self, now: int) -> None:
-        if self.state == _CONNECTING and self.sock is not None and now >= self.deadline_ms:
+        if self.state == _READY:  # the common case first: it runs for every connection on every poll
+            if self.key[0] == _INTERNAL and self.inflight and \
+                    now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
+                self.fail(f"no answer within request_timeout_ms={self.transport.request_timeout_ms}")
+        elif self.state == _CONNECTING and self.sock is not None and now >= self.deadline_ms:
             self.fail(f"no connection to {self.address[0]}:{self.address[1]} within "
                       f"connect_timeout_ms={self.transport.connect_timeout_ms}")
-        elif self.state == _NEGOTIATING and self.inflight and \
+        elif self.state == _HANDSHAKING and now >= self.deadline_ms:
+            self.fail(f"{self._where()}: no TLS handshake within connect_timeout_ms="
+                      f"{self.transport.connect_timeout_ms}")
+        elif self.state in (_NEGOTIATING, _AUTHENTICATING) and self.inflight and \
                 now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
-            self.fail("no ApiVersions answer within request_timeout_ms")
-        elif self.key[0] == _INTERNAL and self.inflight and \
-                now - self.inflight[0].sent_ms >= self.transport.request_timeout_ms:
-            self.fail(f"no answer within request_timeout_ms={self.transport.request_timeout_ms}")
+            what = "ApiVersions" if self.state == _NEGOTIATING else "SASL"
+            self.fail(f"no {what} answer within request_timeout_ms")
+
+
+def _tls_reason(error: ssl.SSLError) -> str:
+    """One line: OpenSSL's reason, and a certificate check's message."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"the broker's certificate failed verification: {error.verify_message}"
+    return str(error.reason or error.strerror or error).replace("\n", " ")
 
 
 @dataclass(slots=True)
@@ -442,12 +623,16 @@ class TcpTransport:
     ``bootstrap_servers``: ``"host:port[,host:port...]"``. ``connect_timeout_ms``: how long a connection may take
     to open; ``request_timeout_ms``: how long a request may wait for its route, and the transport's own requests
     for their answers; ``metadata_timeout_ms``: how long :meth:`partition_count` waits for a topic's metadata;
-    ``auto_create_topics``: whether Metadata asks the broker to create a missing topic."""
+    ``auto_create_topics``: whether Metadata asks the broker to create a missing topic; ``security``: how each
+    connection authenticates (a :class:`~idemcore.net.client_security.ClientSecurity`, or Kafka's client
+    properties such as ``{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", ...}`` read by
+    :meth:`ClientSecurity.from_properties`; None: PLAINTEXT)."""
 
     def __init__(self, bootstrap_servers: str, client_id: str = "idemcore", *, connect_timeout_ms: int = 10_000,
                  request_timeout_ms: int = 30_000, metadata_timeout_ms: int = 30_000,
                  reconnect_backoff_ms: int = 50, retry_backoff_ms: int = 100,
-                 metadata_max_age_ms: int = 300_000, auto_create_topics: bool = True) -> None:
+                 metadata_max_age_ms: int = 300_000, auto_create_topics: bool = True,
+                 security: ClientSecurity | Mapping[str, str] | None = None) -> None:
         for name, value in (("connect_timeout_ms", connect_timeout_ms), ("request_timeout_ms", request_timeout_ms),
                             ("metadata_timeout_ms", metadata_timeout_ms),
                             ("reconnect_backoff_ms", reconnect_backoff_ms), ("retry_backoff_ms", retry_backoff_ms),
@@ -463,6 +648,15 @@ class TcpTransport:
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self.auto_create_topics = auto_create_topics
+        self.security = client_security(security)
+        if self.security is not None and self.security.protocol == "PLAINTEXT":
+            self.security = None  # the plain path, unchanged
+        #: The first authentication failure: fatal (see the module docstring).
+        self._fatal: AuthenticationError | None = None
+        #: Why the last connection closed (said when a wait for metadata times out).
+        self._last_failure: str | None = None
+        #: TLS connections holding decrypted bytes the selector cannot see.
+        self._pending: set[_Connection] = set()
         self._selector = selectors.DefaultSelector()
         self._correlation_ids = itertools.count(1)
         self._connections: dict[tuple[str, int, str], _Connection] = {}
@@ -518,6 +712,8 @@ class TcpTransport:
                 if known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not self.auto_create_topics:
                     raise UnknownTopicError(f"unknown topic {topic!r}: the cluster at {self._bootstrap_text()} "
                                             "has none (UNKNOWN_TOPIC_OR_PARTITION)")
+            if self._fatal is not None:
+                self._raise_fatal()
             if self.now_ms() >= deadline:
                 break
             with self.lock:
@@ -528,7 +724,9 @@ class TcpTransport:
             raise UnknownTopicError(f"unknown topic {topic!r}: the cluster at {self._bootstrap_text()} has none")
         raise TransportTimeoutError(f"no metadata for topic {topic!r} from {self._bootstrap_text()} within "
                                     f"metadata_timeout_ms={self.metadata_timeout_ms}"
-                                    + ("" if last is None else f" (last answer: error {last.error_code})"))
+                                    + (f" (last answer: error {last.error_code})" if last is not None else
+                                       f" (last connection failure: {self._last_failure})" if self._last_failure
+                                       else ""))
 
     @_locked
     def send(self, client: str, request: Request) -> None:
@@ -543,6 +741,8 @@ class TcpTransport:
     def poll(self, client: str) -> list[tuple[Request, Response]]:
         self._io(0)
         self._housekeeping()
+        if self._fatal is not None:
+            self._raise_fatal()
         errors = self._errors.pop(client, None)
         if errors:
             raise errors[0]
@@ -604,7 +804,7 @@ class TcpTransport:
         self.send(client, request)
         deadline = self.now_ms() + timeout
         while self.now_ms() < deadline:
-            for sent, response in self.poll(client):
+            for sent, response in self.poll(client):  # raises an authentication failure
                 if sent is request:
                     return response
             with self.lock:
@@ -644,6 +844,15 @@ class TcpTransport:
                 return {name: version for name, version in chosen.items() if version is not None}
         return {}
 
+    def _authentication_failed(self, error: AuthenticationError) -> None:
+        if self._fatal is None:
+            log.error("%s", error)
+            self._fatal = error
+
+    def _raise_fatal(self) -> None:
+        assert self._fatal is not None
+        raise AuthenticationError(str(self._fatal))
+
     # ------------------------------------------------------------ I/O
 
     def _io(self, timeout: float) -> None:
@@ -654,10 +863,16 @@ class TcpTransport:
             if timeout > 0:
                 time.sleep(timeout)
             return
-        for key, mask in self._selector.select(timeout):
+        pending = self._pending
+        for key, mask in self._selector.select(0 if pending else timeout):
             connection = key.data
             if isinstance(connection, _Connection) and connection.state != _CLOSED:
                 connection.on_event(mask)
+        if pending:  # TLS bytes already decrypted: no readiness event will say so (the set fills in on_event)
+            self._pending = set()
+            for connection in pending:
+                if connection.state != _CLOSED:
+                    connection.on_event(selectors.EVENT_READ)
         now = self.now_ms()
         for connection in list(self._connections.values()):
             connection.check_time(now)
@@ -993,6 +1208,17 @@ class TcpTransport:
     def _stale(self, topics: set[str]) -> None:
         if topics:
             self._want_metadata(topics)
+
+
+def client_security(security: ClientSecurity | Mapping[str, str] | None) -> ClientSecurity | None:
+    """``security`` as a ClientSecurity (Kafka client properties are read by
+    :meth:`ClientSecurity.from_properties`); TypeError naming anything else."""
+    if security is None or isinstance(security, ClientSecurity):
+        return security
+    if isinstance(security, Mapping):
+        return ClientSecurity.from_properties(security)
+    raise TypeError(f"security must be a ClientSecurity, Kafka client properties (a mapping) or None, got "
+                    f"{type(security).__name__}")
 
 
 def _joined(request: Request, answers: list[Response]) -> Response:

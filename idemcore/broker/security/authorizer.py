@@ -3,7 +3,8 @@ an operation on a resource, from the ACLs an :class:`~idemcore.broker.security.a
 
 The rules are Kafka's: a super user (``super.users``) may do anything; otherwise the ACLs that apply to a resource
 are those of its literal name, of the wildcard ``*`` and of every prefix of its name (PREFIXED patterns); an entry
-applies to the session when its principal is the session's or ``User:*``, its host the client's or ``*``, and its
+applies to the session when its principal is the session's or ``User:*``, its host the client's (IP addresses compared
+in one form: ``::1`` is ``0:0:0:0:0:0:0:1``) or ``*``, and its
 operation the one asked or ALL. A DENY that applies wins; else an ALLOW that applies grants (an ALLOW of READ,
 WRITE, DELETE or ALTER grants DESCRIBE too, and ALTER_CONFIGS grants DESCRIBE_CONFIGS). A resource no ACL
 applies to at all is allowed only with ``allow.everyone.if.no.acl.found``.
@@ -18,6 +19,8 @@ thread.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import threading
 from collections import Counter
@@ -139,7 +142,7 @@ class AclAuthorizer:
                     found.append(entries)
         if not found:
             return self.allow_everyone_if_no_acl_found
-        principal, host = str(session.principal), session.client_host
+        principal, host = str(session.principal), canonical_host(session.client_host)
         denied = frozenset((operation,))
         if any(_applies(entry, AclPermissionType.DENY, denied, principal, host)
                for entries in found for entry in entries):
@@ -158,7 +161,7 @@ class AclAuthorizer:
         if session.principal in self.super_users:
             return True
         index = self._index
-        principal, host = str(session.principal), session.client_host
+        principal, host = str(session.principal), canonical_host(session.client_host)
 
         def names(permission: AclPermissionType, pattern_type: PatternType) -> list[frozenset[str]]:
             return [found for p in {principal, _WILDCARD_PRINCIPAL} for h in {host, WILDCARD_HOST}
@@ -313,16 +316,30 @@ class AclAuthorizer:
                 self._prefix_lengths[pattern.resource_type] = tuple(sorted(n for n, c in counts.items() if c > 0))
 
 
+@functools.lru_cache(maxsize=4096)
+def canonical_host(host: str) -> str:
+    """An IP address in one form (``::1`` for ``0:0:0:0:0:0:0:1``, ``10.0.0.5`` for ``::ffff:10.0.0.5``, lower
+    case), so an ACL's host matches the client's address however either is written: else a DENY written in another
+    form than the peer's address would not apply. Any other text (``*``, a name) as it is."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
 def _applies(entry: AccessControlEntry, permission: AclPermissionType, operations: frozenset[AclOperation],
              principal: str, host: str) -> bool:
     return entry.permission == permission \
         and (entry.operation in operations or entry.operation == AclOperation.ALL) \
         and entry.principal in (principal, _WILDCARD_PRINCIPAL) \
-        and entry.host in (host, WILDCARD_HOST)
+        and canonical_host(entry.host) in (host, WILDCARD_HOST)
 
 
 def _key(entry: AccessControlEntry, pattern: ResourcePattern) -> _IndexKey:
-    return (entry.principal, entry.host, entry.operation, entry.permission, pattern.resource_type,
+    return (entry.principal, canonical_host(entry.host), entry.operation, entry.permission, pattern.resource_type,
             pattern.pattern_type)
 
 

@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idemcore.errors import ConfigError
+from idemcore.net.client_security import PROTOCOLS, SASL_MECHANISMS, protocol_uses_sasl, protocol_uses_tls
 from idemcore.net.jaas import JaasConfig, jaas_for_mechanism
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-#: The SASL mechanisms served (Kafka's GSSAPI and OAUTHBEARER are not).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's ``EndPoint`` syntax: NAME://host:port, an IPv6 host in brackets.
 _ENDPOINT = re.compile(r"(?P<name>[^:/]*)://\[?(?P<host>[0-9a-zA-Z\-%._:]*)\]?:(?P<port>-?[0-9]+)")
 _SEPARATOR = re.compile(r"\s*,\s*")
@@ -347,11 +345,11 @@ class ListenerSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return protocol_uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return protocol_uses_sasl(self.protocol)
 
 
 def split_listener_overrides(properties: Mapping[str, str]) -> dict[tuple[str, str], str]:
@@ -381,12 +379,12 @@ def listener_securities(endpoints: tuple[Endpoint, ...], protocols: Mapping[str,
         protocol = protocols[endpoint.name]
         tls = None
         server_tls = None
-        if protocol in ("SSL", "SASL_SSL"):
+        if protocol_uses_tls(protocol):
             tls = tls_settings(endpoint.name, value)
             server_tls = tls.server_context()
         mechanisms: tuple[str, ...] = ()
         jaas: dict[str, JaasConfig] = {}
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        if protocol_uses_sasl(protocol):
             mechanisms = tuple(value("sasl.enabled.mechanisms"))
             where = f"listener.name.{endpoint.name.lower()}.sasl.enabled.mechanisms (or sasl.enabled.mechanisms)"
             if not mechanisms:

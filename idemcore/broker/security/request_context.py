@@ -34,6 +34,13 @@ class RequestRefused(IdemcoreError):
     Produce with a refused partition, and for a request it has no handler for)."""
 
 
+def printable(text: object) -> str:
+    """``text`` for a log line: a client's name (a group id, a transactional id, a SASL mechanism) may hold line
+    breaks and other control characters that would forge lines of their own; those are escaped (``\\n``)."""
+    text = str(text)
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 class RequestContext:
     """One request's checks: the authorizer's answers (asked once per resource and operation), the refusals logged,
     and what the broker knows of its topics."""
@@ -57,7 +64,7 @@ class RequestContext:
             self._logged.add(key)
             log.info("Principal = %s is Denied Operation = %s from host = %s on resource = %s:LITERAL:%s for "
                      "request = %s", self.session.principal, op.kafka_name, self.session.client_host,
-                     kind.kafka_name, name, self.request_name)
+                     kind.kafka_name, printable(name), self.request_name)
         return answer
 
     def cluster(self, op: AclOperation, *, log_denied: bool = True) -> bool:

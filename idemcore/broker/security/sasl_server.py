@@ -11,14 +11,18 @@ The connection makes one :class:`SaslAuthenticator` when it accepts a SASL clien
    sent before the connection is closed; ILLEGAL_SASL_STATE (34) is a request out of order.
 
 A failure is logged at INFO with the client's host, the mechanism and the user it claimed (never a password,
-proof or token bytes). Passwords and proofs are compared in constant time (``hmac.compare_digest``).
+proof or token bytes). Passwords and proofs are compared in constant time (``hmac.compare_digest``). SCRAM answers
+a user that does not exist as one that does (a stand-in salt, stable per user, and the refusal at the proof; RFC
+5802 section 5.1), where Kafka refuses it at the first message and so tells who exists.
 
 Delegation tokens (SCRAM's ``tokenauth`` extension) are not supported: such a client is refused."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -94,8 +98,10 @@ class _PlainServer:
         if not password:
             raise _Refused("Authentication failed: password not specified", public=True)
         expected = self.users.get(username)
-        # Compared even for an unknown user, so the time taken does not say which users exist.
-        matches = hmac.compare_digest(password.encode(), (expected if expected is not None else "\0").encode())
+        # Digests compared, and for an unknown user too, so the time taken says neither which users exist nor how
+        # long a password is (compare_digest returns at once for lengths that differ).
+        matches = hmac.compare_digest(hashlib.sha256(password.encode()).digest(), hashlib.sha256(
+            (expected if expected is not None else "\0").encode()).digest())
         if expected is None or not matches:
             raise _Refused("Authentication failed: Invalid username or password", public=True)
         if authzid and authzid != username:
@@ -115,6 +121,7 @@ class _ScramServer:
         self._first: scram.ClientFirst | None = None
         self._server_first: scram.ServerFirst | None = None
         self._credential: scram.ScramCredential | None = None
+        self._unknown = False
 
     def evaluate(self, data: bytes) -> tuple[bytes, bool]:
         if self._server_first is None:
@@ -130,8 +137,9 @@ class _ScramServer:
         if first.extensions.get("tokenauth", "false").lower() == "true":
             raise _Refused("delegation tokens (the tokenauth extension) are not supported")
         credential = None if self.credentials is None else self.credentials.get(first.username, self.mechanism.name)
-        if credential is None:
-            raise _Refused("Authentication failed: Invalid user credentials")
+        if credential is None:  # carried on to the proof, which cannot match: the answers do not say who exists
+            self._unknown = True
+            credential = _stand_in_credential(self.mechanism, first.username)
         if first.authzid and first.authzid != first.username:
             raise _Refused("Authentication failed: Client requested an authorization id that is different from "
                            "username", public=True)
@@ -160,9 +168,23 @@ class _ScramServer:
         if len(final.proof) != len(signature):
             raise _Refused("Invalid client credentials")
         computed = self.mechanism.digest(scram.xor(final.proof, signature))
-        if not hmac.compare_digest(computed, credential.stored_key):
-            raise _Refused("Invalid client credentials")
+        if not hmac.compare_digest(computed, credential.stored_key) or self._unknown:
+            raise _Refused("Authentication failed: Invalid user credentials" if self._unknown
+                           else "Invalid client credentials")
         return scram.ServerFinal.build(scram.server_signature(self.mechanism, credential.server_key, message))
+
+
+#: This process's key for the salts of users that do not exist (RFC 5802 section 5.1): stable per user, so asking
+#: twice does not tell a made-up salt from a stored one.
+_STAND_IN_KEY = secrets.token_bytes(32)
+
+
+def _stand_in_credential(mechanism: scram.ScramMechanism, user: str) -> scram.ScramCredential:
+    """A credential for a user without one, answered as if it existed (its keys match no proof): an unknown user
+    is refused at the proof, where a wrong password is, and not at the first message."""
+    salt = hmac.new(_STAND_IN_KEY, f"{mechanism.name}\0{user}".encode(), "sha256").digest()
+    size = len(mechanism.digest(b""))
+    return scram.ScramCredential(salt, secrets.token_bytes(size), secrets.token_bytes(size), mechanism.min_iterations)
 
 
 class SaslAuthenticator:
@@ -196,7 +218,7 @@ class SaslAuthenticator:
             return int(ErrorCode.ILLEGAL_SASL_STATE), self.enabled_mechanisms
         if mechanism not in self.enabled_mechanisms:
             self.failed = True
-            log.info("Failed authentication with %s (Unsupported SASL mechanism %s)", self.client_host, mechanism)
+            log.info("Failed authentication with %s (Unsupported SASL mechanism %r)", self.client_host, mechanism)
             return int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), self.enabled_mechanisms
         self.mechanism = mechanism
         self._server = _PlainServer(self.plain_users) if mechanism == PLAIN else \

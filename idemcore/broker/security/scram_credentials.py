@@ -14,7 +14,6 @@ Every store answers ``get(user, mechanism)`` from memory: the authenticator asks
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -156,9 +155,9 @@ class FileScramCredentialStore(ScramCredentialStore):
         users[user] = credentials
         document = {"version": FILE_VERSION, USERS: {
             name: {m: c.to_text() for m, c in sorted(creds.items())} for name, creds in sorted(users.items()) if creds}}
-        write_file_atomically(self.path, json.dumps(document, indent=1).encode(), fsync=self.fsync)
-        with contextlib.suppress(OSError):
-            os.chmod(self.path, 0o600)  # the keys allow a dictionary attack on the passwords: owner only
+        # The keys allow a dictionary attack on the passwords: owner only, from the first byte written (a chmod
+        # after the rename left the new file readable by all meanwhile).
+        write_file_atomically(self.path, json.dumps(document, indent=1).encode(), fsync=self.fsync, mode=0o600)
         self._set(user, credentials)
 
 

@@ -28,13 +28,19 @@ _NO_OPERATIONS = -(1 << 31)
 
 def _metadata_to_message(ctx: WireContext, version: int, correlation_id: int,
                          body: Any) -> tuple[MetadataRequest, Any]:
+    asked_by_id: dict[str, Any] = {}  # the name each topic id asked for resolved to ("" for an unknown id)
     if body.topics is None or (version == 0 and not body.topics):  # v0: an empty list means every topic
         names = None
     else:
-        names = tuple(str(t.name) if t.name is not None else (ctx.topic_name(t.topic_id) or "")
-                      for t in body.topics)
+        listed = []
+        for t in body.topics:
+            name = str(t.name) if t.name is not None else ctx.topic_name(t.topic_id) or ""
+            if t.name is None:
+                asked_by_id.setdefault(name, t.topic_id)
+            listed.append(name)
+        names = tuple(listed)
     allow = bool(getattr(body, "allow_auto_topic_creation", True))
-    return MetadataRequest(names, allow, correlation_id), None
+    return MetadataRequest(names, allow, correlation_id), asked_by_id
 
 
 def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: MetadataResponse, carry: Any) -> Any:
@@ -42,9 +48,17 @@ def _metadata_to_wire(ctx: WireContext, version: int, body: Any, response: Metad
     broker_cls, topic_cls = nested(cls, "MetadataResponseBroker"), nested(cls, "MetadataResponseTopic")
     partition_cls = nested(cls, "MetadataResponsePartition")
     node = ctx.node_id
+    # A topic asked by id and refused is answered without its name, as Kafka answers it: the name of a topic the
+    # principal may not describe is not told (nor, the ids being the names' hashes, whether it exists). Before v12
+    # the name may not be null: empty.
+    asked_by_id = carry or {}
+    hidden = {t.name for t in response.topics
+              if t.name in asked_by_id and t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED}
     topics = tuple(make(
-        topic_cls, error_code=WireError(t.error_code), name=t.name,
-        topic_id=topic_id_of(t.name) if t.error_code == ErrorCode.NONE else None, is_internal=t.is_internal,
+        topic_cls, error_code=WireError(t.error_code), name=(None if version >= 12 else "") if t.name in hidden
+        else t.name,
+        topic_id=asked_by_id[t.name] if t.name in hidden else topic_id_of(t.name) if t.error_code == ErrorCode.NONE
+        else None, is_internal=t.is_internal,
         topic_authorized_operations=_NO_OPERATIONS, partitions=tuple(
             make(partition_cls, error_code=WireError(p.error_code), partition_index=p.partition, leader_id=p.leader,
                  leader_epoch=p.leader_epoch, replica_nodes=p.replicas, isr_nodes=p.isr,

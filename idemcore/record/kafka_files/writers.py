@@ -126,16 +126,21 @@ def encode_leader_epoch_checkpoint(entries: Sequence[tuple[int, int]]) -> bytes:
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-def write_file_atomically(path: str | os.PathLike[str], data: bytes | bytearray, fsync: bool = True) -> None:
+def write_file_atomically(path: str | os.PathLike[str], data: bytes | bytearray, fsync: bool = True,
+                          mode: int | None = None) -> None:
     """Put ``data`` at ``path`` whole or not at all: written to ``<path>.tmp`` beside it, fsync'd, renamed over
     ``path``, then the directory fsync'd so the rename survives a power loss (Kafka's ``CheckpointFile.write``:
     temp file, sync, ``atomicMoveWithFallback``). ``fsync=False`` skips both fsyncs (the file is still never seen
-    half written, but a machine crash may lose it)."""
+    half written, but a machine crash may lose it). ``mode``: the file's permissions from its first byte (0o600 for
+    secrets), else 0o644 less the umask."""
     path = os.fspath(path)
     partial = path + TEMPORARY_SUFFIX
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                         0o644 if mode is None else mode)
     try:
         try:
+            if mode is not None:
+                os.fchmod(descriptor, mode)  # a partial file left by a crash keeps its old mode through O_TRUNC
             with memoryview(data) as view:
                 written = 0
                 while written < len(view):  # os.write may write less than asked
