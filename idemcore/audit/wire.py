@@ -260,6 +260,11 @@ class WireAuditor:
                 progress.next_offset = max(progress.next_offset, int(fetched.scan["last_offset"].max()) + 1)
             elif fetched.problem is not None and fetched.problem[0] == "deleted":
                 progress.next_offset = max(progress.next_offset, fetched.log_start_offset)
+            elif fetched.problem is not None and fetched.problem[0] == "truncated" and follow_end \
+                    and fetched.high_watermark >= 0:
+                # A follow reads on from the log's new end (said once, not every round); offsets below it that
+                # the log holds now are not read again.
+                progress.next_offset = fetched.high_watermark
             if on_fetch is not None:
                 on_fetch(batches, reader.fetched_bytes - fetched_bytes)
             progress.fetches += reader.fetches - fetches

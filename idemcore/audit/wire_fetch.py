@@ -29,6 +29,7 @@ from idemcore.net.broker_channel import BlockingBrokerChannel
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import (
     EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     FetchedPartition,
     FetchPartition,
     FetchRequest,
@@ -62,6 +63,12 @@ MAX_FETCH_BYTES = 1 << 30
 #: at a partition's end costs. Not 0: tansu answers nothing at all to a Fetch that may not wait (measured: data at
 #: 1 ms and more).
 FETCH_WAIT_MS = 10
+#: Empty answers below the high watermark asked again before the offsets are said unserved (pauses growing from
+#: BACKOFF_MS: about 4 s in all).
+EMPTY_TRIES = 8
+#: Fetch errors that refuse the principal (its settings or rights to fix): the audit stops, one line. Any other
+#: error of a partition is a problem of that partition; the others are read on.
+REFUSALS = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
 
 
 def is_cluster_url(source: str) -> bool:
@@ -311,10 +318,17 @@ class ClusterReader:
                 self.fetches += 1
                 self.fetched_bytes += len(mine.records)
                 return mine
-            if code in RETRIABLE and attempt < ATTEMPTS - 1:
+            # An answer without this partition (another one, or none) is a confused leader: asked again, as a
+            # moved leader is; never taken for an empty partition.
+            if (code in RETRIABLE or mine is None) and attempt < ATTEMPTS - 1:
                 self._pause(attempt)
                 continue
-            return mine if mine is not None else FetchedPartition(topic, partition, code)
+            if mine is None:
+                named = ", ".join(f"{p.topic}-{p.partition}" for p in answer.partitions[:3]) or "no partition"
+                return FetchedPartition(topic, partition, code if code != ErrorCode.NONE
+                                        else ErrorCode.UNKNOWN_SERVER_ERROR,
+                                        error_message=f"the answer named {named}, not this partition")
+            return mine
         raise AssertionError("unreachable")
 
 
@@ -337,19 +351,34 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
                   max_bytes: int = FETCH_BYTES, follow_end: bool = False) -> Iterator[FetchedBatches]:
     """The batches of ``part``, one Fetch answer at a time, each with at least one whole batch; from the batch
     holding ``part.start`` on, up to the batches starting before ``part.end`` (``follow_end``: up to the high
-    watermark of each answer instead, the log as it grows). Stops at an unreadable answer (bad magic or length:
-    no later batch can be found in it), yielding it with its ``problem``."""
+    watermark of each answer instead, the log as it grows). Stops at an answer it cannot use, yielding it with
+    its ``problem``: bytes that are not batches (no later batch can be found in them), an error answered for the
+    partition (``fetch_error``), a log cut back below the offset (``truncated``: ``high_watermark`` holds its new
+    end), offsets below the high watermark never served (``unserved``). Offsets deleted before they were read
+    (``deleted``) are said and skipped. An authorization error raises: the principal's to fix."""
     offset = part.start
     limit = max_bytes
     end = part.end
     first = True
     empty = 0
+    moves = 0  # the times the log start moved past the audit
     while True:
         answer = reader.fetch(part.topic, part.partition, offset, limit)
         if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            starts = reader.list_offsets([(part.topic, part.partition)], EARLIEST_TIMESTAMP)
-            new_start = starts.get((part.topic, part.partition), offset)
-            if new_start <= offset:  # beyond the end: the log was truncated under us
+            pair = (part.topic, part.partition)
+            new_start = reader.list_offsets([pair], EARLIEST_TIMESTAMP).get(pair, offset)
+            if new_start <= offset:  # beyond the end: the log was cut back under the audit
+                log_end = reader.list_offsets([pair], LATEST_TIMESTAMP).get(pair, -1)
+                yield FetchedBatches(scan_buffer(b""), log_end, new_start, (
+                    "truncated", offset, f"offset {offset} is beyond the log end {log_end}: the log was truncated "
+                                         "(an unclean leader election, or the topic deleted and made again); "
+                                         "what is beyond it was not read"))
+                return
+            moves += 1
+            if moves > ATTEMPTS:  # the log start outran the audit this often: a bound, not a chase
+                yield FetchedBatches(scan_buffer(b""), -1, new_start, (
+                    "deleted", offset, f"offsets from {offset} on were deleted faster than they were read "
+                                       f"({ATTEMPTS} times): what follows was not read"))
                 return
             yield FetchedBatches(scan_buffer(b""), -1, new_start,
                                  ("deleted", offset, f"offsets {offset}..{new_start - 1} were deleted (retention or "
@@ -357,19 +386,29 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             offset = new_start
             continue
         if answer.error_code != ErrorCode.NONE:
-            raise IdemcoreError(f"Fetch of {part.topic}-{part.partition} at offset {offset}: "
-                                f"{error_name(answer.error_code)}"
-                                + (f" ({answer.error_message})" if answer.error_message else ""))
+            why = (f"{error_name(answer.error_code)}"
+                   + (f" ({answer.error_message})" if answer.error_message else ""))
+            if answer.error_code in REFUSALS:  # the principal's rights: the user's to fix, not the partition's
+                raise IdemcoreError(f"Fetch of {part.topic}-{part.partition} at offset {offset}: {why}")
+            # This partition's answer (e.g. the topic deleted mid-audit): a problem here, the others read on.
+            yield FetchedBatches(scan_buffer(b""), -1, -1, (
+                "fetch_error", offset, f"Fetch at offset {offset} answered {why}: what follows was not read"))
+            return
         if first and part.to_log_end:
             end = max(end, answer.high_watermark)
         first = False
         stop = answer.high_watermark if follow_end else min(end, answer.high_watermark)
         records = answer.records
         if not records:
-            if offset < stop and empty < 8:  # below the high watermark: data is there, ask again
+            if offset < stop and empty < EMPTY_TRIES:  # below the high watermark: data is there, ask again
                 empty += 1
                 time.sleep(BACKOFF_MS * empty / 1000)
                 continue
+            if offset < stop:  # never served: said, not taken for the log's end
+                yield FetchedBatches(scan_buffer(b""), answer.high_watermark, answer.log_start_offset, (
+                    "unserved", offset, f"the leader served no batch at offset {offset}, below its high watermark "
+                                        f"{answer.high_watermark}, in {EMPTY_TRIES + 1} tries: what follows was "
+                                        "not read"))
             return  # nothing at or after offset: the end of the log
         empty = 0
         scan = scan_buffer(records, partition=part.partition, backend=backend, verify_crc=True)

@@ -1,0 +1,149 @@
+"""The audit over the wire against a cluster that answers wrongly: every answer it cannot use is a problem of its
+partition at its offset (never a silent end of the partition, never the end of the whole audit), and every wait is
+bounded. The answers of `idemcore serve` (in process) are altered on their way to the audit."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import idemcore.audit.wire_fetch as wire_fetch
+from idemcore.audit import wire
+from idemcore.audit.wire_fetch import ClusterReader
+from idemcore.broker import Broker
+from idemcore.broker.server import Server
+from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.messages import FetchResponse, ProduceRequest
+from idemcore.protocol.codes import ErrorCode
+from idemcore.record.batch import RecordBatch
+
+Hook = Callable[[Any, Any], Any]
+
+
+class _Altering:
+    """A broker channel whose answers go through ``hook(request, answer)``."""
+
+    def __init__(self, inner: BlockingBrokerChannel, hook: Hook):
+        self.inner, self.hook = inner, hook
+
+    def call(self, request: Any) -> Any:
+        return self.hook(request, self.inner.call(request))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Server, Callable[[Hook], None]]]:
+    """`idemcore serve` with topic ``t`` (2 partitions, 10 batches of 3 records each), and ``alter(hook)``: the
+    audits that follow read it through ``hook``. Retries are few, so a refused answer is said quickly."""
+    monkeypatch.setattr(wire_fetch, "ATTEMPTS", 3)
+    monkeypatch.setattr(wire_fetch, "EMPTY_TRIES", 2, raising=False)
+    broker = Broker({"t": 2}, data_dir=tmp_path / "logs", fsync=False)
+    server = Server(broker).start()
+    host, port = server.bootstrap.rsplit(":", 1)
+    channel = BlockingBrokerChannel(host, int(port), "planter")
+    for i in range(20):
+        batch = RecordBatch("t", i % 2, [b"x" * 100] * 3, max_timestamp=int(time.time() * 1000))
+        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0  # type: ignore[union-attr]
+    channel.close()
+
+    def alter(hook: Hook) -> None:
+        class Altered(ClusterReader):
+            def channel(self, address: tuple[str, int]) -> Any:
+                return _Altering(super().channel(address), hook)
+        monkeypatch.setattr(wire, "ClusterReader", Altered)
+
+    try:
+        yield server, alter
+    finally:
+        server.stop()
+        broker.close()
+
+
+def _fetches(change: Callable[[Any], Any], after: int = 0) -> Hook:
+    """A hook changing each partition of every Fetch answer after the first ``after`` ones."""
+    seen = [0]
+
+    def hook(request: Any, answer: Any) -> Any:
+        if not isinstance(answer, FetchResponse):
+            return answer
+        seen[0] += 1
+        if seen[0] <= after:
+            return answer
+        return dataclasses.replace(answer, partitions=tuple(change(p) for p in answer.partitions))
+    return hook
+
+
+def _audit(server: Server, **options: Any) -> Any:
+    return wire.audit_cluster("kafka://" + server.bootstrap, topics=["t"], **options)
+
+
+def _problems(report: Any) -> list[tuple[int, int, str]]:
+    return [(p.partition, p.offset, p.kind) for p in report.problems]
+
+
+def test_an_answer_for_another_partition_is_a_problem_not_an_empty_partition(served):
+    server, alter = served
+    alter(_fetches(lambda p: dataclasses.replace(p, partition=1 - p.partition)))
+    report = _audit(server)
+    assert report.batches == 0
+    assert _problems(report) == [(0, 0, "fetch_error"), (1, 0, "fetch_error")]
+    assert "named t-1, not this partition" in report.problems[0].message
+
+
+def test_a_topic_deleted_mid_audit_is_a_problem_at_the_offset_reached_and_the_audit_goes_on(served):
+    server, alter = served
+    gone = _fetches(lambda p: dataclasses.replace(p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, records=b""),
+                    after=2)
+    alter(gone)
+    report = _audit(server, max_bytes=200)  # one batch per fetch: partition 0 is read up to offset 6
+    assert report.batches == 2
+    assert _problems(report) == [(0, 6, "fetch_error"), (1, 0, "fetch_error")]
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in report.problems[0].message
+
+
+def test_the_principals_refusal_still_stops_the_audit_in_one_line(served):
+    from idemcore.errors import IdemcoreError
+
+    server, alter = served
+    alter(_fetches(lambda p: dataclasses.replace(p, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, records=b"")))
+    with pytest.raises(IdemcoreError, match="Fetch of t-0 at offset 0: TOPIC_AUTHORIZATION_FAILED"):
+        _audit(server)
+
+
+def test_a_log_truncated_under_the_audit_is_a_problem(served):
+    server, alter = served
+    alter(_fetches(lambda p: dataclasses.replace(p, error_code=ErrorCode.OFFSET_OUT_OF_RANGE, records=b"")
+                   if p.partition == 0 else p, after=1))
+    report = _audit(server, max_bytes=200)
+    assert _problems(report) == [(0, 3, "truncated")]
+    assert "beyond the log end 30" in report.problems[0].message
+    assert report.ranges.column("next_offset").to_pylist() == [3, 30]
+
+
+def test_empty_answers_below_the_high_watermark_are_a_problem_after_a_bounded_wait(served):
+    server, alter = served
+    alter(_fetches(lambda p: dataclasses.replace(p, records=b"")))
+    started = time.monotonic()
+    report = _audit(server)
+    assert time.monotonic() - started < 10
+    assert _problems(report) == [(0, 0, "unserved"), (1, 0, "unserved")]
+    assert "high watermark 30" in report.problems[0].message
+
+
+def test_answers_cut_mid_batch_at_the_byte_limit_are_fetched_on(served):
+    """A broker that cuts its answer at the byte limit (no whole batch first, as before KIP-74): the limit grows
+    until a whole batch comes; every batch is read once, nothing reported."""
+    server, alter = served
+    alter(lambda request, answer: dataclasses.replace(answer, partitions=tuple(
+        dataclasses.replace(p, records=p.records[:request.max_bytes]) for p in answer.partitions))
+        if isinstance(answer, FetchResponse) else answer)
+    for limit in (50, 500):
+        report = _audit(server, max_bytes=limit)
+        assert (report.batches, report.problems) == (20, ())
