@@ -147,3 +147,28 @@ def test_answers_cut_mid_batch_at_the_byte_limit_are_fetched_on(served):
     for limit in (50, 500):
         report = _audit(server, max_bytes=limit)
         assert (report.batches, report.problems) == (20, ())
+
+
+def test_a_partition_without_a_leader_the_whole_time_is_one_clear_line_after_a_bounded_wait(served):
+    from idemcore.errors import IdemcoreError
+    from idemcore.net.messages import ListOffsetsResponse, MetadataResponse, PartitionMetadata
+
+    server, alter = served
+
+    def offline(request: Any, answer: Any) -> Any:
+        if isinstance(answer, MetadataResponse):  # partition 0 of t: leader -1
+            return dataclasses.replace(answer, topics=tuple(
+                dataclasses.replace(topic, partition_states=(
+                    PartitionMetadata(0, ErrorCode.LEADER_NOT_AVAILABLE, -1), PartitionMetadata(1, leader=1)))
+                if topic.name == "t" else topic for topic in answer.topics))
+        if isinstance(answer, ListOffsetsResponse):  # and the broker asked is not its leader
+            return dataclasses.replace(answer, results=tuple(
+                dataclasses.replace(r, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER) if r.partition == 0 else r
+                for r in answer.results))
+        return answer
+    alter(offline)
+    started = time.monotonic()
+    with pytest.raises(IdemcoreError, match=r"ListOffsets of t-0: NOT_LEADER_OR_FOLLOWER \(the partition has no "
+                                            r"leader, it is offline: none was elected in 0.3 s\)"):
+        _audit(server)
+    assert time.monotonic() - started < 5

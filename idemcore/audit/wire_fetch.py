@@ -279,12 +279,20 @@ class ClusterReader:
                         retry.append(pair)
                     else:
                         raise IdemcoreError(f"ListOffsets of {result.topic}-{result.partition}: "
-                                            f"{error_name(result.error_code)}")
+                                            f"{error_name(result.error_code)}{self._offline(pair, attempt)}")
             if not retry:
                 return out
             left = retry
             self._pause(attempt)
         return out
+
+    def _offline(self, pair: tuple[str, int], attempt: int) -> str:
+        """What to add to the last error of ``pair``: that the metadata gives it no leader, and how long the audit
+        waited for one."""
+        if attempt < ATTEMPTS - 1 or self.leaders.get(pair, 0) >= 0:
+            return ""
+        waited = sum(min(BACKOFF_MS << min(k, 10), MAX_BACKOFF_MS) for k in range(ATTEMPTS - 1)) / 1000
+        return f" (the partition has no leader, it is offline: none was elected in {waited:.1f} s)"
 
     def _pause(self, attempt: int) -> None:
         time.sleep(min(BACKOFF_MS << min(attempt, 10), MAX_BACKOFF_MS) / 1000)
