@@ -52,8 +52,11 @@ RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AV
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
                        ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT})
 #: Tries of one request before the audit gives up on it (each after new metadata and a pause doubling from
-#: BACKOFF_MS up to MAX_BACKOFF_MS: about 16 s in all, longer than a leader election after a broker's death).
+#: BACKOFF_MS up to MAX_BACKOFF_MS: about 16 s in all, longer than a leader election after a broker's death), and
+#: none begun after API_TIMEOUT_MS (Kafka's default.api.timeout.ms): a broker that takes each request and never
+#: answers costs that long, not ATTEMPTS request timeouts.
 ATTEMPTS = 20
+API_TIMEOUT_MS = 60_000
 BACKOFF_MS = 100
 MAX_BACKOFF_MS = 1000
 #: Bytes asked per partition and fetch; doubled (up to :data:`MAX_FETCH_BYTES`) when a batch is larger.
@@ -163,12 +166,13 @@ class ClusterReader:
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, security: ClientSecurity | None = None,
                  client_id: str = "idemcore-audit", request_timeout_ms: int = 30_000,
-                 connect_timeout_ms: int = 10_000):
+                 connect_timeout_ms: int = 10_000, api_timeout_ms: int | None = None):
         self.bootstrap = list(bootstrap)
         self.security = security
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
+        self.api_timeout_ms = API_TIMEOUT_MS if api_timeout_ms is None else api_timeout_ms
         self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
@@ -255,7 +259,8 @@ class ClusterReader:
         or a time: -1 when no record is that late), asked of each partition's leader."""
         out: dict[tuple[str, int], int] = {}
         left = list(pairs)
-        for attempt in range(ATTEMPTS):
+        tries = _Tries(self.api_timeout_ms)
+        for attempt in tries:
             by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
             for pair in left:
                 by_leader.setdefault(self._leader(*pair), []).append(pair)
@@ -265,7 +270,7 @@ class ClusterReader:
                     answer = self.channel(address).call(ListOffsetsRequest(
                         tuple((t, p, timestamp) for t, p in mine), isolation_level=READ_UNCOMMITTED))
                 except (ConnectionError, TimeoutError) as error:
-                    if attempt == ATTEMPTS - 1:
+                    if tries.last:
                         raise IdemcoreError(f"ListOffsets of {len(mine)} partition(s) at {address[0]}:{address[1]}:"
                                             f" {error}") from None
                     retry += mine
@@ -275,24 +280,23 @@ class ClusterReader:
                     pair = (result.topic, result.partition)
                     if result.error_code == ErrorCode.NONE:
                         out[pair] = result.offset
-                    elif result.error_code in RETRIABLE and attempt < ATTEMPTS - 1:
+                    elif result.error_code in RETRIABLE and not tries.last:
                         retry.append(pair)
                     else:
                         raise IdemcoreError(f"ListOffsets of {result.topic}-{result.partition}: "
-                                            f"{error_name(result.error_code)}{self._offline(pair, attempt)}")
+                                            f"{error_name(result.error_code)}{self._offline(pair, tries)}")
             if not retry:
                 return out
             left = retry
             self._pause(attempt)
         return out
 
-    def _offline(self, pair: tuple[str, int], attempt: int) -> str:
+    def _offline(self, pair: tuple[str, int], tries: _Tries) -> str:
         """What to add to the last error of ``pair``: that the metadata gives it no leader, and how long the audit
         waited for one."""
-        if attempt < ATTEMPTS - 1 or self.leaders.get(pair, 0) >= 0:
+        if self.leaders.get(pair, 0) >= 0:
             return ""
-        waited = sum(min(BACKOFF_MS << min(k, 10), MAX_BACKOFF_MS) for k in range(ATTEMPTS - 1)) / 1000
-        return f" (the partition has no leader, it is offline: none was elected in {waited:.1f} s)"
+        return f" (the partition has no leader, it is offline: none was elected in {tries.waited():.1f} s)"
 
     def _pause(self, attempt: int) -> None:
         time.sleep(min(BACKOFF_MS << min(attempt, 10), MAX_BACKOFF_MS) / 1000)
@@ -306,7 +310,8 @@ class ClusterReader:
         """One Fetch of ``topic``-``partition`` from ``offset`` at its leader, read_uncommitted; a moved leader or
         a lost connection: new metadata and again (at most :data:`ATTEMPTS` times). Any other error is the
         partition's answer (the caller decides)."""
-        for attempt in range(ATTEMPTS):
+        tries = _Tries(self.api_timeout_ms)
+        for attempt in tries:
             address = self._leader(topic, partition)
             request = FetchRequest((FetchPartition(topic, partition, offset, max_bytes),),
                                    isolation_level=READ_UNCOMMITTED, max_bytes=max_bytes, min_bytes=1,
@@ -314,7 +319,7 @@ class ClusterReader:
             try:
                 answer = self.channel(address).call(request)
             except (ConnectionError, TimeoutError) as error:
-                if attempt == ATTEMPTS - 1:
+                if tries.last:
                     raise IdemcoreError(f"Fetch of {topic}-{partition} at {address[0]}:{address[1]}: {error}") \
                         from None
                 self._pause(attempt)
@@ -328,7 +333,7 @@ class ClusterReader:
                 return mine
             # An answer without this partition (another one, or none) is a confused leader: asked again, as a
             # moved leader is; never taken for an empty partition.
-            if (code in RETRIABLE or mine is None) and attempt < ATTEMPTS - 1:
+            if (code in RETRIABLE or mine is None) and not tries.last:
                 self._pause(attempt)
                 continue
             if mine is None:
@@ -338,6 +343,27 @@ class ClusterReader:
                                         error_message=f"the answer named {named}, not this partition")
             return mine
         raise AssertionError("unreachable")
+
+
+class _Tries:
+    """The tries of one request: at most :data:`ATTEMPTS`, the last one that ends after ``api_timeout_ms``."""
+
+    def __init__(self, api_timeout_ms: int):
+        self.started = time.monotonic()
+        self.deadline = self.started + api_timeout_ms / 1000
+        self.attempt = 0
+
+    def __iter__(self) -> Iterator[int]:
+        for self.attempt in range(ATTEMPTS):
+            yield self.attempt
+
+    @property
+    def last(self) -> bool:
+        """Whether the try under way is the last: no more after it."""
+        return self.attempt >= ATTEMPTS - 1 or time.monotonic() >= self.deadline
+
+    def waited(self) -> float:
+        return time.monotonic() - self.started
 
 
 # --- Walking a partition ---------------------------------------------------------------------------------------
