@@ -188,6 +188,25 @@ def _lock(directory: Path | None) -> int | None:
     return descriptor
 
 
+def drop_later_rounds(out: Path | None, round_: int, resumed: bool, checkpoint_file: Path | None) -> None:
+    """After a follower loaded its checkpoint (``resumed``: there was one, at round ``round_``): the findings files
+    in ``out`` of later rounds are deleted (written by a round whose checkpoint never landed: that round runs
+    again), unless no checkpoint was resumed, when they are an earlier follow's and refused; the checkpoint's
+    directory is made."""
+    if out is not None:
+        later = [p for k, p in findings_files(out) if k > round_]
+        if later and checkpoint_file is None:
+            raise FileExistsError(f"{out} holds findings of an earlier follow; give its checkpoint directory, or "
+                                  "another --out")
+        if later and not resumed:
+            raise FileExistsError(f"{out} holds findings of an earlier follow but {checkpoint_file} does not exist; "
+                                  "give its checkpoint directory, or another --out")
+        for stale in later:
+            stale.unlink()
+    if checkpoint_file is not None:
+        checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
+
+
 class Follower:
     """The continuous audit's engine: :meth:`poll` runs one round. Resumes from ``checkpoint`` if it holds one.
 
@@ -269,18 +288,7 @@ class Follower:
             except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                 raise ckpt.CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
             self.resumed = True
-        if self.out is not None:
-            later = [p for k, p in findings_files(self.out) if k > self.round]
-            if later and path is None:
-                raise FileExistsError(f"{self.out} holds findings of an earlier follow; give its checkpoint "
-                                      "directory, or another --out")
-            if later and not self.resumed:
-                raise FileExistsError(f"{self.out} holds findings of an earlier follow but {path} does not exist; "
-                                      "give its checkpoint directory, or another --out")
-            for stale in later:  # written by a round whose checkpoint never landed: that round runs again
-                stale.unlink()
-        if path is not None:
-            self.checkpoint.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        drop_later_rounds(self.out, self.round, self.resumed, path)
 
     def _out_name(self) -> str | None:
         return str(self.out.resolve()) if self.out is not None else None

@@ -30,7 +30,7 @@ from idemcore.audit.follow import (
     RoundResult,
     _lock,
     _write_atomically,
-    findings_files,
+    drop_later_rounds,
     run_rounds,
 )
 from idemcore.audit.logdir import LogReplayer, LogState
@@ -118,15 +118,7 @@ class ClusterFollower:
             except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
                 raise ckpt.CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
             self.resumed = True
-        if self.out is not None:
-            later = [p for k, p in findings_files(self.out) if k > self.round]
-            if later and not self.resumed:
-                raise FileExistsError(f"{self.out} holds findings of an earlier follow; give its checkpoint "
-                                      "directory, or another --out")
-            for stale in later:  # a round whose checkpoint never landed: it runs again
-                stale.unlink()
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        drop_later_rounds(self.out, self.round, self.resumed, path)
 
     def _save(self) -> None:
         path = self._checkpoint_path()
@@ -174,7 +166,8 @@ class ClusterFollower:
         if new:
             planned = plan_ranges(self.reader, [t for t in dict.fromkeys(t for t, _ in new)], self.start,
                                   Position("latest"))
-            ranges = {(r.topic, r.partition): r for r in planned if (r.topic, r.partition) in set(new)}
+            wanted = set(new)
+            ranges = {(r.topic, r.partition): r for r in planned if (r.topic, r.partition) in wanted}
         out = []
         for topic, partition in pairs:
             if (topic, partition) in ranges:

@@ -376,13 +376,7 @@ def _print_cluster_details(report: Any) -> None:
     """What a cluster audit adds: the bytes fetched, the problems of the answers, the findings by offset."""
     print(f"\nfetched {report.fetched_bytes / 1e6:,.1f} MB from {report.bootstrap} "
           f"({report.megabytes_per_s:,.1f} MB/s)")
-    lines = report.problem_lines()
-    if lines:
-        print(f"\nproblems in what the leaders served ({len(lines)}):")
-        for line in lines[:_DETAIL_ROWS]:
-            print(f"  {line}")
-        if len(lines) > _DETAIL_ROWS:
-            print(f"  ... and {len(lines) - _DETAIL_ROWS} more")
+    _print_problems("problems in what the leaders served", report.problem_lines())
     located = report.located_findings
     if located is not None and located.num_rows:
         columns = ["topic", "partition", "base_offset", "last_offset", "producer_id", "producer_epoch",
@@ -392,14 +386,18 @@ def _print_cluster_details(report: Any) -> None:
         print(_table(columns, [[row[c] for c in columns] for row in shown]))
 
 
-def _print_log_dir_problems(report: Any) -> None:
-    lines = report.problem_lines()
+def _print_problems(title: str, lines: list[str]) -> None:
+    """The first :data:`_DETAIL_ROWS` problems under ``title`` (nothing when there are none)."""
     if lines:
-        print(f"\nproblems in the files ({len(lines)}):")
+        print(f"\n{title} ({len(lines)}):")
         for line in lines[:_DETAIL_ROWS]:
             print(f"  {line}")
         if len(lines) > _DETAIL_ROWS:
             print(f"  ... and {len(lines) - _DETAIL_ROWS} more")
+
+
+def _print_log_dir_problems(report: Any) -> None:
+    _print_problems("problems in the files", report.problem_lines())
     located = report.located_findings
     if located is not None and located.num_rows:
         columns = [name for name in ("topic", "partition", "base_offset", "producer_id", "finding", "file",
