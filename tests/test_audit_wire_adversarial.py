@@ -194,3 +194,40 @@ def test_a_leader_that_takes_fetches_and_never_answers_costs_the_api_timeout_not
     with pytest.raises(IdemcoreError, match=r"Fetch of t-0 at .*: 127\.0\.0\.1: no answer within"):
         _audit(server)
     assert time.monotonic() - started < 6
+
+
+def test_many_idle_partitions_cost_one_fetch_per_leader_not_one_wait_each(tmp_path):
+    """300 partitions, one of which grows: a follow's idle round and a one-shot audit of nothing new take one
+    Fetch per leader to learn the high watermarks, not a Fetch (and its wait) per partition; what grew is read."""
+    from idemcore.audit.wire_follow import ClusterFollower
+
+    broker = Broker({"wide": 300}, data_dir=tmp_path / "logs", fsync=False)
+    server = Server(broker).start()
+    host, port = server.bootstrap.rsplit(":", 1)
+    channel = BlockingBrokerChannel(host, int(port), "planter")
+
+    def produce(partition: int) -> None:
+        batch = RecordBatch("wide", partition, [b"x"] * 2, max_timestamp=int(time.time() * 1000))
+        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0
+
+    follower = ClusterFollower("kafka://" + server.bootstrap, topics=["wide"], fsync=False)
+    try:
+        for partition in range(0, 300, 3):
+            produce(partition)
+        assert follower.poll().batches == 100
+        started = time.perf_counter()
+        idle = follower.poll()
+        idle_seconds = time.perf_counter() - started
+        produce(7)
+        grown = follower.poll()
+        started = time.perf_counter()
+        nothing = wire.audit_cluster("kafka://" + server.bootstrap, start="latest")
+        nothing_seconds = time.perf_counter() - started
+    finally:
+        follower.close()
+        channel.close()
+        server.stop()
+        broker.close()
+    assert idle.batches == 0 and grown.batches == 1 and grown.total_batches == 101
+    assert nothing.batches == 0 and nothing.ranges.num_rows == 300
+    assert idle_seconds < 1.0 and nothing_seconds < 1.0, (idle_seconds, nothing_seconds)  # 300 waits: 3 s and more

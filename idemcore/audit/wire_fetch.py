@@ -66,6 +66,8 @@ MAX_FETCH_BYTES = 1 << 30
 #: at a partition's end costs. Not 0: tansu answers nothing at all to a Fetch that may not wait (measured: data at
 #: 1 ms and more).
 FETCH_WAIT_MS = 10
+#: Partitions of one Fetch asking only for high watermarks (:meth:`ClusterReader.high_watermarks`).
+PROBE_PARTITIONS = 1000
 #: Empty answers below the high watermark asked again before the offsets are said unserved (pauses growing from
 #: BACKOFF_MS: about 4 s in all).
 EMPTY_TRIES = 8
@@ -304,6 +306,33 @@ class ClusterReader:
             self.refresh()
         except IdemcoreError:  # no broker answers yet: the next try says so if it lasts
             pass
+
+    def high_watermarks(self, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark, by one Fetch per leader of all its partitions (a byte each: the answer
+        waits at most FETCH_WAIT_MS once, not once per partition), so partitions with nothing beyond ``offsets``
+        need no fetch of their own. Best effort: a partition answered with an error, or whose leader did not
+        answer, is left out (its own fetch says what is wrong)."""
+        by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        for pair in offsets:
+            by_leader.setdefault(self._leader(*pair), []).append(pair)
+        out: dict[tuple[str, int], int] = {}
+        for address, pairs in by_leader.items():
+            for first in range(0, len(pairs), PROBE_PARTITIONS):
+                chunk = pairs[first:first + PROBE_PARTITIONS]
+                request = FetchRequest(tuple(FetchPartition(t, p, offsets[(t, p)], 1) for t, p in chunk),
+                                       isolation_level=READ_UNCOMMITTED, max_bytes=1, min_bytes=1,
+                                       max_wait_ms=FETCH_WAIT_MS)
+                try:
+                    answer = self.channel(address).call(request)
+                except (ConnectionError, TimeoutError):
+                    continue
+                if not isinstance(answer, FetchResponse):
+                    continue
+                asked = set(chunk)
+                for mine in answer.partitions:
+                    if mine.error_code == ErrorCode.NONE and (mine.topic, mine.partition) in asked:
+                        out[(mine.topic, mine.partition)] = mine.high_watermark
+        return out
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_BYTES,
               max_wait_ms: int = FETCH_WAIT_MS) -> FetchedPartition:

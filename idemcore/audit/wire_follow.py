@@ -190,8 +190,14 @@ class ClusterFollower:
         self.auditor.problems.clear()
         before = replayer.batches
         read = []
-        for part in self._partitions():
+        parts = self._partitions()
+        # One Fetch per leader says which partitions grew: an idle one costs no fetch (and no wait) of its own.
+        ends = self.reader.high_watermarks({(part.topic, part.partition): part.start for part in parts})
+        for part in parts:
             replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))  # listed: in the report
+            if ends.get((part.topic, part.partition), part.start + 1) <= part.start:
+                self.positions.setdefault(f"{part.topic}-{part.partition}", (part.topic, part.partition, part.start))
+                continue
             progress = PartitionProgress(part.start)
             self.auditor.audit_range(self.reader, part, progress, backend=self.backend, max_bytes=self.max_bytes,
                                      follow_end=True)
