@@ -14,11 +14,11 @@ import pytest
 
 import idemcore.audit.wire_fetch as wire_fetch
 from idemcore.audit import wire
-from idemcore.audit.wire_fetch import ClusterReader
+from idemcore.audit.wire_fetch import ClusterReader, Position, parse_bootstrap
 from idemcore.broker import Broker
 from idemcore.broker.server import Server
 from idemcore.net.broker_channel import BlockingBrokerChannel
-from idemcore.net.messages import FetchResponse, ProduceRequest
+from idemcore.net.messages import FetchResponse, InitProducerIdRequest, ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 
@@ -231,3 +231,40 @@ def test_many_idle_partitions_cost_one_fetch_per_leader_not_one_wait_each(tmp_pa
     assert idle.batches == 0 and grown.batches == 1 and grown.total_batches == 101
     assert nothing.batches == 0 and nothing.ranges.num_rows == 300
     assert idle_seconds < 1.0 and nothing_seconds < 1.0, (idle_seconds, nothing_seconds)  # 300 waits: 3 s and more
+
+
+def test_records_deleted_under_the_audit_are_a_problem_and_the_rest_is_read(tmp_path):
+    """DeleteRecords while the audit reads a partition: the offsets deleted before they were read are a problem
+    at the offset reached, the batches after them are read, and the problem says that the producer's next batch
+    may be a sequence_gap because of it (the batches between were never seen)."""
+    broker = Broker({"d": 1}, data_dir=tmp_path / "logs", fsync=False)
+    server = Server(broker).start()
+    host, port = server.bootstrap.rsplit(":", 1)
+    channel = BlockingBrokerChannel(host, int(port), "planter")
+    pid = channel.call(InitProducerIdRequest()).producer_id  # type: ignore[union-attr]
+    for sequence in range(0, 120, 3):
+        batch = RecordBatch("d", 0, [b"x"] * 3, producer_id=pid, producer_epoch=0, base_sequence=sequence,
+                            max_timestamp=int(time.time() * 1000))
+        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0  # type: ignore[union-attr]
+    channel.close()
+    fetched = [0]
+
+    class Deleting(ClusterReader):
+        def fetch(self, *args: Any, **kwargs: Any) -> Any:
+            fetched[0] += 1
+            if fetched[0] == 3:  # after two batches: the log start moves to offset 60
+                broker.increment_log_start_offsets({("d", 0): 60})
+            return super().fetch(*args, **kwargs)
+
+    try:
+        with Deleting(parse_bootstrap("kafka://" + server.bootstrap)) as reader:
+            task, ranges = wire.audit_ranges(reader, wire.plan_ranges(reader, ["d"], Position("earliest"),
+                                                                      Position("latest")), max_bytes=100)
+    finally:
+        server.stop()
+        broker.close()
+    (problem,) = task.problems.to_pylist()
+    assert (problem["offset"], problem["kind"]) == (6, "deleted")
+    assert "offsets 6..59 were deleted" in problem["message"] and "sequence_gap" in problem["message"]
+    assert task.result.batches == 2 + 20
+    assert ranges.column("next_offset").to_pylist() == [120]

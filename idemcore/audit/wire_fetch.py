@@ -445,7 +445,8 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
                 return
             yield FetchedBatches(scan_buffer(b""), -1, new_start,
                                  ("deleted", offset, f"offsets {offset}..{new_start - 1} were deleted (retention or "
-                                                     "DeleteRecords) before they were read"))
+                                                     "DeleteRecords) before they were read; a producer's next "
+                                                     "batch after them may be a sequence_gap of the audit's own"))
             offset = new_start
             continue
         if answer.error_code != ErrorCode.NONE:
