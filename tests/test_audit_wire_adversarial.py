@@ -241,11 +241,11 @@ def test_records_deleted_under_the_audit_are_a_problem_and_the_rest_is_read(tmp_
     server = Server(broker).start()
     host, port = server.bootstrap.rsplit(":", 1)
     channel = BlockingBrokerChannel(host, int(port), "planter")
-    pid = channel.call(InitProducerIdRequest()).producer_id  # type: ignore[union-attr]
+    pid = channel.call(InitProducerIdRequest()).producer_id
     for sequence in range(0, 120, 3):
         batch = RecordBatch("d", 0, [b"x"] * 3, producer_id=pid, producer_epoch=0, base_sequence=sequence,
                             max_timestamp=int(time.time() * 1000))
-        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0  # type: ignore[union-attr]
+        assert channel.call(ProduceRequest((batch,))).responses[0].error_code == 0
     channel.close()
     fetched = [0]
 
