@@ -268,3 +268,21 @@ def test_records_deleted_under_the_audit_are_a_problem_and_the_rest_is_read(tmp_
     assert "offsets 6..59 were deleted" in problem["message"] and "sequence_gap" in problem["message"]
     assert task.result.batches == 2 + 20
     assert ranges.column("next_offset").to_pylist() == [120]
+
+
+@pytest.mark.parametrize(("start", "end"), [("offset:5", "offset:2"), ("1700000000001", "1700000000000"),
+                                            ("latest", "latest-5"), ("latest-5", "earliest"),
+                                            ("2024-01-02T00:00Z", "2024-01-01T00:00Z")])
+def test_a_start_after_the_end_is_refused_in_one_line_before_any_connection(capsys, start, end):
+    from idemcore.cli import main
+
+    assert main(["audit", "kafka://127.0.0.1:1", "--from", start, "--to", end]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("idemcore: error: --from ") and line.endswith("comes after --to " + str(
+        Position.parse(end)) + ": nothing to audit")
+
+
+def test_a_start_not_after_the_end_is_not_refused():
+    for start, end in [("offset:5", "offset:5"), ("earliest", "earliest"), ("latest-5", "latest"),
+                       ("offset:5", "latest"), ("1700000000000", "offset:2")]:
+        Position.parse(start).check_before(Position.parse(end))

@@ -385,6 +385,7 @@ def audit_cluster(url: str, *, topics: Sequence[str] | None = None, start: str |
     started = time.perf_counter()
     begin = start if isinstance(start, Position) else Position.parse(start)
     stop = end if isinstance(end, Position) else Position.parse(end)
+    begin.check_before(stop)
     with ClusterReader(parse_bootstrap(url), security=security, request_timeout_ms=request_timeout_ms) as reader:
         ranges = plan_ranges(reader, topics, begin, stop)
         total = sum(max(0, r.end - r.start) for r in ranges)

@@ -132,6 +132,15 @@ class Position:
             raise IdemcoreError(f"{text!r}: give the time zone (e.g. {text.strip()}Z) so the time is not a guess")
         return cls("timestamp", int(stamp.timestamp() * 1000))
 
+    def check_before(self, end: Position) -> None:
+        """Refuse (one line) a start that comes after ``end`` in every partition: offsets or times in the wrong
+        order, ``latest-N`` after ``latest-M``, any start but earliest before an end of earliest."""
+        wrong = ((self.kind == end.kind and self.kind in ("offset", "timestamp") and self.value > end.value)
+                 or (self.kind == end.kind == "latest" and self.value < end.value)
+                 or (end.kind == "earliest" and self.kind != "earliest"))
+        if wrong:
+            raise IdemcoreError(f"--from {self} comes after --to {end}: nothing to audit")
+
     def __str__(self) -> str:
         if self.kind == "latest" and self.value:
             return f"latest-{self.value}"

@@ -349,6 +349,7 @@ def _audit_cluster(args: argparse.Namespace) -> Any:
 
     parse_bootstrap(args.path)  # a bad address, said before any work
     start, end = Position.parse(args.start), Position.parse(args.end)
+    start.check_before(end)  # said before any connection
     if args.out:
         check_out(Path(args.out), None)
     security = command_config_security(args.config)

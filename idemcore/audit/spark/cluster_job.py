@@ -212,6 +212,7 @@ def audit_cluster_spark(url: str, *, topics: Sequence[str] | None = None, start:
     backend_name = backend.name if isinstance(backend, Backend) else backend
     begin = start if isinstance(start, Position) else Position.parse(start)
     stop = end if isinstance(end, Position) else Position.parse(end)
+    begin.check_before(stop)
     started = time.perf_counter()
     with ClusterReader(parse_bootstrap(url), security=security) as reader:
         ranges = plan_ranges(reader, topics, begin, stop)
