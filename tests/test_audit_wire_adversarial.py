@@ -286,3 +286,9 @@ def test_a_start_not_after_the_end_is_not_refused():
     for start, end in [("offset:5", "offset:5"), ("earliest", "earliest"), ("latest-5", "latest"),
                        ("offset:5", "latest"), ("1700000000000", "offset:2")]:
         Position.parse(start).check_before(Position.parse(end))
+
+
+def test_a_topic_named_twice_is_audited_once(served):
+    server, _ = served
+    report = wire.audit_cluster("kafka://" + server.bootstrap, topics=["t", "t"])
+    assert (report.batches, report.problems, report.ranges.num_rows) == (20, (), 2)

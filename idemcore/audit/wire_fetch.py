@@ -257,7 +257,7 @@ class ClusterReader:
                 if topic is None or topic.error_code != ErrorCode.NONE:
                     code = topic.error_code if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     raise IdemcoreError(f"topic {name!r} of {self.describe()}: {error_name(code)}")
-        names = sorted(topics) if topics is not None else sorted(
+        names = sorted(set(topics)) if topics is not None else sorted(  # a topic named twice is read once
             t.name for t in answer.topics if not t.is_internal and not t.name.startswith("__")
             and t.error_code == ErrorCode.NONE)
         return [(name, partition) for name in names for partition in range(self.topics[name])]
