@@ -292,3 +292,22 @@ def test_a_topic_named_twice_is_audited_once(served):
     server, _ = served
     report = wire.audit_cluster("kafka://" + server.bootstrap, topics=["t", "t"])
     assert (report.batches, report.problems, report.ranges.num_rows) == (20, (), 2)
+
+
+def test_a_leader_serving_again_what_was_read_is_a_problem_not_a_loop(served):
+    """Every Fetch of a partition answered with its first batch, whatever the offset asked: the walk stops at
+    the first answer that does not move it on (it looped forever, each answer one more problem)."""
+    server, alter = served
+    first: dict[int, Any] = {}
+
+    def stale(request: Any, answer: Any) -> Any:
+        if not isinstance(answer, FetchResponse):
+            return answer
+        for mine in answer.partitions:
+            if mine.records:
+                first.setdefault(mine.partition, mine)
+        return dataclasses.replace(answer, partitions=tuple(first.get(p.partition, p) for p in answer.partitions))
+    alter(stale)
+    report = _audit(server, max_bytes=200)
+    assert report.batches == 2
+    assert _problems(report) == [(0, 3, "stale"), (1, 3, "stale")]

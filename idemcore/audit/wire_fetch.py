@@ -426,7 +426,8 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
     watermark of each answer instead, the log as it grows). Stops at an answer it cannot use, yielding it with
     its ``problem``: bytes that are not batches (no later batch can be found in them), an error answered for the
     partition (``fetch_error``), a log cut back below the offset (``truncated``: ``high_watermark`` holds its new
-    end), offsets below the high watermark never served (``unserved``). Offsets deleted before they were read
+    end), offsets below the high watermark never served (``unserved``), only batches behind the offset asked
+    (``stale``: asking again would loop). Offsets deleted before they were read
     (``deleted``) are said and skipped. An authorization error raises: the principal's to fix."""
     offset = part.start
     limit = max_bytes
@@ -493,7 +494,13 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             yield FetchedBatches(scan, answer.high_watermark, answer.log_start_offset,
                                  (scan.stop.replace(" ", "_"), offset, scan.stop_detail))
             return
-        after = max(offset, int(scan["last_offset"].max()) + 1)  # where the next fetch starts
+        reached = int(scan["last_offset"].max())
+        if reached < offset:  # only batches already behind: asking again would get them again, forever
+            yield FetchedBatches(scan_buffer(b""), answer.high_watermark, answer.log_start_offset, (
+                "stale", offset, f"asked for offset {offset}, the leader served only batches ending before it (at "
+                                 f"{reached}): what follows was not read"))
+            return
+        after = reached + 1  # where the next fetch starts
         problem = None
         if scan.stop not in (STOP_END, STOP_TORN_TAIL, STOP_ZERO_PADDING):  # a torn tail: the byte limit cut it
             problem = (scan.stop.replace(" ", "_"), int(scan["last_offset"][-1]) + 1, scan.stop_detail)
