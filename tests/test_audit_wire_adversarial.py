@@ -311,3 +311,34 @@ def test_a_leader_serving_again_what_was_read_is_a_problem_not_a_loop(served):
     report = _audit(server, max_bytes=200)
     assert report.batches == 2
     assert _problems(report) == [(0, 3, "stale"), (1, 3, "stale")]
+
+
+def test_a_follow_round_ends_at_the_end_it_found_while_the_log_grows(served):
+    """A batch written to partition 0 at each Fetch (a log written as fast as it is read): a follow's round reads
+    up to the high watermark of its first answer and ends; the next round reads on."""
+    from idemcore.audit.wire_follow import ClusterFollower
+
+    server, _ = served
+    host, port = server.bootstrap.rsplit(":", 1)
+    writer = BlockingBrokerChannel(host, int(port), "writer")
+    written = [0]
+
+    class Growing(ClusterReader):
+        def fetch(self, *args: Any, **kwargs: Any) -> Any:
+            if written[0] < 500:  # bounded: a round that chased the end would read all of them
+                written[0] += 1
+                batch = RecordBatch("t", 0, [b"y"], max_timestamp=int(time.time() * 1000))
+                assert writer.call(ProduceRequest((batch,))).responses[0].error_code == 0
+            return super().fetch(*args, **kwargs)
+
+    follower = ClusterFollower("kafka://" + server.bootstrap, topics=["t"], fsync=False, max_bytes=100)
+    follower.reader.close()
+    follower.reader = Growing(parse_bootstrap("kafka://" + server.bootstrap))
+    try:
+        first = follower.poll()
+        second = follower.poll()
+    finally:
+        follower.close()
+        writer.close()
+    assert first.batches < 40  # the 20 there, and those written before its first answers
+    assert second.batches > 0 and first.total_batches + second.batches == second.total_batches

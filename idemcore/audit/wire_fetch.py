@@ -423,7 +423,8 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
                   max_bytes: int = FETCH_BYTES, follow_end: bool = False) -> Iterator[FetchedBatches]:
     """The batches of ``part``, one Fetch answer at a time, each with at least one whole batch; from the batch
     holding ``part.start`` on, up to the batches starting before ``part.end`` (``follow_end``: up to the high
-    watermark of each answer instead, the log as it grows). Stops at an answer it cannot use, yielding it with
+    watermark of the first answer instead: a follow's round reads what was there when it began, so a log written
+    faster than it is read still ends the round). Stops at an answer it cannot use, yielding it with
     its ``problem``: bytes that are not batches (no later batch can be found in them), an error answered for the
     partition (``fetch_error``), a log cut back below the offset (``truncated``: ``high_watermark`` holds its new
     end), offsets below the high watermark never served (``unserved``), only batches behind the offset asked
@@ -468,10 +469,10 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
             yield FetchedBatches(scan_buffer(b""), -1, -1, (
                 "fetch_error", offset, f"Fetch at offset {offset} answered {why}: what follows was not read"))
             return
-        if first and part.to_log_end:
+        if first and (part.to_log_end or follow_end):  # the end as the first answer has it: not chased on
             end = max(end, answer.high_watermark)
         first = False
-        stop = answer.high_watermark if follow_end else min(end, answer.high_watermark)
+        stop = min(end, answer.high_watermark)
         records = answer.records
         if not records:
             if offset < stop and empty < EMPTY_TRIES:  # below the high watermark: data is there, ask again
