@@ -342,3 +342,39 @@ def test_a_follow_round_ends_at_the_end_it_found_while_the_log_grows(served):
         writer.close()
     assert first.batches < 40  # the 20 there, and those written before its first answers
     assert second.batches > 0 and first.total_batches + second.batches == second.total_batches
+
+
+def test_a_sasl_refusal_and_a_bad_client_properties_file_are_one_line_and_exit_2(tmp_path, capsys):
+    from idemcore.cli import main
+    from tests.secured import serving
+
+    properties = tmp_path / "client.properties"
+    with serving(tmp_path, {"carol": "carol-secret"}, listeners="SASL_PLAINTEXT://127.0.0.1:0",
+                 **{"sasl.enabled.mechanisms": "SCRAM-SHA-256"}) as (server, _):
+        cases = {"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=carol\n"
+                 "sasl.password=wrong\n": "SASL authentication as SCRAM-SHA-256 failed",
+                 "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n": "needs a user name and password",
+                 "security.protocol=BOGUS\n": "'BOGUS' is not one of"}
+        for text, said in cases.items():
+            properties.write_text(text)
+            for follow in ([], ["--follow", "--interval-ms", "10"]):
+                capsys.readouterr()
+                assert main(["audit", f"kafka://{server.bootstrap}", "--config", str(properties), *follow]) == 2
+                (line,) = capsys.readouterr().err.splitlines()
+                assert line.startswith("idemcore: error: ") and said in line, line
+        capsys.readouterr()
+        assert main(["audit", f"kafka://{server.bootstrap}", "--config", str(tmp_path / "missing.properties")]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert "cannot read the properties file" in line and "missing.properties" in line
+
+
+def test_out_over_files_an_audit_did_not_write_is_refused_before_any_connection(tmp_path, capsys):
+    from idemcore.cli import main
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "summary.json").write_text("my own notes\n")
+    assert main(["audit", "kafka://127.0.0.1:1", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "an audit did not write; refusing to replace them" in line
+    assert (out / "summary.json").read_text() == "my own notes\n"
