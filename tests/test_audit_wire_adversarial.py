@@ -378,3 +378,20 @@ def test_out_over_files_an_audit_did_not_write_is_refused_before_any_connection(
     (line,) = capsys.readouterr().err.splitlines()
     assert "an audit did not write; refusing to replace them" in line
     assert (out / "summary.json").read_text() == "my own notes\n"
+
+
+def test_a_leader_moving_mid_partition_is_followed_and_nothing_is_read_twice(served):
+    """After two answers, partition 0's leader says twice it no longer leads: new metadata, the same fetch
+    again, and the partition read on from where it was, every batch once."""
+    server, alter = served
+    moved: list[int] = []
+
+    def not_leader(mine: Any) -> Any:
+        if mine.partition != 0 or len(moved) == 2:
+            return mine
+        moved.append(1)
+        return dataclasses.replace(mine, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, records=b"")
+    alter(_fetches(not_leader, after=2))
+    report = _audit(server, max_bytes=200)
+    assert len(moved) == 2
+    assert (report.batches, report.problems, report.finding_counts()) == (20, (), {})
