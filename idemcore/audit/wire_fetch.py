@@ -5,7 +5,8 @@ SASL from Kafka's client settings, :class:`~idemcore.net.client_security.ClientS
 leader from Metadata, resolves where to start and stop by ListOffsets (earliest, latest, a timestamp), and fetches
 each partition from its leader with ``isolation_level=read_uncommitted`` (the audit must see aborted data and the
 markers). A leader that moved (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, a lost connection, ...) means new
-metadata and the same fetch again, a bounded number of times, as Kafka's consumer does.
+metadata and the same fetch again, at most :data:`ATTEMPTS` times and :data:`API_TIMEOUT_MS`, as Kafka's consumer
+does.
 
 :func:`fetch_batches` walks one partition's offsets: each Fetch answer's ``records`` are the leader's stored
 batches back to back, exactly a segment's bytes, so the native header scan (:func:`scan_buffer`) reads them as it
