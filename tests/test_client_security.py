@@ -121,13 +121,13 @@ def test_producers_and_a_group_consumer_over_mutual_tls(tmp_path: Path, ca: Test
 
 
 @contextmanager
-def _refused_within(seconds: float) -> Iterator[list[str]]:
-    """The block must raise AuthenticationError within ``seconds``; yields a list that gets its message."""
+def _refused() -> Iterator[list[str]]:
+    """The block must raise AuthenticationError (a fatal error, not a retry until a timeout: the calls in it would
+    otherwise wait out the transport's metadata timeout and raise TransportTimeoutError); yields a list that gets
+    its message."""
     message: list[str] = []
-    started = time.monotonic()
     with pytest.raises(AuthenticationError) as caught:
         yield message
-    assert time.monotonic() - started < seconds
     message.append(str(caught.value))
     assert "\n" not in message[0]
 
@@ -136,24 +136,24 @@ def test_a_wrong_password_is_one_clear_error_soon(tmp_path: Path, ca: TestCA, br
     with serving(tmp_path, CAROL, **_sasl_ssl(ca, broker_cert)) as (server, sessions):
         topic = _topic(server.bootstrap, _scram(ca))
         producer = Producer(server.bootstrap, security=_scram(ca, "not-her-password"), linger_ms=1)
-        with _refused_within(5) as message:
+        with _refused() as message:
             producer.send(topic, b"x")
         host, port = server.bootstrap.split(":")
         assert f"broker {host}:{port}" in message[0] and "SASL authentication of 'carol'" in message[0]
         assert "SCRAM-SHA-256" in message[0] and "not-her-password" not in message[0]
         before = len(sessions)
-        with _refused_within(0.5):  # fatal: asked again, the same error at once, and no new connection
+        with _refused():  # fatal: asked again, the same error, and no new connection
             producer.send(topic, b"x")
         producer.close()
         consumer = Consumer(server.bootstrap, security=_scram(ca, "wrong"), group_id="g")
-        with _refused_within(5):  # assign asks for the topic's metadata
+        with _refused():  # assign asks for the topic's metadata
             consumer.assign([(topic, 0)])
             for _ in range(100):
                 consumer.poll(timeout_ms=100)
         consumer.close()
         member = Consumer(server.bootstrap, security=_scram(ca, "wrong"), group_id="g")
         member.subscribe([topic])
-        with _refused_within(5):
+        with _refused():
             for _ in range(100):
                 member.poll(timeout_ms=100)
         member.close()  # closing after the refusal raises nothing more
@@ -183,7 +183,7 @@ def test_an_untrusted_broker_certificate_is_one_clear_error(tmp_path: Path, ca: 
     other = TestCA(tmp_path, "another CA")
     with serving(tmp_path, CAROL, **_sasl_ssl(ca, broker_cert)) as (server, sessions):
         consumer = Consumer(server.bootstrap, security={**_scram(ca), "ssl.ca.location": str(other.path)})
-        with _refused_within(5) as message:
+        with _refused() as message:
             consumer.assign([("t", 0)])
             for _ in range(100):
                 consumer.poll(timeout_ms=100)
@@ -212,7 +212,7 @@ def test_sasl_against_a_listener_without_sasl_is_refused(tmp_path: Path, ca: Tes
     settings = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
                 "ssl.keystore.location": str(broker_cert.keystore)}
     with serving(tmp_path, **settings) as (server, _), TcpTransport(server.bootstrap, security=_scram(ca)) as transport:
-        with _refused_within(5) as message:
+        with _refused() as message:
             transport.partition_count("t")
         assert "the broker does not enable SASL mechanism SCRAM-SHA-256" in message[0]
 
@@ -257,10 +257,8 @@ def test_a_broker_that_closes_mid_handshake_is_a_lost_connection(ca: TestCA, pro
     security = {**_scram(ca), "security.protocol": protocol}
     with _cutting_listener(read_first) as (bootstrap, accepted), \
             TcpTransport(bootstrap, security=security, metadata_timeout_ms=1_500, reconnect_backoff_ms=50) as transport:
-        started = time.monotonic()
         with pytest.raises(TransportTimeoutError):  # not an AuthenticationError: retried until the timeout
             transport.partition_count("t")
-        assert time.monotonic() - started < 5
         assert accepted[0] >= 3  # it reconnected
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from idemcore.broker.group.membership import GroupState
@@ -210,6 +210,10 @@ class World:
             assert (group.generation_id if group else None) == (last.generation if last else None)
             self.model.generation = group.generation_id if group else 0
             self.forget_after(self.model.generation)
+            # A leave after the last store is lost with it (as in Kafka): the stored members are back until their
+            # sessions lapse.
+            if last is not None:
+                self.model.live |= {member.member_id for member in last.members}
         if group is None:
             self.model.generation = 0  # a group made again starts over
             self.forget_after(0)
@@ -261,6 +265,8 @@ OPS = st.one_of(_CLIENT_OPS, _CLIENT_OPS, _CLIENT_OPS, _CLIENT_OPS, _TICKS, _TIC
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPS, min_size=1, max_size=60))
+# A static member's leave not yet stored when the coordinator reloads: it is a member again (found by a CI run).
+@example([("join", 0), ("join", 1), ("tick", 1), ("leave", 0), ("reload",)])
 def test_the_classic_group_state_machine_agrees_with_the_model(ops):
     world = World()
     for op in ops:

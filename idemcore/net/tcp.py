@@ -493,7 +493,9 @@ class _Connection:
                 self.fail(f"receive failed: {error}")
                 return
             if not data:
-                self.fail("the broker closed the connection")
+                self._frames()  # what came before the close is an answer first
+                if self.state != _CLOSED:
+                    self.fail("the broker closed the connection")
                 return
             self.inbuf += data
             if len(data) < _RECV_BYTES:
@@ -517,6 +519,9 @@ class _Connection:
                 self.fail(f"receive failed: {error}")
                 return
             if not data:
+                self._frames()  # what came before the close is an answer (a refused login's, often) first
+                if self.state == _CLOSED:
+                    return
                 # A broker refusing a client certificate after a TLS 1.3 handshake may close without its alert.
                 self.fail("the broker closed the connection" if self.state == _READY else
                           f"{self._where()} closed the TLS connection before answering (if its listener requires a "
