@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from idemcore.broker.security.acls import (
+from idemcore.broker.security.authorizer import AclAuthorizer
+from idemcore.broker.security.session import KafkaPrincipal, Session
+from idemcore.protocol.acls import (
     AccessControlEntry,
     AclBinding,
     AclOperation,
@@ -27,8 +29,6 @@ from idemcore.broker.security.acls import (
     PatternType,
     ResourcePattern,
 )
-from idemcore.broker.security.authorizer import AclAuthorizer
-from idemcore.broker.security.session import KafkaPrincipal, Session
 from tests.secured import serving
 from tests.tls_certs import TestCA
 

@@ -3,8 +3,8 @@ and a set of allowed ``(principal, operation)`` on the cluster; every ask is rec
 
 from __future__ import annotations
 
-from idemcore.broker.security.acls import AclOperation, AclResourceType
 from idemcore.broker.security.session import KafkaPrincipal, Session
+from idemcore.protocol.acls import AclOperation, AclResourceType
 
 ALICE = Session(KafkaPrincipal("User", "alice"), "10.0.0.7")
 

@@ -7,7 +7,10 @@ import uuid
 
 import pytest
 
-from idemcore.broker.security.acls import (
+from idemcore.broker.security.authorizer import AclAuthorizer, authorizer_from_settings, parse_super_users
+from idemcore.broker.security.session import KafkaPrincipal, Session
+from idemcore.errors import ConfigError
+from idemcore.protocol.acls import (
     CLUSTER_NAME,
     WILDCARD_HOST,
     AccessControlEntry,
@@ -21,9 +24,6 @@ from idemcore.broker.security.acls import (
     ResourcePattern,
     ResourcePatternFilter,
 )
-from idemcore.broker.security.authorizer import AclAuthorizer, authorizer_from_settings, parse_super_users
-from idemcore.broker.security.session import KafkaPrincipal, Session
-from idemcore.errors import ConfigError
 from idemcore.protocol.codes import ErrorCode
 
 Op, P = AclOperation, AclPermissionType

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemcore.broker.security.acl_store import FileAclStore
-from idemcore.broker.security.acls import (
+from idemcore.broker.security.authorizer import AclAuthorizer
+from idemcore.broker.security.session import KafkaPrincipal, Session
+from idemcore.protocol.acls import (
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -22,8 +24,6 @@ from idemcore.broker.security.acls import (
     ResourcePattern,
     ResourcePatternFilter,
 )
-from idemcore.broker.security.authorizer import AclAuthorizer
-from idemcore.broker.security.session import KafkaPrincipal, Session
 
 OPS = [AclOperation.ALL, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.ALTER,
        AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS]

@@ -15,8 +15,8 @@ import pytest
 
 from idemcore.broker import Broker
 from idemcore.broker.config import BrokerConfig
-from idemcore.broker.security.acls import ANY_ACL
 from idemcore.broker.server import Server
+from idemcore.protocol.acls import ANY_ACL
 
 
 def _required(module: str, package: str) -> Any:
@@ -143,7 +143,7 @@ def test_without_an_authorizer_the_admin_gets_security_disabled(tmp_path):
 
 
 def test_the_acl_apis_need_alter_and_describe_on_the_cluster(tmp_path):
-    from idemcore.broker.security import acls as model
+    from idemcore.protocol import acls as model
 
     for server, admin in served(tmp_path, **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}):
         [future] = admin.create_acls([READ_T], request_timeout=TIMEOUT_S).values()

@@ -16,16 +16,6 @@ import pytest
 from idemcore.broker import Broker
 from idemcore.broker.config import BrokerConfig
 from idemcore.broker.security.acl_store import ACL_FILE, AclStoreError, ZkAclStore
-from idemcore.broker.security.acls import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AclResourceType,
-    PatternType,
-    ResourcePattern,
-)
 from idemcore.broker.security.authorizer import AclAuthorizer
 from idemcore.broker.security.session import KafkaPrincipal, Session
 from idemcore.cli import main
@@ -37,6 +27,16 @@ from idemcore.net.acls import (
     DescribeAclsRequest,
 )
 from idemcore.net.messages import Pending
+from idemcore.protocol.acls import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    PatternType,
+    ResourcePattern,
+)
 from idemcore.protocol.codes import ErrorCode
 
 from .zookeeper import ZooKeeperServer

@@ -11,7 +11,14 @@ import pytest
 from kafka.protocol.admin import acl as kp
 
 from idemcore.broker import Broker
-from idemcore.broker.security.acls import (
+from idemcore.broker.security.authorizer import AclAuthorizer
+from idemcore.net.acls import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+from idemcore.net.wire.acls import ACL_APIS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
+from idemcore.net.wire.api import WireApi, WireContext
+from idemcore.net.wire.apis import APIS
+from idemcore.net.wire.client import CLIENT_APIS
+from idemcore.net.wire.frames import read_request, read_response, request_frame, response_frame
+from idemcore.protocol.acls import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,
@@ -22,13 +29,6 @@ from idemcore.broker.security.acls import (
     ResourcePattern,
     ResourcePatternFilter,
 )
-from idemcore.broker.security.authorizer import AclAuthorizer
-from idemcore.net.acls import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
-from idemcore.net.wire.acls import ACL_APIS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
-from idemcore.net.wire.api import WireApi, WireContext
-from idemcore.net.wire.apis import APIS
-from idemcore.net.wire.client import CLIENT_APIS
-from idemcore.net.wire.frames import read_request, read_response, request_frame, response_frame
 from idemcore.protocol.codes import ErrorCode
 
 CTX = WireContext(node_id=0, host="127.0.0.1", port=9092, cluster_id="idemcore", topics=dict)

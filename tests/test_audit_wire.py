@@ -465,10 +465,10 @@ def test_a_principal_that_may_describe_only_some_ids_confirms_only_those(tmp_pat
     """ListTransactions shows a principal only the ids it may describe: a transaction of an id it may describe is
     judged (cleared: the coordinator tracks it); one whose id it cannot see is left unconfirmed, not confirmed
     hanging (an id nobody uses is refused too, so some ids are hidden)."""
-    from idemcore.broker.security.acls import AclOperation as Op
-    from idemcore.broker.security.acls import AclResourceType as Kind
     from idemcore.client import Producer
     from idemcore.net.tcp import TcpTransport
+    from idemcore.protocol.acls import AclOperation as Op
+    from idemcore.protocol.acls import AclResourceType as Kind
     from tests.authz_model import AllowSet
 
     broker = Broker({"guarded": 2}, data_dir=tmp_path / "kafka-logs", fsync=False)

@@ -8,8 +8,6 @@ import logging
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.broker.security.acls import AclOperation as Op
-from idemcore.broker.security.acls import AclResourceType as Kind
 from idemcore.broker.security.request_authorization import RequestRefused, authorized_handle
 from idemcore.net.admin import (
     DeleteRecordsRequest,
@@ -71,6 +69,8 @@ from idemcore.net.replication import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
+from idemcore.protocol.acls import AclOperation as Op
+from idemcore.protocol.acls import AclResourceType as Kind
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from tests.authz_model import ALICE, AllowSet

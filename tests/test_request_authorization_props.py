@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from idemcore.broker import Broker
 from idemcore.broker.security import request_authorization as checks
-from idemcore.broker.security.acls import AclOperation as Op
-from idemcore.broker.security.acls import AclResourceType as Kind
 from idemcore.broker.security.request_authorization import RequestRefused, authorized_handle
 from idemcore.broker.security.session import KafkaPrincipal, Session
 from idemcore.net import messages
 from idemcore.net.messages import FetchPartition, FetchRequest, MetadataRequest, ProduceRequest
+from idemcore.protocol.acls import AclOperation as Op
+from idemcore.protocol.acls import AclResourceType as Kind
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from tests.authz_model import ALICE, AllowSet
@@ -82,9 +82,9 @@ class CreateAclsResponse:
 
 
 def test_a_cluster_checked_api_is_refused_with_its_own_response_type(monkeypatch):
-    from idemcore.broker.security.acls import AclBindingFilter
     from idemcore.broker.security.request_authorization import CLUSTER_REFUSALS
     from idemcore.net import acls
+    from idemcore.protocol.acls import AclBindingFilter
 
     sent: list[object] = []
     refused = authorized_handle(sent.append, AllowSet(), ALICE, DescribeAclsRequest(request_id=4))

@@ -9,8 +9,6 @@ import dataclasses
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.broker.security.acls import AclOperation as Op
-from idemcore.broker.security.acls import AclResourceType as Kind
 from idemcore.net.group_admin import DescribeGroupsRequest, ListGroupsRequest
 from idemcore.net.membership import HeartbeatRequest, JoinGroupRequest
 from idemcore.net.messages import (
@@ -35,6 +33,8 @@ from idemcore.net.messages import (
 from idemcore.net.wire.api import WireContext
 from idemcore.net.wire.apis import APIS
 from idemcore.net.wire.client import CLIENT_APIS, WireProtocolError
+from idemcore.protocol.acls import AclOperation as Op
+from idemcore.protocol.acls import AclResourceType as Kind
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from tests.authz_model import ALICE, AllowSet

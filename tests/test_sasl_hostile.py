@@ -211,7 +211,9 @@ def test_plain_compares_passwords_of_one_length(monkeypatch: pytest.MonkeyPatch)
                                                 ("2001:db8:0:0::7", "2001:db8::7")])
 def test_a_deny_acl_applies_to_its_host_however_the_address_is_written(acl_host: str, peer: str) -> None:
     """A DENY naming the client's address in another form than the peer's was ignored: the ALLOW beside it won."""
-    from idemcore.broker.security.acls import (
+    from idemcore.broker.security.authorizer import AclAuthorizer
+    from idemcore.broker.security.session import KafkaPrincipal, Session
+    from idemcore.protocol.acls import (
         WILDCARD_HOST,
         AccessControlEntry,
         AclBinding,
@@ -220,8 +222,6 @@ def test_a_deny_acl_applies_to_its_host_however_the_address_is_written(acl_host:
         AclResourceType,
         ResourcePattern,
     )
-    from idemcore.broker.security.authorizer import AclAuthorizer
-    from idemcore.broker.security.session import KafkaPrincipal, Session
 
     authorizer = AclAuthorizer()
     topic = ResourcePattern(AclResourceType.TOPIC, "payroll")

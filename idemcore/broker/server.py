@@ -30,7 +30,8 @@ from typing import Any
 from idemcore.broker.broker import Broker
 from idemcore.broker.security.listeners import Endpoint, ListenerSecurity, distinguished_name
 from idemcore.broker.security.request_context import RequestRefused
-from idemcore.broker.security.sasl_server import SaslAuthenticator, SaslStep
+from idemcore.broker.security.sasl_answers import answer as sasl_answer
+from idemcore.broker.security.sasl_server import SaslAuthenticator
 from idemcore.broker.security.session import ANONYMOUS, KafkaPrincipal, Session
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
@@ -395,10 +396,11 @@ class Server:
             if api_key == sasl_wire.SASL_HANDSHAKE_KEY:
                 response = sasl_wire.handshake_response(version, ErrorCode.ILLEGAL_SASL_STATE, ())
             else:
-                response = sasl_wire.authenticate_response(version, SaslStep(
-                    ErrorCode.ILLEGAL_SASL_STATE, "SASL authentication is not expected on this connection", b""))
+                response = sasl_wire.authenticate_response(
+                    version, ErrorCode.ILLEGAL_SASL_STATE, "SASL authentication is not expected on this connection",
+                    b"")
             return response_frame(correlation_id, response)
-        answer = sasl_wire.answer(sasl, api_key, version, body)
+        answer = sasl_answer(sasl, api_key, version, body)
         if answer.principal is not None:
             connection.authenticated_as(answer.principal)
         if answer.close:

@@ -14,7 +14,7 @@ ACL_FAILED = 1
 
 
 def _operation(text: str) -> Any:
-    from idemcore.broker.security.acls import AclOperation
+    from idemcore.protocol.acls import AclOperation
 
     try:
         operation = AclOperation.from_kafka_name(text)
@@ -26,7 +26,7 @@ def _operation(text: str) -> Any:
 
 
 def _pattern_type(text: str) -> Any:
-    from idemcore.broker.security.acls import PatternType
+    from idemcore.protocol.acls import PatternType
 
     try:
         pattern_type = PatternType.from_kafka_name(text)
@@ -48,7 +48,7 @@ def _principal(text: str) -> str:
 
 def _resources(args: argparse.Namespace) -> list[tuple[Any, str]]:
     """``(resource type, name)`` of every resource the options name."""
-    from idemcore.broker.security.acls import CLUSTER_NAME, AclResourceType
+    from idemcore.protocol.acls import CLUSTER_NAME, AclResourceType
 
     named = [(AclResourceType.TOPIC, t) for t in args.topic] + [(AclResourceType.GROUP, g) for g in args.group]
     named += [(AclResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
@@ -59,7 +59,7 @@ def _resources(args: argparse.Namespace) -> list[tuple[Any, str]]:
 
 def _entries(args: argparse.Namespace) -> list[Any]:
     """The entries ``--allow-principal`` / ``--deny-principal`` with their hosts and ``--operation`` describe."""
-    from idemcore.broker.security.acls import WILDCARD_HOST, AccessControlEntry, AclOperation, AclPermissionType
+    from idemcore.protocol.acls import WILDCARD_HOST, AccessControlEntry, AclOperation, AclPermissionType
 
     operations = args.operation or [AclOperation.ALL]
     entries = []
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace, admin: Any) -> int:
-    from idemcore.broker.security.acls import AclBinding, PatternType, ResourcePattern
+    from idemcore.protocol.acls import AclBinding, PatternType, ResourcePattern
 
     pattern_type = args.resource_pattern_type or PatternType.LITERAL
     if pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
@@ -142,7 +142,7 @@ def _add(args: argparse.Namespace, admin: Any) -> int:
 def _filters(args: argparse.Namespace, default_pattern: Any) -> list[Any]:
     """The filters the options describe: per resource (or every resource when none is named) and per principal
     and operation given (any when none)."""
-    from idemcore.broker.security.acls import (
+    from idemcore.protocol.acls import (
         AccessControlEntryFilter,
         AclBindingFilter,
         AclPermissionType,
@@ -153,7 +153,7 @@ def _filters(args: argparse.Namespace, default_pattern: Any) -> list[Any]:
     pattern_type = args.resource_pattern_type or default_pattern
     resources: list[tuple[Any, str | None]] = list(_resources(args)) or [(AclResourceType.ANY, None)]
     if not args.resource_pattern_type and resources[0][1] is None:
-        from idemcore.broker.security.acls import PatternType
+        from idemcore.protocol.acls import PatternType
 
         pattern_type = PatternType.ANY
     who: list[tuple[str | None, Any, list[str]]] = \
@@ -162,7 +162,7 @@ def _filters(args: argparse.Namespace, default_pattern: Any) -> list[Any]:
         + [(p, AclPermissionType.ANY, []) for p in args.principal]
     if not who:
         who = [(None, AclPermissionType.ANY, [])]
-    from idemcore.broker.security.acls import AclOperation
+    from idemcore.protocol.acls import AclOperation
 
     filters = []
     for kind, name in resources:
@@ -176,7 +176,7 @@ def _filters(args: argparse.Namespace, default_pattern: Any) -> list[Any]:
 
 
 def _remove(args: argparse.Namespace, admin: Any) -> int:
-    from idemcore.broker.security.acls import PatternType
+    from idemcore.protocol.acls import PatternType
 
     if not _resources(args):
         raise ValueError("--remove needs a resource: --topic, --group, --transactional-id or --cluster")
@@ -204,7 +204,7 @@ def _remove(args: argparse.Namespace, admin: Any) -> int:
 
 
 def _list(args: argparse.Namespace, admin: Any) -> int:
-    from idemcore.broker.security.acls import PatternType
+    from idemcore.protocol.acls import PatternType
 
     found: list[Any] = []
     for acl_filter in _filters(args, PatternType.LITERAL):

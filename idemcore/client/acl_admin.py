@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from idemcore.broker.security.acls import AclBinding, AclBindingFilter
 from idemcore.errors import IdemcoreError
 from idemcore.net.acls import (
     AclCreationResult,
@@ -23,6 +22,7 @@ from idemcore.net.acls import (
 from idemcore.net.broker_channel import BlockingBrokerChannel
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.tcp import parse_bootstrap
+from idemcore.protocol.acls import AclBinding, AclBindingFilter
 
 T = TypeVar("T")
 

@@ -1,12 +1,12 @@
 """The ACL requests and responses (Kafka's CreateAcls, DescribeAcls and DeleteAcls, KIP-140), over the model of
-:mod:`idemcore.broker.security.acls`. Like :mod:`idemcore.net.messages`, every response carries its request's
+:mod:`idemcore.protocol.acls`. Like :mod:`idemcore.net.messages`, every response carries its request's
 ``request_id``; a broker without an authorizer answers each SECURITY_DISABLED, as Kafka's does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from idemcore.broker.security.acls import AclBinding, AclBindingFilter
+from idemcore.protocol.acls import AclBinding, AclBindingFilter
 from idemcore.protocol.codes import ErrorCode
 
 

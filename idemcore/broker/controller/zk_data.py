@@ -120,6 +120,8 @@ def decode_broker(broker_id: int, data: bytes, listener: str | None = None) -> B
             addresses.append(ListenerAddress(name, host.strip("[]"), int(port), str(protocols.get(name, name))))
         chosen = next((one for one in addresses if one.name == listener), None) or \
             next((one for one in addresses if one.protocol == "PLAINTEXT"), addresses[0])
+        if addresses == [ListenerAddress("PLAINTEXT", chosen.host, chosen.port, "PLAINTEXT")]:
+            addresses = []  # one PLAINTEXT listener: the form BrokerEndpoint writes as no listener list
         return BrokerEndpoint(broker_id, chosen.host, chosen.port, rack, tuple(addresses))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ZkDataError(f"registration of broker {broker_id} is not Kafka's: {data!r} ({exc!r})") from None

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from idemcore.broker.security.acls import (
+from idemcore.errors import IdemcoreError, one_line
+from idemcore.protocol.acls import (
     AccessControlEntry,
     AclOperation,
     AclPermissionType,
@@ -31,7 +32,6 @@ from idemcore.broker.security.acls import (
     PatternType,
     ResourcePattern,
 )
-from idemcore.errors import IdemcoreError, one_line
 from idemcore.record.kafka_files.writers import write_file_atomically
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from idemcore.broker.security.acl_store import AclStore, Entries, FileAclStore, MemoryAclStore
-from idemcore.broker.security.acls import (
+from idemcore.broker.security.session import WILDCARD_PRINCIPAL, KafkaPrincipal, Session
+from idemcore.errors import ConfigError
+from idemcore.protocol.acls import (
     WILDCARD_HOST,
     WILDCARD_RESOURCE,
     AccessControlEntry,
@@ -42,8 +44,6 @@ from idemcore.broker.security.acls import (
     PatternType,
     ResourcePattern,
 )
-from idemcore.broker.security.session import WILDCARD_PRINCIPAL, KafkaPrincipal, Session
-from idemcore.errors import ConfigError
 from idemcore.protocol.codes import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from idemcore.broker.security.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from idemcore.broker.security.request_context import (
     CHECKED_BY_NAME,
     CLUSTER,
@@ -47,6 +46,7 @@ from idemcore.net.replication import (
     StopReplicaResponse,
     UpdateMetadataResponse,
 )
+from idemcore.protocol.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from idemcore.protocol.codes import ErrorCode
 
 # ---------------------------------------------------------------- inter-broker requests: CLUSTER_ACTION

@@ -7,7 +7,6 @@ import dataclasses
 import logging
 from typing import Any
 
-from idemcore.broker.security.acls import CLUSTER_NAME
 from idemcore.broker.security.request_context import (
     CLUSTER_DENIED,
     GROUP,
@@ -38,6 +37,7 @@ from idemcore.net.messages import (
     InitProducerIdResponse,
     PartitionResult,
 )
+from idemcore.protocol.acls import CLUSTER_NAME
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import INTERNAL_TOPICS
 

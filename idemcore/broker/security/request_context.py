@@ -11,10 +11,10 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from idemcore.broker.security.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from idemcore.broker.security.session import Authorizer, Session
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
+from idemcore.protocol.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from idemcore.protocol.codes import ErrorCode
 
 log = logging.getLogger(__name__)

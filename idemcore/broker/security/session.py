@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from idemcore.broker.security.acls import AclOperation, AclResourceType
+from idemcore.protocol.acls import AclOperation, AclResourceType
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,18 +13,6 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode as WireError
 
-from idemcore.broker.security.acls import (
-    AccessControlEntry,
-    AccessControlEntryFilter,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AclResourceType,
-    PatternType,
-    ResourcePattern,
-    ResourcePatternFilter,
-)
 from idemcore.net.acls import (
     CreateAclsRequest,
     CreateAclsResponse,
@@ -37,6 +25,18 @@ from idemcore.net.messages import Response
 from idemcore.net.wire.api import WireApi, WireContext
 from idemcore.net.wire.frames import make, nested, optional_str, response_class
 from idemcore.net.wire.transactions import NO_THROTTLE, answer_of
+from idemcore.protocol.acls import (
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+)
 
 CREATE_ACLS_KEY, DESCRIBE_ACLS_KEY, DELETE_ACLS_KEY = 30, 29, 31
 #: The versions served (and, client side, sent) of each.

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from idemcore.broker.security.acls import AclBindingFilter
 from idemcore.net.acls import (
     AclCreationResult,
     CreateAclsRequest,
@@ -28,6 +27,7 @@ from idemcore.net.wire.acls import (
 )
 from idemcore.net.wire.frames import make, nested, optional_str
 from idemcore.net.wire.schema import load_request_schema
+from idemcore.protocol.acls import AclBindingFilter
 
 
 def _filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:

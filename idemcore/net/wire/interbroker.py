@@ -138,6 +138,8 @@ def _update_metadata_to_message(ctx: WireContext, version: int, correlation_id: 
                           for e in broker.endpoints)
         # host/port: where brokers reach it, the controller's inter-broker listener (the receiver's is the same)
         first = listeners[0]
+        if listeners == (ListenerAddress("PLAINTEXT", first.host, first.port, "PLAINTEXT"),):
+            listeners = ()  # one PLAINTEXT listener: the form BrokerEndpoint writes as no listener list
         brokers.append(BrokerEndpoint(int(broker.id), first.host, first.port,
                                       None if broker.rack is None else str(broker.rack), listeners))
     return UpdateMetadataRequest(int(body.controller_id), int(body.controller_epoch), int(body.broker_epoch),

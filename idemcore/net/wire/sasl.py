@@ -18,13 +18,10 @@ sends."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode as WireError
 
-from idemcore.broker.security.sasl_server import SaslAuthenticator, SaslStep
-from idemcore.broker.security.session import KafkaPrincipal
 from idemcore.errors import IdemcoreError
 from idemcore.net.sasl_client import PlainClient, ScramClient
 from idemcore.net.wire.frames import make
@@ -54,35 +51,11 @@ def authenticate_bytes(body: Any) -> bytes:
     return bytes(body.auth_bytes)
 
 
-def authenticate_response(version: int, step: SaslStep, session_lifetime_ms: int = NO_SESSION_LIFETIME) -> Any:
-    """The SaslAuthenticate answer of one authenticator step (v1+: the session lifetime, KIP-368)."""
-    return make(load_response_schema(SASL_AUTHENTICATE_KEY, version), error_code=WireError(step.error_code),
-                error_message=step.error_message, auth_bytes=bytes(step.auth_bytes),
-                session_lifetime=session_lifetime_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class SaslAnswer:
-    """What a connection does with one SASL request: send ``response`` (a kio body), then close when ``close``
-    (Kafka closes after a refused mechanism or authentication); ``principal`` once the client is authenticated."""
-
-    response: Any
-    principal: KafkaPrincipal | None
-    close: bool
-
-
-def answer(authenticator: SaslAuthenticator, api_key: int, version: int, body: Any,
-           session_lifetime_ms: int = NO_SESSION_LIFETIME) -> SaslAnswer:
-    """The answer to a SaslHandshake or SaslAuthenticate request ``body`` (its ``api_key`` and ``version``)."""
-    if api_key == SASL_HANDSHAKE_KEY:
-        code, mechanisms = authenticator.handshake(handshake_mechanism(body))
-        return SaslAnswer(handshake_response(version, code, mechanisms), None, code != 0)
-    if api_key == SASL_AUTHENTICATE_KEY:
-        step = authenticator.authenticate(authenticate_bytes(body))
-        return SaslAnswer(authenticate_response(version, step, session_lifetime_ms), step.principal,
-                          step.error_code != 0)
-    raise ValueError(f"api key {api_key} is neither SaslHandshake ({SASL_HANDSHAKE_KEY}) nor SaslAuthenticate "
-                     f"({SASL_AUTHENTICATE_KEY})")
+def authenticate_response(version: int, error_code: int, error_message: str | None, auth_bytes: bytes,
+                          session_lifetime_ms: int = NO_SESSION_LIFETIME) -> Any:
+    """The SaslAuthenticate answer (v1+: the session lifetime, KIP-368)."""
+    return make(load_response_schema(SASL_AUTHENTICATE_KEY, version), error_code=WireError(error_code),
+                error_message=error_message, auth_bytes=bytes(auth_bytes), session_lifetime=session_lifetime_ms)
 
 
 # ---------------------------------------------------------------- client side
