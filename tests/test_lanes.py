@@ -35,14 +35,16 @@ def assert_same_verdicts(result, reference):
 
 @SETTINGS
 @given(rows=streams(), origin=origins, threads=st.sampled_from(THREADS),
-       cuts=st.lists(st.integers(0, 60), max_size=3), chunk=st.sampled_from([lanes.PIPELINE_CHUNK, 1, 3, 8]))
-def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk):
+       cuts=st.lists(st.integers(0, 60), max_size=3), chunk=st.sampled_from([lanes.PIPELINE_CHUNK, 1, 3, 8]),
+       cached=st.sampled_from([lanes.ONE_LANE_CACHED_ROWS, 2]))
+def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk, cached):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
     packed = idemcore.BatchMetadata.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # reserve_rows grows it mid-pass
-    with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk):
+    with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk), \
+            mock.patch.object(lanes, "ONE_LANE_CHUNK", chunk), mock.patch.object(lanes, "ONE_LANE_CACHED_ROWS", cached):
         parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend, threads=threads)
                  for a, b in itertools.pairwise(bounds)]
     for name, column in whole.to_dict().items():
@@ -57,6 +59,7 @@ def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk):
 @pytest.mark.parametrize("threads", THREADS)
 def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkeypatch):
     monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", chunk)  # (one thread: the pre-pass and the check chunk by chunk)
     columns = chaotic_stream(20_000, seed=5)
     columns["is_control"][::97] = True  # markers closing transactions across all partitions
     columns["control_type"][::97] = np.arange(len(columns["control_type"][::97])) % 2
@@ -93,9 +96,13 @@ def test_tables_big_enough_to_prefetch_give_the_references_answers(backend, thre
     assert_same_state(state, one_pass)
 
 
-def test_refused_first_writes_leave_no_entry():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_refused_first_writes_leave_no_entry(threads, monkeypatch):
     # A new producer whose first batch is refused, on a partition nothing is written to: reserve_rows added
-    # entries for both, which must not stay.
+    # entries for both, which must not stay. (One thread, chunks of one batch: each chunk's rows are looked up
+    # again at the end, under the call's batch numbers.)
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 1)
     rows = [{"partition": 0, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0},
             {"partition": 1, "producer_id": 6, "producer_epoch": 0, "base_sequence": -1, "last_sequence": -1,
              "is_transactional": True},  # no sequence from a client: INVALID_RECORD
@@ -103,7 +110,7 @@ def test_refused_first_writes_leave_no_entry():
             {"partition": 0, "producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0}]
     rows = [{"record_count": 1, **row} for row in rows]
     state = ProducerStateTable()
-    verdicts = validate(batches(rows), state, threads=2)
+    verdicts = validate(batches(rows), state, threads=threads)
     assert verdicts.status.tolist() == [0, 2, 2, 0]
     assert state.n_partitions == 1 and state.n_producers == 2
     assert sorted(state.row_producer_id[:2].tolist()) == [5, 7]
