@@ -13,6 +13,9 @@ be checked in any interleaving as long as each partition's batches keep their or
 4. sorts the completed transactions by the marker that closed them, and drops the entries step 1 added that no
    batch was committed to (a first write that was refused).
 
+On one thread there is one lane: steps 1 and 3 go chunk by chunk (``ONE_LANE_CHUNK``) while the table is small
+enough to stay cached between them, then over the rest of the call (:func:`_validate_one_lane`).
+
 On more than one thread a long call goes chunk by chunk (``PIPELINE_CHUNK``): step 1 for the next chunk runs on
 the calling thread while the lanes check this one. That is safe because a chunk's lanes only touch rows and
 partitions reserved before they started, and find existing keys only along probe chains no insertion changes
