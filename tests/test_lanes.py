@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import idemcore
 from idemcore import ProducerStateTable
 from idemcore.state import lanes, validate
+from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches, data
 from .test_properties import SETTINGS, _txn_rows, assert_same_state, chaotic_stream, origins, streams
@@ -419,3 +420,54 @@ def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
     more = chaotic_stream(2_000, seed=9)
     assert_same_verdicts(validate(more, state, threads=threads), validate(more, rebuilt, threads=threads))
     assert_same_state(state, rebuilt)
+
+
+def test_expected_streams_from_the_first_chunk():
+    # Drawn at random from D streams, the first chunk's distinct count tells D; the estimate is bounded.
+    rng = np.random.default_rng(0)
+    for streams_drawn in (1_000, 100_000, 400_000):
+        draws = rng.integers(0, streams_drawn, 1_000_000)
+        seen = len(np.unique(draws[:100_000]))
+        truth = len(np.unique(draws))
+        assert abs(lanes.expected_streams(seen, 100_000, len(draws)) - truth) < 0.03 * truth
+    assert lanes.expected_streams(100_000, 100_000, 10**7) == 100_000  # every batch a new stream: no model
+    assert lanes.expected_streams(0, 100_000, 10**7) == 0
+    assert lanes.expected_streams(90_000, 100_000, 10**9) <= 5 * 90_000  # (the model's D: about 400,000)
+
+
+def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(monkeypatch):
+    # Random streams: after the first chunk the table is reserved for all of them, so it never grows again, and
+    # the verdicts and state are one pass's.
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 2_000)
+    monkeypatch.setattr(lanes, "ONE_LANE_CACHED_ROWS", 1)
+    columns = synthetic_stream(40_000, n_producers=3_000, n_partitions=2, seed=4)
+    grown: list[int] = []
+    real_grow = ProducerStateTable.grow
+    state = ProducerStateTable()
+
+    def counting_grow(table, *args, **kwargs):
+        grown.append(table.n_producers)
+        return real_grow(table, *args, **kwargs)
+
+    monkeypatch.setattr(ProducerStateTable, "grow", counting_grow)
+    result = validate(columns, state)
+    assert grown and max(grown) < 2_000  # (only while the first chunk ran)
+    assert state.n_producers <= len(state.row_producer_id) < 2 * state.n_producers
+    one_pass = ProducerStateTable()
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 10**9)
+    assert_same_verdicts(result, validate(columns, one_pass))
+    assert_same_state(state, one_pass)
+
+
+def test_reserve_makes_room_in_one_reallocation_and_keeps_every_entry():
+    state = ProducerStateTable(row_capacity=4)
+    validate(batches([data(pid, 0, 0, partition=pid % 3) for pid in range(1, 4)]), state)
+    before = state.canonical()
+    state.reserve(1_000)
+    assert len(state.row_producer_id) == 1_000
+    state.reserve(10)  # (never shrinks)
+    assert len(state.row_producer_id) == 1_000
+    for name, column in before.items():
+        np.testing.assert_array_equal(state.canonical()[name], column, err_msg=name)
+    assert [state.row_of(pid % 3, pid) for pid in range(1, 4)] == [0, 1, 2]

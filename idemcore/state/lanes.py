@@ -216,6 +216,9 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
             closed = int(state.counters[rules.N_COMPLETED])
             txn_columns.txn_marker[completed:completed + closed] += start
             completed += closed
+            if start == 0 and stop < n:  # the first chunk was the cheap first pass: room for the call's streams
+                expected = expected_streams(state.n_producers - old_rows, stop, n)
+                state.reserve(old_rows + expected + expected // 10 + 1, kernel)  # (+10%: the estimate's spread)
             start = stop
     except BaseException:  # an interrupt, or a kernel bug: the verdicts are not all written
         with deferred_interrupts():
@@ -227,6 +230,28 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
     state.generation += 1
     state.counters[rules.N_COMPLETED] = completed
     return Verdicts(*out, txns.head(completed), kernel.name)
+
+
+def expected_streams(seen: int, first: int, total: int) -> int:
+    """How many distinct streams ``total`` batches hold when their first ``first`` held ``seen``, as if each batch
+    picked one of D streams at random: solve ``seen = D (1 - exp(-first / D))`` for D (bisection), then
+    ``D (1 - exp(-total / D))``, at most five times ``seen`` (and ``total``): a stream mix unlike the model (new
+    producers arriving late, a burst of one-off ones at the start) costs a doubling later or some unused rows,
+    never a table out of all proportion. ``seen`` when the model says nothing (every batch so far a new
+    stream, or none)."""
+    if seen <= 0 or first <= 0 or seen >= first * 0.98:
+        return max(seen, 0)
+    low, high = float(seen), float(seen)
+    while high * -np.expm1(-first / high) < seen:  # (d(D) grows with D towards first)
+        low, high = high, high * 2
+    for _ in range(40):
+        middle = (low + high) / 2
+        if middle * -np.expm1(-first / middle) < seen:
+            low = middle
+        else:
+            high = middle
+    estimate = high * -np.expm1(-total / high)
+    return int(min(max(estimate, seen), 5 * seen, total))
 
 
 def _rows_of(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, n: int) -> npt.NDArray[np.int32]:
