@@ -217,8 +217,9 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
             txn_columns.txn_marker[completed:completed + closed] += start
             completed += closed
             if start == 0 and stop < n:  # the first chunk was the cheap first pass: room for the call's streams
-                expected = expected_streams(state.n_producers - old_rows, stop, n)
-                state.reserve(old_rows + expected + expected // 10 + 1, kernel)  # (+10%: the estimate's spread)
+                expected = old_rows + expected_streams(state.n_producers - old_rows, stop, n) + 1
+                if expected > len(state.row_producer_id):  # (a table sized for them already is left as it is)
+                    state.reserve(expected + expected // 10, kernel)  # (+10%: the estimate's spread)
             start = stop
     except BaseException:  # an interrupt, or a kernel bug: the verdicts are not all written
         with deferred_interrupts():
