@@ -5,6 +5,8 @@ Run: scripts/dev bench
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from idemcore.state import ProducerStateTable, validate
 
 STREAMS = ["a-1-partition", "b-64-partitions"]
 PYTHON_SUBSET = 200_000  # the interpreted reference is ~1000x slower; timed on a prefix
+ALTERNATING_ROUNDS = 5  # bench_public_beside_presized: rounds of each, alternating
 
 
 @pytest.mark.parametrize("stream", STREAMS)
@@ -38,6 +41,48 @@ def bench_validate(benchmark, streams, record, backend, threads, stream):
     record(f"validate {backend} t{threads} {stream}", benchmark, len(packed))
 
 
+def _presized_table(packed) -> ProducerStateTable:
+    """A table sized for the stream's streams (at most producers x partitions), its pages touched."""
+    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["partition"]))
+    state = ProducerStateTable(row_capacity=rows + 1, partition_capacity=128)  # (+1: the pre-pass keeps one spare)
+    for array in state.kernel_arrays():
+        array[...] = array.copy()  # first-touch page faults outside the timing
+    return state
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("backend", ["cython", "numba"])
+def bench_public_beside_presized(benchmark, streams, record_seconds, backend, stream):
+    """The public call as a user makes it, ``validate(columns)`` on a mapping of typed columns (fresh state, fresh
+    verdict arrays), and the presized kernel (a table sized and touched beforehand, the verdicts of an earlier
+    call reused), one thread, alternating round by round so both see the same machine: the summary gives the
+    ratio of their best rounds (issue 30's aim: within 1.25x)."""
+    packed = streams[stream]
+    columns = packed.to_dict()
+    validate(packed.slice(0, 10_000), backend=backend)
+    out = validate(packed, backend=backend)  # (every page of the verdicts touched)
+    public: list[float] = []
+    presized: list[float] = []
+
+    def alternate():
+        verdicts = None
+        for _ in range(ALTERNATING_ROUNDS):
+            del verdicts  # (a user's earlier result is gone too)
+            start = time.perf_counter()
+            verdicts = validate(columns, backend=backend)
+            public.append(time.perf_counter() - start)
+            state = _presized_table(packed)
+            start = time.perf_counter()
+            validate(packed, state=state, backend=backend, out=out)
+            presized.append(time.perf_counter() - start)
+        return verdicts
+
+    verdicts = benchmark.pedantic(alternate, rounds=1, iterations=1)
+    assert verdicts.counts()["duplicate"] > 0
+    record_seconds(f"public-call {backend} {stream}", min(public), len(packed))
+    record_seconds(f"public-call-presized {backend} {stream}", min(presized), len(packed))
+
+
 @pytest.mark.parametrize("stream", STREAMS)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["cython", "numba"])
@@ -46,15 +91,11 @@ def bench_validate_presized(benchmark, streams, record, backend, threads, stream
     stream's streams, writing into the verdict arrays of an earlier call (``out=``): the kernels alone, as a loop
     over chunks runs them (bench_validate starts from an empty table and fresh verdict arrays)."""
     packed = streams[stream]
-    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["partition"]))  # at most this many streams
     validate(packed.slice(0, 10_000), backend=backend, threads=threads)
     out = validate(packed, backend=backend)  # (every page of the verdicts touched)
 
     def fresh():
-        state = ProducerStateTable(row_capacity=rows + 1, partition_capacity=128)  # (+1: the pre-pass keeps one spare)
-        for array in state.kernel_arrays():
-            array[...] = array.copy()  # first-touch page faults outside the timing
-        return (packed,), {"state": state, "backend": backend, "threads": threads, "out": out}
+        return (packed,), {"state": _presized_table(packed), "backend": backend, "threads": threads, "out": out}
 
     verdicts = benchmark.pedantic(validate, setup=fresh, rounds=3, iterations=1)
     assert verdicts.counts()["duplicate"] > 0

@@ -53,6 +53,7 @@ def pytest_terminal_summary(terminalreporter):
         if not label.startswith("baseline") and stream in baselines:
             ratio = f"  {rate / baselines[stream] * 100:6.2f}% of baseline speed"
         write(f"  {label:<36} {rate:9.3f} M/s{ratio}")
+    _public_call_summary(write, rates)
     _spark_summary(write, rates)
     _broker_summary(write)
     reference = rates.get("records confluent-kafka mock")
@@ -60,6 +61,18 @@ def pytest_terminal_summary(terminalreporter):
         for label in ("records idemcore send", "records idemcore send_batch"):
             if label in rates:
                 write(f"  {label} / confluent-kafka: {rates[label] / reference:.2f}x")
+
+
+def _public_call_summary(write, rates: dict[str, float]) -> None:
+    """bench_validate's public call beside the presized kernel, measured alternating in one test."""
+    pairs = [(label.removeprefix("public-call "), rate, rates.get(label.replace("public-call", "public-call-presized")))
+             for label, rate in sorted(rates.items()) if label.startswith("public-call ")]
+    if pairs:
+        write("validate(columns) from fresh state beside the presized kernel (one thread, alternating rounds):")
+    for shape, public, presized in pairs:
+        if presized:
+            write(f"  {shape:<30} {public:7.2f} vs {presized:7.2f} M/s: the kernel is {presized / public:.2f}x "
+                  "the public call (aim <= 1.25)")
 
 
 def _spark_summary(write, rates: dict[str, float]) -> None:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import idemcore
 from idemcore import ProducerStateTable
 from idemcore.state import lanes, validate
+from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches, data
 from .test_properties import SETTINGS, _txn_rows, assert_same_state, chaotic_stream, origins, streams
@@ -35,14 +36,16 @@ def assert_same_verdicts(result, reference):
 
 @SETTINGS
 @given(rows=streams(), origin=origins, threads=st.sampled_from(THREADS),
-       cuts=st.lists(st.integers(0, 60), max_size=3), chunk=st.sampled_from([lanes.PIPELINE_CHUNK, 1, 3, 8]))
-def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk):
+       cuts=st.lists(st.integers(0, 60), max_size=3), chunk=st.sampled_from([lanes.PIPELINE_CHUNK, 1, 3, 8]),
+       cached=st.sampled_from([lanes.ONE_LANE_CACHED_ROWS, 2]))
+def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk, cached):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
     packed = idemcore.BatchMetadata.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # reserve_rows grows it mid-pass
-    with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk):
+    with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk), \
+            mock.patch.object(lanes, "ONE_LANE_CHUNK", chunk), mock.patch.object(lanes, "ONE_LANE_CACHED_ROWS", cached):
         parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend, threads=threads)
                  for a, b in itertools.pairwise(bounds)]
     for name, column in whole.to_dict().items():
@@ -57,6 +60,7 @@ def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk):
 @pytest.mark.parametrize("threads", THREADS)
 def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkeypatch):
     monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", chunk)  # (one thread: the pre-pass and the check chunk by chunk)
     columns = chaotic_stream(20_000, seed=5)
     columns["is_control"][::97] = True  # markers closing transactions across all partitions
     columns["control_type"][::97] = np.arange(len(columns["control_type"][::97])) % 2
@@ -93,9 +97,13 @@ def test_tables_big_enough_to_prefetch_give_the_references_answers(backend, thre
     assert_same_state(state, one_pass)
 
 
-def test_refused_first_writes_leave_no_entry():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_refused_first_writes_leave_no_entry(threads, monkeypatch):
     # A new producer whose first batch is refused, on a partition nothing is written to: reserve_rows added
-    # entries for both, which must not stay.
+    # entries for both, which must not stay. (One thread, chunks of one batch: each chunk's rows are looked up
+    # again at the end, under the call's batch numbers.)
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 1)
     rows = [{"partition": 0, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0},
             {"partition": 1, "producer_id": 6, "producer_epoch": 0, "base_sequence": -1, "last_sequence": -1,
              "is_transactional": True},  # no sequence from a client: INVALID_RECORD
@@ -103,7 +111,7 @@ def test_refused_first_writes_leave_no_entry():
             {"partition": 0, "producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 0}]
     rows = [{"record_count": 1, **row} for row in rows]
     state = ProducerStateTable()
-    verdicts = validate(batches(rows), state, threads=2)
+    verdicts = validate(batches(rows), state, threads=threads)
     assert verdicts.status.tolist() == [0, 2, 2, 0]
     assert state.n_partitions == 1 and state.n_producers == 2
     assert sorted(state.row_producer_id[:2].tolist()) == [5, 7]
@@ -412,3 +420,54 @@ def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
     more = chaotic_stream(2_000, seed=9)
     assert_same_verdicts(validate(more, state, threads=threads), validate(more, rebuilt, threads=threads))
     assert_same_state(state, rebuilt)
+
+
+def test_expected_streams_from_the_first_chunk():
+    # Drawn at random from D streams, the first chunk's distinct count tells D; the estimate is bounded.
+    rng = np.random.default_rng(0)
+    for streams_drawn in (1_000, 100_000, 400_000):
+        draws = rng.integers(0, streams_drawn, 1_000_000)
+        seen = len(np.unique(draws[:100_000]))
+        truth = len(np.unique(draws))
+        assert abs(lanes.expected_streams(seen, 100_000, len(draws)) - truth) < 0.03 * truth
+    assert lanes.expected_streams(100_000, 100_000, 10**7) == 100_000  # every batch a new stream: no model
+    assert lanes.expected_streams(0, 100_000, 10**7) == 0
+    assert lanes.expected_streams(90_000, 100_000, 10**9) <= 5 * 90_000  # (the model's D: about 400,000)
+
+
+def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(monkeypatch):
+    # Random streams: after the first chunk the table is reserved for all of them, so it never grows again, and
+    # the verdicts and state are one pass's.
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 2_000)
+    monkeypatch.setattr(lanes, "ONE_LANE_CACHED_ROWS", 1)
+    columns = synthetic_stream(40_000, n_producers=3_000, n_partitions=2, seed=4)
+    grown: list[int] = []
+    real_grow = ProducerStateTable.grow
+    state = ProducerStateTable()
+
+    def counting_grow(table, *args, **kwargs):
+        grown.append(table.n_producers)
+        return real_grow(table, *args, **kwargs)
+
+    monkeypatch.setattr(ProducerStateTable, "grow", counting_grow)
+    result = validate(columns, state)
+    assert grown and max(grown) < 2_000  # (only while the first chunk ran)
+    assert state.n_producers <= len(state.row_producer_id) < 2 * state.n_producers
+    one_pass = ProducerStateTable()
+    monkeypatch.setattr(lanes, "MIN_BATCHES", 10**9)
+    assert_same_verdicts(result, validate(columns, one_pass))
+    assert_same_state(state, one_pass)
+
+
+def test_reserve_makes_room_in_one_reallocation_and_keeps_every_entry():
+    state = ProducerStateTable(row_capacity=4)
+    validate(batches([data(pid, 0, 0, partition=pid % 3) for pid in range(1, 4)]), state)
+    before = state.canonical()
+    state.reserve(1_000)
+    assert len(state.row_producer_id) == 1_000
+    state.reserve(10)  # (never shrinks)
+    assert len(state.row_producer_id) == 1_000
+    for name, column in before.items():
+        np.testing.assert_array_equal(state.canonical()[name], column, err_msg=name)
+    assert [state.row_of(pid % 3, pid) for pid in range(1, 4)] == [0, 1, 2]

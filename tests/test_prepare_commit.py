@@ -133,3 +133,41 @@ def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(mo
     monkeypatch.delattr(cython_kernels, "BoundBatches")  # an extension built before the class existed
     fallback = kernels.bind_batches(kernels.load_backend("cython"), *groups)
     assert type(fallback).__name__ == "_Splatted" and fallback.check_batches(0, 0, 0) == 0
+
+
+def test_check_into_an_earlier_calls_verdicts_gives_what_a_fresh_check_gives(backend):
+    # check(..., out=): a broker-like loop of requests writing every verdict into one buffer, stale values from
+    # the request before overwritten, gives fresh check()'s verdicts and commits the same state.
+    packed = BatchMetadata.coerce(synthetic_stream(400, n_producers=5, n_partitions=6, retry_fraction=0.2, seed=3))
+    stale = {"partition": np.arange(9), "producer_id": np.full(9, 99), "producer_epoch": np.full(9, 5),
+             "base_sequence": np.zeros(9, int), "record_count": np.ones(9, int)}
+    fenced_by = ProducerStateTable()
+    validate(stale, fenced_by, backend=backend)
+    buffer = check({**stale, "producer_epoch": np.zeros(9, int)}, fenced_by, backend=backend)
+    assert (buffer.expected == 5).all() and (buffer.base_offset == -1).all()  # (stale values in every column)
+    state, fresh_state = ProducerStateTable(row_capacity=1), ProducerStateTable(row_capacity=1)
+    requests_seen = 0
+    for rows in requests(packed):
+        batch = packed.take(rows)
+        fresh = check(batch, fresh_state, backend=backend)
+        reused = check(batch, state, backend=backend, out=buffer)
+        assert len(reused) == len(rows) and np.shares_memory(reused.status, buffer.status)
+        for name, column in fresh.to_dict().items():
+            np.testing.assert_array_equal(getattr(reused, name), column, err_msg=name)
+        commit(batch, fresh, fresh_state, backend=backend)
+        commit(batch, reused, state, backend=backend)
+        requests_seen += 1
+    assert requests_seen > 50
+    mine, theirs = state.canonical(), fresh_state.canonical()
+    for name in mine:
+        np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+
+
+def test_check_refuses_an_out_too_short_or_not_verdicts():
+    batches = {"partition": [0, 1], "producer_id": [7, 7], "producer_epoch": [0, 0], "base_sequence": [0, 0],
+               "record_count": [1, 1]}
+    short = check({name: column[:1] for name, column in batches.items()}, ProducerStateTable())
+    with pytest.raises(ValueError, match=r"^out holds verdicts for 1 batches, fewer than the 2 given$"):
+        check(batches, ProducerStateTable(), out=short)
+    with pytest.raises(TypeError, match="out must be the Verdicts of an earlier call, not dict"):
+        check(batches, ProducerStateTable(), out=short.to_dict())

@@ -60,7 +60,7 @@ _FUNCTIONS = (
     "producer_hash", "partition_hash", "producer_slot", "partition_slot", "metadata_error", "ring_pos",
     "find_duplicate", "newest_last_seq", "check_marker", "check_epoch", "sequence_error", "sequence_finding",
     "check_sequence", "check_txn_state", "check_offsets", "log_end", "emit", "check_batch", "ring_push", "init_row",
-    "commit_batch", "apply_every_rule", "plain_data", "append_to_row", "append_in_sequence",
+    "commit_batch", "apply_every_rule", "plain_data", "append_to_row", "prefill", "append_in_sequence",
     *_ENTRY_POINTS[:7],
 )
 

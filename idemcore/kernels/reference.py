@@ -217,9 +217,9 @@ def find_duplicate(row_i32, row_i8, row, first_seq, last_seq):
     head = int(row_i8[row, ROW_HEAD])
     length = int(row_i8[row, ROW_LEN])
     if length == RING_SIZE:  # full (the usual case): a quick look for the last sequence before the ordered scan
-        found = False
-        for pos in range(RING_SIZE):
-            found = found or int(row_i32[row, ROW_RING_LAST_SEQ + pos]) == last_seq
+        found = 0
+        for pos in range(RING_SIZE):  # (no early exit: five compares without a branch)
+            found |= int(row_i32[row, ROW_RING_LAST_SEQ + pos]) == last_seq
         if not found:
             return -1
     for k in range(length):
@@ -522,6 +522,17 @@ def plain_data(i, batch):
                 or int(last_sequence[i]) != seq_add(first_seq, count - 1))
 
 
+def prefill(out, start, stop):
+    """Batches ``start..stop-1``'s verdict columns as an appended batch has them, whatever its offsets (APPENDED,
+    NONE, F_NONE, -1): :func:`append_to_row` then writes only the offsets."""
+    out_status, out_error_code, _out_base_offset, _out_last_offset, out_finding, out_expected = out
+    for i in range(start, stop):
+        out_status[i] = APPENDED
+        out_error_code[i] = NONE
+        out_finding[i] = F_NONE
+        out_expected[i] = -1
+
+
 def append_in_sequence(i, batch, slots, rows, parts, out):
     """The usual CLIENT batch, checked and committed in one go: well-formed data of a known producer, same
     epoch, the next sequence after its newest retained batch, no retry of a retained one, no open transaction it
@@ -537,7 +548,8 @@ def append_in_sequence(i, batch, slots, rows, parts, out):
 
 
 def append_to_row(i, row, batch, rows, parts, out):
-    """:func:`append_in_sequence` of a :func:`plain_data` batch whose producer row is known to be ``row``."""
+    """:func:`append_in_sequence` of a :func:`plain_data` batch whose producer row is known to be ``row``. It
+    writes only the batch's offsets: the caller has prefilled its other verdict columns (:func:`prefill`)."""
     (_partition, _producer_id, producer_epoch, base_sequence, last_sequence, _base_offset, record_count,
      max_timestamp, is_transactional, _is_control, _control_type, _coordinator_epoch) = batch
     row_i64, row_i32, row_i16, row_i8 = rows
@@ -560,7 +572,8 @@ def append_to_row(i, row, batch, rows, parts, out):
     if first_offset > INT64_MAX - count:
         return False
     last_offset = first_offset + count - 1
-    emit(out, i, APPENDED, NONE, first_offset, last_offset, F_NONE, -1)
+    out[2][i] = first_offset  # (the caller prefilled the other columns as an appended batch has them)
+    out[3][i] = last_offset
     partition_next_offset[part_index] = last_offset + 1
     timestamp = int(max_timestamp[i])
     ring_push(row_i64, row_i32, row_i8, row, last_seq, last_offset, count - 1, timestamp)
@@ -620,6 +633,8 @@ def validate_batches(
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
     txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     client = origin == ORIGIN_CLIENT
+    if client:
+        prefill(out, start, stop)  # (what append_in_sequence does not write)
     for i in range(start, stop):
         if client and append_in_sequence(i, batch, slots, rows, parts, out):
             continue  # (the usual batch; the rest takes every rule in turn)
@@ -796,6 +811,7 @@ def validate_listed(
     client = origin == ORIGIN_CLIENT
     every = listed.shape[0] == 0
     ahead = row_capacity >= PREFETCH_MIN_ROWS
+    known = min(int(counters[N_ROWS]), row_capacity)  # the rows batch_row may name (read again after every rule)
     for k in range(start, stop):
         i = k if every else int(listed[k])
         if ahead and k + PREFETCH_AHEAD < stop:
@@ -804,11 +820,12 @@ def validate_listed(
                 prefetch_row(row_i64, later)
         if client and plain_data(i, batch):
             row = int(batch_row[i])
-            if 0 <= row < min(int(counters[N_ROWS]), row_capacity):
+            if 0 <= row < known:
                 if append_to_row(i, row, batch, rows, parts, out):
                     continue
             elif append_in_sequence(i, batch, slots, rows, parts, out):
                 continue
         if not apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
             return k
+        known = min(int(counters[N_ROWS]), row_capacity)
     return stop

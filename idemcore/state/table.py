@@ -204,6 +204,18 @@ class ProducerStateTable:
                 self._allocate_partitions(2 * len(self.partition_id), self.n_partitions, old)
             self._reindex(backend)
 
+    def reserve(self, rows: int, backend: Backend | str | None = None) -> None:
+        """Room for at least ``rows`` producer entries, in one reallocation if the table has less: for a caller
+        that knows how many are coming, instead of doubling (each doubling copies the rows and rebuilds the
+        index)."""
+        rows = int(rows)
+        if rows <= len(self._row_i64):
+            return
+        backend = get_backend(backend)
+        with deferred_interrupts():  # (rows replaced, index not rebuilt: see grow)
+            self._allocate_rows(rows, self.n_producers, self._row_i64)
+            self._reindex(backend)
+
     def remove_rows(self, remove: np.ndarray, backend: Backend | str | None = None) -> int:
         """Drop the rows where ``remove`` (bool, one per producer row) is true; return how many."""
         n = self.n_producers

@@ -88,15 +88,23 @@ def validate(
     or an input column raise ValueError.
     """
     check_threads(threads)
+    _check_out(out)
+    packed, state, origin, kernel = _prepare(batches, state, origin, backend)
+    return validate_into(packed, state, origin, kernel, _verdict_columns(out, packed), threads=threads)
+
+
+def _check_out(out: Any) -> None:
     if out is not None and not isinstance(out, Verdicts):
         raise TypeError(f"out must be the Verdicts of an earlier call, not {type(out).__name__}")
-    packed, state, origin, kernel = _prepare(batches, state, origin, backend)
+
+
+def _verdict_columns(out: Verdicts | None, packed: BatchMetadata) -> VerdictColumns:
+    """Fresh verdict columns for ``packed``, or the first ``len(packed)`` of ``out``'s (checked)."""
     if out is None:
-        columns = Verdicts.allocate(len(packed))
-    else:
-        columns = out.reuse(len(packed))
-        _refuse_shared_memory(columns, packed.kernel_columns())
-    return validate_into(packed, state, origin, kernel, columns, threads=threads)
+        return Verdicts.allocate(len(packed))
+    columns = out.reuse(len(packed))
+    _refuse_shared_memory(columns, packed.kernel_columns())
+    return columns
 
 
 def check(
@@ -104,21 +112,29 @@ def check(
     state: ProducerStateTable,
     origin: str | Origin = "client",
     backend: str | Backend | None = None,
+    *,
+    out: Verdicts | None = None,
 ) -> Verdicts:
     """Prepare: the verdict of every batch against ``state`` as it stands, changing nothing.
 
     Every batch sees the same state, so no two may be for one partition (each
     is given the partition's log end): a produce request carries one batch per
     partition. Record the batches once they are written with :func:`commit`.
+
+    ``out``: as :func:`validate`'s, verdicts of an earlier call whose columns
+    this call overwrites (at least as long as ``batches``; the returned
+    verdicts' columns are views of them), so a loop of checks allocates none.
     """
+    _check_out(out)
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
     if len(np.unique(packed["partition"])) != len(packed):
         raise ValueError("check() takes at most one batch per partition (each is given the partition's log end); "
                          "use validate() for a stream")
-    out = Verdicts.allocate(len(packed))
+    columns = _verdict_columns(out, packed)
     txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
-    completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, out, txns.kernel_columns())
-    return Verdicts(*out, txns.head(completed), kernel.name)
+    completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, columns,
+                           txns.kernel_columns())
+    return Verdicts(*columns, txns.head(completed), kernel.name)
 
 
 def commit(
