@@ -56,7 +56,7 @@ import pyarrow as pa
 
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
-from idemcore.audit.logdir import LogReplayer, LogState, _located, _offset_spans
+from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogState, _located, _offset_spans, with_places
 from idemcore.audit.replayer import StreamReplayer, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.errors import one_line
@@ -101,8 +101,9 @@ class RoundResult:
     """One round: what was read, the new findings, and the state after it.
 
     ``findings``: the batches with a finding read this round (the report's findings columns; a log directory's
-    also ``file`` and ``position``). ``report``: an :class:`AuditReport` of the state after the round
-    (partitions, open and hanging transactions, counts) whose ``findings`` are this round's only.
+    also ``file``, ``segment`` and ``position``, as in its one-shot audit's ``findings.parquet``). ``report``: an
+    :class:`AuditReport` of the state after the round (partitions, open and hanging transactions, counts) whose
+    ``findings`` are this round's only.
     ``read``: Parquet files read, or ``topic-partition`` names that advanced. ``waiting``: what is incomplete
     (a file whose footer does not read, a torn tail being written). ``problems``: file problems found this round.
     """
@@ -362,13 +363,8 @@ class Follower:
         replayer = self._replayer()
         result = replayer.finish()
         findings = result.findings
-        if extra:
-            places = pa.concat_tables(extra)
-            findings = findings.append_column("file", places.column("file")).append_column(
-                "position", places.column("position"))
-        elif self.kind == LOG_DIR:
-            findings = findings.append_column("file", pa.array([], pa.string())).append_column(
-                "position", pa.array([], pa.int64()))
+        if self.kind == LOG_DIR:  # (feed order, as the findings)
+            findings = with_places(findings, pa.concat_tables(extra) if extra else LOCATED_SCHEMA.empty_table())
         self.round += 1
         findings_file = None
         if self.out is not None and findings.num_rows:
@@ -474,7 +470,7 @@ class Follower:
         verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)
         if len(found):
-            located.append(_located(part, segment, columns, verdicts, found).select(["file", "position"]))
+            located.append(_located(part, segment, columns, verdicts, found))
 
 
 def _scan_from(segment: SegmentFiles, start: int, partition: int, backend: Backend,

@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.coordinator_state import read_transaction_log, transaction_state_partitions
@@ -241,6 +242,8 @@ class LogReplayer(StreamReplayer):
 class LogDirReport(AuditReport):
     """An :class:`AuditReport` of Kafka log directories, with what its tables have no column for.
 
+    ``findings`` also has :data:`PLACE_FINDING_COLUMNS` (``file``, ``segment``, ``position``): :meth:`write` puts
+    them in ``findings.parquet``, so each row names the batch ``idemcore dump-log`` prints at that position.
     ``located_findings``: one row per batch with a finding (topic, partition, offsets, producer, sequences,
     finding, expected) with its segment ``file`` and byte ``position``, sorted like ``findings``.
     ``located_open_txns``: ``open_txns`` with the ``file`` and ``position`` of each transaction's first batch.
@@ -281,6 +284,26 @@ LOCATED_SCHEMA = pa.schema([
     ("last_sequence", pa.int32()), ("is_transactional", pa.bool_()), ("is_control", pa.bool_()),
     ("finding", pa.string()), ("expected", pa.int64()), ("file", pa.string()), ("position", pa.int64()),
 ])
+#: The columns a log directory's findings have beyond a report's, in ``findings.parquet`` and in each round's file
+#: of a follow: the segment ``file`` as read, the ``segment``'s path inside its log directory
+#: (``<topic>-<partition>/<base offset>.log``: relative to the audited directory when a log directory is audited)
+#: and the batch's byte ``position`` in it, where ``dump-log`` prints it.
+PLACE_FINDING_COLUMNS = ("file", "segment", "position")
+
+
+def with_places(findings: pa.Table, located: pa.Table) -> pa.Table:
+    """``findings`` with :data:`PLACE_FINDING_COLUMNS` from ``located`` (:data:`LOCATED_SCHEMA` rows), row for row:
+    both come from the same feeds in the same order (or were sorted alike, stably). Raises if they disagree."""
+    keys = (TOPIC, "partition", "base_offset", "producer_id")
+    if findings.num_rows != located.num_rows or not all(
+            findings.column(name).equals(located.column(name)) for name in keys):
+        raise RuntimeError(f"{findings.num_rows} findings and {located.num_rows} located findings do not match row "
+                           "for row")
+    files = located.column("file")
+    # The last two parts of each path: every segment lies in its partition directory.
+    segments = pc.replace_substring_regex(files, pattern=r"^(?:.*/)?([^/]+/[^/]+)$", replacement=r"\1")
+    return findings.append_column("file", files).append_column("segment", segments).append_column(
+        "position", located.column("position"))
 
 
 # --- The audit ----------------------------------------------------------------------------------------------------
@@ -419,6 +442,7 @@ def merge_log_tasks(tasks: Iterable[LogTaskResult], listing: LogDirListing, *, s
     problems = _ordered_problems(pa.concat_tables([task.problems for task in tasks]), listing)
     _log_problems(problems)
     fields = {field.name: getattr(report, field.name) for field in dataclasses.fields(AuditReport)}
+    fields["findings"] = with_places(report.findings, located_findings)  # both sorted alike from the same feeds
     fields["seconds"] = time.perf_counter() - started
     return LogDirReport(**fields, located_findings=located_findings, located_open_txns=open_txns,
                         problems=tuple(problems), listing=listing)
