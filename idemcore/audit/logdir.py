@@ -67,6 +67,7 @@ import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.coordinator_state import read_transaction_log, transaction_state_partitions
+from idemcore.audit.keys import _PARTITION_BITS
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
 from idemcore.audit.shards import ShardedState
@@ -80,6 +81,7 @@ from idemcore.record.kafka_files import (
     FileProblem,
     LogDirListing,
     PartitionFiles,
+    ScanBuffer,
     SegmentFiles,
     SegmentScan,
     list_log_dir,
@@ -100,6 +102,8 @@ FIRST_CHUNK = 1 << 14
 MAX_CHUNK = 1 << 20
 #: Problems logged one by one before a summary line.
 LOGGED_PROBLEMS = 20
+#: A new stream's table is sized from the producers of its first rows, this many.
+SAMPLE_ROWS = 1024
 INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -122,15 +126,22 @@ class LogState(ShardedState):
         self.committed_gaps = 0
         self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
 
-    def _assign_tables(self, ids: np.ndarray) -> None:
-        starts = ids[np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1]]  # a feed is one segment: one run
-        top = int(starts.max())
-        if len(self._table_of) <= top:
-            self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
-        for stream in sorted(set(starts.tolist())):
+    def _assign_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
+        ids = packed["partition"]
+        starts = bounds[:-1]  # a feed is one segment: one run
+        top = int(ids[starts].max())
+        if len(self._table_of) <= top:  # (doubling: a stream at a time would copy it for each)
+            more = max(top + 1, 2 * len(self._table_of)) - len(self._table_of)
+            self._table_of = np.r_[self._table_of, np.full(more, -1, np.int32)]
+        first: dict[int, int] = {}
+        for start in starts.tolist():
+            first.setdefault(int(ids[start]), start)
+        for stream in sorted(first):
             if self._table_of[stream] < 0:
                 self._table_of[stream] = len(self.tables)
-                self.tables.append(ProducerStateTable(row_capacity=16, partition_capacity=1))
+                self.tables.append(ProducerStateTable(row_capacity=_first_capacity(packed["producer_id"],
+                                                                                   first[stream]),
+                                                      partition_capacity=1))
 
     def validate(self, packed: BatchMetadata) -> Verdicts:
         n = len(packed)
@@ -138,8 +149,8 @@ class LogState(ShardedState):
         completed: list[CompletedTxns] = []
         if n:
             ids = packed["partition"]
-            self._assign_tables(ids)
             bounds = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1, n]
+            self._assign_tables(packed, bounds)
             self._note_log_end(packed, ids, bounds)
             for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
                 views = VerdictColumns(*(column[start:stop] for column in out))
@@ -178,7 +189,8 @@ class LogState(ShardedState):
         while start < n:
             state = self.tables[table]
             stop = min(n, start + max(chunk, 8 * state.n_producers))
-            saved = state.copy()
+            # Nothing to copy in an empty table (a partition's first range): a new one of its size is the same.
+            saved = state.copy() if state.n_producers or state.n_partitions else None
             txns = self._validate_range(columns, control, start, stop, state, out)
             gaps = np.flatnonzero(out.out_finding[start:stop] == Finding.SEQUENCE_GAP)
             if not len(gaps):
@@ -187,7 +199,8 @@ class LogState(ShardedState):
                 chunk = min(2 * chunk, MAX_CHUNK)
                 continue
             gap = start + int(gaps[0])
-            self.tables[table] = state = saved
+            self.tables[table] = state = saved if saved is not None else ProducerStateTable(
+                row_capacity=len(state.row_producer_id), partition_capacity=len(state.partition_id))
             if gap > start:  # the same batches against the same state: the same verdicts, and the state rebuilt
                 completed.append(self._validate_range(columns, control, start, gap, state, out))
             self._commit_logged(columns, packed, gap, state)  # its verdict (a gap, against this state) stands
@@ -228,12 +241,34 @@ class LogState(ShardedState):
         self.committed_gaps += 1
 
 
+def _first_capacity(producer_id: np.ndarray, start: int) -> int:
+    """Rows for a stream's table, from the producers of its first rows: twice as many as the first
+    :data:`SAMPLE_ROWS` name, at least 16 (the table doubles when short; each doubling copies its rows and
+    rebuilds its index)."""
+    return max(16, 2 * len(np.unique(producer_id[start:start + SAMPLE_ROWS])))
+
+
 class LogReplayer(StreamReplayer):
     """A :class:`StreamReplayer` over written logs: ordered by ``base_offset``, state kept by :class:`LogState`."""
 
     def __init__(self, backend: str | Backend | None = None):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
         self.state = LogState(self.backend)
+
+    def stream_id(self, topic: str, partition: int) -> int:
+        """The stream id of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
+        keys = self.keys
+        return keys._id_of((keys._topic_code(topic) << _PARTITION_BITS) | int(partition))
+
+    def feed_packed(self, packed: BatchMetadata) -> Verdicts:
+        """:meth:`feed` of batches already packed and checked (a segment's scan: its ``partition`` column holds
+        the stream ids), without making a table of them and converting it back."""
+        verdicts = self.state.validate(packed)
+        self.batches += len(verdicts)
+        if self.collect and len(verdicts):
+            self._count(packed, verdicts, timestamps=True)
+            self._keep_findings(packed, verdicts, None)  # (base_offset is a packed column)
+        return verdicts
 
 
 # --- The report ---------------------------------------------------------------------------------------------------
@@ -403,9 +438,12 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     replayer = LogReplayer(backend)
     located: list[pa.Table] = []
     problems: list[tuple[PartitionFiles, int, FileProblem]] = []
+    buffer = ScanBuffer()
+    for files in partitions:  # every stream numbered first: the per-stream arrays are sized once, not per feed
+        replayer.stream_id(files.topic, files.partition)
     for files in partitions:
         found: list[FileProblem] = []
-        part = _replay_partition(files, replayer, verify_crc, found, located)
+        part = _replay_partition(files, replayer, verify_crc, found, located, buffer)
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
@@ -479,12 +517,15 @@ def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
 
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
-                      located: list[pa.Table]) -> _Partition:
-    stream = int(replayer.keys.encode(pa.array([files.topic]), np.array([files.partition]))[0])
+                      located: list[pa.Table], buffer: ScanBuffer) -> _Partition:
+    stream = replayer.stream_id(files.topic, files.partition)
     part = _Partition(files, {}, [])
     previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
     for index, segment in enumerate(files.segments):
-        scan = scan_segment(segment.log, partition=files.partition, backend=replayer.backend, verify_crc=verify_crc)
+        # Straight into the replay's columns: the scan writes the stream id as the partition, into one buffer
+        # reused segment after segment (nothing of a segment's columns is kept past its replay).
+        scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
+                            buffer=buffer)
         problems += scan.problems()
         problems += _check_indexes(segment, scan)
         if not len(scan):
@@ -501,13 +542,13 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if not len(columns["position"]):
             continue
         columns.update(_offset_spans(columns))
-        table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
-                          for name in COLUMNS if name != "partition"})
-        verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
+        verdicts = replayer.feed_packed(BatchMetadata({
+            name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
+            for name, dtype in COLUMNS.items()}))
         if part.first_offset is None:
             part.first_offset = int(columns["base_offset"][0])
         part.last_offset = int(scan["last_offset"][-1])
-        aborts = np.flatnonzero(columns["is_control"].astype(bool) & (columns["control_type"] == ControlType.ABORT))
+        aborts = np.flatnonzero(columns["is_control"].view(np.bool_) & (columns["control_type"] == ControlType.ABORT))
         for row in aborts.tolist():
             part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
                                                                     int(columns["position"][row]))

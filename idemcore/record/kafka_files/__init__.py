@@ -54,6 +54,7 @@ from idemcore.record.kafka_files.segment import (
     STOP_END,
     STOP_TORN_TAIL,
     STOP_ZERO_PADDING,
+    ScanBuffer,
     SegmentScan,
     scan_segment,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "PartitionFiles",
     "ProducerSnapshotEntry",
     "SegmentFiles",
+    "ScanBuffer",
     "SegmentScan",
     "TimeIndexEntry",
     "encode_leader_epoch_checkpoint",

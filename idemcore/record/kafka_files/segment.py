@@ -110,10 +110,30 @@ class SegmentScan:
         return out
 
 
+class ScanBuffer:
+    """Columns a scan writes into and the next scan writes over: :func:`scan_segment` with ``buffer`` returns views
+    of them, valid until the buffer's next use. Scanning many segments, one after the other, into one buffer
+    allocates (and page-faults) once, for the largest, instead of once per segment."""
+
+    def __init__(self) -> None:
+        self.columns = HeaderScanColumns.empty(0)
+
+    def room(self, rows: int, keep: int = 0) -> HeaderScanColumns:
+        """Columns with room for ``rows`` rows, their first ``keep`` rows kept."""
+        if len(self.columns[0]) < rows:
+            grown = HeaderScanColumns.empty(rows)
+            for old, new in zip(self.columns, grown, strict=True):
+                new[:keep] = old[:keep]
+            self.columns = grown
+        return self.columns
+
+
 def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: str | Backend | None = None,
-                 verify_crc: bool = True, chunk_rows: int = CHUNK_ROWS) -> SegmentScan:
+                 verify_crc: bool = True, chunk_rows: int = CHUNK_ROWS, buffer: ScanBuffer | None = None
+                 ) -> SegmentScan:
     """Scan every batch header of the segment at ``path`` (see the module docstring); ``partition`` fills the
-    partition column. Nothing in the file makes it raise; a file that cannot be opened raises OSError."""
+    partition column. Nothing in the file makes it raise; a file that cannot be opened raises OSError.
+    ``buffer``: write into it (the scan's columns are its views, until its next use) instead of new arrays."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
     path = Path(path)
@@ -128,7 +148,7 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
             data = np.frombuffer(mapped, np.uint8)
             try:
                 columns, position, reason = _scan(kernel, data, partition, verify_crc,
-                                                  min(chunk_rows, size // _MIN_BATCH + 1))
+                                                  min(chunk_rows, size // _MIN_BATCH + 1), buffer)
                 stop, detail = _stop(data, position, reason)
             finally:
                 del data  # the mmap closes only once no array holds it
@@ -149,12 +169,14 @@ def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, bac
     return SegmentScan(Path(), None, len(array), columns, stop, position, detail, kernel.name, verify_crc)
 
 
-def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int
-          ) -> tuple[dict[str, np.ndarray], int, int]:
-    """The first ``capacity`` rows, then the rest straight into arrays sized from the batches seen so far (5%
-    more; doubled if that was short), so a segment's columns are written once and not concatenated."""
+def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int,
+          buffer: ScanBuffer | None = None) -> tuple[dict[str, np.ndarray], int, int]:
+    """The first ``capacity`` rows (or as many as ``buffer`` holds), then the rest straight into arrays sized from
+    the batches seen so far (5% more; doubled if that was short), so a segment's columns are written once and not
+    concatenated."""
     cursor = np.zeros(2, np.int64)
-    out = HeaderScanColumns.empty(capacity)
+    buffer = buffer or ScanBuffer()
+    out = buffer.room(capacity)
     count = 0
     while True:
         count += kernel.scan_headers(data, 0, partition, verify_crc, cursor, *(column[count:] for column in out))
@@ -163,10 +185,7 @@ def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, c
                 int(cursor[0]), int(cursor[1])
         done = int(cursor[0])
         estimate = int((len(data) - done) / done * count * 1.05) + 16
-        grown = HeaderScanColumns.empty(max(count + estimate, 2 * count))
-        for old, new in zip(out, grown, strict=True):
-            new[:count] = old[:count]
-        out = grown
+        out = buffer.room(max(count + estimate, 2 * count), keep=count)
 
 
 def _stop(data: np.ndarray, position: int, reason: int) -> tuple[str, str]:
