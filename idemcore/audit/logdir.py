@@ -126,7 +126,7 @@ class LogState(ShardedState):
         self.committed_gaps = 0
         self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
 
-    def _assign_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
+    def _assign_log_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
         ids = packed["partition"]
         starts = bounds[:-1]  # a feed is one segment: one run
         top = int(ids[starts].max())
@@ -150,7 +150,7 @@ class LogState(ShardedState):
         if n:
             ids = packed["partition"]
             bounds = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1, n]
-            self._assign_tables(packed, bounds)
+            self._assign_log_tables(packed, bounds)
             self._note_log_end(packed, ids, bounds)
             for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
                 views = VerdictColumns(*(column[start:stop] for column in out))
