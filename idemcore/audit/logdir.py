@@ -141,7 +141,7 @@ class LogState(ShardedState):
                 self._table_of[stream] = len(self.tables)
                 self.tables.append(ProducerStateTable(row_capacity=_first_capacity(packed["producer_id"],
                                                                                    first[stream]),
-                                                      partition_capacity=1))
+                                                      partition_capacity=2))  # (1: full at once, grown)
 
     def validate(self, packed: BatchMetadata) -> Verdicts:
         n = len(packed)
@@ -245,7 +245,8 @@ def _first_capacity(producer_id: np.ndarray, start: int) -> int:
     """Rows for a stream's table, from the producers of its first rows: twice as many as the first
     :data:`SAMPLE_ROWS` name, at least 16 (the table doubles when short; each doubling copies its rows and
     rebuilds its index)."""
-    return max(16, 2 * len(np.unique(producer_id[start:start + SAMPLE_ROWS])))
+    sample = np.sort(producer_id[start:start + SAMPLE_ROWS])
+    return max(16, 2 * (1 + int(np.count_nonzero(sample[1:] != sample[:-1]))))
 
 
 class LogReplayer(StreamReplayer):
@@ -619,9 +620,9 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
         time_read = read_time_index(segment.time_index, segment.base_offset, entries=False)
         problems += time_read.problems
         stamp_offset, stamp_time = time_read.columns["offset"], time_read.columns["timestamp"]
-        rows = np.minimum(np.searchsorted(last, stamp_offset), max(len(last) - 1, 0))
-        found = (np.searchsorted(last, stamp_offset) < len(last)) & (base[rows] <= stamp_offset) if len(last) else \
-            np.zeros(len(rows), bool)
+        at = np.searchsorted(last, stamp_offset)
+        rows = np.minimum(at, max(len(last) - 1, 0))
+        found = (at < len(last)) & (base[rows] <= stamp_offset) if len(last) else np.zeros(len(rows), bool)
         agrees = found & (scan["max_timestamp"][rows] == stamp_time) if len(last) else found
         bad = np.flatnonzero(~agrees)
         if len(bad):
