@@ -1,6 +1,6 @@
 """``audit_log_dir`` of two checkouts side by side on one log directory, in alternating processes (same load).
 
-Run: .venv/bin/python bench/logdir_before_after.py LOGDIR BEFORE AFTER [--rounds 3] [--repeats 3] [--backend cython]
+Run: .venv/bin/python scripts/logdir_before_after.py LOGDIR BEFORE AFTER [--rounds 3] [--repeats 3] [--backend cython]
 
 BEFORE and AFTER are source trees with their kernels built (``idemcore/kernels/*.so``). Each process audits LOGDIR
 once to warm up, then ``--rounds`` times, and prints its best wall and CPU time; the two trees take turns
