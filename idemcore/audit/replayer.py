@@ -135,14 +135,19 @@ class BatchTimeline:
             self.counts = np.pad(self.counts, ((0, 0), (pad_left, pad_right)))
             self.origin = low
         width = self.counts.shape[1]
+        if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: counted run by run
+            edges = (self.origin + np.arange(width + 1, dtype=np.int64)) * self.width
+            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
+                                           strict=True):
+                run = timestamps[start:stop]
+                if (run[1:] >= run[:-1]).all():  # the usual (a stream's batches in time order): no division per row
+                    self.counts[stream] += np.diff(np.searchsorted(run, edges))
+                else:
+                    self.counts[stream] += np.bincount((run - edges[0]) // self.width, minlength=width)
+            return
         # floor((t - origin * w) / w) == floor(t / w) - origin, and t - origin * w >= 0: no overflow.
         columns = timestamps - self.origin * self.width
         np.floor_divide(columns, self.width, out=columns)
-        if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: a bincount per run
-            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
-                                           strict=True):
-                self.counts[stream] += np.bincount(columns[start:stop], minlength=width)
-            return
         flat = ids.astype(np.int64)
         flat *= width
         flat += columns
