@@ -6,7 +6,8 @@
 (b) path-mode ``audit`` of the whole Parquet dataset in local[2] (batches/s, and per core), and its marginal
     rate between two dataset sizes ($IDEMCORE_BENCH_MARGINAL, default 10M and 40M batches), so Spark's start
     and the per-job costs cancel;
-(c) the in-process kernel on the same data, one core: kernel alone, and reading + replaying;
+(c) the in-process kernel on the same data, one core: kernel alone, reading + replaying, and path mode's tasks as
+    its workers run them (the driver's plan, each task's pieces read and replayed, its result row; CPU seconds);
 (d) ``audit(df)`` vs an identity ``mapInArrow`` of the same DataFrame: the default route (a plain Parquet scan,
     audited in path mode on its files) and the rows route (the same rows behind a filter: shuffle, sort, Arrow).
 
@@ -195,3 +196,39 @@ def bench_spark_c_in_process_read_and_replay(benchmark, record, dataset):
     assert batches == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     assert np.sum([r.findings.num_rows for r in results]) > 0
     record("spark (c) in-process read+replay", benchmark, batches)
+
+
+def bench_spark_c_in_process_path_tasks(benchmark, record_seconds, dataset):
+    """What path mode's Python workers do, in this process: plan the tasks as the driver does, then per task read
+    its pieces, replay them, build its result row. CPU seconds (``process_time``): other jobs' load cancels."""
+    from idemcore.audit.replayer import StreamReplayer, feed_in_order
+    from idemcore.audit.spark.plan import WATCHED, plan_row_groups, read_footers, read_pieces
+    from idemcore.audit.spark.schema import check_arrow_schemas
+    from idemcore.audit.spark.task_rows import result_batch
+
+    footers = read_footers(dataset, WATCHED)
+    target, order = check_arrow_schemas(((f.path, f.schema) for f in footers), None)
+    plans = plan_row_groups([group for footer in footers for group in footer.groups], 2 * CORES)
+
+    def run() -> dict[str, float]:
+        stages = {"read": 0.0, "replay": 0.0, "result": 0.0}
+        for plan in plans:
+            replayer = StreamReplayer(Origin.CLIENT, order)
+            started = time.process_time()
+            for piece in read_pieces(plan, target):
+                read = time.process_time()
+                stages["read"] += read - started
+                feed_in_order(piece, replayer)
+                started = time.process_time()
+                stages["replay"] += started - read
+            result_batch(replayer.finish().to_row())
+            stages["result"] += time.process_time() - started
+        return stages
+    rounds = [run() for _ in range(3)]
+    best = min(rounds, key=lambda stages: sum(stages.values()))
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    batches = sum(group.rows for footer in footers for group in footer.groups)
+    record_seconds("spark (c) in-process path tasks", sum(best.values()), batches)
+    print(f"\n(c) path tasks, {batches:,} batches, best of 3 in CPU s: " +
+          ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in best.items()) +
+          f" = {batches / sum(best.values()) / 1e6:.2f} M batches/s per core")

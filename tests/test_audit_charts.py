@@ -5,6 +5,7 @@ hand-made input, the same whatever the chunking, the tasks, the checkpoint or th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 
 import numpy as np
@@ -21,6 +22,7 @@ from idemcore.audit.replayer import (
     NEGATIVE_DURATION,
     NO_DURATION,
     TIMELINE_BASE_MS,
+    BatchTimeline,
     TxnDurations,
     duration_buckets,
     feed_in_order,
@@ -274,3 +276,27 @@ def test_the_page_draws_both_charts_or_says_why_not():
     page = render_html(untimed, command="x")
     assert "not available for this input: no batch has a timestamp (max_timestamp)." in page
     assert "not available for this input: their batches have no timestamps (max_timestamp)." in page
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_timeline_counted_by_runs_equals_row_by_row(seed):
+    # Runs whose times ascend are counted by search, the others by division: both as the row-by-row count.
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 400, 12)
+    ids = np.repeat(rng.permutation(12), lengths).astype(np.int32)
+    stamps = rng.integers(1, 40_000_000, len(ids)).astype(np.int64)
+    on_edges = rng.random(len(ids)) < 0.3  # exactly on a bucket's lower edge, at every width the test reaches
+    stamps[on_edges] = rng.integers(1, 39, int(on_edges.sum())) * 1_024_000
+    bounds = np.r_[0, np.cumsum(lengths)]
+    for k, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        if k % 3:  # two runs in three in time order, the third as drawn
+            stamps[start:stop].sort()
+    by_runs, by_rows = BatchTimeline(), BatchTimeline()
+    half = int(bounds[6])  # two feeds: the second widens and coarsens what the first counted
+    by_runs.add(ids[:half], stamps[:half] // 8, 12, bounds[:7])
+    by_rows.add(ids[:half], stamps[:half] // 8, 12)
+    by_runs.add(ids[half:], stamps[half:], 12, bounds[6:] - half)
+    by_rows.add(ids[half:], stamps[half:], 12)
+    assert (by_runs.width, by_runs.origin) == (by_rows.width, by_rows.origin)
+    assert np.array_equal(by_runs.counts, by_rows.counts)
+    assert by_runs.counts.sum() == len(ids)

@@ -135,14 +135,19 @@ class BatchTimeline:
             self.counts = np.pad(self.counts, ((0, 0), (pad_left, pad_right)))
             self.origin = low
         width = self.counts.shape[1]
+        if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: counted run by run
+            edges = (self.origin + np.arange(width + 1, dtype=np.int64)) * self.width
+            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
+                                           strict=True):
+                run = timestamps[start:stop]
+                if (run[1:] >= run[:-1]).all():  # the usual (a stream's batches in time order): no division per row
+                    self.counts[stream] += np.diff(np.searchsorted(run, edges))
+                else:
+                    self.counts[stream] += np.bincount((run - edges[0]) // self.width, minlength=width)
+            return
         # floor((t - origin * w) / w) == floor(t / w) - origin, and t - origin * w >= 0: no overflow.
         columns = timestamps - self.origin * self.width
         np.floor_divide(columns, self.width, out=columns)
-        if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: a bincount per run
-            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
-                                           strict=True):
-                self.counts[stream] += np.bincount(columns[start:stop], minlength=width)
-            return
         flat = ids.astype(np.int64)
         flat *= width
         flat += columns
@@ -552,13 +557,19 @@ def _chunks(values: Any, name: str) -> list[np.ndarray]:
     return [chunk.to_numpy(zero_copy_only=False) for chunk in chunks if len(chunk)]
 
 
+#: About this many rows of each chunk are looked at before it is tested for global order (clustered input fails).
+_PEEK_ROWS = 4096
+
+
 def in_stream_order(ids: np.ndarray, order: np.ndarray | list[np.ndarray]) -> np.ndarray | None:
     """None when every stream's rows are already in order, else the stable permutation that orders them.
     ``order``: an array, or consecutive arrays (the chunks of a column, tested one by one)."""
     parts = [part for part in order if len(part)] if isinstance(order, list) else [order]
     if sum(len(part) for part in parts) < 2:
         return None
-    if _each_pair(parts, ids, streams=False):
+    # Rows spread over the column, in order: a descent among them (clustered input) means not globally ordered.
+    sample = np.concatenate([part[::max(1, len(part) // _PEEK_ROWS)] for part in parts])
+    if (sample[1:] >= sample[:-1]).all() and _each_pair(parts, ids, streams=False):
         return None  # globally ordered (arrival order over all streams)
     if (ids[1:] >= ids[:-1]).all() and _each_pair(parts, ids, streams=True):
         return None  # clustered by stream (ids are given in order of first sight), each in order

@@ -48,15 +48,17 @@ def _audit_paths(plans: list[TaskPlan], origin: Origin, target: Any, order: str,
     # Names and types were checked on the driver: a worker reads its files and gives them the target schema.
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         # In a Python worker: read this task's row groups directly; only the findings go back.
-        from idemcore.audit.replayer import StreamReplayer, replay_checked
-        from idemcore.audit.spark.plan import read_task
+        from idemcore.audit.replayer import StreamReplayer, feed_in_order
+        from idemcore.audit.spark.plan import read_pieces
 
         for batch in batches:
             for task in batch.column("id").to_pylist():
                 plan = plans[task]
                 try:
                     replayer = StreamReplayer(origin, order, backend, threads=task_threads())
-                    result = replay_checked(read_task(plan, target), replayer)
+                    for piece in read_pieces(plan, target):  # no stream in two pieces: each replayed in turn
+                        feed_in_order(piece, replayer)
+                    result = replayer.finish()
                 except (ValueError, OSError) as exc:
                     yield _error_batch(exc, order, [path for path, _ in plan.groups])
                 else:

@@ -13,7 +13,7 @@ import heapq
 import os
 import warnings
 import zlib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,28 @@ class TaskPlan:
     part: int = 0
     parts: int = 1
     footers: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # per path, when the driver read it
+    #: ``groups`` cut into pieces that share no stream (whole components), each read and replayed on its own: a
+    #: task's memory is one piece's, reused, not all its rows at once. Empty: one piece, ``groups``.
+    pieces: Sequence[Sequence[tuple[str, list[int] | None]]] = ()
+
+
+#: Components are packed into pieces of about this many rows (one read, one replay each).
+PIECE_ROWS = 1 << 20
+
+
+def _pieces(components: list[list[RowGroup]]) -> list[list[tuple[str, list[int]]]]:
+    """Whole components packed in read order into pieces of about :data:`PIECE_ROWS` rows (a bigger component
+    is a piece of its own): pieces share no stream, so each may be replayed after the other."""
+    pieces: list[list[RowGroup]] = []
+    rows = PIECE_ROWS
+    for component in sorted(components, key=lambda c: min((g.path, g.index) for g in c)):
+        size = sum(g.rows for g in component)
+        if rows + size > PIECE_ROWS:
+            pieces.append([])
+            rows = 0
+        pieces[-1].extend(component)
+        rows += size
+    return [_by_file(piece) for piece in pieces]
 
 
 def _units(groups: list[list[RowGroup]], ideal: float, tasks: int) -> list[tuple[int, list[RowGroup], int, int]]:
@@ -234,7 +256,8 @@ def plan_row_groups(row_groups: list[RowGroup], tasks: int) -> list[TaskPlan]:
     for _, _, members in sorted(bins, key=lambda b: b[1]):
         whole = [g for _, component, _, parts in members if parts == 1 for g in component]
         if whole:
-            plans.append(TaskPlan(_by_file(whole), footers=_footers(whole)))
+            pieces = _pieces([component for _, component, _, parts in members if parts == 1])
+            plans.append(TaskPlan(_by_file(whole), footers=_footers(whole), pieces=pieces))
         plans.extend(TaskPlan(_by_file(component), part, parts, _footers(component))
                      for _, component, part, parts in members if parts > 1)
     return plans
@@ -283,8 +306,20 @@ def read_task(plan: TaskPlan, target: pa.Schema | None = None) -> pa.Table:
     path mode computes it on the driver), else every column as the files hold them. A file that cannot
     be read, a null, or a value out of range raises naming the file.
     """
+    return _read_groups(plan, plan.groups, target)
+
+
+def read_pieces(plan: TaskPlan, target: pa.Schema | None = None) -> Iterator[pa.Table]:
+    """:func:`read_task`'s rows one piece at a time (:attr:`TaskPlan.pieces`: no stream in two), read as they
+    are asked for: replayed one after the other they give the task's answer with one piece's memory."""
+    for groups in plan.pieces or [plan.groups]:
+        yield _read_groups(plan, groups, target)
+
+
+def _read_groups(plan: TaskPlan, groups: Sequence[tuple[str, list[int] | None]],
+                 target: pa.Schema | None) -> pa.Table:
     tables = []
-    for path, indexes in plan.groups:
+    for path, indexes in groups:
         try:
             parquet = open_parquet(path, read_dictionary=[TOPIC])  # (as the replay keys it: no cast, no hashing)
             planned = plan.footers.get(path)
