@@ -94,10 +94,14 @@ def test_a_scram_user_produces_and_consumes_through_a_leader_kill(secured):
         producer.poll(0)
         if i % 100 == 0:
             time.sleep(0.02)
-        if not killed and len(acked) >= total // 3:
+        if not killed and len(acked) >= total // 10:
             cluster.kill(leader, signal.SIGKILL)  # in-flight batches are retried to the new leader
             killed = True
-    assert producer.flush(90) == 0 and failed == [] and killed
+    if not killed:  # a loaded machine acknowledged too slowly to kill within the loop: kill with records queued
+        wait_for("the first acknowledgements", lambda: producer.poll(0.1) is not None and len(acked) > 0)
+        cluster.kill(leader, signal.SIGKILL)
+        killed = True
+    assert producer.flush(90) == 0 and failed == []
     assert wait_leader(admin, topic, not_on=[leader]).leader != leader
     # The group's __consumer_offsets is made at its first FindCoordinator with 3 replicas: all brokers up again.
     cluster.start(leader)

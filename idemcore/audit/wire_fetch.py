@@ -51,7 +51,9 @@ SCHEME = "kafka://"
 RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR,
-                       ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT})
+                       ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT,
+                       # a new leader's ListOffsets before its high watermark reaches its epoch (Kafka: retriable)
+                       ErrorCode.OFFSET_NOT_AVAILABLE})
 #: Tries of one request before the audit gives up on it (each after new metadata and a pause doubling from
 #: BACKOFF_MS up to MAX_BACKOFF_MS: about 16 s in all, longer than a leader election after a broker's death), and
 #: none begun after API_TIMEOUT_MS (Kafka's default.api.timeout.ms): a broker that takes each request and never
