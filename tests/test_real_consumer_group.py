@@ -12,13 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import confluent_kafka
 import pytest
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-
-from idemcore.broker.server import Server  # noqa: E402
-from tests.real_client_helpers import wait_until  # noqa: E402
-from tests.served_groups import closing, partitions, poll_members_until, served_broker  # noqa: E402
+from idemcore.broker.server import Server
+from tests.real_client_helpers import wait_until
+from tests.served_groups import closing, partitions, poll_members_until, served_broker
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -93,7 +92,7 @@ def test_two_consumers_share_the_partitions_and_one_takes_all_when_the_other_lea
 
 
 def test_kafka_python_consumers_share_the_partitions_and_rebalance_when_one_leaves(server):
-    kafka = pytest.importorskip("kafka")
+    import kafka
     # One thread per consumer: kafka-python 3.0.12 drops a join that completes while its consumer is not inside
     # poll() (it starts a new JoinGroup instead), so consumers polled in turn from one thread rejoin forever.
     members = [kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap, group_id=GROUP,
@@ -126,7 +125,7 @@ def test_kafka_python_consumers_share_the_partitions_and_rebalance_when_one_leav
 
 
 def test_aiokafka_consumers_share_the_partitions_and_rebalance_when_one_leaves(server):
-    aiokafka = pytest.importorskip("aiokafka")
+    import aiokafka
 
     async def scenario() -> None:
         members = [aiokafka.AIOKafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap, group_id=GROUP,

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient  # noqa: E402
-
-from idemcore import Broker  # noqa: E402
-from idemcore.broker.server import Server  # noqa: E402
-from tests.served_groups import closing, partitions, poll_members_until, served_broker  # noqa: E402
+from idemcore import Broker
+from idemcore.broker.server import Server
+from tests.served_groups import closing, partitions, poll_members_until, served_broker
 
 TOPIC = "t"
 PARTITIONS = 4

@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-
-from idemcore import Broker  # noqa: E402
-from idemcore.broker.group.membership import GroupState  # noqa: E402
-from idemcore.broker.server import Server  # noqa: E402
-from tests.served_groups import closing, partitions, poll_members_until  # noqa: E402
+from idemcore import Broker
+from idemcore.broker.group.membership import GroupState
+from idemcore.broker.server import Server
+from tests.served_groups import closing, partitions, poll_members_until
 
 TOPIC = "t"
 PARTITIONS = 4

@@ -3,14 +3,12 @@ it made verifying its password through the server's authenticator."""
 
 from __future__ import annotations
 
+import confluent_kafka.admin as confluent_admin
 import pytest
+from confluent_kafka import KafkaException
 
-confluent_admin = pytest.importorskip("confluent_kafka.admin")
-
-from confluent_kafka import KafkaException  # noqa: E402
-
-from idemcore.broker.security.sasl_server import SaslAuthenticator  # noqa: E402
-from idemcore.net.sasl_client import sasl_client  # noqa: E402
+from idemcore.broker.security.sasl_server import SaslAuthenticator
+from idemcore.net.sasl_client import sasl_client
 
 ScramCredentialInfo = confluent_admin.ScramCredentialInfo
 ScramMechanism = confluent_admin.ScramMechanism
