@@ -15,6 +15,7 @@ import io
 import json
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,15 @@ _DIGEST = 32
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be loaded: damaged, truncated, not a checkpoint, or of another version."""
+
+
+def restore(path: os.PathLike[str] | str, apply: Callable[[], None]) -> None:
+    """``apply()`` (a follower's state taken from a decoded checkpoint); what does not fit the state it was
+    decoded for is one CheckpointError naming the file."""
+    try:
+        apply()
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
 
 
 def encode(manifest: dict[str, Any], blobs: dict[str, np.ndarray | bytes], version: int) -> bytes:

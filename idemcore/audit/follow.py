@@ -284,10 +284,7 @@ class Follower:
                 # (findings files of rounds after the checkpoint's are removed below: only its own out's)
                 raise ValueError(f"{path} is the checkpoint of a follow writing its findings to {saved['out']}, not "
                                  f"{self._out_name()}: give that --out, or another checkpoint directory")
-            try:
-                self._restore(saved, arrays)
-            except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-                raise ckpt.CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
+            ckpt.restore(path, lambda: self._restore(saved, arrays))
             self.resumed = True
         drop_later_rounds(self.out, self.round, self.resumed, path)
 

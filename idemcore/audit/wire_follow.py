@@ -113,10 +113,7 @@ class ClusterFollower:
             if self.out is not None and saved.get("out") != out:
                 raise ValueError(f"{path} is the checkpoint of a follow writing its findings to {saved.get('out')}, "
                                  f"not {out}: give that --out, or another checkpoint directory")
-            try:
-                self._restore(saved, arrays)
-            except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-                raise ckpt.CheckpointError(f"{path}: damaged checkpoint ({exc!r}); delete it to start over") from None
+            ckpt.restore(path, lambda: self._restore(saved, arrays))
             self.resumed = True
         drop_later_rounds(self.out, self.round, self.resumed, path)
 
