@@ -27,7 +27,7 @@ from idemcore.cli.serve import _settings
 from idemcore.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+README = ROOT / "docs" / "broker.md"  # the README's Broker settings section
 
 
 def _config(**settings: str) -> BrokerConfig:
