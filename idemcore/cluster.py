@@ -43,7 +43,7 @@ class ClusterError(IdemcoreError, RuntimeError):
 
 
 def recommended_settings(brokers: int, session_timeout_ms: int) -> dict[str, str]:
-    """The settings every broker of an ``brokers``-broker cluster on one machine gets (the README lists them):
+    """The settings every broker of an ``brokers``-broker cluster on one machine gets (docs/cluster.md lists them):
     ZooKeeper notices a dead broker within ``session_timeout_ms``; topics, the offsets topic and the transaction
     log get up to 3 replicas, and acks=all needs up to 2 in sync."""
     factor, isr = str(min(3, brokers)), str(min(2, brokers))

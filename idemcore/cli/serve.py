@@ -197,7 +197,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
                     "fails (a write or fsync raised): the broker halts, as Kafka's does, and its next start "
                     "recovers the logs.")
     serve.add_argument("--config", type=_path, default=None, metavar="server.properties",
-                       help="Kafka's broker settings, a Java properties file (README: Broker settings)")
+                       help="Kafka's broker settings, a Java properties file (docs/broker.md: Broker settings)")
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a setting over --config's (repeatable), as kafka-server-start.sh --override")
     serve.add_argument("--data-dir", type=_path, default=None,
