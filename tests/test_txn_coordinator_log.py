@@ -8,20 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemcore.broker.coordinator import (
+from idemcore.broker.coordinator import coordinator_partition, java_abs, java_string_hash, partition_for
+from idemcore.record.kafka_files.transaction_log import (
     TransactionLogFormatError,
     TransactionLogValue,
     TransactionState,
-    coordinator_partition,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
-    java_abs,
-    java_string_hash,
-    partition_for,
+    group_by_topic,
 )
-from idemcore.broker.coordinator.txn_log import group_by_topic
 
 S = TransactionState
 

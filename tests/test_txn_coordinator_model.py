@@ -19,15 +19,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from idemcore.broker.coordinator import (
     TransactionCoordinator,
     TransactionDescription,
-    TransactionLogValue,
-    TransactionState,
     coordinator_partition,
-    encode_key,
-    encode_value,
     partition_for,
 )
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
+from idemcore.record.kafka_files.transaction_log import TransactionLogValue, TransactionState, encode_key, encode_value
 
 from .test_txn_coordinator import FakeClock, FakeLog, FakeMarkers
 

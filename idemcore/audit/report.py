@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import (
+from idemcore.audit.find_hanging import (
     CLEARED,
     HANGING,
     LOG_ABSENT,
@@ -61,7 +61,7 @@ class AuditReport:
     transaction coordinator's log says of each (``transactional_id``,
     ``coordinator_state``, ``coordinator_producer_id``/``_epoch``), the
     ``verdict`` with its ``reason``, and ``hanging``
-    (:mod:`idemcore.audit.coordinator_state`). ``transaction_log``: the
+    (:mod:`idemcore.audit.find_hanging`). ``transaction_log``: the
     coordinator's state read from ``__transaction_state`` (None without it);
     ``transaction_log_status``: ``read``, ``absent`` or ``ignored``.
 

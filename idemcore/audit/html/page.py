@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import LOG_READ, NOT_CONFIRMED
+from idemcore.audit.find_hanging import LOG_READ, NOT_CONFIRMED
 from idemcore.audit.html import charts
 from idemcore.audit.html.data import DUPLICATE, HANGING, LABELS, Limits, Prepared, activity, prepare
 from idemcore.audit.replayer import NEGATIVE_DURATION, NO_DURATION

@@ -13,30 +13,19 @@ from idemcore.broker.coordinator.collaborators import (
     TransactionLogWriter,
 )
 from idemcore.broker.coordinator.metadata import IllegalTransitionError, TransactionMetadata, TxnTransitMetadata
-from idemcore.broker.coordinator.partitioning import coordinator_partition, java_abs, java_string_hash
+from idemcore.broker.coordinator.partitioning import coordinator_partition, java_abs, java_string_hash, partition_for
 from idemcore.broker.coordinator.results import (
     InitProducerIdResult,
     ListTransactionsResult,
     TransactionDescription,
     TransactionListing,
 )
-from idemcore.broker.coordinator.state import TransactionState
 from idemcore.broker.coordinator.transaction import TransactionCoordinator, coordinator_error
-from idemcore.broker.coordinator.txn_log import (
-    TransactionLogFormatError,
-    TransactionLogValue,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
-    partition_for,
-)
 
 __all__ = [
     "IllegalTransitionError", "InitProducerIdResult", "ListTransactionsResult", "LogReplication", "MarkerWriter",
     "ProducerIdAllocator",
-    "TransactionCoordinator", "TransactionDescription", "TransactionListing", "TransactionLogFormatError",
-    "TransactionLogValue", "TransactionLogWriter", "TransactionMetadata", "TransactionState", "TxnTransitMetadata",
-    "coordinator_error", "coordinator_partition", "decode_key", "decode_value", "encode_key", "encode_value",
-    "java_abs", "java_string_hash", "partition_for",
+    "TransactionCoordinator", "TransactionDescription", "TransactionListing", "TransactionLogWriter",
+    "TransactionMetadata", "TxnTransitMetadata", "coordinator_error", "coordinator_partition", "java_abs",
+    "java_string_hash", "partition_for",
 ]
