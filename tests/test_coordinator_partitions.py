@@ -13,7 +13,7 @@ import pytest
 
 from idemcore.broker import Broker
 from idemcore.broker.coordinator import TransactionCoordinator, partition_for
-from idemcore.broker.coordinator.plumbing import HandledMarkers
+from idemcore.broker.coordinator.request_path_writers import HandledMarkers
 from idemcore.broker.group import GroupCoordinator
 from idemcore.net.messages import OffsetEntry, ProduceRequest
 from idemcore.protocol.codes import ControlType, ErrorCode
