@@ -335,15 +335,6 @@ class AuditReport:
             os.replace(partial[name], path)
         return paths
 
-    def to_html(self, path: str | os.PathLike, *, command: str | list[str] | None = None, title: str | None = None,
-                limits: Any = None) -> Path:
-        """Write this report as one self-contained HTML page (charts inline, no script, nothing fetched) and
-        return its path: :func:`idemcore.audit.html.write_html`. ``command``: the command line shown as the
-        report's origin (default: this process's); ``limits``: an :class:`idemcore.audit.html.Limits`."""
-        from idemcore.audit.html import write_html
-
-        return write_html(self, path, command=command, title=title, limits=limits)
-
     def compare(self, truth: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """``{finding: (expected, found)}`` over the findings of ``truth`` (name -> count) and of this report."""
         found = self.finding_counts()

@@ -249,10 +249,11 @@ def _check_html(html: Path, source: str | None) -> None:
 
 
 def _write_html(report: Any, html: Path, command: str, args: argparse.Namespace, title: str | None = None) -> Path:
+    from idemcore.audit.html import write_html
     from idemcore.progress import waiting
 
     with waiting("writing the HTML report", enabled=show_progress(args)):
-        return report.to_html(html, command=_command_line(command, args), title=title)
+        return write_html(report, html, command=_command_line(command, args), title=title)
 
 
 @_needs_extra("pyarrow")
