@@ -1,4 +1,4 @@
-"""The transactional producer (Kafka's TransactionManager on the client, SPEC.md §3-4) end to end over a Broker:
+"""The transactional producer (Kafka's TransactionManager on the client) end to end over a Broker:
 commit and abort as the logs record them (markers, last stable offset, .txnindex), fencing, abortable errors,
 calls out of order, lost and refused answers, Kafka's TransactionManagerTest scenarios, and a model of the
 client's state machine driven by hypothesis.
@@ -339,7 +339,7 @@ def test_transactions_survive_a_broker_restart_and_an_open_one_is_aborted_by_the
     successor = txn_producer(broker)
     successor.init_transactions()  # fences the old instance: its open transaction is aborted
     # The fence raises the epoch and aborts with it (CONCURRENT_TRANSACTIONS to the successor, which retries);
-    # the retry raises it once more (SPEC §4, Kafka's prepareInitProducerIdTransit).
+    # the retry raises it once more (Kafka's TransactionCoordinator.prepareInitProducerIdTransit).
     assert successor.transactions.producer_id_and_epoch == (pid, epoch + 2)
     assert controls(broker, 0) == [(1, ControlType.COMMIT, 0), (3, ControlType.ABORT, 1)]
     assert controls(broker, 1) == [(1, ControlType.ABORT, 1)]
@@ -422,8 +422,9 @@ def test_a_zombie_that_sent_nothing_commits_nothing_without_noticing():
 
 
 def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_which_fences_the_producer():
-    """SPEC §4 Timeout: the coordinator raises the epoch and aborts; at transaction version 0 the producer then
-    learns it is fenced (Kafka: INVALID_PRODUCER_EPOCH makes it abortable, its abort's EndTxn PRODUCER_FENCED)."""
+    """Kafka's TransactionCoordinator.abortTimedOutTransactions: the coordinator raises the epoch and aborts; at
+    transaction version 0 the producer then learns it is fenced (Kafka: INVALID_PRODUCER_EPOCH makes it abortable,
+    its abort's EndTxn PRODUCER_FENCED)."""
     now = [1_700_000_000_000]
     broker = Broker({TOPIC: 1}, clock=lambda: now[0])
     producer = txn_producer(broker, transaction_timeout_ms=1_000)
@@ -1078,7 +1079,7 @@ S = TransactionManagerState
 
 @dataclass
 class Model:
-    """What the client's state machine must do, call by call (SPEC §3-4, Kafka's TransactionManager)."""
+    """What the client's state machine must do, call by call (Kafka's TransactionManager)."""
 
     state: TransactionManagerState = S.UNINITIALIZED
     fenced: bool = False  # a newer instance initialised since ours did

@@ -1,6 +1,7 @@
 """The ``__transaction_state`` record format and the partition of an id (Kafka's TransactionLog and
 ``Utils.abs(hashCode) % partitions``): golden bytes laid out by hand from TransactionLogKey.json and
-TransactionLogValue.json, round trips, and the hash vectors of SPEC §4 and the transaction rules digest."""
+TransactionLogValue.json, round trips, and hash vectors (Java's ``String.hashCode`` of each id, and the partition
+Kafka's ``TransactionStateManager.partitionFor`` gives it)."""
 
 from __future__ import annotations
 

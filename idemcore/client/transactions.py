@@ -1,5 +1,5 @@
-"""The transactional producer's bookkeeping: the transactional half of Kafka's ``TransactionManager``
-(SPEC.md §3-4), at transaction version 0.
+"""The transactional producer's bookkeeping: the transactional half of Kafka's ``TransactionManager`` (client
+side; the coordinator's half is :mod:`idemcore.broker.coordinator`), at transaction version 0.
 
 :class:`TransactionManager` holds the client's transaction state machine (one setter logs every ``old -> new``),
 the partitions of the ongoing transaction, and the queue of transactional requests (FindCoordinator,
