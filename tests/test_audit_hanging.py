@@ -1,5 +1,5 @@
 """Hanging transactions confirmed or cleared by the transaction coordinator's log, as ``kafka-transactions.sh
-find-hanging`` then ``describe`` judge them (idemcore/audit/coordinator_state.py).
+find-hanging`` then ``describe`` judge them (idemcore/audit/find_hanging.py).
 
 The log directories are written by the real broker and its coordinator: ``__transaction_state`` holds what the
 coordinator wrote, the data partitions what the producers and the markers wrote. Each way a transaction can be
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from idemcore.audit.coordinator_state import (
+from idemcore.audit.find_hanging import (
     CLEARED,
     HANGING,
     RECENT,
@@ -40,8 +40,7 @@ from idemcore.audit.logdir import audit_log_dir
 from idemcore.audit.replayer import replay_table
 from idemcore.audit.report import AuditReport
 from idemcore.broker import Broker
-from idemcore.broker.coordinator.state import TransactionState
-from idemcore.broker.coordinator.txn_log import encode_key, partition_for
+from idemcore.broker.coordinator.partitioning import partition_for
 from idemcore.cli import main
 from idemcore.net.messages import (
     PartitionResponse,
@@ -52,6 +51,7 @@ from idemcore.net.messages import (
 )
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
+from idemcore.record.kafka_files.transaction_log import TransactionState, encode_key
 from idemcore.record.v2 import Record, decode_batch, encode_batch, iter_batches
 
 T0 = 1_700_000_000_000

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from idemcore.audit.coordinator_state import CLEARED, HANGING, LOG_READ, LOG_REFUSED, UNCONFIRMED
+from idemcore.audit.find_hanging import CLEARED, HANGING, LOG_READ, LOG_REFUSED, UNCONFIRMED
 from idemcore.audit.logdir import audit_log_dir
 from idemcore.audit.wire import WIRE_LOCATED_SCHEMA, audit_cluster
 from idemcore.audit.wire_fetch import Position, parse_bootstrap

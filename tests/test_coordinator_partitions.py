@@ -12,18 +12,13 @@ from collections.abc import Sequence
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.broker.coordinator import (
-    TransactionCoordinator,
-    TransactionLogFormatError,
-    TransactionState,
-    decode_value,
-    partition_for,
-)
-from idemcore.broker.coordinator.plumbing import HandledMarkers
+from idemcore.broker.coordinator import TransactionCoordinator, partition_for
+from idemcore.broker.coordinator.request_path_writers import HandledMarkers
 from idemcore.broker.group import GroupCoordinator
 from idemcore.net.messages import OffsetEntry, ProduceRequest
 from idemcore.protocol.codes import ControlType, ErrorCode
 from idemcore.record.batch import RecordBatch
+from idemcore.record.kafka_files.transaction_log import TransactionLogFormatError, TransactionState, decode_value
 
 E = ErrorCode
 S = TransactionState

@@ -15,8 +15,8 @@ from idemcore.broker.group.group_metadata_log import (
     encode_group_key,
     encode_group_value,
 )
+from idemcore.broker.group.offset_log_writer import HandledOffsetLog
 from idemcore.broker.group.offsets_log import encode_key
-from idemcore.broker.group.plumbing import HandledOffsetLog
 from idemcore.net.group_admin import DescribeGroupsRequest, DescribeGroupsResponse
 from idemcore.net.messages import (
     OffsetCommitRequest,

@@ -32,7 +32,7 @@ from idemcore.client.transactions import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionFatalError,
-    TransactionState,
+    TransactionManagerState,
     TransactionStateError,
     TransactionTimeoutError,
 )
@@ -177,7 +177,7 @@ def test_wrong_argument_types_and_values_are_one_line_errors_naming_the_value():
     with pytest.raises(TransactionFatalError, match="INVALID_TRANSACTION_TIMEOUT"):
         too_long.init_transactions()
     # None of it touched the transaction: it still commits.
-    assert p.transaction_state is TransactionState.IN_TRANSACTION
+    assert p.transaction_state is TransactionManagerState.IN_TRANSACTION
     p.send("out", b"ok", partition=0)
     p.commit_transaction()
     assert values(read_all(broker, "out", [0, 1])) == [b"ok"]
@@ -190,18 +190,18 @@ def test_calls_out_of_order_raise_state_errors_and_change_nothing():
                  lambda: p.send("t", b"x"), lambda: p.send_offsets_to_transaction({("t", 0): 1}, "g")):
         with pytest.raises(TransactionStateError):
             call()
-    assert p.transaction_state is TransactionState.UNINITIALIZED
+    assert p.transaction_state is TransactionManagerState.UNINITIALIZED
     p.init_transactions()
     for call in (p.init_transactions, p.commit_transaction, p.abort_transaction, lambda: p.send("t", b"x"),
                  lambda: p.send_offsets_to_transaction({("t", 0): 1}, "g")):
         with pytest.raises(TransactionStateError):
             call()
-    assert p.transaction_state is TransactionState.READY
+    assert p.transaction_state is TransactionManagerState.READY
     p.begin_transaction()
     for call in (p.begin_transaction, p.init_transactions):
         with pytest.raises(TransactionStateError):
             call()
-    assert p.transaction_state is TransactionState.IN_TRANSACTION
+    assert p.transaction_state is TransactionManagerState.IN_TRANSACTION
     p.send("t", b"a", partition=0)
     p.commit_transaction()
     with pytest.raises(TransactionStateError):
@@ -271,7 +271,7 @@ def test_a_second_instance_fences_the_first_at_every_later_call():
                  lambda: p1.send_offsets_to_transaction({("in", 0): 1}, "G")):
         with pytest.raises(ProducerFencedError):
             call()
-    assert p1.transaction_state is TransactionState.FATAL_ERROR
+    assert p1.transaction_state is TransactionManagerState.FATAL_ERROR
     p1.close()
     p2.begin_transaction()
     p2.send("out", b"p2-a", partition=0)
@@ -835,7 +835,7 @@ def test_an_offset_beyond_int64_is_refused_at_the_call_not_by_killing_the_produc
             p.send_offsets_to_transaction({("in", 0): 2**63}, "G")
     finally:
         # Whatever happened, the bad argument must leave the transaction usable.
-        assert p.transaction_state is TransactionState.IN_TRANSACTION
+        assert p.transaction_state is TransactionManagerState.IN_TRANSACTION
     p.send("out", b"ok", partition=0)
     p.commit_transaction()
 

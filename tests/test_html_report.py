@@ -227,7 +227,7 @@ def test_cli_demo_writes_the_page_and_says_where(spark, tmp_path, capsys):
 
 def test_a_log_directory_audit_with_its_transaction_log(log_dir, tmp_path):
     report = audit_log_dir(log_dir)
-    path = report.to_html(tmp_path / "logs.html", command="idemcore audit logs --html logs.html")
+    path = write_html(report, tmp_path / "logs.html", command="idemcore audit logs --html logs.html")
     page = path.read_text()
     parsed = _Page(page)
     verdicts = report.open_txns.column("verdict").to_pylist()

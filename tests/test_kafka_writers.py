@@ -3,6 +3,7 @@ write_file_atomically."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import struct
 
@@ -11,7 +12,10 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from idemcore.broker.log.segment import LogSegment
+from idemcore.broker.log.store import MemoryStore
 from idemcore.record.kafka_files import (
+    AbortedTxn,
     EpochEntry,
     ProducerSnapshotEntry,
     encode_leader_epoch_checkpoint,
@@ -82,6 +86,19 @@ def test_txn_index_entries_read_back_as_written(tmp_path_factory, txns):
     assert read.problems == []
     assert [(e.version, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset, e.at)
             for e in read.entries] == [(0, *txn, 34 * k) for k, txn in enumerate(txns)]
+    assert b"".join(encode_txn_index_entry(*e[:4]) for e in read.entries) == one_by_one  # the broker writes so
+    assert _segment_with_txn_index(one_by_one).aborted() == read.entries  # the broker's log reads the same entries
+
+
+def _segment_with_txn_index(data: bytes) -> LogSegment:
+    stores = [MemoryStore() for _ in range(4)]
+    stores[3].append(data)
+    return LogSegment(0, *stores, index_interval_bytes=4096)
+
+
+def test_an_aborted_txn_starts_with_the_writers_fields():
+    assert AbortedTxn._fields[:4] == tuple(inspect.signature(encode_txn_index_entry).parameters)
+    assert AbortedTxn(5, 10, 20, 11) == (5, 10, 20, 11, 0, -1)  # version 0, read from no file
 
 
 def test_a_txn_index_entry_is_laid_out_as_kafkas_aborted_txn():

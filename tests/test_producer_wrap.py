@@ -1,4 +1,5 @@
-"""The idempotent producer across the sequence wrap: 2147483647 is followed by 0 (SPEC §3).
+"""The idempotent producer across the sequence wrap: 2147483647 is followed by 0 (Kafka's
+``DefaultRecordBatch.incrementSequence``).
 
 The producer runs against a transport whose answers an independent broker
 model decides (``tests/oracle.py``: dicts and a deque, no kernel code), so a

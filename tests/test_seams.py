@@ -86,6 +86,15 @@ def test_the_client_imports_no_broker_module():
     assert loaded.strip() == "[]"
 
 
+def test_the_audit_loads_no_broker_module():
+    """The audit reads Kafka's files (``__transaction_state`` included) through idemcore.record, not the broker."""
+    code = ("import importlib, pkgutil, sys, idemcore.audit as audit\n"
+            "for m in pkgutil.walk_packages(audit.__path__, 'idemcore.audit.'): importlib.import_module(m.name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('idemcore.broker')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] != "idemcore" or len(parts) < 2:

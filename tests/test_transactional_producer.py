@@ -1,4 +1,4 @@
-"""The transactional producer (Kafka's TransactionManager on the client, SPEC.md §3-4) end to end over a Broker:
+"""The transactional producer (Kafka's TransactionManager on the client) end to end over a Broker:
 commit and abort as the logs record them (markers, last stable offset, .txnindex), fencing, abortable errors,
 calls out of order, lost and refused answers, Kafka's TransactionManagerTest scenarios, and a model of the
 client's state machine driven by hypothesis.
@@ -23,7 +23,7 @@ from idemcore.client.transactions import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionFatalError,
-    TransactionState,
+    TransactionManagerState,
     TransactionStateError,
     TransactionTimeoutError,
 )
@@ -241,7 +241,7 @@ def test_commit_makes_every_partition_visible_read_committed_at_once():
     broker = Broker({TOPIC: 3})
     producer = txn_producer(broker)
     producer.init_transactions()
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
     producer.begin_transaction()
     futures = [producer.send(TOPIC, b"v%d" % i, partition=i % 3) for i in range(9)]
     producer.flush()  # written, not committed: each partition's last stable offset stays at the first record
@@ -252,7 +252,7 @@ def test_commit_makes_every_partition_visible_read_committed_at_once():
         assert (log.last_stable_offset, log.log_end_offset) == (0, 3)
         assert read_committed(broker, partition) == []
     producer.commit_transaction()
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
     assert [f.result().offset for f in futures] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     for partition in range(3):
         log = broker.log(TOPIC, partition)
@@ -303,7 +303,7 @@ def test_records_not_yet_sent_at_abort_never_reach_the_broker():
         future.result()
     assert transport.kinds() == ["FindCoordinator", "InitProducerId"]
     assert broker.log(TOPIC, 0).log_end_offset == 0
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
 
 
 def test_send_batch_in_a_transaction():
@@ -339,7 +339,7 @@ def test_transactions_survive_a_broker_restart_and_an_open_one_is_aborted_by_the
     successor = txn_producer(broker)
     successor.init_transactions()  # fences the old instance: its open transaction is aborted
     # The fence raises the epoch and aborts with it (CONCURRENT_TRANSACTIONS to the successor, which retries);
-    # the retry raises it once more (SPEC §4, Kafka's prepareInitProducerIdTransit).
+    # the retry raises it once more (Kafka's TransactionCoordinator.prepareInitProducerIdTransit).
     assert successor.transactions.producer_id_and_epoch == (pid, epoch + 2)
     assert controls(broker, 0) == [(1, ControlType.COMMIT, 0), (3, ControlType.ABORT, 1)]
     assert controls(broker, 1) == [(1, ControlType.ABORT, 1)]
@@ -377,7 +377,7 @@ def test_a_second_instance_fences_the_first_whose_open_transaction_is_aborted():
     with pytest.raises(DeliveryError) as refused:
         late.result()
     assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert zombie.transaction_state is TransactionState.FATAL_ERROR
+    assert zombie.transaction_state is TransactionManagerState.FATAL_ERROR
     for call in (lambda: zombie.send(TOPIC, b"z2"), zombie.begin_transaction, zombie.commit_transaction,
                  zombie.abort_transaction, zombie.init_transactions,
                  lambda: zombie.send_batch(TOPIC, [b"z3"]),
@@ -402,7 +402,7 @@ def test_a_zombie_adding_a_new_partition_is_fenced_by_the_coordinator():
     future = zombie.send(TOPIC, b"z", partition=1)
     zombie.flush()
     assert isinstance(future.exception(), DeliveryError)
-    assert zombie.transaction_state is TransactionState.FATAL_ERROR
+    assert zombie.transaction_state is TransactionManagerState.FATAL_ERROR
     assert transport.kinds()[-1] == "AddPartitions"  # nothing produced
     with pytest.raises(ProducerFencedError):
         zombie.commit_transaction()
@@ -418,12 +418,13 @@ def test_a_zombie_that_sent_nothing_commits_nothing_without_noticing():
     zombie.begin_transaction()
     zombie.commit_transaction()
     assert transport.kinds() == ["FindCoordinator", "InitProducerId"]
-    assert zombie.transaction_state is TransactionState.READY
+    assert zombie.transaction_state is TransactionManagerState.READY
 
 
 def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_which_fences_the_producer():
-    """SPEC §4 Timeout: the coordinator raises the epoch and aborts; at transaction version 0 the producer then
-    learns it is fenced (Kafka: INVALID_PRODUCER_EPOCH makes it abortable, its abort's EndTxn PRODUCER_FENCED)."""
+    """Kafka's TransactionCoordinator.abortTimedOutTransactions: the coordinator raises the epoch and aborts; at
+    transaction version 0 the producer then learns it is fenced (Kafka: INVALID_PRODUCER_EPOCH makes it abortable,
+    its abort's EndTxn PRODUCER_FENCED)."""
     now = [1_700_000_000_000]
     broker = Broker({TOPIC: 1}, clock=lambda: now[0])
     producer = txn_producer(broker, transaction_timeout_ms=1_000)
@@ -456,7 +457,7 @@ def test_commit_after_a_failed_send_raises_and_abort_recovers_with_a_new_epoch()
     bad = producer.send(TOPIC, b"x" * 500, partition=1)
     producer.flush()
     assert bad.exception().error_code == ErrorCode.MESSAGE_TOO_LARGE
-    assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+    assert producer.transaction_state is TransactionManagerState.ABORTABLE_ERROR
     with pytest.raises(TransactionAbortableError, match=r"a batch of the transaction failed with MESSAGE_TOO_LARGE: "
                                                         r".* larger than message_max_bytes=200"):
         producer.commit_transaction()
@@ -494,7 +495,7 @@ def test_a_failure_during_commit_fails_the_commit_and_abort_works():
         producer.commit_transaction()  # the batch fails while committing: EndTxn(commit) is never sent
     assert controls(broker, 0) == []
     producer.abort_transaction()
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
     producer.begin_transaction()
     producer.send(TOPIC, b"ok")
     producer.commit_transaction()
@@ -514,7 +515,7 @@ def test_an_expired_batch_makes_the_transaction_abortable():
     assert future.exception().error_code == ErrorCode.REQUEST_TIMED_OUT
     transport.faults.clear()
     producer.abort_transaction()
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
 
 
 # ---------------------------------------------------------------- calls out of order
@@ -557,7 +558,7 @@ def test_calls_out_of_order_raise_and_change_nothing(setup, call, message):
         call(producer)
     assert producer.transaction_state is state  # Kafka: a wrong call from the application is recoverable
     assert len(transport.sent) == sent and broker.log(TOPIC, 0).log_end_offset == 0
-    if state is TransactionState.IN_TRANSACTION:
+    if state is TransactionManagerState.IN_TRANSACTION:
         producer.send(TOPIC, b"fine")
         producer.commit_transaction()
         assert read_committed(broker, 0) == [b"fine"]
@@ -592,7 +593,7 @@ def test_offsets_are_checked_before_anything_is_sent():
     with pytest.raises(ValueError, match="the offset of \\('t', 0\\) is negative \\(-1\\)"):
         producer.send_offsets_to_transaction({(TOPIC, 0): -1}, "g")
     producer.send_offsets_to_transaction({}, "g")  # nothing to send: no request (Kafka)
-    assert producer.transaction_state is TransactionState.IN_TRANSACTION
+    assert producer.transaction_state is TransactionManagerState.IN_TRANSACTION
 
 
 # ---------------------------------------------------------------- lost and refused answers
@@ -645,7 +646,7 @@ def test_a_lost_abort_answer_is_retried_and_aborts_once():
     producer.abort_transaction()
     assert transport.kinds()[-3:] == ["EndTxn", "FindCoordinator", "EndTxn"]
     assert controls(broker, 0) == [(1, ControlType.ABORT, 0)]
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
 
 
 def test_the_retried_end_txn_after_a_lost_answer_is_answered_by_the_completed_transaction():
@@ -735,7 +736,7 @@ def test_init_transactions_fails_fatally(kind, code, error):
     with pytest.raises(error) as raised:
         producer.init_transactions()
     assert raised.value.error_code == code or error is ProducerFencedError
-    assert producer.transaction_state is TransactionState.FATAL_ERROR
+    assert producer.transaction_state is TransactionManagerState.FATAL_ERROR
     with pytest.raises(error):
         producer.begin_transaction()
 
@@ -761,7 +762,7 @@ def test_fatal_answers_fail_the_commit_and_every_later_call(kind, code, error):
     future = producer.send(TOPIC, b"a", partition=0)
     with pytest.raises(error):
         producer.commit_transaction()
-    assert producer.transaction_state is TransactionState.FATAL_ERROR
+    assert producer.transaction_state is TransactionManagerState.FATAL_ERROR
     if kind is not EndTxnRequest:
         assert future.exception() is not None and "EndTxn" not in transport.kinds()
     sent = len(transport.sent)
@@ -798,7 +799,7 @@ def test_abortable_answers_fail_the_commit_and_abort_recovers(kind, code, bump):
     with pytest.raises(TransactionAbortableError) as raised:
         producer.commit_transaction()
     assert raised.value.error_code == code
-    assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+    assert producer.transaction_state is TransactionManagerState.ABORTABLE_ERROR
     before = len(transport.sent)
     producer.abort_transaction()
     started = kind is not AddPartitionsToTxnRequest
@@ -875,7 +876,7 @@ def test_end_txn_waits_for_batches_in_flight_and_a_timed_out_commit_must_be_retr
                                                       "max_block_ms=20"):
         producer.commit_transaction()
     assert "EndTxn" not in transport.kinds()  # the batch is still in flight
-    assert producer.transaction_state is TransactionState.COMMITTING_TRANSACTION
+    assert producer.transaction_state is TransactionManagerState.COMMITTING_TRANSACTION
     for call in (producer.abort_transaction, producer.begin_transaction, lambda: producer.send(TOPIC, b"b")):
         with pytest.raises(TransactionStateError, match="the previous call to commit_transaction timed out"):
             call()
@@ -898,7 +899,7 @@ def test_a_timed_out_init_transactions_is_called_again():
     transport.release()
     producer.init_transactions()
     assert transport.kinds().count("InitProducerId") == 1
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
 
 
 def test_a_timed_out_abort_is_called_again():
@@ -1036,9 +1037,9 @@ def test_offsets_answers(kind, code, error):
         producer.send_offsets_to_transaction({(TOPIC, 0): 9}, "group")
     if error is TransactionAbortableError:
         producer.abort_transaction()
-        assert producer.transaction_state is TransactionState.READY
+        assert producer.transaction_state is TransactionManagerState.READY
     else:
-        assert producer.transaction_state is TransactionState.FATAL_ERROR
+        assert producer.transaction_state is TransactionManagerState.FATAL_ERROR
     assert committed_offset(broker, "group", 0) == (-1, ErrorCode.NONE)
 
 
@@ -1073,14 +1074,14 @@ class PoisonTransport(FaultyTransport):
         self.inbox.append((request, ProduceResponse(request.request_id, answers)))
 
 
-S = TransactionState
+S = TransactionManagerState
 
 
 @dataclass
 class Model:
-    """What the client's state machine must do, call by call (SPEC §3-4, Kafka's TransactionManager)."""
+    """What the client's state machine must do, call by call (Kafka's TransactionManager)."""
 
-    state: TransactionState = S.UNINITIALIZED
+    state: TransactionManagerState = S.UNINITIALIZED
     fenced: bool = False  # a newer instance initialised since ours did
     queued: list[tuple[int, bytes]] = field(default_factory=list)  # sent to the producer, not yet to the broker
     written: list[tuple[int, bytes]] = field(default_factory=list)  # reached the broker in this transaction
@@ -1245,7 +1246,7 @@ def test_sequences_found_unresolved_while_aborting_still_get_their_epoch_bump():
     producer.abort_transaction()
     assert future.exception().error_code == ErrorCode.REQUEST_TIMED_OUT
     assert transport.kinds()[-2:] == ["EndTxn", "InitProducerId"]
-    assert producer.transaction_state is TransactionState.READY
+    assert producer.transaction_state is TransactionManagerState.READY
     assert producer.transactions.producer_id_and_epoch == (pid, epoch + 1)
     transport.faults.clear()
     producer.begin_transaction()

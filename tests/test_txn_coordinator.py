@@ -17,18 +17,20 @@ from idemcore.broker.coordinator import (
     IllegalTransitionError,
     TransactionCoordinator,
     TransactionDescription,
+    TransactionMetadata,
+    partition_for,
+)
+from idemcore.protocol.codes import ErrorCode
+from idemcore.protocol.constants import DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
+from idemcore.record.kafka_files.transaction_log import (
     TransactionLogFormatError,
     TransactionLogValue,
-    TransactionMetadata,
     TransactionState,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
-    partition_for,
 )
-from idemcore.protocol.codes import ErrorCode
-from idemcore.protocol.constants import DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 
 E = ErrorCode
 S = TransactionState

@@ -1,6 +1,7 @@
 """The ``__transaction_state`` record format and the partition of an id (Kafka's TransactionLog and
 ``Utils.abs(hashCode) % partitions``): golden bytes laid out by hand from TransactionLogKey.json and
-TransactionLogValue.json, round trips, and the hash vectors of SPEC §4 and the transaction rules digest."""
+TransactionLogValue.json, round trips, and hash vectors (Java's ``String.hashCode`` of each id, and the partition
+Kafka's ``TransactionStateManager.partitionFor`` gives it)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemcore.broker.coordinator import (
+from idemcore.broker.coordinator import coordinator_partition, java_abs, java_string_hash, partition_for
+from idemcore.record.kafka_files.transaction_log import (
     TransactionLogFormatError,
     TransactionLogValue,
     TransactionState,
-    coordinator_partition,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
-    java_abs,
-    java_string_hash,
-    partition_for,
+    group_by_topic,
 )
-from idemcore.broker.coordinator.txn_log import group_by_topic
 
 S = TransactionState
 

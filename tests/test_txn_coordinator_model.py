@@ -2,8 +2,10 @@
 AddPartitionsToTxn/AddOffsetsToTxn, EndTxn, timeouts, expiry), with a fake clock, log writes that fail, markers
 that fail, and restarts that reload the log.
 
-The model is written from the rules digest's tables, not from the coordinator: plain records per id, the last
-record written per id (what a reload sees), and the transactions whose markers are outstanding. After every step
+The model is written from Kafka's rules (``TransactionMetadata``'s transitions, ``TransactionCoordinator``'s
+handlers; distilled in docs/research/kafka-transaction-coordinator.md), not from the coordinator: plain records
+per id, the last record written per id (what a reload sees), and the transactions whose markers are
+outstanding. After every step
 the coordinator's DescribeTransactions and ListTransactions must equal the model's, the markers written must be
 the ones the model expects, and loading the log written so far must give the model's durable view."""
 
@@ -19,15 +21,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from idemcore.broker.coordinator import (
     TransactionCoordinator,
     TransactionDescription,
-    TransactionLogValue,
-    TransactionState,
     coordinator_partition,
-    encode_key,
-    encode_value,
     partition_for,
 )
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
+from idemcore.record.kafka_files.transaction_log import TransactionLogValue, TransactionState, encode_key, encode_value
 
 from .test_txn_coordinator import FakeClock, FakeLog, FakeMarkers
 
@@ -38,7 +37,7 @@ GROUPS = ("g1", "g2")
 MAX_TIMEOUT = 900_000
 EXPIRY = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 IDLE = ("Empty", "CompleteCommit", "CompleteAbort")
-# What a failed log append is answered as (the rules digest §1.10).
+# What a failed log append is answered as (Kafka's TransactionStateManager.appendTransactionToLog).
 APPEND_FAILURES = {E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE, E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
                    E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR}
 SEEDED_PID = 10_000  # the producer id seeded straight into the log, far from the allocator's

@@ -66,7 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import read_transaction_log, transaction_state_partitions
+from idemcore.audit.find_hanging import read_transaction_log, transaction_state_partitions
 from idemcore.audit.keys import _PARTITION_BITS
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
@@ -413,8 +413,8 @@ def audit_log_dir(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     and ``now_ms``: when an open transaction is a hanging candidate (``now_ms`` defaults to the newest batch
     timestamp). ``use_transaction_log``: where ``__transaction_state`` partitions are among what is audited,
     confirm or clear each candidate as ``kafka-transactions.sh find-hanging`` does
-    (:mod:`idemcore.audit.coordinator_state`; a log the coordinator could not load raises
-    :class:`~idemcore.audit.coordinator_state.TransactionLogError`); False judges by idle time alone.
+    (:mod:`idemcore.audit.find_hanging`; a log the coordinator could not load raises
+    :class:`~idemcore.audit.find_hanging.TransactionLogError`); False judges by idle time alone.
     ``verify_crc``: check every batch's CRC-32C (a batch failing it is reported and not replayed).
     """
     started = time.perf_counter()

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import (
+from idemcore.audit.find_hanging import (
     CLEARED,
     HANGING,
     LOG_ABSENT,
@@ -61,7 +61,7 @@ class AuditReport:
     transaction coordinator's log says of each (``transactional_id``,
     ``coordinator_state``, ``coordinator_producer_id``/``_epoch``), the
     ``verdict`` with its ``reason``, and ``hanging``
-    (:mod:`idemcore.audit.coordinator_state`). ``transaction_log``: the
+    (:mod:`idemcore.audit.find_hanging`). ``transaction_log``: the
     coordinator's state read from ``__transaction_state`` (None without it);
     ``transaction_log_status``: ``read``, ``absent`` or ``ignored``.
 
@@ -334,15 +334,6 @@ class AuditReport:
         for name, path in paths.items():
             os.replace(partial[name], path)
         return paths
-
-    def to_html(self, path: str | os.PathLike, *, command: str | list[str] | None = None, title: str | None = None,
-                limits: Any = None) -> Path:
-        """Write this report as one self-contained HTML page (charts inline, no script, nothing fetched) and
-        return its path: :func:`idemcore.audit.html.write_html`. ``command``: the command line shown as the
-        report's origin (default: this process's); ``limits``: an :class:`idemcore.audit.html.Limits`."""
-        from idemcore.audit.html import write_html
-
-        return write_html(self, path, command=command, title=title, limits=limits)
 
     def compare(self, truth: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """``{finding: (expected, found)}`` over the findings of ``truth`` (name -> count) and of this report."""

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import LOG_IGNORED
+from idemcore.audit.find_hanging import LOG_IGNORED
 from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogTaskResult, _offset_spans
 from idemcore.audit.replayer import StreamReplayer
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport

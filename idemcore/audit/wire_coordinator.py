@@ -1,11 +1,11 @@
 """Asking a live cluster's transaction coordinators whether an open transaction is hanging.
 
 A log directory's audit rebuilds the coordinators' state from ``__transaction_state``
-(:mod:`idemcore.audit.coordinator_state`); over the wire the audit asks them, as ``kafka-transactions.sh
+(:mod:`idemcore.audit.find_hanging`); over the wire the audit asks them, as ``kafka-transactions.sh
 find-hanging`` does (``FindHangingTransactionsCommand``): ListTransactions of every broker filtered by the open
 transactions' producer ids (``lookupTransactionalIds``), then DescribeTransactions of each id found, at its
 coordinator (FindCoordinator), for the partitions of its transaction. The answers become a
-:class:`~idemcore.audit.coordinator_state.TransactionLog`, so every open transaction is judged by the same
+:class:`~idemcore.audit.find_hanging.TransactionLog`, so every open transaction is judged by the same
 ``filterHangingTransactions`` rule (:meth:`TransactionLog.judge`): ``hanging``, ``cleared``, or, where the cluster
 would not answer (ListTransactions refused or not spoken, an id the principal may not describe),
 ``hanging_unconfirmed``. A principal that may not describe every transactional id (FindCoordinator of an id
@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from idemcore.audit.coordinator_state import LOG_REFUSED, UNCONFIRMED, CoordinatorTxn, Judgement, TransactionLog
+from idemcore.audit.find_hanging import LOG_REFUSED, UNCONFIRMED, CoordinatorTxn, Judgement, TransactionLog
 from idemcore.audit.wire_fetch import ClusterReader
-from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
 from idemcore.net.admin import (
     DescribedTransaction,
@@ -39,6 +38,7 @@ from idemcore.net.admin import (
 )
 from idemcore.net.messages import TRANSACTION_KEY, FindCoordinatorRequest, FindCoordinatorResponse
 from idemcore.protocol.codes import ErrorCode, error_name
+from idemcore.record.kafka_files.transaction_log import TransactionState
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from idemcore.broker.coordinator import TransactionCoordinator, TransactionState
+from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.input_checks import checked, illegal_topic_name
 from idemcore.broker.log_manager import LogManager
 from idemcore.broker.replica_manager import ReplicaManager
@@ -43,6 +43,7 @@ from idemcore.net.admin import (
 )
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import INTERNAL_TOPICS
+from idemcore.record.kafka_files.transaction_log import TransactionState
 from idemcore.state.snapshot import snapshot_entries
 
 

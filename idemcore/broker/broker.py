@@ -20,7 +20,7 @@ from idemcore.broker.admin_requests import AdminSources, admin_handlers
 from idemcore.broker.cluster_config import cluster_config_of
 from idemcore.broker.config_requests import config_handlers, described_topic_configs
 from idemcore.broker.coordinator import TransactionCoordinator
-from idemcore.broker.coordinator.plumbing import HandledMarkers, HandledTransactionLog
+from idemcore.broker.coordinator.request_path_writers import HandledMarkers, HandledTransactionLog
 from idemcore.broker.delayed import DEFAULT_RECOVERY_POINT_CHECKPOINT_MS, DelayedOperations
 from idemcore.broker.fetch import fetch, list_offsets, offset_for_leader_epoch
 from idemcore.broker.group import GroupCoordinator, HandledOffsetLog

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.marker_channel import ClusterMarkerWriter, broker_channel
-from idemcore.broker.coordinator.plumbing import HandledTransactionLog
+from idemcore.broker.coordinator.request_path_writers import HandledTransactionLog
 from idemcore.broker.coordinator_gate import (
     DEFAULT_APPEND_TIMEOUT_MS,
     DEFAULT_OFFSET_COMMIT_TIMEOUT_MS,

@@ -124,7 +124,7 @@ _JUDGED_COLUMNS = ["topic", "partition", "producer_id", "producer_epoch", "first
 def _print_hanging(report: Any) -> None:
     """The hanging transactions; with the coordinator's log, each with its transactional id, state and reason,
     then the candidates it cleared. Without one, a line saying they are not confirmed."""
-    from idemcore.audit.coordinator_state import LOG_READ, NOT_CONFIRMED
+    from idemcore.audit.find_hanging import LOG_READ, NOT_CONFIRMED
 
     hanging = report.hanging_transactions()
     bound = f"idle more than {report.hanging_after_ms:,} ms, --hanging-after-ms"
@@ -178,7 +178,7 @@ def print_report(report: Any) -> None:
               f"the transaction coordinator's log ({check['read']}) confirms {check['confirmed']:,} as hanging and "
               f"clears {check['cleared']:,}, as kafka-transactions.sh find-hanging would")
     elif check["candidates"]:
-        from idemcore.audit.coordinator_state import NOT_CONFIRMED
+        from idemcore.audit.find_hanging import NOT_CONFIRMED
 
         print(f"hanging check: {check['candidates']:,} candidate(s) idle more than {report.hanging_after_ms:,} ms, "
               f"{NOT_CONFIRMED[check['transaction_log']]}")
@@ -249,10 +249,11 @@ def _check_html(html: Path, source: str | None) -> None:
 
 
 def _write_html(report: Any, html: Path, command: str, args: argparse.Namespace, title: str | None = None) -> Path:
+    from idemcore.audit.html import write_html
     from idemcore.progress import waiting
 
     with waiting("writing the HTML report", enabled=show_progress(args)):
-        return report.to_html(html, command=_command_line(command, args), title=title)
+        return write_html(report, html, command=_command_line(command, args), title=title)
 
 
 @_needs_extra("pyarrow")
@@ -309,7 +310,7 @@ def _audit_log_dir(args: argparse.Namespace) -> Any:
     if args.out:
         check_out(Path(args.out), args.path)  # never inside the audited directory, never over a user's files
 
-    from idemcore.audit.coordinator_state import TransactionLogError
+    from idemcore.audit.find_hanging import TransactionLogError
 
     use_log = not getattr(args, "ignore_transaction_log", False)
     try:

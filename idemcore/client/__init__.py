@@ -28,7 +28,7 @@ from idemcore.client.transactions import (
     TransactionAbortableError,
     TransactionError,
     TransactionFatalError,
-    TransactionState,
+    TransactionManagerState,
     TransactionStateError,
     TransactionTimeoutError,
 )
@@ -41,4 +41,4 @@ __all__ = ["AuthenticationError", "BatchDeliveryError", "BatchSendFuture", "Comm
            "IllegalStateError", "NoOffsetForPartitionError", "OffsetOutOfRangeError", "Producer",
            "ProducerClosedError", "ProducerConfig", "ProducerFencedError", "RecordFuture", "RecordMetadata",
            "RecordTooLargeError", "TransactionAbortableError", "TransactionError", "TransactionFatalError",
-           "TransactionState", "TransactionStateError", "TransactionTimeoutError"]
+           "TransactionManagerState", "TransactionStateError", "TransactionTimeoutError"]

@@ -24,7 +24,7 @@ from idemcore.client.transactions import (
     TransactionalResult,
     TransactionError,
     TransactionManager,
-    TransactionState,
+    TransactionManagerState,
     TransactionStateError,
     TransactionTimeoutError,
 )
@@ -377,7 +377,7 @@ class Producer:
         self._await(self._transactional("abort_transaction").begin_abort(), "abort_transaction")
 
     @property
-    def transaction_state(self) -> TransactionState | None:
+    def transaction_state(self) -> TransactionManagerState | None:
         """The transaction state machine's state (None without ``transactional_id``)."""
         return None if self.transactions is None else self.transactions.state
 

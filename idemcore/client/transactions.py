@@ -1,5 +1,5 @@
-"""The transactional producer's bookkeeping: the transactional half of Kafka's ``TransactionManager``
-(SPEC.md §3-4), at transaction version 0.
+"""The transactional producer's bookkeeping: the transactional half of Kafka's ``TransactionManager`` (client
+side; the coordinator's half is :mod:`idemcore.broker.coordinator`), at transaction version 0.
 
 :class:`TransactionManager` holds the client's transaction state machine (one setter logs every ``old -> new``),
 the partitions of the ongoing transaction, and the queue of transactional requests (FindCoordinator,
@@ -121,8 +121,9 @@ def _fenced(transactional_id: str) -> ProducerFencedError:
 # ---------------------------------------------------------------- states
 
 
-class TransactionState(enum.Enum):
-    """Kafka's client-side transaction states."""
+class TransactionManagerState(enum.Enum):
+    """Kafka's client-side transaction states (``TransactionManager.State``; the coordinator's are
+    :class:`~idemcore.record.kafka_files.transaction_log.TransactionState`)."""
 
     UNINITIALIZED = "UNINITIALIZED"
     INITIALIZING = "INITIALIZING"
@@ -134,9 +135,9 @@ class TransactionState(enum.Enum):
     FATAL_ERROR = "FATAL_ERROR"
 
 
-S = TransactionState
+S = TransactionManagerState
 #: The states each state may be entered from (Kafka's isTransitionValid); FATAL_ERROR from any.
-VALID_SOURCES: Final[Mapping[TransactionState, frozenset[TransactionState]]] = {
+VALID_SOURCES: Final[Mapping[TransactionManagerState, frozenset[TransactionManagerState]]] = {
     S.UNINITIALIZED: frozenset({S.READY, S.ABORTABLE_ERROR}),
     S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
@@ -543,7 +544,7 @@ class TransactionManager:
         self._queue: list[tuple[int, int, _Handler]] = []
         self._order = itertools.count()  # FIFO among requests of one priority
         self._in_flight: tuple[_Handler, int, int] | None = None  # (handler, request id, sent ms)
-        self._pending: tuple[TransactionalResult, TransactionState, str] | None = None  # a call not yet acked
+        self._pending: tuple[TransactionalResult, TransactionManagerState, str] | None = None  # a call not yet acked
 
     # ------------------------------------------------------------ state
 
@@ -576,7 +577,7 @@ class TransactionManager:
         """From begin_transaction until the transaction is complete (or the producer failed fatally)."""
         return self.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION, S.ABORTABLE_ERROR)
 
-    def _transition_to(self, target: TransactionState, error: TransactionError | None = None, *,
+    def _transition_to(self, target: TransactionManagerState, error: TransactionError | None = None, *,
                        from_sender: bool = False) -> None:
         """The one place the state changes; logs ``old -> new``. An invalid transition asked for by the
         application raises TransactionStateError and changes nothing; one reached by an answer (the sender's
@@ -637,7 +638,7 @@ class TransactionManager:
                 raise TransactionStateError(f"cannot {operation}: the previous call to {self._pending[2]} timed out "
                                             "and must be retried")
 
-    def _cached(self, operation: str, target: TransactionState,
+    def _cached(self, operation: str, target: TransactionManagerState,
                 start: Callable[[], TransactionalResult]) -> TransactionalResult:
         """The result of ``operation``: a fresh one, or that of the same call that timed out earlier."""
         if self._pending is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from idemcore.audit.coordinator_state import CLEARED, HANGING, RECENT, UNCONFIRMED
+from idemcore.audit.find_hanging import CLEARED, HANGING, RECENT, UNCONFIRMED
 from idemcore.audit.html.data import DUPLICATE, Activity, Prepared, partition_label, top_partitions
 from idemcore.audit.replayer import DURATION_EDGES_MS
 

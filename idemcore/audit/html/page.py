@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from idemcore.audit.columns import TOPIC
-from idemcore.audit.coordinator_state import LOG_READ, NOT_CONFIRMED
+from idemcore.audit.find_hanging import LOG_READ, NOT_CONFIRMED
 from idemcore.audit.html import charts
 from idemcore.audit.html.data import DUPLICATE, HANGING, LABELS, Limits, Prepared, activity, prepare
 from idemcore.audit.replayer import NEGATIVE_DURATION, NO_DURATION
@@ -621,7 +621,7 @@ def _provenance_section(report: AuditReport, command: str, command_origin: str, 
 def default_command() -> tuple[str, str]:
     """The command line of this process (``sys.orig_argv``), for a report written from Python."""
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
-    return shlex.join(argv), "Written from Python (AuditReport.to_html) by the process started with:"
+    return shlex.join(argv), "Written from Python (write_html) by the process started with:"
 
 
 def render_html(report: AuditReport, *, command: str | Sequence[str] | None = None, title: str | None = None,

@@ -1,9 +1,12 @@
-"""Coordinators that keep their state in compacted internal topics: the transaction coordinator
-(``__transaction_state``) now, the group coordinator (``__consumer_offsets``) next.
+"""The transaction coordinator (Kafka's ``TransactionCoordinator``), which keeps its state in the compacted
+``__transaction_state`` topic (record format: :mod:`idemcore.record.kafka_files.transaction_log`); the group
+coordinator, which keeps its in ``__consumer_offsets``, is :mod:`idemcore.broker.group`. Both pick the partition
+that owns a key with :func:`coordinator_partition`.
 
-The transaction coordinator is independent of the broker's plumbing: it writes its log through a
-:class:`TransactionLogWriter`, markers through a :class:`MarkerWriter`, and takes producer ids and the time from
-callables, so the broker plugs in its own and tests plug in fakes.
+The transaction coordinator is independent of the broker: it writes its log through a
+:class:`TransactionLogWriter`, markers through a :class:`MarkerWriter` (:mod:`.collaborators`), and takes producer
+ids and the time from callables, so the broker plugs in its own (:mod:`.request_path_writers`) and tests plug in
+fakes.
 """
 
 from idemcore.broker.coordinator.collaborators import (
@@ -13,30 +16,19 @@ from idemcore.broker.coordinator.collaborators import (
     TransactionLogWriter,
 )
 from idemcore.broker.coordinator.metadata import IllegalTransitionError, TransactionMetadata, TxnTransitMetadata
-from idemcore.broker.coordinator.partitioning import coordinator_partition, java_abs, java_string_hash
+from idemcore.broker.coordinator.partitioning import coordinator_partition, java_abs, java_string_hash, partition_for
 from idemcore.broker.coordinator.results import (
     InitProducerIdResult,
     ListTransactionsResult,
     TransactionDescription,
     TransactionListing,
 )
-from idemcore.broker.coordinator.state import TransactionState
 from idemcore.broker.coordinator.transaction import TransactionCoordinator, coordinator_error
-from idemcore.broker.coordinator.txn_log import (
-    TransactionLogFormatError,
-    TransactionLogValue,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
-    partition_for,
-)
 
 __all__ = [
     "IllegalTransitionError", "InitProducerIdResult", "ListTransactionsResult", "LogReplication", "MarkerWriter",
     "ProducerIdAllocator",
-    "TransactionCoordinator", "TransactionDescription", "TransactionListing", "TransactionLogFormatError",
-    "TransactionLogValue", "TransactionLogWriter", "TransactionMetadata", "TransactionState", "TxnTransitMetadata",
-    "coordinator_error", "coordinator_partition", "decode_key", "decode_value", "encode_key", "encode_value",
-    "java_abs", "java_string_hash", "partition_for",
+    "TransactionCoordinator", "TransactionDescription", "TransactionListing", "TransactionLogWriter",
+    "TransactionMetadata", "TxnTransitMetadata", "coordinator_error", "coordinator_partition", "java_abs",
+    "java_string_hash", "partition_for",
 ]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from idemcore.broker.coordinator.collaborators import MarkerWriter
 from idemcore.broker.coordinator.metadata import TransactionMetadata, TxnTransitMetadata
-from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ErrorCode, error_name
+from idemcore.record.kafka_files.transaction_log import TransactionState
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from idemcore.broker.coordinator.collaborators import TopicPartition
-from idemcore.broker.coordinator.state import TransactionState
-from idemcore.broker.coordinator.txn_log import TransactionLogValue, encode_value_v0, group_by_topic
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.constants import INT16_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PRODUCER_EPOCH_EXHAUSTED
+from idemcore.record.kafka_files.transaction_log import (
+    TransactionLogValue,
+    TransactionState,
+    encode_value_v0,
+    group_by_topic,
+)
 
 S = TransactionState
 

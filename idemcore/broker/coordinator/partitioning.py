@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from idemcore.protocol.constants import DEFAULT_TRANSACTION_STATE_PARTITIONS
+
 _INT32_MIN = -(1 << 31)
 
 
@@ -34,6 +36,12 @@ def coordinator_partition(key: str, partitions: int) -> int:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}")
     return _partition(key, partitions)
+
+
+def partition_for(transactional_id: str, partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS) -> int:
+    """The ``__transaction_state`` partition that owns ``transactional_id`` (Kafka's
+    ``TransactionStateManager.partitionFor``)."""
+    return coordinator_partition(transactional_id, partitions)
 
 
 @lru_cache(maxsize=4096)

@@ -66,14 +66,6 @@ from idemcore.broker.coordinator.results import (
     TransactionDescription,
     TransactionListing,
 )
-from idemcore.broker.coordinator.state import TransactionState
-from idemcore.broker.coordinator.txn_log import (
-    TransactionLogFormatError,
-    TransactionLogValue,
-    decode_key,
-    decode_value,
-    encode_key,
-)
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ErrorCode
@@ -88,9 +80,17 @@ from idemcore.protocol.constants import (
     NO_PRODUCER_ID,
     TRANSACTION_STATE_TOPIC,
 )
+from idemcore.record.kafka_files.transaction_log import (
+    TransactionLogFormatError,
+    TransactionLogValue,
+    TransactionState,
+    decode_key,
+    decode_value,
+    encode_key,
+)
 
 __all__ = ["InitProducerIdResult", "ListTransactionsResult", "TransactionCoordinator", "TransactionDescription",
-           "TransactionListing", "TransactionMetadata", "TransactionState", "coordinator_error"]
+           "TransactionListing", "TransactionMetadata", "coordinator_error"]
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The group coordinator: committed offsets and classic groups in the compacted ``__consumer_offsets`` topic
 (Kafka's record formats), transactional offsets pending until their marker lands.
 
-Like the transaction coordinator it is independent of the broker's plumbing: it appends through an
+Like the transaction coordinator it is independent of the broker: it appends through an
 :class:`OffsetLogWriter` (the broker plugs in :class:`HandledOffsetLog`, its one request path) and is rebuilt
 from the log with :meth:`GroupCoordinator.load`; :mod:`idemcore.broker.group.requests` turns requests into calls.
 
@@ -13,6 +13,7 @@ Classic group membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup; stored as
 
 from idemcore.broker.group.coordinator import GroupCoordinator, java_length
 from idemcore.broker.group.membership import ClassicGroup, ClassicGroups, GroupState
+from idemcore.broker.group.offset_log_writer import HandledOffsetLog, OffsetLogWriter
 from idemcore.broker.group.offsets_log import (
     OffsetCommitKey,
     OffsetCommitValue,
@@ -22,7 +23,6 @@ from idemcore.broker.group.offsets_log import (
     encode_key,
     encode_value,
 )
-from idemcore.broker.group.plumbing import HandledOffsetLog, OffsetLogWriter
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard
 
 __all__ = [

@@ -66,6 +66,7 @@ from idemcore.broker.group.group_metadata_log import (
     encode_group_value,
 )
 from idemcore.broker.group.membership import DEFAULT_INITIAL_REBALANCE_DELAY_MS, ClassicGroups, GroupState
+from idemcore.broker.group.offset_log_writer import OffsetLogWriter
 from idemcore.broker.group.offsets_log import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -76,7 +77,6 @@ from idemcore.broker.group.offsets_log import (
     encode_key,
     encode_value,
 )
-from idemcore.broker.group.plumbing import OffsetLogWriter
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
 from idemcore.broker.input_checks import strings, topic_partitions
 from idemcore.clock import wall_clock_ms

@@ -1,9 +1,9 @@
 """The ``__consumer_offsets`` offset-commit record: key and value bytes as Kafka writes them
 (``OffsetCommitKey.json``, ``OffsetCommitValue.json``; ``GroupCoordinatorRecordHelpers.newOffsetCommitRecord``).
 
-Hand-written like ``txn_log``: a few fixed fields, and the loader must tell a record it may skip (another
-record type) from one that is damaged. Big-endian; a string is an int16 length + UTF-8 (the fields are read and
-written by :mod:`idemcore.record.schema`).
+Hand-written like :mod:`idemcore.record.kafka_files.transaction_log`: a few fixed fields, and the loader must
+tell a record it may skip (another record type) from one that is damaged. Big-endian; a string is an int16
+length + UTF-8 (the fields are read and written by :mod:`idemcore.record.schema`).
 
 Key, versions 0 and 1 (Kafka writes 1)::
 

@@ -7,7 +7,7 @@ rolls, retention, transactions, a follower's appends and truncations), :mod:`.le
 from idemcore.broker.log.leader_epochs import LeaderEpochCache
 from idemcore.broker.log.loader import CHECKPOINT_HINT, LEADER_EPOCH, LogCorruptionError
 from idemcore.broker.log.partition_log import PartitionLog, UnexpectedAppendOffsetError
-from idemcore.broker.log.segment import AbortedTxn, LogSegment
+from idemcore.broker.log.segment import LogSegment
 
-__all__ = ["CHECKPOINT_HINT", "LEADER_EPOCH", "AbortedTxn", "LeaderEpochCache", "LogCorruptionError", "LogSegment",
+__all__ = ["CHECKPOINT_HINT", "LEADER_EPOCH", "LeaderEpochCache", "LogCorruptionError", "LogSegment",
            "PartitionLog", "UnexpectedAppendOffsetError"]

@@ -43,7 +43,7 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.segment import SegmentScan, scan_segment
-from idemcore.record.kafka_files.writers import TEMPORARY_SUFFIX, write_file_atomically
+from idemcore.record.kafka_files.writers import TEMPORARY_SUFFIX, encode_txn_index_entry, write_file_atomically
 from idemcore.record.v2 import CorruptRecordError, iter_batches
 
 log = logging.getLogger(__name__)
@@ -345,7 +345,7 @@ def trim_txn_index(name: str, segment: LogSegment, end: int, fsync: bool, warn: 
     """Drop ``.txnindex`` entries of markers at or past ``end`` (cut with a torn tail) and a partial entry."""
     entries = segment.aborted()
     kept = [entry for entry in entries if entry.last_offset < end]
-    wanted = b"".join(entry.encoded() for entry in kept)
+    wanted = b"".join(encode_txn_index_entry(*entry[:4]) for entry in kept)
     if segment.txn_index.size == len(wanted):
         return
     store = segment.txn_index

@@ -47,7 +47,7 @@ from idemcore.broker.log.loader import (
     segment_files,
     trim_txn_index,
 )
-from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, LogSegment
+from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, LogSegment
 from idemcore.broker.log.store import MemoryStore
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
@@ -61,6 +61,7 @@ from idemcore.protocol.constants import (
 )
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import BatchMetadata, concatenate
+from idemcore.record.kafka_files.indexes import AbortedTxn
 from idemcore.record.kafka_files.names import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
@@ -69,7 +70,7 @@ from idemcore.record.kafka_files.names import (
     parse_offset_file,
 )
 from idemcore.record.kafka_files.segment import STOP_BAD_LENGTH, STOP_BAD_MAGIC, SegmentScan, scan_buffer, scan_segment
-from idemcore.record.kafka_files.writers import write_file_atomically
+from idemcore.record.kafka_files.writers import encode_txn_index_entry, write_file_atomically
 from idemcore.record.stored import StoredBatch
 from idemcore.record.v2 import (
     CorruptRecordError,
@@ -140,7 +141,7 @@ def complete_txn(open_txns: dict[int, int], producer_id: int, base_offset: int, 
     first = open_txns.pop(producer_id)
     if control_type != ControlType.ABORT:
         return None
-    return AbortedTxn(first, base_offset, producer_id, min(open_txns.values(), default=base_offset + 1))
+    return AbortedTxn(producer_id, first, base_offset, min(open_txns.values(), default=base_offset + 1))
 
 
 class UnexpectedAppendOffsetError(IdemcoreError):
@@ -521,7 +522,8 @@ class PartitionLog:
         # An ABORT's entry may make the segment's .txnindex: a new name in the directory.
         new_file = aborted is not None and self._directory is not None and segment.txn_index.size == 0
         try:
-            segment.append(data, last_offset, max_timestamp, b"" if aborted is None else aborted.encoded())
+            txn_entry = b"" if aborted is None else encode_txn_index_entry(*aborted[:4])
+            segment.append(data, last_offset, max_timestamp, txn_entry)
             self.epochs.assign(epoch, base_offset)  # a new epoch's first batch (Kafka's UnifiedLog.append)
         except BaseException:
             self._cut(segment, saved, position, end)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from idemcore.broker.log.store import ByteStore
-from idemcore.record.kafka_files.writers import encode_txn_index_entry
+from idemcore.record.kafka_files.indexes import TXN_INDEX_ENTRY, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +42,6 @@ class HeaderPosition(NamedTuple):
     size: int
     last_offset: int
     max_timestamp: int
-
-
-class AbortedTxn(NamedTuple):
-    """One aborted transaction, as its ``.txnindex`` entry records it: its first offset, its ABORT marker's
-    offset, its producer, and the last stable offset right after the marker."""
-
-    first_offset: int
-    last_offset: int
-    producer_id: int
-    last_stable_offset: int
-
-    def encoded(self) -> bytes:
-        return encode_txn_index_entry(self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
 
 
 class IndexState(NamedTuple):
@@ -286,8 +273,9 @@ class LogSegment:
     def aborted(self) -> list[AbortedTxn]:
         """The ``.txnindex`` entries, in marker order."""
         data = self.txn_index.read(0, self.txn_index.size)
-        return [AbortedTxn(first, last, producer_id, stable)
-                for _, producer_id, first, last, stable in _TXN_ENTRY.iter_unpack(data[:len(data) - len(data) % 34])]
+        whole = data[:len(data) - len(data) % TXN_INDEX_ENTRY]
+        return [AbortedTxn(producer_id, first, last, stable, version, k * TXN_INDEX_ENTRY)
+                for k, (version, producer_id, first, last, stable) in enumerate(_TXN_ENTRY.iter_unpack(whole))]
 
     def largest_timestamp(self) -> int:
         """The largest batch timestamp (Kafka's ``LogSegment.largestTimestamp``: the time index's last entry,

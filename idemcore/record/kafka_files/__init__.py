@@ -8,10 +8,13 @@
   ``leader-epoch-checkpoint``, each returning its entries and a :class:`FileProblem` per thing wrong;
 - ``writers``: writers of ``.snapshot``, ``.txnindex`` and ``leader-epoch-checkpoint``: :func:`encode_snapshot`,
   :func:`encode_txn_index_entry` (:func:`encode_txn_index` for many), :func:`encode_leader_epoch_checkpoint`, and
-  :func:`write_file_atomically` to put a file in place.
+  :func:`write_file_atomically` to put a file in place;
+- ``transaction_log``: the ``__transaction_state`` record's key and value (Kafka's ``TransactionLog``) and the
+  coordinator's ``TransactionState`` its status byte names; imported from the module itself.
 
 Authority: Kafka's ``storage/src/main/java/org/apache/kafka/storage/internals/log/`` (OffsetIndex, TimeIndex,
-TransactionIndex, AbortedTxn, ProducerStateManager, LeaderEpochCheckpointFile, LogFileUtils).
+TransactionIndex, AbortedTxn, ProducerStateManager, LeaderEpochCheckpointFile, LogFileUtils), and the
+transaction coordinator's ``TransactionLog`` with TransactionLogKey.json and TransactionLogValue.json.
 """
 
 from idemcore.record.kafka_files.indexes import (

@@ -97,12 +97,15 @@ class TimeIndexEntry(NamedTuple):
 
 
 class AbortedTxn(NamedTuple):
-    version: int
+    """One aborted transaction as its ``.txnindex`` entry records it (Kafka's ``AbortedTxn``): its producer, its
+    first offset, its ABORT marker's offset, and the partition's last stable offset right after the marker."""
+
     producer_id: int
     first_offset: int
     last_offset: int  # the ABORT marker's offset
     last_stable_offset: int
-    at: int  # the entry's byte position in the .txnindex
+    version: int = TXN_INDEX_VERSION
+    at: int = -1  # the entry's byte position in the .txnindex it was read from; -1: not read from a file
 
 
 class ProducerSnapshotEntry(NamedTuple):
@@ -231,7 +234,7 @@ def read_txn_index(path: str | os.PathLike[str], base_offset: int | None = None)
     for k in range(n):
         at = k * TXN_INDEX_ENTRY
         version, producer_id, first, last, stable = _TXN.unpack_from(data, at)
-        entry = AbortedTxn(version, producer_id, first, last, stable, at)
+        entry = AbortedTxn(producer_id, first, last, stable, version, at)
         entries.append(entry)
         if entry.version != TXN_INDEX_VERSION:
             problems.append(FileProblem(path, at, "txnindex_version",

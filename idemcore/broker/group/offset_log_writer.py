@@ -1,19 +1,17 @@
-"""What the group coordinator needs from the broker: a way to append one batch of records to a
-``__consumer_offsets`` partition. The broker plugs in :class:`HandledOffsetLog` (its one request path), tests
-plug in fakes."""
+"""The group coordinator's writer of ``__consumer_offsets``: what it needs (:class:`OffsetLogWriter`, one batch
+appended to a partition) and the broker's implementation over its one request path (:class:`HandledOffsetLog`);
+tests plug in fakes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from idemcore.net.messages import Pending, ProduceRequest, Request, Response
+from idemcore.broker.coordinator.request_path_writers import Handle
+from idemcore.net.messages import ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import CONSUMER_OFFSETS_TOPIC, NO_SEQUENCE
 from idemcore.record.batch import RecordBatch
-
-#: ``Broker.handle`` (the coordinators' writes are produce and marker requests, never answered later).
-Handle = Callable[[Request], Response | Pending | None]
 
 
 class OffsetLogWriter(Protocol):

@@ -1,6 +1,7 @@
-"""The ``__transaction_state`` record: key and value bytes as Kafka writes them (TransactionLogKey.json,
-TransactionLogValue.json; Kafka's ``TransactionLog.keyToBytes`` / ``valueToBytes``), and the partition that
-owns a transactional id.
+"""The ``__transaction_state`` record (Kafka's ``TransactionLog``, TransactionLogKey.json,
+TransactionLogValue.json: ``keyToBytes``, ``valueToBytes``, ``readTxnRecordKey``, ``readTxnRecordValue``) and the
+states its status byte names (Kafka's coordinator-side ``TransactionState``). The broker's transaction coordinator
+writes and loads the records; the audit reads them from a log directory to judge hanging transactions.
 
 Key, version 0 only: ``int16 version=0 | string transactional_id`` (a string is an int16 length + UTF-8).
 
@@ -18,14 +19,13 @@ tombstone: the id was removed.
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from idemcore.broker.coordinator.partitioning import coordinator_partition
-from idemcore.broker.coordinator.state import TransactionState
 from idemcore.errors import IdemcoreError
-from idemcore.protocol.constants import DEFAULT_TRANSACTION_STATE_PARTITIONS, NO_PRODUCER_ID
+from idemcore.protocol.constants import NO_PRODUCER_ID
 from idemcore.record.schema import I8, I16, I32, I64, SchemaReader, pack, pack_string
 
 KEY_VERSION = 0
@@ -43,6 +43,62 @@ _TIMESTAMPS = struct.Struct(">qq")  # last update, start
 
 class TransactionLogFormatError(IdemcoreError, ValueError):
     """Bytes that are not a ``__transaction_state`` record this reader understands."""
+
+
+class TransactionState(enum.IntEnum):
+    """A transactional id's state as the coordinator keeps it (Kafka's ``TransactionState``); the value is the
+    status byte of its ``__transaction_state`` record."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    #: Only ever pending: the id's tombstone is being written (it is then removed, never stored as Dead).
+    DEAD = 6
+    #: Only ever pending: an ongoing transaction is about to be aborted with a bumped epoch.
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name: ``"Empty"``, ``"Ongoing"``, ``"PrepareCommit"``, ..."""
+        return _NAMES[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> TransactionState | None:
+        """The state Kafka calls ``name`` (as in ListTransactions' state filters), or None."""
+        return _BY_NAME.get(name)
+
+    @property
+    def valid_previous_states(self) -> frozenset[TransactionState]:
+        """The states a transition to this one may start from."""
+        return _VALID_PREVIOUS[self]
+
+    @property
+    def expiration_allowed(self) -> bool:
+        """True if an id idle in this state may expire (no transaction is open or half-finished)."""
+        return self in _EXPIRABLE
+
+
+S = TransactionState
+_NAMES = {S.EMPTY: "Empty", S.ONGOING: "Ongoing", S.PREPARE_COMMIT: "PrepareCommit", S.PREPARE_ABORT: "PrepareAbort",
+          S.COMPLETE_COMMIT: "CompleteCommit", S.COMPLETE_ABORT: "CompleteAbort", S.DEAD: "Dead",
+          S.PREPARE_EPOCH_FENCE: "PrepareEpochFence"}
+_BY_NAME = {name: state for state, name in _NAMES.items()}
+_IDLE = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+_VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
+    S.EMPTY: _IDLE,
+    S.ONGOING: _IDLE | {S.ONGOING},
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: _IDLE,
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+}
+_EXPIRABLE = _IDLE
+del S
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +122,6 @@ class TransactionLogValue:
     def topic_partitions(self) -> frozenset[tuple[str, int]]:
         """The partitions as (topic, partition) pairs."""
         return frozenset((topic, p) for topic, ids in self.partitions or () for p in ids)
-
-
-def partition_for(transactional_id: str, partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS) -> int:
-    """The ``__transaction_state`` partition that owns ``transactional_id`` (Kafka's
-    ``TransactionStateManager.partitionFor``)."""
-    return coordinator_partition(transactional_id, partitions)
 
 
 def group_by_topic(topic_partitions: Iterable[tuple[str, int]]) -> TopicPartitionGroups:

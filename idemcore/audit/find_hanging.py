@@ -50,11 +50,15 @@ import numpy as np
 import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC
-from idemcore.broker.coordinator.state import TransactionState
-from idemcore.broker.coordinator.txn_log import TransactionLogFormatError, decode_key, decode_value
 from idemcore.kernels import Backend
 from idemcore.protocol.constants import TRANSACTION_STATE_TOPIC
 from idemcore.record.kafka_files import STOP_BAD_LENGTH, STOP_BAD_MAGIC, PartitionFiles, scan_segment
+from idemcore.record.kafka_files.transaction_log import (
+    TransactionLogFormatError,
+    TransactionState,
+    decode_key,
+    decode_value,
+)
 from idemcore.record.v2 import CorruptRecordError, decode_batch
 
 #: ``verdict`` of an open transaction: a candidate the coordinator's log confirms hanging (find-hanging lists it).

@@ -1,6 +1,8 @@
-"""The transaction coordinator's collaborators over a broker's one request path: its log records go out as
-produce requests to ``__transaction_state`` (acks=all), its markers as WriteTxnMarkers requests. Only the
-``handle`` callable and the messages are used, so this module needs nothing from the broker itself."""
+"""The transaction coordinator's writers over a broker's one request path, the implementations of
+:class:`~idemcore.broker.coordinator.TransactionLogWriter` and :class:`~idemcore.broker.coordinator.MarkerWriter`:
+its log records go out as produce requests to ``__transaction_state`` (acks=all), its markers as WriteTxnMarkers
+requests. Only the ``handle`` callable and the messages are used, so this module needs nothing from the broker
+itself; the group coordinator's writer (:mod:`idemcore.broker.group.offset_log_writer`) takes the same ``handle``."""
 
 from __future__ import annotations
 
