@@ -69,6 +69,10 @@ class ClusterMetadata:
             return self.bootstrap[index] if index < len(self.bootstrap) else None
         return self.brokers.get(node)
 
+    def learn_broker(self, node: int, address: tuple[str, int]) -> None:
+        """A broker named outside Metadata (a FindCoordinator answer): kept until Metadata says otherwise."""
+        self.brokers.setdefault(node, address)
+
     def nodes(self) -> list[int]:
         """The known brokers' ids, or the bootstrap servers' (-1, -2, ...) while none is known."""
         return sorted(self.brokers) or [-(k + 1) for k in range(len(self.bootstrap))]

@@ -191,7 +191,7 @@ class Router:
     def _learn_coordinator(self, request: FindCoordinatorRequest, response: FindCoordinatorResponse) -> None:
         if response.error_code == ErrorCode.NONE and response.node_id >= 0:
             self.coordinators[(request.key_type, request.key)] = response.node_id
-            self.metadata.brokers.setdefault(response.node_id, (response.host, response.port))
+            self.metadata.learn_broker(response.node_id, (response.host, response.port))
 
     def _forget_coordinator(self, key_type: int, key: str) -> None:
         self.coordinators.pop((key_type, key), None)
