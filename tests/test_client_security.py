@@ -20,9 +20,8 @@ import pytest
 
 from idemcore.client import Consumer, Producer
 from idemcore.client.consumer import ConsumerRecord
-from idemcore.net import tcp
 from idemcore.net.client_security import ClientSecurity
-from idemcore.net.tcp import AuthenticationError, TcpTransport, TransportTimeoutError
+from idemcore.net.tcp import AuthenticationError, TcpTransport, TransportTimeoutError, connection
 from tests.secured import PLAIN_USERS, serving
 from tests.tls_certs import Issued, TestCA
 
@@ -279,8 +278,8 @@ def test_large_answers_over_tls_arrive_whole(tmp_path: Path, ca: TestCA, broker_
     1000 bytes, two per readiness event, most of each record stays decrypted inside the SSL object, where the
     selector cannot see it: the transport must go back for it unasked."""
     if small_reads:
-        monkeypatch.setattr(tcp, "_RECV_BYTES", 1000)
-        monkeypatch.setattr(tcp, "_MAX_READS", 2)
+        monkeypatch.setattr(connection, "_RECV_BYTES", 1000)
+        monkeypatch.setattr(connection, "_MAX_READS", 2)
         pending = [0]
         real_pending = ssl.SSLSocket.pending
 
@@ -368,8 +367,8 @@ def test_bytes_held_inside_the_ssl_object_are_read_unasked(tmp_path: Path, ca: T
     with serving(tmp_path) as (server, _), _tls_front(ca, broker_cert, server.bootstrap) as bootstrap:
         with TcpTransport(server.bootstrap) as plain:
             assert plain.create_topics({"held": 5}) == {"held": 0}
-        monkeypatch.setattr(tcp, "_RECV_BYTES", 100)
-        monkeypatch.setattr(tcp, "_MAX_READS", 1)
+        monkeypatch.setattr(connection, "_RECV_BYTES", 100)
+        monkeypatch.setattr(connection, "_MAX_READS", 1)
         security = {"security.protocol": "SSL", "ssl.ca.location": str(ca.path)}
         with TcpTransport(bootstrap, security=security, metadata_timeout_ms=3_000) as transport:
             assert transport.partition_count("held") == 5

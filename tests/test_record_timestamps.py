@@ -27,9 +27,8 @@ from idemcore.broker import Broker
 from idemcore.client import Producer
 from idemcore.client.consumer import Consumer, ConsumerRecord, fetched_steps
 from idemcore.kernels import get_record_encoder
-from idemcore.net import tcp
 from idemcore.net.messages import FetchedPartition, ProduceRequest
-from idemcore.net.tcp import TcpTransport
+from idemcore.net.tcp import TcpTransport, routing
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from idemcore.record.v2 import (
@@ -222,7 +221,7 @@ def test_over_tcp_the_log_keeps_the_producers_bytes_and_every_reader_sees_each_r
     from kafka import KafkaConsumer, TopicPartition
 
     sent_wire: list[bytes] = []
-    encode_produce = tcp.encode_produce
+    encode_produce = routing.encode_produce
 
     def recording(request: ProduceRequest, version: int, transactional_id: str | None = None) -> Any:
         body = encode_produce(request, version, transactional_id)
@@ -232,7 +231,7 @@ def test_over_tcp_the_log_keeps_the_producers_bytes_and_every_reader_sees_each_r
             sent_wire.append(batch.wire)
         return body
 
-    monkeypatch.setattr(tcp, "encode_produce", recording)  # what TcpTransport frames a produce request with
+    monkeypatch.setattr(routing, "encode_produce", recording)  # what TcpTransport frames a produce request with
     with TcpTransport(kafka_server.bootstrap, request_timeout_ms=10_000) as transport:
         assert transport.create_topics({"t": 2}) == {"t": 0}
         producer = Producer(transport, batch_size=2_000, linger_ms=20)

@@ -461,11 +461,11 @@ def test_requests_split_over_leaders_are_joined(kafka_server: Any) -> None:
         host, port = kafka_server.address
         other = 1000
         deadline = time.monotonic() + 5
-        while (transport._metadata_inflight or transport._metadata_wanted) and time.monotonic() < deadline:
+        while (transport._metadata.inflight or transport._metadata.wanted) and time.monotonic() < deadline:
             transport.tick()  # no metadata answer may come after the made-up one and replace it
-        transport._brokers[other] = (host, port)
-        known = transport._topics[topic]
-        transport._topics[topic] = type(known)(known.name, known.error_code, (known.leaders[0], other, other))
+        transport._metadata.brokers[other] = (host, port)
+        known = transport._metadata.topics[topic]
+        transport._metadata.topics[topic] = type(known)(known.name, known.error_code, (known.leaders[0], other, other))
         transport.metadata_max_age_ms = 1 << 40  # keep the made-up leader
         producer = Producer(transport, linger_ms=50)
         futures = [producer.send(topic, b"v%d" % i, partition=i % 3) for i in range(30)]
@@ -545,13 +545,13 @@ def test_coordinator_forgotten_when_unreachable(kafka_server: Any) -> None:
                             delivery_timeout_ms=10_000, max_block_ms=15_000)
         producer.init_transactions()
         key = (TRANSACTION_KEY, "moving-coordinator")
-        good = transport._coordinators[key]
-        transport._brokers[999] = ("127.0.0.1", free_port())  # nothing listens there
-        transport._coordinators[key] = 999
+        good = transport._router.coordinators[key]
+        transport._metadata.brokers[999] = ("127.0.0.1", free_port())  # nothing listens there
+        transport._router.coordinators[key] = 999
         producer.begin_transaction()
         producer.send(topic, b"after-the-move", partition=1)
         producer.commit_transaction()
-        assert transport._coordinators[key] == good
+        assert transport._router.coordinators[key] == good
         consumer = Consumer(transport)
         consumer.assign([(topic, 1)])
         assert [r.value for r in _read(consumer, 1)] == [b"after-the-move"]
