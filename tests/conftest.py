@@ -1,14 +1,41 @@
-"""Shared fixtures: every kernel test runs once per backend.
+"""Shared fixtures: every kernel test runs once per backend; and the markers every test gets by what it uses.
 
 The suite fails (never skips) when a backend it is told to expect did not
 load: IDEMCORE_EXPECT_BACKENDS (default: all three) names them.
+
+Markers (``scripts/dev test --fast`` deselects all five; ``scripts/dev test`` and CI run everything). Nobody writes
+them on a test: :func:`pytest_collection_modifyitems` gives each test the markers of what it *uses*, where "uses"
+means its own code, the code of the fixtures it requests (all the way down), and the code of every function or
+class from tests/ that either calls, transitively:
+
+- ``spark``: a Spark session: the ``spark`` fixture (so also ``arrow_batch_size``), or anything from pyspark or
+  ``idemcore.audit.spark.session``.
+- ``subprocess``: a child process: :mod:`subprocess`, :mod:`multiprocessing`, ``os.fork``/``os.system``/spawn,
+  ``asyncio.create_subprocess_*``, and so :class:`tests.peers.ServeProcess` (``idemcore serve``),
+  :class:`idemcore.cluster.LocalCluster` (the ``cluster_fixture`` clusters) and
+  :class:`idemcore.zookeeper_server.ZooKeeperServer`.
+- ``real_clients``: a real Kafka client or a peer broker talking over the network: confluent-kafka (anything),
+  kafka-python's and aiokafka's clients (``KafkaProducer``, ``AIOKafkaConsumer``, admin clients, connections),
+  tansu (:class:`tests.peers.TansuProcess`, also ``subprocess``). Their record codecs and protocol structs, used
+  in process as independent oracles (``kafka.record``, ``aiokafka.record``, ``kafka.protocol``, ...), are not.
+- ``browser``: a string constant naming Chromium (the HTML report's headless-browser test).
+- ``slow``: listed in :data:`SLOW` by hand: a test over ~5 s (``pytest --durations=30 -m "not (...)"``) that none
+  of the above marks. Add a new one there when ``--durations`` shows it.
+
+So a new test gets its marker by using the shared helper (``ServeProcess``, the ``spark`` fixture, ...) rather than
+hand-rolling one; a marker written on a test by hand (``@pytest.mark.slow``) is kept too. ``pytest --markers`` lists
+them; ``pytest -m spark --collect-only -q`` shows what got one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dis
+import importlib
 import logging
 import os
-from collections.abc import Iterator
+import types
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -20,6 +47,137 @@ EXPECTED = [name.strip() for name in os.environ.get("IDEMCORE_EXPECT_BACKENDS", 
 #: it out (a build without a compiler; when expected and missing, pytest_sessionstart fails the run).
 ENCODERS = ["python", pytest.param("cython", marks=pytest.mark.skipif(
     "cython" not in EXPECTED, reason="IDEMCORE_EXPECT_BACKENDS leaves the compiled backend out"))]
+
+
+#: Tests over ~5 s on their own that no other marker covers (file::name, parameters dropped), from
+#: ``pytest --durations=40 -m "not (spark or subprocess or real_clients or browser)"``.
+SLOW: frozenset[str] = frozenset({
+})
+
+#: Module prefixes whose functions, classes or modules mark a test that uses them.
+_MODULE_KINDS: dict[str, tuple[str, ...]] = {
+    "spark": ("pyspark", "idemcore.audit.spark.session"),
+    "subprocess": ("subprocess", "multiprocessing", "idemcore.cluster", "idemcore.zookeeper_server"),
+    "real_clients": ("confluent_kafka", "kafka.producer", "kafka.consumer", "kafka.admin", "kafka.client_async",
+                     "kafka.conn", "aiokafka.producer", "aiokafka.consumer", "aiokafka.admin", "aiokafka.client",
+                     "aiokafka.conn"),
+}
+#: Single objects that mark a test that uses them (named here, not by module: os and asyncio do much else).
+_OBJECT_KINDS: dict[int, str] = {id(getattr(module, name)): "subprocess" for module, names in (
+    (os, ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "spawnv", "spawnl", "execv", "execvp")),
+    (asyncio, ("create_subprocess_exec", "create_subprocess_shell"))) for name in names if hasattr(module, name)}
+_TEXT_KINDS = {"chromium": "browser"}
+#: The test helpers whose code is read too (test modules, tests/peers.py, tests/conftest.py, ...).
+_OURS = "tests"
+
+
+def _module_of(obj: object) -> str:
+    return obj.__name__ if isinstance(obj, types.ModuleType) else str(getattr(obj, "__module__", None) or "")
+
+
+def _kinds_of_object(obj: object) -> set[str]:
+    found = {_OBJECT_KINDS[id(obj)]} if id(obj) in _OBJECT_KINDS else set()
+    module = _module_of(obj)
+    for kind, prefixes in _MODULE_KINDS.items():
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+            found.add(kind)
+    return found
+
+
+def _ours(obj: object) -> bool:
+    module = _module_of(obj)
+    return module == _OURS or module.startswith(_OURS + ".")
+
+
+def _functions(obj: object) -> Iterable[types.FunctionType]:
+    """The Python functions behind ``obj``: itself, a method's function, or a tests/ class's methods."""
+    obj = getattr(obj, "__func__", obj)
+    obj = getattr(obj, "__wrapped__", obj)
+    if isinstance(obj, types.FunctionType):
+        yield obj
+    elif isinstance(obj, type) and _ours(obj):
+        for member in vars(obj).values():
+            member = getattr(member, "fget", member)  # a property's getter
+            member = getattr(member, "__func__", member)
+            if isinstance(member, types.FunctionType):
+                yield member
+
+
+def _imported(code: types.CodeType) -> list[object]:
+    """What ``code`` imports itself (``import kafka`` or ``from confluent_kafka.admin import AdminClient`` in a
+    test's body): the modules and the names taken from them."""
+    found: list[object] = []
+    module: types.ModuleType | None = None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "IMPORT_NAME":
+            try:
+                module = importlib.import_module(instruction.argval)
+            except ImportError:  # a relative import, or a module the test itself expects to be missing
+                module = None
+            if module is not None:
+                found.append(module)
+        elif instruction.opname == "IMPORT_FROM" and module is not None:
+            name = instruction.argval
+            if hasattr(module, name):
+                found.append(getattr(module, name))
+    return found
+
+
+class _Uses:
+    """What a function uses, transitively through the tests/ functions and classes it names (memoized)."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[types.CodeType, set[str]] = {}
+
+    def of(self, function: types.FunctionType) -> set[str]:
+        return self._code(function.__code__, function.__globals__)
+
+    def _code(self, code: types.CodeType, namespace: dict, enclosing: tuple[object, ...] = ()) -> set[str]:
+        if code in self._kinds:
+            return self._kinds[code]
+        found: set[str] = set()
+        self._kinds[code] = found  # a cycle (recursion) ends here; the set is filled in place
+        # ``enclosing``: what the function around a lambda or comprehension imported (its locals).
+        objects = [namespace[name] for name in code.co_names if name in namespace] + _imported(code)
+        inner = (*enclosing, *objects)
+        objects += enclosing
+        # ``module.attribute``: attribute names are in co_names too.
+        objects += [getattr(module, name) for module in list(objects) if isinstance(module, types.ModuleType)
+                    for name in code.co_names if hasattr(module, name)]
+        for obj in objects:
+            found |= _kinds_of_object(obj)
+            if _ours(obj):
+                for function in _functions(obj):
+                    found |= self._code(function.__code__, function.__globals__)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):  # lambdas, nested functions, comprehensions
+                found |= self._code(const, namespace, inner)
+            elif isinstance(const, str):
+                found |= {kind for text, kind in _TEXT_KINDS.items() if text in const.lower()}
+        return found
+
+
+def _item_kinds(item: pytest.Item, uses: _Uses) -> set[str]:
+    found: set[str] = set()
+    functions = list(_functions(getattr(item, "obj", None)))
+    for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        functions += [function for definition in definitions if _ours(definition.func)
+                      for function in _functions(definition.func)]
+    for function in functions:
+        found |= uses.of(function)
+    if "spark" in getattr(item, "fixturenames", ()):
+        found.add("spark")
+    path, _, name = item.nodeid.partition("::")
+    if f"{path.rpartition('/')[2]}::{name.partition('[')[0]}" in SLOW:
+        found.add("slow")
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    uses = _Uses()
+    for item in items:
+        for kind in sorted(_item_kinds(item, uses)):
+            item.add_marker(kind)
 
 
 def pytest_sessionstart(session):
