@@ -49,18 +49,40 @@ ENCODERS = ["python", pytest.param("cython", marks=pytest.mark.skipif(
     "cython" not in EXPECTED, reason="IDEMCORE_EXPECT_BACKENDS leaves the compiled backend out"))]
 
 
-#: Tests over ~5 s on their own that no other marker covers (file::name, parameters dropped), from
-#: ``pytest --durations=40 -m "not (spark or subprocess or real_clients or browser)"``.
+#: Tests over ~4 s on their own that no other marker covers (file::name, parameters dropped), from
+#: ``pytest --durations=40 -m "not (spark or subprocess or real_clients or browser)"`` run twice: the first run in
+#: a fresh tree also compiles the numba kernels (~15 s in whichever [numba] test comes first; cached after).
 SLOW: frozenset[str] = frozenset({
+    # group members' heartbeat threads against session timeouts that must run out
+    "test_consumer_group_thread.py::test_the_heartbeat_thread_heartbeats_while_a_listener_runs_longer_than_the_session",
+    "test_consumer_group_thread.py::test_the_heartbeat_thread_keeps_a_member_that_does_not_poll_for_longer_than_its_"
+    "session",
+    "test_consumer_group_thread.py::test_a_static_member_closes_without_leaving_the_group",
+    "test_consumer_group_thread.py::test_a_member_that_does_not_poll_in_time_leaves_and_finds_its_partitions_lost_at_"
+    "its_next_poll",
+    "test_hostile_groups_tcp.py::test_closing_during_a_join_or_while_the_coordinator_is_down_stops_the_heartbeat_thread",
+    "test_hostile_groups_tcp.py::test_the_coordinator_dying_mid_join_and_coming_back_leaves_each_partition_owned_once",
+    "test_hostile_groups_tcp.py::test_a_listener_raising_at_close_is_raised_after_the_member_left_and_its_thread_"
+    "stopped",
+    "test_wire_membership_client.py::test_a_group_over_tcp_with_heartbeats_from_a_second_thread",
+    # model-based and large runs
+    "test_txn_coordinator_model.py::TestCoordinatorAgainstModel::runTest",
+    "test_hostile_transactions.py::test_huge_transactions_commit_and_abort",
+    "test_compaction.py::test_compaction_keeps_the_newest_record_per_key_below_the_active_segment",
+    # clients over TLS and SASL_SSL handshakes, the README's snippets against a served broker
+    "test_client_security.py::test_producers_and_a_group_consumer_over_sasl_ssl_with_scram",
+    "test_client_security.py::test_producers_and_a_group_consumer_over_mutual_tls",
+    "test_readme_serve.py::test_the_readme_snippets_run_against_a_served_broker",
 })
 
 #: Module prefixes whose functions, classes or modules mark a test that uses them.
 _MODULE_KINDS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "idemcore.audit.spark.session"),
     "subprocess": ("subprocess", "multiprocessing", "idemcore.cluster", "idemcore.zookeeper_server"),
-    "real_clients": ("confluent_kafka", "kafka.producer", "kafka.consumer", "kafka.admin", "kafka.client_async",
-                     "kafka.conn", "aiokafka.producer", "aiokafka.consumer", "aiokafka.admin", "aiokafka.client",
-                     "aiokafka.conn"),
+    # (confluent-kafka's compiled classes, Producer and Consumer, say they are from ``cimpl``)
+    "real_clients": ("confluent_kafka", "cimpl", "kafka.producer", "kafka.consumer", "kafka.admin",
+                     "kafka.client_async", "kafka.conn", "aiokafka.producer", "aiokafka.consumer", "aiokafka.admin",
+                     "aiokafka.client", "aiokafka.conn"),
 }
 #: Single objects that mark a test that uses them (named here, not by module: os and asyncio do much else).
 _OBJECT_KINDS: dict[int, str] = {id(getattr(module, name)): "subprocess" for module, names in (
@@ -157,6 +179,11 @@ class _Uses:
         return found
 
 
+def _slow_key(item: pytest.Item) -> str:
+    path, _, name = item.nodeid.partition("::")
+    return f"{path.rpartition('/')[2]}::{name.partition('[')[0]}"
+
+
 def _item_kinds(item: pytest.Item, uses: _Uses) -> set[str]:
     found: set[str] = set()
     functions = list(_functions(getattr(item, "obj", None)))
@@ -167,8 +194,7 @@ def _item_kinds(item: pytest.Item, uses: _Uses) -> set[str]:
         found |= uses.of(function)
     if "spark" in getattr(item, "fixturenames", ()):
         found.add("spark")
-    path, _, name = item.nodeid.partition("::")
-    if f"{path.rpartition('/')[2]}::{name.partition('[')[0]}" in SLOW:
+    if _slow_key(item) in SLOW:
         found.add("slow")
     return found
 
@@ -178,6 +204,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for kind in sorted(_item_kinds(item, uses)):
             item.add_marker(kind)
+    # A renamed test would silently leave SLOW (and join the quick loop): an entry whose file was collected whole
+    # must name one of its tests.
+    if not config.getoption("keyword") and not config.getoption("deselect"):
+        keys = {_slow_key(item) for item in items}
+        files = {key.partition("::")[0] for key in keys}
+        stale = sorted(key for key in SLOW if key.partition("::")[0] in files and key not in keys)
+        if stale:
+            raise pytest.UsageError(f"tests/conftest.py SLOW names tests that are not there: {stale}")
 
 
 def pytest_sessionstart(session):
