@@ -6,7 +6,7 @@ load: IDEMCORE_EXPECT_BACKENDS (default: all three) names them.
 Markers (``scripts/dev test --fast`` deselects all five; ``scripts/dev test`` and CI run everything). Nobody writes
 them on a test: :func:`pytest_collection_modifyitems` gives each test the markers of what it *uses*, where "uses"
 means its own code, the code of the fixtures it requests (all the way down), and the code of every function or
-class from tests/ that either calls, transitively:
+class from tests/ that these call or name, transitively (a helper's helper counts):
 
 - ``spark``: a Spark session: the ``spark`` fixture (so also ``arrow_batch_size``), or anything from pyspark or
   ``idemcore.audit.spark.session``.
@@ -19,8 +19,8 @@ class from tests/ that either calls, transitively:
   tansu (:class:`tests.peers.TansuProcess`, also ``subprocess``). Their record codecs and protocol structs, used
   in process as independent oracles (``kafka.record``, ``aiokafka.record``, ``kafka.protocol``, ...), are not.
 - ``browser``: a string constant naming Chromium (the HTML report's headless-browser test).
-- ``slow``: listed in :data:`SLOW` by hand: a test over ~5 s (``pytest --durations=30 -m "not (...)"``) that none
-  of the above marks. Add a new one there when ``--durations`` shows it.
+- ``slow``: listed in :data:`SLOW` by hand: a test over ~4 s (``pytest --durations=30 -m "not (...)"``) that none
+  of the above marks. Add a new one there when ``--durations`` shows it (a renamed one is refused at collection).
 
 So a new test gets its marker by using the shared helper (``ServeProcess``, the ``spark`` fixture, ...) rather than
 hand-rolling one; a marker written on a test by hand (``@pytest.mark.slow``) is kept too. ``pytest --markers`` lists
@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator
 import pytest
 
 from idemcore.kernels import PREFERENCE, load_backend
+from tests import peers
 
 EXPECTED = [name.strip() for name in os.environ.get("IDEMCORE_EXPECT_BACKENDS", ",".join(PREFERENCE)).split(",")
             if name.strip()]
@@ -85,9 +86,11 @@ _MODULE_KINDS: dict[str, tuple[str, ...]] = {
                      "aiokafka.client", "aiokafka.conn"),
 }
 #: Single objects that mark a test that uses them (named here, not by module: os and asyncio do much else).
-_OBJECT_KINDS: dict[int, str] = {id(getattr(module, name)): "subprocess" for module, names in (
-    (os, ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "spawnv", "spawnl", "execv", "execvp")),
-    (asyncio, ("create_subprocess_exec", "create_subprocess_shell"))) for name in names if hasattr(module, name)}
+_OBJECT_KINDS: dict[int, str] = {id(getattr(module, name)): kind for module, kind, names in (
+    (os, "subprocess", ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "spawnv", "spawnl", "execv",
+                        "execvp")),
+    (asyncio, "subprocess", ("create_subprocess_exec", "create_subprocess_shell")),
+    (peers, "real_clients", ("TansuProcess", "tansu_binary"))) for name in names if hasattr(module, name)}
 _TEXT_KINDS = {"chromium": "browser"}
 #: The test helpers whose code is read too (test modules, tests/peers.py, tests/conftest.py, ...).
 _OURS = "tests"
