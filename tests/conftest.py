@@ -143,8 +143,13 @@ def _imported(code: types.CodeType) -> list[object]:
                 found.append(module)
         elif instruction.opname == "IMPORT_FROM" and module is not None:
             name = instruction.argval
-            if hasattr(module, name):
-                found.append(getattr(module, name))
+            if name in vars(module):
+                found.append(vars(module)[name])
+            else:  # a submodule: ``from kafka import admin``
+                try:
+                    found.append(importlib.import_module(f"{module.__name__}.{name}"))
+                except ImportError:
+                    pass
     return found
 
 
@@ -166,9 +171,10 @@ class _Uses:
         objects = [namespace[name] for name in code.co_names if name in namespace] + _imported(code)
         inner = (*enclosing, *objects)
         objects += enclosing
-        # ``module.attribute``: attribute names are in co_names too.
-        objects += [getattr(module, name) for module in list(objects) if isinstance(module, types.ModuleType)
-                    for name in code.co_names if hasattr(module, name)]
+        # ``module.attribute``: attribute names are in co_names too (read from the module's dict: a module's
+        # __getattr__ may warn or import, as numpy's does).
+        objects += [vars(module)[name] for module in list(objects) if isinstance(module, types.ModuleType)
+                    for name in code.co_names if name in vars(module)]
         for obj in objects:
             found |= _kinds_of_object(obj)
             if _ours(obj):
