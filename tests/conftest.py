@@ -137,8 +137,8 @@ def _imported(code: types.CodeType) -> list[object]:
         if instruction.opname == "IMPORT_NAME":
             try:
                 module = importlib.import_module(instruction.argval)
-            except ImportError:  # a relative import, or a module the test itself expects to be missing
-                module = None
+            except (ImportError, ValueError):  # a relative import (``from . import x``: no name), or a module the
+                module = None  # test itself expects to be missing
             if module is not None:
                 found.append(module)
         elif instruction.opname == "IMPORT_FROM" and module is not None:
@@ -166,7 +166,7 @@ class _Uses:
         if code in self._kinds:
             return self._kinds[code]
         found: set[str] = set()
-        self._kinds[code] = found  # a cycle (recursion) ends here; the set is filled in place
+        self._kinds[code] = found  # a cycle (mutual recursion) ends here, with what is known of it so far
         # ``enclosing``: what the function around a lambda or comprehension imported (its locals).
         objects = [namespace[name] for name in code.co_names if name in namespace] + _imported(code)
         inner = (*enclosing, *objects)
