@@ -12,24 +12,22 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import aiokafka
+import confluent_kafka
+import kafka
 import pytest
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor as AioRange
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor as AioRoundRobin
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor as AioSticky
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-kafka = pytest.importorskip("kafka")
-aiokafka = pytest.importorskip("aiokafka")
-
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor as AioRange  # noqa: E402
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor as AioRoundRobin  # noqa: E402
-from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor as AioSticky  # noqa: E402
-from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor  # noqa: E402
-from kafka.coordinator.assignors.range import RangePartitionAssignor  # noqa: E402
-from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor  # noqa: E402
-from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor  # noqa: E402
-
-from idemcore.broker.server import Server  # noqa: E402
-from idemcore.client.consumer import Consumer  # noqa: E402
-from idemcore.net.tcp import TcpTransport  # noqa: E402
-from tests.served_groups import served_broker  # noqa: E402
+from idemcore.broker.server import Server
+from idemcore.client.consumer import Consumer
+from idemcore.net.tcp import TcpTransport
+from tests.served_groups import served_broker
 
 TOPIC = "t"
 PARTITIONS = 6

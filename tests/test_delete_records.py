@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kafka.protocol.admin.topics as kp_topics
 import pytest
 
 from idemcore.broker import Broker
@@ -359,7 +360,6 @@ def test_a_log_that_ends_below_its_start_starts_over_there(tmp_path):
 
 # ---------------------------------------------------------------- on the wire (kafka-python's codec)
 
-kp_topics = pytest.importorskip("kafka.protocol.admin.topics")
 CTX = WireContext(node_id=0, host="127.0.0.1", port=9092, cluster_id="idemcore", topics=lambda: {TOPIC: 2})
 
 
@@ -450,8 +450,8 @@ def _watermarks(bootstrap: str) -> tuple[int, int]:
 
 
 def test_confluent_kafka_and_kafka_python_delete_records_from_idemcore_serve(tmp_path):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    kafka = pytest.importorskip("kafka")
+    import confluent_kafka
+    import kafka
     from confluent_kafka.admin import AdminClient
     from kafka.errors import OffsetOutOfRangeError
 

@@ -5,6 +5,7 @@ and a Ctrl-C."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -13,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,8 +165,8 @@ def test_two_followers_cannot_share_a_checkpoint(attempts, tmp_path):
     add_file(source, 0, chunks(attempts)[0])
     process = _cli(str(source), "--out", str(tmp_path / "out1"), "--checkpoint", str(tmp_path / "ckpt"),
                    "--interval-ms", "20")
-    with _stopped_by_ctrl_c(process):
-        _wait_for_line(process, "batches (")
+    with _stopped_by_ctrl_c(process) as output:
+        output.wait_for("batches (")
         with pytest.raises(ValueError, match=r"ckpt is in use by another `idemcore audit --follow` process"):
             Follower(source, tmp_path / "out2", tmp_path / "ckpt")
         assert not (tmp_path / "out2").exists() or not findings_files(tmp_path / "out2")
@@ -249,33 +249,54 @@ def _cli(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+class _Output:
+    """A follow process's stdout, read line by line on a thread of its own; waits on what it has said."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._process = process
+        self._said = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            with self._said:
+                self.lines.append(line)
+                self._said.notify_all()
+
+    def count(self, text: str) -> int:
+        with self._said:
+            return sum(text in line for line in self.lines)
+
+    def wait_for(self, text: str, times: int = 1, timeout: float = 20.0) -> list[str]:
+        """The lines so far, once ``text`` is in ``times`` of them."""
+        with self._said:
+            assert self._said.wait_for(lambda: sum(text in line for line in self.lines) >= times, timeout), \
+                f"not {times} x {text!r} in {self.lines}"
+            return self.lines
+
+    def ended(self, timeout: float = 20.0) -> list[str]:
+        """Every line, once the process closed its stdout."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the follow's stdout still open after {timeout} s"
+        return self.lines
+
+
 @contextmanager
-def _stopped_by_ctrl_c(process: subprocess.Popen[str]) -> Iterator[None]:
-    """Run the block, then Ctrl-C the follow, which must exit 0 (killed if anything fails on the way)."""
+def _stopped_by_ctrl_c(process: subprocess.Popen[str]) -> Iterator[_Output]:
+    """Run the block with the process's output, then Ctrl-C the follow, which must exit 0 (killed if anything fails
+    on the way); after the block the output holds every line the process wrote."""
+    output = _Output(process)
     try:
-        yield
+        yield output
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
     finally:
         if process.poll() is None:
             process.kill()
-    time.sleep(0.1)  # (the reader thread takes the last lines)
-
-
-def _wait_for_line(process: subprocess.Popen[str], text: str, timeout: float = 20.0) -> list[str]:
-    lines: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if text in line:
-                done.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    assert done.wait(timeout), f"no {text!r} in {lines}"
-    return lines
+    output.ended()
 
 
 def test_a_sigkilled_follow_resumes_without_a_finding_twice_or_missed(attempts, tmp_path):
@@ -284,10 +305,12 @@ def test_a_sigkilled_follow_resumes_without_a_finding_twice_or_missed(attempts, 
     add_file(source, 0, parts[0])
     process = _cli(str(source), "--out", str(out), "--checkpoint", str(checkpoint), "--interval-ms", "10")
     try:
-        _wait_for_line(process, "batches (")
-        for k in range(1, 8):  # files arrive while it runs; killed in the middle
-            add_file(source, k, parts[k])
-            time.sleep(0.03)
+        output = _Output(process)
+        output.wait_for("batches (")
+        for k in range(1, 8):  # files arrive while it runs, each read by a round of its own but the last: the kill
+            add_file(source, k, parts[k])  # comes while that one is being read, or before, or just after
+            if k < 7:
+                output.wait_for("batches (", times=k + 1)
         process.send_signal(signal.SIGKILL)
         process.wait(10)
     finally:
@@ -306,11 +329,12 @@ def test_ctrl_c_stops_the_cli_cleanly_with_a_consistent_checkpoint(attempts, tmp
     for k in range(3):
         add_file(source, k, parts[k])
     process = _cli(str(source), "--out", str(out), "--interval-ms", "20")
-    with _stopped_by_ctrl_c(process):
-        lines = _wait_for_line(process, "batches (")
+    with _stopped_by_ctrl_c(process) as output:
+        output.wait_for("batches (")
         # A second follower on the same directory, while the first runs, is refused (it would double findings).
         with pytest.raises(ValueError, match="in use by another `idemcore audit --follow` process"):
             Follower(source, out, out / "_checkpoint")
+    lines = output.lines
     assert any(line.startswith("stopped after") for line in lines), lines
     assert any(": duplicate:" in line for line in lines)
     add_file(source, 3, parts[3])
@@ -381,18 +405,21 @@ def test_follow_does_not_use_pickle():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
-def test_the_cli_says_which_incomplete_file_it_waits_for(attempts, tmp_path):
+def test_the_cli_says_which_incomplete_file_it_waits_for(attempts, tmp_path, monkeypatch, capsys):
     # Files are read in name order: an empty or unfinished .parquet ahead of the rest holds them all back, and
-    # the follow says so (once), rather than idling in silence.
+    # the follow says so (once), rather than idling in silence. In process, with the rounds counted by the test
+    # (the CLI's follow given rounds=6): round 1 says it, rounds 2-6 are idle and must not say it again.
+    import idemcore.audit.follow as follow_module
+    from idemcore.cli import main
+
     source = tmp_path / "in"
     add_file(source, 1, chunks(attempts)[0])
     (source / "part-00000.parquet").write_bytes(b"")  # a writer's file not written yet
-    process = _cli(str(source), "--interval-ms", "20")
-    with _stopped_by_ctrl_c(process):
-        lines = _wait_for_line(process, "waiting for an incomplete file")
-        time.sleep(0.3)  # more idle rounds: not said again
+    monkeypatch.setattr(follow_module, "follow", functools.partial(follow_module.follow, rounds=6))
+    assert main(["audit", "--follow", str(source), "--interval-ms", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
     said = [line for line in lines if "waiting for an incomplete file" in line]
-    assert len(said) == 1 and "part-00000.parquet" in said[0], lines
+    assert len(said) == 1 and said[0].startswith("round 1: ") and "part-00000.parquet" in said[0], lines
     assert not any("batches (" in line for line in lines)
     (final,) = [line.rstrip("\n") for line in lines if line.startswith("stopped after")]
-    assert re.fullmatch(r"stopped after \S+ round\(s\) in [\d.]+ s: 0 batches, 0 finding\(s\)(; .*)?", final), final
+    assert re.fullmatch(r"stopped after 6 round\(s\) in [\d.]+ s: 0 batches, 0 finding\(s\)(; .*)?", final), final

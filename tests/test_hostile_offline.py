@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from tests.peers import ServeProcess, wait_listening
@@ -30,8 +31,6 @@ from tests.test_server_faults import (
     produce_numbered,
     read_back,
 )
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 HALTED = "the log directory failed"
 

@@ -29,8 +29,6 @@ import pytest
 from tests.peers import ServeProcess
 from tests.real_client_helpers import QUIET, bounded, create_topics, read_confluent
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-
 
 def serve(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     """`idemcore serve ARGS` to its end (these are refused before listening)."""

@@ -9,17 +9,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import confluent_kafka
 import pytest
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin._transactions import TransactionState
+from kafka.errors import TransactionalIdNotFoundError
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-kafka = pytest.importorskip("kafka")
-
-from kafka import KafkaAdminClient, TopicPartition  # noqa: E402
-from kafka.admin._transactions import TransactionState  # noqa: E402
-from kafka.errors import TransactionalIdNotFoundError  # noqa: E402
-
-from idemcore import Broker  # noqa: E402
-from idemcore.broker.server import Server  # noqa: E402
+from idemcore import Broker
+from idemcore.broker.server import Server
 
 TOPIC = "t"
 TIMEOUT_S = 20

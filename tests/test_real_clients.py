@@ -32,10 +32,6 @@ from tests.real_client_helpers import (
     require_apis,
 )
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-kafka = pytest.importorskip("kafka")
-aiokafka = pytest.importorskip("aiokafka")
-
 
 @pytest.fixture
 def served(kafka_server, monkeypatch, caplog):
