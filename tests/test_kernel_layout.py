@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from idemcore.kernels import reference as rules
+from idemcore.kernels import rules_reference as rules
 from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.state import validate
 from idemcore.state.persist import load_state, save_state
@@ -20,9 +20,9 @@ from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 
 def test_the_compiled_row_is_the_reference_layout():
-    from idemcore.kernels import cython_kernels
+    from idemcore.kernels import cython_rules
 
-    layout = cython_kernels.row_layout()
+    layout = cython_rules.row_layout()
     assert layout["row_size"] == 8 * rules.ROW_WORDS and layout["slot_size"] == 8 * rules.SLOT_WORDS
     assert layout["ring_entry_size"] == 16
     assert layout["epoch"] == 2 * rules.ROW_EPOCH
@@ -42,7 +42,7 @@ def test_the_compiled_row_is_the_reference_layout():
     assert layout["slot_partition"] == 4 * rules.SLOT_PARTITION and layout["slot_row"] == 4 * rules.SLOT_ROW
     # An in-sequence batch reads the first cache line only.
     assert layout["ring_offset_delta"] + 4 * rules.RING_SIZE <= 64
-    from idemcore.kernels import cython_kernels as compiled
+    from idemcore.kernels import cython_rules as compiled
 
     assert compiled.KERNEL_CODES["ROW_WORDS"] == rules.ROW_WORDS
     assert compiled.KERNEL_CODES["SLOT_WORDS"] == rules.SLOT_WORDS

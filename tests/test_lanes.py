@@ -83,7 +83,7 @@ def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkey
 def test_tables_big_enough_to_prefetch_give_the_references_answers(backend, threads, chunk, monkeypatch):
     # From PREFETCH_MIN_ROWS rows the compiled kernels take their prefetching loops (reserve_rows hashes batches
     # ahead, validate_listed and validate_batches fetch rows ahead), which smaller tests never reach.
-    from idemcore.kernels import reference as rules
+    from idemcore.kernels import rules_reference as rules
 
     monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
     columns = chaotic_stream(30_000, seed=7, producers=1_500)  # about 7,000 streams

@@ -118,19 +118,19 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
 def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(monkeypatch):
     from idemcore import kernels
     from idemcore.broker.replica_manager import RequestColumns
-    from idemcore.kernels import cython_kernels
+    from idemcore.kernels import cython_rules
 
     columns, state = RequestColumns(4), ProducerStateTable()
     groups = (columns.batch, state.kernel_arrays(), columns.verdicts, columns.txns, columns.commit)
     compiled = kernels.bind_batches(kernels.load_backend("cython"), *groups)
-    assert type(compiled) is cython_kernels.BoundBatches
+    assert type(compiled) is cython_rules.BoundBatches
     with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
         compiled.check_batches(0, 0, 5)
     with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
         compiled.commit_batches(3, 5)
     assert compiled.check_batches(0, 0, 0) == 0 and compiled.commit_batches(2, 2) == 2
     assert type(kernels.bind_batches(kernels.load_backend("python"), *groups)).__name__ == "_Splatted"
-    monkeypatch.delattr(cython_kernels, "BoundBatches")  # an extension built before the class existed
+    monkeypatch.delattr(cython_rules, "BoundBatches")  # an extension built before the class existed
     fallback = kernels.bind_batches(kernels.load_backend("cython"), *groups)
     assert type(fallback).__name__ == "_Splatted" and fallback.check_batches(0, 0, 0) == 0
 

@@ -73,7 +73,7 @@ from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditR
 from idemcore.audit.shards import ShardedState
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
-from idemcore.kernels import reference as rules
+from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, VerdictColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
 from idemcore.record.columns import COLUMNS, BatchMetadata

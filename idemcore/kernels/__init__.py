@@ -29,13 +29,13 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 
 ``bind_batches(backend, columns, state, verdicts, txns, commit)`` gives ``check_batches`` and ``commit_batches``
 over arrays that stay the same from call to call (a broker's request columns): the compiled backend takes their
-buffers once (``cython_kernels.BoundBatches``), the others are called with the arrays as usual.
+buffers once (``cython_rules.BoundBatches``), the others are called with the arrays as usual.
 
 ``get_record_encoder(name)`` is apart from that contract: the records section of a RecordBatch v2 built from
 Python objects (:mod:`idemcore.kernels.record_encode_reference` and its compiled twin ``cython_record_encode``),
 which ``record.v2.batches.encode_record_batch`` calls on every batch the broker appends.
 
-The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
+The rules are in :mod:`idemcore.kernels.rules_reference` (docs/rules.md in prose).
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
 with ``@njit``; needs the optional ``numba`` extra) and ``python`` (the
 reference, interpreted). Choose one with a ``backend=`` argument or
@@ -60,10 +60,10 @@ from idemcore.errors import BackendUnavailableError
 #: Fastest first: the order ``auto`` tries (measured by bench/bench_validate.py).
 PREFERENCE = ("cython", "numba", "python")
 _MODULES = {
-    "cython": ("idemcore.kernels.cython_kernels", "idemcore.kernels.cython_drain",
+    "cython": ("idemcore.kernels.cython_rules", "idemcore.kernels.cython_drain",
                "idemcore.kernels.cython_header_scan"),
-    "numba": ("idemcore.kernels.numba_kernels",),
-    "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference",
+    "numba": ("idemcore.kernels.numba_rules",),
+    "python": ("idemcore.kernels.rules_reference", "idemcore.kernels.drain_reference",
                "idemcore.kernels.header_scan_reference"),
 }
 ENV_VAR = "IDEMCORE_BACKEND"

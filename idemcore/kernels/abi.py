@@ -43,7 +43,7 @@ class StateArrays(NamedTuple):
 
     The index and the rows are one buffer each, passed as views of several widths (``slot_i64`` and
     ``slot_i32`` of the index's 16-byte slots; ``row_i64`` to ``row_i8`` of the 192-byte rows): the layout is
-    in :mod:`idemcore.kernels.reference` (``SLOT_*``, ``ROW_*``)."""
+    in :mod:`idemcore.kernels.rules_reference` (``SLOT_*``, ``ROW_*``)."""
 
     slot_i64: np.ndarray
     slot_i32: np.ndarray
@@ -167,6 +167,6 @@ HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
 }
 
 #: ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
-#: not in SIGNATURES, whose entry points all live in ``kernels.reference``).
+#: not in SIGNATURES, whose entry points all live in ``kernels.rules_reference``).
 SCALARS_SCAN = ("data", "file_position", "partition", "verify_crc", "cursor")
 HEADER_SCAN_SIGNATURE: tuple[str, ...] = (*SCALARS_SCAN, *HeaderScanColumns._fields)

@@ -8,7 +8,7 @@ batch keeps the sequence it has. Beyond Kafka: until a batch of the
 current epoch is acknowledged on a partition, only one is in flight there
 (a broker that does not know the producer accepts any first sequence, so a
 batch overtaking a lost one would be written ahead of it). Written in the subset of Python Numba
-compiles; ``numba_kernels`` compiles this source, ``cython_drain`` is an
+compiles; ``numba_rules`` compiles this source, ``cython_drain`` is an
 independent implementation. Kernels never raise or allocate.
 
 Per partition ``p`` (arrays indexed by the producer's partition number):

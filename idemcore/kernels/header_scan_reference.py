@@ -23,7 +23,7 @@ ABORT and COMMIT, its value (version i16, coordinator epoch i32). Data batches g
 coordinator epoch 0 (``record.columns.DEFAULTS``); a control batch whose record cannot be read (compressed,
 empty, cut short, negative versions) gets -1 in what could not be read.
 
-This is the reference twin: the numba backend compiles this very source (``numba_kernels``), the Cython one
+This is the reference twin: the numba backend compiles this very source (``numba_rules``), the Cython one
 (``cython_header_scan.pyx``) is written apart; the tests compare all three on every column. The loop is written
 in the subset of Python Numba compiles: shifts instead of ``int.from_bytes``, arithmetic that never leaves
 int64. CRC-32C comes from maintained packages, never written here: ``crc32c`` (or ``google-crc32c``) in Python,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from idemcore.findings import Finding
-from idemcore.kernels.reference import INT64_MAX
+from idemcore.kernels.rules_reference import INT64_MAX
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 

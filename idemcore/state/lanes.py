@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
-from idemcore.kernels import reference as rules
+from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata

@@ -8,7 +8,7 @@ touch a Python object. Partitions have their own small index and carry the
 log end offset (the next offset to assign).
 
 Each row is one 192-byte record, 64-byte aligned (its layout: ``ROW_*`` in
-:mod:`idemcore.kernels.reference`), so a batch touches a row's first cache line
+:mod:`idemcore.kernels.rules_reference`), so a batch touches a row's first cache line
 and one more; each index slot holds its key beside the row number. The
 per-field arrays (``row_epoch``, ``ring_last_seq``, ...) are strided views of
 those records, reading and writing them in place.
@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend, get_backend
-from idemcore.kernels import reference as rules
+from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import StateArrays
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from idemcore.kernels import Backend, BoundBatches, bind_batches, get_backend
-from idemcore.kernels import reference as rules
+from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata

@@ -1,7 +1,7 @@
 """The reference kernels compiled with Numba.
 
 There is no second copy of the rules here: every function of
-:mod:`idemcore.kernels.reference` (and of ``drain_reference`` and ``header_scan_reference``) is re-bound to
+:mod:`idemcore.kernels.rules_reference` (and of ``drain_reference`` and ``header_scan_reference``) is re-bound to
 a namespace in which its helpers are the compiled versions, then compiled with ``@njit``. So the
 interpreted and the compiled backend run one source; the tests compare them
 anyway, because Numba's integer typing differs from Python's. The header scan swaps two helpers for its own
@@ -23,7 +23,7 @@ import numpy as np
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from idemcore.kernels import drain_reference, header_scan_reference, reference
+from idemcore.kernels import drain_reference, header_scan_reference, rules_reference
 from idemcore.protocol import sequences
 
 
@@ -110,12 +110,12 @@ def _prefetch_codegen(lines, context, builder, signature, args):
 
 
 _compiled_sequences = _compile_module_functions(sequences, _SEQUENCES)
-# reference.prefetch_row and prefetch_slot compiled: the row's three lines (the first, read by an in-sequence
+# rules_reference.prefetch_row and prefetch_slot compiled: the row's three lines (the first, read by an in-sequence
 # batch, and those of the ring entry it writes), the slot's one (interpreted under DISABLE_JIT: the no-ops).
-_prefetch = ({"prefetch_row": reference.prefetch_row, "prefetch_slot": reference.prefetch_slot}
+_prefetch = ({"prefetch_row": rules_reference.prefetch_row, "prefetch_slot": rules_reference.prefetch_slot}
              if getattr(numba.config, "DISABLE_JIT", False)
              else {"prefetch_row": _prefetch_lines(3), "prefetch_slot": _prefetch_lines(1)})
-_compiled = _compile_module_functions(reference, _FUNCTIONS, {**_compiled_sequences, **_prefetch})
+_compiled = _compile_module_functions(rules_reference, _FUNCTIONS, {**_compiled_sequences, **_prefetch})
 
 _compiled_drain = _compile_module_functions(drain_reference, ("drain_partitions",), _compiled_sequences)
 

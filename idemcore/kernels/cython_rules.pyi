@@ -1,9 +1,9 @@
-"""Stub of the compiled module built from idemcore/kernels/cython_kernels.pyx (see idemcore.kernels for the
-contract, idemcore.kernels.abi for the argument groups, idemcore.kernels.reference for the rules)."""
+"""Stub of the compiled module built from idemcore/kernels/cython_rules.pyx (see idemcore.kernels for the
+contract, idemcore.kernels.abi for the argument groups, idemcore.kernels.rules_reference for the rules)."""
 
 import numpy as np
 
-#: The codes compiled in, by the names of idemcore.kernels.reference's module globals.
+#: The codes compiled in, by the names of idemcore.kernels.rules_reference's module globals.
 KERNEL_CODES: dict[str, int]
 
 def validate_batches(

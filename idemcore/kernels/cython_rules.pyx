@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The producer-state rules compiled with Cython: an independent implementation of the kernel contract of
 idemcore.kernels (the entry points, their parameters and results, the state arrays), checked against
-idemcore.kernels.reference. Built by setup.py into idemcore.kernels.cython_kernels.
+idemcore.kernels.rules_reference. Built by setup.py into idemcore.kernels.cython_rules.
 
 The helpers follow Kafka's steps for one batch under the reference's names. The entry points take typed
 memoryviews; the helpers take structs of raw pointers filled once per call (``Batches``, ``State``, ...), so
@@ -74,7 +74,7 @@ cdef enum:
     ROW_WORDS = 24
     SLOT_WORDS = 2
 
-#: The codes compiled in, by the names of idemcore.kernels.reference's module globals (checked by the tests).
+#: The codes compiled in, by the names of idemcore.kernels.rules_reference's module globals (checked by the tests).
 KERNEL_CODES = {
     "APPENDED": APPENDED,
     "DUPLICATE": DUPLICATE,

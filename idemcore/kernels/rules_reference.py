@@ -3,7 +3,7 @@
 This module is the executable form of the rules a Kafka partition leader
 applies to every appended batch (``ProducerAppendInfo`` / ``ProducerStateEntry``
 in Kafka's storage module). It is written in the subset of Python that Numba
-compiles, so ``numba_kernels`` compiles *this very source*: there is one
+compiles, so ``numba_rules`` compiles *this very source*: there is one
 algorithm, run interpreted or compiled. The Cython backend is an independent
 implementation checked against this one.
 
@@ -68,7 +68,7 @@ INT16_MAX = 32767
 # INT64_MAX - 1, so that the log end after it still fits.
 INT64_MAX = 9223372036854775807
 
-# Prefetching in validate_listed, once the rows outgrow the caches (as in cython_kernels.pyx): the rows of the
+# Prefetching in validate_listed, once the rows outgrow the caches (as in cython_rules.pyx): the rows of the
 # batch PREFETCH_AHEAD places ahead, on a table of at least PREFETCH_MIN_ROWS rows.
 PREFETCH_AHEAD = 16
 PREFETCH_MIN_ROWS = 4096
@@ -84,7 +84,7 @@ N_COMPLETED = 2
 # (row_i64, row_i32, row_i16, row_i8: the row's 24, 48, 96 and 192 words of each width). The first cache line is
 # all an in-sequence batch reads (the ring's sequences and deltas inline); it writes one more line, that of its
 # ring position's (last offset, timestamp) pair. Column numbers count words of the view's width (mirrored in
-# cython_kernels.pyx as a struct, checked by the tests):
+# cython_rules.pyx as a struct, checked by the tests):
 #   bytes   0-63   epoch i16 @0 | head i8 @2 | len i8 @3 | partition index i32 @4 | txn first offset i64 @8 |
 #                  last timestamp i64 @16 | ring last seq i32[5] @24 | ring offset delta i32[5] @44
 #   bytes  64-143  ring (last offset i64, timestamp i64)[5]
@@ -775,7 +775,7 @@ def reserve_rows(
 
 def prefetch_row(row_i64, row):
     """A hint to fetch the cache lines of ``row``: nothing here; an LLVM prefetch where Numba compiles this module
-    (``numba_kernels``)."""
+    (``numba_rules``)."""
     return None
 
 
