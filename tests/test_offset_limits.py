@@ -221,10 +221,11 @@ def test_the_finding_is_registered_and_explained():
 
 
 def test_the_kernel_twins_share_the_codes():
-    from idemcore.kernels import cython_rules, rules_reference
+    from idemcore.kernels import cython_rules
+    from idemcore.kernels import rules_reference as rules
 
-    assert rules_reference.F_OFFSET_OVERFLOW == cython_rules.KERNEL_CODES["F_OFFSET_OVERFLOW"] == Finding.OFFSET_OVERFLOW
-    assert rules_reference.INT64_MAX == cython_rules.KERNEL_CODES["INT64_MAX"] == INT64_MAX
+    assert rules.F_OFFSET_OVERFLOW == cython_rules.KERNEL_CODES["F_OFFSET_OVERFLOW"] == Finding.OFFSET_OVERFLOW
+    assert rules.INT64_MAX == cython_rules.KERNEL_CODES["INT64_MAX"] == INT64_MAX
 
 
 # ---------------------------------------------------------------- the backends agree near the limit
