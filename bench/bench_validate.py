@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from idemcore.state import ProducerStateTable, validate
+from idemcore.engine import ProducerStateTable, validate
 
 STREAMS = ["a-1-partition", "b-64-partitions"]
 PYTHON_SUBSET = 200_000  # the interpreted reference is ~1000x slower; timed on a prefix

@@ -17,12 +17,7 @@ from idemcore.client import (
     ProducerFencedError,
     TransactionAbortableError,
 )
-from idemcore.errors import BackendUnavailableError, IdemcoreError
-from idemcore.findings import FINDINGS, Finding
-from idemcore.kernels import available_backends, get_backend
-from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state import (
+from idemcore.engine import (
     AppendResult,
     CompletedTxn,
     CompletedTxns,
@@ -35,6 +30,11 @@ from idemcore.state import (
     commit,
     validate,
 )
+from idemcore.errors import BackendUnavailableError, IdemcoreError
+from idemcore.findings import FINDINGS, Finding
+from idemcore.kernels import available_backends, get_backend
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
+from idemcore.record.columns import COLUMNS, BatchMetadata
 
 __version__ = "0.1.0"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idemcore import Finding
-from idemcore.state import validate
+from idemcore.engine import validate
 
 from .helpers import batches, data, marker
 

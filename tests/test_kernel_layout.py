@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from idemcore.engine import validate
+from idemcore.engine.persist import load_state, save_state
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import rules_reference as rules
 from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state import validate
-from idemcore.state.persist import load_state, save_state
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 
 def test_the_compiled_row_is_the_reference_layout():

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import idemcore
 from idemcore import ProducerStateTable
-from idemcore.state import lanes, validate
+from idemcore.engine import lanes, validate
 from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches, data
@@ -289,7 +289,7 @@ def test_a_listed_row_past_the_table_is_looked_up_not_read():
     validate(batches(rows[:1]), state)
     state.counters[0] = 1 << 20  # N_ROWS past the capacity
     packed = idemcore.BatchMetadata.coerce(batches(rows[1:]))
-    out = idemcore.state.Verdicts.allocate(1)
+    out = idemcore.engine.Verdicts.allocate(1)
     txns = idemcore.CompletedTxns.empty(0).kernel_columns()
     for name in ("cython", "numba", "python"):
         kernel = get_backend(name)
@@ -394,8 +394,8 @@ def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
     # rebuilt from its rows (persist's save/load).
     import signal
 
-    from idemcore.state import persist
-    from idemcore.state import table as table_module
+    from idemcore.engine import persist
+    from idemcore.engine import table as table_module
 
     real = table_module._aligned_zeros
     pressed: list[int] = []

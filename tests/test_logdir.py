@@ -880,9 +880,9 @@ def test_the_log_end_offset_is_the_log_s_even_after_a_refused_batch(tmp_path):
 def _oracle(batches: dict[str, np.ndarray]) -> list[tuple[int, int, int]]:
     """(status, finding, expected) per batch, one batch at a time: CLIENT verdicts, and a batch after a sequence
     gap committed at its own offsets (what LogState does in ranges, with copies and rollbacks)."""
-    from idemcore.state.table import ProducerStateTable
-    from idemcore.state.validate import commit, validate
-    from idemcore.state.verdicts import Verdicts
+    from idemcore.engine.table import ProducerStateTable
+    from idemcore.engine.validate import commit, validate
+    from idemcore.engine.verdicts import Verdicts
 
     state = ProducerStateTable()
     out = []

@@ -22,9 +22,9 @@ from idemcore import (
     commit,
     validate,
 )
+from idemcore.engine.explain import rejection_message
 from idemcore.net.messages import ProduceRequest
 from idemcore.record.batch import RecordBatch
-from idemcore.state.explain import rejection_message
 
 from .conftest import EXPECTED
 from .helpers import batches, data, marker

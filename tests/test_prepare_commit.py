@@ -78,10 +78,10 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
     (BoundChecks), against the unbound check_into/commit_into on a twin table. Both tables start with one row and
     one partition, so commit grows them (the bound kernels must follow the new arrays)."""
     from idemcore.broker.replica_manager import RequestColumns
+    from idemcore.engine.validate import check_into, commit_into
     from idemcore.kernels import get_backend
     from idemcore.protocol.codes import Origin
     from idemcore.record.columns import COLUMNS
-    from idemcore.state.validate import check_into, commit_into
 
     kernel = get_backend(backend)
     packed = BatchMetadata.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,

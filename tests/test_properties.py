@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import idemcore
 from idemcore import ProducerStateTable
+from idemcore.engine import validate
 from idemcore.record.columns import COLUMNS
-from idemcore.state import validate
 from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from idemcore.engine.table import ProducerStateTable
 from idemcore.findings import FINDINGS, PER_BATCH, Finding
 from idemcore.kernels import abi, drain_reference, load_backend, rules_reference
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
-from idemcore.state.table import ProducerStateTable
 
 PACKAGE = Path(__file__).resolve().parent.parent / "idemcore"
 #: Bottom to top: a module may import only from its own layer or below.
-LAYERS = ("errors", "clock", "progress", "protocol", "findings", "kernels", "record", "state", "net", "client",
+LAYERS = ("errors", "clock", "progress", "protocol", "findings", "kernels", "record", "engine", "net", "client",
           "broker", "audit", "synth", "sim", "cli")
 ENTRY_POINTS = (*abi.SIGNATURES, "rebuild_producer_index", "rebuild_partition_index")
 
@@ -122,8 +122,8 @@ def test_imports_point_down_the_layers():
 
 
 def test_column_lists_are_the_abi_groups():
+    from idemcore.engine.verdicts import VERDICT_DTYPES
     from idemcore.record.columns import COLUMNS
-    from idemcore.state.verdicts import VERDICT_DTYPES
 
     assert tuple(COLUMNS) == abi.BatchColumns._fields
     assert tuple(f"out_{name}" for name in VERDICT_DTYPES) == abi.VerdictColumns._fields

@@ -1,4 +1,4 @@
-"""Producer-state snapshots (state.snapshot): what Kafka writes for a partition and what it loads back.
+"""Producer-state snapshots (engine.snapshot): what Kafka writes for a partition and what it loads back.
 
 The property: a table A built from a random stream, snapshotted (snapshot_entries -> encode_snapshot -> file ->
 read_snapshot) and loaded into a table B, answers the next batch as A does; the one known difference is a retry
@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from idemcore import ProducerStateTable
+from idemcore.engine import ProducerStateManager, check, validate
+from idemcore.engine.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 from idemcore.findings import Finding
 from idemcore.protocol.codes import ErrorCode, Status
 from idemcore.record.kafka_files import (
@@ -27,8 +29,6 @@ from idemcore.record.kafka_files import (
     read_snapshot,
     write_file_atomically,
 )
-from idemcore.state import ProducerStateManager, check, validate
-from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 
 from .helpers import batches, data, marker
 from .test_properties import PIDS, streams

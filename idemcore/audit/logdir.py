@@ -71,6 +71,9 @@ from idemcore.audit.keys import _PARTITION_BITS
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
 from idemcore.audit.shards import ShardedState
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import commit_into
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
 from idemcore.kernels import rules_reference as rules
@@ -90,9 +93,6 @@ from idemcore.record.kafka_files import (
     read_txn_index,
     scan_segment,
 )
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import commit_into
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 log = logging.getLogger(__name__)
 

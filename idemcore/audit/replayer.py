@@ -19,11 +19,11 @@ from idemcore.audit.aborted import AbortedRecords
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.keys import StreamKeys
 from idemcore.audit.shards import ShardedState, stream_runs
+from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, Origin, Status
 from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state.verdicts import Verdicts
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
 _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
@@ -455,9 +455,9 @@ class StreamReplayer:
 
     def to_checkpoint(self) -> tuple[dict[str, Any], dict[str, np.ndarray | bytes]]:
         """The replay state as data: JSON-ready values and arrays/bytes (each producer table by
-        :func:`~idemcore.state.persist.save_state`); :meth:`restore_checkpoint` reads them back. The findings
+        :func:`~idemcore.engine.persist.save_state`); :meth:`restore_checkpoint` reads them back. The findings
         kept since the last :meth:`finish` are not part of it (a follow round clears them first)."""
-        from idemcore.state.persist import save_state
+        from idemcore.engine.persist import save_state
 
         pending = self._aborted._pending
         values = {"origin": self.origin.name.lower(), "order_by": self.order_by, "collect": self.collect,
@@ -479,7 +479,7 @@ class StreamReplayer:
     def restore_checkpoint(self, values: dict[str, Any], arrays: dict[str, Any]) -> None:
         """Take the state :meth:`to_checkpoint` gave (this replayer: new, of the same kind, origin, order)."""
         from idemcore.audit.keys import _PARTITION_BITS
-        from idemcore.state.persist import load_state
+        from idemcore.engine.persist import load_state
 
         if Origin.parse(values["origin"]) != self.origin or values["order_by"] != self.order_by:
             raise ValueError(f"replay state of origin {values['origin']}, order {values['order_by']}; this replayer "

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from idemcore.engine import lanes
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import check_threads, validate, validate_into
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend
 from idemcore.kernels.abi import VerdictColumns
 from idemcore.protocol.codes import Origin
 from idemcore.record.columns import BatchMetadata
-from idemcore.state import lanes
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import check_threads, validate, validate_into
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.
 OWN_TABLE_RUN = 1024

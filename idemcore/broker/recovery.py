@@ -13,13 +13,13 @@ import numpy as np
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import REACHABLE, ProducerIdManager
+from idemcore.engine.snapshot import load_snapshot_file
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import validate_into
+from idemcore.engine.verdicts import Verdicts
 from idemcore.kernels import Backend
 from idemcore.protocol.codes import ErrorCode, Origin, Status
 from idemcore.record.columns import BatchMetadata, concatenate
-from idemcore.state.snapshot import load_snapshot_file
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import validate_into
-from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 

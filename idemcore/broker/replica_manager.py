@@ -21,6 +21,11 @@ from idemcore.broker.partition import AlterIsr, LeaderAndIsrState, Partition
 from idemcore.broker.producer_ids import ProducerIdManager
 from idemcore.broker.recovery import recover_producer_state, reload_partition_state
 from idemcore.broker.topic_config import TopicConfig
+from idemcore.engine.explain import rejection_message
+from idemcore.engine.snapshot import snapshot_entries
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import BoundChecks, validate_into
+from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
@@ -41,11 +46,6 @@ from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
 from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import encode_snapshot
-from idemcore.state.explain import rejection_message
-from idemcore.state.snapshot import snapshot_entries
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import BoundChecks, validate_into
-from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 ``commit_batches(...) -> int``
     commit the batches ``check_batches`` accepted (after the log write).
 ``reserve_rows(...) -> int``
-    the pre-pass of a validation split into lanes of partitions (``state.lanes``):
+    the pre-pass of a validation split into lanes of partitions (``engine.lanes``):
     every batch's partition and producer row, entries added for new ones;
     ``validate_listed(...) -> int`` is validate_batches over a lane's batches.
 ``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``

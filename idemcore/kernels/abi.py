@@ -1,7 +1,7 @@
 """The kernels' argument groups, by name: no call site depends on the order of ~50 positional arguments.
 
 Each group is a NamedTuple whose field order is the kernel's parameter order;
-call sites build a group by keyword (or from a table, see ``state.table``) and
+call sites build a group by keyword (or from a table, see ``engine.table``) and
 splat it. ``tests/test_seams.py`` checks that every backend's parameters are
 these names in this order.
 
@@ -59,7 +59,7 @@ class StateArrays(NamedTuple):
 
 
 class VerdictColumns(NamedTuple):
-    """One verdict per batch (``state.verdicts.VERDICT_DTYPES``)."""
+    """One verdict per batch (``engine.verdicts.VERDICT_DTYPES``)."""
 
     out_status: np.ndarray
     out_error_code: np.ndarray

@@ -73,7 +73,7 @@ INT64_MAX = 9223372036854775807
 PREFETCH_AHEAD = 16
 PREFETCH_MIN_ROWS = 4096
 
-# counters[] layout, shared with idemcore.state.table.
+# counters[] layout, shared with idemcore.engine.table.
 N_ROWS = 0
 N_PARTITIONS = 1
 N_COMPLETED = 2
@@ -708,7 +708,7 @@ def reserve_rows(
     counters,
     batch_bucket, batch_row, bucket_count,
 ):
-    """The pre-pass of a validation split into lanes (``state.lanes``): give every batch of ``start..stop-1``
+    """The pre-pass of a validation split into lanes (``engine.lanes``): give every batch of ``start..stop-1``
     its partition and producer row before any is checked, so lanes that own disjoint partitions can then run
     :func:`validate_listed` side by side without inserting into the shared indexes.
 
@@ -795,7 +795,7 @@ def validate_listed(
     txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order; an empty
-    ``listed``: the batches ``start..stop-1``): a lane's batches among all of a call's (``state.lanes``),
+    ``listed``: the batches ``start..stop-1``): a lane's batches among all of a call's (``engine.lanes``),
     ``batch_row`` their rows as :func:`reserve_rows` gave them (a row that is not a table row is looked up
     instead). The caller prefills their verdict columns as an appended batch has them (APPENDED, NONE, F_NONE,
     -1: the compiled twin writes only an in-sequence batch's offsets). Returns the first position in ``listed``

@@ -4,7 +4,7 @@
 ``idemcore generate`` format): Spark's file source lists the new files at each trigger, one micro-batch reads
 them, ``groupBy("topic", "partition").applyInPandasWithState`` replays each stream's new rows through the kernel
 from the producer state its earlier micro-batches left (Spark's state store, :data:`STREAM_STATE_SCHEMA`: the
-stream's :class:`~idemcore.state.table.ProducerStateTable` by :func:`save_state` and the last ordering value
+stream's :class:`~idemcore.engine.table.ProducerStateTable` by :func:`save_state` and the last ordering value
 replayed), and returns only the batches with a finding, in the columns of the one-shot audit's findings
 (:func:`~idemcore.audit.replayer.findings_schema`). A Kafka log directory is followed in process only
 (:mod:`idemcore.audit.follow`).
@@ -86,10 +86,10 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
 
     def follow_findings(key: Any, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         from idemcore.audit.replayer import finding_names
+        from idemcore.engine.persist import load_state, save_state
+        from idemcore.engine.table import ProducerStateTable
+        from idemcore.engine.validate import validate
         from idemcore.record.columns import BatchMetadata
-        from idemcore.state.persist import load_state, save_state
-        from idemcore.state.table import ProducerStateTable
-        from idemcore.state.validate import validate
 
         pd = import_module("pandas")
         frames = [frame for frame in pdfs if len(frame)]

@@ -27,9 +27,9 @@ import numpy as np
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
 from idemcore.audit.spark.frame import OUTPUT_COLUMNS, _validate_batches, clustered, validated_schema
+from idemcore.engine.persist import load_state, save_state
+from idemcore.engine.table import ProducerStateTable
 from idemcore.protocol.codes import Origin
-from idemcore.state.persist import load_state, save_state
-from idemcore.state.table import ProducerStateTable
 
 __all__ = [
     "STREAM_STATE_SCHEMA",
@@ -71,7 +71,7 @@ def _verdict_frame(pdf: Any, order: str, origin: Origin, backend: str | None,
     import pyarrow as pa
 
     from idemcore.audit.replayer import StreamReplayer, finding_names, status_names
-    from idemcore.state.validate import validate
+    from idemcore.engine.validate import validate
 
     rows = pdf.sort_values(order, kind="stable", ignore_index=True)  # stable: equal values keep their order
     if state is None:

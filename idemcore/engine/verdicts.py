@@ -1,5 +1,5 @@
 """What a replay through the producer-state rules says of each batch (:class:`Verdicts`) and of the transactions
-its markers closed (:class:`CompletedTxns`); :mod:`idemcore.state.validate` and its lanes (:mod:`.lanes`) fill them."""
+its markers closed (:class:`CompletedTxns`); :mod:`idemcore.engine.validate` and its lanes (:mod:`.lanes`) fill them."""
 
 from __future__ import annotations
 

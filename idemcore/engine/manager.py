@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import check, commit
+from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX
 from idemcore.protocol.sequences import seq_sub
 from idemcore.record.columns import BatchMetadata
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import check, commit
-from idemcore.state.verdicts import Verdicts
 
 
 @dataclass(frozen=True)

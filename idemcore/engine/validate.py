@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.engine import lanes
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend, BoundBatches, bind_batches, get_backend
 from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata
-from idemcore.state import lanes
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 
 def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origin, backend: str | Backend | None
@@ -77,7 +77,7 @@ def validate(
     own partitions' batches in order (the compiled backends release the GIL;
     ``python`` runs the lanes one after another). The verdicts, the completed
     transactions and the state are those of one thread in input order (see
-    :mod:`idemcore.state.lanes`, which also takes every call of at least
+    :mod:`idemcore.engine.lanes`, which also takes every call of at least
     ``lanes.MIN_BATCHES`` batches: its pre-pass makes the check faster).
 
     ``out``: verdicts of an earlier call, at least as long as ``batches``, whose

@@ -45,14 +45,14 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
 from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
 from idemcore.protocol.codes import Origin, Status
 from idemcore.record.columns import BatchMetadata
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")

@@ -34,11 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from idemcore.engine.table import ProducerStateTable
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX, NUM_BATCHES_TO_RETAIN
 from idemcore.record.kafka_files.indexes import FileProblem, FileRead, ProducerSnapshotEntry, read_snapshot
 from idemcore.record.kafka_files.names import SNAPSHOT_SUFFIX, parse_offset_file
-from idemcore.state.table import ProducerStateTable
 
 #: Each snapshot field and the dtype of the table column it fills (the range it must fit).
 _FIELD_DTYPES: dict[str, type[np.integer]] = {

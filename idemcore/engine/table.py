@@ -28,7 +28,7 @@ from idemcore.kernels import rules_reference as rules
 from idemcore.kernels.abi import StateArrays
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 
-#: The fields of a row and their dtypes (what the views give, and what ``state.persist`` writes).
+#: The fields of a row and their dtypes (what the views give, and what ``engine.persist`` writes).
 _ROW_FIELDS = {
     "row_partition": np.int32,
     "row_producer_id": np.int64,
@@ -59,7 +59,7 @@ _ROW_VIEWS: dict[str, tuple[str, int | slice]] = {
     "row_coordinator_epoch": ("_row_i32", rules.ROW_COORDINATOR_EPOCH),
     "row_last_timestamp": ("_row_i64", rules.ROW_LAST_TIMESTAMP),
     "row_txn_first_offset": ("_row_i64", rules.ROW_TXN_FIRST_OFFSET),
-    "row_reserved_by": ("_row_i64", rules.ROW_RESERVED_BY),  # scratch of state.lanes: not state, not persisted
+    "row_reserved_by": ("_row_i64", rules.ROW_RESERVED_BY),  # scratch of engine.lanes: not state, not persisted
     "ring_last_seq": ("_row_i32", slice(rules.ROW_RING_LAST_SEQ, rules.ROW_RING_LAST_SEQ + _R)),
     "ring_offset_delta": ("_row_i32", slice(rules.ROW_RING_OFFSET_DELTA, rules.ROW_RING_OFFSET_DELTA + _R)),
     "ring_last_offset": ("_row_i64", slice(rules.ROW_RING_LAST_OFFSET, rules.ROW_RING_LAST_OFFSET + 2 * _R, 2)),

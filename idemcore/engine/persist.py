@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 
-from idemcore.state.table import _PARTITION_FIELDS, _RING_FIELDS, _ROW_FIELDS, ProducerStateTable
+from idemcore.engine.table import _PARTITION_FIELDS, _RING_FIELDS, _ROW_FIELDS, ProducerStateTable
 
 _HEADER = struct.Struct("<Bqq")  # version, producer rows, partitions
 _STATE_VERSION = 1
@@ -19,7 +19,7 @@ _ROW_ORDER = [name for name in _ROW_FIELDS if name != "row_partition_index"]
 def save_state(table: ProducerStateTable) -> bytes:
     """The whole producer state of ``table`` as compact bytes (155 per producer entry): every row with
     its full ring of retained batches, and every partition's log end. Unlike a Kafka snapshot
-    (:func:`idemcore.state.snapshot_entries`, the newest batch only), :func:`load_state` gives a table that
+    (:func:`idemcore.engine.snapshot_entries`, the newest batch only), :func:`load_state` gives a table that
     judges every later batch as ``table`` would."""
     canonical = table.canonical()
     n, p = len(canonical["row_producer_id"]), len(canonical["partition_id"])

@@ -1,7 +1,7 @@
 """Producer state: the table the kernels read and write, validate (check + commit), the per-partition
 ``ProducerStateManager``, and Kafka's producer-state snapshots of a partition (``snapshot``)."""
 
-from idemcore.state.manager import (
+from idemcore.engine.manager import (
     AppendResult,
     BatchRecord,
     CompletedTxn,
@@ -10,11 +10,11 @@ from idemcore.state.manager import (
     ProducerEntry,
     ProducerStateManager,
 )
-from idemcore.state.persist import load_state, save_state
-from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import check, commit, validate
-from idemcore.state.verdicts import CompletedTxns, Verdicts
+from idemcore.engine.persist import load_state, save_state
+from idemcore.engine.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import check, commit, validate
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 
 __all__ = [
     "AppendResult",
