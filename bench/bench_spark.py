@@ -176,7 +176,7 @@ def bench_spark_c_in_process_kernel(benchmark, record, tables):
     packed = []
     for table in tables:
         columns = {name: table.column(name).to_numpy() for name in table.schema.names if name != "topic"}
-        columns["partition"] = StreamKeys().encode(table.column("topic"), columns["partition"])
+        columns["stream"] = StreamKeys().encode(table.column("topic"), columns.pop("partition"))
         packed.append(BatchMetadata.coerce(columns))
 
     def run():

@@ -43,8 +43,8 @@ def bench_validate(benchmark, streams, record, backend, threads, stream):
 
 def _presized_table(packed) -> ProducerStateTable:
     """A table sized for the stream's streams (at most producers x partitions), its pages touched."""
-    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["partition"]))
-    state = ProducerStateTable(row_capacity=rows + 1, partition_capacity=128)  # (+1: the pre-pass keeps one spare)
+    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["stream"]))
+    state = ProducerStateTable(row_capacity=rows + 1, stream_capacity=128)  # (+1: the pre-pass keeps one spare)
     for array in state.kernel_arrays():
         array[...] = array.copy()  # first-touch page faults outside the timing
     return state

@@ -26,7 +26,7 @@ def test_matching_dtypes_are_not_copied():
 def test_defaults_and_derived_last_sequence():
     packed = BatchMetadata.coerce(BASE)
     assert packed["last_sequence"].tolist() == [0, 2]
-    assert packed["partition"].tolist() == [0, 0] and packed["base_offset"].tolist() == [-1, -1]
+    assert packed["stream"].tolist() == [0, 0] and packed["base_offset"].tolist() == [-1, -1]
     assert packed["control_type"].tolist() == [-1, -1] and not packed["is_control"].any()
     assert {name: packed[name].dtype for name in COLUMNS} == COLUMNS
 

@@ -101,7 +101,7 @@ class Batch:
                 control_type = self.marker[0]
                 coordinator_epoch = self.marker[1] if control_type in (0, 1) else -1
         return {
-            "partition": partition, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+            "stream": partition, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
             "base_sequence": self.base_sequence,
             "last_sequence": int(last_sequences(np.array([self.base_sequence], np.int32),
                                                 np.array([self.record_count], np.int32))[0]),
@@ -196,7 +196,7 @@ def test_a_segment_of_data_batches_decodes_every_field(backend):
     ]
     data, expected = segment(batches, start=4096)
     result = scan(backend, data, partition=9, file_position=4096)
-    assert result.rows == [{**row, "partition": 9} for row in expected]
+    assert result.rows == [{**row, "stream": 9} for row in expected]
     assert result.rows[1]["last_sequence"] == 2 and result.rows[3]["last_offset"] == INT64_MIN + 2
     assert (result.position, result.reason) == (len(data), ref.SCAN_END)
 
@@ -435,7 +435,7 @@ def test_batches_of_kafka_python_and_aiokafka_decode_as_kafka_python_reads_them(
             control_type = control.type
             coordinator_epoch = struct.unpack(">hi", control.value)[1]
         assert row == {
-            "partition": 3, "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
+            "stream": 3, "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
             "base_sequence": batch.base_sequence, "last_sequence": batch.last_sequence,
             "base_offset": batch.base_offset, "record_count": batch.records_count,
             "max_timestamp": batch.max_timestamp, "is_transactional": int(batch.is_transactional),

@@ -27,7 +27,7 @@ def test_the_compiled_row_is_the_reference_layout():
     assert layout["ring_entry_size"] == 16
     assert layout["epoch"] == 2 * rules.ROW_EPOCH
     assert layout["head"] == rules.ROW_HEAD and layout["length"] == rules.ROW_LEN
-    assert layout["partition_index"] == 4 * rules.ROW_PARTITION_INDEX
+    assert layout["stream_index"] == 4 * rules.ROW_STREAM_INDEX
     assert layout["txn_first_offset"] == 8 * rules.ROW_TXN_FIRST_OFFSET
     assert layout["last_timestamp"] == 8 * rules.ROW_LAST_TIMESTAMP
     assert layout["ring_last_seq"] == 4 * rules.ROW_RING_LAST_SEQ
@@ -35,11 +35,11 @@ def test_the_compiled_row_is_the_reference_layout():
     assert layout["ring_last_offset"] == 8 * rules.ROW_RING_LAST_OFFSET
     assert layout["ring_timestamp"] == 8 * rules.ROW_RING_TIMESTAMP
     assert layout["coordinator_epoch"] == 4 * rules.ROW_COORDINATOR_EPOCH
-    assert layout["partition"] == 4 * rules.ROW_PARTITION
+    assert layout["stream"] == 4 * rules.ROW_STREAM
     assert layout["producer_id"] == 8 * rules.ROW_PRODUCER_ID
     assert layout["reserved_by"] == 8 * rules.ROW_RESERVED_BY
     assert layout["slot_producer_id"] == 8 * rules.SLOT_PRODUCER_ID
-    assert layout["slot_partition"] == 4 * rules.SLOT_PARTITION and layout["slot_row"] == 4 * rules.SLOT_ROW
+    assert layout["slot_stream"] == 4 * rules.SLOT_STREAM and layout["slot_row"] == 4 * rules.SLOT_ROW
     # An in-sequence batch reads the first cache line only.
     assert layout["ring_offset_delta"] + 4 * rules.RING_SIZE <= 64
     from idemcore.kernels import cython_rules as compiled
@@ -106,7 +106,7 @@ def _stream(seed: int, n: int) -> dict[str, np.ndarray]:
             first = last = -1
             count = 1 if control else count
         state[(pid, part)] = [epoch, rules.seq_add(last, 1) if last >= 0 else next_seq]
-        row = {"partition": part, "producer_id": pid, "producer_epoch": epoch, "base_sequence": first,
+        row = {"stream": part, "producer_id": pid, "producer_epoch": epoch, "base_sequence": first,
                "last_sequence": last, "base_offset": base_offset, "record_count": count,
                "max_timestamp": int(rng.integers(0, 10**6)), "is_transactional": transactional or control,
                "is_control": control, "control_type": int(rng.integers(0, 2)) if control else -1,
@@ -125,12 +125,12 @@ def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, n
     columns = packed.kernel_columns()
     i = 0
     while i < n:
-        if table.n_producers >= len(table.row_epoch) or table.n_partitions >= len(table.partition_id):
+        if table.n_producers >= len(table.row_epoch) or table.n_streams >= len(table.stream_id):
             table.grow("python")
         arrays = table.kernel_arrays()
         slots = (arrays.slot_i64, arrays.slot_i32)
         rows = (arrays.row_i64, arrays.row_i32, arrays.row_i16, arrays.row_i8)
-        parts = (arrays.pslot_partition, arrays.pslot_index, arrays.partition_id, arrays.partition_next_offset)
+        parts = (arrays.sslot_stream, arrays.sslot_index, arrays.stream_id, arrays.stream_next_offset)
         slot = rules.check_batch(i, tuple(columns), rules.ORIGIN_CLIENT, slots, rows, parts, arrays.counters,
                                  tuple(out), tuple(txns))
         if out.out_status[i] == rules.APPENDED:
@@ -144,9 +144,9 @@ def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, n
 def test_the_fast_path_gives_what_every_rule_gives(backend, seed):
     packed = BatchMetadata.coerce(_stream(seed, 3000))
     half = len(packed) // 2
-    expected_table = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    expected_table = ProducerStateTable(row_capacity=1, stream_capacity=1)
     expected = _every_rule(packed.slice(0, half), expected_table)
-    table = ProducerStateTable(row_capacity=1, partition_capacity=1)  # grows mid-stream, more than once
+    table = ProducerStateTable(row_capacity=1, stream_capacity=1)  # grows mid-stream, more than once
     # In chunks, the second starting near the end of the offset space for partition 2.
     verdicts = [validate(packed.slice(0, half), table, backend=backend)]
     assert int(np.count_nonzero(verdicts[0].finding == rules.F_DUPLICATE)) > 0

@@ -103,7 +103,7 @@ def test_replayed_batches_keep_their_offsets_up_to_the_limit(backend):
             assert state.next_offset(0) == base_offset + count
         else:
             assert rows_of(verdicts) == [(*OVERFLOW, base_offset)], (base_offset, count)
-            assert state.n_partitions == state.n_producers == 0
+            assert state.n_streams == state.n_producers == 0
 
 
 def test_check_then_commit_near_the_limit(backend):

@@ -13,9 +13,9 @@ from idemcore.synth.streams import synthetic_stream
 
 
 def requests(packed: BatchMetadata) -> list[np.ndarray]:
-    """Consecutive batches grouped into requests of at most one batch per partition, in order."""
+    """Consecutive batches grouped into requests of at most one batch per stream, in order."""
     groups, current, seen = [], [], set()
-    for i, partition in enumerate(packed["partition"].tolist()):
+    for i, partition in enumerate(packed["stream"].tolist()):
         if partition in seen:
             groups.append(np.array(current))
             current, seen = [], set()
@@ -33,7 +33,7 @@ def test_check_and_commit_equal_validate_over_the_batches_written(backend, seed,
     packed = BatchMetadata.coerce(synthetic_stream(200, n_producers=4, n_partitions=3, retry_fraction=0.2,
                                                    first_sequence=first_sequence, seed=seed))
     rng = np.random.default_rng(seed)
-    state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # small: commit must grow it
+    state = ProducerStateTable(row_capacity=1, stream_capacity=1)  # small: commit must grow it
     kept, verdict_rows = [], []
     for rows in requests(packed):
         batch = packed.take(rows)
@@ -65,7 +65,7 @@ def test_check_changes_no_state_and_refuses_two_batches_for_one_partition(backen
     assert all(np.array_equal(before[name], after[name]) for name in before)
     commit(batches, verdicts, state, written=[False, True], backend=backend)
     assert state.row_of(0, 7) is None and state.row_of(1, 7) is not None and state.next_offset(1) == 1
-    with pytest.raises(ValueError, match="at most one batch per partition"):
+    with pytest.raises(ValueError, match="at most one batch per stream"):
         check({**batches, "partition": [2, 2]}, state, backend=backend)
     with pytest.raises(ValueError, match="written must have one flag per batch"):
         commit(batches, verdicts, state, written=[True], backend=backend)
@@ -87,8 +87,8 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
     packed = BatchMetadata.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
                                                    seed=seed))
     rng = np.random.default_rng(seed)
-    bound_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
-    plain_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    bound_state = ProducerStateTable(row_capacity=1, stream_capacity=1)
+    plain_state = ProducerStateTable(row_capacity=1, stream_capacity=1)
     bound, plain = RequestColumns(8), RequestColumns(8)
     grown = 0
     for rows in requests(packed):

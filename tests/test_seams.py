@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "idemcore"
 #: Bottom to top: a module may import only from its own layer or below.
 LAYERS = ("errors", "clock", "progress", "protocol", "findings", "kernels", "record", "engine", "net", "client",
           "broker", "audit", "synth", "sim", "cli")
-ENTRY_POINTS = (*abi.SIGNATURES, "rebuild_producer_index", "rebuild_partition_index")
+ENTRY_POINTS = (*abi.SIGNATURES, "rebuild_producer_index", "rebuild_stream_index")
 
 
 def parameters(function) -> list[str]:

@@ -462,7 +462,7 @@ class Follower:
             return
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
-                          for name in COLUMNS if name != "partition"})
+                          for name in COLUMNS if name != "stream"})
         stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
         verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)

@@ -127,7 +127,7 @@ class LogState(ShardedState):
         self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
 
     def _assign_log_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
-        ids = packed["partition"]
+        ids = packed["stream"]
         starts = bounds[:-1]  # a feed is one segment: one run
         top = int(ids[starts].max())
         if len(self._table_of) <= top:  # (doubling: a stream at a time would copy it for each)
@@ -141,14 +141,14 @@ class LogState(ShardedState):
                 self._table_of[stream] = len(self.tables)
                 self.tables.append(ProducerStateTable(row_capacity=_first_capacity(packed["producer_id"],
                                                                                    first[stream]),
-                                                      partition_capacity=2))  # (1: full at once, grown)
+                                                      stream_capacity=2))  # (1: full at once, grown)
 
     def validate(self, packed: BatchMetadata) -> Verdicts:
         n = len(packed)
         out = Verdicts.allocate(n)
         completed: list[CompletedTxns] = []
         if n:
-            ids = packed["partition"]
+            ids = packed["stream"]
             bounds = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1, n]
             self._assign_log_tables(packed, bounds)
             self._note_log_end(packed, ids, bounds)
@@ -190,7 +190,7 @@ class LogState(ShardedState):
             state = self.tables[table]
             stop = min(n, start + max(chunk, 8 * state.n_producers))
             # Nothing to copy in an empty table (a partition's first range): a new one of its size is the same.
-            saved = state.copy() if state.n_producers or state.n_partitions else None
+            saved = state.copy() if state.n_producers or state.n_streams else None
             txns = self._validate_range(columns, control, start, stop, state, out)
             gaps = np.flatnonzero(out.out_finding[start:stop] == Finding.SEQUENCE_GAP)
             if not len(gaps):
@@ -200,7 +200,7 @@ class LogState(ShardedState):
                 continue
             gap = start + int(gaps[0])
             self.tables[table] = state = saved if saved is not None else ProducerStateTable(
-                row_capacity=len(state.row_producer_id), partition_capacity=len(state.partition_id))
+                row_capacity=len(state.row_producer_id), stream_capacity=len(state.stream_id))
             if gap > start:  # the same batches against the same state: the same verdicts, and the state rebuilt
                 completed.append(self._validate_range(columns, control, start, gap, state, out))
             self._commit_logged(columns, packed, gap, state)  # its verdict (a gap, against this state) stands
@@ -230,7 +230,7 @@ class LogState(ShardedState):
         first = int(packed["base_offset"][row])
         count = int(packed["record_count"][row])
         if first < 0:
-            first = state.next_offset(int(packed["partition"][row]))
+            first = state.next_offset(int(packed["stream"][row]))
         if count < 1 or first > INT64_MAX - count:
             return  # an impossible batch: nothing to commit
         status = np.empty(row + 1, np.int8)

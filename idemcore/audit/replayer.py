@@ -23,7 +23,7 @@ from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.codes import ControlType, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.record.columns import COLUMNS, INPUT_COLUMNS, BatchMetadata
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
 _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
@@ -369,8 +369,8 @@ class StreamReplayer:
                              "null value(s)")
         if ids is None:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}
-        columns["partition"] = ids
+        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "stream"}
+        columns["stream"] = ids
         packed = BatchMetadata.coerce(columns)  # checked and converted once; the counts below reuse it
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
@@ -380,7 +380,7 @@ class StreamReplayer:
         return verdicts
 
     def _count(self, packed: BatchMetadata, verdicts: Verdicts, timestamps: bool) -> None:
-        ids = packed["partition"]  # stream ids
+        ids = packed["stream"]
         size = len(self.keys)
         for name, array in self._counters.items():
             if len(array) < size:
@@ -414,8 +414,8 @@ class StreamReplayer:
                                    minlength=size).astype(np.int64)
         counters["records"] += records
         txns = verdicts.completed_txns
-        counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
-        counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
+        counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
+        counters["committed_txns"] += np.bincount(txns.stream[~txns.aborted], minlength=size)
         # Transactions see only the transactional batches and markers (in order): usually few, often none.
         is_txn, is_control = packed["is_transactional"], packed["is_control"]
         txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
@@ -442,7 +442,8 @@ class StreamReplayer:
         if not len(rows):
             return
         found = packed.take(rows).to_dict()
-        topics, found["partition"] = self.keys.decode(found["partition"])  # stream ids back to the source's
+        topics, partitions = self.keys.decode(found.pop("stream"))  # stream ids back to (topic, partition)
+        found = {"partition": partitions, **found}
         if order is not None:
             found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())
         found.update({
@@ -529,8 +530,8 @@ class StreamReplayer:
 def findings_schema(order_by: str) -> pa.Schema:
     """The columns of a findings table: the batch, its finding and what it contradicted."""
     fields = [pa.field(TOPIC, pa.string())]
-    fields += [pa.field(name, pa.from_numpy_dtype(dtype)) for name, dtype in COLUMNS.items()]
-    if order_by not in COLUMNS:
+    fields += [pa.field(name, pa.from_numpy_dtype(dtype)) for name, dtype in INPUT_COLUMNS.items()]
+    if order_by not in INPUT_COLUMNS:
         fields.append(pa.field(order_by, pa.int64()))
     fields += [pa.field("finding", pa.string()), pa.field("error_code", pa.int16()), pa.field("expected", pa.int64()),
                pa.field("assigned_base_offset", pa.int64()), pa.field("assigned_last_offset", pa.int64())]

@@ -62,7 +62,7 @@ class ShardedState:
         for stream in np.flatnonzero((rows > 0) & (self._table_of[:top + 1] < 0)).tolist():
             if rows[stream] >= OWN_TABLE_RUN:
                 self._table_of[stream] = len(self.tables)
-                self.tables.append(ProducerStateTable(row_capacity=1024, partition_capacity=1))
+                self.tables.append(ProducerStateTable(row_capacity=1024, stream_capacity=1))
             else:
                 self._table_of[stream] = 0
 
@@ -71,7 +71,7 @@ class ShardedState:
         n = len(packed)
         if n == 0:
             return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
-        ids = packed["partition"]
+        ids = packed["stream"]
         order = None
         runs = stream_runs(ids, max(64, n // 256))
         if runs is not None:  # streams in few runs, so tables too: no pass over the rows
@@ -125,8 +125,8 @@ class ShardedState:
         """Next offset per stream id (0 for a stream with nothing appended)."""
         ends = np.zeros(streams, dtype=np.int64)
         for state in self.tables:
-            p = state.n_partitions
-            ends[state.partition_id[:p]] = state.partition_next_offset[:p]
+            p = state.n_streams
+            ends[state.stream_id[:p]] = state.stream_next_offset[:p]
         return ends
 
     def open_transactions(self) -> dict[str, np.ndarray]:
@@ -135,7 +135,7 @@ class ShardedState:
         for state in self.tables:
             n = state.n_producers
             rows = np.flatnonzero(state.row_txn_first_offset[:n] >= 0)
-            parts.append({"stream": state.row_partition[rows], "producer_id": state.row_producer_id[rows],
+            parts.append({"stream": state.row_stream[rows], "producer_id": state.row_producer_id[rows],
                           "producer_epoch": state.row_epoch[rows], "first_offset": state.row_txn_first_offset[rows],
                           "last_timestamp": state.row_last_timestamp[rows]})
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}

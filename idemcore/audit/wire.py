@@ -209,7 +209,7 @@ class WireAuditor:
             return 0
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
-                          for name in COLUMNS if name != "partition"})
+                          for name in COLUMNS if name != "stream"})
         stream = int(self.replayer.keys.encode(pa.array([topic]), np.array([partition]))[0])
         verdicts = self.replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)

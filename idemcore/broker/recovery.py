@@ -44,7 +44,7 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
     # A transaction whose first batches retention deleted is known only to the producer state (its snapshot):
     # the log must hold its LSO at the log start too (Kafka loads ongoing transactions from the snapshot).
     for row in np.flatnonzero(state.row_txn_first_offset[:rows] >= 0).tolist():
-        partitions[int(state.row_partition[row])].log.note_open_transaction(int(state.row_producer_id[row]),
+        partitions[int(state.row_stream[row])].log.note_open_transaction(int(state.row_producer_id[row]),
                                                                            int(state.row_txn_first_offset[row]))
     if rows:  # ids in the logs and snapshots are never handed out again, even if the id store was lost
         ids = state.row_producer_id[:rows]
@@ -64,12 +64,12 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
     replayed. Unusable snapshots are deleted once it succeeded."""
     number = partition.number
     rows = state.n_producers
-    drop = state.row_partition[:rows] == number
+    drop = state.row_stream[:rows] == number
     if drop.any():
         state.remove_rows(drop, backend)
-    present = state.partition_id[:state.n_partitions] == number
+    present = state.stream_id[:state.n_streams] == number
     if present.any():
-        state.remove_partitions(present, backend)
+        state.remove_streams(present, backend)
     unusable: list[tuple[PartitionLog, int, str]] = []
     start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
     replayed = 0
@@ -79,7 +79,7 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
             replayed = _replay([found], _Numbered(partition), state, backend)
     state.set_next_offset(number, partition.log.log_end_offset, backend)
     rows = state.n_producers
-    for row in np.flatnonzero((state.row_partition[:rows] == number)
+    for row in np.flatnonzero((state.row_stream[:rows] == number)
                               & (state.row_txn_first_offset[:rows] >= 0)).tolist():
         partition.log.note_open_transaction(int(state.row_producer_id[row]), int(state.row_txn_first_offset[row]))
     for partition_log, offset, why in unusable:

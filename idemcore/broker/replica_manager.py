@@ -87,7 +87,7 @@ class RequestColumns:
         else:
             b.is_control[k], (b.control_type[k], b.coordinator_epoch[k]) = 1, control
             count = 1
-        b.partition[k] = number
+        b.stream[k] = number
         b.producer_id[k] = batch.producer_id
         b.producer_epoch[k] = batch.producer_epoch
         b.base_sequence[k] = batch.base_sequence
@@ -126,7 +126,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.partitions: list[Partition] = []
         self._index: dict[tuple[str, int], Partition] = {}
-        self.state = ProducerStateTable(partition_capacity=16)
+        self.state = ProducerStateTable(stream_capacity=16)
         self._columns = RequestColumns(8)
         #: Called with each marker written to a partition (the group coordinator completes its offsets).
         self.on_marker: Callable[[Partition, TxnMarker], None] | None = None
@@ -187,7 +187,7 @@ class ReplicaManager:
     def start(self, producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
         """Size the state for the partitions opened so far and rebuild it from their logs; the batches
         replayed."""
-        self.state = ProducerStateTable(partition_capacity=max(16, len(self.partitions)))
+        self.state = ProducerStateTable(stream_capacity=max(16, len(self.partitions)))
         self._columns = RequestColumns(max(8, min(len(self.partitions), 1024)))
         self.producer_id_expiration_ms = expiration_ms
         return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,

@@ -1,5 +1,5 @@
-"""Producer state: the table the kernels read and write, validate (check + commit), the per-partition
-``ProducerStateManager``, and Kafka's producer-state snapshots of a partition (``snapshot``)."""
+"""Producer state: the table the kernels read and write, validate (check + commit), the per-stream
+``ProducerStateManager``, and Kafka's producer-state snapshots of a stream (``snapshot``)."""
 
 from idemcore.engine.manager import (
     AppendResult,

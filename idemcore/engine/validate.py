@@ -73,8 +73,8 @@ def validate(
     checked as markers written by the coordinator. ``backend``: ``"cython"``,
     ``"numba"``, ``"python"``, ``"auto"`` or None (``$IDEMCORE_BACKEND``).
 
-    ``threads``: split the partitions over this many threads, each checking its
-    own partitions' batches in order (the compiled backends release the GIL;
+    ``threads``: split the streams over this many threads, each checking its
+    own streams' batches in order (the compiled backends release the GIL;
     ``python`` runs the lanes one after another). The verdicts, the completed
     transactions and the state are those of one thread in input order (see
     :mod:`idemcore.engine.lanes`, which also takes every call of at least
@@ -117,9 +117,9 @@ def check(
 ) -> Verdicts:
     """Prepare: the verdict of every batch against ``state`` as it stands, changing nothing.
 
-    Every batch sees the same state, so no two may be for one partition (each
-    is given the partition's log end): a produce request carries one batch per
-    partition. Record the batches once they are written with :func:`commit`.
+    Every batch sees the same state, so no two may be for one stream (each
+    is given the stream's log end): a produce request carries one batch per
+    stream. Record the batches once they are written with :func:`commit`.
 
     ``out``: as :func:`validate`'s, verdicts of an earlier call whose columns
     this call overwrites (at least as long as ``batches``; the returned
@@ -127,9 +127,9 @@ def check(
     """
     _check_out(out)
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    if len(np.unique(packed["partition"])) != len(packed):
-        raise ValueError("check() takes at most one batch per partition (each is given the partition's log end); "
-                         "use validate() for a stream")
+    if len(np.unique(packed["stream"])) != len(packed):
+        raise ValueError("check() takes at most one batch per stream (a topic's partition; each is given its "
+                         "log end); use validate() for a sequence of batches")
     columns = _verdict_columns(out, packed)
     txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, columns,

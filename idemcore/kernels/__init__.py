@@ -9,14 +9,14 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     rows). Boolean columns are passed as ``uint8`` views.
 ``check_batches(...) -> int``
     prepare: the verdicts of ``start..stop-1`` against the state as it
-    stands, writing no state (at most one batch per partition).
+    stands, writing no state (at most one batch per stream).
 ``commit_batches(...) -> int``
     commit the batches ``check_batches`` accepted (after the log write).
 ``reserve_rows(...) -> int``
-    the pre-pass of a validation split into lanes of partitions (``engine.lanes``):
-    every batch's partition and producer row, entries added for new ones;
+    the pre-pass of a validation split into lanes of streams (``engine.lanes``):
+    every batch's stream and producer row, entries added for new ones;
     ``validate_listed(...) -> int`` is validate_batches over a lane's batches.
-``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
+``rebuild_producer_index(...)`` and ``rebuild_stream_index(...)``
     refill the open-addressing indexes after the table grows or drops rows.
 ``drain_partitions(...) -> int``
     one send round of the producer: which head batches to take and their
@@ -83,7 +83,7 @@ class Backend:
     reserve_rows: Callable[..., int]
     validate_listed: Callable[..., int]
     rebuild_producer_index: Callable[..., None]
-    rebuild_partition_index: Callable[..., None]
+    rebuild_stream_index: Callable[..., None]
     drain_partitions: Callable[..., int]
     scan_headers: Callable[..., int]
 

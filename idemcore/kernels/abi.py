@@ -8,10 +8,10 @@ these names in this order.
 ``validate_batches(*BatchColumns, origin, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
-``reserve_rows(partition, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
+``reserve_rows(stream, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
 ``validate_listed(*BatchColumns, origin, listed, batch_row, start, stop, *StateArrays, *VerdictColumns,
 *TxnColumns) -> int``
-``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
+``scan_headers(data, file_position, stream, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import numpy as np
 
 
 class BatchColumns(NamedTuple):
-    """The packed batch metadata (``record.columns.COLUMNS``; booleans as uint8 views)."""
+    """The packed batch metadata (``record.columns.COLUMNS``; booleans as uint8 views). ``stream`` is the dense id
+    of the (topic, partition) a batch is for: the producer state is keyed by (stream, producer id)."""
 
-    partition: np.ndarray
+    stream: np.ndarray
     producer_id: np.ndarray
     producer_epoch: np.ndarray
     base_sequence: np.ndarray
@@ -39,7 +40,7 @@ class BatchColumns(NamedTuple):
 
 
 class StateArrays(NamedTuple):
-    """A :class:`idemcore.ProducerStateTable`: producer index, rows, partitions, counters.
+    """A :class:`idemcore.ProducerStateTable`: producer index, rows, streams, counters.
 
     The index and the rows are one buffer each, passed as views of several widths (``slot_i64`` and
     ``slot_i32`` of the index's 16-byte slots; ``row_i64`` to ``row_i8`` of the 192-byte rows): the layout is
@@ -51,10 +52,10 @@ class StateArrays(NamedTuple):
     row_i32: np.ndarray
     row_i16: np.ndarray
     row_i8: np.ndarray
-    pslot_partition: np.ndarray
-    pslot_index: np.ndarray
-    partition_id: np.ndarray
-    partition_next_offset: np.ndarray
+    sslot_stream: np.ndarray
+    sslot_index: np.ndarray
+    stream_id: np.ndarray
+    stream_next_offset: np.ndarray
     counters: np.ndarray
 
 
@@ -72,7 +73,7 @@ class VerdictColumns(NamedTuple):
 class TxnColumns(NamedTuple):
     """Transactions completed by markers, appended at ``counters[N_COMPLETED]`` in batch order."""
 
-    txn_partition: np.ndarray
+    txn_stream: np.ndarray
     txn_producer_id: np.ndarray
     txn_first_offset: np.ndarray
     txn_last_offset: np.ndarray
@@ -89,9 +90,9 @@ class CommitVerdicts(NamedTuple):
 
 
 class LaneColumns(NamedTuple):
-    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0, unless the array is
-    empty; row, -1 without a producer id or with a negative partition) and per bucket (int64 count of batches;
-    one more bucket than the partition capacity)."""
+    """What ``reserve_rows`` writes per batch (int32: bucket, the stream's index + 1 or 0, unless the array is
+    empty; row, -1 without a producer id or with a negative stream) and per bucket (int64 count of batches;
+    one more bucket than the stream capacity)."""
 
     batch_bucket: np.ndarray
     batch_row: np.ndarray
@@ -107,7 +108,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "check_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                       *TxnColumns._fields),
     "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
-    "reserve_rows": ("partition", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
+    "reserve_rows": ("stream", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
     "validate_listed": (*BatchColumns._fields, "origin", "listed", "batch_row", *SCALARS_COMMIT,
                         *StateArrays._fields,
                         *VerdictColumns._fields, *TxnColumns._fields),
@@ -119,7 +120,7 @@ class HeaderScanColumns(NamedTuple):
     fields of :class:`BatchColumns`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
     batch lies and what else its header says. ``HEADER_SCAN_DTYPES`` gives each array's dtype."""
 
-    out_partition: np.ndarray
+    out_stream: np.ndarray
     out_producer_id: np.ndarray
     out_producer_epoch: np.ndarray
     out_base_sequence: np.ndarray
@@ -146,7 +147,7 @@ class HeaderScanColumns(NamedTuple):
 
 #: Each output array's dtype (the first twelve are ``record.columns.COLUMNS`` with booleans as uint8).
 HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
-    "out_partition": np.dtype(np.int32),
+    "out_stream": np.dtype(np.int32),
     "out_producer_id": np.dtype(np.int64),
     "out_producer_epoch": np.dtype(np.int16),
     "out_base_sequence": np.dtype(np.int32),
@@ -166,7 +167,7 @@ HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
     "out_crc_ok": np.dtype(np.uint8),  # CRC_BAD 0, CRC_OK 1, CRC_UNCHECKED 2 (verify_crc off)
 }
 
-#: ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
+#: ``scan_headers(data, file_position, stream, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
 #: not in SIGNATURES, whose entry points all live in ``kernels.rules_reference``).
-SCALARS_SCAN = ("data", "file_position", "partition", "verify_crc", "cursor")
+SCALARS_SCAN = ("data", "file_position", "stream", "verify_crc", "cursor")
 HEADER_SCAN_SIGNATURE: tuple[str, ...] = (*SCALARS_SCAN, *HeaderScanColumns._fields)

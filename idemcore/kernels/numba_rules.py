@@ -50,14 +50,14 @@ _CACHE_TAG = ("_norefs" if "_nrt" in JIT_OPTIONS else "") + "_" + hashlib.sha1(
 #: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
 #: pay reference counting on every batch.
 HELPER_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "inline": "always"}
-_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches", "check_batches",
+_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_stream_index", "validate_batches", "check_batches",
                  "commit_batches", "reserve_rows", "validate_listed", "drain_partitions", "scan_batches")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
 _SEQUENCES = ("seq_add", "seq_sub", "in_sequence")
 _FUNCTIONS = (
-    "producer_hash", "partition_hash", "producer_slot", "partition_slot", "metadata_error", "ring_pos",
+    "producer_hash", "stream_hash", "producer_slot", "stream_slot", "metadata_error", "ring_pos",
     "find_duplicate", "newest_last_seq", "check_marker", "check_epoch", "sequence_error", "sequence_finding",
     "check_sequence", "check_txn_state", "check_offsets", "log_end", "emit", "check_batch", "ring_push", "init_row",
     "commit_batch", "apply_every_rule", "plain_data", "append_to_row", "prefill", "append_in_sequence",
@@ -126,7 +126,7 @@ reserve_rows = _compiled["reserve_rows"]
 validate_listed = _compiled["validate_listed"]
 drain_partitions = _compiled_drain["drain_partitions"]
 rebuild_producer_index = _compiled["rebuild_producer_index"]
-rebuild_partition_index = _compiled["rebuild_partition_index"]
+rebuild_stream_index = _compiled["rebuild_stream_index"]
 
 # The header scan: header_scan_reference compiled the same way, except its CRC-32C, which calls a C function
 # (Google's crc32c_extend, see header_scan_reference.crc32c_extend_address) by a symbol bound on first use: by

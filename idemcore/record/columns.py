@@ -1,6 +1,12 @@
 """Packed batch metadata: one NumPy array per field, checked and coerced once at the edge.
 
 Accepts a mapping of arrays, a pandas DataFrame, or a pyarrow Table/RecordBatch.
+The first column, ``stream``, is the dense id the kernels key a producer's
+state by: one per (topic, partition). Input may name it ``partition`` instead
+(Kafka's partition number, taken as the stream for batches of one topic; the
+same array, not a copy); there is no ``topic`` column here, so batches of
+several topics need their (topic, partition) pairs numbered into ``stream``
+first (as the audit does, ``audit.keys``).
 Columns whose dtype already matches are used without a copy; integer columns
 of another width are cast when every value fits; anything else (floats,
 strings, nulls, values out of range) raises ``ValueError`` naming the column.
@@ -18,7 +24,7 @@ from idemcore.protocol.sequences import last_sequences, record_counts
 
 #: Field name -> dtype, in the order the kernels take them.
 COLUMNS: dict[str, np.dtype] = {
-    "partition": np.dtype(np.int32),
+    "stream": np.dtype(np.int32),
     "producer_id": np.dtype(np.int64),
     "producer_epoch": np.dtype(np.int16),
     "base_sequence": np.dtype(np.int32),
@@ -32,9 +38,14 @@ COLUMNS: dict[str, np.dtype] = {
     "coordinator_epoch": np.dtype(np.int32),
 }
 REQUIRED = ("producer_id", "producer_epoch", "base_sequence")
+#: Another name input may give a column: Kafka's ``partition`` is the stream when the batches are of one topic.
+ALIASES: dict[str, str] = {"stream": "partition"}
+#: The columns as a user's batch metadata names them (Parquet files, DataFrames, findings): ``partition`` (with a
+#: ``topic`` column beside it in the audit's input) where the kernels take ``stream``.
+INPUT_COLUMNS: dict[str, np.dtype] = {ALIASES.get(name, name): dtype for name, dtype in COLUMNS.items()}
 #: Defaults of optional columns. last_sequence and record_count derive from each other.
 DEFAULTS: dict[str, int | bool] = {
-    "partition": 0,
+    "stream": 0,
     "base_offset": -1,
     "max_timestamp": 0,
     "is_transactional": False,
@@ -78,14 +89,15 @@ class BatchMetadata:
             missing.append("last_sequence (or record_count)")
         if missing:
             raise ValueError(f"batch metadata is missing required column(s): {', '.join(missing)}")
-        present = [name for name in COLUMNS if name in raw]
-        columns = {name: _coerce_column(name, raw[name], COLUMNS[name]) for name in present}
+        given = _input_names(raw)  # column -> the name the input gives it (errors name the input's column)
+        present = [name for name in COLUMNS if name in given]
+        columns = {name: _coerce_column(given[name], raw[given[name]], COLUMNS[name]) for name in present}
         length = len(columns[present[0]])
         for name in present:
             if len(columns[name]) != length:
                 raise ValueError(
-                    f"column {name!r} has {len(columns[name])} values but {present[0]!r} has {length}; "
-                    "all columns must have the same length"
+                    f"column {given[name]!r} has {len(columns[name])} values but {given[present[0]]!r} has "
+                    f"{length}; all columns must have the same length"
                 )
         if "last_sequence" not in columns:
             columns["last_sequence"] = last_sequences(columns["base_sequence"], columns["record_count"])
@@ -129,6 +141,18 @@ def concatenate(parts: Sequence[BatchMetadata]) -> BatchMetadata:
     """The batches of ``parts``, one after the other (copies)."""
     first = parts[0].to_dict()
     return BatchMetadata({name: np.concatenate([part[name] for part in parts]) for name in first})
+
+
+def _input_names(raw: Mapping[str, Any]) -> dict[str, str]:
+    """Each column ``raw`` holds, by its name here, to the name ``raw`` gives it (``ALIASES``, one of the two)."""
+    given = {name: name for name in COLUMNS if name in raw}
+    for name, alias in ALIASES.items():
+        if alias in raw:
+            if name in raw:
+                raise ValueError(f"batch metadata has both a {name!r} and a {alias!r} column; give one "
+                                 f"({alias!r} is taken as the {name} of batches of one topic)")
+            given[name] = alias
+    return given
 
 
 def _columns_of(data: Any) -> Mapping[str, Any]:

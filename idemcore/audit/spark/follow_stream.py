@@ -106,7 +106,7 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
                                  "files before it")
             table = load_state(saved, backend)
         else:
-            table = ProducerStateTable(row_capacity=64, partition_capacity=1)
+            table = ProducerStateTable(row_capacity=64, stream_capacity=1)
         packed = BatchMetadata.coerce(rows)
         verdicts = validate(packed, table, origin, backend)
         state.update((save_state(table), int(rows[order_by].iloc[-1])))
@@ -145,9 +145,9 @@ def _source_dir(source: str | os.PathLike[str]) -> Path:
 def attempts_schema() -> str:
     """The columns of ``idemcore generate``'s produce attempts (Spark DDL): what a follow of a directory with
     no file yet expects."""
-    from idemcore.record.columns import COLUMNS
+    from idemcore.record.columns import INPUT_COLUMNS
 
-    types = [f"`{name}` {_SPARK_TYPES[pa.from_numpy_dtype(dtype)]}" for name, dtype in COLUMNS.items()
+    types = [f"`{name}` {_SPARK_TYPES[pa.from_numpy_dtype(dtype)]}" for name, dtype in INPUT_COLUMNS.items()
              if name != "base_offset"]
     return ", ".join([f"`{TOPIC}` string", *types, "`seq_no` long"])
 

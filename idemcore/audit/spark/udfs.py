@@ -137,7 +137,7 @@ def validate_stream_with(origin: str | Origin = "client", order_by: str | None =
                 raise ValueError(f"stream {tuple(key)}: a micro-batch holds {order} {first}, before {last} "
                                  "already replayed; each stream's batches must arrive in order")
         else:
-            table = ProducerStateTable(row_capacity=64, partition_capacity=1)
+            table = ProducerStateTable(row_capacity=64, stream_capacity=1)
         out = _verdict_frame(pdf, order, origin, backend, table)
         state.update((save_state(table), int(out[order].iloc[-1])))
         yield out
