@@ -21,7 +21,7 @@ ALTERNATING_ROUNDS = 5  # bench_public_beside_presized: rounds of each, alternat
 def bench_memory_baseline(benchmark, streams, record, stream):
     packed = streams[stream]
     # The same number of bytes as the twelve input columns, summed as int64.
-    nbytes = sum(column.nbytes for column in packed.kernel_columns())
+    nbytes = sum(column.nbytes for column in packed)
     flat = np.ones(nbytes // 8, dtype=np.int64)
     benchmark.pedantic(flat.sum, rounds=5, iterations=1, warmup_rounds=1)
     record(f"baseline numpy-sum {stream}", benchmark, len(packed))

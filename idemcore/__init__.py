@@ -33,8 +33,8 @@ from idemcore.engine import (
 from idemcore.errors import BackendUnavailableError, IdemcoreError
 from idemcore.findings import FINDINGS, Finding
 from idemcore.kernels import available_backends, get_backend
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
 
 __version__ = "0.1.0"
 
@@ -57,7 +57,7 @@ __all__ = [
     "FINDINGS",
     "AppendResult",
     "BackendUnavailableError",
-    "BatchMetadata",
+    "BatchColumns",
     "Broker",
     "CompletedTxn",
     "CompletedTxns",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from idemcore.record.columns import INPUT_COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 
 
 def batches(rows: list[dict]) -> dict[str, np.ndarray]:

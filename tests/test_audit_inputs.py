@@ -29,8 +29,8 @@ from idemcore.audit.spark.plan import TaskPlan, plan_row_groups, read_footer, re
 from idemcore.audit.spark.schema import InputError, check_arrow_schemas, check_footer_values, conform
 from idemcore.audit.spark.session import check_master
 from idemcore.cli import main
+from idemcore.kernels.columns import DEFAULTS, INPUT_COLUMNS
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import DEFAULTS, INPUT_COLUMNS
 
 OPTIONAL = [name for name in DEFAULTS if name != "partition"]  # partition is required by the audit
 SEQUENCES = [("last_sequence",), ("record_count",), ("last_sequence", "record_count")]
@@ -536,7 +536,7 @@ def test_a_bad_value_a_spark_worker_finds_is_one_line_and_fails_no_task(spark, t
 
 
 def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path):
-    from idemcore.record.columns import BatchMetadata
+    from idemcore.kernels.columns import BatchColumns
 
     rows = {"topic": ["t"] * 3, "partition": [0] * 3, "producer_id": [-1, 5, 5], "producer_epoch": [-1, 0, 0],
             "base_sequence": [-1, 0, -1], "last_sequence": [-1, 4, -1], "is_control": [False, False, True],
@@ -550,7 +550,7 @@ def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path
     with pytest.raises(InputError, match=r"b\.parquet: record_count is needed: row 0 is not a control batch"):
         read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)
     with pytest.raises(ValueError, match=r"record_count is needed: row 0 is not a control batch"):
-        BatchMetadata.coerce({name: rows[name] for name in rows if name not in ("topic", "seq_no")})
+        BatchColumns.coerce({name: rows[name] for name in rows if name not in ("topic", "seq_no")})
     rows["producer_id"][0], rows["base_sequence"][0], rows["last_sequence"][0] = 5, 5, 5
     pq.write_table(pa.table(rows), b)
     table = read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)

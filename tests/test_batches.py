@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 import idemcore
-from idemcore import BatchMetadata, ErrorCode, Status
-from idemcore.record.columns import COLUMNS
+from idemcore import BatchColumns, ErrorCode, Status
+from idemcore.kernels.columns import COLUMNS
 
 from .helpers import batches, data
 
@@ -18,13 +18,13 @@ BASE = {"producer_id": np.array([5, 5], np.int64), "producer_epoch": np.array([0
 
 
 def test_matching_dtypes_are_not_copied():
-    packed = BatchMetadata.coerce(BASE)
+    packed = BatchColumns.coerce(BASE)
     for name in BASE:
         assert np.shares_memory(packed[name], BASE[name]), name
 
 
 def test_defaults_and_derived_last_sequence():
-    packed = BatchMetadata.coerce(BASE)
+    packed = BatchColumns.coerce(BASE)
     assert packed["last_sequence"].tolist() == [0, 2]
     assert packed["stream"].tolist() == [0, 0] and packed["base_offset"].tolist() == [-1, -1]
     assert packed["control_type"].tolist() == [-1, -1] and not packed["is_control"].any()
@@ -32,7 +32,7 @@ def test_defaults_and_derived_last_sequence():
 
 
 def test_record_count_derived_across_wrap():
-    packed = BatchMetadata.coerce({**{k: v for k, v in BASE.items() if k != "record_count"},
+    packed = BatchColumns.coerce({**{k: v for k, v in BASE.items() if k != "record_count"},
                                    "base_sequence": np.array([2147483646, 0], np.int32),
                                    "last_sequence": np.array([1, 0], np.int32)})
     assert packed["record_count"].tolist() == [4, 1]
@@ -51,15 +51,15 @@ def test_pandas_and_arrow_inputs_give_the_same_verdicts():
 
 def test_arrow_primitive_columns_are_zero_copy():
     table = pa.table({name: pa.array(values) for name, values in BASE.items()})
-    packed = BatchMetadata.coerce(table)
+    packed = BatchColumns.coerce(table)
     assert np.shares_memory(packed["producer_id"], table.column("producer_id").chunks[0].to_numpy())
 
 
 def test_missing_required_column_is_named():
     with pytest.raises(ValueError, match="producer_epoch"):
-        BatchMetadata.coerce({k: v for k, v in BASE.items() if k != "producer_epoch"})
+        BatchColumns.coerce({k: v for k, v in BASE.items() if k != "producer_epoch"})
     with pytest.raises(ValueError, match=r"last_sequence \(or record_count\)"):
-        BatchMetadata.coerce({k: v for k, v in BASE.items() if k != "record_count"})
+        BatchColumns.coerce({k: v for k, v in BASE.items() if k != "record_count"})
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -69,40 +69,40 @@ def test_missing_required_column_is_named():
 ])
 def test_unsafe_casts_are_refused_naming_the_column(bad, message):
     with pytest.raises(ValueError, match=message):
-        BatchMetadata.coerce({**BASE, "producer_epoch": bad})
+        BatchColumns.coerce({**BASE, "producer_epoch": bad})
 
 
 def test_wider_integers_that_fit_are_cast():
-    packed = BatchMetadata.coerce({**BASE, "producer_epoch": np.array([0, 3], np.int64)})
+    packed = BatchColumns.coerce({**BASE, "producer_epoch": np.array([0, 3], np.int64)})
     assert packed["producer_epoch"].dtype == np.int16 and packed["producer_epoch"].tolist() == [0, 3]
 
 
 def test_lengths_must_match():
     with pytest.raises(ValueError, match="'producer_epoch' has 3 values"):
-        BatchMetadata.coerce({**BASE, "producer_epoch": np.zeros(3, np.int16)})
+        BatchColumns.coerce({**BASE, "producer_epoch": np.zeros(3, np.int16)})
 
 
 def test_nulls_are_refused_naming_the_column():
     frame = pd.DataFrame({"producer_id": pd.array([5, None], dtype="Int64"), "producer_epoch": [0, 0],
                           "base_sequence": [0, 1], "record_count": [1, 1]})
     with pytest.raises(ValueError, match="'producer_id' contains 1 null"):
-        BatchMetadata.coerce(frame)
+        BatchColumns.coerce(frame)
     table = pa.table({"producer_id": [5, None], "producer_epoch": [0, 0], "base_sequence": [0, 1],
                       "record_count": [1, 1]})
     with pytest.raises(ValueError, match="'producer_id' contains 1 null"):
-        BatchMetadata.coerce(table)
+        BatchColumns.coerce(table)
 
 
 def test_boolean_columns_accept_zero_one_integers_only():
-    assert BatchMetadata.coerce({**BASE, "is_transactional": np.array([0, 1])})["is_transactional"].tolist() == [
+    assert BatchColumns.coerce({**BASE, "is_transactional": np.array([0, 1])})["is_transactional"].tolist() == [
         False, True]
     with pytest.raises(ValueError, match="is_transactional"):
-        BatchMetadata.coerce({**BASE, "is_transactional": np.array([0, 2])})
+        BatchColumns.coerce({**BASE, "is_transactional": np.array([0, 2])})
 
 
 def test_unsupported_container_is_a_type_error():
     with pytest.raises(TypeError, match="mapping of arrays"):
-        BatchMetadata.coerce([1, 2, 3])
+        BatchColumns.coerce([1, 2, 3])
 
 
 @pytest.mark.parametrize("row", [

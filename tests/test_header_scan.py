@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import idemcore
 from idemcore.kernels import abi, header_scan_reference, load_backend
 from idemcore.kernels.abi import HEADER_SCAN_DTYPES, HeaderScanColumns
+from idemcore.kernels.columns import COLUMNS
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import COLUMNS
 
 from .conftest import EXPECTED
 
@@ -167,7 +167,7 @@ def test_every_backend_takes_the_abi_arguments_in_order(name):
 
 def test_the_output_columns_are_the_batch_columns_then_the_scan_s_own():
     assert list(HEADER_SCAN_DTYPES) == list(HeaderScanColumns._fields)
-    assert NAMES[:12] == list(abi.BatchColumns._fields) == list(COLUMNS)
+    assert NAMES[:12] == list(abi.BATCH_FIELDS) == list(COLUMNS)
     assert [HEADER_SCAN_DTYPES[f"out_{name}"] for name in COLUMNS] == [
         np.dtype(np.uint8) if dtype == np.bool_ else dtype for dtype in COLUMNS.values()]
     assert [a.dtype for a in HeaderScanColumns.empty(3)] == list(HEADER_SCAN_DTYPES.values())

@@ -16,7 +16,7 @@ from idemcore.engine.persist import load_state, save_state
 from idemcore.engine.table import ProducerStateTable
 from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import rules_reference as rules
-from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 
 
 def test_the_compiled_row_is_the_reference_layout():
@@ -117,12 +117,12 @@ def _stream(seed: int, n: int) -> dict[str, np.ndarray]:
             zip(COLUMNS.items(), columns.values(), strict=True)}
 
 
-def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, np.ndarray]:
+def _every_rule(packed: BatchColumns, table: ProducerStateTable) -> dict[str, np.ndarray]:
     """validate() by the reference's check_batch and commit_batch alone (no fast path)."""
     n = len(packed)
     out = Verdicts.allocate(n)
     txns = CompletedTxns.empty(n).kernel_columns()
-    columns = packed.kernel_columns()
+    columns = packed
     i = 0
     while i < n:
         if table.n_producers >= len(table.row_epoch) or table.n_streams >= len(table.stream_id):
@@ -142,7 +142,7 @@ def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, n
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_fast_path_gives_what_every_rule_gives(backend, seed):
-    packed = BatchMetadata.coerce(_stream(seed, 3000))
+    packed = BatchColumns.coerce(_stream(seed, 3000))
     half = len(packed) // 2
     expected_table = ProducerStateTable(row_capacity=1, stream_capacity=1)
     expected = _every_rule(packed.slice(0, half), expected_table)
@@ -188,7 +188,7 @@ def test_a_large_table_prefetches_and_still_agrees(backend):
                "max_timestamp": np.arange(n, dtype=np.int64), "is_transactional": np.zeros(n, bool),
                "is_control": np.zeros(n, bool), "control_type": np.full(n, -1, np.int8),
                "coordinator_epoch": np.full(n, -1, np.int32)}
-    packed = BatchMetadata.coerce(batches)
+    packed = BatchColumns.coerce(batches)
     table = ProducerStateTable()
     got = validate(packed, table, backend=backend)
     want_table = ProducerStateTable()

@@ -41,7 +41,7 @@ def assert_same_verdicts(result, reference):
 def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk, cached):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, stream_capacity=1)  # reserve_rows grows it mid-pass
     with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk), \
@@ -288,14 +288,14 @@ def test_a_listed_row_past_the_table_is_looked_up_not_read():
     state = ProducerStateTable(row_capacity=4)
     validate(batches(rows[:1]), state)
     state.counters[0] = 1 << 20  # N_ROWS past the capacity
-    packed = idemcore.BatchMetadata.coerce(batches(rows[1:]))
+    packed = idemcore.BatchColumns.coerce(batches(rows[1:]))
     out = idemcore.engine.Verdicts.allocate(1)
     txns = idemcore.CompletedTxns.empty(0).kernel_columns()
     for name in ("cython", "numba", "python"):
         kernel = get_backend(name)
         copy = state.copy()
         copy.counters[0] = 1 << 20
-        kernel.validate_listed(*packed.kernel_columns(), 0, np.empty(0, np.int64), np.array([3000], np.int32), 0, 1,
+        kernel.validate_listed(*packed, 0, np.empty(0, np.int64), np.array([3000], np.int32), 0, 1,
                                *copy.kernel_arrays(), *out, *txns)
         assert out.out_base_offset[0] == 1, name
 
@@ -307,7 +307,7 @@ def test_verdicts_written_into_an_earlier_calls(backend, rows, threads, cuts, lo
     # validate(..., out=): each chunk's verdicts land in the same arrays, stale values from the chunk before
     # overwritten, on the short path and the lanes' path alike.
     whole = validate(batches(rows), ProducerStateTable(), backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable()
     out = validate(packed.slice(len(rows) - 1, len(rows)), ProducerStateTable(), backend=backend)  # (stale values)

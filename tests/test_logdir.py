@@ -388,7 +388,7 @@ def test_a_segment_scan_reads_what_kafka_python_reads(logdir, backend):
                 assert bool(scan["is_control"][row]) == batch.is_control_batch
                 assert int(scan["control_type"][row]) == (-1 if w.control is None else w.control)
                 assert int(scan["batch_length"][row]) == len(w.raw) - 12
-                assert int(scan["partition"][row]) == writer.partition
+                assert int(scan["stream"][row]) == writer.partition
             metadata = scan.metadata()
             assert len(metadata) == len(expected) and metadata["is_control"].dtype == np.bool_
 
@@ -905,7 +905,7 @@ def test_the_log_state_s_ranges_and_rollbacks_equal_one_batch_at_a_time(seed, ba
     ranges as small as 2 batches (so rollbacks cross range ends), equal the one-batch-at-a-time oracle."""
     from idemcore.audit import logdir as module
     from idemcore.kernels import get_backend
-    from idemcore.record.columns import BatchMetadata
+    from idemcore.kernels.columns import BatchColumns
 
     monkeypatch.setattr(module, "FIRST_CHUNK", 2)
     rng = np.random.default_rng(seed)
@@ -943,7 +943,7 @@ def test_the_log_state_s_ranges_and_rollbacks_equal_one_batch_at_a_time(seed, ba
     batches["coordinator_epoch"] = np.zeros(len(rows), np.int32)
     batches["max_timestamp"] = np.arange(len(rows), dtype=np.int64)
     batches["partition"] = np.zeros(len(rows), np.int32)
-    packed = BatchMetadata.coerce(batches)
+    packed = BatchColumns.coerce(batches)
     state = module.LogState(get_backend(backend))
     verdicts = state.validate(packed.slice(0, 150))  # two feeds: the state carries over
     later = state.validate(packed.slice(150, len(packed)))

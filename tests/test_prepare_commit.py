@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemcore import ProducerStateTable, Status, check, commit, validate
-from idemcore.record.columns import BatchMetadata
+from idemcore.kernels.columns import BatchColumns
 from idemcore.synth.streams import synthetic_stream
 
 
-def requests(packed: BatchMetadata) -> list[np.ndarray]:
+def requests(packed: BatchColumns) -> list[np.ndarray]:
     """Consecutive batches grouped into requests of at most one batch per stream, in order."""
     groups, current, seen = [], [], set()
     for i, partition in enumerate(packed["stream"].tolist()):
@@ -30,7 +30,7 @@ def requests(packed: BatchMetadata) -> list[np.ndarray]:
 @given(seed=st.integers(0, 2**16), fail_rate=st.sampled_from([0.0, 0.1, 0.5]),
        first_sequence=st.sampled_from([0, 2147483640]))
 def test_check_and_commit_equal_validate_over_the_batches_written(backend, seed, fail_rate, first_sequence):
-    packed = BatchMetadata.coerce(synthetic_stream(200, n_producers=4, n_partitions=3, retry_fraction=0.2,
+    packed = BatchColumns.coerce(synthetic_stream(200, n_producers=4, n_partitions=3, retry_fraction=0.2,
                                                    first_sequence=first_sequence, seed=seed))
     rng = np.random.default_rng(seed)
     state = ProducerStateTable(row_capacity=1, stream_capacity=1)  # small: commit must grow it
@@ -80,11 +80,11 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
     from idemcore.broker.replica_manager import RequestColumns
     from idemcore.engine.validate import check_into, commit_into
     from idemcore.kernels import get_backend
+    from idemcore.kernels.columns import COLUMNS
     from idemcore.protocol.codes import Origin
-    from idemcore.record.columns import COLUMNS
 
     kernel = get_backend(backend)
-    packed = BatchMetadata.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
+    packed = BatchColumns.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
                                                    seed=seed))
     rng = np.random.default_rng(seed)
     bound_state = ProducerStateTable(row_capacity=1, stream_capacity=1)
@@ -138,7 +138,7 @@ def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(mo
 def test_check_into_an_earlier_calls_verdicts_gives_what_a_fresh_check_gives(backend):
     # check(..., out=): a broker-like loop of requests writing every verdict into one buffer, stale values from
     # the request before overwritten, gives fresh check()'s verdicts and commits the same state.
-    packed = BatchMetadata.coerce(synthetic_stream(400, n_producers=5, n_partitions=6, retry_fraction=0.2, seed=3))
+    packed = BatchColumns.coerce(synthetic_stream(400, n_producers=5, n_partitions=6, retry_fraction=0.2, seed=3))
     stale = {"partition": np.arange(9), "producer_id": np.full(9, 99), "producer_epoch": np.full(9, 5),
              "base_sequence": np.zeros(9, int), "record_count": np.ones(9, int)}
     fenced_by = ProducerStateTable()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import idemcore
 from idemcore import ProducerStateTable
 from idemcore.engine import validate
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import COLUMNS
 from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches
@@ -142,7 +142,7 @@ def test_backends_agree_on_every_column_and_state(backend, rows, origin):
 def test_chunked_equals_whole(backend, rows, origin, cuts):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable(row_capacity=1, stream_capacity=1)
     parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend) for a, b in itertools.pairwise(bounds)]
@@ -193,7 +193,7 @@ def test_every_column_of_the_contract_is_exercised():
     @settings(max_examples=300, deadline=None, derandomize=True, database=None)
     @given(rows=streams())
     def collect(rows):
-        packed = idemcore.BatchMetadata.coerce(batches(rows))
+        packed = idemcore.BatchColumns.coerce(batches(rows))
         for name in COLUMNS:
             seen[name].update(packed[name].tolist())
 

@@ -123,7 +123,7 @@ def test_imports_point_down_the_layers():
 
 def test_column_lists_are_the_abi_groups():
     from idemcore.engine.verdicts import VERDICT_DTYPES
-    from idemcore.record.columns import COLUMNS
+    from idemcore.kernels.columns import COLUMNS
 
-    assert tuple(COLUMNS) == abi.BatchColumns._fields
+    assert tuple(COLUMNS) == abi.BATCH_FIELDS
     assert tuple(f"out_{name}" for name in VERDICT_DTYPES) == abi.VerdictColumns._fields

@@ -62,7 +62,7 @@ def assert_index_consistent(table: ProducerStateTable) -> None:
 
 def newest_batch_only(entry):
     """A ProducerStateManager entry as Kafka rebuilds it from a snapshot: the newest batch only, with the
-    entry's timestamp (readSnapshot's ``new BatchMetadata(seq, offset, offsetDelta, timestamp)``)."""
+    entry's timestamp (readSnapshot's ``new BatchColumns(seq, offset, offsetDelta, timestamp)``)."""
     if entry is None:
         return None
     kept = tuple(dataclasses.replace(b, timestamp=entry.last_timestamp) for b in entry.batches[-1:])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from idemcore.record.columns import INPUT_COLUMNS, REQUIRED
+from idemcore.kernels.columns import INPUT_COLUMNS, REQUIRED
 
 TOPIC = "topic"
 #: Ordering columns, preferred first: ``seq_no`` is explicit arrival order (produce attempts);

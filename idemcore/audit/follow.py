@@ -63,7 +63,7 @@ from idemcore.errors import one_line
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import header_scan_reference as scan_codes
 from idemcore.kernels.abi import HeaderScanColumns
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import COLUMNS
 from idemcore.record.kafka_files import FileProblem, PartitionFiles, SegmentFiles, list_log_dir
 from idemcore.record.kafka_files.names import is_log_path
 from idemcore.record.kafka_files.segment import (

@@ -77,9 +77,9 @@ from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
 from idemcore.kernels import rules_reference as rules
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, VerdictColumns
+from idemcore.kernels.abi import CommitVerdicts, VerdictColumns
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import (
     FileProblem,
     LogDirListing,
@@ -126,7 +126,7 @@ class LogState(ShardedState):
         self.committed_gaps = 0
         self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
 
-    def _assign_log_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
+    def _assign_log_tables(self, packed: BatchColumns, bounds: np.ndarray) -> None:
         ids = packed["stream"]
         starts = bounds[:-1]  # a feed is one segment: one run
         top = int(ids[starts].max())
@@ -143,7 +143,7 @@ class LogState(ShardedState):
                                                                                    first[stream]),
                                                       stream_capacity=2))  # (1: full at once, grown)
 
-    def validate(self, packed: BatchMetadata) -> Verdicts:
+    def validate(self, packed: BatchColumns) -> Verdicts:
         n = len(packed)
         out = Verdicts.allocate(n)
         completed: list[CompletedTxns] = []
@@ -159,7 +159,7 @@ class LogState(ShardedState):
                     completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
 
-    def _note_log_end(self, packed: BatchMetadata, ids: np.ndarray, bounds: np.ndarray) -> None:
+    def _note_log_end(self, packed: BatchColumns, ids: np.ndarray, bounds: np.ndarray) -> None:
         if len(self._log_end) < len(self._table_of):
             self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
         base = packed["base_offset"]
@@ -179,8 +179,8 @@ class LogState(ShardedState):
         ends[:known] = np.maximum(ends[:known], self._log_end[:known])
         return ends
 
-    def _replay(self, packed: BatchMetadata, table: int, out: VerdictColumns) -> list[CompletedTxns]:
-        columns = packed.kernel_columns()
+    def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
+        columns = packed
         control = packed["is_control"]
         n = len(packed)
         completed = []
@@ -224,7 +224,7 @@ class LogState(ShardedState):
             state.grow(self.backend)
         return completed.head(int(state.counters[rules.N_COMPLETED]))
 
-    def _commit_logged(self, columns: BatchColumns, packed: BatchMetadata, row: int,
+    def _commit_logged(self, columns: BatchColumns, packed: BatchColumns, row: int,
                        state: ProducerStateTable) -> None:
         """Commit batch ``row`` as the log holds it (at its own offsets), as REPLICATION would."""
         first = int(packed["base_offset"][row])
@@ -261,7 +261,7 @@ class LogReplayer(StreamReplayer):
         keys = self.keys
         return keys._id_of((keys._topic_code(topic) << _PARTITION_BITS) | int(partition))
 
-    def feed_packed(self, packed: BatchMetadata) -> Verdicts:
+    def feed_packed(self, packed: BatchColumns) -> Verdicts:
         """:meth:`feed` of batches already packed and checked (a segment's scan: its ``partition`` column holds
         the stream ids), without making a table of them and converting it back."""
         verdicts = self.state.validate(packed)
@@ -543,7 +543,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if not len(columns["position"]):
             continue
         columns.update(_offset_spans(columns))
-        verdicts = replayer.feed_packed(BatchMetadata({
+        verdicts = replayer.feed_packed(BatchColumns({
             name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
             for name, dtype in COLUMNS.items()}))
         if part.first_offset is None:

@@ -22,8 +22,8 @@ from idemcore.audit.shards import ShardedState, stream_runs
 from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
+from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
-from idemcore.record.columns import COLUMNS, INPUT_COLUMNS, BatchMetadata
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
 _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
@@ -371,7 +371,7 @@ class StreamReplayer:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
         columns = {name: table.column(name) for name in COLUMNS if name in names and name != "stream"}
         columns["stream"] = ids
-        packed = BatchMetadata.coerce(columns)  # checked and converted once; the counts below reuse it
+        packed = BatchColumns.coerce(columns)  # checked and converted once; the counts below reuse it
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
@@ -379,7 +379,7 @@ class StreamReplayer:
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
-    def _count(self, packed: BatchMetadata, verdicts: Verdicts, timestamps: bool) -> None:
+    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool) -> None:
         ids = packed["stream"]
         size = len(self.keys)
         for name, array in self._counters.items():
@@ -437,7 +437,7 @@ class StreamReplayer:
             self.min_timestamp = min(self.min_timestamp, smallest)
             self.max_timestamp = max(self.max_timestamp, largest)
 
-    def _keep_findings(self, packed: BatchMetadata, verdicts: Verdicts, order: pa.Array | None) -> None:
+    def _keep_findings(self, packed: BatchColumns, verdicts: Verdicts, order: pa.Array | None) -> None:
         rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
         if not len(rows):
             return

@@ -19,8 +19,8 @@ from idemcore.engine.validate import check_threads, validate, validate_into
 from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend
 from idemcore.kernels.abi import VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin
-from idemcore.record.columns import BatchMetadata
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.
 OWN_TABLE_RUN = 1024
@@ -66,7 +66,7 @@ class ShardedState:
             else:
                 self._table_of[stream] = 0
 
-    def validate(self, packed: BatchMetadata) -> Verdicts:
+    def validate(self, packed: BatchColumns) -> Verdicts:
         """Verdicts for ``packed`` in its order; each stream's rows must come in stream order."""
         n = len(packed)
         if n == 0:

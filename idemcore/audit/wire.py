@@ -52,9 +52,9 @@ from idemcore.audit.wire_fetch import (
 )
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
+from idemcore.kernels.columns import COLUMNS
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from idemcore.record.columns import COLUMNS
 from idemcore.record.kafka_files import SegmentScan
 
 #: The columns of ``WireReport.located_findings``: a log directory's without file and position, and the broker

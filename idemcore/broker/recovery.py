@@ -18,8 +18,8 @@ from idemcore.engine.table import ProducerStateTable
 from idemcore.engine.validate import validate_into
 from idemcore.engine.verdicts import Verdicts
 from idemcore.kernels import Backend
+from idemcore.kernels.columns import BatchColumns, concatenate
 from idemcore.protocol.codes import ErrorCode, Origin, Status
-from idemcore.record.columns import BatchMetadata, concatenate
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
                            producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
     """Load ``state`` from the partitions' snapshots and logs (module docstring); how many batches were replayed.
     Unusable snapshots (corrupt, beyond the log end, below the log start) are deleted once all succeeded."""
-    scanned: list[BatchMetadata] = []
+    scanned: list[BatchColumns] = []
     unusable: list[tuple[PartitionLog, int, str]] = []
     for partition in partitions:
         start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
@@ -129,7 +129,7 @@ def _load_snapshot(partition: Partition, state: ProducerStateTable, backend: Bac
     return partition_log.log_start_offset
 
 
-def _replay(scanned: list[BatchMetadata], partitions: Sequence[Partition], state: ProducerStateTable,
+def _replay(scanned: list[BatchColumns], partitions: Sequence[Partition], state: ProducerStateTable,
             backend: Backend) -> int:
     """Replay the scanned batches (each partition's from its snapshot on) into the state with REPLICATION
     origin; how many there were."""

@@ -28,7 +28,8 @@ from idemcore.engine.validate import BoundChecks, validate_into
 from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.abi import CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.net.messages import (
     PartitionResponse,
     Pending,
@@ -44,7 +45,6 @@ from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX, INTERNAL_TOPICS
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import encode_snapshot
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,7 @@ class RequestColumns:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.batch = BatchColumns(*(np.zeros(capacity, np.uint8 if dtype == np.bool_ else dtype)
-                                    for dtype in COLUMNS.values()))
-        self.batch.base_offset[:] = -1
-        self.batch.control_type[:] = -1
+        self.batch = BatchColumns.allocate(capacity)
         self.verdicts = Verdicts.allocate(capacity)
         self.txns = TxnColumns(np.zeros(capacity, np.int32), np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
                                np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8),
@@ -96,10 +93,9 @@ class RequestColumns:
         b.max_timestamp[k] = batch.max_timestamp
         b.is_transactional[k] = batch.is_transactional
 
-    def packed(self, k: int) -> BatchMetadata:
-        """Rows ``0..k-1`` as :class:`BatchMetadata` (views; the kernels' uint8 flags seen as booleans)."""
-        return BatchMetadata({name: column[:k].view(np.bool_) if COLUMNS[name] == np.bool_ else column[:k]
-                              for name, column in zip(COLUMNS, self.batch, strict=True)})
+    def packed(self, k: int) -> BatchColumns:
+        """Rows ``0..k-1`` (views)."""
+        return self.batch.slice(0, k)
 
 
 @dataclass

@@ -50,9 +50,9 @@ from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
 from idemcore.kernels import rules_reference as rules
-from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
+from idemcore.kernels.abi import StateArrays, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin, Status
-from idemcore.record.columns import BatchMetadata
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -146,12 +146,12 @@ ONE_LANE_CACHED_ROWS = 1 << 16
 PIPELINE_CHUNK = 1 << 20
 
 
-def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def validate_in_lanes(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                       out: VerdictColumns, threads: int) -> Verdicts:
     """:func:`idemcore.validate` over up to ``threads`` lanes of streams, on as many threads."""
     if threads <= 1:
         return _validate_one_lane(packed, state, origin, kernel, out)
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
     old_rows, old_streams = state.n_producers, state.n_streams
     bucket, row = np.empty(n if threads > 1 else 0, np.int32), np.empty(n, np.int32)  # (one lane: no buckets)
@@ -181,13 +181,13 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     return Verdicts(*out, completed, kernel.name)
 
 
-def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def _validate_one_lane(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                        out: VerdictColumns) -> Verdicts:
     """:func:`validate_in_lanes` on one thread: the pre-pass and the check chunk by chunk (``ONE_LANE_CHUNK``)
     while the table is small enough to stay cached (``ONE_LANE_CACHED_ROWS``), then the rest in one go. A
     chunk's table rows, its rows scratch and its stream and producer id columns are then still cached when
     the check reads them, and the scratch is a chunk's, not the call's (whose pages would be faulted)."""
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
     old_rows, old_streams = state.n_producers, state.n_streams
     scratch, no_buckets, every = np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64)
@@ -200,7 +200,7 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
             stop = min(n, start + ONE_LANE_CHUNK) if state.n_producers < ONE_LANE_CACHED_ROWS else n
             if stop - start > len(scratch):
                 scratch = np.empty(stop - start, np.int32)  # (at most twice a call: a chunk's, then the rest's)
-            part = BatchColumns(*(column[start:stop] for column in columns))
+            part = columns.slice(start, stop)
             verdicts = VerdictColumns(*(column[start:stop] for column in out))
             row = scratch[:stop - start]
             before = state.n_producers

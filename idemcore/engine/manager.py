@@ -19,10 +19,10 @@ from idemcore.engine.validate import check, commit
 from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX
 from idemcore.protocol.sequences import seq_sub
-from idemcore.record.columns import BatchMetadata
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _require_bool(name: str, value: object) -> bool:
 class PreparedAppend:
     """One batch checked against the state (Kafka's ProducerAppendInfo): its verdict, not yet committed."""
 
-    batch: BatchMetadata
+    batch: BatchColumns
     verdicts: Verdicts
     manager: ProducerStateManager = field(repr=False, compare=False)
     generation: int = field(repr=False, compare=False)  # the table's generation it was checked against
@@ -167,7 +167,7 @@ class ProducerStateManager:
     def _prepare(self, columns: dict, origin: Origin) -> PreparedAppend:
         single = {name: np.asarray([value]) for name, value in columns.items()}
         single["stream"] = np.asarray([self.stream], dtype=np.int32)
-        packed = BatchMetadata.coerce(single)
+        packed = BatchColumns.coerce(single)
         verdicts = check(packed, self.table, origin=origin, backend=self.backend)
         return PreparedAppend(packed, verdicts, self, self.table.generation)
 

@@ -1,14 +1,14 @@
 """Producer-state snapshots: a stream's rows of a :class:`ProducerStateTable` as the entries of Kafka's
 ``<offset>.snapshot`` file, and those entries loaded back as Kafka's recovery loads them.
 
-Kafka (storage/.../internals/log/ProducerStateManager, ProducerStateEntry, BatchMetadata):
+Kafka (storage/.../internals/log/ProducerStateManager, ProducerStateEntry, BatchColumns):
 
 - ``takeSnapshot`` writes every producer of the stream's map (``writeSnapshot``), those that have written
   only markers too. Per producer one entry: epoch, ``lastSeq``, ``lastDataOffset`` and ``lastOffsetDelta`` of the
   *newest* retained batch (-1, -1 and 0 when none is retained: a marker-only producer, or one whose epoch changed
   with its marker), ``lastTimestamp``, ``coordinatorEpoch`` and ``currentTxnFirstOffset`` (-1: no open
   transaction). The older retained batches are not written.
-- ``readSnapshot`` rebuilds each entry with at most one batch: ``BatchMetadata(lastSeq, lastOffset, offsetDelta,
+- ``readSnapshot`` rebuilds each entry with at most one batch: ``BatchColumns(lastSeq, lastOffset, offsetDelta,
   timestamp)`` when the last offset is ``>= 0`` (the test is on the offset, not on the sequence), taking the
   entry's timestamp; an open transaction when the first offset is ``>= 0``. ``loadFromSnapshot`` skips producers
   that have expired by then (no open transaction, idle ``producer.id.expiration.ms`` or more) and puts the rest
@@ -119,7 +119,7 @@ def load_snapshot(table: ProducerStateTable, stream: int, entries: Iterable[Prod
     table.ring_last_seq[with_batch, 0] = columns["last_sequence"][keep]
     table.ring_offset_delta[with_batch, 0] = columns["offset_delta"][keep]
     table.ring_last_offset[with_batch, 0] = columns["last_offset"][keep]
-    table.ring_timestamp[with_batch, 0] = columns["timestamp"][keep]  # BatchMetadata gets the entry's timestamp
+    table.ring_timestamp[with_batch, 0] = columns["timestamp"][keep]  # BatchColumns gets the entry's timestamp
     if next_offset is not None:
         table.set_next_offset(stream, next_offset, kernel)
     return len(loaded)

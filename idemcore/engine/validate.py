@@ -19,14 +19,14 @@ from idemcore.engine.table import ProducerStateTable
 from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend, BoundBatches, bind_batches, get_backend
 from idemcore.kernels import rules_reference as rules
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.abi import CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin, Status
-from idemcore.record.columns import BatchMetadata
 
 
 def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origin, backend: str | Backend | None
-             ) -> tuple[BatchMetadata, ProducerStateTable, Origin, Backend]:
-    packed = BatchMetadata.coerce(batches)
+             ) -> tuple[BatchColumns, ProducerStateTable, Origin, Backend]:
+    packed = BatchColumns.coerce(batches)
     if state is None:
         state = ProducerStateTable()
     elif not isinstance(state, ProducerStateTable):
@@ -39,7 +39,7 @@ def _refuse_shared_memory(out: VerdictColumns, inputs: BatchColumns) -> None:
     (the kernels read a batch's input after writing other batches' verdicts). Exact for the 1-D contiguous
     arrays both are."""
     arrays = {f"out.{name[4:]}": array for name, array in out._asdict().items()}
-    arrays.update(inputs._asdict())
+    arrays.update(inputs.to_dict())
     names = list(arrays)
     for k, name in enumerate(names[:len(out)]):
         for other in names[k + 1:]:
@@ -98,12 +98,12 @@ def _check_out(out: Any) -> None:
         raise TypeError(f"out must be the Verdicts of an earlier call, not {type(out).__name__}")
 
 
-def _verdict_columns(out: Verdicts | None, packed: BatchMetadata) -> VerdictColumns:
+def _verdict_columns(out: Verdicts | None, packed: BatchColumns) -> VerdictColumns:
     """Fresh verdict columns for ``packed``, or the first ``len(packed)`` of ``out``'s (checked)."""
     if out is None:
         return Verdicts.allocate(len(packed))
     columns = out.reuse(len(packed))
-    _refuse_shared_memory(columns, packed.kernel_columns())
+    _refuse_shared_memory(columns, packed)
     return columns
 
 
@@ -132,7 +132,7 @@ def check(
                          "log end); use validate() for a sequence of batches")
     columns = _verdict_columns(out, packed)
     txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
-    completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, columns,
+    completed = check_into(kernel, packed, origin, 0, len(packed), state, columns,
                            txns.kernel_columns())
     return Verdicts(*columns, txns.head(completed), kernel.name)
 
@@ -155,7 +155,7 @@ def commit(
         if written.shape != status.shape:
             raise ValueError(f"written must have one flag per batch ({len(status)}), got shape {written.shape}")
         status = np.where(written, status, Status.REJECTED).astype(np.int8)
-    commit_into(kernel, packed.kernel_columns(), 0, len(packed), state,
+    commit_into(kernel, packed, 0, len(packed), state,
                 CommitVerdicts(status, verdicts.base_offset, verdicts.last_offset))
 
 
@@ -215,7 +215,7 @@ def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, s
         state.grow(kernel)
 
 
-def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def validate_into(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                   out: VerdictColumns, threads: int = 1) -> Verdicts:
     """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
     of bigger ones, of :data:`VERDICT_DTYPES`)."""
@@ -223,7 +223,7 @@ def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Orig
         return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads))
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txns = completed.kernel_columns()
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
     state.counters[rules.N_COMPLETED] = 0
     state.generation += 1

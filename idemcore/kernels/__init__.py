@@ -51,7 +51,7 @@ import functools
 import importlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,7 +112,7 @@ class _Splatted:
         return self._backend.commit_batches(*self._columns, start, stop, *self._state, *self._commit)
 
 
-def bind_batches(backend: Backend, columns: Sequence[Any], state: Sequence[Any], verdicts: Sequence[Any],
+def bind_batches(backend: Backend, columns: Iterable[Any], state: Sequence[Any], verdicts: Sequence[Any],
                  txns: Sequence[Any], commit: Sequence[Any]) -> BoundBatches:
     """``backend``'s check_batches and commit_batches over these argument groups (:mod:`idemcore.kernels.abi`:
     BatchColumns, StateArrays, VerdictColumns, TxnColumns, CommitVerdicts). Bind again once any array is replaced.

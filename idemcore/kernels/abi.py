@@ -20,23 +20,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from idemcore.kernels.columns import COLUMNS
 
-class BatchColumns(NamedTuple):
-    """The packed batch metadata (``record.columns.COLUMNS``; booleans as uint8 views). ``stream`` is the dense id
-    of the (topic, partition) a batch is for: the producer state is keyed by (stream, producer id)."""
-
-    stream: np.ndarray
-    producer_id: np.ndarray
-    producer_epoch: np.ndarray
-    base_sequence: np.ndarray
-    last_sequence: np.ndarray
-    base_offset: np.ndarray
-    record_count: np.ndarray
-    max_timestamp: np.ndarray
-    is_transactional: np.ndarray
-    is_control: np.ndarray
-    control_type: np.ndarray
-    coordinator_epoch: np.ndarray
+#: The batch columns' names in the kernels' order: the arguments a :class:`~idemcore.kernels.columns.BatchColumns`
+#: splats into (``stream`` is the dense id of a batch's (topic, partition); producer state is keyed by it).
+BATCH_FIELDS: tuple[str, ...] = tuple(COLUMNS)
 
 
 class StateArrays(NamedTuple):
@@ -103,13 +91,13 @@ class LaneColumns(NamedTuple):
 SCALARS_CHECK = ("origin", "start", "stop")
 SCALARS_COMMIT = ("start", "stop")
 SIGNATURES: dict[str, tuple[str, ...]] = {
-    "validate_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+    "validate_batches": (*BATCH_FIELDS, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                          *TxnColumns._fields),
-    "check_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+    "check_batches": (*BATCH_FIELDS, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                       *TxnColumns._fields),
-    "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
+    "commit_batches": (*BATCH_FIELDS, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
     "reserve_rows": ("stream", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
-    "validate_listed": (*BatchColumns._fields, "origin", "listed", "batch_row", *SCALARS_COMMIT,
+    "validate_listed": (*BATCH_FIELDS, "origin", "listed", "batch_row", *SCALARS_COMMIT,
                         *StateArrays._fields,
                         *VerdictColumns._fields, *TxnColumns._fields),
 }
@@ -117,7 +105,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 
 class HeaderScanColumns(NamedTuple):
     """What ``scan_headers`` writes, one row per batch of a segment: the batch metadata columns first (the
-    fields of :class:`BatchColumns`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
+    fields of :data:`BATCH_FIELDS`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
     batch lies and what else its header says. ``HEADER_SCAN_DTYPES`` gives each array's dtype."""
 
     out_stream: np.ndarray
@@ -145,7 +133,7 @@ class HeaderScanColumns(NamedTuple):
         return cls(*(np.empty(capacity, dtype=dtype) for dtype in HEADER_SCAN_DTYPES.values()))
 
 
-#: Each output array's dtype (the first twelve are ``record.columns.COLUMNS`` with booleans as uint8).
+#: Each output array's dtype (the first twelve are ``kernels.columns.COLUMNS`` with booleans as uint8).
 HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
     "out_stream": np.dtype(np.int32),
     "out_producer_id": np.dtype(np.int64),

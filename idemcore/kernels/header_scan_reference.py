@@ -20,7 +20,7 @@ format, so v0/v1 message sets stop the scan as ``SCAN_BAD_MAGIC``.
 
 An uncompressed control batch also yields its marker: the first record's key (version i16, type i16) and, for
 ABORT and COMMIT, its value (version i16, coordinator epoch i32). Data batches get control type -1 and
-coordinator epoch 0 (``record.columns.DEFAULTS``); a control batch whose record cannot be read (compressed,
+coordinator epoch 0 (``kernels.columns.DEFAULTS``); a control batch whose record cannot be read (compressed,
 empty, cut short, negative versions) gets -1 in what could not be read.
 
 This is the reference twin: the numba backend compiles this very source (``numba_rules``), the Cython one

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.progress import bar as progress_bar
-from idemcore.record.columns import INPUT_COLUMNS
 from idemcore.record.kafka_files import LEADER_EPOCH_CHECKPOINT, parse_offset_file
 from idemcore.synth.kafka_log import (
     DEFAULT_SEGMENT_BYTES,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.protocol.constants import INT32_MAX
-from idemcore.record.columns import INPUT_COLUMNS
 
 
 def random_producer_ids(count: int, rng: np.random.Generator) -> np.ndarray:

@@ -23,8 +23,8 @@ from idemcore.audit.spark.schema import (
 )
 from idemcore.audit.spark.session import check_master, get_session, verify_page_crcs
 from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.protocol.codes import Origin
-from idemcore.record.columns import INPUT_COLUMNS
 
 #: One row per task: its result, or the data error that stopped it (with an empty result).
 RESULT_SCHEMA = f"{TaskResult.SPARK_SCHEMA}, error string"

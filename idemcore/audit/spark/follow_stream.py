@@ -89,7 +89,7 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
         from idemcore.engine.persist import load_state, save_state
         from idemcore.engine.table import ProducerStateTable
         from idemcore.engine.validate import validate
-        from idemcore.record.columns import BatchMetadata
+        from idemcore.kernels.columns import BatchColumns
 
         pd = import_module("pandas")
         frames = [frame for frame in pdfs if len(frame)]
@@ -107,7 +107,7 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
             table = load_state(saved, backend)
         else:
             table = ProducerStateTable(row_capacity=64, stream_capacity=1)
-        packed = BatchMetadata.coerce(rows)
+        packed = BatchColumns.coerce(rows)
         verdicts = validate(packed, table, origin, backend)
         state.update((save_state(table), int(rows[order_by].iloc[-1])))
         found = np.flatnonzero(verdicts.finding)
@@ -145,7 +145,7 @@ def _source_dir(source: str | os.PathLike[str]) -> Path:
 def attempts_schema() -> str:
     """The columns of ``idemcore generate``'s produce attempts (Spark DDL): what a follow of a directory with
     no file yet expects."""
-    from idemcore.record.columns import INPUT_COLUMNS
+    from idemcore.kernels.columns import INPUT_COLUMNS
 
     types = [f"`{name}` {_SPARK_TYPES[pa.from_numpy_dtype(dtype)]}" for name, dtype in INPUT_COLUMNS.items()
              if name != "base_offset"]

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
-from idemcore.record.columns import INPUT_COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.record.parquet_files import READ_ERRORS, checked, file_size, is_uri, open_parquet, unreadable
 
 

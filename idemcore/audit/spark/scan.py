@@ -19,7 +19,7 @@ import pyarrow as pa
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.spark.plan import WATCHED, Footer, read_footers
 from idemcore.audit.spark.schema import check_arrow_schemas
-from idemcore.record.columns import INPUT_COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 
 #: The Spark type Spark's Parquet reader gives each Arrow type of a file (types path mode reads as they are).
 _SPARK_TYPE_OF = {pa.int8(): "ByteType", pa.int16(): "ShortType", pa.int32(): "IntegerType", pa.int64(): "LongType",

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
+from idemcore.kernels.columns import DEFAULTS, INPUT_COLUMNS, derive_record_counts
 from idemcore.protocol.constants import INT32_MAX
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import DEFAULTS, INPUT_COLUMNS, derive_record_counts
 
 _INTEGER_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 _SPARK_TYPES = {"string": ("StringType",), "boolean": (*_INTEGER_TYPES, "BooleanType"), "integer": _INTEGER_TYPES}

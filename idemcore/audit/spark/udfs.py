@@ -78,7 +78,7 @@ def _verdict_frame(pdf: Any, order: str, origin: Origin, backend: str | None,
         table = pa.Table.from_pandas(rows, preserve_index=False)
         verdicts = StreamReplayer(origin, order, backend, collect=False).feed(table)
     else:
-        verdicts = validate(rows, state, origin, backend)  # BatchMetadata.coerce: checks and converts the columns
+        verdicts = validate(rows, state, origin, backend)  # BatchColumns.coerce: checks and converts the columns
     added = {"status": status_names(verdicts.status).to_numpy(zero_copy_only=False),
              "error_code": verdicts.error_code.astype(np.int16, copy=False),
              "assigned_base_offset": verdicts.base_offset.astype(np.int64, copy=False),

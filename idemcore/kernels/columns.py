@@ -1,4 +1,5 @@
-"""Packed batch metadata: one NumPy array per field, checked and coerced once at the edge.
+"""Batch metadata as columns (:class:`BatchColumns`): one NumPy array per field, checked and coerced once at the
+edge, and the kernels' batch arguments as they are (``*batches`` splats them into a kernel call).
 
 Accepts a mapping of arrays, a pandas DataFrame, or a pyarrow Table/RecordBatch.
 The first column, ``stream``, is the dense id the kernels key a producer's
@@ -14,12 +15,11 @@ strings, nulls, values out of range) raises ``ValueError`` naming the column.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from idemcore.kernels.abi import BatchColumns
 from idemcore.protocol.sequences import last_sequences, record_counts
 
 #: Field name -> dtype, in the order the kernels take them.
@@ -68,20 +68,28 @@ def derive_record_counts(base_sequence: np.ndarray, last_sequence: np.ndarray,
     return record_counts(base_sequence, last_sequence)
 
 
-class BatchMetadata:
-    """Validated, packed batch metadata: ``batches["producer_id"]`` is an int64 array, and so on."""
+class BatchColumns:
+    """Validated, packed batch metadata, one array per field of :data:`COLUMNS`: ``batches["producer_id"]`` (or
+    ``batches.producer_id``) is an int64 array, and so on; the flags are bool arrays. ``len()`` is the number of
+    batches. Iterating gives the kernels' batch arguments in their order (``abi.BATCH_FIELDS``; the flags as
+    zero-copy uint8 views), so ``kernel.validate_batches(*batches, ...)`` takes them as they are."""
 
     __slots__ = ("_columns", "_length")
 
     def __init__(self, columns: dict[str, np.ndarray]):
-        # Internal: use BatchMetadata.coerce(); this trusts that columns are complete and typed.
+        # Internal: use BatchColumns.coerce() or allocate(); this trusts that columns are complete and typed.
         self._columns = columns
         self._length = len(columns["producer_id"])
 
     @classmethod
-    def coerce(cls, data: Any) -> BatchMetadata:
-        """Check and pack ``data`` (mapping, pandas DataFrame, pyarrow Table/RecordBatch, BatchMetadata)."""
-        if isinstance(data, BatchMetadata):
+    def allocate(cls, capacity: int) -> BatchColumns:
+        """Room for ``capacity`` batches to fill in place (each column at its default, 0 where it has none)."""
+        return cls({name: np.full(capacity, DEFAULTS.get(name, 0), dtype) for name, dtype in COLUMNS.items()})
+
+    @classmethod
+    def coerce(cls, data: Any) -> BatchColumns:
+        """Check and pack ``data`` (mapping, pandas DataFrame, pyarrow Table/RecordBatch, BatchColumns)."""
+        if isinstance(data, BatchColumns):
             return data
         raw = _columns_of(data)
         missing = [name for name in REQUIRED if name not in raw]
@@ -115,32 +123,38 @@ class BatchMetadata:
     def __getitem__(self, name: str) -> np.ndarray:
         return self._columns[name]
 
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name.startswith("_"):  # (the slots before __init__ set them)
+            raise AttributeError(name)
+        try:
+            return self._columns[name]
+        except KeyError:
+            raise AttributeError(f"BatchColumns has no column {name!r}") from None
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for array in self._columns.values():
+            yield array.view(np.uint8) if array.dtype == np.bool_ else array
+
     def __repr__(self) -> str:
-        return f"BatchMetadata({self._length} batches)"
+        return f"BatchColumns({self._length} batches)"
 
     def to_dict(self) -> dict[str, np.ndarray]:
         """The columns, by name (the arrays themselves, not copies)."""
         return dict(self._columns)
 
-    def slice(self, start: int, stop: int) -> BatchMetadata:
+    def slice(self, start: int, stop: int) -> BatchColumns:
         """Batches ``start..stop-1`` as views."""
-        return BatchMetadata({name: array[start:stop] for name, array in self._columns.items()})
+        return BatchColumns({name: array[start:stop] for name, array in self._columns.items()})
 
-    def take(self, indices: np.ndarray) -> BatchMetadata:
+    def take(self, indices: np.ndarray) -> BatchColumns:
         """The batches at ``indices``, in that order (copies)."""
-        return BatchMetadata({name: array[indices] for name, array in self._columns.items()})
-
-    def kernel_columns(self) -> BatchColumns:
-        """The twelve columns as the kernels take them; booleans as zero-copy uint8 views."""
-        return BatchColumns(*(
-            array.view(np.uint8) if array.dtype == np.bool_ else array for array in self._columns.values()
-        ))
+        return BatchColumns({name: array[indices] for name, array in self._columns.items()})
 
 
-def concatenate(parts: Sequence[BatchMetadata]) -> BatchMetadata:
+def concatenate(parts: Sequence[BatchColumns]) -> BatchColumns:
     """The batches of ``parts``, one after the other (copies)."""
     first = parts[0].to_dict()
-    return BatchMetadata({name: np.concatenate([part[name] for part in parts]) for name in first})
+    return BatchColumns({name: np.concatenate([part[name] for part in parts]) for name in first})
 
 
 def _input_names(raw: Mapping[str, Any]) -> dict[str, str]:
