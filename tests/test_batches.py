@@ -125,3 +125,40 @@ def test_empty_input(backend):
     verdicts = idemcore.validate({name: [] for name in ("producer_id", "producer_epoch", "base_sequence",
                                                         "record_count")}, backend=backend)
     assert len(verdicts) == 0 and len(verdicts.completed_txns) == 0
+
+
+def test_kafkas_partition_column_is_the_stream_without_a_copy():
+    partition = np.array([3, 4], np.int32)
+    packed = BatchColumns.coerce({**BASE, "partition": partition})
+    assert np.shares_memory(packed["stream"], partition)
+    assert packed.stream.tolist() == [3, 4]
+    same = BatchColumns.coerce({**BASE, "stream": partition})
+    assert np.shares_memory(same["stream"], partition)
+
+
+def test_a_stream_and_a_partition_column_together_are_refused():
+    with pytest.raises(ValueError, match="both a 'stream' and a 'partition' column"):
+        BatchColumns.coerce({**BASE, "stream": [0, 0], "partition": [0, 0]})
+
+
+def test_errors_name_the_column_as_the_input_gave_it():
+    with pytest.raises(ValueError, match="column 'partition' must be int32"):
+        BatchColumns.coerce({**BASE, "partition": np.array([0.5, 1.5])})
+
+
+def test_iterating_gives_the_kernel_arguments_in_order_with_uint8_flags():
+    packed = BatchColumns.coerce({**BASE, "is_control": [False, True]})
+    arguments = list(packed)
+    assert len(arguments) == len(COLUMNS) and len(packed) == 2
+    for name, array in zip(COLUMNS, arguments, strict=True):
+        assert np.shares_memory(array, packed[name]), name
+        assert array.dtype == (np.uint8 if COLUMNS[name] == np.bool_ else COLUMNS[name]), name
+    assert arguments[list(COLUMNS).index("is_control")].tolist() == [0, 1]
+
+
+def test_allocate_fills_the_defaults():
+    room = BatchColumns.allocate(3)
+    assert len(room) == 3 and room.base_offset.tolist() == [-1] * 3 and room.control_type.tolist() == [-1] * 3
+    assert room.stream.tolist() == [0] * 3 and not room.is_transactional.any()
+    with pytest.raises(AttributeError, match="no column 'partition'"):
+        _ = room.partition

@@ -33,7 +33,7 @@ is printed after the checkpoint: at most once.
 The checkpoint is data only (:mod:`idemcore.audit.checkpoint`: a JSON manifest of what was read, counters and
 a version, plus NumPy arrays and byte blobs, under a SHA-256), never pickle: loading it runs no code. It holds
 the whole replay state (:meth:`StreamReplayer.to_checkpoint`: every producer table with every retained batch
-by :func:`idemcore.engine.persist.save_state`, stream ids, counters, open transactions' record counts). Kafka's
+by :func:`idemcore.engine.persist.save_state`, streams, counters, open transactions' record counts). Kafka's
 producer snapshot (:mod:`idemcore.engine.snapshot`) is not used: it keeps only each producer's newest batch, so
 after a restart a retry of one of the four older batches would be ``duplicate_beyond_window`` instead of
 ``duplicate``: a different finding. A checkpoint of another version, or damaged, or truncated, is refused

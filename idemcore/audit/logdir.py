@@ -256,14 +256,14 @@ class LogReplayer(StreamReplayer):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
         self.state = LogState(self.backend)
 
-    def stream_id(self, topic: str, partition: int) -> int:
-        """The stream id of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
+    def stream_of(self, topic: str, partition: int) -> int:
+        """The stream of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
         keys = self.keys
         return keys._id_of((keys._topic_code(topic) << _PARTITION_BITS) | int(partition))
 
     def feed_packed(self, packed: BatchColumns) -> Verdicts:
         """:meth:`feed` of batches already packed and checked (a segment's scan: its ``partition`` column holds
-        the stream ids), without making a table of them and converting it back."""
+        the streams), without making a table of them and converting it back."""
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
@@ -363,7 +363,7 @@ class _Partition:
 
     files: PartitionFiles
     abort_markers: dict[int, tuple[int, int, int]]  # marker offset -> (producer id, segment index, position)
-    aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (partition: stream id)
+    aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (by stream)
     first_offset: int | None = None  # the first offset replayed
     last_offset: int | None = None
 
@@ -441,7 +441,7 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     problems: list[tuple[PartitionFiles, int, FileProblem]] = []
     buffer = ScanBuffer()
     for files in partitions:  # every stream numbered first: the per-stream arrays are sized once, not per feed
-        replayer.stream_id(files.topic, files.partition)
+        replayer.stream_of(files.topic, files.partition)
     for files in partitions:
         found: list[FileProblem] = []
         part = _replay_partition(files, replayer, verify_crc, found, located, buffer)
@@ -519,11 +519,11 @@ def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
                       located: list[pa.Table], buffer: ScanBuffer) -> _Partition:
-    stream = replayer.stream_id(files.topic, files.partition)
+    stream = replayer.stream_of(files.topic, files.partition)
     part = _Partition(files, {}, [])
     previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
     for index, segment in enumerate(files.segments):
-        # Straight into the replay's columns: the scan writes the stream id as the partition, into one buffer
+        # Straight into the replay's columns: the scan writes the stream into its stream column, into one buffer
         # reused segment after segment (nothing of a segment's columns is kept past its replay).
         scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
                             buffer=buffer)

@@ -97,7 +97,7 @@ def duration_buckets(durations: np.ndarray) -> np.ndarray:
 
 
 class BatchTimeline:
-    """Per stream id: batches per time bucket of their ``max_timestamp`` (dense: streams x buckets). Buckets are
+    """Per stream: batches per time bucket of their ``max_timestamp`` (dense: streams x buckets). Buckets are
     ``floor(timestamp / width)``, ``width`` = :data:`TIMELINE_BASE_MS` times a power of two; batches without a
     timestamp (0 or -1) are not placed."""
 
@@ -442,7 +442,7 @@ class StreamReplayer:
         if not len(rows):
             return
         found = packed.take(rows).to_dict()
-        topics, partitions = self.keys.decode(found.pop("stream"))  # stream ids back to (topic, partition)
+        topics, partitions = self.keys.decode(found.pop("stream"))  # streams back to (topic, partition)
         found = {"partition": partitions, **found}
         if order is not None:
             found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())

@@ -42,20 +42,20 @@ def stream_runs(ids: np.ndarray, most: int) -> np.ndarray | None:
 
 
 class ShardedState:
-    """Validate packed batches whose ``partition`` column holds stream ids, state kept per stream."""
+    """Validate packed batches whose ``partition`` column holds streams, state kept per stream."""
 
     def __init__(self, origin: Origin, backend: Backend, threads: int = 1):
         self.origin = origin
         self.backend = backend
         self.threads = check_threads(threads)  # tables validated side by side (they share nothing)
         self.tables: list[ProducerStateTable] = [ProducerStateTable()]  # 0: shared by short streams
-        self._table_of = np.zeros(0, dtype=np.int32)  # per stream id; -1 until first seen
+        self._table_of = np.zeros(0, dtype=np.int32)  # per stream; -1 until first seen
 
     def _assign_tables(self, ids: np.ndarray) -> None:
         self._assign_counted(np.bincount(ids))
 
     def _assign_counted(self, rows: np.ndarray) -> None:
-        """Tables for the streams first seen here; ``rows``: this batch's rows per stream id (up to the last)."""
+        """Tables for the streams first seen here; ``rows``: this batch's rows per stream (up to the last)."""
         top = len(rows) - 1
         if len(self._table_of) <= top:
             self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
@@ -122,7 +122,7 @@ class ShardedState:
         return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
 
     def log_end_offsets(self, streams: int) -> np.ndarray:
-        """Next offset per stream id (0 for a stream with nothing appended)."""
+        """Next offset per stream (0 for a stream with nothing appended)."""
         ends = np.zeros(streams, dtype=np.int64)
         for state in self.tables:
             p = state.n_streams
@@ -130,7 +130,7 @@ class ShardedState:
         return ends
 
     def open_transactions(self) -> dict[str, np.ndarray]:
-        """Entries with an open transaction: stream id, producer id, epoch, first offset, last timestamp."""
+        """Entries with an open transaction: stream, producer id, epoch, first offset, last timestamp."""
         parts = []
         for state in self.tables:
             n = state.n_producers
