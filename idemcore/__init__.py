@@ -33,7 +33,7 @@ from idemcore.engine import (
 from idemcore.errors import BackendUnavailableError, IdemcoreError
 from idemcore.findings import FINDINGS, Finding
 from idemcore.kernels import available_backends, get_backend
-from idemcore.kernels.columns import COLUMNS, BatchColumns
+from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 
 __version__ = "0.1.0"
@@ -55,6 +55,7 @@ def __getattr__(name: str):
 __all__ = [
     "COLUMNS",
     "FINDINGS",
+    "INPUT_COLUMNS",
     "AppendResult",
     "BackendUnavailableError",
     "BatchColumns",

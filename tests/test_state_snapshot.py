@@ -49,7 +49,7 @@ def snapshot_file(directory: Path, table: ProducerStateTable, partition: int) ->
 
 
 def assert_index_consistent(table: ProducerStateTable) -> None:
-    """Every row is found through the producer index, every partition through the partition index."""
+    """Every row is found through the producer index, every stream through the stream index."""
     n = table.n_producers
     for row in range(n):
         assert table.row_of(int(table.row_stream[row]), int(table.row_producer_id[row])) == row

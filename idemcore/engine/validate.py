@@ -66,7 +66,9 @@ def validate(
     """Apply Kafka's producer-state rules to every batch, in order, committing each accepted one.
 
     ``batches``: a mapping of arrays, pandas DataFrame or pyarrow Table with the
-    columns of :data:`idemcore.record.COLUMNS`. ``state``: a
+    columns of :data:`idemcore.COLUMNS` (or a :class:`~idemcore.BatchColumns`);
+    the ``stream`` column may be given as Kafka's ``partition`` (the batches of
+    one topic; :mod:`idemcore.kernels.columns`). ``state``: a
     :class:`ProducerStateTable` carried across calls (updated in place); None
     starts from empty state. ``origin``: ``"client"``, ``"coordinator"`` or
     ``"replication"``; it applies to data batches, control batches are always

@@ -114,6 +114,7 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
         if not len(found):
             return
         columns: dict[str, Any] = packed.take(found).to_dict()
+        columns["partition"] = columns.pop("stream")  # the group's Kafka partition, packed as its stream
         columns[TOPIC] = rows[TOPIC].to_numpy()[found].astype(object)
         columns[order_by] = rows[order_by].to_numpy()[found].astype(np.int64)
         columns.update({
