@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from idemcore import BatchMetadata, Origin, get_backend
+from idemcore import BatchColumns, Origin, get_backend
 from idemcore.audit import StreamKeys, replay_table
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.shards import ShardedState
@@ -176,8 +176,8 @@ def bench_spark_c_in_process_kernel(benchmark, record, tables):
     packed = []
     for table in tables:
         columns = {name: table.column(name).to_numpy() for name in table.schema.names if name != "topic"}
-        columns["partition"] = StreamKeys().encode(table.column("topic"), columns["partition"])
-        packed.append(BatchMetadata.coerce(columns))
+        columns["stream"] = StreamKeys().encode(table.column("topic"), columns.pop("partition"))
+        packed.append(BatchColumns.coerce(columns))
 
     def run():
         return [ShardedState(Origin.CLIENT, get_backend()).validate(p) for p in packed]

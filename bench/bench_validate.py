@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from idemcore.state import ProducerStateTable, validate
+from idemcore.engine import ProducerStateTable, validate
 
 STREAMS = ["a-1-partition", "b-64-partitions"]
 PYTHON_SUBSET = 200_000  # the interpreted reference is ~1000x slower; timed on a prefix
@@ -21,7 +21,7 @@ ALTERNATING_ROUNDS = 5  # bench_public_beside_presized: rounds of each, alternat
 def bench_memory_baseline(benchmark, streams, record, stream):
     packed = streams[stream]
     # The same number of bytes as the twelve input columns, summed as int64.
-    nbytes = sum(column.nbytes for column in packed.kernel_columns())
+    nbytes = sum(column.nbytes for column in packed)
     flat = np.ones(nbytes // 8, dtype=np.int64)
     benchmark.pedantic(flat.sum, rounds=5, iterations=1, warmup_rounds=1)
     record(f"baseline numpy-sum {stream}", benchmark, len(packed))
@@ -43,8 +43,8 @@ def bench_validate(benchmark, streams, record, backend, threads, stream):
 
 def _presized_table(packed) -> ProducerStateTable:
     """A table sized for the stream's streams (at most producers x partitions), its pages touched."""
-    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["partition"]))
-    state = ProducerStateTable(row_capacity=rows + 1, partition_capacity=128)  # (+1: the pre-pass keeps one spare)
+    rows = len(np.unique(packed["producer_id"])) * len(np.unique(packed["stream"]))
+    state = ProducerStateTable(row_capacity=rows + 1, stream_capacity=128)  # (+1: the pre-pass keeps one spare)
     for array in state.kernel_arrays():
         array[...] = array.copy()  # first-touch page faults outside the timing
     return state

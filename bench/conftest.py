@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from idemcore.record.columns import BatchMetadata
+from idemcore.kernels.columns import BatchColumns
 from idemcore.synth.streams import synthetic_stream
 
 BATCHES = 20_000_000
@@ -12,11 +12,11 @@ _results: dict[str, tuple[float, int]] = {}
 
 
 @pytest.fixture(scope="session")
-def streams() -> dict[str, BatchMetadata]:
+def streams() -> dict[str, BatchColumns]:
     """(a) one partition and (b) 64 partitions: 20M batches, 10,000 random 64-bit producer ids, ~1% retried."""
     return {
-        "a-1-partition": BatchMetadata.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=1, seed=1)),
-        "b-64-partitions": BatchMetadata.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=64,
+        "a-1-partition": BatchColumns.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=1, seed=1)),
+        "b-64-partitions": BatchColumns.coerce(synthetic_stream(BATCHES, n_producers=10_000, n_partitions=64,
                                                                  seed=2)),
     }
 

@@ -17,12 +17,7 @@ from idemcore.client import (
     ProducerFencedError,
     TransactionAbortableError,
 )
-from idemcore.errors import BackendUnavailableError, IdemcoreError
-from idemcore.findings import FINDINGS, Finding
-from idemcore.kernels import available_backends, get_backend
-from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state import (
+from idemcore.engine import (
     AppendResult,
     CompletedTxn,
     CompletedTxns,
@@ -35,6 +30,11 @@ from idemcore.state import (
     commit,
     validate,
 )
+from idemcore.errors import BackendUnavailableError, IdemcoreError
+from idemcore.findings import FINDINGS, Finding
+from idemcore.kernels import available_backends, get_backend
+from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
+from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 
 __version__ = "0.1.0"
 
@@ -55,9 +55,10 @@ def __getattr__(name: str):
 __all__ = [
     "COLUMNS",
     "FINDINGS",
+    "INPUT_COLUMNS",
     "AppendResult",
     "BackendUnavailableError",
-    "BatchMetadata",
+    "BatchColumns",
     "Broker",
     "CompletedTxn",
     "CompletedTxns",

@@ -4,7 +4,7 @@ Each finding has one entry here: its kernel code (the ``Finding`` value the
 kernels write into ``out_finding``), its name in reports, what it means, what
 the verdict's ``expected`` column holds for it, and the report section that
 shows it. Adding a finding is this entry, one branch in each kernel twin
-(``kernels/reference.py``, ``kernels/cython_kernels.pyx``), one planter in
+(``kernels/rules_reference.py``, ``kernels/cython_rules.pyx``), one planter in
 ``synth/streams.py`` (``inject_anomalies``) and one rule in the test oracle (``tests/oracle.py``). The rules behind each
 finding are in ``docs/rules.md`` ("What an audit reports").
 """

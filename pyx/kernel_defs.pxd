@@ -39,7 +39,7 @@ cdef enum:
     RING = 5
     # counters[] layout, shared with idemcore.state.table.
     N_ROWS = 0
-    N_PARTITIONS = 1
+    N_STREAMS = 1
     N_COMPLETED = 2
     # Sequences live in [0, SEQ_MAX] and wrap; one less than SEQ_HALF ahead (wrapping) counts as "ahead".
     SEQ_MAX = 2147483647

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 
 
 def batches(rows: list[dict]) -> dict[str, np.ndarray]:
@@ -16,7 +16,7 @@ def batches(rows: list[dict]) -> dict[str, np.ndarray]:
                 "is_control": False, "control_type": -1, "coordinator_epoch": 0}
     out = {}
     for name in names:
-        out[name] = np.array([row.get(name, defaults.get(name)) for row in rows], dtype=COLUMNS[name])
+        out[name] = np.array([row.get(name, defaults.get(name)) for row in rows], dtype=INPUT_COLUMNS[name])
     return out
 
 

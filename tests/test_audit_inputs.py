@@ -29,8 +29,8 @@ from idemcore.audit.spark.plan import TaskPlan, plan_row_groups, read_footer, re
 from idemcore.audit.spark.schema import InputError, check_arrow_schemas, check_footer_values, conform
 from idemcore.audit.spark.session import check_master
 from idemcore.cli import main
+from idemcore.kernels.columns import DEFAULTS, INPUT_COLUMNS
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import COLUMNS, DEFAULTS
 
 OPTIONAL = [name for name in DEFAULTS if name != "partition"]  # partition is required by the audit
 SEQUENCES = [("last_sequence",), ("record_count",), ("last_sequence", "record_count")]
@@ -86,7 +86,7 @@ class FileLayout:
     row_group_size: int = 10_000
 
     def columns(self) -> list[str]:
-        return [name for name in ("topic", *COLUMNS, "seq_no")
+        return [name for name in ("topic", *INPUT_COLUMNS, "seq_no")
                 if name in ("topic", "partition", "producer_id", "producer_epoch", "base_sequence", "seq_no")
                 or name in self.optional or name in self.sequences]
 
@@ -105,7 +105,7 @@ def _array(name: str, values: np.ndarray, layout: FileLayout) -> pa.Array:
     if name == "topic":
         return pa.array(list(values), pa.string()).dictionary_encode().cast(layout.topic) \
             if pa.types.is_dictionary(layout.topic) else pa.array(list(values), layout.topic)
-    if COLUMNS.get(name, np.dtype(np.int64)).kind == "b":
+    if INPUT_COLUMNS.get(name, np.dtype(np.int64)).kind == "b":
         return pa.array(values.astype(np.int64) if layout.booleans.get(name, pa.bool_()) != pa.bool_() else values,
                         layout.booleans.get(name, pa.bool_()))
     data_type = _integer_type(values, layout.integers.get(name, 3))
@@ -131,7 +131,7 @@ def expected_table(rows: dict[str, np.ndarray], file_of: np.ndarray, layouts: li
     """The rows as the audit must see them: an optional column a file lacks holds its default there;
     a column no file has is left out (the replay fills it)."""
     out = {}
-    for name in ("topic", *COLUMNS, "seq_no"):
+    for name in ("topic", *INPUT_COLUMNS, "seq_no"):
         having = np.array([name in layout.columns() for layout in layouts])
         if not having.any():
             continue
@@ -181,10 +181,10 @@ def file_layouts(draw) -> FileLayout:
         optional=optional,
         sequences=sequences,
         topic=draw(st.sampled_from(TOPICS)),
-        integers=draw(st.fixed_dictionaries({name: st.integers(0, 6) for name in (*COLUMNS, "seq_no")
-                                             if COLUMNS.get(name, np.dtype(np.int64)).kind != "b"})),
-        booleans=draw(st.fixed_dictionaries({name: st.sampled_from(BOOLEANS) for name in COLUMNS
-                                             if COLUMNS[name].kind == "b"})),
+        integers=draw(st.fixed_dictionaries({name: st.integers(0, 6) for name in (*INPUT_COLUMNS, "seq_no")
+                                             if INPUT_COLUMNS.get(name, np.dtype(np.int64)).kind != "b"})),
+        booleans=draw(st.fixed_dictionaries({name: st.sampled_from(BOOLEANS) for name in INPUT_COLUMNS
+                                             if INPUT_COLUMNS[name].kind == "b"})),
         use_dictionary=draw(st.booleans()),
         statistics=draw(st.booleans()),
         row_group_size=draw(st.sampled_from([7, 40, 10_000])),
@@ -240,8 +240,8 @@ def test_any_mix_of_files_reads_and_replays_as_its_rows(tmp_path_factory, layout
             expected_fills.add((name, str(lacking), str(len(paths))))
     assert filled == expected_fills
     for name in target.names:  # the kernel's columns arrive in the kernel's types
-        if name in COLUMNS:
-            assert target.field(name).type == pa.from_numpy_dtype(COLUMNS[name]), name
+        if name in INPUT_COLUMNS:
+            assert target.field(name).type == pa.from_numpy_dtype(INPUT_COLUMNS[name]), name
 
     want = expected_table(rows, file_of, layouts)
     got = pa.concat_tables([t.cast(pa.schema([pa.field(f.name, want.schema.field(f.name).type)
@@ -488,10 +488,11 @@ MIXED = [
     FileLayout(optional={"max_timestamp", "is_transactional", "is_control", "control_type", "coordinator_epoch"},
                sequences=("last_sequence", "record_count"), topic=pa.dictionary(pa.int32(), pa.string())),
     FileLayout(optional={"is_transactional", "is_control", "control_type", "coordinator_epoch"},
-               sequences=("record_count",), topic=pa.string(), integers=dict.fromkeys(COLUMNS, 6),
+               sequences=("record_count",), topic=pa.string(), integers=dict.fromkeys(INPUT_COLUMNS, 6),
                booleans={"is_transactional": pa.int8(), "is_control": pa.uint8()}, use_dictionary=False),
     FileLayout(optional={"max_timestamp", "is_transactional", "is_control", "control_type"},
-               sequences=("last_sequence",), topic=pa.large_string(), integers=dict.fromkeys([*COLUMNS, "seq_no"], 5),
+               sequences=("last_sequence",), topic=pa.large_string(),
+               integers=dict.fromkeys([*INPUT_COLUMNS, "seq_no"], 5),
                row_group_size=30),
 ]
 
@@ -535,7 +536,7 @@ def test_a_bad_value_a_spark_worker_finds_is_one_line_and_fails_no_task(spark, t
 
 
 def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path):
-    from idemcore.record.columns import BatchMetadata
+    from idemcore.kernels.columns import BatchColumns
 
     rows = {"topic": ["t"] * 3, "partition": [0] * 3, "producer_id": [-1, 5, 5], "producer_epoch": [-1, 0, 0],
             "base_sequence": [-1, 0, -1], "last_sequence": [-1, 4, -1], "is_control": [False, False, True],
@@ -549,7 +550,7 @@ def test_record_count_is_not_guessed_for_data_batches_without_sequences(tmp_path
     with pytest.raises(InputError, match=r"b\.parquet: record_count is needed: row 0 is not a control batch"):
         read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)
     with pytest.raises(ValueError, match=r"record_count is needed: row 0 is not a control batch"):
-        BatchMetadata.coerce({name: rows[name] for name in rows if name not in ("topic", "seq_no")})
+        BatchColumns.coerce({name: rows[name] for name in rows if name not in ("topic", "seq_no")})
     rows["producer_id"][0], rows["base_sequence"][0], rows["last_sequence"][0] = 5, 5, 5
     pq.write_table(pa.table(rows), b)
     table = read_task(TaskPlan([(str(a), [0]), (str(b), [0])]), target)

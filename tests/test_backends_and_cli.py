@@ -79,7 +79,7 @@ def test_markers_complete_transactions_per_partition(backend):
             marker(1, 0, commit=True, partition=1), marker(1, 0, commit=False, partition=0),
             marker(1, 0, commit=True, partition=0)]
     txns = idemcore.validate(batches(rows), backend=backend).completed_txns
-    assert txns.partition.tolist() == [1, 0] and txns.aborted.tolist() == [False, True]
+    assert txns.stream.tolist() == [1, 0] and txns.aborted.tolist() == [False, True]
     assert txns.first_offset.tolist() == [0, 0] and txns.last_offset.tolist() == [1, 1]
 
 
@@ -91,15 +91,15 @@ def test_manager_rejects_misuse():
         manager.append(7, 0, 0, 0, is_transactional=1)
     with pytest.raises(ValueError, match="unknown origin 'leader'"):
         manager.append(7, 0, 0, 0, origin="leader")
-    with pytest.raises(ValueError, match=r"partition must be in \[0, 2147483647\], got -1"):
-        ProducerStateManager(partition=-1)
+    with pytest.raises(ValueError, match=r"stream must be in \[0, 2147483647\], got -1"):
+        ProducerStateManager(stream=-1)
 
 
 def test_table_grows_from_one_row(backend):
-    state = idemcore.ProducerStateTable(row_capacity=1, partition_capacity=1)
+    state = idemcore.ProducerStateTable(row_capacity=1, stream_capacity=1)
     rows = [data(pid, 0, 0, partition=pid % 7) for pid in range(200)]
     verdicts = idemcore.validate(batches(rows), state, backend=backend)
-    assert (verdicts.status == 0).all() and state.n_producers == 200 and state.n_partitions == 7
+    assert (verdicts.status == 0).all() and state.n_producers == 200 and state.n_streams == 7
     assert all(state.row_of(pid % 7, pid) is not None for pid in range(200))
 
 

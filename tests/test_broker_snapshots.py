@@ -11,11 +11,11 @@ import pytest
 
 from idemcore.broker import Broker, LogCorruptionError
 from idemcore.clock import wall_clock_ms
+from idemcore.engine.snapshot import snapshot_entries
 from idemcore.net.messages import ProduceRequest
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from idemcore.record.batch import RecordBatch
 from idemcore.record.kafka_files import read_leader_epoch_checkpoint, read_snapshot
-from idemcore.state.snapshot import snapshot_entries
 
 NOW = wall_clock_ms()
 SMALL = {"segment_bytes": 400, "index_interval_bytes": 0}

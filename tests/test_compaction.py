@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from idemcore.broker import Broker, LogCorruptionError
+from idemcore.engine.snapshot import snapshot_entries
 from idemcore.net.messages import ProduceRequest
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from idemcore.record.v2 import iter_batches
-from idemcore.state.snapshot import snapshot_entries
 from tests.helpers import forget_recovery_points
 
 DAY = 86_400_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idemcore import Finding
-from idemcore.state import validate
+from idemcore.engine import validate
 
 from .helpers import batches, data, marker
 
@@ -72,7 +72,7 @@ def test_finding_names_parse_back():
 
 
 def test_kernel_finding_codes_match_the_enum():
-    from idemcore.kernels import reference
+    from idemcore.kernels import rules_reference
 
     assert {f.name: int(f) for f in Finding if f is not Finding.HANGING_TRANSACTION} == {
-        name[2:]: value for name, value in vars(reference).items() if name.startswith("F_")}
+        name[2:]: value for name, value in vars(rules_reference).items() if name.startswith("F_")}

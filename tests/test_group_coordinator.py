@@ -27,11 +27,11 @@ from idemcore.broker.group import (
     java_length,
 )
 from idemcore.broker.group.offsets_log import GroupMetadataKey
+from idemcore.engine.table import ProducerStateTable
 from idemcore.net.messages import FetchedOffset, OffsetEntry
 from idemcore.protocol.codes import ErrorCode
 from idemcore.record.batch import RecordBatch
 from idemcore.record.stored import StoredBatch
-from idemcore.state.table import ProducerStateTable
 
 from .helpers import batches, data, marker
 

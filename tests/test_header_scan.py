@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import idemcore
 from idemcore.kernels import abi, header_scan_reference, load_backend
 from idemcore.kernels.abi import HEADER_SCAN_DTYPES, HeaderScanColumns
+from idemcore.kernels.columns import COLUMNS
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import COLUMNS
 
 from .conftest import EXPECTED
 
@@ -101,7 +101,7 @@ class Batch:
                 control_type = self.marker[0]
                 coordinator_epoch = self.marker[1] if control_type in (0, 1) else -1
         return {
-            "partition": partition, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+            "stream": partition, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
             "base_sequence": self.base_sequence,
             "last_sequence": int(last_sequences(np.array([self.base_sequence], np.int32),
                                                 np.array([self.record_count], np.int32))[0]),
@@ -167,7 +167,7 @@ def test_every_backend_takes_the_abi_arguments_in_order(name):
 
 def test_the_output_columns_are_the_batch_columns_then_the_scan_s_own():
     assert list(HEADER_SCAN_DTYPES) == list(HeaderScanColumns._fields)
-    assert NAMES[:12] == list(abi.BatchColumns._fields) == list(COLUMNS)
+    assert NAMES[:12] == list(abi.BATCH_FIELDS) == list(COLUMNS)
     assert [HEADER_SCAN_DTYPES[f"out_{name}"] for name in COLUMNS] == [
         np.dtype(np.uint8) if dtype == np.bool_ else dtype for dtype in COLUMNS.values()]
     assert [a.dtype for a in HeaderScanColumns.empty(3)] == list(HEADER_SCAN_DTYPES.values())
@@ -196,7 +196,7 @@ def test_a_segment_of_data_batches_decodes_every_field(backend):
     ]
     data, expected = segment(batches, start=4096)
     result = scan(backend, data, partition=9, file_position=4096)
-    assert result.rows == [{**row, "partition": 9} for row in expected]
+    assert result.rows == [{**row, "stream": 9} for row in expected]
     assert result.rows[1]["last_sequence"] == 2 and result.rows[3]["last_offset"] == INT64_MIN + 2
     assert (result.position, result.reason) == (len(data), ref.SCAN_END)
 
@@ -435,7 +435,7 @@ def test_batches_of_kafka_python_and_aiokafka_decode_as_kafka_python_reads_them(
             control_type = control.type
             coordinator_epoch = struct.unpack(">hi", control.value)[1]
         assert row == {
-            "partition": 3, "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
+            "stream": 3, "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
             "base_sequence": batch.base_sequence, "last_sequence": batch.last_sequence,
             "base_offset": batch.base_offset, "record_count": batch.records_count,
             "max_timestamp": batch.max_timestamp, "is_transactional": int(batch.is_transactional),

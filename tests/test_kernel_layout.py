@@ -11,23 +11,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from idemcore.kernels import reference as rules
-from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state import validate
-from idemcore.state.persist import load_state, save_state
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
+from idemcore.engine import validate
+from idemcore.engine.persist import load_state, save_state
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
+from idemcore.kernels import rules_reference as rules
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 
 
 def test_the_compiled_row_is_the_reference_layout():
-    from idemcore.kernels import cython_kernels
+    from idemcore.kernels import cython_rules
 
-    layout = cython_kernels.row_layout()
+    layout = cython_rules.row_layout()
     assert layout["row_size"] == 8 * rules.ROW_WORDS and layout["slot_size"] == 8 * rules.SLOT_WORDS
     assert layout["ring_entry_size"] == 16
     assert layout["epoch"] == 2 * rules.ROW_EPOCH
     assert layout["head"] == rules.ROW_HEAD and layout["length"] == rules.ROW_LEN
-    assert layout["partition_index"] == 4 * rules.ROW_PARTITION_INDEX
+    assert layout["stream_index"] == 4 * rules.ROW_STREAM_INDEX
     assert layout["txn_first_offset"] == 8 * rules.ROW_TXN_FIRST_OFFSET
     assert layout["last_timestamp"] == 8 * rules.ROW_LAST_TIMESTAMP
     assert layout["ring_last_seq"] == 4 * rules.ROW_RING_LAST_SEQ
@@ -35,14 +35,14 @@ def test_the_compiled_row_is_the_reference_layout():
     assert layout["ring_last_offset"] == 8 * rules.ROW_RING_LAST_OFFSET
     assert layout["ring_timestamp"] == 8 * rules.ROW_RING_TIMESTAMP
     assert layout["coordinator_epoch"] == 4 * rules.ROW_COORDINATOR_EPOCH
-    assert layout["partition"] == 4 * rules.ROW_PARTITION
+    assert layout["stream"] == 4 * rules.ROW_STREAM
     assert layout["producer_id"] == 8 * rules.ROW_PRODUCER_ID
     assert layout["reserved_by"] == 8 * rules.ROW_RESERVED_BY
     assert layout["slot_producer_id"] == 8 * rules.SLOT_PRODUCER_ID
-    assert layout["slot_partition"] == 4 * rules.SLOT_PARTITION and layout["slot_row"] == 4 * rules.SLOT_ROW
+    assert layout["slot_stream"] == 4 * rules.SLOT_STREAM and layout["slot_row"] == 4 * rules.SLOT_ROW
     # An in-sequence batch reads the first cache line only.
     assert layout["ring_offset_delta"] + 4 * rules.RING_SIZE <= 64
-    from idemcore.kernels import cython_kernels as compiled
+    from idemcore.kernels import cython_rules as compiled
 
     assert compiled.KERNEL_CODES["ROW_WORDS"] == rules.ROW_WORDS
     assert compiled.KERNEL_CODES["SLOT_WORDS"] == rules.SLOT_WORDS
@@ -106,7 +106,7 @@ def _stream(seed: int, n: int) -> dict[str, np.ndarray]:
             first = last = -1
             count = 1 if control else count
         state[(pid, part)] = [epoch, rules.seq_add(last, 1) if last >= 0 else next_seq]
-        row = {"partition": part, "producer_id": pid, "producer_epoch": epoch, "base_sequence": first,
+        row = {"stream": part, "producer_id": pid, "producer_epoch": epoch, "base_sequence": first,
                "last_sequence": last, "base_offset": base_offset, "record_count": count,
                "max_timestamp": int(rng.integers(0, 10**6)), "is_transactional": transactional or control,
                "is_control": control, "control_type": int(rng.integers(0, 2)) if control else -1,
@@ -117,20 +117,20 @@ def _stream(seed: int, n: int) -> dict[str, np.ndarray]:
             zip(COLUMNS.items(), columns.values(), strict=True)}
 
 
-def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, np.ndarray]:
+def _every_rule(packed: BatchColumns, table: ProducerStateTable) -> dict[str, np.ndarray]:
     """validate() by the reference's check_batch and commit_batch alone (no fast path)."""
     n = len(packed)
     out = Verdicts.allocate(n)
     txns = CompletedTxns.empty(n).kernel_columns()
-    columns = packed.kernel_columns()
+    columns = packed
     i = 0
     while i < n:
-        if table.n_producers >= len(table.row_epoch) or table.n_partitions >= len(table.partition_id):
+        if table.n_producers >= len(table.row_epoch) or table.n_streams >= len(table.stream_id):
             table.grow("python")
         arrays = table.kernel_arrays()
         slots = (arrays.slot_i64, arrays.slot_i32)
         rows = (arrays.row_i64, arrays.row_i32, arrays.row_i16, arrays.row_i8)
-        parts = (arrays.pslot_partition, arrays.pslot_index, arrays.partition_id, arrays.partition_next_offset)
+        parts = (arrays.sslot_stream, arrays.sslot_index, arrays.stream_id, arrays.stream_next_offset)
         slot = rules.check_batch(i, tuple(columns), rules.ORIGIN_CLIENT, slots, rows, parts, arrays.counters,
                                  tuple(out), tuple(txns))
         if out.out_status[i] == rules.APPENDED:
@@ -142,11 +142,11 @@ def _every_rule(packed: BatchMetadata, table: ProducerStateTable) -> dict[str, n
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_fast_path_gives_what_every_rule_gives(backend, seed):
-    packed = BatchMetadata.coerce(_stream(seed, 3000))
+    packed = BatchColumns.coerce(_stream(seed, 3000))
     half = len(packed) // 2
-    expected_table = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    expected_table = ProducerStateTable(row_capacity=1, stream_capacity=1)
     expected = _every_rule(packed.slice(0, half), expected_table)
-    table = ProducerStateTable(row_capacity=1, partition_capacity=1)  # grows mid-stream, more than once
+    table = ProducerStateTable(row_capacity=1, stream_capacity=1)  # grows mid-stream, more than once
     # In chunks, the second starting near the end of the offset space for partition 2.
     verdicts = [validate(packed.slice(0, half), table, backend=backend)]
     assert int(np.count_nonzero(verdicts[0].finding == rules.F_DUPLICATE)) > 0
@@ -188,7 +188,7 @@ def test_a_large_table_prefetches_and_still_agrees(backend):
                "max_timestamp": np.arange(n, dtype=np.int64), "is_transactional": np.zeros(n, bool),
                "is_control": np.zeros(n, bool), "control_type": np.full(n, -1, np.int8),
                "coordinator_epoch": np.full(n, -1, np.int32)}
-    packed = BatchMetadata.coerce(batches)
+    packed = BatchColumns.coerce(batches)
     table = ProducerStateTable()
     got = validate(packed, table, backend=backend)
     want_table = ProducerStateTable()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import idemcore
 from idemcore import ProducerStateTable
-from idemcore.state import lanes, validate
+from idemcore.engine import lanes, validate
 from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches, data
@@ -41,9 +41,9 @@ def assert_same_verdicts(result, reference):
 def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk, cached):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
-    state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # reserve_rows grows it mid-pass
+    state = ProducerStateTable(row_capacity=1, stream_capacity=1)  # reserve_rows grows it mid-pass
     with mock.patch.object(lanes, "MIN_BATCHES", 1), mock.patch.object(lanes, "PIPELINE_CHUNK", chunk), \
             mock.patch.object(lanes, "ONE_LANE_CHUNK", chunk), mock.patch.object(lanes, "ONE_LANE_CACHED_ROWS", cached):
         parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend, threads=threads)
@@ -52,7 +52,7 @@ def test_lanes_equal_one_thread(backend, rows, origin, threads, cuts, chunk, cac
         np.testing.assert_array_equal(np.concatenate([getattr(p, name) for p in parts]), column, err_msg=name)
     assert [txn for p in parts for txn in _txn_rows(p)] == _txn_rows(whole)
     assert_same_state(state, whole_state)
-    assert state.n_producers == whole_state.n_producers and state.n_partitions == whole_state.n_partitions
+    assert state.n_producers == whole_state.n_producers and state.n_streams == whole_state.n_streams
 
 
 @pytest.mark.parametrize("chunk", [lanes.PIPELINE_CHUNK, 1_000])  # 1,000: the next chunk reserved beside the lanes
@@ -64,7 +64,7 @@ def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkey
     columns = chaotic_stream(20_000, seed=5)
     columns["is_control"][::97] = True  # markers closing transactions across all partitions
     columns["control_type"][::97] = np.arange(len(columns["control_type"][::97])) % 2
-    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=2, partition_capacity=1)
+    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=2, stream_capacity=1)
     reference = validate(columns, ref_state, origin=origin, backend=backend)
     with mock.patch.object(lanes, "MIN_BATCHES", 1):
         result = validate(columns, state, origin=origin, backend=backend, threads=threads)
@@ -83,14 +83,14 @@ def test_lanes_on_a_large_chaotic_stream(backend, origin, threads, chunk, monkey
 def test_tables_big_enough_to_prefetch_give_the_references_answers(backend, threads, chunk, monkeypatch):
     # From PREFETCH_MIN_ROWS rows the compiled kernels take their prefetching loops (reserve_rows hashes batches
     # ahead, validate_listed and validate_batches fetch rows ahead), which smaller tests never reach.
-    from idemcore.kernels import reference as rules
+    from idemcore.kernels import rules_reference as rules
 
     monkeypatch.setattr(lanes, "PIPELINE_CHUNK", chunk)
     columns = chaotic_stream(30_000, seed=7, producers=1_500)  # about 7,000 streams
     expected = validate(columns, ProducerStateTable(), backend="python")
-    one_pass = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, partition_capacity=8)
+    one_pass = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, stream_capacity=8)
     assert_same_verdicts(validate(columns, one_pass, backend=backend), expected)  # (under MIN_BATCHES: one pass)
-    state = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, partition_capacity=8)
+    state = ProducerStateTable(row_capacity=rules.PREFETCH_MIN_ROWS, stream_capacity=8)
     with mock.patch.object(lanes, "MIN_BATCHES", 1):
         assert_same_verdicts(validate(columns, state, backend=backend, threads=threads), expected)
     assert state.n_producers > rules.PREFETCH_MIN_ROWS  # (grown past it mid-pass)
@@ -113,7 +113,7 @@ def test_refused_first_writes_leave_no_entry(threads, monkeypatch):
     state = ProducerStateTable()
     verdicts = validate(batches(rows), state, threads=threads)
     assert verdicts.status.tolist() == [0, 2, 2, 0]
-    assert state.n_partitions == 1 and state.n_producers == 2
+    assert state.n_streams == 1 and state.n_producers == 2
     assert sorted(state.row_producer_id[:2].tolist()) == [5, 7]
     assert state.row_of(1, 6) is None and state.next_offset(1) == 0
     assert state.next_offset(0) == 2
@@ -133,8 +133,8 @@ def test_threads_must_be_a_whole_number(threads):
 def test_remove_partitions_refuses_one_with_rows():
     state = ProducerStateTable()
     validate(batches([data(1, 0, 0, partition=3)]), state)
-    with pytest.raises(ValueError, match="partition 3 still has producer rows"):
-        state.remove_partitions(np.array([True]))
+    with pytest.raises(ValueError, match="stream 3 still has producer rows"):
+        state.remove_streams(np.array([True]))
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_an_interrupted_lane_leaves_no_thread_writing_behind(monkeypatch):
         validate(batches(rows), state, backend=interrupted, threads=2)
     assert ended.is_set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(1, 40, 2))
-    assert state.n_partitions == 1 and state.next_offset(1) == 20
+    assert state.n_streams == 1 and state.next_offset(1) == 20
 
 
 def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
@@ -253,7 +253,7 @@ def test_a_full_table_gets_its_spare_before_the_lanes():
     # 16 partitions fill the default table; the next call adds no entry, yet the lanes need a spare to run.
     state = ProducerStateTable()
     validate(batches([data(1, 0, 0, partition=p) for p in range(16)]), state)
-    assert state.n_partitions == len(state.partition_id)
+    assert state.n_streams == len(state.stream_id)
     more = batches([data(1, 0, 1, partition=0), data(1, 1, 0, partition=1), data(1, 0, 1, partition=2)])
     reference = validate(more, state.copy())
     assert_same_verdicts(validate(more, state, threads=2), reference)
@@ -288,14 +288,14 @@ def test_a_listed_row_past_the_table_is_looked_up_not_read():
     state = ProducerStateTable(row_capacity=4)
     validate(batches(rows[:1]), state)
     state.counters[0] = 1 << 20  # N_ROWS past the capacity
-    packed = idemcore.BatchMetadata.coerce(batches(rows[1:]))
-    out = idemcore.state.Verdicts.allocate(1)
+    packed = idemcore.BatchColumns.coerce(batches(rows[1:]))
+    out = idemcore.engine.Verdicts.allocate(1)
     txns = idemcore.CompletedTxns.empty(0).kernel_columns()
     for name in ("cython", "numba", "python"):
         kernel = get_backend(name)
         copy = state.copy()
         copy.counters[0] = 1 << 20
-        kernel.validate_listed(*packed.kernel_columns(), 0, np.empty(0, np.int64), np.array([3000], np.int32), 0, 1,
+        kernel.validate_listed(*packed, 0, np.empty(0, np.int64), np.array([3000], np.int32), 0, 1,
                                *copy.kernel_arrays(), *out, *txns)
         assert out.out_base_offset[0] == 1, name
 
@@ -307,7 +307,7 @@ def test_verdicts_written_into_an_earlier_calls(backend, rows, threads, cuts, lo
     # validate(..., out=): each chunk's verdicts land in the same arrays, stale values from the chunk before
     # overwritten, on the short path and the lanes' path alike.
     whole = validate(batches(rows), ProducerStateTable(), backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
     state = ProducerStateTable()
     out = validate(packed.slice(len(rows) - 1, len(rows)), ProducerStateTable(), backend=backend)  # (stale values)
@@ -394,8 +394,8 @@ def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
     # rebuilt from its rows (persist's save/load).
     import signal
 
-    from idemcore.state import persist
-    from idemcore.state import table as table_module
+    from idemcore.engine import persist
+    from idemcore.engine import table as table_module
 
     real = table_module._aligned_zeros
     pressed: list[int] = []
@@ -408,14 +408,14 @@ def test_ctrl_c_while_the_table_grows_leaves_it_usable(monkeypatch, threads):
 
     monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
     columns = chaotic_stream(4_000, seed=8)
-    state = ProducerStateTable(row_capacity=4, partition_capacity=2)
+    state = ProducerStateTable(row_capacity=4, stream_capacity=2)
     monkeypatch.setattr(table_module, "_aligned_zeros", interrupted)  # (after the first allocation: in a growth)
     with pytest.raises(KeyboardInterrupt):
         validate(columns, state, threads=threads)
     assert pressed
     monkeypatch.setattr(table_module, "_aligned_zeros", real)
     for row in range(state.n_producers):
-        assert state.row_of(int(state.row_partition[row]), int(state.row_producer_id[row])) == row
+        assert state.row_of(int(state.row_stream[row]), int(state.row_producer_id[row])) == row
     rebuilt = persist.load_state(persist.save_state(state))
     more = chaotic_stream(2_000, seed=9)
     assert_same_verdicts(validate(more, state, threads=threads), validate(more, rebuilt, threads=threads))

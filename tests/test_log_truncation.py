@@ -245,10 +245,10 @@ def test_reload_partition_state_after_a_truncation(tmp_path):
     from idemcore.broker import Broker
     from idemcore.broker.recovery import reload_partition_state
     from idemcore.clock import wall_clock_ms
+    from idemcore.engine.snapshot import snapshot_entries
     from idemcore.net.messages import ProduceRequest
     from idemcore.protocol.codes import ErrorCode
     from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-    from idemcore.state.snapshot import snapshot_entries
 
     now = wall_clock_ms()
 

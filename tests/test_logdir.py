@@ -388,7 +388,7 @@ def test_a_segment_scan_reads_what_kafka_python_reads(logdir, backend):
                 assert bool(scan["is_control"][row]) == batch.is_control_batch
                 assert int(scan["control_type"][row]) == (-1 if w.control is None else w.control)
                 assert int(scan["batch_length"][row]) == len(w.raw) - 12
-                assert int(scan["partition"][row]) == writer.partition
+                assert int(scan["stream"][row]) == writer.partition
             metadata = scan.metadata()
             assert len(metadata) == len(expected) and metadata["is_control"].dtype == np.bool_
 
@@ -880,9 +880,9 @@ def test_the_log_end_offset_is_the_log_s_even_after_a_refused_batch(tmp_path):
 def _oracle(batches: dict[str, np.ndarray]) -> list[tuple[int, int, int]]:
     """(status, finding, expected) per batch, one batch at a time: CLIENT verdicts, and a batch after a sequence
     gap committed at its own offsets (what LogState does in ranges, with copies and rollbacks)."""
-    from idemcore.state.table import ProducerStateTable
-    from idemcore.state.validate import commit, validate
-    from idemcore.state.verdicts import Verdicts
+    from idemcore.engine.table import ProducerStateTable
+    from idemcore.engine.validate import commit, validate
+    from idemcore.engine.verdicts import Verdicts
 
     state = ProducerStateTable()
     out = []
@@ -905,7 +905,7 @@ def test_the_log_state_s_ranges_and_rollbacks_equal_one_batch_at_a_time(seed, ba
     ranges as small as 2 batches (so rollbacks cross range ends), equal the one-batch-at-a-time oracle."""
     from idemcore.audit import logdir as module
     from idemcore.kernels import get_backend
-    from idemcore.record.columns import BatchMetadata
+    from idemcore.kernels.columns import BatchColumns
 
     monkeypatch.setattr(module, "FIRST_CHUNK", 2)
     rng = np.random.default_rng(seed)
@@ -943,7 +943,7 @@ def test_the_log_state_s_ranges_and_rollbacks_equal_one_batch_at_a_time(seed, ba
     batches["coordinator_epoch"] = np.zeros(len(rows), np.int32)
     batches["max_timestamp"] = np.arange(len(rows), dtype=np.int64)
     batches["partition"] = np.zeros(len(rows), np.int32)
-    packed = BatchMetadata.coerce(batches)
+    packed = BatchColumns.coerce(batches)
     state = module.LogState(get_backend(backend))
     verdicts = state.validate(packed.slice(0, 150))  # two feeds: the state carries over
     later = state.validate(packed.slice(150, len(packed)))

@@ -38,9 +38,9 @@ def test_overwrite_replaces_a_generated_dataset(tmp_path):
 
 
 def test_a_prepared_batch_is_committed_at_most_once_and_only_by_its_manager():
-    manager, other = ProducerStateManager(partition=0), ProducerStateManager(partition=3)
+    manager, other = ProducerStateManager(stream=0), ProducerStateManager(stream=3)
     prepared = manager.prepare_update(7, 0, 0, 0)
-    with pytest.raises(ValueError, match="prepared by the manager of partition 0, not by this one"):
+    with pytest.raises(ValueError, match="prepared by the manager of stream 0, not by this one"):
         other.update(prepared)
     manager.update(prepared)
     with pytest.raises(IdemcoreError, match="the state changed since this batch was checked"):
@@ -50,8 +50,8 @@ def test_a_prepared_batch_is_committed_at_most_once_and_only_by_its_manager():
     with pytest.raises(IdemcoreError, match="check it again"):
         manager.update(second)
     assert [b.last_seq for b in manager.last_entry(7).batches] == [0, 1]
-    with pytest.raises(ValueError, match=r"partition must be in \[0, 2147483647\], got 1099511627776"):
-        ProducerStateManager(partition=2**40)
+    with pytest.raises(ValueError, match=r"stream must be in \[0, 2147483647\], got 1099511627776"):
+        ProducerStateManager(stream=2**40)
 
 
 @pytest.mark.parametrize("setting, message", [

@@ -106,7 +106,7 @@ def test_only_the_numba_backend_imports_numba():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(name.split(".")[0] == "numba" for name in names):
                 importers.append(str(path.relative_to(PACKAGE.parent)))
-    assert sorted(set(importers)) == ["idemcore/kernels/numba_kernels.py"]
+    assert sorted(set(importers)) == ["idemcore/kernels/numba_rules.py"]
 
 
 def test_numba_is_an_extra_and_a_test_dependency():
@@ -119,14 +119,14 @@ def test_numba_is_an_extra_and_a_test_dependency():
     assert "numba>=0.59" in extras["test"]  # the suite still runs all three backends
 
 
-def test_numba_kernels_count_no_references():
+def test_numba_rules_count_no_references():
     # The kernels never allocate, so they are compiled without Numba's reference counting (it made every helper
     # that takes a tuple of arrays count references per batch: ~6x slower), and cached under a name of their own.
     # numba is optional for users, not for the suite: it is in the test extra, so unless IDEMCORE_EXPECT_BACKENDS
     # leaves it out a missing numba fails here (as pytest_sessionstart fails the run) instead of skipping.
     if "numba" not in EXPECTED:
         pytest.skip("IDEMCORE_EXPECT_BACKENDS leaves the numba backend out")
-    import idemcore.kernels.numba_kernels as nk
+    import idemcore.kernels.numba_rules as nk
     for name in ("validate_batches", "validate_listed", "reserve_rows", "check_batches", "commit_batches"):
         function = getattr(nk, name)
         assert function.targetoptions.get("_nrt") is False, name

@@ -22,9 +22,9 @@ from idemcore import (
     commit,
     validate,
 )
+from idemcore.engine.explain import rejection_message
 from idemcore.net.messages import ProduceRequest
 from idemcore.record.batch import RecordBatch
-from idemcore.state.explain import rejection_message
 
 from .conftest import EXPECTED
 from .helpers import batches, data, marker
@@ -103,7 +103,7 @@ def test_replayed_batches_keep_their_offsets_up_to_the_limit(backend):
             assert state.next_offset(0) == base_offset + count
         else:
             assert rows_of(verdicts) == [(*OVERFLOW, base_offset)], (base_offset, count)
-            assert state.n_partitions == state.n_producers == 0
+            assert state.n_streams == state.n_producers == 0
 
 
 def test_check_then_commit_near_the_limit(backend):
@@ -221,10 +221,11 @@ def test_the_finding_is_registered_and_explained():
 
 
 def test_the_kernel_twins_share_the_codes():
-    from idemcore.kernels import cython_kernels, reference
+    from idemcore.kernels import cython_rules
+    from idemcore.kernels import rules_reference as rules
 
-    assert reference.F_OFFSET_OVERFLOW == cython_kernels.KERNEL_CODES["F_OFFSET_OVERFLOW"] == Finding.OFFSET_OVERFLOW
-    assert reference.INT64_MAX == cython_kernels.KERNEL_CODES["INT64_MAX"] == INT64_MAX
+    assert rules.F_OFFSET_OVERFLOW == cython_rules.KERNEL_CODES["F_OFFSET_OVERFLOW"] == Finding.OFFSET_OVERFLOW
+    assert rules.INT64_MAX == cython_rules.KERNEL_CODES["INT64_MAX"] == INT64_MAX
 
 
 # ---------------------------------------------------------------- the backends agree near the limit

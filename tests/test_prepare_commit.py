@@ -8,14 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemcore import ProducerStateTable, Status, check, commit, validate
-from idemcore.record.columns import BatchMetadata
+from idemcore.kernels.columns import BatchColumns
 from idemcore.synth.streams import synthetic_stream
 
 
-def requests(packed: BatchMetadata) -> list[np.ndarray]:
-    """Consecutive batches grouped into requests of at most one batch per partition, in order."""
+def requests(packed: BatchColumns) -> list[np.ndarray]:
+    """Consecutive batches grouped into requests of at most one batch per stream, in order."""
     groups, current, seen = [], [], set()
-    for i, partition in enumerate(packed["partition"].tolist()):
+    for i, partition in enumerate(packed["stream"].tolist()):
         if partition in seen:
             groups.append(np.array(current))
             current, seen = [], set()
@@ -30,10 +30,10 @@ def requests(packed: BatchMetadata) -> list[np.ndarray]:
 @given(seed=st.integers(0, 2**16), fail_rate=st.sampled_from([0.0, 0.1, 0.5]),
        first_sequence=st.sampled_from([0, 2147483640]))
 def test_check_and_commit_equal_validate_over_the_batches_written(backend, seed, fail_rate, first_sequence):
-    packed = BatchMetadata.coerce(synthetic_stream(200, n_producers=4, n_partitions=3, retry_fraction=0.2,
+    packed = BatchColumns.coerce(synthetic_stream(200, n_producers=4, n_partitions=3, retry_fraction=0.2,
                                                    first_sequence=first_sequence, seed=seed))
     rng = np.random.default_rng(seed)
-    state = ProducerStateTable(row_capacity=1, partition_capacity=1)  # small: commit must grow it
+    state = ProducerStateTable(row_capacity=1, stream_capacity=1)  # small: commit must grow it
     kept, verdict_rows = [], []
     for rows in requests(packed):
         batch = packed.take(rows)
@@ -65,7 +65,7 @@ def test_check_changes_no_state_and_refuses_two_batches_for_one_partition(backen
     assert all(np.array_equal(before[name], after[name]) for name in before)
     commit(batches, verdicts, state, written=[False, True], backend=backend)
     assert state.row_of(0, 7) is None and state.row_of(1, 7) is not None and state.next_offset(1) == 1
-    with pytest.raises(ValueError, match="at most one batch per partition"):
+    with pytest.raises(ValueError, match="at most one batch per stream"):
         check({**batches, "partition": [2, 2]}, state, backend=backend)
     with pytest.raises(ValueError, match="written must have one flag per batch"):
         commit(batches, verdicts, state, written=[True], backend=backend)
@@ -78,17 +78,17 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
     (BoundChecks), against the unbound check_into/commit_into on a twin table. Both tables start with one row and
     one partition, so commit grows them (the bound kernels must follow the new arrays)."""
     from idemcore.broker.replica_manager import RequestColumns
+    from idemcore.engine.validate import check_into, commit_into
     from idemcore.kernels import get_backend
+    from idemcore.kernels.columns import COLUMNS
     from idemcore.protocol.codes import Origin
-    from idemcore.record.columns import COLUMNS
-    from idemcore.state.validate import check_into, commit_into
 
     kernel = get_backend(backend)
-    packed = BatchMetadata.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
+    packed = BatchColumns.coerce(synthetic_stream(150, n_producers=5, n_partitions=4, retry_fraction=0.2,
                                                    seed=seed))
     rng = np.random.default_rng(seed)
-    bound_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
-    plain_state = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    bound_state = ProducerStateTable(row_capacity=1, stream_capacity=1)
+    plain_state = ProducerStateTable(row_capacity=1, stream_capacity=1)
     bound, plain = RequestColumns(8), RequestColumns(8)
     grown = 0
     for rows in requests(packed):
@@ -118,19 +118,19 @@ def test_bound_checks_equal_check_into_and_commit_into_across_growth(backend, se
 def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(monkeypatch):
     from idemcore import kernels
     from idemcore.broker.replica_manager import RequestColumns
-    from idemcore.kernels import cython_kernels
+    from idemcore.kernels import cython_rules
 
     columns, state = RequestColumns(4), ProducerStateTable()
     groups = (columns.batch, state.kernel_arrays(), columns.verdicts, columns.txns, columns.commit)
     compiled = kernels.bind_batches(kernels.load_backend("cython"), *groups)
-    assert type(compiled) is cython_kernels.BoundBatches
+    assert type(compiled) is cython_rules.BoundBatches
     with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
         compiled.check_batches(0, 0, 5)
     with pytest.raises(ValueError, match=r"start\.\.stop beyond the bound columns"):
         compiled.commit_batches(3, 5)
     assert compiled.check_batches(0, 0, 0) == 0 and compiled.commit_batches(2, 2) == 2
     assert type(kernels.bind_batches(kernels.load_backend("python"), *groups)).__name__ == "_Splatted"
-    monkeypatch.delattr(cython_kernels, "BoundBatches")  # an extension built before the class existed
+    monkeypatch.delattr(cython_rules, "BoundBatches")  # an extension built before the class existed
     fallback = kernels.bind_batches(kernels.load_backend("cython"), *groups)
     assert type(fallback).__name__ == "_Splatted" and fallback.check_batches(0, 0, 0) == 0
 
@@ -138,7 +138,7 @@ def test_bind_batches_takes_the_compiled_class_and_falls_back_on_an_old_build(mo
 def test_check_into_an_earlier_calls_verdicts_gives_what_a_fresh_check_gives(backend):
     # check(..., out=): a broker-like loop of requests writing every verdict into one buffer, stale values from
     # the request before overwritten, gives fresh check()'s verdicts and commits the same state.
-    packed = BatchMetadata.coerce(synthetic_stream(400, n_producers=5, n_partitions=6, retry_fraction=0.2, seed=3))
+    packed = BatchColumns.coerce(synthetic_stream(400, n_producers=5, n_partitions=6, retry_fraction=0.2, seed=3))
     stale = {"partition": np.arange(9), "producer_id": np.full(9, 99), "producer_epoch": np.full(9, 5),
              "base_sequence": np.zeros(9, int), "record_count": np.ones(9, int)}
     fenced_by = ProducerStateTable()

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import idemcore
 from idemcore import ProducerStateTable
-from idemcore.record.columns import COLUMNS
-from idemcore.state import validate
+from idemcore.engine import validate
+from idemcore.kernels.columns import COLUMNS
 from idemcore.synth.streams import synthetic_stream
 
 from .helpers import batches
@@ -104,7 +104,7 @@ def _verdict_rows(v):
 
 def _txn_rows(v):
     t = v.completed_txns
-    return list(zip(t.partition.tolist(), t.producer_id.tolist(), t.first_offset.tolist(), t.last_offset.tolist(),
+    return list(zip(t.stream.tolist(), t.producer_id.tolist(), t.first_offset.tolist(), t.last_offset.tolist(),
                     t.aborted.tolist(), strict=True))
 
 
@@ -127,7 +127,7 @@ def test_reference_matches_oracle(rows, origin):
 @SETTINGS
 @given(rows=streams(), origin=origins)
 def test_backends_agree_on_every_column_and_state(backend, rows, origin):
-    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=1, partition_capacity=1)
+    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=1, stream_capacity=1)
     reference = validate(batches(rows), ref_state, origin=origin, backend="python")
     result = validate(batches(rows), state, origin=origin, backend=backend)
     assert result.backend == backend
@@ -142,9 +142,9 @@ def test_backends_agree_on_every_column_and_state(backend, rows, origin):
 def test_chunked_equals_whole(backend, rows, origin, cuts):
     whole_state = ProducerStateTable()
     whole = validate(batches(rows), whole_state, origin=origin, backend=backend)
-    packed = idemcore.BatchMetadata.coerce(batches(rows))
+    packed = idemcore.BatchColumns.coerce(batches(rows))
     bounds = sorted({0, len(rows), *(c for c in cuts if c <= len(rows))})
-    state = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    state = ProducerStateTable(row_capacity=1, stream_capacity=1)
     parts = [validate(packed.slice(a, b), state, origin=origin, backend=backend) for a, b in itertools.pairwise(bounds)]
     for name, column in whole.to_dict().items():
         np.testing.assert_array_equal(np.concatenate([getattr(p, name) for p in parts]), column, err_msg=name)
@@ -169,7 +169,7 @@ def chaotic_stream(n: int, seed: int, producers: int = 300) -> dict[str, np.ndar
 @pytest.mark.parametrize("origin", ["client", "replication"])
 def test_backends_agree_on_large_chaotic_stream(backend, origin):
     columns = chaotic_stream(20_000, seed=3)
-    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=2, partition_capacity=1)
+    ref_state, state = ProducerStateTable(), ProducerStateTable(row_capacity=2, stream_capacity=1)
     reference = validate(columns, ref_state, origin=origin, backend="python")
     result = validate(columns, state, origin=origin, backend=backend)
     counts = reference.counts()
@@ -193,7 +193,7 @@ def test_every_column_of_the_contract_is_exercised():
     @settings(max_examples=300, deadline=None, derandomize=True, database=None)
     @given(rows=streams())
     def collect(rows):
-        packed = idemcore.BatchMetadata.coerce(batches(rows))
+        packed = idemcore.BatchColumns.coerce(batches(rows))
         for name in COLUMNS:
             seen[name].update(packed[name].tolist())
 

@@ -15,7 +15,7 @@ from idemcore.audit import AuditReport, StreamKeys, replay_table
 from idemcore.audit.replayer import in_stream_order
 from idemcore.audit.spark.plan import RowGroup, components, plan_tasks
 from idemcore.audit.spark.schema import InputError
-from idemcore.state import validate
+from idemcore.engine import validate
 from idemcore.synth.dataset import read_truth
 from idemcore.synth.ground_truth import check_against_truth
 

@@ -52,7 +52,7 @@ def batches() -> pd.DataFrame:
     from_a[rng.choice(len(from_a), len(a), replace=False)] = True
     frame = pd.concat([a, b], ignore_index=True)
     frame["seq_no"] = np.r_[np.flatnonzero(from_a), np.flatnonzero(~from_a)].astype(np.int64)
-    return frame[["topic", "seq_no", *idemcore.COLUMNS]]
+    return frame[["topic", "seq_no", *idemcore.INPUT_COLUMNS]]
 
 
 @pytest.fixture(scope="module")

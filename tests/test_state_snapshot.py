@@ -1,4 +1,4 @@
-"""Producer-state snapshots (state.snapshot): what Kafka writes for a partition and what it loads back.
+"""Producer-state snapshots (engine.snapshot): what Kafka writes for a partition and what it loads back.
 
 The property: a table A built from a random stream, snapshotted (snapshot_entries -> encode_snapshot -> file ->
 read_snapshot) and loaded into a table B, answers the next batch as A does; the one known difference is a retry
@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from idemcore import ProducerStateTable
+from idemcore.engine import ProducerStateManager, check, validate
+from idemcore.engine.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 from idemcore.findings import Finding
 from idemcore.protocol.codes import ErrorCode, Status
 from idemcore.record.kafka_files import (
@@ -27,8 +29,6 @@ from idemcore.record.kafka_files import (
     read_snapshot,
     write_file_atomically,
 )
-from idemcore.state import ProducerStateManager, check, validate
-from idemcore.state.snapshot import load_snapshot, load_snapshot_file, snapshot_entries
 
 from .helpers import batches, data, marker
 from .test_properties import PIDS, streams
@@ -49,20 +49,20 @@ def snapshot_file(directory: Path, table: ProducerStateTable, partition: int) ->
 
 
 def assert_index_consistent(table: ProducerStateTable) -> None:
-    """Every row is found through the producer index, every partition through the partition index."""
+    """Every row is found through the producer index, every stream through the stream index."""
     n = table.n_producers
     for row in range(n):
-        assert table.row_of(int(table.row_partition[row]), int(table.row_producer_id[row])) == row
-        index = int(table.row_partition_index[row])
-        assert table.partition_id[index] == table.row_partition[row]
-    for index in range(table.n_partitions):
-        partition = int(table.partition_id[index])
-        assert table.next_offset(partition) == table.partition_next_offset[index]
+        assert table.row_of(int(table.row_stream[row]), int(table.row_producer_id[row])) == row
+        index = int(table.row_stream_index[row])
+        assert table.stream_id[index] == table.row_stream[row]
+    for index in range(table.n_streams):
+        partition = int(table.stream_id[index])
+        assert table.next_offset(partition) == table.stream_next_offset[index]
 
 
 def newest_batch_only(entry):
     """A ProducerStateManager entry as Kafka rebuilds it from a snapshot: the newest batch only, with the
-    entry's timestamp (readSnapshot's ``new BatchMetadata(seq, offset, offsetDelta, timestamp)``)."""
+    entry's timestamp (readSnapshot's ``new BatchColumns(seq, offset, offsetDelta, timestamp)``)."""
     if entry is None:
         return None
     kept = tuple(dataclasses.replace(b, timestamp=entry.last_timestamp) for b in entry.batches[-1:])
@@ -75,7 +75,7 @@ def verdict(v, k: int = 0) -> tuple:
 
 def txns(v) -> list[tuple]:
     t = v.completed_txns
-    return list(zip(t.partition.tolist(), t.producer_id.tolist(), t.first_offset.tolist(), t.last_offset.tolist(),
+    return list(zip(t.stream.tolist(), t.producer_id.tolist(), t.first_offset.tolist(), t.last_offset.tolist(),
                     t.aborted.tolist(), strict=True))
 
 
@@ -86,7 +86,7 @@ def next_batches(draw, table: ProducerStateTable) -> dict:
     n = table.n_producers
     if n and draw(st.integers(0, 4)):  # mostly a producer A knows
         row = draw(st.integers(0, n - 1))
-        partition, pid = int(table.row_partition[row]), int(table.row_producer_id[row])
+        partition, pid = int(table.row_stream[row]), int(table.row_producer_id[row])
     else:
         partition = draw(st.sampled_from(PARTITIONS))
         pid = draw(st.sampled_from([*PIDS, 999]))
@@ -129,9 +129,9 @@ def next_batches(draw, table: ProducerStateTable) -> dict:
        draw=st.data())
 def test_a_table_loaded_from_a_snapshot_answers_the_next_batch_as_the_original(backend, rows, other, reuse, origin,
                                                                                draw):
-    a = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    a = ProducerStateTable(row_capacity=1, stream_capacity=1)
     validate(batches(rows), a, backend=backend)
-    b = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    b = ProducerStateTable(row_capacity=1, stream_capacity=1)
     if reuse:  # loading replaces whatever B held for the partition
         validate(batches(other), b, backend=backend)
     with tempfile.TemporaryDirectory() as directory:
@@ -171,7 +171,7 @@ def test_a_table_loaded_from_a_snapshot_answers_the_next_batch_as_the_original(b
 
 def golden_table(backend) -> ProducerStateTable:
     """Partition 3 as in the golden case below (offsets from 0); a producer on partition 1 besides."""
-    table = ProducerStateTable(row_capacity=2, partition_capacity=1)
+    table = ProducerStateTable(row_capacity=2, stream_capacity=1)
     verdicts = validate(batches([
         data(7, 2, 0, 4, partition=3, max_timestamp=1000),  # offsets 0-4
         data(7, 2, 5, 6, partition=3, max_timestamp=1010),  # offsets 5-6: pid 7's newest batch
@@ -220,10 +220,10 @@ def test_the_entries_and_bytes_are_kafkas_on_a_golden_case(backend, tmp_path):
     path = tmp_path / offset_file_name(table.next_offset(3), ".snapshot")
     assert path.name == "00000000000000000015.snapshot"
     write_file_atomically(path, data_)
-    loaded = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    loaded = ProducerStateTable(row_capacity=1, stream_capacity=1)
     read = load_snapshot_file(loaded, 3, path, backend)
     assert read.problems == [] and read.entries == GOLDEN_ENTRIES
-    assert loaded.next_offset(3) == 15 and loaded.n_partitions == 1 and loaded.n_producers == 5
+    assert loaded.next_offset(3) == 15 and loaded.n_streams == 1 and loaded.n_producers == 5
     assert_index_consistent(loaded)
     manager = ProducerStateManager(3, table=loaded, backend=backend)
     pid7 = manager.last_entry(7)
@@ -295,9 +295,9 @@ def test_loading_refuses_values_that_do_not_fit_before_changing_anything(backend
     ]:
         with pytest.raises(ValueError, match=message):
             load_snapshot(table, 3, entries, backend)
-    with pytest.raises(ValueError, match="next offset -1 for partition 3 is negative"):
+    with pytest.raises(ValueError, match="next offset -1 for stream 3 is negative"):
         load_snapshot(table, 3, [], backend, next_offset=-1)
-    with pytest.raises(ValueError, match="partition -1 is not in"):
+    with pytest.raises(ValueError, match="stream -1 is not in"):
         load_snapshot(table, -1, [], backend)
     with pytest.raises(ValueError, match=r"'00000000000000000015\.log' is not a snapshot file name"):
         load_snapshot_file(table, 3, Path("00000000000000000015.log"), backend)
@@ -335,10 +335,10 @@ def test_a_corrupt_snapshot_is_reported_and_not_loaded(backend, tmp_path):
 
 
 def test_set_next_offset_and_add_rows(backend):
-    table = ProducerStateTable(row_capacity=1, partition_capacity=1)
+    table = ProducerStateTable(row_capacity=1, stream_capacity=1)
     table.set_next_offset(5, 40, backend)
     table.set_next_offset(6, 7, backend)  # a second partition: the table grows
-    assert (table.next_offset(5), table.next_offset(6), table.n_partitions) == (40, 7, 2)
+    assert (table.next_offset(5), table.next_offset(6), table.n_streams) == (40, 7, 2)
     rows = table.add_rows(6, [11, 10, 12], backend)
     assert rows.tolist() == [0, 1, 2] and table.n_producers == 3
     assert [table.row_of(6, pid) for pid in (11, 10, 12)] == [0, 1, 2]
@@ -347,11 +347,11 @@ def test_set_next_offset_and_add_rows(backend):
     # The kernel takes the rows as its own: a first batch of pid 10 at epoch 0 may start anywhere.
     v = validate(batches([data(10, 0, 3, 3, partition=6)]), table, backend=backend)
     assert verdict(v) == (Status.APPENDED, 0, 7, 7, Finding.NONE, -1)
-    for pids, message in [([10], "producer id 10 already has an entry on partition 6"),
+    for pids, message in [([10], "producer id 10 already has an entry on stream 6"),
                           ([1, 1], "producer id 1 is given twice"), ([-1], "producer id -1 is negative")]:
         with pytest.raises(ValueError, match=message):
             table.add_rows(6, pids, backend)
-    with pytest.raises(ValueError, match="next offset -3 for partition 5"):
+    with pytest.raises(ValueError, match="next offset -3 for stream 5"):
         table.set_next_offset(5, -3)
-    with pytest.raises(ValueError, match="partition 2147483648 is not in"):
+    with pytest.raises(ValueError, match="stream 2147483648 is not in"):
         table.set_next_offset(2**31, 0)

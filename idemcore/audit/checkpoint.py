@@ -4,7 +4,7 @@ Layout of one file: the magic line ``idemcore-follow-checkpoint\\n``, the SHA-25
 bytes), the length of the manifest (8 bytes, little-endian), the manifest (UTF-8 JSON: ``version``, the
 caller's values, and ``blobs``: each blob's ``name``, ``kind`` and ``length``), then the blobs one after the
 other. A blob is either ``npy`` (a NumPy array in ``.npy`` format, read with ``allow_pickle=False``) or
-``bytes`` (e.g. a producer state table from :func:`idemcore.state.persist.save_state`). A file whose magic,
+``bytes`` (e.g. a producer state table from :func:`idemcore.engine.persist.save_state`). A file whose magic,
 digest, lengths, JSON or version do not check is refused whole with one line naming it (:class:`CheckpointError`).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from idemcore.record.columns import COLUMNS, REQUIRED
+from idemcore.kernels.columns import INPUT_COLUMNS, REQUIRED
 
 TOPIC = "topic"
 #: Ordering columns, preferred first: ``seq_no`` is explicit arrival order (produce attempts);
@@ -36,7 +36,7 @@ def required_columns(names: Iterable[str], order_by: str | None = None) -> tuple
     if missing:
         raise ValueError(f"batch metadata is missing required column(s): {', '.join(missing)}")
     order = order_column(names, order_by)
-    wanted = [TOPIC, *(name for name in COLUMNS if name in names)]
+    wanted = [TOPIC, *(name for name in INPUT_COLUMNS if name in names)]
     if order not in wanted:
         wanted.append(order)
     return wanted, order

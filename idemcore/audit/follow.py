@@ -33,8 +33,8 @@ is printed after the checkpoint: at most once.
 The checkpoint is data only (:mod:`idemcore.audit.checkpoint`: a JSON manifest of what was read, counters and
 a version, plus NumPy arrays and byte blobs, under a SHA-256), never pickle: loading it runs no code. It holds
 the whole replay state (:meth:`StreamReplayer.to_checkpoint`: every producer table with every retained batch
-by :func:`idemcore.state.persist.save_state`, stream ids, counters, open transactions' record counts). Kafka's
-producer snapshot (:mod:`idemcore.state.snapshot`) is not used: it keeps only each producer's newest batch, so
+by :func:`idemcore.engine.persist.save_state`, streams, counters, open transactions' record counts). Kafka's
+producer snapshot (:mod:`idemcore.engine.snapshot`) is not used: it keeps only each producer's newest batch, so
 after a restart a retry of one of the four older batches would be ``duplicate_beyond_window`` instead of
 ``duplicate``: a different finding. A checkpoint of another version, or damaged, or truncated, is refused
 whole with one line naming it (:class:`~idemcore.audit.checkpoint.CheckpointError`).
@@ -63,7 +63,7 @@ from idemcore.errors import one_line
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import header_scan_reference as scan_codes
 from idemcore.kernels.abi import HeaderScanColumns
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import COLUMNS
 from idemcore.record.kafka_files import FileProblem, PartitionFiles, SegmentFiles, list_log_dir
 from idemcore.record.kafka_files.names import is_log_path
 from idemcore.record.kafka_files.segment import (
@@ -462,7 +462,7 @@ class Follower:
             return
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
-                          for name in COLUMNS if name != "partition"})
+                          for name in COLUMNS if name != "stream"})
         stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
         verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)

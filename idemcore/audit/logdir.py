@@ -71,12 +71,15 @@ from idemcore.audit.keys import _PARTITION_BITS
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
 from idemcore.audit.shards import ShardedState
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import commit_into
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
-from idemcore.kernels import reference as rules
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, VerdictColumns
+from idemcore.kernels import rules_reference as rules
+from idemcore.kernels.abi import CommitVerdicts, VerdictColumns
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import (
     FileProblem,
     LogDirListing,
@@ -90,9 +93,6 @@ from idemcore.record.kafka_files import (
     read_txn_index,
     scan_segment,
 )
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import commit_into
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,8 @@ class LogState(ShardedState):
         self.committed_gaps = 0
         self._log_end = np.zeros(0, np.int64)  # per stream: past the last offset of every batch fed
 
-    def _assign_log_tables(self, packed: BatchMetadata, bounds: np.ndarray) -> None:
-        ids = packed["partition"]
+    def _assign_log_tables(self, packed: BatchColumns, bounds: np.ndarray) -> None:
+        ids = packed["stream"]
         starts = bounds[:-1]  # a feed is one segment: one run
         top = int(ids[starts].max())
         if len(self._table_of) <= top:  # (doubling: a stream at a time would copy it for each)
@@ -141,14 +141,14 @@ class LogState(ShardedState):
                 self._table_of[stream] = len(self.tables)
                 self.tables.append(ProducerStateTable(row_capacity=_first_capacity(packed["producer_id"],
                                                                                    first[stream]),
-                                                      partition_capacity=2))  # (1: full at once, grown)
+                                                      stream_capacity=2))  # (1: full at once, grown)
 
-    def validate(self, packed: BatchMetadata) -> Verdicts:
+    def validate(self, packed: BatchColumns) -> Verdicts:
         n = len(packed)
         out = Verdicts.allocate(n)
         completed: list[CompletedTxns] = []
         if n:
-            ids = packed["partition"]
+            ids = packed["stream"]
             bounds = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1, n]
             self._assign_log_tables(packed, bounds)
             self._note_log_end(packed, ids, bounds)
@@ -159,7 +159,7 @@ class LogState(ShardedState):
                     completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
 
-    def _note_log_end(self, packed: BatchMetadata, ids: np.ndarray, bounds: np.ndarray) -> None:
+    def _note_log_end(self, packed: BatchColumns, ids: np.ndarray, bounds: np.ndarray) -> None:
         if len(self._log_end) < len(self._table_of):
             self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
         base = packed["base_offset"]
@@ -179,8 +179,8 @@ class LogState(ShardedState):
         ends[:known] = np.maximum(ends[:known], self._log_end[:known])
         return ends
 
-    def _replay(self, packed: BatchMetadata, table: int, out: VerdictColumns) -> list[CompletedTxns]:
-        columns = packed.kernel_columns()
+    def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
+        columns = packed
         control = packed["is_control"]
         n = len(packed)
         completed = []
@@ -190,7 +190,7 @@ class LogState(ShardedState):
             state = self.tables[table]
             stop = min(n, start + max(chunk, 8 * state.n_producers))
             # Nothing to copy in an empty table (a partition's first range): a new one of its size is the same.
-            saved = state.copy() if state.n_producers or state.n_partitions else None
+            saved = state.copy() if state.n_producers or state.n_streams else None
             txns = self._validate_range(columns, control, start, stop, state, out)
             gaps = np.flatnonzero(out.out_finding[start:stop] == Finding.SEQUENCE_GAP)
             if not len(gaps):
@@ -200,7 +200,7 @@ class LogState(ShardedState):
                 continue
             gap = start + int(gaps[0])
             self.tables[table] = state = saved if saved is not None else ProducerStateTable(
-                row_capacity=len(state.row_producer_id), partition_capacity=len(state.partition_id))
+                row_capacity=len(state.row_producer_id), stream_capacity=len(state.stream_id))
             if gap > start:  # the same batches against the same state: the same verdicts, and the state rebuilt
                 completed.append(self._validate_range(columns, control, start, gap, state, out))
             self._commit_logged(columns, packed, gap, state)  # its verdict (a gap, against this state) stands
@@ -224,13 +224,13 @@ class LogState(ShardedState):
             state.grow(self.backend)
         return completed.head(int(state.counters[rules.N_COMPLETED]))
 
-    def _commit_logged(self, columns: BatchColumns, packed: BatchMetadata, row: int,
+    def _commit_logged(self, columns: BatchColumns, packed: BatchColumns, row: int,
                        state: ProducerStateTable) -> None:
         """Commit batch ``row`` as the log holds it (at its own offsets), as REPLICATION would."""
         first = int(packed["base_offset"][row])
         count = int(packed["record_count"][row])
         if first < 0:
-            first = state.next_offset(int(packed["partition"][row]))
+            first = state.next_offset(int(packed["stream"][row]))
         if count < 1 or first > INT64_MAX - count:
             return  # an impossible batch: nothing to commit
         status = np.empty(row + 1, np.int8)
@@ -256,14 +256,14 @@ class LogReplayer(StreamReplayer):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
         self.state = LogState(self.backend)
 
-    def stream_id(self, topic: str, partition: int) -> int:
-        """The stream id of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
+    def stream_of(self, topic: str, partition: int) -> int:
+        """The stream of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
         keys = self.keys
         return keys._id_of((keys._topic_code(topic) << _PARTITION_BITS) | int(partition))
 
-    def feed_packed(self, packed: BatchMetadata) -> Verdicts:
+    def feed_packed(self, packed: BatchColumns) -> Verdicts:
         """:meth:`feed` of batches already packed and checked (a segment's scan: its ``partition`` column holds
-        the stream ids), without making a table of them and converting it back."""
+        the streams), without making a table of them and converting it back."""
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
@@ -363,7 +363,7 @@ class _Partition:
 
     files: PartitionFiles
     abort_markers: dict[int, tuple[int, int, int]]  # marker offset -> (producer id, segment index, position)
-    aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (partition: stream id)
+    aborted: list[CompletedTxns]  # transactions the replay saw end with an ABORT (by stream)
     first_offset: int | None = None  # the first offset replayed
     last_offset: int | None = None
 
@@ -441,7 +441,7 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     problems: list[tuple[PartitionFiles, int, FileProblem]] = []
     buffer = ScanBuffer()
     for files in partitions:  # every stream numbered first: the per-stream arrays are sized once, not per feed
-        replayer.stream_id(files.topic, files.partition)
+        replayer.stream_of(files.topic, files.partition)
     for files in partitions:
         found: list[FileProblem] = []
         part = _replay_partition(files, replayer, verify_crc, found, located, buffer)
@@ -519,11 +519,11 @@ def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
                       located: list[pa.Table], buffer: ScanBuffer) -> _Partition:
-    stream = replayer.stream_id(files.topic, files.partition)
+    stream = replayer.stream_of(files.topic, files.partition)
     part = _Partition(files, {}, [])
     previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
     for index, segment in enumerate(files.segments):
-        # Straight into the replay's columns: the scan writes the stream id as the partition, into one buffer
+        # Straight into the replay's columns: the scan writes the stream into its stream column, into one buffer
         # reused segment after segment (nothing of a segment's columns is kept past its replay).
         scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
                             buffer=buffer)
@@ -543,7 +543,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if not len(columns["position"]):
             continue
         columns.update(_offset_spans(columns))
-        verdicts = replayer.feed_packed(BatchMetadata({
+        verdicts = replayer.feed_packed(BatchColumns({
             name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
             for name, dtype in COLUMNS.items()}))
         if part.first_offset is None:

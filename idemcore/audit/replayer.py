@@ -19,11 +19,11 @@ from idemcore.audit.aborted import AbortedRecords
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.keys import StreamKeys
 from idemcore.audit.shards import ShardedState, stream_runs
+from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
+from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
-from idemcore.record.columns import COLUMNS, BatchMetadata
-from idemcore.state.verdicts import Verdicts
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
 _STATUS_NAMES = pa.array([s.name.lower() for s in Status], pa.string())
@@ -97,7 +97,7 @@ def duration_buckets(durations: np.ndarray) -> np.ndarray:
 
 
 class BatchTimeline:
-    """Per stream id: batches per time bucket of their ``max_timestamp`` (dense: streams x buckets). Buckets are
+    """Per stream: batches per time bucket of their ``max_timestamp`` (dense: streams x buckets). Buckets are
     ``floor(timestamp / width)``, ``width`` = :data:`TIMELINE_BASE_MS` times a power of two; batches without a
     timestamp (0 or -1) are not placed."""
 
@@ -369,9 +369,9 @@ class StreamReplayer:
                              "null value(s)")
         if ids is None:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "partition"}
-        columns["partition"] = ids
-        packed = BatchMetadata.coerce(columns)  # checked and converted once; the counts below reuse it
+        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "stream"}
+        columns["stream"] = ids
+        packed = BatchColumns.coerce(columns)  # checked and converted once; the counts below reuse it
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
@@ -379,8 +379,8 @@ class StreamReplayer:
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
-    def _count(self, packed: BatchMetadata, verdicts: Verdicts, timestamps: bool) -> None:
-        ids = packed["partition"]  # stream ids
+    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool) -> None:
+        ids = packed["stream"]
         size = len(self.keys)
         for name, array in self._counters.items():
             if len(array) < size:
@@ -414,8 +414,8 @@ class StreamReplayer:
                                    minlength=size).astype(np.int64)
         counters["records"] += records
         txns = verdicts.completed_txns
-        counters["aborted_txns"] += np.bincount(txns.partition[txns.aborted], minlength=size)
-        counters["committed_txns"] += np.bincount(txns.partition[~txns.aborted], minlength=size)
+        counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
+        counters["committed_txns"] += np.bincount(txns.stream[~txns.aborted], minlength=size)
         # Transactions see only the transactional batches and markers (in order): usually few, often none.
         is_txn, is_control = packed["is_transactional"], packed["is_control"]
         txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
@@ -437,12 +437,13 @@ class StreamReplayer:
             self.min_timestamp = min(self.min_timestamp, smallest)
             self.max_timestamp = max(self.max_timestamp, largest)
 
-    def _keep_findings(self, packed: BatchMetadata, verdicts: Verdicts, order: pa.Array | None) -> None:
+    def _keep_findings(self, packed: BatchColumns, verdicts: Verdicts, order: pa.Array | None) -> None:
         rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
         if not len(rows):
             return
         found = packed.take(rows).to_dict()
-        topics, found["partition"] = self.keys.decode(found["partition"])  # stream ids back to the source's
+        topics, partitions = self.keys.decode(found.pop("stream"))  # streams back to (topic, partition)
+        found = {"partition": partitions, **found}
         if order is not None:
             found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())
         found.update({
@@ -455,9 +456,9 @@ class StreamReplayer:
 
     def to_checkpoint(self) -> tuple[dict[str, Any], dict[str, np.ndarray | bytes]]:
         """The replay state as data: JSON-ready values and arrays/bytes (each producer table by
-        :func:`~idemcore.state.persist.save_state`); :meth:`restore_checkpoint` reads them back. The findings
+        :func:`~idemcore.engine.persist.save_state`); :meth:`restore_checkpoint` reads them back. The findings
         kept since the last :meth:`finish` are not part of it (a follow round clears them first)."""
-        from idemcore.state.persist import save_state
+        from idemcore.engine.persist import save_state
 
         pending = self._aborted._pending
         values = {"origin": self.origin.name.lower(), "order_by": self.order_by, "collect": self.collect,
@@ -479,7 +480,7 @@ class StreamReplayer:
     def restore_checkpoint(self, values: dict[str, Any], arrays: dict[str, Any]) -> None:
         """Take the state :meth:`to_checkpoint` gave (this replayer: new, of the same kind, origin, order)."""
         from idemcore.audit.keys import _PARTITION_BITS
-        from idemcore.state.persist import load_state
+        from idemcore.engine.persist import load_state
 
         if Origin.parse(values["origin"]) != self.origin or values["order_by"] != self.order_by:
             raise ValueError(f"replay state of origin {values['origin']}, order {values['order_by']}; this replayer "
@@ -529,8 +530,8 @@ class StreamReplayer:
 def findings_schema(order_by: str) -> pa.Schema:
     """The columns of a findings table: the batch, its finding and what it contradicted."""
     fields = [pa.field(TOPIC, pa.string())]
-    fields += [pa.field(name, pa.from_numpy_dtype(dtype)) for name, dtype in COLUMNS.items()]
-    if order_by not in COLUMNS:
+    fields += [pa.field(name, pa.from_numpy_dtype(dtype)) for name, dtype in INPUT_COLUMNS.items()]
+    if order_by not in INPUT_COLUMNS:
         fields.append(pa.field(order_by, pa.int64()))
     fields += [pa.field("finding", pa.string()), pa.field("error_code", pa.int16()), pa.field("expected", pa.int64()),
                pa.field("assigned_base_offset", pa.int64()), pa.field("assigned_last_offset", pa.int64())]

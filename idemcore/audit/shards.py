@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from idemcore.engine import lanes
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import check_threads, validate, validate_into
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend
 from idemcore.kernels.abi import VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin
-from idemcore.record.columns import BatchMetadata
-from idemcore.state import lanes
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import check_threads, validate, validate_into
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 #: A stream with at least this many rows in the batch it is first seen in gets its own table.
 OWN_TABLE_RUN = 1024
@@ -42,36 +42,36 @@ def stream_runs(ids: np.ndarray, most: int) -> np.ndarray | None:
 
 
 class ShardedState:
-    """Validate packed batches whose ``partition`` column holds stream ids, state kept per stream."""
+    """Validate packed batches whose ``partition`` column holds streams, state kept per stream."""
 
     def __init__(self, origin: Origin, backend: Backend, threads: int = 1):
         self.origin = origin
         self.backend = backend
         self.threads = check_threads(threads)  # tables validated side by side (they share nothing)
         self.tables: list[ProducerStateTable] = [ProducerStateTable()]  # 0: shared by short streams
-        self._table_of = np.zeros(0, dtype=np.int32)  # per stream id; -1 until first seen
+        self._table_of = np.zeros(0, dtype=np.int32)  # per stream; -1 until first seen
 
     def _assign_tables(self, ids: np.ndarray) -> None:
         self._assign_counted(np.bincount(ids))
 
     def _assign_counted(self, rows: np.ndarray) -> None:
-        """Tables for the streams first seen here; ``rows``: this batch's rows per stream id (up to the last)."""
+        """Tables for the streams first seen here; ``rows``: this batch's rows per stream (up to the last)."""
         top = len(rows) - 1
         if len(self._table_of) <= top:
             self._table_of = np.r_[self._table_of, np.full(top + 1 - len(self._table_of), -1, np.int32)]
         for stream in np.flatnonzero((rows > 0) & (self._table_of[:top + 1] < 0)).tolist():
             if rows[stream] >= OWN_TABLE_RUN:
                 self._table_of[stream] = len(self.tables)
-                self.tables.append(ProducerStateTable(row_capacity=1024, partition_capacity=1))
+                self.tables.append(ProducerStateTable(row_capacity=1024, stream_capacity=1))
             else:
                 self._table_of[stream] = 0
 
-    def validate(self, packed: BatchMetadata) -> Verdicts:
+    def validate(self, packed: BatchColumns) -> Verdicts:
         """Verdicts for ``packed`` in its order; each stream's rows must come in stream order."""
         n = len(packed)
         if n == 0:
             return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
-        ids = packed["partition"]
+        ids = packed["stream"]
         order = None
         runs = stream_runs(ids, max(64, n // 256))
         if runs is not None:  # streams in few runs, so tables too: no pass over the rows
@@ -122,20 +122,20 @@ class ShardedState:
         return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
 
     def log_end_offsets(self, streams: int) -> np.ndarray:
-        """Next offset per stream id (0 for a stream with nothing appended)."""
+        """Next offset per stream (0 for a stream with nothing appended)."""
         ends = np.zeros(streams, dtype=np.int64)
         for state in self.tables:
-            p = state.n_partitions
-            ends[state.partition_id[:p]] = state.partition_next_offset[:p]
+            p = state.n_streams
+            ends[state.stream_id[:p]] = state.stream_next_offset[:p]
         return ends
 
     def open_transactions(self) -> dict[str, np.ndarray]:
-        """Entries with an open transaction: stream id, producer id, epoch, first offset, last timestamp."""
+        """Entries with an open transaction: stream, producer id, epoch, first offset, last timestamp."""
         parts = []
         for state in self.tables:
             n = state.n_producers
             rows = np.flatnonzero(state.row_txn_first_offset[:n] >= 0)
-            parts.append({"stream": state.row_partition[rows], "producer_id": state.row_producer_id[rows],
+            parts.append({"stream": state.row_stream[rows], "producer_id": state.row_producer_id[rows],
                           "producer_epoch": state.row_epoch[rows], "first_offset": state.row_txn_first_offset[rows],
                           "last_timestamp": state.row_last_timestamp[rows]})
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}

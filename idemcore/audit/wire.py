@@ -52,9 +52,9 @@ from idemcore.audit.wire_fetch import (
 )
 from idemcore.findings import Finding
 from idemcore.kernels import Backend
+from idemcore.kernels.columns import COLUMNS
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from idemcore.record.columns import COLUMNS
 from idemcore.record.kafka_files import SegmentScan
 
 #: The columns of ``WireReport.located_findings``: a log directory's without file and position, and the broker
@@ -209,7 +209,7 @@ class WireAuditor:
             return 0
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
-                          for name in COLUMNS if name != "partition"})
+                          for name in COLUMNS if name != "stream"})
         stream = int(self.replayer.keys.encode(pa.array([topic]), np.array([partition]))[0])
         verdicts = self.replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)

@@ -25,6 +25,7 @@ from idemcore.broker.input_checks import checked, illegal_topic_name
 from idemcore.broker.log_manager import LogManager
 from idemcore.broker.replica_manager import ReplicaManager
 from idemcore.broker.topics import Topics
+from idemcore.engine.snapshot import snapshot_entries
 from idemcore.net.admin import (
     HIGH_WATERMARK,
     DeletedRecords,
@@ -44,7 +45,6 @@ from idemcore.net.admin import (
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import INTERNAL_TOPICS
 from idemcore.record.kafka_files.transaction_log import TransactionState
-from idemcore.state.snapshot import snapshot_entries
 
 
 @dataclass(frozen=True)

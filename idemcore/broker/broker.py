@@ -43,6 +43,7 @@ from idemcore.broker.security.scram_requests import scram_credential_handlers
 from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
 from idemcore.clock import wall_clock_ms
+from idemcore.engine.table import ProducerStateTable
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
 from idemcore.net.messages import (
@@ -87,7 +88,6 @@ from idemcore.protocol.constants import (
     TRANSACTION_STATE_SEGMENT_BYTES,
     TRANSACTION_STATE_TOPIC,
 )
-from idemcore.state.table import ProducerStateTable
 
 if TYPE_CHECKING:
     from idemcore.broker.cluster_member import ClusterMember

@@ -13,13 +13,13 @@ import numpy as np
 from idemcore.broker.log import LogCorruptionError, PartitionLog
 from idemcore.broker.partition import Partition
 from idemcore.broker.producer_ids import REACHABLE, ProducerIdManager
+from idemcore.engine.snapshot import load_snapshot_file
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import validate_into
+from idemcore.engine.verdicts import Verdicts
 from idemcore.kernels import Backend
+from idemcore.kernels.columns import BatchColumns, concatenate
 from idemcore.protocol.codes import ErrorCode, Origin, Status
-from idemcore.record.columns import BatchMetadata, concatenate
-from idemcore.state.snapshot import load_snapshot_file
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import validate_into
-from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
                            producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
     """Load ``state`` from the partitions' snapshots and logs (module docstring); how many batches were replayed.
     Unusable snapshots (corrupt, beyond the log end, below the log start) are deleted once all succeeded."""
-    scanned: list[BatchMetadata] = []
+    scanned: list[BatchColumns] = []
     unusable: list[tuple[PartitionLog, int, str]] = []
     for partition in partitions:
         start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
@@ -44,7 +44,7 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
     # A transaction whose first batches retention deleted is known only to the producer state (its snapshot):
     # the log must hold its LSO at the log start too (Kafka loads ongoing transactions from the snapshot).
     for row in np.flatnonzero(state.row_txn_first_offset[:rows] >= 0).tolist():
-        partitions[int(state.row_partition[row])].log.note_open_transaction(int(state.row_producer_id[row]),
+        partitions[int(state.row_stream[row])].log.note_open_transaction(int(state.row_producer_id[row]),
                                                                            int(state.row_txn_first_offset[row]))
     if rows:  # ids in the logs and snapshots are never handed out again, even if the id store was lost
         ids = state.row_producer_id[:rows]
@@ -64,12 +64,12 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
     replayed. Unusable snapshots are deleted once it succeeded."""
     number = partition.number
     rows = state.n_producers
-    drop = state.row_partition[:rows] == number
+    drop = state.row_stream[:rows] == number
     if drop.any():
         state.remove_rows(drop, backend)
-    present = state.partition_id[:state.n_partitions] == number
+    present = state.stream_id[:state.n_streams] == number
     if present.any():
-        state.remove_partitions(present, backend)
+        state.remove_streams(present, backend)
     unusable: list[tuple[PartitionLog, int, str]] = []
     start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
     replayed = 0
@@ -79,7 +79,7 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
             replayed = _replay([found], _Numbered(partition), state, backend)
     state.set_next_offset(number, partition.log.log_end_offset, backend)
     rows = state.n_producers
-    for row in np.flatnonzero((state.row_partition[:rows] == number)
+    for row in np.flatnonzero((state.row_stream[:rows] == number)
                               & (state.row_txn_first_offset[:rows] >= 0)).tolist():
         partition.log.note_open_transaction(int(state.row_producer_id[row]), int(state.row_txn_first_offset[row]))
     for partition_log, offset, why in unusable:
@@ -129,7 +129,7 @@ def _load_snapshot(partition: Partition, state: ProducerStateTable, backend: Bac
     return partition_log.log_start_offset
 
 
-def _replay(scanned: list[BatchMetadata], partitions: Sequence[Partition], state: ProducerStateTable,
+def _replay(scanned: list[BatchColumns], partitions: Sequence[Partition], state: ProducerStateTable,
             backend: Backend) -> int:
     """Replay the scanned batches (each partition's from its snapshot on) into the state with REPLICATION
     origin; how many there were."""

@@ -21,9 +21,15 @@ from idemcore.broker.partition import AlterIsr, LeaderAndIsrState, Partition
 from idemcore.broker.producer_ids import ProducerIdManager
 from idemcore.broker.recovery import recover_producer_state, reload_partition_state
 from idemcore.broker.topic_config import TopicConfig
+from idemcore.engine.explain import rejection_message
+from idemcore.engine.snapshot import snapshot_entries
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import BoundChecks, validate_into
+from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.abi import CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.net.messages import (
     PartitionResponse,
     Pending,
@@ -39,13 +45,7 @@ from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT16_MAX, INT32_MAX, INTERNAL_TOPICS
 from idemcore.protocol.sequences import seq_add
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import COLUMNS, BatchMetadata
 from idemcore.record.kafka_files import encode_snapshot
-from idemcore.state.explain import rejection_message
-from idemcore.state.snapshot import snapshot_entries
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import BoundChecks, validate_into
-from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,7 @@ class RequestColumns:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.batch = BatchColumns(*(np.zeros(capacity, np.uint8 if dtype == np.bool_ else dtype)
-                                    for dtype in COLUMNS.values()))
-        self.batch.base_offset[:] = -1
-        self.batch.control_type[:] = -1
+        self.batch = BatchColumns.allocate(capacity)
         self.verdicts = Verdicts.allocate(capacity)
         self.txns = TxnColumns(np.zeros(capacity, np.int32), np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
                                np.zeros(capacity, np.int64), np.zeros(capacity, np.uint8),
@@ -87,7 +84,7 @@ class RequestColumns:
         else:
             b.is_control[k], (b.control_type[k], b.coordinator_epoch[k]) = 1, control
             count = 1
-        b.partition[k] = number
+        b.stream[k] = number
         b.producer_id[k] = batch.producer_id
         b.producer_epoch[k] = batch.producer_epoch
         b.base_sequence[k] = batch.base_sequence
@@ -96,10 +93,9 @@ class RequestColumns:
         b.max_timestamp[k] = batch.max_timestamp
         b.is_transactional[k] = batch.is_transactional
 
-    def packed(self, k: int) -> BatchMetadata:
-        """Rows ``0..k-1`` as :class:`BatchMetadata` (views; the kernels' uint8 flags seen as booleans)."""
-        return BatchMetadata({name: column[:k].view(np.bool_) if COLUMNS[name] == np.bool_ else column[:k]
-                              for name, column in zip(COLUMNS, self.batch, strict=True)})
+    def packed(self, k: int) -> BatchColumns:
+        """Rows ``0..k-1`` (views)."""
+        return self.batch.slice(0, k)
 
 
 @dataclass
@@ -126,7 +122,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.partitions: list[Partition] = []
         self._index: dict[tuple[str, int], Partition] = {}
-        self.state = ProducerStateTable(partition_capacity=16)
+        self.state = ProducerStateTable(stream_capacity=16)
         self._columns = RequestColumns(8)
         #: Called with each marker written to a partition (the group coordinator completes its offsets).
         self.on_marker: Callable[[Partition, TxnMarker], None] | None = None
@@ -187,7 +183,7 @@ class ReplicaManager:
     def start(self, producer_ids: ProducerIdManager, *, now_ms: int, expiration_ms: int) -> int:
         """Size the state for the partitions opened so far and rebuild it from their logs; the batches
         replayed."""
-        self.state = ProducerStateTable(partition_capacity=max(16, len(self.partitions)))
+        self.state = ProducerStateTable(stream_capacity=max(16, len(self.partitions)))
         self._columns = RequestColumns(max(8, min(len(self.partitions), 1024)))
         self.producer_id_expiration_ms = expiration_ms
         return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,

@@ -31,31 +31,31 @@ class RecordAccumulator:
         #: A transactional producer's partitions added to its transaction (the TransactionManager's set, shared):
         #: only these are offered to the drain kernel (Kafka's isSendToPartitionAllowed). None: every partition.
         self.send_allowed: set[int] | None = None
-        #: Called with the partition number of every new batch (a transactional producer adds the partition to
-        #: its transaction). Enough without a call per record: a transaction begins with every queue empty (the
-        #: last one ended only after each of its batches was done), so its first record in a partition always
-        #: starts a batch. None: nobody asks (no cost per batch).
+        #: Called with the stream (dense id of the topic-partition) of every new batch (a transactional producer
+        #: adds the partition to its transaction). Enough without a call per record: a transaction begins with
+        #: every queue empty (the last one ended only after each of its batches was done), so its first record in a
+        #: partition always starts a batch. None: nobody asks (no cost per batch).
         self.batch_created: Callable[[int], None] | None = None
 
     def queue(self, topic: str, partition: int) -> tuple[int, deque[ProducerBatch]]:
-        number = self.partitions.number(topic, partition)
-        while len(self.queues) <= number:
+        stream = self.partitions.number(topic, partition)  # the producer's dense id of the pair
+        while len(self.queues) <= stream:
             self.queues.append(deque())
-        return number, self.queues[number]
+        return stream, self.queues[stream]
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp: int,
                now_ms: int, headers: tuple[tuple[str, bytes | None], ...] | None = None) -> tuple[ProducerBatch, int]:
         """Add one record (``headers``: checked pairs, or None for none); returns its batch and position in it."""
-        number, queue = self.queue(topic, partition)
+        stream, queue = self.queue(topic, partition)
         size = (0 if value is None else len(value)) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
         if headers is not None:
             size += headers_size(headers)
         batch = queue[-1] if queue else None
         if batch is None or batch.sent or batch.closed or (batch.size + size > self.config.batch_size and batch.values):
-            batch = ProducerBatch(topic, partition, number, now_ms)
+            batch = ProducerBatch(topic, partition, stream, now_ms)
             queue.append(batch)
             if self.batch_created is not None:
-                self.batch_created(number)
+                self.batch_created(stream)
         if key is not None and batch.keys is None:
             batch.keys = [None] * len(batch.values)
         if batch.keys is not None:
@@ -65,14 +65,14 @@ class RecordAccumulator:
         batch.values.append(value)
         batch.timestamps.append(timestamp)
         batch.size += size
-        self._dirty.add(number)
+        self._dirty.add(stream)
         return batch, len(batch.values) - 1
 
     def append_records(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None] | None,
                        now_ms: int) -> ProducerBatch:
         """Queue many records as one batch of their own (``send_batch``), sized as ``append`` sizes them."""
-        number, queue = self.queue(topic, partition)
-        batch = ProducerBatch(topic, partition, number, now_ms)
+        stream, queue = self.queue(topic, partition)
+        batch = ProducerBatch(topic, partition, stream, now_ms)
         batch.values = cast("list[bytes | None]", values)  # taken over, not copied: send_batch's own list
         batch.keys = keys
         batch.timestamps = [now_ms] * len(values)
@@ -80,8 +80,8 @@ class RecordAccumulator:
         batch.closed = True  # its records are the caller's batch: a later send() starts a new one
         queue.append(batch)
         if self.batch_created is not None:
-            self.batch_created(number)
-        self._dirty.add(number)
+            self.batch_created(stream)
+        self._dirty.add(stream)
         return batch
 
     def has_queued(self) -> bool:
@@ -99,27 +99,27 @@ class RecordAccumulator:
     def _refresh_heads(self) -> None:
         p = self.partitions
         allowed = self.send_allowed
-        for number in self._dirty:
-            queue = self.queues[number]
+        for stream in self._dirty:
+            queue = self.queues[stream]
             # A partition not yet added to the transaction shows the kernel no head, as an empty queue does: the
             # kernel skips it (head_queued 0) and drains the others; added later, it is marked dirty again.
-            if queue and (allowed is None or number in allowed):
+            if queue and (allowed is None or stream in allowed):
                 head = queue[0]
-                p.head_queued[number] = 1
-                p.head_sequence[number] = head.base_sequence
-                p.head_record_count[number] = len(head.values)
-                p.head_attempts[number] = head.attempts
-                p.head_last_attempt_ms[number] = head.last_attempt_ms
-                p.head_size[number] = head.size
+                p.head_queued[stream] = 1
+                p.head_sequence[stream] = head.base_sequence
+                p.head_record_count[stream] = len(head.values)
+                p.head_attempts[stream] = head.attempts
+                p.head_last_attempt_ms[stream] = head.last_attempt_ms
+                p.head_size[stream] = head.size
             else:
-                p.head_queued[number] = 0
+                p.head_queued[stream] = 0
         self._dirty.clear()
 
     def drain(self, now_ms: int, max_request_size: int) -> list[ProducerBatch]:
         """One send round: the head batches to put in one request, with their sequences assigned."""
         self._refresh_heads()
         n = len(self.partitions)
-        out_partition = np.empty(n, np.int32)
+        out_stream = np.empty(n, np.int32)
         out_base_sequence = np.empty(n, np.int32)
         out_reset = np.empty(n, np.uint8)
         idem = self.idempotence
@@ -127,13 +127,13 @@ class RecordAccumulator:
             *self.partitions.kernel_view(HEAD_FIELDS), *self.partitions.kernel_view(BOOKKEEPING_FIELDS),
             idem is not None, idem.producer_id if idem else -1, idem.producer_epoch if idem else -1,
             now_ms, self.config.retry_backoff_ms, max_request_size,
-            self._cursor, out_partition, out_base_sequence, out_reset)
+            self._cursor, out_stream, out_base_sequence, out_reset)
         batches = []
         for k in range(taken):
-            number = int(out_partition[k])
-            batch = self.queues[number].popleft()
+            stream = int(out_stream[k])
+            batch = self.queues[stream].popleft()
             batch.sent = True
-            self._dirty.add(number)
+            self._dirty.add(stream)
             if idem is not None and batch.base_sequence < 0:
                 batch.set_producer_state(idem.producer_id, idem.producer_epoch, int(out_base_sequence[k]))
                 idem.add_inflight(batch)
@@ -146,7 +146,7 @@ class RecordAccumulator:
         if attempt:
             batch.attempts += 1
             batch.last_attempt_ms = now_ms
-        queue = self.queues[batch.index]
+        queue = self.queues[batch.stream]
         if batch.base_sequence < 0 or self.idempotence is None:
             queue.appendleft(batch)
         else:
@@ -155,22 +155,22 @@ class RecordAccumulator:
             while position < len(queue) and _before(queue[position].base_sequence, sequence):
                 position += 1
             queue.insert(position, batch)
-        self._dirty.add(batch.index)
+        self._dirty.add(batch.stream)
 
-    def mark_dirty(self, numbers: Iterable[int]) -> None:
+    def mark_dirty(self, streams: Iterable[int]) -> None:
         """These partitions' heads may have changed (sequences rewritten, or added to the transaction)."""
-        self._dirty.update(numbers)
+        self._dirty.update(streams)
 
     def abort_undrained(self, error_code: int, message: str) -> list[ProducerBatch]:
         """Fail every queued batch that was never sent (no sequence yet) and return them: the transaction is
         aborting (Kafka's abortUndrainedBatches). Batches with a sequence stay: the broker may hold them, so
         they are resent until their outcome is known."""
         failed = []
-        for number, queue in enumerate(self.queues):
+        for stream, queue in enumerate(self.queues):
             if queue and any(batch.base_sequence < 0 for batch in queue):
                 failed += [batch for batch in queue if batch.base_sequence < 0]
-                self.queues[number] = deque(batch for batch in queue if batch.base_sequence >= 0)
-                self._dirty.add(number)
+                self.queues[stream] = deque(batch for batch in queue if batch.base_sequence >= 0)
+                self._dirty.add(stream)
         for batch in failed:
             batch.fail(error_code, message)
         return failed
@@ -183,12 +183,12 @@ class RecordAccumulator:
         """Remove and return queued batches past their delivery timeout."""
         timeout = self.config.delivery_timeout_ms
         expired = []
-        for number, queue in enumerate(self.queues):
+        for stream, queue in enumerate(self.queues):
             if queue and now_ms - queue[0].created_ms >= timeout:
                 keep = deque(b for b in queue if now_ms - b.created_ms < timeout)
                 expired += [b for b in queue if now_ms - b.created_ms >= timeout]
-                self.queues[number] = keep
-                self._dirty.add(number)
+                self.queues[stream] = keep
+                self._dirty.add(stream)
         return expired
 
 

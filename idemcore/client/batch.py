@@ -41,7 +41,6 @@ class ProducerBatch:
         "done",
         "error",
         "headers",
-        "index",
         "keys",
         "last_attempt_ms",
         "partition",
@@ -52,15 +51,16 @@ class ProducerBatch:
         "sent_batch",
         "sequence_reset",
         "size",
+        "stream",
         "timestamps",
         "topic",
         "values",
     )
 
-    def __init__(self, topic: str, partition: int, index: int, created_ms: int) -> None:
+    def __init__(self, topic: str, partition: int, stream: int, created_ms: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.index = index  # the producer's number for this partition
+        self.stream = stream  # the producer's dense id of (topic, partition): its queue and drain arrays' index
         self.values: list[bytes | None] = []  # None: a null value (tombstone)
         self.keys: list[bytes | None] | None = None
         # None until a record has headers, then one tuple of (key, value) pairs per record up to the last record
@@ -121,7 +121,7 @@ class ProducerBatch:
         headers = self.all_headers()
         halves = []
         for start, stop in ((0, middle), (middle, len(self.values))):
-            half = ProducerBatch(self.topic, self.partition, self.index, self.created_ms)
+            half = ProducerBatch(self.topic, self.partition, self.stream, self.created_ms)
             half.values = self.values[start:stop]
             half.keys = None if self.keys is None else self.keys[start:stop]
             half.headers = None if headers is None else headers[start:stop]

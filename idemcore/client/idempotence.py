@@ -80,21 +80,21 @@ class IdempotenceManager:
 
     def add_inflight(self, batch: ProducerBatch) -> None:
         """Track a batch the drain kernel just gave a sequence (the kernel already counted it)."""
-        self.inflight.setdefault(batch.index, []).append(batch)
+        self.inflight.setdefault(batch.stream, []).append(batch)
 
     def replace_inflight(self, batch: ProducerBatch, parts: tuple[ProducerBatch, ...]) -> None:
         """A split batch's halves take its place, in sequence order."""
-        batches = self.inflight.get(batch.index)
+        batches = self.inflight.get(batch.stream)
         if batches and batch in batches:
             where = batches.index(batch)
             batches[where:where + 1] = parts
-            self._sync_inflight(batch.index)
+            self._sync_inflight(batch.stream)
 
     def remove_inflight(self, batch: ProducerBatch) -> None:
-        batches = self.inflight.get(batch.index)
+        batches = self.inflight.get(batch.stream)
         if batches and batch in batches:
             batches.remove(batch)
-            self._sync_inflight(batch.index)
+            self._sync_inflight(batch.stream)
 
     def _sync_inflight(self, number: int) -> None:
         batches = self.inflight.get(number, [])
@@ -115,16 +115,16 @@ class IdempotenceManager:
         was acknowledged yet, or when it lies ahead of the last acknowledged one (less than half the sequence
         space ahead, wrapping after 2147483647). An answer arriving late for an earlier batch leaves it."""
         last = batch.last_sequence
-        last_acked = int(self.partitions.last_acked_sequence[batch.index])
+        last_acked = int(self.partitions.last_acked_sequence[batch.stream])
         if last >= 0 and (last_acked < 0 or (last != last_acked and seq_at_or_before(last_acked, last))):
-            self.partitions.last_acked_sequence[batch.index] = last
+            self.partitions.last_acked_sequence[batch.stream] = last
         self.remove_inflight(batch)
 
     def handle_failed_batch(self, batch: ProducerBatch, error_code: int, adjust_sequences: bool) -> None:
         self.remove_inflight(batch)
         # A gap in the log, lost broker state, or a batch that failed for good: restart the sequences.
         if adjust_sequences or error_code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-            self.request_epoch_bump(batch.index)
+            self.request_epoch_bump(batch.stream)
 
     def is_already_written(self, batch: ProducerBatch, error_code: int) -> bool:
         """Beyond Kafka: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose sequences lie at or before the last
@@ -136,15 +136,15 @@ class IdempotenceManager:
         in sequence order across the wrap (2147483647 is before 0): the batch's last sequence is the last
         acknowledged one or less than half the sequence space behind it; nothing acknowledged (-1) means
         nothing is known written. Not covered: the broker expiring the producer mid-stream."""
-        last_acked = int(self.partitions.last_acked_sequence[batch.index])
+        last_acked = int(self.partitions.last_acked_sequence[batch.stream])
         return (error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not batch.sequence_reset
                 and last_acked >= 0 and batch.base_sequence >= 0
                 and seq_at_or_before(batch.last_sequence, last_acked)
-                and batch.producer_epoch == int(self.partitions.partition_epoch[batch.index]))
+                and batch.producer_epoch == int(self.partitions.partition_epoch[batch.stream]))
 
     def can_retry(self, batch: ProducerBatch, error_code: int) -> bool:
         """Kafka's TransactionManager.canRetry for an idempotent (non-transactional) producer."""
-        number = batch.index
+        number = batch.stream
         if error_code == ErrorCode.UNKNOWN_PRODUCER_ID:
             if not batch.sequence_reset:
                 self.request_epoch_bump(number)  # the broker lost our state: restart at sequence 0
@@ -163,10 +163,10 @@ class IdempotenceManager:
     def mark_unresolved(self, batch: ProducerBatch) -> None:
         """Remember the sequence after an expired batch's last; of several, the latest in sequence order."""
         following = seq_add(batch.last_sequence, 1)
-        earlier = self.unresolved_next.get(batch.index)
+        earlier = self.unresolved_next.get(batch.stream)
         if earlier is None or not seq_at_or_before(following, earlier):
-            self.unresolved_next[batch.index] = following
-        self.partitions.unresolved[batch.index] = 1
+            self.unresolved_next[batch.stream] = following
+        self.partitions.unresolved[batch.stream] = 1
 
     def _clear_unresolved(self, number: int) -> None:
         self.unresolved_next.pop(number, None)

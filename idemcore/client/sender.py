@@ -210,7 +210,7 @@ class Sender:
             batch.fail(error_code, message or "the broker rejected the batch", from_broker=from_broker)
             if idem is not None:
                 idem.handle_failed_batch(batch, error_code, adjust_sequences=True)
-                self.accumulator.mark_dirty((batch.index,))  # a transactional producer moves later sequences down
+                self.accumulator.mark_dirty((batch.stream,))  # a transactional producer moves later sequences down
 
     def _can_retry(self, batch: ProducerBatch, error_code: int, now: int) -> bool:
         if now - batch.created_ms >= self.config.delivery_timeout_ms or batch.attempts >= self.config.retries:

@@ -895,7 +895,7 @@ class TransactionalSequences(IdempotenceManager):
 
     def can_retry(self, batch: ProducerBatch, error_code: int) -> bool:
         """Kafka's TransactionManager.canRetry for a transactional producer."""
-        number = batch.index
+        number = batch.stream
         if error_code == ErrorCode.UNKNOWN_PRODUCER_ID:
             return batch.sequence_reset  # see the module docstring
         if error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
@@ -912,8 +912,8 @@ class TransactionalSequences(IdempotenceManager):
         if error_code == ErrorCode.UNKNOWN_PRODUCER_ID:
             # The broker lost the producer and takes sequence 0 next: this partition starts again once its
             # batches in flight are done (the kernel restarts a partition whose owner is not the producer).
-            self.partitions.partition_producer_id[batch.index] = NO_PRODUCER_ID
-            self._clear_unresolved(batch.index)
+            self.partitions.partition_producer_id[batch.stream] = NO_PRODUCER_ID
+            self._clear_unresolved(batch.stream)
         elif adjust_sequences:
             self._adjust_sequences_due_to_failed_batch(batch)
 
@@ -921,7 +921,7 @@ class TransactionalSequences(IdempotenceManager):
         """The broker refused the batch for good, so its sequences were never used: the batches after it move
         down by its record count (Kafka's adjustSequencesDueToFailedBatch), so they are not refused as out of
         order before the abort."""
-        number = batch.index
+        number = batch.stream
         p = self.partitions
         if batch.base_sequence < 0 or int(p.partition_producer_id[number]) != batch.producer_id \
                 or int(p.partition_epoch[number]) != batch.producer_epoch:

@@ -9,14 +9,14 @@ parameters are named in :mod:`idemcore.kernels.abi`:
     rows). Boolean columns are passed as ``uint8`` views.
 ``check_batches(...) -> int``
     prepare: the verdicts of ``start..stop-1`` against the state as it
-    stands, writing no state (at most one batch per partition).
+    stands, writing no state (at most one batch per stream).
 ``commit_batches(...) -> int``
     commit the batches ``check_batches`` accepted (after the log write).
 ``reserve_rows(...) -> int``
-    the pre-pass of a validation split into lanes of partitions (``state.lanes``):
-    every batch's partition and producer row, entries added for new ones;
+    the pre-pass of a validation split into lanes of streams (``engine.lanes``):
+    every batch's stream and producer row, entries added for new ones;
     ``validate_listed(...) -> int`` is validate_batches over a lane's batches.
-``rebuild_producer_index(...)`` and ``rebuild_partition_index(...)``
+``rebuild_producer_index(...)`` and ``rebuild_stream_index(...)``
     refill the open-addressing indexes after the table grows or drops rows.
 ``drain_partitions(...) -> int``
     one send round of the producer: which head batches to take and their
@@ -29,13 +29,13 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 
 ``bind_batches(backend, columns, state, verdicts, txns, commit)`` gives ``check_batches`` and ``commit_batches``
 over arrays that stay the same from call to call (a broker's request columns): the compiled backend takes their
-buffers once (``cython_kernels.BoundBatches``), the others are called with the arrays as usual.
+buffers once (``cython_rules.BoundBatches``), the others are called with the arrays as usual.
 
 ``get_record_encoder(name)`` is apart from that contract: the records section of a RecordBatch v2 built from
 Python objects (:mod:`idemcore.kernels.record_encode_reference` and its compiled twin ``cython_record_encode``),
 which ``record.v2.batches.encode_record_batch`` calls on every batch the broker appends.
 
-The rules are in :mod:`idemcore.kernels.reference` (docs/rules.md in prose).
+The rules are in :mod:`idemcore.kernels.rules_reference` (docs/rules.md in prose).
 Backends: ``cython`` (compiled extension), ``numba`` (the reference compiled
 with ``@njit``; needs the optional ``numba`` extra) and ``python`` (the
 reference, interpreted). Choose one with a ``backend=`` argument or
@@ -51,7 +51,7 @@ import functools
 import importlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,10 +60,10 @@ from idemcore.errors import BackendUnavailableError
 #: Fastest first: the order ``auto`` tries (measured by bench/bench_validate.py).
 PREFERENCE = ("cython", "numba", "python")
 _MODULES = {
-    "cython": ("idemcore.kernels.cython_kernels", "idemcore.kernels.cython_drain",
+    "cython": ("idemcore.kernels.cython_rules", "idemcore.kernels.cython_drain",
                "idemcore.kernels.cython_header_scan"),
-    "numba": ("idemcore.kernels.numba_kernels",),
-    "python": ("idemcore.kernels.reference", "idemcore.kernels.drain_reference",
+    "numba": ("idemcore.kernels.numba_rules",),
+    "python": ("idemcore.kernels.rules_reference", "idemcore.kernels.drain_reference",
                "idemcore.kernels.header_scan_reference"),
 }
 ENV_VAR = "IDEMCORE_BACKEND"
@@ -83,7 +83,7 @@ class Backend:
     reserve_rows: Callable[..., int]
     validate_listed: Callable[..., int]
     rebuild_producer_index: Callable[..., None]
-    rebuild_partition_index: Callable[..., None]
+    rebuild_stream_index: Callable[..., None]
     drain_partitions: Callable[..., int]
     scan_headers: Callable[..., int]
 
@@ -112,7 +112,7 @@ class _Splatted:
         return self._backend.commit_batches(*self._columns, start, stop, *self._state, *self._commit)
 
 
-def bind_batches(backend: Backend, columns: Sequence[Any], state: Sequence[Any], verdicts: Sequence[Any],
+def bind_batches(backend: Backend, columns: Iterable[Any], state: Sequence[Any], verdicts: Sequence[Any],
                  txns: Sequence[Any], commit: Sequence[Any]) -> BoundBatches:
     """``backend``'s check_batches and commit_batches over these argument groups (:mod:`idemcore.kernels.abi`:
     BatchColumns, StateArrays, VerdictColumns, TxnColumns, CommitVerdicts). Bind again once any array is replaced.

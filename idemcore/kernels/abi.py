@@ -1,17 +1,17 @@
 """The kernels' argument groups, by name: no call site depends on the order of ~50 positional arguments.
 
 Each group is a NamedTuple whose field order is the kernel's parameter order;
-call sites build a group by keyword (or from a table, see ``state.table``) and
+call sites build a group by keyword (or from a table, see ``engine.table``) and
 splat it. ``tests/test_seams.py`` checks that every backend's parameters are
 these names in this order.
 
 ``validate_batches(*BatchColumns, origin, start, stop, *StateArrays, *VerdictColumns, *TxnColumns) -> int``
 ``check_batches``    same arguments (prepare: verdicts, no state written)
 ``commit_batches(*BatchColumns, start, stop, *StateArrays, *CommitVerdicts) -> int``
-``reserve_rows(partition, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
+``reserve_rows(stream, producer_id, start, stop, *StateArrays, *LaneColumns) -> int``
 ``validate_listed(*BatchColumns, origin, listed, batch_row, start, stop, *StateArrays, *VerdictColumns,
 *TxnColumns) -> int``
-``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
+``scan_headers(data, file_position, stream, verify_crc, cursor, *HeaderScanColumns) -> int``
 """
 
 from __future__ import annotations
@@ -20,30 +20,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from idemcore.kernels.columns import COLUMNS
 
-class BatchColumns(NamedTuple):
-    """The packed batch metadata (``record.columns.COLUMNS``; booleans as uint8 views)."""
-
-    partition: np.ndarray
-    producer_id: np.ndarray
-    producer_epoch: np.ndarray
-    base_sequence: np.ndarray
-    last_sequence: np.ndarray
-    base_offset: np.ndarray
-    record_count: np.ndarray
-    max_timestamp: np.ndarray
-    is_transactional: np.ndarray
-    is_control: np.ndarray
-    control_type: np.ndarray
-    coordinator_epoch: np.ndarray
+#: The batch columns' names in the kernels' order: the arguments a :class:`~idemcore.kernels.columns.BatchColumns`
+#: splats into (``stream`` is the dense id of a batch's (topic, partition); producer state is keyed by it).
+BATCH_FIELDS: tuple[str, ...] = tuple(COLUMNS)
 
 
 class StateArrays(NamedTuple):
-    """A :class:`idemcore.ProducerStateTable`: producer index, rows, partitions, counters.
+    """A :class:`idemcore.ProducerStateTable`: producer index, rows, streams, counters.
 
     The index and the rows are one buffer each, passed as views of several widths (``slot_i64`` and
     ``slot_i32`` of the index's 16-byte slots; ``row_i64`` to ``row_i8`` of the 192-byte rows): the layout is
-    in :mod:`idemcore.kernels.reference` (``SLOT_*``, ``ROW_*``)."""
+    in :mod:`idemcore.kernels.rules_reference` (``SLOT_*``, ``ROW_*``)."""
 
     slot_i64: np.ndarray
     slot_i32: np.ndarray
@@ -51,15 +40,15 @@ class StateArrays(NamedTuple):
     row_i32: np.ndarray
     row_i16: np.ndarray
     row_i8: np.ndarray
-    pslot_partition: np.ndarray
-    pslot_index: np.ndarray
-    partition_id: np.ndarray
-    partition_next_offset: np.ndarray
+    sslot_stream: np.ndarray
+    sslot_index: np.ndarray
+    stream_id: np.ndarray
+    stream_next_offset: np.ndarray
     counters: np.ndarray
 
 
 class VerdictColumns(NamedTuple):
-    """One verdict per batch (``state.verdicts.VERDICT_DTYPES``)."""
+    """One verdict per batch (``engine.verdicts.VERDICT_DTYPES``)."""
 
     out_status: np.ndarray
     out_error_code: np.ndarray
@@ -72,7 +61,7 @@ class VerdictColumns(NamedTuple):
 class TxnColumns(NamedTuple):
     """Transactions completed by markers, appended at ``counters[N_COMPLETED]`` in batch order."""
 
-    txn_partition: np.ndarray
+    txn_stream: np.ndarray
     txn_producer_id: np.ndarray
     txn_first_offset: np.ndarray
     txn_last_offset: np.ndarray
@@ -89,9 +78,9 @@ class CommitVerdicts(NamedTuple):
 
 
 class LaneColumns(NamedTuple):
-    """What ``reserve_rows`` writes per batch (int32: bucket, the partition's index + 1 or 0, unless the array is
-    empty; row, -1 without a producer id or with a negative partition) and per bucket (int64 count of batches;
-    one more bucket than the partition capacity)."""
+    """What ``reserve_rows`` writes per batch (int32: bucket, the stream's index + 1 or 0, unless the array is
+    empty; row, -1 without a producer id or with a negative stream) and per bucket (int64 count of batches;
+    one more bucket than the stream capacity)."""
 
     batch_bucket: np.ndarray
     batch_row: np.ndarray
@@ -102,13 +91,13 @@ class LaneColumns(NamedTuple):
 SCALARS_CHECK = ("origin", "start", "stop")
 SCALARS_COMMIT = ("start", "stop")
 SIGNATURES: dict[str, tuple[str, ...]] = {
-    "validate_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+    "validate_batches": (*BATCH_FIELDS, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                          *TxnColumns._fields),
-    "check_batches": (*BatchColumns._fields, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
+    "check_batches": (*BATCH_FIELDS, *SCALARS_CHECK, *StateArrays._fields, *VerdictColumns._fields,
                       *TxnColumns._fields),
-    "commit_batches": (*BatchColumns._fields, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
-    "reserve_rows": ("partition", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
-    "validate_listed": (*BatchColumns._fields, "origin", "listed", "batch_row", *SCALARS_COMMIT,
+    "commit_batches": (*BATCH_FIELDS, *SCALARS_COMMIT, *StateArrays._fields, *CommitVerdicts._fields),
+    "reserve_rows": ("stream", "producer_id", *SCALARS_COMMIT, *StateArrays._fields, *LaneColumns._fields),
+    "validate_listed": (*BATCH_FIELDS, "origin", "listed", "batch_row", *SCALARS_COMMIT,
                         *StateArrays._fields,
                         *VerdictColumns._fields, *TxnColumns._fields),
 }
@@ -116,10 +105,10 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 
 class HeaderScanColumns(NamedTuple):
     """What ``scan_headers`` writes, one row per batch of a segment: the batch metadata columns first (the
-    fields of :class:`BatchColumns`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
+    fields of :data:`BATCH_FIELDS`, in their order, with an ``out_`` prefix; booleans as uint8), then where the
     batch lies and what else its header says. ``HEADER_SCAN_DTYPES`` gives each array's dtype."""
 
-    out_partition: np.ndarray
+    out_stream: np.ndarray
     out_producer_id: np.ndarray
     out_producer_epoch: np.ndarray
     out_base_sequence: np.ndarray
@@ -144,9 +133,9 @@ class HeaderScanColumns(NamedTuple):
         return cls(*(np.empty(capacity, dtype=dtype) for dtype in HEADER_SCAN_DTYPES.values()))
 
 
-#: Each output array's dtype (the first twelve are ``record.columns.COLUMNS`` with booleans as uint8).
+#: Each output array's dtype (the first twelve are ``kernels.columns.COLUMNS`` with booleans as uint8).
 HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
-    "out_partition": np.dtype(np.int32),
+    "out_stream": np.dtype(np.int32),
     "out_producer_id": np.dtype(np.int64),
     "out_producer_epoch": np.dtype(np.int16),
     "out_base_sequence": np.dtype(np.int32),
@@ -166,7 +155,7 @@ HEADER_SCAN_DTYPES: dict[str, np.dtype] = {
     "out_crc_ok": np.dtype(np.uint8),  # CRC_BAD 0, CRC_OK 1, CRC_UNCHECKED 2 (verify_crc off)
 }
 
-#: ``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
-#: not in SIGNATURES, whose entry points all live in ``kernels.reference``).
-SCALARS_SCAN = ("data", "file_position", "partition", "verify_crc", "cursor")
+#: ``scan_headers(data, file_position, stream, verify_crc, cursor, *HeaderScanColumns) -> int`` (every backend;
+#: not in SIGNATURES, whose entry points all live in ``kernels.rules_reference``).
+SCALARS_SCAN = ("data", "file_position", "stream", "verify_crc", "cursor")
 HEADER_SCAN_SIGNATURE: tuple[str, ...] = (*SCALARS_SCAN, *HeaderScanColumns._fields)

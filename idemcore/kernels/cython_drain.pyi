@@ -8,6 +8,6 @@ def drain_partitions(
     last_acked_sequence: np.ndarray, partition_producer_id: np.ndarray, partition_epoch: np.ndarray,
     inflight_count: np.ndarray, first_inflight_sequence: np.ndarray, unresolved: np.ndarray,
     idempotent: bool, producer_id: int, producer_epoch: int, now_ms: int, retry_backoff_ms: int,
-    max_request_size: int, cursor: np.ndarray, out_partition: np.ndarray, out_base_sequence: np.ndarray,
+    max_request_size: int, cursor: np.ndarray, out_stream: np.ndarray, out_base_sequence: np.ndarray,
     out_reset: np.ndarray,
 ) -> int: ...

@@ -34,7 +34,7 @@ def drain_partitions(
     const unsigned char[::1] unresolved,
     bint idempotent, int64_t producer_id, int64_t producer_epoch, int64_t now_ms, int64_t retry_backoff_ms,
     int64_t max_request_size,
-    int64_t[::1] cursor, int32_t[::1] out_partition, int32_t[::1] out_base_sequence, unsigned char[::1] out_reset,
+    int64_t[::1] cursor, int32_t[::1] out_stream, int32_t[::1] out_base_sequence, unsigned char[::1] out_reset,
 ):
     """One send round; see idemcore.kernels.drain_reference for the contract."""
     cdef Py_ssize_t n = head_queued.shape[0]
@@ -73,7 +73,7 @@ def drain_partitions(
                 if inflight_count[p] == 0:
                     first_inflight_sequence[p] = <int32_t>seq
                 inflight_count[p] += 1
-            out_partition[taken] = <int32_t>p
+            out_stream[taken] = <int32_t>p
             out_base_sequence[taken] = <int32_t>seq
             out_reset[taken] = reset
             taken += 1

@@ -173,8 +173,8 @@ cdef inline void decode_control(const uint8_t *p, const uint8_t *end, int compre
 
 
 def scan_headers(
-    const uint8_t[::1] data, int64_t file_position, int32_t partition, bint verify_crc, int64_t[::1] cursor,
-    int32_t[::1] out_partition, int64_t[::1] out_producer_id, int16_t[::1] out_producer_epoch,
+    const uint8_t[::1] data, int64_t file_position, int32_t stream, bint verify_crc, int64_t[::1] cursor,
+    int32_t[::1] out_stream, int64_t[::1] out_producer_id, int16_t[::1] out_producer_epoch,
     int32_t[::1] out_base_sequence, int32_t[::1] out_last_sequence, int64_t[::1] out_base_offset,
     int32_t[::1] out_record_count, int64_t[::1] out_max_timestamp, uint8_t[::1] out_is_transactional,
     uint8_t[::1] out_is_control, int8_t[::1] out_control_type, int32_t[::1] out_coordinator_epoch,
@@ -198,7 +198,7 @@ def scan_headers(
         raise ValueError(f"cursor must have 2 slots (position, stop reason), not {cursor.shape[0]}")
     if not 0 <= cursor[0] <= size:
         raise ValueError(f"cursor[0] = {cursor[0]} is outside the data (0..{size})")
-    capacity = min(out_partition.shape[0], out_producer_id.shape[0], out_producer_epoch.shape[0],
+    capacity = min(out_stream.shape[0], out_producer_id.shape[0], out_producer_epoch.shape[0],
                    out_base_sequence.shape[0], out_last_sequence.shape[0], out_base_offset.shape[0],
                    out_record_count.shape[0], out_max_timestamp.shape[0], out_is_transactional.shape[0],
                    out_is_control.shape[0], out_control_type.shape[0], out_coordinator_epoch.shape[0],
@@ -249,7 +249,7 @@ def scan_headers(
                     crc_ok = CRC_OK
                 else:
                     crc_ok = CRC_BAD
-            out_partition[count] = partition
+            out_stream[count] = stream
             out_producer_id[count] = be_i64(b + PRODUCER_ID_AT)
             out_producer_epoch[count] = be_i16(b + PRODUCER_EPOCH_AT)
             out_base_sequence[count] = base_sequence

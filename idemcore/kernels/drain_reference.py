@@ -8,7 +8,7 @@ batch keeps the sequence it has. Beyond Kafka: until a batch of the
 current epoch is acknowledged on a partition, only one is in flight there
 (a broker that does not know the producer accepts any first sequence, so a
 batch overtaking a lost one would be written ahead of it). Written in the subset of Python Numba
-compiles; ``numba_kernels`` compiles this source, ``cython_drain`` is an
+compiles; ``numba_rules`` compiles this source, ``cython_drain`` is an
 independent implementation. Kernels never raise or allocate.
 
 Per partition ``p`` (arrays indexed by the producer's partition number):
@@ -21,7 +21,7 @@ Per partition ``p`` (arrays indexed by the producer's partition number):
   ``first_inflight_sequence``, ``unresolved`` (0/1).
 
 ``cursor[0]``: the partition the round starts at; left at the last one
-visited (Kafka's drain index). Outputs: ``out_partition[k]``,
+visited (Kafka's drain index). Outputs: ``out_stream[k]`` (the stream: the producer's dense id of the partition),
 ``out_base_sequence[k]`` and ``out_reset[k]`` (1 when this drain restarted the
 partition's sequences at 0 for a new producer id or epoch) for the ``k``-th
 batch taken; returns how many were taken.
@@ -37,7 +37,7 @@ def drain_partitions(
     next_sequence, last_acked_sequence, partition_producer_id, partition_epoch,
     inflight_count, first_inflight_sequence, unresolved,
     idempotent, producer_id, producer_epoch, now_ms, retry_backoff_ms, max_request_size,
-    cursor, out_partition, out_base_sequence, out_reset,
+    cursor, out_stream, out_base_sequence, out_reset,
 ):
     n = head_queued.shape[0]
     if n == 0:
@@ -96,7 +96,7 @@ def drain_partitions(
                         if in_flight == 0:
                             first_inflight_sequence[here] = seq
                         inflight_count[here] = in_flight + 1
-                out_partition[taken] = here
+                out_stream[taken] = here
                 out_base_sequence[taken] = seq
                 out_reset[taken] = reset
                 taken += 1

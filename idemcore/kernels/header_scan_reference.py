@@ -1,10 +1,10 @@
 """The header scan: walk a segment's length-prefixed RecordBatch v2 batches and decode each 61-byte header into
 the packed batch metadata columns, with the batch's file position and whether its CRC holds.
 
-``scan_headers(data, file_position, partition, verify_crc, cursor, *HeaderScanColumns) -> int``
+``scan_headers(data, file_position, stream, verify_crc, cursor, *HeaderScanColumns) -> int``
     ``data`` is a segment or a piece of one that starts at a batch, as a ``uint8`` array (``np.frombuffer`` of
-    an mmap or of bytes: no copy); ``file_position`` is the file position of ``data[0]``; ``partition`` fills
-    the partition column. ``cursor[0]`` is where in ``data`` to start and, on return, where the scan stopped
+    an mmap or of bytes: no copy); ``file_position`` is the file position of ``data[0]``; ``stream`` fills
+    the stream column. ``cursor[0]`` is where in ``data`` to start and, on return, where the scan stopped
     (the first batch not decoded: the resume point); ``cursor[1]`` is why (``SCAN_*``). Rows ``0..count-1`` of
     the ``out_*`` arrays (:class:`idemcore.kernels.abi.HeaderScanColumns`, all as long as the shortest one: the
     capacity) receive the batches; ``count`` is returned. Nothing in ``data`` makes it raise: a truncated tail,
@@ -20,10 +20,10 @@ format, so v0/v1 message sets stop the scan as ``SCAN_BAD_MAGIC``.
 
 An uncompressed control batch also yields its marker: the first record's key (version i16, type i16) and, for
 ABORT and COMMIT, its value (version i16, coordinator epoch i32). Data batches get control type -1 and
-coordinator epoch 0 (``record.columns.DEFAULTS``); a control batch whose record cannot be read (compressed,
+coordinator epoch 0 (``kernels.columns.DEFAULTS``); a control batch whose record cannot be read (compressed,
 empty, cut short, negative versions) gets -1 in what could not be read.
 
-This is the reference twin: the numba backend compiles this very source (``numba_kernels``), the Cython one
+This is the reference twin: the numba backend compiles this very source (``numba_rules``), the Cython one
 (``cython_header_scan.pyx``) is written apart; the tests compare all three on every column. The loop is written
 in the subset of Python Numba compiles: shifts instead of ``int.from_bytes``, arithmetic that never leaves
 int64. CRC-32C comes from maintained packages, never written here: ``crc32c`` (or ``google-crc32c``) in Python,
@@ -190,8 +190,8 @@ def batch_crc(data, start, stop):
     return compute(data[start:stop], 0)
 
 
-def scan_batches(data, file_position, partition, verify_crc, cursor, capacity,
-                 out_partition, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
+def scan_batches(data, file_position, stream, verify_crc, cursor, capacity,
+                 out_stream, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
                  out_base_offset, out_record_count, out_max_timestamp, out_is_transactional, out_is_control,
                  out_control_type, out_coordinator_epoch, out_position, out_batch_length, out_last_offset,
                  out_leader_epoch, out_compression, out_crc_ok):
@@ -234,7 +234,7 @@ def scan_batches(data, file_position, partition, verify_crc, cursor, capacity,
         crc_ok = CRC_UNCHECKED
         if verify_crc:
             crc_ok = CRC_OK if batch_crc(data, p + ATTRIBUTES_AT, end) == read_u32(data, p + CRC_AT) else CRC_BAD
-        out_partition[count] = partition
+        out_stream[count] = stream
         out_producer_id[count] = read_i64(data, p + PRODUCER_ID_AT)
         out_producer_epoch[count] = read_i16(data, p + PRODUCER_EPOCH_AT)
         out_base_sequence[count] = base_sequence
@@ -259,20 +259,20 @@ def scan_batches(data, file_position, partition, verify_crc, cursor, capacity,
     return count
 
 
-def scan_headers(data, file_position, partition, verify_crc, cursor,
-                 out_partition, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
+def scan_headers(data, file_position, stream, verify_crc, cursor,
+                 out_stream, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
                  out_base_offset, out_record_count, out_max_timestamp, out_is_transactional, out_is_control,
                  out_control_type, out_coordinator_epoch, out_position, out_batch_length, out_last_offset,
                  out_leader_epoch, out_compression, out_crc_ok):
     """Decode the batch headers of ``data`` from ``cursor[0]`` on; see the module's docstring."""
     capacity = scan_capacity(data, cursor, (
-        out_partition, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence, out_base_offset,
+        out_stream, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence, out_base_offset,
         out_record_count, out_max_timestamp, out_is_transactional, out_is_control, out_control_type,
         out_coordinator_epoch, out_position, out_batch_length, out_last_offset, out_leader_epoch, out_compression,
         out_crc_ok))
     prepare_crc32c(verify_crc)
-    return scan_batches(data, file_position, partition, verify_crc, cursor, capacity,
-                        out_partition, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
+    return scan_batches(data, file_position, stream, verify_crc, cursor, capacity,
+                        out_stream, out_producer_id, out_producer_epoch, out_base_sequence, out_last_sequence,
                         out_base_offset, out_record_count, out_max_timestamp, out_is_transactional, out_is_control,
                         out_control_type, out_coordinator_epoch, out_position, out_batch_length, out_last_offset,
                         out_leader_epoch, out_compression, out_crc_ok)

@@ -1,6 +1,6 @@
 """Batches: the metadata columns the kernels read, and the batch object shared by wire and disk."""
 
+from idemcore.kernels.columns import COLUMNS, DEFAULTS, INPUT_COLUMNS, REQUIRED, BatchColumns
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import COLUMNS, DEFAULTS, REQUIRED, BatchMetadata
 
-__all__ = ["COLUMNS", "DEFAULTS", "REQUIRED", "BatchMetadata", "RecordBatch"]
+__all__ = ["COLUMNS", "DEFAULTS", "INPUT_COLUMNS", "REQUIRED", "BatchColumns", "RecordBatch"]

@@ -2,7 +2,7 @@
 
 The same object travels in a produce request, is stored in a partition log and
 is replayed on recovery; its producer metadata is what the kernels check
-(``record.columns`` packs many of them into columns).
+(``kernels.columns.BatchColumns`` packs many of them into columns).
 
 Record headers (Kafka's: a ``str`` key, UTF-8 on the wire, and ``bytes`` or None) ride in ``headers``: None
 when no record has any, else one sequence of ``(key, value)`` pairs per record (empty for a record without).

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.progress import bar as progress_bar
-from idemcore.record.columns import COLUMNS
 from idemcore.record.kafka_files import LEADER_EPOCH_CHECKPOINT, parse_offset_file
 from idemcore.synth.kafka_log import (
     DEFAULT_SEGMENT_BYTES,
@@ -48,7 +48,7 @@ FORMATS = ("parquet", "kafka")
 #: The files of a partition directory generate writes besides the offset-named ones.
 _PARTITION_FILES = (LEADER_EPOCH_CHECKPOINT, "partition.metadata")
 #: Columns written (base_offset is left out: produce attempts have none; it defaults to -1).
-WRITTEN = [name for name in COLUMNS if name != "base_offset"]
+WRITTEN = [name for name in INPUT_COLUMNS if name != "base_offset"]
 #: Parquet options measured fastest to read (pyarrow, one thread) at about half snappy's size:
 #: LZ4, delta encoding for the increasing columns, dictionaries only where values repeat.
 PARQUET_OPTIONS: dict[str, Any] = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.protocol.constants import INT32_MAX
-from idemcore.record.columns import COLUMNS
 
 
 def random_producer_ids(count: int, rng: np.random.Generator) -> np.ndarray:
@@ -83,7 +83,7 @@ def synthetic_stream(
     columns["is_control"] = np.zeros(n, np.bool_)
     columns["control_type"] = np.full(n, -1, np.int8)
     columns["coordinator_epoch"] = np.zeros(n, np.int32)
-    return {name: columns[name] for name in COLUMNS}
+    return {name: columns[name] for name in INPUT_COLUMNS}
 
 
 #: What inject_anomalies() can plant, by the finding each must produce (names in docs/rules.md §5).

@@ -23,8 +23,8 @@ from idemcore.audit.spark.schema import (
 )
 from idemcore.audit.spark.session import check_master, get_session, verify_page_crcs
 from idemcore.audit.spark.task_rows import collect_task_rows, error_batch, result_batch
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.protocol.codes import Origin
-from idemcore.record.columns import COLUMNS
 
 #: One row per task: its result, or the data error that stopped it (with an empty result).
 RESULT_SCHEMA = f"{TaskResult.SPARK_SCHEMA}, error string"
@@ -191,7 +191,7 @@ def audit(
             results = _path_job(session, footers, target, order, origin, backend, tasks)
         else:
             # Only the columns the replay reads cross the shuffle and the hop to Python.
-            read = [name for name in source.columns if name in (TOPIC, *COLUMNS, order)]
+            read = [name for name in source.columns if name in (TOPIC, *INPUT_COLUMNS, order)]
             results = clustered(source.select(*read), order, tasks).mapInArrow(_audit_rows(origin, order, backend),
                                                                                RESULT_SCHEMA)
         label = "DataFrame"

@@ -4,7 +4,7 @@
 ``idemcore generate`` format): Spark's file source lists the new files at each trigger, one micro-batch reads
 them, ``groupBy("topic", "partition").applyInPandasWithState`` replays each stream's new rows through the kernel
 from the producer state its earlier micro-batches left (Spark's state store, :data:`STREAM_STATE_SCHEMA`: the
-stream's :class:`~idemcore.state.table.ProducerStateTable` by :func:`save_state` and the last ordering value
+stream's :class:`~idemcore.engine.table.ProducerStateTable` by :func:`save_state` and the last ordering value
 replayed), and returns only the batches with a finding, in the columns of the one-shot audit's findings
 (:func:`~idemcore.audit.replayer.findings_schema`). A Kafka log directory is followed in process only
 (:mod:`idemcore.audit.follow`).
@@ -86,10 +86,10 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
 
     def follow_findings(key: Any, pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
         from idemcore.audit.replayer import finding_names
-        from idemcore.record.columns import BatchMetadata
-        from idemcore.state.persist import load_state, save_state
-        from idemcore.state.table import ProducerStateTable
-        from idemcore.state.validate import validate
+        from idemcore.engine.persist import load_state, save_state
+        from idemcore.engine.table import ProducerStateTable
+        from idemcore.engine.validate import validate
+        from idemcore.kernels.columns import BatchColumns
 
         pd = import_module("pandas")
         frames = [frame for frame in pdfs if len(frame)]
@@ -106,14 +106,15 @@ def findings_state_function(order_by: str, origin: str | Origin = "client",
                                  "files before it")
             table = load_state(saved, backend)
         else:
-            table = ProducerStateTable(row_capacity=64, partition_capacity=1)
-        packed = BatchMetadata.coerce(rows)
+            table = ProducerStateTable(row_capacity=64, stream_capacity=1)
+        packed = BatchColumns.coerce(rows)
         verdicts = validate(packed, table, origin, backend)
         state.update((save_state(table), int(rows[order_by].iloc[-1])))
         found = np.flatnonzero(verdicts.finding)
         if not len(found):
             return
         columns: dict[str, Any] = packed.take(found).to_dict()
+        columns["partition"] = columns.pop("stream")  # the group's Kafka partition, packed as its stream
         columns[TOPIC] = rows[TOPIC].to_numpy()[found].astype(object)
         columns[order_by] = rows[order_by].to_numpy()[found].astype(np.int64)
         columns.update({
@@ -145,9 +146,9 @@ def _source_dir(source: str | os.PathLike[str]) -> Path:
 def attempts_schema() -> str:
     """The columns of ``idemcore generate``'s produce attempts (Spark DDL): what a follow of a directory with
     no file yet expects."""
-    from idemcore.record.columns import COLUMNS
+    from idemcore.kernels.columns import INPUT_COLUMNS
 
-    types = [f"`{name}` {_SPARK_TYPES[pa.from_numpy_dtype(dtype)]}" for name, dtype in COLUMNS.items()
+    types = [f"`{name}` {_SPARK_TYPES[pa.from_numpy_dtype(dtype)]}" for name, dtype in INPUT_COLUMNS.items()
              if name != "base_offset"]
     return ", ".join([f"`{TOPIC}` string", *types, "`seq_no` long"])
 

@@ -67,7 +67,7 @@ def _file_verdicts(path: str, target: Any, origin: Origin, order_by: str,
     from idemcore.audit import StreamReplayer
     from idemcore.audit.replayer import feed_in_order
     from idemcore.audit.spark.plan import TaskPlan, read_task
-    from idemcore.state.verdicts import Verdicts
+    from idemcore.engine.verdicts import Verdicts
 
     rows = read_task(TaskPlan([(path, None)]), target)  # (every row group)
     out = Verdicts.allocate(rows.num_rows)  # in stream order, then back to the file's

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from idemcore.audit.columns import ORDER_COLUMNS, TOPIC
 from idemcore.audit.spark.schema import conform
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 from idemcore.record.parquet_files import READ_ERRORS, checked, file_size, is_uri, open_parquet, unreadable
 
 
@@ -106,7 +106,7 @@ def _range(stats_topic, stats_partition) -> tuple[tuple[str, int], tuple[str, in
 
 
 #: Columns whose statistics a footer summarises (:attr:`Footer.stats`): those an audit may read.
-WATCHED = (TOPIC, *COLUMNS, *ORDER_COLUMNS)
+WATCHED = (TOPIC, *INPUT_COLUMNS, *ORDER_COLUMNS)
 
 
 @dataclass(frozen=True)

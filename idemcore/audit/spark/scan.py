@@ -19,7 +19,7 @@ import pyarrow as pa
 from idemcore.audit.columns import TOPIC
 from idemcore.audit.spark.plan import WATCHED, Footer, read_footers
 from idemcore.audit.spark.schema import check_arrow_schemas
-from idemcore.record.columns import COLUMNS
+from idemcore.kernels.columns import INPUT_COLUMNS
 
 #: The Spark type Spark's Parquet reader gives each Arrow type of a file (types path mode reads as they are).
 _SPARK_TYPE_OF = {pa.int8(): "ByteType", pa.int16(): "ShortType", pa.int32(): "IntegerType", pa.int64(): "LongType",
@@ -83,7 +83,7 @@ def scanned_parquet(df: Any, order: str) -> tuple[list[Footer], pa.Schema] | Non
     if files is None:
         return None
     spark_types = {field.name: type(field.dataType).__name__ for field in df.schema.fields}
-    read = {name for name in spark_types if name in (TOPIC, *COLUMNS, order)}
+    read = {name for name in spark_types if name in (TOPIC, *INPUT_COLUMNS, order)}
     watched = WATCHED if order in WATCHED else (*WATCHED, order)
     try:
         footers = read_footers(files, watched)

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
+from idemcore.kernels.columns import DEFAULTS, INPUT_COLUMNS, derive_record_counts
 from idemcore.protocol.constants import INT32_MAX
 from idemcore.protocol.sequences import last_sequences
-from idemcore.record.columns import COLUMNS, DEFAULTS, derive_record_counts
 
 _INTEGER_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 _SPARK_TYPES = {"string": ("StringType",), "boolean": (*_INTEGER_TYPES, "BooleanType"), "integer": _INTEGER_TYPES}
@@ -39,9 +39,9 @@ def _kind_of(name: str, order: str) -> str | None:
     """What column ``name`` must hold ("string", "boolean" or "integer"); None for a column not read."""
     if name == TOPIC:
         return "string"
-    if name in COLUMNS and COLUMNS[name].kind == "b":
+    if name in INPUT_COLUMNS and INPUT_COLUMNS[name].kind == "b":
         return "boolean"
-    if name in COLUMNS or name == order:
+    if name in INPUT_COLUMNS or name == order:
         return "integer"
     return None
 
@@ -84,7 +84,7 @@ def value_range(name: str) -> tuple[int, int, str]:
     value outside them is."""
     if name == "partition":
         return 0, INT32_MAX, f"is outside [0, {INT32_MAX}]"
-    dtype = COLUMNS.get(name, np.dtype(np.int64))  # the ordering column is read as int64
+    dtype = INPUT_COLUMNS.get(name, np.dtype(np.int64))  # the ordering column is read as int64
     if dtype.kind == "b":
         return 0, 1, "is not a boolean (0 or 1)"
     info = np.iinfo(dtype)
@@ -95,8 +95,8 @@ def _target_type(name: str, kind: str, types: set[pa.DataType]) -> pa.DataType:
     # Columns the kernel reads get its type: a file's wider or other column is cast, values checked, once
     # (the replay's own narrowing then costs nothing). Topic and the ordering column keep a type every
     # file agrees on (no cast at all, the common case), else one that holds every file's.
-    if name in COLUMNS:
-        return pa.from_numpy_dtype(COLUMNS[name])
+    if name in INPUT_COLUMNS:
+        return pa.from_numpy_dtype(INPUT_COLUMNS[name])
     if len(types) == 1 and (kind == "string" or pa.types.is_integer(next(iter(types)))):
         return next(iter(types))
     return TOPIC_TYPE if kind == "string" else pa.int64()
@@ -142,7 +142,8 @@ def check_arrow_schemas(schemas: Iterable[tuple[str, pa.Schema]],
                 raise _type_error(name, kind, str(data_type), where)
             having.setdefault(name, []).extend(paths)
             types.setdefault(name, set()).add(data_type)
-    names = [TOPIC, *(name for name in COLUMNS if name in having), *([order] if order not in COLUMNS else [])]
+    names = [TOPIC, *(name for name in INPUT_COLUMNS if name in having),
+             *([order] if order not in INPUT_COLUMNS else [])]
     for name in names:
         if len(having[name]) == len(every):
             continue
@@ -219,7 +220,7 @@ def conform(table: pa.Table, target: pa.Schema, path: str, row: Callable[[int], 
             except ValueError as exc:
                 raise InputError(f"{path}: {exc}") from None
         else:
-            values = np.full(table.num_rows, DEFAULTS[field.name], dtype=COLUMNS[field.name])
+            values = np.full(table.num_rows, DEFAULTS[field.name], dtype=INPUT_COLUMNS[field.name])
         columns[field.name] = pa.array(values, field.type)
     return pa.table([columns[field.name] for field in target], schema=target)
 

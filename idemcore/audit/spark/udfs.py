@@ -27,9 +27,9 @@ import numpy as np
 
 from idemcore.audit.columns import TOPIC, order_column, required_columns
 from idemcore.audit.spark.frame import OUTPUT_COLUMNS, _validate_batches, clustered, validated_schema
+from idemcore.engine.persist import load_state, save_state
+from idemcore.engine.table import ProducerStateTable
 from idemcore.protocol.codes import Origin
-from idemcore.state.persist import load_state, save_state
-from idemcore.state.table import ProducerStateTable
 
 __all__ = [
     "STREAM_STATE_SCHEMA",
@@ -71,14 +71,14 @@ def _verdict_frame(pdf: Any, order: str, origin: Origin, backend: str | None,
     import pyarrow as pa
 
     from idemcore.audit.replayer import StreamReplayer, finding_names, status_names
-    from idemcore.state.validate import validate
+    from idemcore.engine.validate import validate
 
     rows = pdf.sort_values(order, kind="stable", ignore_index=True)  # stable: equal values keep their order
     if state is None:
         table = pa.Table.from_pandas(rows, preserve_index=False)
         verdicts = StreamReplayer(origin, order, backend, collect=False).feed(table)
     else:
-        verdicts = validate(rows, state, origin, backend)  # BatchMetadata.coerce: checks and converts the columns
+        verdicts = validate(rows, state, origin, backend)  # BatchColumns.coerce: checks and converts the columns
     added = {"status": status_names(verdicts.status).to_numpy(zero_copy_only=False),
              "error_code": verdicts.error_code.astype(np.int16, copy=False),
              "assigned_base_offset": verdicts.base_offset.astype(np.int64, copy=False),
@@ -137,7 +137,7 @@ def validate_stream_with(origin: str | Origin = "client", order_by: str | None =
                 raise ValueError(f"stream {tuple(key)}: a micro-batch holds {order} {first}, before {last} "
                                  "already replayed; each stream's batches must arrive in order")
         else:
-            table = ProducerStateTable(row_capacity=64, partition_capacity=1)
+            table = ProducerStateTable(row_capacity=64, stream_capacity=1)
         out = _verdict_frame(pdf, order, origin, backend, table)
         state.update((save_state(table), int(out[order].iloc[-1])))
         yield out

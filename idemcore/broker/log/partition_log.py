@@ -51,6 +51,7 @@ from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, 
 from idemcore.broker.log.store import MemoryStore
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
+from idemcore.kernels.columns import BatchColumns, concatenate
 from idemcore.protocol.codes import ControlType
 from idemcore.protocol.constants import (
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -60,7 +61,6 @@ from idemcore.protocol.constants import (
     INT32_MAX,
 )
 from idemcore.record.batch import RecordBatch
-from idemcore.record.columns import BatchMetadata, concatenate
 from idemcore.record.kafka_files.indexes import AbortedTxn
 from idemcore.record.kafka_files.names import (
     LEADER_EPOCH_CHECKPOINT,
@@ -113,7 +113,7 @@ def _fsync_closed(descriptor: int) -> None:
         os.close(descriptor)
 
 
-def replay_metadata(scan: SegmentScan, rows: np.ndarray) -> BatchMetadata:
+def replay_metadata(scan: SegmentScan, rows: np.ndarray) -> BatchColumns:
     """The batch metadata columns of a scan's ``rows``, as the producer state replays stored batches: a batch
     spans its offset range whatever compaction removed from it (its producer's sequence range too)."""
     part = scan.metadata().take(rows)
@@ -376,12 +376,12 @@ class PartitionLog:
                 if offset >= self.log_start_offset:
                     yield offset, key, value, batch
 
-    def scan_from(self, offset: int, number: int) -> BatchMetadata | None:
+    def scan_from(self, offset: int, number: int) -> BatchColumns | None:
         """The batch metadata columns (``partition`` = ``number``) of the batches ending at or after ``offset``
         (the one holding it too: a log start inside a batch, as Kafka's replay reads from ``translateOffset``),
         read by the native header scan (recovery replays them into the producer state); None when there are
         none."""
-        parts: list[BatchMetadata] = []
+        parts: list[BatchColumns] = []
         for segment in self.segments[self._segment_index(offset):]:
             if not segment.size:
                 continue
@@ -578,7 +578,7 @@ class PartitionLog:
 
     # --- a follower's appends and truncations ------------------------------------------------------------------
 
-    def append_replicated(self, data: bytes | bytearray | memoryview, number: int) -> BatchMetadata:
+    def append_replicated(self, data: bytes | bytearray | memoryview, number: int) -> BatchColumns:
         """Append batches fetched from the leader exactly as it stored them (offsets and leader epochs kept; Kafka's
         ``UnifiedLog.appendAsFollower``), and return their metadata columns (``partition`` = ``number``) for the
         producer state (REPLICATION origin), one row per batch appended.

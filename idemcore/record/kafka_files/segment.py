@@ -2,8 +2,8 @@
 
 :func:`scan_segment` maps the ``.log`` file (mmap, no copy), calls ``scan_headers`` (see
 :mod:`idemcore.kernels.header_scan_reference`) in chunks of rows, and returns a :class:`SegmentScan`: the packed
-batch metadata columns (those of :mod:`idemcore.record.columns`, so :meth:`SegmentScan.metadata` is a
-:class:`~idemcore.record.columns.BatchMetadata` without a copy of the data) plus each batch's file position,
+batch metadata columns (those of :mod:`idemcore.kernels.columns`, so :meth:`SegmentScan.metadata` is a
+:class:`~idemcore.kernels.columns.BatchColumns` without a copy of the data) plus each batch's file position,
 batch length, last offset, partition leader epoch, compression and CRC validity; and where and why the scan
 stopped:
 
@@ -27,7 +27,7 @@ import numpy as np
 from idemcore.kernels import Backend, get_backend
 from idemcore.kernels import header_scan_reference as scan_codes
 from idemcore.kernels.abi import HEADER_SCAN_DTYPES, HeaderScanColumns
-from idemcore.record.columns import COLUMNS, BatchMetadata
+from idemcore.kernels.columns import COLUMNS, BatchColumns
 from idemcore.record.kafka_files.indexes import FileProblem, base_offset_of
 
 STOP_END = "end"
@@ -73,10 +73,10 @@ class SegmentScan:
         """Every byte was read as a whole batch (or the rest is a preallocated zero tail)."""
         return self.stop in (STOP_END, STOP_ZERO_PADDING)
 
-    def metadata(self) -> BatchMetadata:
-        """The batch metadata columns (:data:`idemcore.record.columns.COLUMNS`; the flags as zero-copy bool
+    def metadata(self) -> BatchColumns:
+        """The batch metadata columns (:data:`idemcore.kernels.columns.COLUMNS`; the flags as zero-copy bool
         views, the partition column as the scan was given it)."""
-        return BatchMetadata({name: self.columns[name].view(np.bool_) if dtype == np.bool_ else self.columns[name]
+        return BatchColumns({name: self.columns[name].view(np.bool_) if dtype == np.bool_ else self.columns[name]
                               for name, dtype in COLUMNS.items()})
 
     def crc_failures(self) -> np.ndarray:

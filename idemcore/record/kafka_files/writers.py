@@ -8,7 +8,7 @@ Authority (storage/.../internals/log/ and server-common):
   producers as an array (count i32) of 46-byte entries, producer id i64, epoch i16, last sequence i32, last offset
   i64, offset delta i32, timestamp i64, coordinator epoch i32, current transaction's first offset i64 (-1: none).
   Kafka writes its producer map in hash order; :func:`encode_snapshot` writes the entries in the order given
-  (:func:`idemcore.state.snapshot.snapshot_entries` sorts them by producer id).
+  (:func:`idemcore.engine.snapshot.snapshot_entries` sorts them by producer id).
 - ``AbortedTxn``: 34-byte entries, ``CURRENT_VERSION`` i16 = 0, producer id i64, first offset i64, last offset i64
   (the ABORT marker's), last stable offset i64. ``TransactionIndex.append`` appends them one after the other.
 - ``CheckpointFile`` with ``LeaderEpochCheckpointFile``'s formatter: text, the version line (0), the count line,

@@ -1,5 +1,5 @@
 """The whole producer state as bytes and back, lossless: every producer entry with its full ring of retained
-batches and every partition's log end (a Kafka snapshot keeps only each producer's newest batch, so a table
+batches and every stream's log end (a Kafka snapshot keeps only each producer's newest batch, so a table
 loaded from one would judge a retry of an older batch in the five-batch window differently). Used where state
 must outlive a process: Spark's streaming state store (``idemcore.audit.spark.validate_stream``)."""
 
@@ -9,23 +9,23 @@ import struct
 
 import numpy as np
 
-from idemcore.state.table import _PARTITION_FIELDS, _RING_FIELDS, _ROW_FIELDS, ProducerStateTable
+from idemcore.engine.table import _RING_FIELDS, _ROW_FIELDS, _STREAM_FIELDS, ProducerStateTable
 
-_HEADER = struct.Struct("<Bqq")  # version, producer rows, partitions
+_HEADER = struct.Struct("<Bqq")  # version, producer rows, streams
 _STATE_VERSION = 1
-_ROW_ORDER = [name for name in _ROW_FIELDS if name != "row_partition_index"]
+_ROW_ORDER = [name for name in _ROW_FIELDS if name != "row_stream_index"]
 
 
 def save_state(table: ProducerStateTable) -> bytes:
     """The whole producer state of ``table`` as compact bytes (155 per producer entry): every row with
-    its full ring of retained batches, and every partition's log end. Unlike a Kafka snapshot
-    (:func:`idemcore.state.snapshot_entries`, the newest batch only), :func:`load_state` gives a table that
+    its full ring of retained batches, and every stream's log end. Unlike a Kafka snapshot
+    (:func:`idemcore.engine.snapshot_entries`, the newest batch only), :func:`load_state` gives a table that
     judges every later batch as ``table`` would."""
     canonical = table.canonical()
-    n, p = len(canonical["row_producer_id"]), len(canonical["partition_id"])
+    n, p = len(canonical["row_producer_id"]), len(canonical["stream_id"])
     parts = [_HEADER.pack(_STATE_VERSION, n, p)]
     for name, dtype in {**{k: _ROW_FIELDS[k] for k in _ROW_ORDER}, "ring_len": np.int8, **_RING_FIELDS,
-                        **_PARTITION_FIELDS}.items():
+                        **_STREAM_FIELDS}.items():
         parts.append(np.ascontiguousarray(canonical[name], dtype=np.dtype(dtype).newbyteorder("<")).tobytes())
     return b"".join(parts)
 
@@ -41,22 +41,22 @@ def load_state(data: bytes, backend: str | None = None) -> ProducerStateTable:
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape in [*((k, _ROW_FIELDS[k], (n,)) for k in _ROW_ORDER), ("ring_len", np.int8, (n,)),
                                *((k, t, (n, NUM_BATCHES_TO_RETAIN)) for k, t in _RING_FIELDS.items()),
-                               *((k, t, (p,)) for k, t in _PARTITION_FIELDS.items())]:
+                               *((k, t, (p,)) for k, t in _STREAM_FIELDS.items())]:
         little = np.dtype(dtype).newbyteorder("<")
         count = int(np.prod(shape))
         arrays[name] = np.frombuffer(data, little, count, offset).astype(dtype).reshape(shape)
         offset += count * little.itemsize
     if offset != len(data):
-        raise ValueError(f"producer state of {len(data)} bytes; {offset} expected for {n} entries, {p} partitions")
-    table = ProducerStateTable(row_capacity=max(n, 16), partition_capacity=max(p, 1))
-    for partition in arrays["partition_id"].tolist():
-        mine = np.flatnonzero(arrays["row_partition"] == partition)
-        rows = table.add_rows(partition, arrays["row_producer_id"][mine], backend)
+        raise ValueError(f"producer state of {len(data)} bytes; {offset} expected for {n} entries, {p} streams")
+    table = ProducerStateTable(row_capacity=max(n, 16), stream_capacity=max(p, 1))
+    for stream in arrays["stream_id"].tolist():
+        mine = np.flatnonzero(arrays["row_stream"] == stream)
+        rows = table.add_rows(stream, arrays["row_producer_id"][mine], backend)
         for name in ("row_epoch", "row_coordinator_epoch", "row_last_timestamp", "row_txn_first_offset", "ring_len",
                      *_RING_FIELDS):
             getattr(table, name)[rows] = arrays[name][mine]
         table.ring_head[rows] = 0  # canonical rings start with their oldest batch
-    for partition, next_offset in zip(arrays["partition_id"].tolist(), arrays["partition_next_offset"].tolist(),
+    for stream, next_offset in zip(arrays["stream_id"].tolist(), arrays["stream_next_offset"].tolist(),
                                       strict=True):
-        table.set_next_offset(partition, next_offset, backend)
+        table.set_next_offset(stream, next_offset, backend)
     return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from idemcore.findings import Finding
-from idemcore.kernels.reference import INT64_MAX
+from idemcore.kernels.rules_reference import INT64_MAX
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NUM_BATCHES_TO_RETAIN
 
@@ -18,7 +18,7 @@ def sequences(base_sequence: int, last_sequence: int) -> str:
 def rejection_message(where: str, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
                       record_count: int, coordinator_epoch: int, is_control: bool, error_code: int, finding: int,
                       expected: int) -> str:
-    """Why the batch was refused: ``where`` is the partition (``"events-3"``), the rest its metadata and verdict."""
+    """Why the batch was refused: ``where`` is the stream (``"events-3"``), the rest its metadata and verdict."""
     who = f"producer {producer_id} epoch {producer_epoch} on {where}"
     seqs = sequences(base_sequence, last_sequence)
     kind = Finding(finding)

@@ -1,4 +1,4 @@
-"""ProducerStateManager: one partition's producer state, as a broker uses it (Kafka's class of that name).
+"""ProducerStateManager: one stream's producer state, as a broker uses it (Kafka's class of that name).
 
 Kafka's order, prepare then commit: :meth:`ProducerStateManager.prepare_update` checks a batch against the
 state without changing it, the caller writes the log, :meth:`ProducerStateManager.update` commits.
@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.validate import check, commit
+from idemcore.engine.verdicts import Verdicts
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend, get_backend
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import ControlType, ErrorCode, Origin, Status
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX
 from idemcore.protocol.sequences import seq_sub
-from idemcore.record.columns import BatchMetadata
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.validate import check, commit
-from idemcore.state.verdicts import Verdicts
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class BatchRecord:
 
 @dataclass(frozen=True)
 class ProducerEntry:
-    """A producer's state on a partition (Kafka's ProducerStateEntry); sequences -1 when no batch is retained."""
+    """A producer's state on a stream (Kafka's ProducerStateEntry); sequences -1 when no batch is retained."""
 
     producer_id: int
     producer_epoch: int
@@ -109,7 +109,7 @@ def _require_bool(name: str, value: object) -> bool:
 class PreparedAppend:
     """One batch checked against the state (Kafka's ProducerAppendInfo): its verdict, not yet committed."""
 
-    batch: BatchMetadata
+    batch: BatchColumns
     verdicts: Verdicts
     manager: ProducerStateManager = field(repr=False, compare=False)
     generation: int = field(repr=False, compare=False)  # the table's generation it was checked against
@@ -131,43 +131,43 @@ class PreparedAppend:
 
 
 class ProducerStateManager:
-    """Producer state of one partition: validates appends and markers, expires idle producers.
+    """Producer state of one stream: validates appends and markers, expires idle producers.
 
-    ``table`` lets several managers (one per partition of a broker) share one
+    ``table`` lets several managers (one per stream of a broker) share one
     :class:`ProducerStateTable`, so a whole produce request can be validated
     in one kernel call.
     """
 
     def __init__(
         self,
-        partition: int = 0,
+        stream: int = 0,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         backend: str | Backend | None = None,
         table: ProducerStateTable | None = None,
     ):
-        self.partition = _require_int("partition", partition)
-        if not 0 <= self.partition <= INT32_MAX:
-            raise ValueError(f"partition must be in [0, {INT32_MAX}], got {self.partition}")
+        self.stream = _require_int("stream", stream)
+        if not 0 <= self.stream <= INT32_MAX:
+            raise ValueError(f"stream must be in [0, {INT32_MAX}], got {self.stream}")
         self.producer_id_expiration_ms = _require_int("producer_id_expiration_ms", producer_id_expiration_ms)
         if self.producer_id_expiration_ms < 0:
             raise ValueError(f"producer_id_expiration_ms must be >= 0, got {self.producer_id_expiration_ms}")
         self.backend = get_backend(backend)
         if table is not None and not isinstance(table, ProducerStateTable):
             raise TypeError(f"table must be a ProducerStateTable, not {type(table).__name__}")
-        self.table = table if table is not None else ProducerStateTable(row_capacity=64, partition_capacity=1)
+        self.table = table if table is not None else ProducerStateTable(row_capacity=64, stream_capacity=1)
 
     def __repr__(self) -> str:
-        return f"ProducerStateManager(partition={self.partition}, backend={self.backend.name!r})"
+        return f"ProducerStateManager(stream={self.stream}, backend={self.backend.name!r})"
 
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended batch gets."""
-        return self.table.next_offset(self.partition)
+        return self.table.next_offset(self.stream)
 
     def _prepare(self, columns: dict, origin: Origin) -> PreparedAppend:
         single = {name: np.asarray([value]) for name, value in columns.items()}
-        single["partition"] = np.asarray([self.partition], dtype=np.int32)
-        packed = BatchMetadata.coerce(single)
+        single["stream"] = np.asarray([self.stream], dtype=np.int32)
+        packed = BatchColumns.coerce(single)
         verdicts = check(packed, self.table, origin=origin, backend=self.backend)
         return PreparedAppend(packed, verdicts, self, self.table.generation)
 
@@ -234,10 +234,10 @@ class ProducerStateManager:
         if not isinstance(prepared, PreparedAppend):
             raise TypeError(f"update takes a PreparedAppend, not {type(prepared).__name__}")
         if prepared.manager is not self:
-            raise ValueError(f"the batch was prepared by the manager of partition {prepared.manager.partition}, "
-                             f"not by this one (partition {self.partition})")
+            raise ValueError(f"the batch was prepared by the manager of stream {prepared.manager.stream}, "
+                             f"not by this one (stream {self.stream})")
         if prepared.generation != self.table.generation:
-            raise IdemcoreError(f"partition {self.partition}: the state changed since this batch was checked "
+            raise IdemcoreError(f"stream {self.stream}: the state changed since this batch was checked "
                                 "(another update, or an expiry); check it again")
         if prepared.verdicts.status[0] == Status.APPENDED:
             commit(prepared.batch, prepared.verdicts, self.table, backend=self.backend)
@@ -281,8 +281,8 @@ class ProducerStateManager:
         return prepared.marker_result
 
     def last_entry(self, producer_id: int) -> ProducerEntry | None:
-        """The producer's entry on this partition, or None if it has none (never wrote, or expired)."""
-        row = self.table.row_of(self.partition, _require_int("producer_id", producer_id))
+        """The producer's entry on this stream, or None if it has none (never wrote, or expired)."""
+        row = self.table.row_of(self.stream, _require_int("producer_id", producer_id))
         if row is None:
             return None
         t = self.table
@@ -302,7 +302,7 @@ class ProducerStateManager:
 
     def _rows(self) -> np.ndarray:
         n = self.table.n_producers
-        return self.table.row_partition[:n] == self.partition
+        return self.table.row_stream[:n] == self.stream
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers with no open transaction idle for ``producer_id_expiration_ms``; return how many."""
@@ -311,12 +311,12 @@ class ProducerStateManager:
         return self.table.remove_rows(expired, self.backend) if expired.any() else 0
 
     def first_unstable_offset(self) -> int | None:
-        """First offset of the earliest open transaction on this partition, None when none is open."""
+        """First offset of the earliest open transaction on this stream, None when none is open."""
         n = self.table.n_producers
         open_txn = self.table.row_txn_first_offset[:n][self._rows() & (self.table.row_txn_first_offset[:n] >= 0)]
         return int(open_txn.min()) if len(open_txn) else None
 
     def active_producers(self) -> list[int]:
-        """Producer ids with an entry on this partition."""
+        """Producer ids with an entry on this stream."""
         n = self.table.n_producers
         return sorted(int(pid) for pid in self.table.row_producer_id[:n][self._rows()])

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The producer-state rules compiled with Cython: an independent implementation of the kernel contract of
 idemcore.kernels (the entry points, their parameters and results, the state arrays), checked against
-idemcore.kernels.reference. Built by setup.py into idemcore.kernels.cython_kernels.
+idemcore.kernels.rules_reference. Built by setup.py into idemcore.kernels.cython_rules.
 
 The helpers follow Kafka's steps for one batch under the reference's names. The entry points take typed
 memoryviews; the helpers take structs of raw pointers filled once per call (``Batches``, ``State``, ...), so
@@ -74,7 +74,7 @@ cdef enum:
     ROW_WORDS = 24
     SLOT_WORDS = 2
 
-#: The codes compiled in, by the names of idemcore.kernels.reference's module globals (checked by the tests).
+#: The codes compiled in, by the names of idemcore.kernels.rules_reference's module globals (checked by the tests).
 KERNEL_CODES = {
     "APPENDED": APPENDED,
     "DUPLICATE": DUPLICATE,
@@ -103,7 +103,7 @@ KERNEL_CODES = {
     "F_OFFSET_OVERFLOW": F_OFFSET_OVERFLOW,
     "RING_SIZE": RING,
     "N_ROWS": N_ROWS,
-    "N_PARTITIONS": N_PARTITIONS,
+    "N_STREAMS": N_STREAMS,
     "N_COMPLETED": N_COMPLETED,
     "INT64_MAX": INT64_MAX,
     "ROW_WORDS": ROW_WORDS,
@@ -115,7 +115,7 @@ KERNEL_CODES = {
 
 cdef struct Batches:
     # The batch columns (read only).
-    const int32_t *partition
+    const int32_t *stream
     const int64_t *producer_id
     const int16_t *producer_epoch
     const int32_t *base_sequence
@@ -141,14 +141,14 @@ cdef struct Row:
     int16_t epoch
     int8_t head
     int8_t length
-    int32_t partition_index
+    int32_t stream_index
     int64_t txn_first_offset
     int64_t last_timestamp
     int32_t ring_last_seq[RING]
     int32_t ring_offset_delta[RING]
     RingEntry ring[RING]
     int32_t coordinator_epoch
-    int32_t partition
+    int32_t stream
     int64_t producer_id
     int64_t reserved_by  # reserve_rows: the batch that added the entry (no rule reads it)
     int64_t unused[3]
@@ -157,7 +157,7 @@ cdef struct Row:
 cdef struct Slot:
     # One producer index slot, 16 bytes: the key beside the row (row -1: empty).
     int64_t producer_id
-    int32_t partition
+    int32_t stream
     int32_t row
 
 
@@ -166,10 +166,10 @@ cdef struct Lookup:
     const Slot *slots
     Py_ssize_t slot_mask
     const Row *rows
-    const int32_t *pslot_partition
-    const int32_t *pslot_index
-    Py_ssize_t pslot_mask
-    const int64_t *partition_next_offset
+    const int32_t *sslot_stream
+    const int32_t *sslot_index
+    Py_ssize_t sslot_mask
+    const int64_t *stream_next_offset
 
 
 cdef struct State:
@@ -177,14 +177,14 @@ cdef struct State:
     Slot *slots
     Py_ssize_t slot_mask
     Row *rows
-    int32_t *pslot_partition
-    int32_t *pslot_index
-    Py_ssize_t pslot_mask
-    int32_t *partition_id
-    int64_t *partition_next_offset
+    int32_t *sslot_stream
+    int32_t *sslot_index
+    Py_ssize_t sslot_mask
+    int32_t *stream_id
+    int64_t *stream_next_offset
     int64_t *counters
     Py_ssize_t row_capacity
-    Py_ssize_t partition_capacity
+    Py_ssize_t stream_capacity
 
 
 cdef struct Verdicts:
@@ -199,7 +199,7 @@ cdef struct Verdicts:
 cdef struct Completed:
     # Transactions closed by markers, appended at counters[N_COMPLETED] (counted beyond capacity, never written).
     int64_t *counters
-    int32_t *partition
+    int32_t *stream
     int64_t *producer_id
     int64_t *first_offset
     int64_t *last_offset
@@ -241,38 +241,38 @@ cdef inline Step passed() noexcept nogil:
 
 # 31-bit keys and multipliers below 2**31: no product or sum overflows, so every backend computes the same slots.
 
-cdef inline int64_t producer_hash(int64_t producer_id, int64_t partition) noexcept nogil:
+cdef inline int64_t producer_hash(int64_t producer_id, int64_t stream) noexcept nogil:
     cdef int64_t folded = (producer_id ^ (producer_id >> 32)) & 0x7FFFFFFF
-    cdef int64_t h = folded * 0x5BD1E995 + (partition & 0x7FFFFFFF) * 0x27D4EB2F
+    cdef int64_t h = folded * 0x5BD1E995 + (stream & 0x7FFFFFFF) * 0x27D4EB2F
     return h ^ (h >> 29)
 
 
-cdef inline int64_t partition_hash(int64_t partition) noexcept nogil:
-    cdef int64_t h = (partition & 0x7FFFFFFF) * 0x5BD1E995
+cdef inline int64_t stream_hash(int64_t stream) noexcept nogil:
+    cdef int64_t h = (stream & 0x7FFFFFFF) * 0x5BD1E995
     return h ^ (h >> 29)
 
 
 cdef inline Py_ssize_t producer_slot_from(const Slot *slots, Py_ssize_t mask, int64_t producer_id,
-                                          int64_t partition, Py_ssize_t slot) noexcept nogil:
+                                          int64_t stream, Py_ssize_t slot) noexcept nogil:
     # producer_slot, probing from the key's home slot (producer_hash & mask) as the caller hashed it.
     while slots[slot].row >= 0 and not (slots[slot].producer_id == producer_id
-                                        and slots[slot].partition == partition):
+                                        and slots[slot].stream == stream):
         slot = (slot + 1) & mask
     return slot
 
 
 cdef inline Py_ssize_t producer_slot(const Slot *slots, Py_ssize_t mask, int64_t producer_id,
-                                     int64_t partition) noexcept nogil:
-    # Slot holding (partition, producer_id), or the empty slot where it would go.
-    return producer_slot_from(slots, mask, producer_id, partition,
-                              <Py_ssize_t>(producer_hash(producer_id, partition) & mask))
+                                     int64_t stream) noexcept nogil:
+    # Slot holding (stream, producer_id), or the empty slot where it would go.
+    return producer_slot_from(slots, mask, producer_id, stream,
+                              <Py_ssize_t>(producer_hash(producer_id, stream) & mask))
 
 
-cdef inline Py_ssize_t partition_slot(const int32_t *pslot_partition, const int32_t *pslot_index, Py_ssize_t mask,
-                                      int64_t partition) noexcept nogil:
-    # Slot holding partition, or the empty slot where it would go.
-    cdef Py_ssize_t slot = <Py_ssize_t>(partition_hash(partition) & mask)
-    while pslot_index[slot] >= 0 and pslot_partition[slot] != partition:
+cdef inline Py_ssize_t stream_slot(const int32_t *sslot_stream, const int32_t *sslot_index, Py_ssize_t mask,
+                                      int64_t stream) noexcept nogil:
+    # Slot holding stream, or the empty slot where it would go.
+    cdef Py_ssize_t slot = <Py_ssize_t>(stream_hash(stream) & mask)
+    while sslot_index[slot] >= 0 and sslot_stream[slot] != stream:
         slot = (slot + 1) & mask
     return slot
 
@@ -317,9 +317,9 @@ def rebuild_producer_index(int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, i
         for s in range(n_slots):
             slots[s].row = -1
         for row in range(n_rows):
-            s = producer_slot(slots, n_slots - 1, rows[row].producer_id, rows[row].partition)
+            s = producer_slot(slots, n_slots - 1, rows[row].producer_id, rows[row].stream)
             slots[s].producer_id = rows[row].producer_id
-            slots[s].partition = rows[row].partition
+            slots[s].stream = rows[row].stream
             slots[s].row = <int32_t>row
 
 
@@ -332,43 +332,43 @@ def row_layout():
     return {
         "row_size": sizeof(Row), "slot_size": sizeof(Slot),
         "epoch": <char *>&r.epoch - base, "head": <char *>&r.head - base, "length": <char *>&r.length - base,
-        "partition_index": <char *>&r.partition_index - base,
+        "stream_index": <char *>&r.stream_index - base,
         "txn_first_offset": <char *>&r.txn_first_offset - base, "last_timestamp": <char *>&r.last_timestamp - base,
         "ring_last_seq": <char *>&r.ring_last_seq[0] - base, "ring_offset_delta": <char *>&r.ring_offset_delta[0] - base,
         "ring_last_offset": <char *>&r.ring[0].last_offset - base, "ring_timestamp": <char *>&r.ring[0].timestamp - base,
         "ring_entry_size": sizeof(RingEntry),
-        "coordinator_epoch": <char *>&r.coordinator_epoch - base, "partition": <char *>&r.partition - base,
+        "coordinator_epoch": <char *>&r.coordinator_epoch - base, "stream": <char *>&r.stream - base,
         "producer_id": <char *>&r.producer_id - base, "reserved_by": <char *>&r.reserved_by - base,
-        "slot_producer_id": <char *>&t.producer_id - <char *>&t, "slot_partition": <char *>&t.partition - <char *>&t,
+        "slot_producer_id": <char *>&t.producer_id - <char *>&t, "slot_stream": <char *>&t.stream - <char *>&t,
         "slot_row": <char *>&t.row - <char *>&t,
     }
 
 
-def rebuild_partition_index(int32_t[::1] pslot_partition, int32_t[::1] pslot_index, const int32_t[::1] partition_id,
-                            Py_ssize_t n_partitions):
-    """Empty the partition index and insert partitions ``0..n_partitions-1``."""
-    cdef Py_ssize_t slots = pslot_index.shape[0]
+def rebuild_stream_index(int32_t[::1] sslot_stream, int32_t[::1] sslot_index, const int32_t[::1] stream_id,
+                            Py_ssize_t n_streams):
+    """Empty the stream index and insert streams ``0..n_streams-1``."""
+    cdef Py_ssize_t slots = sslot_index.shape[0]
     cdef Py_ssize_t s, index
-    if not (power_of_two(slots) and pslot_partition.shape[0] == slots and 0 <= n_partitions < slots
-            and n_partitions <= partition_id.shape[0]):
-        raise ValueError("rebuild_partition_index: inconsistent index or partition array shapes")
+    if not (power_of_two(slots) and sslot_stream.shape[0] == slots and 0 <= n_streams < slots
+            and n_streams <= stream_id.shape[0]):
+        raise ValueError("rebuild_stream_index: inconsistent index or stream array shapes")
     with nogil:
         for s in range(slots):
-            pslot_index[s] = -1
-        for index in range(n_partitions):
-            s = partition_slot(&pslot_partition[0], &pslot_index[0], slots - 1, partition_id[index])
-            pslot_partition[s] = partition_id[index]
-            pslot_index[s] = <int32_t>index
+            sslot_index[s] = -1
+        for index in range(n_streams):
+            s = stream_slot(&sslot_stream[0], &sslot_index[0], slots - 1, stream_id[index])
+            sslot_stream[s] = stream_id[index]
+            sslot_index[s] = <int32_t>index
 
 
 # ---------------------------------------------------------------- Kafka's steps for one batch
 
 
-cdef inline int metadata_error(int64_t partition, int64_t producer_id, int64_t epoch, int64_t base_seq,
+cdef inline int metadata_error(int64_t stream, int64_t producer_id, int64_t epoch, int64_t base_seq,
                                int64_t last_seq, int64_t base_offset, int64_t record_count, bint is_transactional,
                                bint is_control, int64_t control_type, int origin) noexcept nogil:
     # INVALID_RECORD for metadata no real batch can carry, else NONE.
-    if record_count < 1 or partition < 0 or producer_id < -1 or epoch < -1 or base_offset < -1:
+    if record_count < 1 or stream < 0 or producer_id < -1 or epoch < -1 or base_offset < -1:
         return E_INVALID_RECORD
     if producer_id == -1 and (is_transactional or is_control):
         return E_INVALID_RECORD
@@ -470,7 +470,7 @@ cdef inline Step check_sequence(int64_t stored_epoch, int64_t stored_last_seq, i
 
 
 cdef inline Step check_txn_state(bint transactional, int64_t txn_first) noexcept nogil:
-    # A non-transactional write while the producer's transaction is open on the partition.
+    # A non-transactional write while the producer's transaction is open on the stream.
     if txn_first >= 0 and not transactional:
         return Step(E_INVALID_TXN_STATE, F_INVALID_TXN_STATE, txn_first)
     return passed()
@@ -484,15 +484,15 @@ cdef inline Step check_offsets(int64_t first_offset, int64_t record_count) noexc
     return passed()
 
 
-cdef inline int64_t log_end(const StateView *s, Py_ssize_t row, int64_t partition) noexcept nogil:
-    # The partition's next offset (0 for a partition never appended to).
+cdef inline int64_t log_end(const StateView *s, Py_ssize_t row, int64_t stream) noexcept nogil:
+    # The stream's next offset (0 for a stream never appended to).
     cdef Py_ssize_t index
     if row >= 0:
-        return s.partition_next_offset[s.rows[row].partition_index]
-    index = s.pslot_index[partition_slot(s.pslot_partition, s.pslot_index, s.pslot_mask, partition)]
+        return s.stream_next_offset[s.rows[row].stream_index]
+    index = s.sslot_index[stream_slot(s.sslot_stream, s.sslot_index, s.sslot_mask, stream)]
     if index < 0:
         return 0
-    return s.partition_next_offset[index]
+    return s.stream_next_offset[index]
 
 
 cdef inline void emit(Verdicts *out, Py_ssize_t i, int status, int error, int64_t base_offset, int64_t last_offset,
@@ -511,7 +511,7 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
     # Prepare batch i against the state as it stands (Kafka's ProducerAppendInfo): write its verdict and, for a
     # marker that ends a transaction, the completed transaction. Returns the producer's index slot (-1 without a
     # producer id) for commit_batch.
-    cdef int64_t part = b.partition[i]
+    cdef int64_t part = b.stream[i]
     cdef int64_t pid = b.producer_id[i]
     cdef int64_t epoch = b.producer_epoch[i]
     cdef int64_t first_seq = b.base_sequence[i]
@@ -578,7 +578,7 @@ cdef inline Py_ssize_t check_batch(Py_ssize_t i, const Batches *b, int origin, c
         k = done.counters[N_COMPLETED]
         done.counters[N_COMPLETED] = k + 1
         if k < done.capacity:
-            done.partition[k] = <int32_t>part
+            done.stream[k] = <int32_t>part
             done.producer_id[k] = pid
             done.first_offset[k] = txn_first
             done.last_offset[k] = first_offset
@@ -607,9 +607,9 @@ cdef inline void ring_push(Row *r, int64_t last_seq, int64_t last_offset, int64_
 
 cdef inline void init_row(Row *r, int64_t pid, int64_t part, Py_ssize_t part_index) noexcept nogil:
     # A new entry as a first write creates it: epochs, timestamp and open-transaction offset -1, no batch.
-    r.partition = <int32_t>part
+    r.stream = <int32_t>part
     r.producer_id = pid
-    r.partition_index = <int32_t>part_index
+    r.stream_index = <int32_t>part_index
     r.epoch = -1
     r.coordinator_epoch = -1
     r.last_timestamp = -1
@@ -621,32 +621,32 @@ cdef inline void init_row(Row *r, int64_t pid, int64_t part, Py_ssize_t part_ind
 cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, State *s,
                               const CommitSource *verdicts) noexcept nogil:
     # Commit appended batch i at its verdict's offsets (Kafka's ProducerStateManager.update): advance the
-    # partition's log end, create or update the producer's entry. slot: the producer's index slot as check_batch
-    # returned it, with no row inserted since. The caller has made room for one row and one partition.
-    cdef int64_t part = b.partition[i]
+    # stream's log end, create or update the producer's entry. slot: the producer's index slot as check_batch
+    # returned it, with no row inserted since. The caller has made room for one row and one stream.
+    cdef int64_t part = b.stream[i]
     cdef int64_t pid = b.producer_id[i]
     cdef int64_t first_offset = verdicts.base_offset[i]
     cdef int64_t last_offset = verdicts.last_offset[i]
     cdef int64_t epoch, timestamp
     cdef Py_ssize_t row = -1
-    cdef Py_ssize_t pslot, part_index
+    cdef Py_ssize_t sslot, part_index
     cdef Row *r
     if pid >= 0:
         row = s.slots[slot].row
     if row >= 0:
-        part_index = s.rows[row].partition_index
+        part_index = s.rows[row].stream_index
     else:
-        pslot = partition_slot(s.pslot_partition, s.pslot_index, s.pslot_mask, part)
-        part_index = s.pslot_index[pslot]
+        sslot = stream_slot(s.sslot_stream, s.sslot_index, s.sslot_mask, part)
+        part_index = s.sslot_index[sslot]
         if part_index < 0:
-            part_index = s.counters[N_PARTITIONS]
-            s.counters[N_PARTITIONS] = part_index + 1
-            s.pslot_partition[pslot] = <int32_t>part
-            s.pslot_index[pslot] = <int32_t>part_index
-            s.partition_id[part_index] = <int32_t>part
-            s.partition_next_offset[part_index] = 0
-    if last_offset + 1 > s.partition_next_offset[part_index]:  # last_offset < INT64_MAX: check_offsets
-        s.partition_next_offset[part_index] = last_offset + 1
+            part_index = s.counters[N_STREAMS]
+            s.counters[N_STREAMS] = part_index + 1
+            s.sslot_stream[sslot] = <int32_t>part
+            s.sslot_index[sslot] = <int32_t>part_index
+            s.stream_id[part_index] = <int32_t>part
+            s.stream_next_offset[part_index] = 0
+    if last_offset + 1 > s.stream_next_offset[part_index]:  # last_offset < INT64_MAX: check_offsets
+        s.stream_next_offset[part_index] = last_offset + 1
     if pid < 0:
         return  # no producer id: nothing to remember
 
@@ -656,7 +656,7 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
         row = s.counters[N_ROWS]
         s.counters[N_ROWS] = row + 1
         s.slots[slot].producer_id = pid
-        s.slots[slot].partition = <int32_t>part
+        s.slots[slot].stream = <int32_t>part
         s.slots[slot].row = <int32_t>row
         init_row(&s.rows[row], pid, part, part_index)
     r = &s.rows[row]
@@ -677,10 +677,10 @@ cdef inline void commit_batch(Py_ssize_t i, Py_ssize_t slot, const Batches *b, S
 cdef inline bint apply_every_rule(Py_ssize_t i, const Batches *b, int origin, State *s, Verdicts *out,
                                   Completed *done) noexcept nogil:
     # Batch i through every rule: check_batch, then commit_batch if APPENDED (the slot check_batch found: no
-    # second probe). False, with nothing written, when the table has no room for one more row or partition (the
+    # second probe). False, with nothing written, when the table has no room for one more row or stream (the
     # caller returns for it to grow). The reference: apply_every_rule.
     cdef Py_ssize_t slot
-    if s.counters[N_ROWS] >= s.row_capacity or s.counters[N_PARTITIONS] >= s.partition_capacity:
+    if s.counters[N_ROWS] >= s.row_capacity or s.counters[N_STREAMS] >= s.stream_capacity:
         return False
     slot = check_batch(i, b, origin, s, out, done)
     if out.status[i] == APPENDED:
@@ -693,7 +693,7 @@ cdef inline bint plain_data(Py_ssize_t i, const Batches *b) noexcept nogil:
     # takes (the reference: plain_data).
     cdef int64_t first_seq = b.base_sequence[i]
     cdef int64_t count = b.record_count[i]
-    return not (b.producer_id[i] < 0 or b.partition[i] < 0 or b.producer_epoch[i] < -1 or count < 1
+    return not (b.producer_id[i] < 0 or b.stream[i] < 0 or b.producer_epoch[i] < -1 or count < 1
                 or b.is_control[i] or b.base_offset[i] != -1 or first_seq < 0 or first_seq > SEQ_MAX
                 or b.last_sequence[i] != seq_add(first_seq, count - 1))
 
@@ -707,7 +707,7 @@ cdef inline bint append_in_sequence(Py_ssize_t i, const Batches *b, State *s, Ve
     cdef Py_ssize_t row
     if not plain_data(i, b):
         return False
-    row = s.slots[producer_slot(s.slots, s.slot_mask, b.producer_id[i], b.partition[i])].row
+    row = s.slots[producer_slot(s.slots, s.slot_mask, b.producer_id[i], b.stream[i])].row
     return row >= 0 and append_to_row(i, row, b, s, out)
 
 
@@ -729,7 +729,7 @@ cdef inline bint append_to_row(Py_ssize_t i, Py_ssize_t row, const Batches *b, S
             or not in_sequence(r.ring_last_seq[ring_pos(head, length - 1)], first_seq)
             or find_duplicate(r, first_seq, last_seq) >= 0):
         return False
-    next_offset = &s.partition_next_offset[r.partition_index]
+    next_offset = &s.stream_next_offset[r.stream_index]
     first_offset = next_offset[0]
     if first_offset > INT64_MAX - count:
         return False
@@ -761,10 +761,10 @@ cdef inline void prefetch(const Batches *b, const State *s, Py_ssize_t i, Py_ssi
     cdef Py_ssize_t j = i + SLOT_AHEAD
     cdef const Slot *slot
     if j < stop:
-        IDEMCORE_PREFETCH(&s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask])
+        IDEMCORE_PREFETCH(&s.slots[producer_hash(b.producer_id[j], b.stream[j]) & s.slot_mask])
     j = i + ROW_AHEAD
     if j < stop:
-        slot = &s.slots[producer_hash(b.producer_id[j], b.partition[j]) & s.slot_mask]
+        slot = &s.slots[producer_hash(b.producer_id[j], b.stream[j]) & s.slot_mask]
         if slot.row >= 0:
             IDEMCORE_PREFETCH(&s.rows[slot.row])  # the first line: all an in-sequence batch reads
             IDEMCORE_PREFETCH(&s.rows[slot.row].ring[0])  # and the lines of the ring entry it writes
@@ -794,7 +794,7 @@ cdef int require(bint ok, str what) except -1:
 
 
 cdef Batches batch_columns(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
@@ -802,12 +802,12 @@ cdef Batches batch_columns(
 ) except *:
     cdef Batches b
     if start < stop:
-        require(start >= 0 and min(partition.shape[0], producer_id.shape[0], producer_epoch.shape[0],
+        require(start >= 0 and min(stream.shape[0], producer_id.shape[0], producer_epoch.shape[0],
                                    base_sequence.shape[0], last_sequence.shape[0], base_offset.shape[0],
                                    record_count.shape[0], max_timestamp.shape[0], is_transactional.shape[0],
                                    is_control.shape[0], control_type.shape[0], coordinator_epoch.shape[0]) >= stop,
                 "start..stop beyond the batch columns")
-    b.partition = &partition[0]
+    b.stream = &stream[0]
     b.producer_id = &producer_id[0]
     b.producer_epoch = &producer_epoch[0]
     b.base_sequence = &base_sequence[0]
@@ -822,13 +822,13 @@ cdef Batches batch_columns(
     return b
 
 
-cdef int check_partition_shapes(const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index,
-                                const int32_t[::1] partition_id, const int64_t[::1] partition_next_offset,
+cdef int check_stream_shapes(const int32_t[::1] sslot_stream, const int32_t[::1] sslot_index,
+                                const int32_t[::1] stream_id, const int64_t[::1] stream_next_offset,
                                 const int64_t[::1] counters, Py_ssize_t rows, Py_ssize_t slots) except -1:
-    cdef Py_ssize_t pslots = pslot_index.shape[0]
+    cdef Py_ssize_t sslots = sslot_index.shape[0]
     require(slots > rows, "producer index")
-    require(power_of_two(pslots) and pslot_partition.shape[0] == pslots and pslots > partition_id.shape[0]
-            and partition_next_offset.shape[0] >= partition_id.shape[0], "partition index")
+    require(power_of_two(sslots) and sslot_stream.shape[0] == sslots and sslots > stream_id.shape[0]
+            and stream_next_offset.shape[0] >= stream_id.shape[0], "stream index")
     require(counters.shape[0] >= 3, "counters")
     return 0
 
@@ -836,42 +836,42 @@ cdef int check_partition_shapes(const int32_t[::1] pslot_partition, const int32_
 cdef Lookup lookup_of(
     const int64_t[:, ::1] slot_i64, const int32_t[:, ::1] slot_i32, const int64_t[:, ::1] row_i64,
     const int32_t[:, ::1] row_i32, const int16_t[:, ::1] row_i16, const int8_t[:, ::1] row_i8,
-    const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int32_t[::1] partition_id,
-    const int64_t[::1] partition_next_offset, const int64_t[::1] counters,
+    const int32_t[::1] sslot_stream, const int32_t[::1] sslot_index, const int32_t[::1] stream_id,
+    const int64_t[::1] stream_next_offset, const int64_t[::1] counters,
 ) except *:
     cdef Lookup s
     s.slots = slots_of(slot_i64, slot_i32)
     s.slot_mask = slot_i64.shape[0] - 1
     s.rows = rows_of(row_i64, row_i32, row_i16, row_i8)
-    check_partition_shapes(pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
+    check_stream_shapes(sslot_stream, sslot_index, stream_id, stream_next_offset, counters,
                            row_i64.shape[0], slot_i64.shape[0])
-    s.pslot_partition = &pslot_partition[0]
-    s.pslot_index = &pslot_index[0]
-    s.pslot_mask = pslot_index.shape[0] - 1
-    s.partition_next_offset = &partition_next_offset[0]
+    s.sslot_stream = &sslot_stream[0]
+    s.sslot_index = &sslot_index[0]
+    s.sslot_mask = sslot_index.shape[0] - 1
+    s.stream_next_offset = &stream_next_offset[0]
     return s
 
 
 cdef State state_of(
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
-    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
-    int64_t[::1] partition_next_offset, int64_t[::1] counters,
+    int32_t[::1] sslot_stream, int32_t[::1] sslot_index, int32_t[::1] stream_id,
+    int64_t[::1] stream_next_offset, int64_t[::1] counters,
 ) except *:
     cdef State s
     s.slots = <Slot *>slots_of(slot_i64, slot_i32)
     s.slot_mask = slot_i64.shape[0] - 1
     s.rows = <Row *>rows_of(row_i64, row_i32, row_i16, row_i8)
-    check_partition_shapes(pslot_partition, pslot_index, partition_id, partition_next_offset, counters,
+    check_stream_shapes(sslot_stream, sslot_index, stream_id, stream_next_offset, counters,
                            row_i64.shape[0], slot_i64.shape[0])
-    s.pslot_partition = &pslot_partition[0]
-    s.pslot_index = &pslot_index[0]
-    s.pslot_mask = pslot_index.shape[0] - 1
-    s.partition_id = &partition_id[0]
-    s.partition_next_offset = &partition_next_offset[0]
+    s.sslot_stream = &sslot_stream[0]
+    s.sslot_index = &sslot_index[0]
+    s.sslot_mask = sslot_index.shape[0] - 1
+    s.stream_id = &stream_id[0]
+    s.stream_next_offset = &stream_next_offset[0]
     s.counters = &counters[0]
     s.row_capacity = row_i64.shape[0]
-    s.partition_capacity = partition_id.shape[0]
+    s.stream_capacity = stream_id.shape[0]
     return s
 
 
@@ -892,18 +892,18 @@ cdef Verdicts verdicts_of(int8_t[::1] out_status, int16_t[::1] out_error_code, i
     return out
 
 
-cdef Completed completed_of(int64_t[::1] counters, int32_t[::1] txn_partition, int64_t[::1] txn_producer_id,
+cdef Completed completed_of(int64_t[::1] counters, int32_t[::1] txn_stream, int64_t[::1] txn_producer_id,
                             int64_t[::1] txn_first_offset, int64_t[::1] txn_last_offset,
                             uint8_t[::1] txn_aborted, int64_t[::1] txn_marker) noexcept:
     cdef Completed done
     done.counters = &counters[0]
-    done.partition = &txn_partition[0]
+    done.stream = &txn_stream[0]
     done.producer_id = &txn_producer_id[0]
     done.first_offset = &txn_first_offset[0]
     done.last_offset = &txn_last_offset[0]
     done.aborted = &txn_aborted[0]
     done.marker = &txn_marker[0]
-    done.capacity = min(txn_partition.shape[0], txn_producer_id.shape[0], txn_first_offset.shape[0],
+    done.capacity = min(txn_stream.shape[0], txn_producer_id.shape[0], txn_first_offset.shape[0],
                         txn_last_offset.shape[0], txn_aborted.shape[0], txn_marker.shape[0])
     return done
 
@@ -912,31 +912,31 @@ cdef Completed completed_of(int64_t[::1] counters, int32_t[::1] txn_partition, i
 
 
 def validate_batches(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     int origin, Py_ssize_t start, Py_ssize_t stop,
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
-    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
-    int64_t[::1] partition_next_offset,
+    int32_t[::1] sslot_stream, int32_t[::1] sslot_index, int32_t[::1] stream_id,
+    int64_t[::1] stream_next_offset,
     int64_t[::1] counters,
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
     int8_t[::1] out_finding, int64_t[::1] out_expected,
-    int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
+    int32_t[::1] txn_stream, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
     int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
     """Check and commit batches ``start..stop-1`` one after the other; return the first index not processed
-    (``stop`` unless the table has no room for one more row or partition). See the reference."""
-    cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    (``stop`` unless the table has no room for one more row or stream). See the reference."""
+    cdef Batches b = batch_columns(stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
-                             partition_id, partition_next_offset, counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, sslot_stream, sslot_index,
+                             stream_id, stream_next_offset, counters)
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
-    cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
+    cdef Completed done = completed_of(counters, txn_stream, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
     cdef Py_ssize_t i
     cdef Py_ssize_t stopped = stop
@@ -956,32 +956,32 @@ def validate_batches(
 
 
 def check_batches(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     int origin, Py_ssize_t start, Py_ssize_t stop,
     const int64_t[:, ::1] slot_i64, const int32_t[:, ::1] slot_i32, const int64_t[:, ::1] row_i64,
     const int32_t[:, ::1] row_i32, const int16_t[:, ::1] row_i16, const int8_t[:, ::1] row_i8,
-    const int32_t[::1] pslot_partition, const int32_t[::1] pslot_index, const int32_t[::1] partition_id,
-    const int64_t[::1] partition_next_offset,
+    const int32_t[::1] sslot_stream, const int32_t[::1] sslot_index, const int32_t[::1] stream_id,
+    const int64_t[::1] stream_next_offset,
     int64_t[::1] counters,
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
     int8_t[::1] out_finding, int64_t[::1] out_expected,
-    int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
+    int32_t[::1] txn_stream, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
     int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, writing no state but
     ``counters[N_COMPLETED]`` and the ``txn_*`` columns (every batch sees the same state, so no two may belong
-    to one (partition, producer id)). Returns ``stop``. See the reference."""
-    cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    to one (stream, producer id)). Returns ``stop``. See the reference."""
+    cdef Batches b = batch_columns(stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    cdef Lookup look = lookup_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition,
-                                 pslot_index, partition_id, partition_next_offset, counters)
+    cdef Lookup look = lookup_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, sslot_stream,
+                                 sslot_index, stream_id, stream_next_offset, counters)
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, start, stop)
-    cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
+    cdef Completed done = completed_of(counters, txn_stream, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
     with nogil:
         check_loop(&b, origin, &look, &out, &done, start, stop)
@@ -996,25 +996,25 @@ cdef inline void check_loop(const Batches *b, int origin, const Lookup *look, Ve
 
 
 def commit_batches(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     Py_ssize_t start, Py_ssize_t stop,
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
-    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
-    int64_t[::1] partition_next_offset,
+    int32_t[::1] sslot_stream, int32_t[::1] sslot_index, int32_t[::1] stream_id,
+    int64_t[::1] stream_next_offset,
     int64_t[::1] counters,
     const int8_t[::1] out_status, const int64_t[::1] out_base_offset, const int64_t[::1] out_last_offset,
 ):
     """Commit the batches of ``start..stop-1`` whose ``out_status`` is APPENDED; return the first index not
     processed (``stop`` unless the table ran out of room: grow it and call again from there). See the reference."""
-    cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    cdef Batches b = batch_columns(stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, start, stop)
-    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
-                             partition_id, partition_next_offset, counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, sslot_stream, sslot_index,
+                             stream_id, stream_next_offset, counters)
     cdef CommitVerdicts verdicts
     if start < stop:
         require(min(out_status.shape[0], out_base_offset.shape[0], out_last_offset.shape[0]) >= stop,
@@ -1035,11 +1035,11 @@ cdef inline Py_ssize_t commit_loop(const Batches *b, State *st, const CommitVerd
     for i in range(start, stop):
         if verdicts.status[i] != APPENDED:
             continue
-        if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_PARTITIONS] >= st.partition_capacity:
+        if st.counters[N_ROWS] >= st.row_capacity or st.counters[N_STREAMS] >= st.stream_capacity:
             return i
         slot = -1
         if b.producer_id[i] >= 0:
-            slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.partition[i])
+            slot = producer_slot(st.slots, st.slot_mask, b.producer_id[i], b.stream[i])
         commit_batch(i, slot, b, st, verdicts)
     return stop
 
@@ -1132,7 +1132,7 @@ cdef Py_ssize_t reserve_loop(const int32_t *parts, const int64_t *pids, Py_ssize
     # reserve_rows' loop over batches start..stop-1; returns the first index not processed.
     cdef Slot *slots = st.slots
     cdef Py_ssize_t mask = st.slot_mask
-    cdef Py_ssize_t i, j, pslot, slot, index, row, bucket
+    cdef Py_ssize_t i, j, sslot, slot, index, row, bucket
     cdef int64_t part, pid
     cdef int64_t last_part = -1
     cdef Py_ssize_t last_index = -1
@@ -1157,20 +1157,20 @@ cdef Py_ssize_t reserve_loop(const int32_t *parts, const int64_t *pids, Py_ssize
         row = -1
         if part >= 0:
             if part == last_part:
-                index = last_index  # (a run of one partition: no probe)
+                index = last_index  # (a run of one stream: no probe)
             else:
-                pslot = partition_slot(st.pslot_partition, st.pslot_index, st.pslot_mask, part)
-                index = st.pslot_index[pslot]
+                sslot = stream_slot(st.sslot_stream, st.sslot_index, st.sslot_mask, part)
+                index = st.sslot_index[sslot]
                 if index < 0:
-                    index = st.counters[N_PARTITIONS]
-                    if index + 1 >= st.partition_capacity:
+                    index = st.counters[N_STREAMS]
+                    if index + 1 >= st.stream_capacity:
                         stopped = i
                         break
-                    st.pslot_partition[pslot] = <int32_t>part
-                    st.pslot_index[pslot] = <int32_t>index
-                    st.partition_id[index] = <int32_t>part
-                    st.partition_next_offset[index] = 0
-                    st.counters[N_PARTITIONS] = index + 1
+                    st.sslot_stream[sslot] = <int32_t>part
+                    st.sslot_index[sslot] = <int32_t>index
+                    st.stream_id[index] = <int32_t>part
+                    st.stream_next_offset[index] = 0
+                    st.counters[N_STREAMS] = index + 1
                 last_part = part
                 last_index = index
             if pid >= 0:
@@ -1185,7 +1185,7 @@ cdef Py_ssize_t reserve_loop(const int32_t *parts, const int64_t *pids, Py_ssize
                         stopped = i
                         break
                     slots[slot].producer_id = pid
-                    slots[slot].partition = <int32_t>part
+                    slots[slot].stream = <int32_t>part
                     slots[slot].row = <int32_t>row
                     init_row(&st.rows[row], pid, part, index)
                     st.rows[row].reserved_by = i
@@ -1205,26 +1205,26 @@ cdef Py_ssize_t reserve_loop(const int32_t *parts, const int64_t *pids, Py_ssize
 
 
 def reserve_rows(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, Py_ssize_t start, Py_ssize_t stop,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, Py_ssize_t start, Py_ssize_t stop,
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
-    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
-    int64_t[::1] partition_next_offset,
+    int32_t[::1] sslot_stream, int32_t[::1] sslot_index, int32_t[::1] stream_id,
+    int64_t[::1] stream_next_offset,
     int64_t[::1] counters,
     int32_t[::1] batch_bucket, int32_t[::1] batch_row, int64_t[::1] bucket_count,
 ):
-    """The pre-pass of a validation split into lanes: every batch's bucket (partition index + 1, 0 for a negative
-    partition) and producer row, counted per bucket, adding entries for new partitions and producers; returns
-    the first index not processed (``stop`` unless the table would be left without a spare row or partition).
+    """The pre-pass of a validation split into lanes: every batch's bucket (stream index + 1, 0 for a negative
+    stream) and producer row, counted per bucket, adding entries for new streams and producers; returns
+    the first index not processed (``stop`` unless the table would be left without a spare row or stream).
     See the reference."""
-    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
-                             partition_id, partition_next_offset, counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, sslot_stream, sslot_index,
+                             stream_id, stream_next_offset, counters)
     if start < stop:
-        require(start >= 0 and min(partition.shape[0], producer_id.shape[0], batch_row.shape[0]) >= stop
+        require(start >= 0 and min(stream.shape[0], producer_id.shape[0], batch_row.shape[0]) >= stop
                 and (batch_bucket.shape[0] == 0 or batch_bucket.shape[0] >= stop),
                 "start..stop beyond the batch columns")
-    require(bucket_count.shape[0] > st.partition_capacity, "bucket_count shorter than the partitions + 1")
-    cdef const int32_t *parts = &partition[0]
+    require(bucket_count.shape[0] > st.stream_capacity, "bucket_count shorter than the streams + 1")
+    cdef const int32_t *parts = &stream[0]
     cdef const int64_t *pids = &producer_id[0]
     cdef int64_t *counts = &bucket_count[0]
     cdef int32_t *rows = &batch_row[0]
@@ -1261,33 +1261,33 @@ cdef inline void prefetch_listed(const State *s, const int64_t *listed, const in
 
 
 def validate_listed(
-    const int32_t[::1] partition, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
+    const int32_t[::1] stream, const int64_t[::1] producer_id, const int16_t[::1] producer_epoch,
     const int32_t[::1] base_sequence, const int32_t[::1] last_sequence, const int64_t[::1] base_offset,
     const int32_t[::1] record_count, const int64_t[::1] max_timestamp, const uint8_t[::1] is_transactional,
     const uint8_t[::1] is_control, const int8_t[::1] control_type, const int32_t[::1] coordinator_epoch,
     int origin, const int64_t[::1] listed, const int32_t[::1] batch_row, Py_ssize_t start, Py_ssize_t stop,
     int64_t[:, ::1] slot_i64, int32_t[:, ::1] slot_i32, int64_t[:, ::1] row_i64, int32_t[:, ::1] row_i32,
     int16_t[:, ::1] row_i16, int8_t[:, ::1] row_i8,
-    int32_t[::1] pslot_partition, int32_t[::1] pslot_index, int32_t[::1] partition_id,
-    int64_t[::1] partition_next_offset,
+    int32_t[::1] sslot_stream, int32_t[::1] sslot_index, int32_t[::1] stream_id,
+    int64_t[::1] stream_next_offset,
     int64_t[::1] counters,
     int8_t[::1] out_status, int16_t[::1] out_error_code, int64_t[::1] out_base_offset, int64_t[::1] out_last_offset,
     int8_t[::1] out_finding, int64_t[::1] out_expected,
-    int32_t[::1] txn_partition, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
+    int32_t[::1] txn_stream, int64_t[::1] txn_producer_id, int64_t[::1] txn_first_offset,
     int64_t[::1] txn_last_offset, uint8_t[::1] txn_aborted, int64_t[::1] txn_marker,
 ):
     """validate_batches over the batches ``listed[start:stop]`` (ascending indices; an empty ``listed``: the
     batches ``start..stop-1``) whose rows reserve_rows gave in ``batch_row``, their verdict columns prefilled by
     the caller; returns the first position in ``listed`` not processed. See the reference."""
-    cdef Py_ssize_t n = min(partition.shape[0], out_status.shape[0])
-    cdef Batches b = batch_columns(partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    cdef Py_ssize_t n = min(stream.shape[0], out_status.shape[0])
+    cdef Batches b = batch_columns(stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
                                    record_count, max_timestamp, is_transactional, is_control, control_type,
                                    coordinator_epoch, 0, n)
-    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, pslot_partition, pslot_index,
-                             partition_id, partition_next_offset, counters)
+    cdef State st = state_of(slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8, sslot_stream, sslot_index,
+                             stream_id, stream_next_offset, counters)
     cdef Verdicts out = verdicts_of(out_status, out_error_code, out_base_offset, out_last_offset, out_finding,
                                     out_expected, 0, n)
-    cdef Completed done = completed_of(counters, txn_partition, txn_producer_id, txn_first_offset, txn_last_offset,
+    cdef Completed done = completed_of(counters, txn_stream, txn_producer_id, txn_first_offset, txn_last_offset,
                                        txn_aborted, txn_marker)
     cdef Py_ssize_t k, i, row
     cdef Py_ssize_t stopped = stop

@@ -1,6 +1,13 @@
-"""Packed batch metadata: one NumPy array per field, checked and coerced once at the edge.
+"""Batch metadata as columns (:class:`BatchColumns`): one NumPy array per field, checked and coerced once at the
+edge, and the kernels' batch arguments as they are (``*batches`` splats them into a kernel call).
 
 Accepts a mapping of arrays, a pandas DataFrame, or a pyarrow Table/RecordBatch.
+The first column, ``stream``, is the dense id the kernels key a producer's
+state by: one per (topic, partition). Input may name it ``partition`` instead
+(Kafka's partition number, taken as the stream for batches of one topic; the
+same array, not a copy); there is no ``topic`` column here, so batches of
+several topics need their (topic, partition) pairs numbered into ``stream``
+first (as the audit does, ``audit.keys``).
 Columns whose dtype already matches are used without a copy; integer columns
 of another width are cast when every value fits; anything else (floats,
 strings, nulls, values out of range) raises ``ValueError`` naming the column.
@@ -8,17 +15,16 @@ strings, nulls, values out of range) raises ``ValueError`` naming the column.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from idemcore.kernels.abi import BatchColumns
 from idemcore.protocol.sequences import last_sequences, record_counts
 
 #: Field name -> dtype, in the order the kernels take them.
 COLUMNS: dict[str, np.dtype] = {
-    "partition": np.dtype(np.int32),
+    "stream": np.dtype(np.int32),
     "producer_id": np.dtype(np.int64),
     "producer_epoch": np.dtype(np.int16),
     "base_sequence": np.dtype(np.int32),
@@ -32,9 +38,14 @@ COLUMNS: dict[str, np.dtype] = {
     "coordinator_epoch": np.dtype(np.int32),
 }
 REQUIRED = ("producer_id", "producer_epoch", "base_sequence")
+#: Another name input may give a column: Kafka's ``partition`` is the stream when the batches are of one topic.
+ALIASES: dict[str, str] = {"stream": "partition"}
+#: The columns as a user's batch metadata names them (Parquet files, DataFrames, findings): ``partition`` (with a
+#: ``topic`` column beside it in the audit's input) where the kernels take ``stream``.
+INPUT_COLUMNS: dict[str, np.dtype] = {ALIASES.get(name, name): dtype for name, dtype in COLUMNS.items()}
 #: Defaults of optional columns. last_sequence and record_count derive from each other.
 DEFAULTS: dict[str, int | bool] = {
-    "partition": 0,
+    "stream": 0,
     "base_offset": -1,
     "max_timestamp": 0,
     "is_transactional": False,
@@ -57,20 +68,28 @@ def derive_record_counts(base_sequence: np.ndarray, last_sequence: np.ndarray,
     return record_counts(base_sequence, last_sequence)
 
 
-class BatchMetadata:
-    """Validated, packed batch metadata: ``batches["producer_id"]`` is an int64 array, and so on."""
+class BatchColumns:
+    """Validated, packed batch metadata, one array per field of :data:`COLUMNS`: ``batches["producer_id"]`` (or
+    ``batches.producer_id``) is an int64 array, and so on; the flags are bool arrays. ``len()`` is the number of
+    batches. Iterating gives the kernels' batch arguments in their order (``abi.BATCH_FIELDS``; the flags as
+    zero-copy uint8 views), so ``kernel.validate_batches(*batches, ...)`` takes them as they are."""
 
     __slots__ = ("_columns", "_length")
 
     def __init__(self, columns: dict[str, np.ndarray]):
-        # Internal: use BatchMetadata.coerce(); this trusts that columns are complete and typed.
+        # Internal: use BatchColumns.coerce() or allocate(); this trusts that columns are complete and typed.
         self._columns = columns
         self._length = len(columns["producer_id"])
 
     @classmethod
-    def coerce(cls, data: Any) -> BatchMetadata:
-        """Check and pack ``data`` (mapping, pandas DataFrame, pyarrow Table/RecordBatch, BatchMetadata)."""
-        if isinstance(data, BatchMetadata):
+    def allocate(cls, capacity: int) -> BatchColumns:
+        """Room for ``capacity`` batches to fill in place (each column at its default, 0 where it has none)."""
+        return cls({name: np.full(capacity, DEFAULTS.get(name, 0), dtype) for name, dtype in COLUMNS.items()})
+
+    @classmethod
+    def coerce(cls, data: Any) -> BatchColumns:
+        """Check and pack ``data`` (mapping, pandas DataFrame, pyarrow Table/RecordBatch, BatchColumns)."""
+        if isinstance(data, BatchColumns):
             return data
         raw = _columns_of(data)
         missing = [name for name in REQUIRED if name not in raw]
@@ -78,14 +97,15 @@ class BatchMetadata:
             missing.append("last_sequence (or record_count)")
         if missing:
             raise ValueError(f"batch metadata is missing required column(s): {', '.join(missing)}")
-        present = [name for name in COLUMNS if name in raw]
-        columns = {name: _coerce_column(name, raw[name], COLUMNS[name]) for name in present}
+        given = _input_names(raw)  # column -> the name the input gives it (errors name the input's column)
+        present = [name for name in COLUMNS if name in given]
+        columns = {name: _coerce_column(given[name], raw[given[name]], COLUMNS[name]) for name in present}
         length = len(columns[present[0]])
         for name in present:
             if len(columns[name]) != length:
                 raise ValueError(
-                    f"column {name!r} has {len(columns[name])} values but {present[0]!r} has {length}; "
-                    "all columns must have the same length"
+                    f"column {given[name]!r} has {len(columns[name])} values but {given[present[0]]!r} has "
+                    f"{length}; all columns must have the same length"
                 )
         if "last_sequence" not in columns:
             columns["last_sequence"] = last_sequences(columns["base_sequence"], columns["record_count"])
@@ -103,32 +123,50 @@ class BatchMetadata:
     def __getitem__(self, name: str) -> np.ndarray:
         return self._columns[name]
 
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name.startswith("_"):  # (the slots before __init__ set them)
+            raise AttributeError(name)
+        try:
+            return self._columns[name]
+        except KeyError:
+            raise AttributeError(f"BatchColumns has no column {name!r}") from None
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for array in self._columns.values():
+            yield array.view(np.uint8) if array.dtype == np.bool_ else array
+
     def __repr__(self) -> str:
-        return f"BatchMetadata({self._length} batches)"
+        return f"BatchColumns({self._length} batches)"
 
     def to_dict(self) -> dict[str, np.ndarray]:
         """The columns, by name (the arrays themselves, not copies)."""
         return dict(self._columns)
 
-    def slice(self, start: int, stop: int) -> BatchMetadata:
+    def slice(self, start: int, stop: int) -> BatchColumns:
         """Batches ``start..stop-1`` as views."""
-        return BatchMetadata({name: array[start:stop] for name, array in self._columns.items()})
+        return BatchColumns({name: array[start:stop] for name, array in self._columns.items()})
 
-    def take(self, indices: np.ndarray) -> BatchMetadata:
+    def take(self, indices: np.ndarray) -> BatchColumns:
         """The batches at ``indices``, in that order (copies)."""
-        return BatchMetadata({name: array[indices] for name, array in self._columns.items()})
-
-    def kernel_columns(self) -> BatchColumns:
-        """The twelve columns as the kernels take them; booleans as zero-copy uint8 views."""
-        return BatchColumns(*(
-            array.view(np.uint8) if array.dtype == np.bool_ else array for array in self._columns.values()
-        ))
+        return BatchColumns({name: array[indices] for name, array in self._columns.items()})
 
 
-def concatenate(parts: Sequence[BatchMetadata]) -> BatchMetadata:
+def concatenate(parts: Sequence[BatchColumns]) -> BatchColumns:
     """The batches of ``parts``, one after the other (copies)."""
     first = parts[0].to_dict()
-    return BatchMetadata({name: np.concatenate([part[name] for part in parts]) for name in first})
+    return BatchColumns({name: np.concatenate([part[name] for part in parts]) for name in first})
+
+
+def _input_names(raw: Mapping[str, Any]) -> dict[str, str]:
+    """Each column ``raw`` holds, by its name here, to the name ``raw`` gives it (``ALIASES``, one of the two)."""
+    given = {name: name for name in COLUMNS if name in raw}
+    for name, alias in ALIASES.items():
+        if alias in raw:
+            if name in raw:
+                raise ValueError(f"batch metadata has both a {name!r} and a {alias!r} column; give one "
+                                 f"({alias!r} is taken as the {name} of batches of one topic)")
+            given[name] = alias
+    return given
 
 
 def _columns_of(data: Any) -> Mapping[str, Any]:

@@ -1,14 +1,14 @@
-"""Producer-state snapshots: a partition's rows of a :class:`ProducerStateTable` as the entries of Kafka's
+"""Producer-state snapshots: a stream's rows of a :class:`ProducerStateTable` as the entries of Kafka's
 ``<offset>.snapshot`` file, and those entries loaded back as Kafka's recovery loads them.
 
-Kafka (storage/.../internals/log/ProducerStateManager, ProducerStateEntry, BatchMetadata):
+Kafka (storage/.../internals/log/ProducerStateManager, ProducerStateEntry, BatchColumns):
 
-- ``takeSnapshot`` writes every producer of the partition's map (``writeSnapshot``), those that have written
+- ``takeSnapshot`` writes every producer of the stream's map (``writeSnapshot``), those that have written
   only markers too. Per producer one entry: epoch, ``lastSeq``, ``lastDataOffset`` and ``lastOffsetDelta`` of the
   *newest* retained batch (-1, -1 and 0 when none is retained: a marker-only producer, or one whose epoch changed
   with its marker), ``lastTimestamp``, ``coordinatorEpoch`` and ``currentTxnFirstOffset`` (-1: no open
   transaction). The older retained batches are not written.
-- ``readSnapshot`` rebuilds each entry with at most one batch: ``BatchMetadata(lastSeq, lastOffset, offsetDelta,
+- ``readSnapshot`` rebuilds each entry with at most one batch: ``BatchColumns(lastSeq, lastOffset, offsetDelta,
   timestamp)`` when the last offset is ``>= 0`` (the test is on the offset, not on the sequence), taking the
   entry's timestamp; an open transaction when the first offset is ``>= 0``. ``loadFromSnapshot`` skips producers
   that have expired by then (no open transaction, idle ``producer.id.expiration.ms`` or more) and puts the rest
@@ -34,11 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from idemcore.engine.table import ProducerStateTable
 from idemcore.kernels import Backend, get_backend
 from idemcore.protocol.constants import DEFAULT_PRODUCER_ID_EXPIRATION_MS, INT32_MAX, NUM_BATCHES_TO_RETAIN
 from idemcore.record.kafka_files.indexes import FileProblem, FileRead, ProducerSnapshotEntry, read_snapshot
 from idemcore.record.kafka_files.names import SNAPSHOT_SUFFIX, parse_offset_file
-from idemcore.state.table import ProducerStateTable
 
 #: Each snapshot field and the dtype of the table column it fills (the range it must fit).
 _FIELD_DTYPES: dict[str, type[np.integer]] = {
@@ -53,11 +53,11 @@ _FIELD_DTYPES: dict[str, type[np.integer]] = {
 }
 
 
-def snapshot_entries(table: ProducerStateTable, partition: int) -> list[ProducerSnapshotEntry]:
-    """The entries Kafka's ``writeSnapshot`` would write for ``partition`` from ``table``'s rows, sorted by
+def snapshot_entries(table: ProducerStateTable, stream: int) -> list[ProducerSnapshotEntry]:
+    """The entries Kafka's ``writeSnapshot`` would write for ``stream`` from ``table``'s rows, sorted by
     producer id: one per producer with an entry there, with its newest retained batch only (module docstring)."""
     n = table.n_producers
-    rows = np.flatnonzero(table.row_partition[:n] == partition)
+    rows = np.flatnonzero(table.row_stream[:n] == stream)
     rows = rows[np.argsort(table.row_producer_id[rows], kind="stable")]
     length = table.ring_len[rows].astype(np.int64)
     has_batch = length > 0
@@ -76,22 +76,22 @@ def snapshot_entries(table: ProducerStateTable, partition: int) -> list[Producer
     return [ProducerSnapshotEntry(*fields) for fields in zip(*(c.tolist() for c in columns), strict=True)]
 
 
-def load_snapshot(table: ProducerStateTable, partition: int, entries: Iterable[ProducerSnapshotEntry],
+def load_snapshot(table: ProducerStateTable, stream: int, entries: Iterable[ProducerSnapshotEntry],
                   backend: Backend | str | None = None, *, next_offset: int | None = None,
                   now_ms: int | None = None,
                   expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> int:
-    """Make ``partition``'s producer state in ``table`` what Kafka's ``loadFromSnapshot`` makes of ``entries``
-    (module docstring): every row the partition had is dropped, each producer gets one row with its newest batch
+    """Make ``stream``'s producer state in ``table`` what Kafka's ``loadFromSnapshot`` makes of ``entries``
+    (module docstring): every row the stream had is dropped, each producer gets one row with its newest batch
     as the only retained one (none when its last offset is -1). Returns how many producers were loaded.
 
-    ``next_offset``: the partition's log end after the load (the snapshot's offset, from its file name); None
-    leaves it as it was (0 for a partition new to the table). ``now_ms``: skip the producers expired at that time,
+    ``next_offset``: the stream's log end after the load (the snapshot's offset, from its file name); None
+    leaves it as it was (0 for a stream new to the table). ``now_ms``: skip the producers expired at that time,
     as Kafka does (no open transaction and ``now_ms - timestamp >= expiration_ms``); None loads them all.
     A later entry of a producer id replaces an earlier one, as in Kafka's map. A field that does not fit the
     table's column raises ValueError before anything changes."""
     kernel = get_backend(backend)
-    if not 0 <= partition <= INT32_MAX:
-        raise ValueError(f"partition {partition} is not in [0, {INT32_MAX}]")
+    if not 0 <= stream <= INT32_MAX:
+        raise ValueError(f"stream {stream} is not in [0, {INT32_MAX}]")
     by_pid = {int(entry[0]): ProducerSnapshotEntry(*entry) for entry in entries}  # last one wins, as in Kafka
     loaded = [entry for entry in by_pid.values()
               if now_ms is None or entry.current_txn_first_offset >= 0 or now_ms - entry.timestamp < expiration_ms]
@@ -99,14 +99,14 @@ def load_snapshot(table: ProducerStateTable, partition: int, entries: Iterable[P
     if len(loaded) and columns["producer_id"].min() < 0:
         raise ValueError(f"producer id {int(columns['producer_id'].min())} is negative")
     if next_offset is not None and next_offset < 0:
-        raise ValueError(f"next offset {next_offset} for partition {partition} is negative")
+        raise ValueError(f"next offset {next_offset} for stream {stream} is negative")
 
     n = table.n_producers
     if n:
-        old = table.row_partition[:n] == partition
+        old = table.row_stream[:n] == stream
         if old.any():
             table.remove_rows(old, kernel)
-    rows = table.add_rows(partition, columns["producer_id"], kernel)
+    rows = table.add_rows(stream, columns["producer_id"], kernel)
     table.row_epoch[rows] = columns["producer_epoch"]
     table.row_coordinator_epoch[rows] = columns["coordinator_epoch"]
     table.row_last_timestamp[rows] = columns["timestamp"]
@@ -119,9 +119,9 @@ def load_snapshot(table: ProducerStateTable, partition: int, entries: Iterable[P
     table.ring_last_seq[with_batch, 0] = columns["last_sequence"][keep]
     table.ring_offset_delta[with_batch, 0] = columns["offset_delta"][keep]
     table.ring_last_offset[with_batch, 0] = columns["last_offset"][keep]
-    table.ring_timestamp[with_batch, 0] = columns["timestamp"][keep]  # BatchMetadata gets the entry's timestamp
+    table.ring_timestamp[with_batch, 0] = columns["timestamp"][keep]  # BatchColumns gets the entry's timestamp
     if next_offset is not None:
-        table.set_next_offset(partition, next_offset, kernel)
+        table.set_next_offset(stream, next_offset, kernel)
     return len(loaded)
 
 
@@ -146,12 +146,12 @@ def _columns(entries: list[ProducerSnapshotEntry]) -> dict[str, np.ndarray]:
     return columns
 
 
-def load_snapshot_file(table: ProducerStateTable, partition: int, path: str | os.PathLike[str],
+def load_snapshot_file(table: ProducerStateTable, stream: int, path: str | os.PathLike[str],
                        backend: Backend | str | None = None, *, now_ms: int | None = None,
                        expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> FileRead[ProducerSnapshotEntry]:
     """Read the snapshot at ``path`` and, only if it has no problem (a CRC mismatch, a wrong version, a short
-    file: Kafka's ``CorruptSnapshotException``), :func:`load_snapshot` its entries into ``partition`` with the
-    offset in its name as the partition's next offset. Returns what was read: with problems, ``table`` is
+    file: Kafka's ``CorruptSnapshotException``), :func:`load_snapshot` its entries into ``stream`` with the
+    offset in its name as the stream's next offset. Returns what was read: with problems, ``table`` is
     unchanged and the caller deletes the file and tries the next older snapshot, as Kafka does."""
     path = Path(path)
     parsed = parse_offset_file(path.name)
@@ -161,7 +161,7 @@ def load_snapshot_file(table: ProducerStateTable, partition: int, path: str | os
     read = read_snapshot(path)
     if not read.problems:
         try:
-            load_snapshot(table, partition, read.entries, backend, next_offset=offset, now_ms=now_ms,
+            load_snapshot(table, stream, read.entries, backend, next_offset=offset, now_ms=now_ms,
                           expiration_ms=expiration_ms)
         except ValueError as exc:  # a valid CRC over values no producer state holds: as corrupt
             read.problems.append(FileProblem(path, None, "snapshot_invalid", str(exc)))

@@ -1,11 +1,11 @@
-"""validate() over lanes of partitions, on threads side by side; and any long validate() on one thread.
+"""validate() over lanes of streams, on threads side by side; and any long validate() on one thread.
 
-A partition's producer state and log end belong to that partition alone, so batches of different partitions can
-be checked in any interleaving as long as each partition's batches keep their order. This module:
+A stream's producer state and log end belong to that stream alone, so batches of different streams can
+be checked in any interleaving as long as each stream's batches keep their order. This module:
 
-1. gives every batch its partition and producer row first, adding entries for new ones (the kernels'
+1. gives every batch its stream and producer row first, adding entries for new ones (the kernels'
    ``reserve_rows``, one pass on the calling thread), so no lane ever inserts into the shared indexes;
-2. deals the partitions out to lanes, the biggest first to the least loaded lane, and lists each lane's batches
+2. deals the streams out to lanes, the biggest first to the least loaded lane, and lists each lane's batches
    (in input order);
 3. runs ``validate_listed`` over each lane's list on its own thread (the compiled kernels release the GIL), each
    with its own count of completed transactions and its own stretch of the transaction columns; verdicts go
@@ -18,7 +18,7 @@ enough to stay cached between them, then over the rest of the call (:func:`_vali
 
 On more than one thread a long call goes chunk by chunk (``PIPELINE_CHUNK``): step 1 for the next chunk runs on
 the calling thread while the lanes check this one. That is safe because a chunk's lanes only touch rows and
-partitions reserved before they started, and find existing keys only along probe chains no insertion changes
+streams reserved before they started, and find existing keys only along probe chains no insertion changes
 (an insertion fills an empty slot; no slot is emptied during a call); the table grows only once they have ended.
 
 The verdicts, the completed transactions (in order) and the state (``ProducerStateTable.canonical``) are the
@@ -28,9 +28,9 @@ On one thread too, the pre-pass pays on a long call: finding every batch's row f
 with their rows known, replaces the kernel's chain of dependent misses (index slot, then row) with two passes that
 each prefetch far ahead (measured by bench/bench_validate.py: see MIN_BATCHES).
 
-Tried and not kept: grouping the batches partition by partition (a stable permutation of the twelve columns
+Tried and not kept: grouping the batches stream by stream (a stable permutation of the twelve columns
 before the kernel, the verdicts gathered back after). On stream (b) of bench/bench_validate.py the kernel alone
-went from 10.1 to 16.2 M batches/s, since a partition's 10,000 producers then stay in the caches, but the
+went from 10.1 to 16.2 M batches/s, since a stream's 10,000 producers then stay in the caches, but the
 permutation and the gather cost 2.6 s per 20M batches on this machine, more than the 0.75 s the kernel saved.
 """
 
@@ -45,14 +45,14 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
-from idemcore.kernels import reference as rules
-from idemcore.kernels.abi import BatchColumns, StateArrays, VerdictColumns
+from idemcore.kernels import rules_reference as rules
+from idemcore.kernels.abi import StateArrays, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin, Status
-from idemcore.record.columns import BatchMetadata
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -85,18 +85,18 @@ def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
     """reserve_rows over batches ``start..stop-1``, growing the table as it asks (``before_growing`` first: the
     lanes still reading the old arrays must end): each batch's bucket and row, and the number of batches in each
     bucket."""
-    if state.n_producers + 1 >= len(state.row_producer_id) or state.n_partitions + 1 >= len(state.partition_id):
+    if state.n_producers + 1 >= len(state.row_producer_id) or state.n_streams + 1 >= len(state.stream_id):
         before_growing()
         state.grow(kernel, spare=1)  # a full table (a lane stops at one, even adding nothing): make the spare
-    counts = np.zeros(len(state.partition_id) + 1, np.int64)
+    counts = np.zeros(len(state.stream_id) + 1, np.int64)
     while True:
-        start = kernel.reserve_rows(columns.partition, columns.producer_id, start, stop, *state.kernel_arrays(),
+        start = kernel.reserve_rows(columns.stream, columns.producer_id, start, stop, *state.kernel_arrays(),
                                     bucket, row, counts)
         if start >= stop:
-            return counts[:state.n_partitions + 1]
+            return counts[:state.n_streams + 1]
         before_growing()
         state.grow(kernel, spare=1)
-        counts = np.concatenate([counts, np.zeros(len(state.partition_id) + 1 - len(counts), np.int64)])
+        counts = np.concatenate([counts, np.zeros(len(state.stream_id) + 1 - len(counts), np.int64)])
 
 
 def deal(counts: npt.NDArray[np.int64], lanes: int) -> npt.NDArray[np.int8]:
@@ -123,14 +123,14 @@ def _prefill(out: VerdictColumns) -> None:
 #: Most lanes a call runs (the lane of a bucket is an int8).
 MAX_THREADS = 127
 #: Calls of at least this many batches take the lanes on one thread too. Measured with the Cython kernel on a
-#: fresh table (4 partitions; 2-core AMD EPYC, 1 MiB L2, 32 MiB L3): 100,000 batches 15.3 ms in one pass
+#: fresh table (4 streams; 2-core AMD EPYC, 1 MiB L2, 32 MiB L3): 100,000 batches 15.3 ms in one pass
 #: against 18.1 ms with the pre-pass, 1,000,000 batches 97.6 against 83.4 ms; 20M batches of bench streams
 #: (a) and (b) 21.7 against 29.2 and 6.4 against 9.8 M batches/s.
 MIN_BATCHES = 500_000
 
 
 #: On one thread, a call is taken in chunks of this many batches (each reserved, then checked): 1 MiB of row
-#: scratch, and the chunk's partition and producer id columns, stay cached from the pre-pass to the check.
+#: scratch, and the chunk's stream and producer id columns, stay cached from the pre-pass to the check.
 #: Measured on bench/bench_validate.py's stream (a) (10,000 streams), table presized, CPU time: 72.6 M batches/s
 #: in chunks of 2^18 against 67.5 in chunks of 2^20 and 63.3 in one pass each.
 ONE_LANE_CHUNK = 1 << 18
@@ -146,14 +146,14 @@ ONE_LANE_CACHED_ROWS = 1 << 16
 PIPELINE_CHUNK = 1 << 20
 
 
-def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def validate_in_lanes(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                       out: VerdictColumns, threads: int) -> Verdicts:
-    """:func:`idemcore.validate` over up to ``threads`` lanes of partitions, on as many threads."""
+    """:func:`idemcore.validate` over up to ``threads`` lanes of streams, on as many threads."""
     if threads <= 1:
         return _validate_one_lane(packed, state, origin, kernel, out)
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
-    old_rows, old_partitions = state.n_producers, state.n_partitions
+    old_rows, old_streams = state.n_producers, state.n_streams
     bucket, row = np.empty(n if threads > 1 else 0, np.int32), np.empty(n, np.int32)  # (one lane: no buckets)
     _prefill(out)
     txns = CompletedTxns.empty(int(np.count_nonzero(columns.is_control)))
@@ -163,16 +163,16 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             counts = _reserve(kernel, columns, state, bucket, row, start, stop, lanes.wait)
-            lanes.wait()  # a partition's batches of this chunk follow those of the chunk before
+            lanes.wait()  # a stream's batches of this chunk follow those of the chunk before
             lanes.start(state, bucket, counts, start, stop, beside_prepass=stop < n)
         lanes.wait()
     except BaseException:  # an interrupt, or a kernel bug: every lane has ended; their verdicts are not all written
         with deferred_interrupts():  # (a second Ctrl-C must not cut the cleanup short either)
             lanes.wait(quietly=True)
-            _drop_untouched(state, old_rows, old_partitions, kernel)
+            _drop_untouched(state, old_rows, old_streams, kernel)
             state.generation += 1
         raise
-    _drop_unwritten(state, old_rows, old_partitions, lambda: row, out.out_status, kernel)
+    _drop_unwritten(state, old_rows, old_streams, lambda: row, out.out_status, kernel)
     state.generation += 1
     kept = lanes.completed()
     kept = kept[np.argsort(txns.marker[kept], kind="stable")]  # in the order one pass closes them
@@ -181,15 +181,15 @@ def validate_in_lanes(packed: BatchMetadata, state: ProducerStateTable, origin: 
     return Verdicts(*out, completed, kernel.name)
 
 
-def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def _validate_one_lane(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                        out: VerdictColumns) -> Verdicts:
     """:func:`validate_in_lanes` on one thread: the pre-pass and the check chunk by chunk (``ONE_LANE_CHUNK``)
     while the table is small enough to stay cached (``ONE_LANE_CACHED_ROWS``), then the rest in one go. A
-    chunk's table rows, its rows scratch and its partition and producer id columns are then still cached when
+    chunk's table rows, its rows scratch and its stream and producer id columns are then still cached when
     the check reads them, and the scratch is a chunk's, not the call's (whose pages would be faulted)."""
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
-    old_rows, old_partitions = state.n_producers, state.n_partitions
+    old_rows, old_streams = state.n_producers, state.n_streams
     scratch, no_buckets, every = np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64)
     txns = CompletedTxns.empty(int(np.count_nonzero(columns.is_control)))
     txn_columns = txns.kernel_columns()
@@ -200,7 +200,7 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
             stop = min(n, start + ONE_LANE_CHUNK) if state.n_producers < ONE_LANE_CACHED_ROWS else n
             if stop - start > len(scratch):
                 scratch = np.empty(stop - start, np.int32)  # (at most twice a call: a chunk's, then the rest's)
-            part = BatchColumns(*(column[start:stop] for column in columns))
+            part = columns.slice(start, stop)
             verdicts = VerdictColumns(*(column[start:stop] for column in out))
             row = scratch[:stop - start]
             before = state.n_producers
@@ -223,10 +223,10 @@ def _validate_one_lane(packed: BatchMetadata, state: ProducerStateTable, origin:
             start = stop
     except BaseException:  # an interrupt, or a kernel bug: the verdicts are not all written
         with deferred_interrupts():
-            _drop_untouched(state, old_rows, old_partitions, kernel)
+            _drop_untouched(state, old_rows, old_streams, kernel)
             state.generation += 1
         raise
-    _drop_unwritten(state, old_rows, old_partitions, functools.partial(_rows_of, kernel, columns, state, n),
+    _drop_unwritten(state, old_rows, old_streams, functools.partial(_rows_of, kernel, columns, state, n),
                     out.out_status, kernel)
     state.generation += 1
     state.counters[rules.N_COMPLETED] = completed
@@ -263,7 +263,7 @@ def _rows_of(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
 
 
 class _Lanes:
-    """The lanes of one call: each chunk's partitions dealt out and checked on the pool (on the calling thread
+    """The lanes of one call: each chunk's streams dealt out and checked on the pool (on the calling thread
     with one thread, or the ``python`` kernel), each lane writing completed transactions to its own stretch of
     the transaction columns."""
 
@@ -328,12 +328,12 @@ class _Lanes:
                                for first, counters in self.regions] or [np.empty(0, np.int64)])
 
 
-def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_partitions: int,
+def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_streams: int,
                     rows_of: Callable[[], npt.NDArray[np.int32]], status: npt.NDArray[np.int8],
                     kernel: Backend) -> None:
     """Remove the entries reserve_rows added that no batch was committed to: the table then holds what a
     single pass holds. Usually the batch that added an entry was appended (then nothing is looked at but those
-    batches; ``rows_of``, every batch's row, is not called); a committed partition has a next offset of at
+    batches; ``rows_of``, every batch's row, is not called); a committed stream has a next offset of at
     least 1 (a batch's last offset + 1)."""
     new_rows = state.n_producers - old_rows
     added_by = state.row_reserved_by[old_rows:state.n_producers]
@@ -343,16 +343,16 @@ def _drop_unwritten(state: ProducerStateTable, old_rows: int, old_partitions: in
         written[rows[rows >= old_rows] - old_rows] = True
         if not written.all():
             state.remove_rows(np.concatenate([np.zeros(old_rows, bool), ~written]), kernel)
-    _drop_empty_partitions(state, old_partitions, kernel)
+    _drop_empty_streams(state, old_streams, kernel)
 
 
-def _drop_empty_partitions(state: ProducerStateTable, old_partitions: int, kernel: Backend) -> None:
-    unwritten = state.partition_next_offset[old_partitions:state.n_partitions] == 0
+def _drop_empty_streams(state: ProducerStateTable, old_streams: int, kernel: Backend) -> None:
+    unwritten = state.stream_next_offset[old_streams:state.n_streams] == 0
     if unwritten.any():
-        state.remove_partitions(np.concatenate([np.zeros(old_partitions, bool), unwritten]), kernel)
+        state.remove_streams(np.concatenate([np.zeros(old_streams, bool), unwritten]), kernel)
 
 
-def _drop_untouched(state: ProducerStateTable, old_rows: int, old_partitions: int, kernel: Backend) -> None:
+def _drop_untouched(state: ProducerStateTable, old_rows: int, old_streams: int, kernel: Backend) -> None:
     """After an interrupt, when the verdicts do not say which batches were committed: remove the added entries
     still as reserve_rows made them. Such an entry reads as absent to every rule, committed or not (a marker of
     epoch -1, coordinator epoch -1 and timestamp -1 leaves one so), so later verdicts are one pass's; the table
@@ -363,4 +363,4 @@ def _drop_untouched(state: ProducerStateTable, old_rows: int, old_partitions: in
              & (state.row_coordinator_epoch[old_rows:n] == -1))
     if fresh.any():
         state.remove_rows(np.concatenate([np.zeros(old_rows, bool), fresh]), kernel)
-    _drop_empty_partitions(state, old_partitions, kernel)
+    _drop_empty_streams(state, old_streams, kernel)

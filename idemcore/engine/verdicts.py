@@ -1,5 +1,5 @@
 """What a replay through the producer-state rules says of each batch (:class:`Verdicts`) and of the transactions
-its markers closed (:class:`CompletedTxns`); :mod:`idemcore.state.validate` and its lanes (:mod:`.lanes`) fill them."""
+its markers closed (:class:`CompletedTxns`); :mod:`idemcore.engine.validate` and its lanes (:mod:`.lanes`) fill them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from idemcore.protocol.codes import ErrorCode, Status
 class CompletedTxns:
     """Transactions closed by a marker: one entry per COMMIT/ABORT that ended an open transaction."""
 
-    partition: np.ndarray  # int32
+    stream: np.ndarray  # int32
     producer_id: np.ndarray  # int64
     first_offset: np.ndarray  # int64, first offset of the transaction's data
     last_offset: np.ndarray  # int64, offset of the marker
@@ -25,7 +25,7 @@ class CompletedTxns:
     marker: np.ndarray  # int64, the index (in the call's batches) of the marker that closed it
 
     def __len__(self) -> int:
-        return len(self.partition)
+        return len(self.stream)
 
     @classmethod
     def empty(cls, size: int) -> CompletedTxns:
@@ -40,7 +40,7 @@ class CompletedTxns:
 
     def kernel_columns(self) -> TxnColumns:
         """The columns as the kernels write them (``aborted`` as a uint8 view)."""
-        return TxnColumns(self.partition, self.producer_id, self.first_offset, self.last_offset,
+        return TxnColumns(self.stream, self.producer_id, self.first_offset, self.last_offset,
                           self.aborted.view(np.uint8), self.marker)
 
     def head(self, size: int) -> CompletedTxns:

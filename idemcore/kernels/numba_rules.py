@@ -1,7 +1,7 @@
 """The reference kernels compiled with Numba.
 
 There is no second copy of the rules here: every function of
-:mod:`idemcore.kernels.reference` (and of ``drain_reference`` and ``header_scan_reference``) is re-bound to
+:mod:`idemcore.kernels.rules_reference` (and of ``drain_reference`` and ``header_scan_reference``) is re-bound to
 a namespace in which its helpers are the compiled versions, then compiled with ``@njit``. So the
 interpreted and the compiled backend run one source; the tests compare them
 anyway, because Numba's integer typing differs from Python's. The header scan swaps two helpers for its own
@@ -23,7 +23,7 @@ import numpy as np
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from idemcore.kernels import drain_reference, header_scan_reference, reference
+from idemcore.kernels import drain_reference, header_scan_reference, rules_reference
 from idemcore.protocol import sequences
 
 
@@ -50,14 +50,14 @@ _CACHE_TAG = ("_norefs" if "_nrt" in JIT_OPTIONS else "") + "_" + hashlib.sha1(
 #: Helpers are inlined at Numba-IR level: a call passing arrays would otherwise
 #: pay reference counting on every batch.
 HELPER_OPTIONS: dict[str, Any] = {**JIT_OPTIONS, "inline": "always"}
-_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_partition_index", "validate_batches", "check_batches",
+_ENTRY_POINTS = ("rebuild_producer_index", "rebuild_stream_index", "validate_batches", "check_batches",
                  "commit_batches", "reserve_rows", "validate_listed", "drain_partitions", "scan_batches")
 
 # Helpers first: a function is compiled on first call, looking its helpers up
 # in the shared namespace, which by then holds their compiled versions.
 _SEQUENCES = ("seq_add", "seq_sub", "in_sequence")
 _FUNCTIONS = (
-    "producer_hash", "partition_hash", "producer_slot", "partition_slot", "metadata_error", "ring_pos",
+    "producer_hash", "stream_hash", "producer_slot", "stream_slot", "metadata_error", "ring_pos",
     "find_duplicate", "newest_last_seq", "check_marker", "check_epoch", "sequence_error", "sequence_finding",
     "check_sequence", "check_txn_state", "check_offsets", "log_end", "emit", "check_batch", "ring_push", "init_row",
     "commit_batch", "apply_every_rule", "plain_data", "append_to_row", "prefill", "append_in_sequence",
@@ -110,12 +110,12 @@ def _prefetch_codegen(lines, context, builder, signature, args):
 
 
 _compiled_sequences = _compile_module_functions(sequences, _SEQUENCES)
-# reference.prefetch_row and prefetch_slot compiled: the row's three lines (the first, read by an in-sequence
+# rules_reference.prefetch_row and prefetch_slot compiled: the row's three lines (the first, read by an in-sequence
 # batch, and those of the ring entry it writes), the slot's one (interpreted under DISABLE_JIT: the no-ops).
-_prefetch = ({"prefetch_row": reference.prefetch_row, "prefetch_slot": reference.prefetch_slot}
+_prefetch = ({"prefetch_row": rules_reference.prefetch_row, "prefetch_slot": rules_reference.prefetch_slot}
              if getattr(numba.config, "DISABLE_JIT", False)
              else {"prefetch_row": _prefetch_lines(3), "prefetch_slot": _prefetch_lines(1)})
-_compiled = _compile_module_functions(reference, _FUNCTIONS, {**_compiled_sequences, **_prefetch})
+_compiled = _compile_module_functions(rules_reference, _FUNCTIONS, {**_compiled_sequences, **_prefetch})
 
 _compiled_drain = _compile_module_functions(drain_reference, ("drain_partitions",), _compiled_sequences)
 
@@ -126,7 +126,7 @@ reserve_rows = _compiled["reserve_rows"]
 validate_listed = _compiled["validate_listed"]
 drain_partitions = _compiled_drain["drain_partitions"]
 rebuild_producer_index = _compiled["rebuild_producer_index"]
-rebuild_partition_index = _compiled["rebuild_partition_index"]
+rebuild_stream_index = _compiled["rebuild_stream_index"]
 
 # The header scan: header_scan_reference compiled the same way, except its CRC-32C, which calls a C function
 # (Google's crc32c_extend, see header_scan_reference.crc32c_extend_address) by a symbol bound on first use: by

@@ -14,19 +14,19 @@ from typing import Any
 
 import numpy as np
 
+from idemcore.engine import lanes
+from idemcore.engine.table import ProducerStateTable
+from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.kernels import Backend, BoundBatches, bind_batches, get_backend
-from idemcore.kernels import reference as rules
-from idemcore.kernels.abi import BatchColumns, CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels import rules_reference as rules
+from idemcore.kernels.abi import CommitVerdicts, TxnColumns, VerdictColumns
+from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin, Status
-from idemcore.record.columns import BatchMetadata
-from idemcore.state import lanes
-from idemcore.state.table import ProducerStateTable
-from idemcore.state.verdicts import CompletedTxns, Verdicts
 
 
 def _prepare(batches: Any, state: ProducerStateTable | None, origin: str | Origin, backend: str | Backend | None
-             ) -> tuple[BatchMetadata, ProducerStateTable, Origin, Backend]:
-    packed = BatchMetadata.coerce(batches)
+             ) -> tuple[BatchColumns, ProducerStateTable, Origin, Backend]:
+    packed = BatchColumns.coerce(batches)
     if state is None:
         state = ProducerStateTable()
     elif not isinstance(state, ProducerStateTable):
@@ -39,7 +39,7 @@ def _refuse_shared_memory(out: VerdictColumns, inputs: BatchColumns) -> None:
     (the kernels read a batch's input after writing other batches' verdicts). Exact for the 1-D contiguous
     arrays both are."""
     arrays = {f"out.{name[4:]}": array for name, array in out._asdict().items()}
-    arrays.update(inputs._asdict())
+    arrays.update(inputs.to_dict())
     names = list(arrays)
     for k, name in enumerate(names[:len(out)]):
         for other in names[k + 1:]:
@@ -66,18 +66,20 @@ def validate(
     """Apply Kafka's producer-state rules to every batch, in order, committing each accepted one.
 
     ``batches``: a mapping of arrays, pandas DataFrame or pyarrow Table with the
-    columns of :data:`idemcore.record.COLUMNS`. ``state``: a
+    columns of :data:`idemcore.COLUMNS` (or a :class:`~idemcore.BatchColumns`);
+    the ``stream`` column may be given as Kafka's ``partition`` (the batches of
+    one topic; :mod:`idemcore.kernels.columns`). ``state``: a
     :class:`ProducerStateTable` carried across calls (updated in place); None
     starts from empty state. ``origin``: ``"client"``, ``"coordinator"`` or
     ``"replication"``; it applies to data batches, control batches are always
     checked as markers written by the coordinator. ``backend``: ``"cython"``,
     ``"numba"``, ``"python"``, ``"auto"`` or None (``$IDEMCORE_BACKEND``).
 
-    ``threads``: split the partitions over this many threads, each checking its
-    own partitions' batches in order (the compiled backends release the GIL;
+    ``threads``: split the streams over this many threads, each checking its
+    own streams' batches in order (the compiled backends release the GIL;
     ``python`` runs the lanes one after another). The verdicts, the completed
     transactions and the state are those of one thread in input order (see
-    :mod:`idemcore.state.lanes`, which also takes every call of at least
+    :mod:`idemcore.engine.lanes`, which also takes every call of at least
     ``lanes.MIN_BATCHES`` batches: its pre-pass makes the check faster).
 
     ``out``: verdicts of an earlier call, at least as long as ``batches``, whose
@@ -98,12 +100,12 @@ def _check_out(out: Any) -> None:
         raise TypeError(f"out must be the Verdicts of an earlier call, not {type(out).__name__}")
 
 
-def _verdict_columns(out: Verdicts | None, packed: BatchMetadata) -> VerdictColumns:
+def _verdict_columns(out: Verdicts | None, packed: BatchColumns) -> VerdictColumns:
     """Fresh verdict columns for ``packed``, or the first ``len(packed)`` of ``out``'s (checked)."""
     if out is None:
         return Verdicts.allocate(len(packed))
     columns = out.reuse(len(packed))
-    _refuse_shared_memory(columns, packed.kernel_columns())
+    _refuse_shared_memory(columns, packed)
     return columns
 
 
@@ -117,9 +119,9 @@ def check(
 ) -> Verdicts:
     """Prepare: the verdict of every batch against ``state`` as it stands, changing nothing.
 
-    Every batch sees the same state, so no two may be for one partition (each
-    is given the partition's log end): a produce request carries one batch per
-    partition. Record the batches once they are written with :func:`commit`.
+    Every batch sees the same state, so no two may be for one stream (each
+    is given the stream's log end): a produce request carries one batch per
+    stream. Record the batches once they are written with :func:`commit`.
 
     ``out``: as :func:`validate`'s, verdicts of an earlier call whose columns
     this call overwrites (at least as long as ``batches``; the returned
@@ -127,12 +129,12 @@ def check(
     """
     _check_out(out)
     packed, state, origin, kernel = _prepare(batches, state, origin, backend)
-    if len(np.unique(packed["partition"])) != len(packed):
-        raise ValueError("check() takes at most one batch per partition (each is given the partition's log end); "
-                         "use validate() for a stream")
+    if len(np.unique(packed["stream"])) != len(packed):
+        raise ValueError("check() takes at most one batch per stream (a topic's partition; each is given its "
+                         "log end); use validate() for a sequence of batches")
     columns = _verdict_columns(out, packed)
     txns = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
-    completed = check_into(kernel, packed.kernel_columns(), origin, 0, len(packed), state, columns,
+    completed = check_into(kernel, packed, origin, 0, len(packed), state, columns,
                            txns.kernel_columns())
     return Verdicts(*columns, txns.head(completed), kernel.name)
 
@@ -155,7 +157,7 @@ def commit(
         if written.shape != status.shape:
             raise ValueError(f"written must have one flag per batch ({len(status)}), got shape {written.shape}")
         status = np.where(written, status, Status.REJECTED).astype(np.int8)
-    commit_into(kernel, packed.kernel_columns(), 0, len(packed), state,
+    commit_into(kernel, packed, 0, len(packed), state,
                 CommitVerdicts(status, verdicts.base_offset, verdicts.last_offset))
 
 
@@ -215,7 +217,7 @@ def commit_into(kernel: Backend, columns: BatchColumns, start: int, stop: int, s
         state.grow(kernel)
 
 
-def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Origin, kernel: Backend,
+def validate_into(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                   out: VerdictColumns, threads: int = 1) -> Verdicts:
     """:func:`validate` on checked input, writing the per-batch columns into ``out`` (arrays, or views
     of bigger ones, of :data:`VERDICT_DTYPES`)."""
@@ -223,7 +225,7 @@ def validate_into(packed: BatchMetadata, state: ProducerStateTable, origin: Orig
         return lanes.validate_in_lanes(packed, state, origin, kernel, out, int(threads))
     completed = CompletedTxns.empty(int(np.count_nonzero(packed["is_control"])))
     txns = completed.kernel_columns()
-    columns = packed.kernel_columns()
+    columns = packed
     n = len(packed)
     state.counters[rules.N_COMPLETED] = 0
     state.generation += 1

@@ -3,7 +3,7 @@
 This module is the executable form of the rules a Kafka partition leader
 applies to every appended batch (``ProducerAppendInfo`` / ``ProducerStateEntry``
 in Kafka's storage module). It is written in the subset of Python that Numba
-compiles, so ``numba_kernels`` compiles *this very source*: there is one
+compiles, so ``numba_rules`` compiles *this very source*: there is one
 algorithm, run interpreted or compiled. The Cython backend is an independent
 implementation checked against this one.
 
@@ -34,9 +34,9 @@ ORIGIN_COORDINATOR = 1
 ORIGIN_REPLICATION = 2
 
 NONE = 0
-# A batch whose offsets would pass the partition's offset space (see check_offsets). Kafka never gets there, so it has
+# A batch whose offsets would pass the stream's offset space (see check_offsets). Kafka never gets there, so it has
 # no code for it: UNKNOWN_SERVER_ERROR, as for the other exhausted int64 space (producer ids), because the batch is
-# fine and the partition is full. It is not retriable, so a producer fails the batch instead of retrying forever.
+# fine and the stream is full. It is not retriable, so a producer fails the batch instead of retrying forever.
 UNKNOWN_SERVER_ERROR = -1
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -68,33 +68,33 @@ INT16_MAX = 32767
 # INT64_MAX - 1, so that the log end after it still fits.
 INT64_MAX = 9223372036854775807
 
-# Prefetching in validate_listed, once the rows outgrow the caches (as in cython_kernels.pyx): the rows of the
+# Prefetching in validate_listed, once the rows outgrow the caches (as in cython_rules.pyx): the rows of the
 # batch PREFETCH_AHEAD places ahead, on a table of at least PREFETCH_MIN_ROWS rows.
 PREFETCH_AHEAD = 16
 PREFETCH_MIN_ROWS = 4096
 
-# counters[] layout, shared with idemcore.state.table.
+# counters[] layout, shared with idemcore.engine.table.
 N_ROWS = 0
-N_PARTITIONS = 1
+N_STREAMS = 1
 N_COMPLETED = 2
 
 # ---------------------------------------------------------------- the state layout
 #
-# One 192-byte record per (partition, producer id) row, 64-byte aligned, read through four views of one buffer
+# One 192-byte record per (stream, producer id) row, 64-byte aligned, read through four views of one buffer
 # (row_i64, row_i32, row_i16, row_i8: the row's 24, 48, 96 and 192 words of each width). The first cache line is
 # all an in-sequence batch reads (the ring's sequences and deltas inline); it writes one more line, that of its
 # ring position's (last offset, timestamp) pair. Column numbers count words of the view's width (mirrored in
-# cython_kernels.pyx as a struct, checked by the tests):
-#   bytes   0-63   epoch i16 @0 | head i8 @2 | len i8 @3 | partition index i32 @4 | txn first offset i64 @8 |
+# cython_rules.pyx as a struct, checked by the tests):
+#   bytes   0-63   epoch i16 @0 | head i8 @2 | len i8 @3 | stream index i32 @4 | txn first offset i64 @8 |
 #                  last timestamp i64 @16 | ring last seq i32[5] @24 | ring offset delta i32[5] @44
 #   bytes  64-143  ring (last offset i64, timestamp i64)[5]
-#   bytes 144-191  coordinator epoch i32 @144 | partition i32 @148 | producer id i64 @152 |
+#   bytes 144-191  coordinator epoch i32 @144 | stream i32 @148 | producer id i64 @152 |
 #                  reserved by i64 @160 (reserve_rows: the batch that added the entry; no rule reads it) | unused
 ROW_WORDS = 24
 ROW_EPOCH = 0  # row_i16
 ROW_HEAD = 2  # row_i8
 ROW_LEN = 3  # row_i8
-ROW_PARTITION_INDEX = 1  # row_i32
+ROW_STREAM_INDEX = 1  # row_i32
 ROW_TXN_FIRST_OFFSET = 1  # row_i64
 ROW_LAST_TIMESTAMP = 2  # row_i64
 ROW_RING_LAST_SEQ = 6  # row_i32, + position
@@ -102,14 +102,14 @@ ROW_RING_OFFSET_DELTA = 11  # row_i32, + position
 ROW_RING_LAST_OFFSET = 8  # row_i64, + 2 * position
 ROW_RING_TIMESTAMP = 9  # row_i64, + 2 * position
 ROW_COORDINATOR_EPOCH = 36  # row_i32
-ROW_PARTITION = 37  # row_i32
+ROW_STREAM = 37  # row_i32
 ROW_PRODUCER_ID = 19  # row_i64
 ROW_RESERVED_BY = 20  # row_i64
-# The producer index: 16-byte slots (producer id i64 @0, partition i32 @8, row i32 @12; row -1: empty), read
+# The producer index: 16-byte slots (producer id i64 @0, stream i32 @8, row i32 @12; row -1: empty), read
 # through two views (slot_i64: 2 words a slot, slot_i32: 4), so a probe compares the key in the slot's own line.
 SLOT_WORDS = 2
 SLOT_PRODUCER_ID = 0  # slot_i64
-SLOT_PARTITION = 2  # slot_i32
+SLOT_STREAM = 2  # slot_i32
 SLOT_ROW = 3  # slot_i32
 
 
@@ -119,37 +119,37 @@ SLOT_ROW = 3  # slot_i32
 # sum below 2**63: no backend ever overflows, so all compute the same slots.
 
 
-def producer_hash(producer_id, partition):
+def producer_hash(producer_id, stream):
     folded = (producer_id ^ (producer_id >> 32)) & 0x7FFFFFFF
-    h = folded * 0x5BD1E995 + (partition & 0x7FFFFFFF) * 0x27D4EB2F
+    h = folded * 0x5BD1E995 + (stream & 0x7FFFFFFF) * 0x27D4EB2F
     return h ^ (h >> 29)
 
 
-def partition_hash(partition):
-    h = (partition & 0x7FFFFFFF) * 0x5BD1E995
+def stream_hash(stream):
+    h = (stream & 0x7FFFFFFF) * 0x5BD1E995
     return h ^ (h >> 29)
 
 
-def producer_slot(slot_i64, slot_i32, producer_id, partition):
-    """Slot holding ``(partition, producer_id)``, or the empty slot where it would go."""
+def producer_slot(slot_i64, slot_i32, producer_id, stream):
+    """Slot holding ``(stream, producer_id)``, or the empty slot where it would go."""
     mask = slot_i64.shape[0] - 1
-    slot = producer_hash(producer_id, partition) & mask
+    slot = producer_hash(producer_id, stream) & mask
     while True:
         if int(slot_i32[slot, SLOT_ROW]) < 0:
             return slot
-        if int(slot_i64[slot, SLOT_PRODUCER_ID]) == producer_id and int(slot_i32[slot, SLOT_PARTITION]) == partition:
+        if int(slot_i64[slot, SLOT_PRODUCER_ID]) == producer_id and int(slot_i32[slot, SLOT_STREAM]) == stream:
             return slot
         slot = (slot + 1) & mask
 
 
-def partition_slot(pslot_partition, pslot_index, partition):
-    """Slot holding ``partition``, or the empty slot where it would go."""
-    mask = pslot_index.shape[0] - 1
-    slot = partition_hash(partition) & mask
+def stream_slot(sslot_stream, sslot_index, stream):
+    """Slot holding ``stream``, or the empty slot where it would go."""
+    mask = sslot_index.shape[0] - 1
+    slot = stream_hash(stream) & mask
     while True:
-        if int(pslot_index[slot]) < 0:
+        if int(sslot_index[slot]) < 0:
             return slot
-        if int(pslot_partition[slot]) == partition:
+        if int(sslot_stream[slot]) == stream:
             return slot
         slot = (slot + 1) & mask
 
@@ -160,31 +160,31 @@ def rebuild_producer_index(slot_i64, slot_i32, row_i64, row_i32, n_rows):
         slot_i32[s, SLOT_ROW] = -1
     for row in range(n_rows):
         pid = int(row_i64[row, ROW_PRODUCER_ID])
-        part = int(row_i32[row, ROW_PARTITION])
+        part = int(row_i32[row, ROW_STREAM])
         slot = producer_slot(slot_i64, slot_i32, pid, part)
         slot_i64[slot, SLOT_PRODUCER_ID] = pid
-        slot_i32[slot, SLOT_PARTITION] = part
+        slot_i32[slot, SLOT_STREAM] = part
         slot_i32[slot, SLOT_ROW] = row
 
 
-def rebuild_partition_index(pslot_partition, pslot_index, partition_id, n_partitions):
-    """Empty the partition index and insert partitions ``0..n_partitions-1``."""
-    for s in range(pslot_index.shape[0]):
-        pslot_index[s] = -1
-    for index in range(n_partitions):
-        part = int(partition_id[index])
-        slot = partition_slot(pslot_partition, pslot_index, part)
-        pslot_partition[slot] = part
-        pslot_index[slot] = index
+def rebuild_stream_index(sslot_stream, sslot_index, stream_id, n_streams):
+    """Empty the stream index and insert streams ``0..n_streams-1``."""
+    for s in range(sslot_index.shape[0]):
+        sslot_index[s] = -1
+    for index in range(n_streams):
+        part = int(stream_id[index])
+        slot = stream_slot(sslot_stream, sslot_index, part)
+        sslot_stream[slot] = part
+        sslot_index[slot] = index
 
 
 # ---------------------------------------------------------------- Kafka's steps for one batch
 
 
-def metadata_error(partition, producer_id, epoch, base_seq, last_seq, base_offset,
+def metadata_error(stream, producer_id, epoch, base_seq, last_seq, base_offset,
                    record_count, is_transactional, is_control, control_type, origin):
     """INVALID_RECORD for metadata no real batch can carry, else NONE."""
-    if record_count < 1 or partition < 0 or producer_id < -1 or epoch < -1 or base_offset < -1:
+    if record_count < 1 or stream < 0 or producer_id < -1 or epoch < -1 or base_offset < -1:
         return INVALID_RECORD
     if producer_id == -1 and (is_transactional or is_control):
         return INVALID_RECORD
@@ -298,7 +298,7 @@ def check_sequence(stored_epoch, stored_last_seq, epoch, first_seq, last_seq):
 
 
 def check_txn_state(transactional, txn_first):
-    """A non-transactional write while the producer's transaction is open on the partition."""
+    """A non-transactional write while the producer's transaction is open on the stream."""
     if txn_first >= 0 and not transactional:
         return INVALID_TXN_STATE, F_INVALID_TXN_STATE, txn_first
     return NONE, F_NONE, -1
@@ -314,14 +314,14 @@ def check_offsets(first_offset, record_count):
 
 
 def log_end(row, part, row_i32, parts):
-    """The partition's next offset (0 for a partition never appended to)."""
-    pslot_partition, pslot_index, _partition_id, partition_next_offset = parts
+    """The stream's next offset (0 for a stream never appended to)."""
+    sslot_stream, sslot_index, _stream_id, stream_next_offset = parts
     if row >= 0:
-        return int(partition_next_offset[int(row_i32[row, ROW_PARTITION_INDEX])])
-    index = int(pslot_index[partition_slot(pslot_partition, pslot_index, part)])
+        return int(stream_next_offset[int(row_i32[row, ROW_STREAM_INDEX])])
+    index = int(sslot_index[stream_slot(sslot_stream, sslot_index, part)])
     if index < 0:
         return 0
-    return int(partition_next_offset[index])
+    return int(stream_next_offset[index])
 
 
 def emit(out, i, status, error, base_offset, last_offset, finding, expected):
@@ -341,12 +341,12 @@ def check_batch(i, batch, origin, slots, rows, parts, counters, out, txns):
     producer's index slot (-1 without a producer id) for :func:`commit_batch`. Arguments come in the groups
     of :mod:`idemcore.kernels.abi`, as tuples: Python compiles a call of more than 30 arguments as a
     ``*args`` call, which Numba cannot inline."""
-    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
      _max_timestamp, is_transactional, is_control, control_type, coordinator_epoch) = batch
     slot_i64, slot_i32 = slots
     row_i64, row_i32, row_i16, row_i8 = rows
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker = txns
-    part = int(partition[i])
+    txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker = txns
+    part = int(stream[i])
     pid = int(producer_id[i])
     epoch = int(producer_epoch[i])
     first_seq = int(base_sequence[i])
@@ -413,7 +413,7 @@ def check_batch(i, batch, origin, slots, rows, parts, counters, out, txns):
     if control and txn_first >= 0:
         k = int(counters[N_COMPLETED])
         counters[N_COMPLETED] = k + 1
-        txn_partition[k] = part
+        txn_stream[k] = part
         txn_producer_id[k] = pid
         txn_first_offset[k] = txn_first
         txn_last_offset[k] = first_offset
@@ -441,9 +441,9 @@ def ring_push(row_i64, row_i32, row_i8, row, last_seq, last_offset, offset_delta
 def init_row(rows, row, pid, part, part_index):
     """A new entry as a first write creates it: epochs, timestamp and open-transaction offset -1, no batch."""
     row_i64, row_i32, row_i16, row_i8 = rows
-    row_i32[row, ROW_PARTITION] = part
+    row_i32[row, ROW_STREAM] = part
     row_i64[row, ROW_PRODUCER_ID] = pid
-    row_i32[row, ROW_PARTITION_INDEX] = part_index
+    row_i32[row, ROW_STREAM_INDEX] = part_index
     row_i16[row, ROW_EPOCH] = -1
     row_i32[row, ROW_COORDINATOR_EPOCH] = -1
     row_i64[row, ROW_LAST_TIMESTAMP] = -1
@@ -453,16 +453,16 @@ def init_row(rows, row, pid, part, part_index):
 
 
 def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
-    """Commit appended batch ``i`` (Kafka's ProducerStateManager.update): advance the partition's log end,
+    """Commit appended batch ``i`` (Kafka's ProducerStateManager.update): advance the stream's log end,
     create or update the producer's entry. ``slot``: the producer's index slot as :func:`check_batch`
-    returned it, with no row inserted since. The caller has made room for one row and one partition."""
-    (partition, producer_id, producer_epoch, _base_sequence, last_sequence, _base_offset, record_count,
+    returned it, with no row inserted since. The caller has made room for one row and one stream."""
+    (stream, producer_id, producer_epoch, _base_sequence, last_sequence, _base_offset, record_count,
      max_timestamp, is_transactional, is_control, _control_type, coordinator_epoch) = batch
     slot_i64, slot_i32 = slots
     row_i64, row_i32, row_i16, row_i8 = rows
-    pslot_partition, pslot_index, partition_id, partition_next_offset = parts
+    sslot_stream, sslot_index, stream_id, stream_next_offset = parts
     _out_status, out_base_offset, out_last_offset = out
-    part = int(partition[i])
+    part = int(stream[i])
     pid = int(producer_id[i])
     first_offset = int(out_base_offset[i])
     last_offset = int(out_last_offset[i])
@@ -470,19 +470,19 @@ def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
     if pid >= 0:
         row = int(slot_i32[slot, SLOT_ROW])
     if row >= 0:
-        part_index = int(row_i32[row, ROW_PARTITION_INDEX])
+        part_index = int(row_i32[row, ROW_STREAM_INDEX])
     else:
-        pslot = partition_slot(pslot_partition, pslot_index, part)
-        part_index = int(pslot_index[pslot])
+        sslot = stream_slot(sslot_stream, sslot_index, part)
+        part_index = int(sslot_index[sslot])
         if part_index < 0:
-            part_index = int(counters[N_PARTITIONS])
-            counters[N_PARTITIONS] = part_index + 1
-            pslot_partition[pslot] = part
-            pslot_index[pslot] = part_index
-            partition_id[part_index] = part
-            partition_next_offset[part_index] = 0
-    if last_offset + 1 > int(partition_next_offset[part_index]):  # last_offset < INT64_MAX: check_offsets
-        partition_next_offset[part_index] = last_offset + 1
+            part_index = int(counters[N_STREAMS])
+            counters[N_STREAMS] = part_index + 1
+            sslot_stream[sslot] = part
+            sslot_index[sslot] = part_index
+            stream_id[part_index] = part
+            stream_next_offset[part_index] = 0
+    if last_offset + 1 > int(stream_next_offset[part_index]):  # last_offset < INT64_MAX: check_offsets
+        stream_next_offset[part_index] = last_offset + 1
     if pid < 0:
         return  # no producer id: nothing to remember
 
@@ -492,7 +492,7 @@ def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
         row = int(counters[N_ROWS])
         counters[N_ROWS] = row + 1
         slot_i64[slot, SLOT_PRODUCER_ID] = pid
-        slot_i32[slot, SLOT_PARTITION] = part
+        slot_i32[slot, SLOT_STREAM] = part
         slot_i32[slot, SLOT_ROW] = row
         init_row(rows, row, pid, part, part_index)
     if epoch != int(row_i16[row, ROW_EPOCH]):
@@ -513,11 +513,11 @@ def commit_batch(i, slot, batch, slots, rows, parts, counters, out):
 def plain_data(i, batch):
     """Batch ``i`` is well-formed data of a producer id with a sequence, its offsets left to the log: what
     :func:`append_in_sequence` takes (anything else goes through every rule)."""
-    (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
      _max_timestamp, _is_transactional, is_control, _control_type, _coordinator_epoch) = batch
     first_seq = int(base_sequence[i])
     count = int(record_count[i])
-    return not (int(producer_id[i]) < 0 or int(partition[i]) < 0 or int(producer_epoch[i]) < -1 or count < 1
+    return not (int(producer_id[i]) < 0 or int(stream[i]) < 0 or int(producer_epoch[i]) < -1 or count < 1
                 or is_control[i] or int(base_offset[i]) != -1 or first_seq < 0 or first_seq > INT32_MAX
                 or int(last_sequence[i]) != seq_add(first_seq, count - 1))
 
@@ -550,10 +550,10 @@ def append_in_sequence(i, batch, slots, rows, parts, out):
 def append_to_row(i, row, batch, rows, parts, out):
     """:func:`append_in_sequence` of a :func:`plain_data` batch whose producer row is known to be ``row``. It
     writes only the batch's offsets: the caller has prefilled its other verdict columns (:func:`prefill`)."""
-    (_partition, _producer_id, producer_epoch, base_sequence, last_sequence, _base_offset, record_count,
+    (_stream, _producer_id, producer_epoch, base_sequence, last_sequence, _base_offset, record_count,
      max_timestamp, is_transactional, _is_control, _control_type, _coordinator_epoch) = batch
     row_i64, row_i32, row_i16, row_i8 = rows
-    _pslot_partition, _pslot_index, _partition_id, partition_next_offset = parts
+    _sslot_stream, _sslot_index, _stream_id, stream_next_offset = parts
     epoch = int(producer_epoch[i])
     first_seq = int(base_sequence[i])
     last_seq = int(last_sequence[i])
@@ -567,14 +567,14 @@ def append_to_row(i, row, batch, rows, parts, out):
         return False
     if find_duplicate(row_i32, row_i8, row, first_seq, last_seq) >= 0:
         return False
-    part_index = int(row_i32[row, ROW_PARTITION_INDEX])
-    first_offset = int(partition_next_offset[part_index])
+    part_index = int(row_i32[row, ROW_STREAM_INDEX])
+    first_offset = int(stream_next_offset[part_index])
     if first_offset > INT64_MAX - count:
         return False
     last_offset = first_offset + count - 1
     out[2][i] = first_offset  # (the caller prefilled the other columns as an appended batch has them)
     out[3][i] = last_offset
-    partition_next_offset[part_index] = last_offset + 1
+    stream_next_offset[part_index] = last_offset + 1
     timestamp = int(max_timestamp[i])
     ring_push(row_i64, row_i32, row_i8, row, last_seq, last_offset, count - 1, timestamp)
     row_i64[row, ROW_LAST_TIMESTAMP] = timestamp
@@ -585,10 +585,10 @@ def append_to_row(i, row, batch, rows, parts, out):
 
 def apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
     """Batch ``i`` through every rule: :func:`check_batch`, then :func:`commit_batch` if APPENDED. False, with
-    nothing written, when the table has no room for one more row or partition (the caller grows it)."""
+    nothing written, when the table has no room for one more row or stream (the caller grows it)."""
     row_i64 = rows[0]
-    partition_id = parts[2]
-    if int(counters[N_ROWS]) >= row_i64.shape[0] or int(counters[N_PARTITIONS]) >= partition_id.shape[0]:
+    stream_id = parts[2]
+    if int(counters[N_ROWS]) >= row_i64.shape[0] or int(counters[N_STREAMS]) >= stream_id.shape[0]:
         return False
     slot = check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
     if out[0][i] == APPENDED:
@@ -599,20 +599,20 @@ def apply_every_rule(i, batch, origin, slots, rows, parts, counters, out, txns):
 # ---------------------------------------------------------------- the entry points
 
 def validate_batches(
-    partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     origin, start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
-    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    sslot_stream, sslot_index, stream_id, stream_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
+    txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """Check and commit batches ``start..stop-1`` one after the other; return the first index not processed.
 
     Each batch sees the state its predecessors committed (a stream replayed in
     order). It stops early, returning that index, only when the table has no
-    room for one more producer row or partition and the batch is not one
+    room for one more producer row or stream and the batch is not one
     :func:`append_in_sequence` takes (that never adds a row); the caller grows
     the table and calls again from there. Completed transactions are appended at
     ``counters[N_COMPLETED]``; the caller sizes the ``txn_*`` arrays for one
@@ -625,13 +625,13 @@ def validate_batches(
     for INVALID_TXN_STATE, the first offset the batch would have taken for
     F_OFFSET_OVERFLOW, else -1.
     """
-    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    batch = (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
     rows = (row_i64, row_i32, row_i16, row_i8)
-    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    parts = (sslot_stream, sslot_index, stream_id, stream_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
-    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
+    txns = (txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     client = origin == ORIGIN_CLIENT
     if client:
         prefill(out, start, stop)  # (what append_in_sequence does not write)
@@ -644,113 +644,113 @@ def validate_batches(
 
 
 def check_batches(
-    partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     origin, start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
-    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    sslot_stream, sslot_index, stream_id, stream_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
+    txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """Prepare: the verdicts of batches ``start..stop-1`` against the state as it stands, changing no state
     (the broker commits them with :func:`commit_batches` once the log write succeeded). Every batch sees
-    the same state, so no two may be for one partition (each gets the partition's log end). Returns ``stop``."""
-    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    the same state, so no two may be for one stream (each gets the stream's log end). Returns ``stop``."""
+    batch = (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
     rows = (row_i64, row_i32, row_i16, row_i8)
-    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    parts = (sslot_stream, sslot_index, stream_id, stream_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
-    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
+    txns = (txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     for i in range(start, stop):
         check_batch(i, batch, origin, slots, rows, parts, counters, out, txns)
     return stop
 
 
 def commit_batches(
-    partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
-    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    sslot_stream, sslot_index, stream_id, stream_next_offset,
     counters,
     out_status, out_base_offset, out_last_offset,
 ):
     """Commit the batches of ``start..stop-1`` whose ``out_status`` is APPENDED (as :func:`check_batches`
     left it, or after the caller set a failed write to REJECTED); return the first index not processed,
     ``stop`` unless the table ran out of room (grow it and call again from there)."""
-    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    batch = (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
     rows = (row_i64, row_i32, row_i16, row_i8)
-    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    parts = (sslot_stream, sslot_index, stream_id, stream_next_offset)
     committed = (out_status, out_base_offset, out_last_offset)
     row_capacity = row_i64.shape[0]
-    partition_capacity = partition_id.shape[0]
+    stream_capacity = stream_id.shape[0]
     for i in range(start, stop):
         if out_status[i] != APPENDED:
             continue
-        if int(counters[N_ROWS]) >= row_capacity or int(counters[N_PARTITIONS]) >= partition_capacity:
+        if int(counters[N_ROWS]) >= row_capacity or int(counters[N_STREAMS]) >= stream_capacity:
             return i
         slot = -1
         pid = int(producer_id[i])
         if pid >= 0:
-            slot = producer_slot(slot_i64, slot_i32, pid, int(partition[i]))
+            slot = producer_slot(slot_i64, slot_i32, pid, int(stream[i]))
         commit_batch(i, slot, batch, slots, rows, parts, counters, committed)
     return stop
 
 
 def reserve_rows(
-    partition, producer_id, start, stop,
+    stream, producer_id, start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
-    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    sslot_stream, sslot_index, stream_id, stream_next_offset,
     counters,
     batch_bucket, batch_row, bucket_count,
 ):
-    """The pre-pass of a validation split into lanes (``state.lanes``): give every batch of ``start..stop-1``
-    its partition and producer row before any is checked, so lanes that own disjoint partitions can then run
+    """The pre-pass of a validation split into lanes (``engine.lanes``): give every batch of ``start..stop-1``
+    its stream and producer row before any is checked, so lanes that own disjoint streams can then run
     :func:`validate_listed` side by side without inserting into the shared indexes.
 
-    A partition or (partition, producer id) not in the table gets an entry as a first write would create it
+    A stream or (stream, producer id) not in the table gets an entry as a first write would create it
     (next offset 0; :func:`init_row`): until a batch is committed to it, it reads exactly as an absent one, and
-    the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the partition's
-    index + 1; 0 for a negative partition, which no rule lets through; not written when ``batch_bucket`` is
+    the caller drops those no batch was committed to. Per batch it writes ``batch_bucket`` (the stream's
+    index + 1; 0 for a negative stream, which no rule lets through; not written when ``batch_bucket`` is
     empty: one lane needs only the rows) and ``batch_row`` (-1 without a producer id), and counts it in
     ``bucket_count``; an added row remembers the batch that added it
     (``ROW_RESERVED_BY``). Returns the first index not processed: ``stop``, unless adding an entry would leave
-    the table without a spare row or partition (:func:`validate_listed` stops at a full table); grow it and call
-    again. The caller gives a table with a spare row and partition to begin with."""
+    the table without a spare row or stream (:func:`validate_listed` stops at a full table); grow it and call
+    again. The caller gives a table with a spare row and stream to begin with."""
     rows = (row_i64, row_i32, row_i16, row_i8)
     row_capacity = row_i64.shape[0]
-    partition_capacity = partition_id.shape[0]
+    stream_capacity = stream_id.shape[0]
     ahead = row_capacity >= PREFETCH_MIN_ROWS
     mask = slot_i64.shape[0] - 1
     buckets = batch_bucket.shape[0] > 0
-    last_part, last_index = -1, -1  # the partition of the batch before, and its index
+    last_part, last_index = -1, -1  # the stream of the batch before, and its index
     for i in range(start, stop):
         if ahead and i + PREFETCH_AHEAD < stop:
             prefetch_slot(slot_i64, producer_hash(int(producer_id[i + PREFETCH_AHEAD]),
-                                                  int(partition[i + PREFETCH_AHEAD])) & mask)
-        part = int(partition[i])
+                                                  int(stream[i + PREFETCH_AHEAD])) & mask)
+        part = int(stream[i])
         pid = int(producer_id[i])
         bucket = 0
         row = -1
         if part >= 0:
-            pslot = -1
+            sslot = -1
             index = last_index
-            if part != last_part:  # (a run of one partition probes its index once)
-                pslot = partition_slot(pslot_partition, pslot_index, part)
-                index = int(pslot_index[pslot])
+            if part != last_part:  # (a run of one stream probes its index once)
+                sslot = stream_slot(sslot_stream, sslot_index, part)
+                index = int(sslot_index[sslot])
             if index < 0:
-                index = int(counters[N_PARTITIONS])
-                if index + 1 >= partition_capacity:
+                index = int(counters[N_STREAMS])
+                if index + 1 >= stream_capacity:
                     return i
-                pslot_partition[pslot] = part
-                pslot_index[pslot] = index
-                partition_id[index] = part
-                partition_next_offset[index] = 0
-                counters[N_PARTITIONS] = index + 1
+                sslot_stream[sslot] = part
+                sslot_index[sslot] = index
+                stream_id[index] = part
+                stream_next_offset[index] = 0
+                counters[N_STREAMS] = index + 1
             last_part, last_index = part, index
             if pid >= 0:
                 slot = producer_slot(slot_i64, slot_i32, pid, part)
@@ -760,7 +760,7 @@ def reserve_rows(
                     if row + 1 >= row_capacity:
                         return i
                     slot_i64[slot, SLOT_PRODUCER_ID] = pid
-                    slot_i32[slot, SLOT_PARTITION] = part
+                    slot_i32[slot, SLOT_STREAM] = part
                     slot_i32[slot, SLOT_ROW] = row
                     init_row(rows, row, pid, part, index)
                     row_i64[row, ROW_RESERVED_BY] = i
@@ -775,7 +775,7 @@ def reserve_rows(
 
 def prefetch_row(row_i64, row):
     """A hint to fetch the cache lines of ``row``: nothing here; an LLVM prefetch where Numba compiles this module
-    (``numba_kernels``)."""
+    (``numba_rules``)."""
     return None
 
 
@@ -785,28 +785,28 @@ def prefetch_slot(slot_i64, slot):
 
 
 def validate_listed(
-    partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
+    stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset,
     record_count, max_timestamp, is_transactional, is_control, control_type, coordinator_epoch,
     origin, listed, batch_row, start, stop,
     slot_i64, slot_i32, row_i64, row_i32, row_i16, row_i8,
-    pslot_partition, pslot_index, partition_id, partition_next_offset,
+    sslot_stream, sslot_index, stream_id, stream_next_offset,
     counters,
     out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected,
-    txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
+    txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker,
 ):
     """:func:`validate_batches` over the batches ``listed[start:stop]`` (indices in ascending order; an empty
-    ``listed``: the batches ``start..stop-1``): a lane's batches among all of a call's (``state.lanes``),
+    ``listed``: the batches ``start..stop-1``): a lane's batches among all of a call's (``engine.lanes``),
     ``batch_row`` their rows as :func:`reserve_rows` gave them (a row that is not a table row is looked up
     instead). The caller prefills their verdict columns as an appended batch has them (APPENDED, NONE, F_NONE,
     -1: the compiled twin writes only an in-sequence batch's offsets). Returns the first position in ``listed``
     not processed (``stop`` unless the table ran out of room)."""
-    batch = (partition, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
+    batch = (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
     rows = (row_i64, row_i32, row_i16, row_i8)
-    parts = (pslot_partition, pslot_index, partition_id, partition_next_offset)
+    parts = (sslot_stream, sslot_index, stream_id, stream_next_offset)
     out = (out_status, out_error_code, out_base_offset, out_last_offset, out_finding, out_expected)
-    txns = (txn_partition, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
+    txns = (txn_stream, txn_producer_id, txn_first_offset, txn_last_offset, txn_aborted, txn_marker)
     row_capacity = row_i64.shape[0]
     client = origin == ORIGIN_CLIENT
     every = listed.shape[0] == 0
