@@ -12,7 +12,7 @@ PID = 1
 
 @pytest.fixture
 def manager(backend):
-    return ProducerStateManager(partition=0, producer_id_expiration_ms=60 * 60 * 1000, backend=backend)
+    return ProducerStateManager(stream=0, producer_id_expiration_ms=60 * 60 * 1000, backend=backend)
 
 
 def test_basic_idempotence(manager):

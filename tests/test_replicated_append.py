@@ -85,10 +85,10 @@ def test_the_metadata_is_what_recovery_replays_and_a_torn_tail_is_left_out(tmp_p
     assert whole is not None
     rows = len(meta)
     assert follower.log_end_offset == int(whole["base_offset"][rows - 1]) + int(whole["record_count"][rows - 1])
-    for name in ("partition", "producer_id", "base_sequence", "last_sequence", "base_offset", "record_count",
+    for name in ("stream", "producer_id", "base_sequence", "last_sequence", "base_offset", "record_count",
                  "is_transactional", "is_control", "control_type", "max_timestamp"):
         assert np.array_equal(meta[name], whole[name][:rows]), name
-    assert set(meta["partition"].tolist()) == {5}
+    assert set(meta["stream"].tolist()) == {5}
 
 
 def test_a_flipped_byte_is_refused_and_nothing_is_appended(tmp_path):
