@@ -32,6 +32,7 @@ from idemcore.broker.purgatory import (
     answered_at_once,
 )
 from idemcore.broker.topic_config import TopicConfig
+from idemcore.checks import int_setting
 from idemcore.net.messages import FetchRequest, FetchResponse, Pending, ProduceResponse
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,8 @@ class DelayedOperations:
                  scheduler_interval_ms: int = NEVER_MS,
                  checkpoint_interval_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
                  on_log_failure: Callable[[str], None] | None = None) -> None:
-        for name, value in (("scheduler_interval_ms", scheduler_interval_ms),
-                            ("checkpoint_interval_ms", checkpoint_interval_ms)):
-            if type(value) is not int or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        int_setting("scheduler_interval_ms", scheduler_interval_ms, 0)
+        int_setting("checkpoint_interval_ms", checkpoint_interval_ms, 0)
         self._find_partition = find_partition
         self._read = read
         self._clock = clock

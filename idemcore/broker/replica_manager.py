@@ -193,12 +193,11 @@ class ReplicaManager:
         return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,
                                       expiration_ms=expiration_ms)
 
-    def partition(self, topic: object, partition: object) -> Partition | None:
+    def find_partition(self, topic: object, partition: object) -> Partition | None:
+        """The partition a request names, None if the broker has none by that name (or the name is not a (str,
+        int) pair: True would find partition 1); every handler looks partitions up here, so none re-checks."""
         if type(topic) is not str or type(partition) is not int:
             return None
-        return self._index.get((topic, partition))
-
-    def find_partition(self, topic: str, partition: int) -> Partition | None:
         return self._index.get((topic, partition))
 
     def find_log(self, topic: str, partition: int) -> PartitionLog | None:
@@ -311,7 +310,7 @@ class ReplicaManager:
             partition_number = batch.partition
             known = type(partition_number) is int or (isinstance(partition_number, np.integer)
                                                       and not isinstance(partition_number, np.bool_))
-            target = self.partition(batch.topic, int(partition_number)) if known else None
+            target = self.find_partition(batch.topic, int(partition_number)) if known else None
             problem: tuple[ErrorCode, str] | None
             if target is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
@@ -396,7 +395,7 @@ class ReplicaManager:
         seen: set[int] = set()
         offline = self._offline()
         for position, (topic, partition_number) in enumerate(marker.partitions):
-            target = self.partition(topic, partition_number)
+            target = self.find_partition(topic, partition_number)
             if offline is not None and target is not None:  # the coordinator retries it, as against Kafka
                 answers[position] = PartitionResponse(topic, partition_number, offline[0], error_message=offline[1])
                 continue

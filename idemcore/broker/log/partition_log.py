@@ -49,6 +49,7 @@ from idemcore.broker.log.loader import (
 )
 from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, LogSegment
 from idemcore.broker.log.store import MemoryStore
+from idemcore.checks import int_setting
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ControlType
@@ -167,12 +168,10 @@ class PartitionLog:
                  segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
                  cut_torn_tail: bool = True, clean_shutdown: bool = False, written_end: int = 0) -> None:
-        for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
-                                       ("segment_ms", segment_ms, 1, 2**63 - 1),
-                                       ("segment_index_bytes", segment_index_bytes, 4, INT32_MAX),
-                                       ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
-            if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
+        int_setting("segment_bytes", segment_bytes, 1, INT32_MAX)
+        int_setting("segment_ms", segment_ms, 1, 2**63 - 1)
+        int_setting("segment_index_bytes", segment_index_bytes, 4, INT32_MAX)
+        int_setting("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)
         self.topic = topic
         self.partition = partition
         self._name = f"{topic}-{partition}"  # asked at every append (the written ends are kept by name)
