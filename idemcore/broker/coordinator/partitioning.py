@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from idemcore.checks import int_setting
+
 _INT32_MIN = -(1 << 31)
 
 
@@ -29,8 +31,7 @@ def java_abs(n: int) -> int:
 
 def coordinator_partition(key: str, partitions: int) -> int:
     """The partition of a coordinator log with ``partitions`` partitions that owns ``key``."""
-    if type(partitions) is not int or partitions <= 0:
-        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+    int_setting("partitions", partitions, 1)
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}")
     return _partition(key, partitions)

@@ -1009,16 +1009,22 @@ class PartitionLog:
         assert self._directory is not None
         return os.stat(self._directory / offset_file_name(base, LOG_SUFFIX)).st_mtime_ns // 1_000_000
 
+    def moves_log_start_to(self, offset: object) -> bool:
+        """Whether raising the log start offset to ``offset`` moves it (False: at or below the start); ValueError
+        for an offset that is not an int or lies past the log end. Nothing changes: a caller moving several logs
+        asks each first (:meth:`LogManager.increment_log_start_offsets`)."""
+        if type(offset) is not int or offset > self.log_end_offset:
+            raise ValueError(f"{self.name}: the log start offset cannot move to {offset!r}, past the log end "
+                             f"{self.log_end_offset}")
+        return offset > self.log_start_offset
+
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset to ``offset`` (Kafka's ``UnifiedLog.maybeIncrementLogStartOffset``): never
         lower (an offset at or below the start changes nothing: False), never past the log end (ValueError: the
         high watermark on one broker). The start may fall inside a segment, even inside a batch: reads below it are
         refused, the records below it are gone to every reader. Only memory changes: the broker records the start
         in log-start-offset-checkpoint, then :meth:`delete_start_breached_segments` deletes files."""
-        if type(offset) is not int or offset > self.log_end_offset:
-            raise ValueError(f"{self.name}: the log start offset cannot move to {offset!r}, past the log end "
-                             f"{self.log_end_offset}")
-        if offset <= self.log_start_offset:
+        if not self.moves_log_start_to(offset):
             return False
         log.info("%s: the log start offset moves from %d to %d", self.name, self.log_start_offset, offset)
         self.log_start_offset = offset
