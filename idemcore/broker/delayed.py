@@ -49,8 +49,6 @@ class ReplicationView(Protocol):
 
     def not_leader(self, partition_log: PartitionLog) -> str | None: ...
 
-#: The producer's ``request.timeout.ms`` default: how long an acks=all answer waits when the request names none.
-DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 #: The interpreter's thread switch interval while the flusher runs beside the loop (Python's default is 5 ms): a
 #: thread coming back from an fsync waits that long for the GIL while the loop is busy, once per fsync, so with the
 #: default an acks=all answer behind 8 partitions' fsyncs took 15-100 ms under load, and 5 ms with this.
@@ -210,8 +208,6 @@ class DelayedOperations:
         if self.produces is None or self.scheduler is None or not waits:
             return response
         scheduler = self.scheduler
-        if type(timeout_ms) is not int:  # in-process requests are not checked by a wire decoder
-            timeout_ms = DEFAULT_PRODUCE_TIMEOUT_MS
         replication = self.replication
         operation = DelayedProduce(response, waits, timeout_ms, scheduler.durable_end if flushed else None,
                                    scheduler.failure, None if replication is None else replication.high_watermark,

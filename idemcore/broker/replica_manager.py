@@ -49,7 +49,6 @@ from idemcore.state.verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 
-_ACKS = (0, 1, -1)
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
@@ -294,11 +293,7 @@ class ReplicaManager:
     def produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
         """Admit each batch (its partition, the internal topics, one batch per partition, its form and its topic's
         settings), then append the admitted ones; None for acks=0."""
-        if type(request.acks) is not int or request.acks not in _ACKS:
-            raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
-        batches = request.batches
-        if not isinstance(batches, (tuple, list)) or not all(type(b) is RecordBatch for b in batches):
-            raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
+        batches = request.batches  # acks, batches and timeout_ms: checked by the request's constructor
         answers: list[PartitionResponse | None] = [None] * len(batches)
         columns = self._columns_for(len(batches))
         entries: list[_Entry] = []
