@@ -262,7 +262,7 @@ def test_reload_partition_state_after_a_truncation(tmp_path):
             assert send(broker, 0, 1, seq) == (0, seq)
             assert send(broker, 1, 2, seq)[0] == 0
         other = snapshot_entries(broker.state, 1)
-        partition = broker.replicas.partition("t", 0)
+        partition = broker.replicas.find_partition("t", 0)
         assert partition is not None and len(partition.log.segments) > 2
         assert partition.log.truncate_to(5)
         assert all(offset <= 5 for offset in partition.log.snapshot_offsets())

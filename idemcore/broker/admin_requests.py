@@ -107,7 +107,7 @@ def _partition_producers(broker: AdminSources, topic: str, partition: int) -> Pa
     illegal = illegal_topic_name(topic)
     if illegal is not None:
         return PartitionProducers(topic, partition, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=illegal)
-    found = broker.replicas.partition(topic, partition)
+    found = broker.replicas.find_partition(topic, partition)
     if found is None:
         where = "topic" if topic not in broker.topics else "partition"
         return PartitionProducers(topic, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -217,7 +217,7 @@ def delete_records(broker: AdminSources, request: DeleteRecordsRequest) -> Delet
             code, message = refused[k]
             answers.append(DeletedRecords(topic, partition, code, error_message=message))
             continue
-        found = broker.replicas.partition(topic, partition)
+        found = broker.replicas.find_partition(topic, partition)
         assert found is not None  # not refused: it exists
         start = found.log.log_start_offset
         if failure is not None and start < targets[(topic, partition)]:
@@ -239,7 +239,7 @@ def _malformed_triples(triples: object) -> str | None:
 
 def _deletion_target(broker: AdminSources, topic: str, partition: int, offset: int) -> int | tuple[ErrorCode, str]:
     """The offset ``topic-partition``'s log start moves to, or the refusal (Kafka's order of checks)."""
-    found = broker.replicas.partition(topic, partition)
+    found = broker.replicas.find_partition(topic, partition)
     if found is None:
         where = "topic" if topic not in broker.topics else "partition"
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {broker.broker_id} has no {where} {topic}-{partition}"

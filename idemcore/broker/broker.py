@@ -42,6 +42,7 @@ from idemcore.broker.security.request_authorization import authorized_handle
 from idemcore.broker.security.scram_requests import scram_credential_handlers
 from idemcore.broker.topic_config import NEVER_FLUSH, TopicConfig, broker_topic_defaults
 from idemcore.broker.topics import TopicExistsError, Topics
+from idemcore.checks import bool_setting, int_setting
 from idemcore.clock import wall_clock_ms
 from idemcore.engine.table import ProducerStateTable
 from idemcore.errors import IdemcoreError
@@ -175,19 +176,13 @@ class Broker:
     ) -> None:
         if not isinstance(topics, Mapping):
             raise TypeError(f"topics must map each topic name to its partition count, got {topics!r:.80}")
-        if type(auto_create_topics) is not bool:
-            raise TypeError(f"auto_create_topics must be True or False, got {auto_create_topics!r}")
-        if type(default_partitions) is not int or not 1 <= default_partitions <= MAX_PARTITIONS_PER_TOPIC:
-            raise ValueError(f"default_partitions must be an integer from 1 to {MAX_PARTITIONS_PER_TOPIC:,}, got "
-                             f"{default_partitions!r}")
+        bool_setting("auto_create_topics", auto_create_topics)
+        int_setting("default_partitions", default_partitions, 1, MAX_PARTITIONS_PER_TOPIC)
         if data_dir is not None and not str(data_dir):
             raise ValueError("data_dir is an empty path (it would mean the current directory); name a directory")
-        if type(fsync) is not bool:
-            raise TypeError(f"fsync must be True or False, got {fsync!r}")
-        if type(producer_id_expiration_ms) is not int or producer_id_expiration_ms < 1:
-            raise ValueError(f"producer_id_expiration_ms must be a positive integer, got {producer_id_expiration_ms!r}")
-        if type(message_max_bytes) is not int or message_max_bytes < 1:
-            raise ValueError(f"message_max_bytes must be a positive integer, got {message_max_bytes!r}")
+        bool_setting("fsync", fsync)
+        int_setting("producer_id_expiration_ms", producer_id_expiration_ms, 1)
+        int_setting("message_max_bytes", message_max_bytes, 1)
         self.message_max_bytes = message_max_bytes
         self.broker_id = broker_id
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -218,9 +213,7 @@ class Broker:
         self.topic_catalog = Topics(topics, defaults, topic_configs, self.data_dir, auto_create=auto_create_topics,
                                     default_partitions=default_partitions, broker_id=broker_id)
         check_topic(TRANSACTION_STATE_TOPIC, transaction_state_partitions)
-        if type(transaction_max_timeout_ms) is not int or transaction_max_timeout_ms < 1:
-            raise ValueError("transaction_max_timeout_ms must be a positive integer, got "
-                             f"{transaction_max_timeout_ms!r}")
+        int_setting("transaction_max_timeout_ms", transaction_max_timeout_ms, 1)
         self.transaction_state_partitions = transaction_state_partitions
         self.transaction_max_timeout_ms = transaction_max_timeout_ms
         self._txn_coordinator: TransactionCoordinator | None = None
@@ -319,7 +312,7 @@ class Broker:
                 from idemcore.broker.coordinator_leadership import CoordinatorLeadership
 
                 self._handlers.update(self.cluster.handlers())
-                self.coordinator_leadership = CoordinatorLeadership(self)
+                self.coordinator_leadership = CoordinatorLeadership(self, self.cluster)
             self.log_manager.started()
             self.log_manager.warn_unserved()
             if CONSUMER_OFFSETS_TOPIC in self.topic_catalog:  # before the coordinator below re-sends markers there
@@ -417,7 +410,7 @@ class Broker:
 
     def log(self, topic: str, partition: int) -> PartitionLog:
         """The log of one partition."""
-        found = self.replicas.partition(topic, partition)
+        found = self.replicas.find_partition(topic, partition)
         if found is None:
             raise IdemcoreError(f"broker {self.broker_id} has no partition {topic}-{partition}")
         return found.log
@@ -426,7 +419,7 @@ class Broker:
         return [partition.log for partition in self.replicas.partitions]
 
     def _serves(self, topic: str, partition: int) -> bool:
-        return self.replicas.partition(topic, partition) is not None
+        return self.replicas.find_partition(topic, partition) is not None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -452,7 +445,7 @@ class Broker:
         assert self._txn_coordinator is not None
         return self._txn_coordinator
 
-    def _internal_topic_settings(self, name: str) -> tuple[int, dict[str, Any]]:
+    def internal_topic_settings(self, name: str) -> tuple[int, dict[str, Any]]:
         """The partition count and topic configs the internal topic ``name`` is made with."""
         if name == TRANSACTION_STATE_TOPIC:
             configs: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": TRANSACTION_STATE_SEGMENT_BYTES}
@@ -467,7 +460,7 @@ class Broker:
         for rather than made twice)."""
         self._background_topics.wait(name)
         if name not in self.topics:
-            partitions, configs = self._internal_topic_settings(name)
+            partitions, configs = self.internal_topic_settings(name)
             self.topic_catalog.create(name, partitions, configs, internal=True)
 
     def _start_txn_coordinator(self) -> None:
@@ -603,7 +596,7 @@ class Broker:
                                                  error_message=f"could not make {topic}: {exc}")
             pending.complete(answer)
         try:
-            self._background_topics.make(topic, *self._internal_topic_settings(topic), ready)
+            self._background_topics.make(topic, *self.internal_topic_settings(topic), ready)
         except Exception as exc:  # refused before anything was made (its directories left without topics.json)
             ready(exc)
         return pending

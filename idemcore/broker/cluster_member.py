@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idemcore.broker.broker_view import MemberBroker
 from idemcore.broker.cluster_config import ClusterConfig
 from idemcore.broker.controller.assignment import AssignmentError, assign_replicas
 from idemcore.broker.controller.controller import Controller
@@ -30,7 +31,7 @@ from idemcore.broker.partition import Partition
 from idemcore.broker.replica_fetcher import ReplicaFetcherManager
 from idemcore.broker.security.inter_broker import inter_broker_security
 from idemcore.broker.topic_config import InvalidTopicConfig
-from idemcore.broker.topic_requests import wire_configs
+from idemcore.broker.topic_requests import refused_new_topic, wire_configs
 from idemcore.errors import IdemcoreError
 from idemcore.net.broker_channel import BlockingBrokerChannel, BrokerChannel
 from idemcore.net.messages import (
@@ -63,12 +64,10 @@ from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_TOPICS,
-    MAX_PARTITIONS_PER_TOPIC,
     TRANSACTION_STATE_TOPIC,
 )
 
 if TYPE_CHECKING:
-    from idemcore.broker.broker import Broker
     from idemcore.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ log = logging.getLogger(__name__)
 class ClusterMember:
     """This broker's membership of the cluster (module docstring)."""
 
-    def __init__(self, broker: Broker, config: ClusterConfig) -> None:
+    def __init__(self, broker: MemberBroker, config: ClusterConfig) -> None:
         self.broker = broker
         self.config = config
         self.broker_id = broker.broker_id
@@ -396,6 +395,9 @@ class ClusterMember:
         count = self.metadata.partition_count(name)
         return count > 0 and all(self.metadata.leader(name, p) is not None for p in range(count))
 
+    def _partition_count(self, topic: str) -> int | None:
+        return self.metadata.partition_count(topic) if self.metadata.has_topic(topic) else None
+
     def _create(self, topic: NewTopic, validate_only: bool) -> CreatedTopic:
         name, count, factor = topic.name, topic.partitions, topic.replication_factor
         catalog = self.broker.topic_catalog
@@ -409,15 +411,9 @@ class ClusterMember:
             count = catalog.default_partitions
         if factor == -1:
             factor = self.config.default_replication_factor
-        if type(name) is not str or name in INTERNAL_TOPICS:
-            return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                f"topic name {name!r} is internal or not a string")
-        if self.metadata.has_topic(name):
-            return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS,
-                                f"topic {name!r} already exists with {self.metadata.partition_count(name)} partitions")
-        if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
-            return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
-                                f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
+        refused = refused_new_topic(name, count, self._partition_count)
+        if refused is not None:
+            return refused
         try:
             configs = dict(wire_configs(topic.configs))
             catalog.defaults.overridden(name, configs)  # checked as the topic will be served
@@ -464,7 +460,7 @@ class ClusterMember:
         transactional = request.key_type == TRANSACTION_KEY
         topic = TRANSACTION_STATE_TOPIC if transactional else CONSUMER_OFFSETS_TOPIC
         if not self.metadata.has_topic(topic):
-            partitions, configs = self.broker._internal_topic_settings(topic)
+            partitions, configs = self.broker.internal_topic_settings(topic)
             factor = (self.config.transaction_replication_factor if transactional
                       else self.config.offsets_replication_factor)
             live = len(self.metadata.brokers)
@@ -493,7 +489,7 @@ class ClusterMember:
 
     def config_partitions(self, topic: str) -> int:
         """The partition count the internal topic ``topic`` is made with."""
-        return self.broker._internal_topic_settings(topic)[0]
+        return self.broker.internal_topic_settings(topic)[0]
 
     # --- answers waiting for the controller ---------------------------------------------------------------------
 

@@ -27,8 +27,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from idemcore.broker.broker_view import LeadershipBroker
+from idemcore.broker.cluster_member import ClusterMember
 from idemcore.broker.coordinator import TransactionCoordinator
 from idemcore.broker.coordinator.marker_channel import ClusterMarkerWriter, broker_channel
 from idemcore.broker.coordinator.request_path_writers import HandledTransactionLog
@@ -59,20 +61,15 @@ from idemcore.net.messages import (
 from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
-if TYPE_CHECKING:
-    from idemcore.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 
 class CoordinatorLeadership:
-    """The coordinators of ``broker`` (which has ``broker.cluster``) following their partitions' leadership (module
-    docstring). Installing it registers its listeners and replaces the coordinators' handlers with gated ones."""
+    """The coordinators of ``broker``, a member of a cluster through ``cluster``, following their partitions'
+    leadership (module docstring). Installing it registers its listeners and replaces the coordinators' handlers
+    with gated ones."""
 
-    def __init__(self, broker: Broker) -> None:
-        cluster = broker.cluster
-        if cluster is None:
-            raise ValueError(f"broker {broker.broker_id} is not in a cluster: its coordinators lead everything")
+    def __init__(self, broker: LeadershipBroker, cluster: ClusterMember) -> None:
         self.broker = broker
         self._metadata = cluster.metadata
         self._retry_scheduled = False

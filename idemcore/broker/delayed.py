@@ -32,6 +32,7 @@ from idemcore.broker.purgatory import (
     answered_at_once,
 )
 from idemcore.broker.topic_config import TopicConfig
+from idemcore.checks import int_setting
 from idemcore.net.messages import FetchRequest, FetchResponse, Pending, ProduceResponse
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ class ReplicationView(Protocol):
 
     def not_leader(self, partition_log: PartitionLog) -> str | None: ...
 
-#: The producer's ``request.timeout.ms`` default: how long an acks=all answer waits when the request names none.
-DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 #: The interpreter's thread switch interval while the flusher runs beside the loop (Python's default is 5 ms): a
 #: thread coming back from an fsync waits that long for the GIL while the loop is busy, once per fsync, so with the
 #: default an acks=all answer behind 8 partitions' fsyncs took 15-100 ms under load, and 5 ms with this.
@@ -73,10 +72,8 @@ class DelayedOperations:
                  scheduler_interval_ms: int = NEVER_MS,
                  checkpoint_interval_ms: int = DEFAULT_RECOVERY_POINT_CHECKPOINT_MS,
                  on_log_failure: Callable[[str], None] | None = None) -> None:
-        for name, value in (("scheduler_interval_ms", scheduler_interval_ms),
-                            ("checkpoint_interval_ms", checkpoint_interval_ms)):
-            if type(value) is not int or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        int_setting("scheduler_interval_ms", scheduler_interval_ms, 0)
+        int_setting("checkpoint_interval_ms", checkpoint_interval_ms, 0)
         self._find_partition = find_partition
         self._read = read
         self._clock = clock
@@ -211,8 +208,6 @@ class DelayedOperations:
         if self.produces is None or self.scheduler is None or not waits:
             return response
         scheduler = self.scheduler
-        if type(timeout_ms) is not int:  # in-process requests are not checked by a wire decoder
-            timeout_ms = DEFAULT_PRODUCE_TIMEOUT_MS
         replication = self.replication
         operation = DelayedProduce(response, waits, timeout_ms, scheduler.durable_end if flushed else None,
                                    scheduler.failure, None if replication is None else replication.high_watermark,

@@ -34,7 +34,8 @@ from idemcore.protocol.codes import ErrorCode
 from idemcore.protocol.constants import NO_OFFSET, READ_COMMITTED, READ_UNCOMMITTED
 
 #: Finds a partition, None when the broker has no such partition.
-FindPartition = Callable[[str, int], Partition | None]
+#: A broker's partition lookup (:meth:`ReplicaManager.find_partition`), None for a malformed (topic, partition).
+FindPartition = Callable[[object, object], Partition | None]
 #: Called on the leader with each follower fetch: ``(partition, replica id, fetch offset)``.
 FollowerFetched = Callable[[Partition, int, int], None]
 
@@ -84,7 +85,7 @@ def fetch(find_partition: FindPartition, request: FetchRequest,
     answers = []
     returned_any = False
     for wanted in partitions:
-        partition = _partition(find_partition, wanted.topic, wanted.partition)
+        partition = find_partition(wanted.topic, wanted.partition)
         problem = leader_problem(partition, wanted.current_leader_epoch)
         if problem is not None:
             answers.append(FetchedPartition(wanted.topic, wanted.partition, problem))
@@ -156,7 +157,7 @@ def list_offsets(find_partition: FindPartition, request: ListOffsetsRequest) -> 
             results.append(ListedOffset(str(entry)[:80], -1, ErrorCode.INVALID_REQUEST))
             continue
         topic, partition_number, timestamp = entry
-        partition = _partition(find_partition, topic, partition_number)
+        partition = find_partition(topic, partition_number)
         problem = leader_problem(partition, -1 if epochs is None else epochs[position])
         if problem is not None:
             results.append(ListedOffset(topic, partition_number, problem))
@@ -187,12 +188,6 @@ def list_offsets(find_partition: FindPartition, request: ListOffsetsRequest) -> 
             results.append(ListedOffset(topic, partition_number, ErrorCode.NONE, offset, at,
                                         leader_epoch=epoch if offset != NO_OFFSET else -1))
     return ListOffsetsResponse(tuple(results), request.request_id)
-
-
-def _partition(find_partition: FindPartition, topic: object, partition: object) -> Partition | None:
-    if type(topic) is not str or type(partition) is not int:
-        return None
-    return find_partition(topic, partition)
 
 
 def offset_for_leader_epoch(find_partition: FindPartition,

@@ -329,10 +329,7 @@ class LogManager:
         moves = []
         for key, start in starts.items():
             partition_log = by_key[key]
-            if type(start) is not int or start > partition_log.log_end_offset:
-                raise ValueError(f"{partition_log.name}: the log start offset cannot move to {start!r}, past the "
-                                 f"log end {partition_log.log_end_offset}")
-            if start > partition_log.log_start_offset:
+            if partition_log.moves_log_start_to(start):
                 moves.append((partition_log, start))
         if not moves:
             return

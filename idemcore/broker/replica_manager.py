@@ -49,7 +49,6 @@ from idemcore.record.kafka_files import encode_snapshot
 
 log = logging.getLogger(__name__)
 
-_ACKS = (0, 1, -1)
 # Plain ints for the per-request path: an enum member looked up on its class costs a Python call in 3.11.
 _APPENDED = int(Status.APPENDED)
 _REJECTED = int(Status.REJECTED)
@@ -189,12 +188,11 @@ class ReplicaManager:
         return recover_producer_state(self.partitions, self.state, self.backend, producer_ids, now_ms=now_ms,
                                       expiration_ms=expiration_ms)
 
-    def partition(self, topic: object, partition: object) -> Partition | None:
+    def find_partition(self, topic: object, partition: object) -> Partition | None:
+        """The partition a request names, None if the broker has none by that name (or the name is not a (str,
+        int) pair: True would find partition 1); every handler looks partitions up here, so none re-checks."""
         if type(topic) is not str or type(partition) is not int:
             return None
-        return self._index.get((topic, partition))
-
-    def find_partition(self, topic: str, partition: int) -> Partition | None:
         return self._index.get((topic, partition))
 
     def find_log(self, topic: str, partition: int) -> PartitionLog | None:
@@ -291,11 +289,7 @@ class ReplicaManager:
     def produce(self, request: ProduceRequest) -> ProduceResponse | Pending | None:
         """Admit each batch (its partition, the internal topics, one batch per partition, its form and its topic's
         settings), then append the admitted ones; None for acks=0."""
-        if type(request.acks) is not int or request.acks not in _ACKS:
-            raise ValueError(f"acks must be one of {_ACKS}, got {request.acks!r}")
-        batches = request.batches
-        if not isinstance(batches, (tuple, list)) or not all(type(b) is RecordBatch for b in batches):
-            raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {batches!r:.80}")
+        batches = request.batches  # acks, batches and timeout_ms: checked by the request's constructor
         answers: list[PartitionResponse | None] = [None] * len(batches)
         columns = self._columns_for(len(batches))
         entries: list[_Entry] = []
@@ -307,7 +301,7 @@ class ReplicaManager:
             partition_number = batch.partition
             known = type(partition_number) is int or (isinstance(partition_number, np.integer)
                                                       and not isinstance(partition_number, np.bool_))
-            target = self.partition(batch.topic, int(partition_number)) if known else None
+            target = self.find_partition(batch.topic, int(partition_number)) if known else None
             problem: tuple[ErrorCode, str] | None
             if target is None:
                 problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {batch.topic}-{batch.partition}"
@@ -392,7 +386,7 @@ class ReplicaManager:
         seen: set[int] = set()
         offline = self._offline()
         for position, (topic, partition_number) in enumerate(marker.partitions):
-            target = self.partition(topic, partition_number)
+            target = self.find_partition(topic, partition_number)
             if offline is not None and target is not None:  # the coordinator retries it, as against Kafka
                 answers[position] = PartitionResponse(topic, partition_number, offline[0], error_message=offline[1])
                 continue

@@ -33,6 +33,7 @@ from idemcore.broker.security.request_context import RequestRefused
 from idemcore.broker.security.sasl_answers import answer as sasl_answer
 from idemcore.broker.security.sasl_server import SaslAuthenticator
 from idemcore.broker.security.session import ANONYMOUS, KafkaPrincipal, Session
+from idemcore.checks import int_setting
 from idemcore.errors import IdemcoreError
 from idemcore.net.messages import Pending
 from idemcore.net.wire import sasl as sasl_wire
@@ -95,17 +96,11 @@ class Server:
                  inter_broker_listener: str | None = None,
                  authentication_timeout_ms: int = DEFAULT_AUTHENTICATION_TIMEOUT_MS,
                  failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS) -> None:
-        if type(port) is not int or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
-        if type(max_request_bytes) is not int or max_request_bytes < 64:
-            raise ValueError(f"max_request_bytes must be an integer of at least 64, got {max_request_bytes!r}")
-        if type(housekeeping_ms) is not int or housekeeping_ms < 1:
-            raise ValueError(f"housekeeping_ms must be a positive integer, got {housekeeping_ms!r}")
-        if type(authentication_timeout_ms) is not int or authentication_timeout_ms < 1:
-            raise ValueError(f"authentication_timeout_ms must be a positive integer, got {authentication_timeout_ms!r}")
-        if type(failed_authentication_delay_ms) is not int or failed_authentication_delay_ms < 0:
-            raise ValueError("failed_authentication_delay_ms must be an integer of at least 0, got "
-                             f"{failed_authentication_delay_ms!r}")
+        int_setting("port", port, 0, 65535)
+        int_setting("max_request_bytes", max_request_bytes, 64)
+        int_setting("housekeeping_ms", housekeeping_ms, 1)
+        int_setting("authentication_timeout_ms", authentication_timeout_ms, 1)
+        int_setting("failed_authentication_delay_ms", failed_authentication_delay_ms, 0)
         self.broker = broker
         self.host, self.port = host, port
         self.advertised_host = advertised_host

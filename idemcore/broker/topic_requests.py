@@ -87,15 +87,9 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
         count = len(assigned)
     if count == -1:
         count = catalog.default_partitions
-    if type(name) is not str or name in INTERNAL_TOPICS:
-        return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
-                            f"topic name {name!r} is internal or not a string")
-    if name in catalog:
-        return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists with "
-                            f"{catalog[name]} partitions", catalog[name])
-    if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
-        return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
-                            f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
+    refused = refused_new_topic(name, count, catalog.counts.get)
+    if refused is not None:
+        return refused
     if topic.replication_factor not in (-1, 1):  # one broker keeps one replica: refused, never fewer than asked
         return CreatedTopic(name, ErrorCode.INVALID_REPLICATION_FACTOR,
                             f"topic {name!r}: replication factor {topic.replication_factor!r}: one broker keeps 1 "
@@ -120,6 +114,23 @@ def _create(catalog: Topics, topic: NewTopic, validate_only: bool,
     except OSError as error:  # its files could not be made (the disk, descriptors, an offline log directory)
         return CreatedTopic(name, ErrorCode.KAFKA_STORAGE_ERROR, f"topic {name!r} could not be made: {error}")
     return CreatedTopic(name, ErrorCode.NONE, None, count, () if describe is None else describe(config))
+
+
+def refused_new_topic(name: object, count: object, existing: Callable[[str], int | None]) -> CreatedTopic | None:
+    """The answer to a CreateTopics entry whose name is internal or not a string, whose topic ``existing`` knows
+    (its partition count), or whose partition count (-1 resolved already) is out of range; None: it may be made.
+    One check for the broker alone and for a cluster's member."""
+    if type(name) is not str or name in INTERNAL_TOPICS:
+        return CreatedTopic(str(name), ErrorCode.INVALID_TOPIC_EXCEPTION,
+                            f"topic name {name!r} is internal or not a string")
+    have = existing(name)
+    if have is not None:
+        return CreatedTopic(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists with {have} "
+                            "partitions", have)
+    if type(count) is not int or not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+        return CreatedTopic(name, ErrorCode.INVALID_PARTITIONS, f"topic {name!r}: {count!r} partitions (1 to "
+                            f"{MAX_PARTITIONS_PER_TOPIC:,}, or -1 for the broker's default)")
+    return None
 
 
 def wire_configs(configs: Any) -> Mapping[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from idemcore.checks import int_at_least
 from idemcore.errors import ConfigError
 from idemcore.protocol.constants import INT32_MAX, MAX_IN_FLIGHT_WITH_IDEMPOTENCE
 
@@ -55,16 +56,13 @@ class ProducerConfig:
             if not isinstance(acks, int | str) or isinstance(acks, bool) or acks not in _ACKS:
                 raise ConfigError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
             config["acks"] = _ACKS[acks]
-        for name in known - {"enable_idempotence", "client_id", "acks", "transactional_id"}:
-            if name in config and (not isinstance(config[name], int) or isinstance(config[name], bool)):
-                raise ConfigError(f"{name} must be an integer, got {config[name]!r}")
-        values = {**{f.name: f.default for f in fields(cls)}, **config}
         for name, low in (("retries", 0), ("max_in_flight_requests_per_connection", 1), ("batch_size", 0),
                           ("linger_ms", 0), ("delivery_timeout_ms", 1), ("request_timeout_ms", 1),
                           ("retry_backoff_ms", 0), ("max_request_size", 1), ("transaction_timeout_ms", 1),
                           ("max_block_ms", 0)):
-            if values[name] < low:
-                raise ConfigError(f"{name} must be at least {low}, got {values[name]}")
+            if name in config:
+                int_at_least(name, config[name], low, type_error=ConfigError, range_error=ConfigError)
+        values = {**{f.name: f.default for f in fields(cls)}, **config}
         conflicts = []
         if values["acks"] != -1:
             conflicts.append(f"acks must be 'all' (got {values['acks']})")

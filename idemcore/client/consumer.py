@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from idemcore.checks import bool_setting, int_at_least, str_or_none_setting
 from idemcore.client.connecting import own_transport
 from idemcore.client.group_member import ConsumerGroupMetadata, ConsumerRebalanceListener, GroupMember
 from idemcore.errors import IdemcoreError
@@ -228,9 +229,7 @@ class Consumer:
                  max_poll_interval_ms: int = 300000, group_instance_id: str | None = None,
                  metadata_max_age_ms: int = 300_000,
                  security: ClientSecurity | Mapping[str, str] | None = None) -> None:
-        if group_id is not None and (type(group_id) is not str or not group_id):
-            raise (ValueError if type(group_id) is str else TypeError)(
-                f"group_id must be a non-empty string or None, got {group_id!r}")
+        str_or_none_setting("group_id", group_id)
         if type(isolation_level) is not str or isolation_level not in _ISOLATION_LEVELS:
             raise ValueError(f"isolation_level must be 'read_committed' or 'read_uncommitted', got {isolation_level!r}")
         if auto_offset_reset not in _RESET_POLICIES:
@@ -250,10 +249,8 @@ class Consumer:
         if client_id is not None and type(client_id) is not str:
             raise TypeError(f"client_id must be a string or None, got {client_id!r}")
         client_id = client_id or f"consumer-{next(_client_ids)}"
-        if type(enable_auto_commit) is not bool:
-            raise TypeError(f"enable_auto_commit must be True or False, got {enable_auto_commit!r}")
-        if group_instance_id is not None and (type(group_instance_id) is not str or not group_instance_id):
-            raise ValueError(f"group_instance_id must be a non-empty string or None, got {group_instance_id!r}")
+        bool_setting("enable_auto_commit", enable_auto_commit)
+        str_or_none_setting("group_instance_id", group_instance_id)
         if isinstance(partition_assignment_strategy, str) or not isinstance(partition_assignment_strategy, Iterable):
             raise TypeError("partition_assignment_strategy must be a list of assignor names, got "
                             f"{partition_assignment_strategy!r}")
@@ -646,8 +643,7 @@ class Consumer:
         a transaction's offset commit for a partition is pending (UNSTABLE_OFFSET_COMMIT is retried)."""
         group = self._group_of("committed")
         wanted = _partition_list("partitions", partitions)
-        if type(require_stable) is not bool:
-            raise TypeError(f"require_stable must be True or False, got {require_stable!r}")
+        bool_setting("require_stable", require_stable)
 
         def accept(response: Response) -> dict[TopicPartition, int | None]:
             return _committed_offsets(group, wanted, response)
@@ -998,13 +994,7 @@ def _nothing() -> None:
 
 
 def _check_int(name: str, value: object, low: int) -> int:
-    if type(value) is not int:
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}, got {value}")
-    if value > _INT64_MAX:  # Kafka's offsets, timeouts and counts are int64
-        raise ValueError(f"{name} must be at most {_INT64_MAX} (int64), got {value}")
-    return value
+    return int_at_least(name, value, low, _INT64_MAX)  # Kafka's offsets, timeouts and counts are int64
 
 
 _INT64_MAX = 2**63 - 1

@@ -40,7 +40,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from idemcore.client.assignors import COOPERATIVE, EAGER, Assignor, make_assignor
 from idemcore.client.group_metadata import ConsumerGroupMetadata
@@ -80,9 +80,6 @@ from idemcore.net.transport import Transport, connection_broke
 from idemcore.protocol.codes import ErrorCode, error_name
 from idemcore.protocol.constants import TopicPartition
 
-if TYPE_CHECKING:
-    from idemcore.client.consumer import Consumer
-
 log = logging.getLogger(__name__)
 
 E = ErrorCode
@@ -115,6 +112,24 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
+
+
+class GroupOwner(Protocol):
+    """What a :class:`GroupMember` drives of its consumer (:class:`~idemcore.client.consumer.Consumer`): the
+    member sets the consumer's partitions and commits its positions; typed here so the member needs no import of
+    the consumer, which imports the member."""
+
+    client_id: str
+    enable_auto_commit: bool
+
+    @property
+    def transport(self) -> Transport: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def _assign_from_group(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+    def _commit_positions_sync(self, partitions: set[TopicPartition] | None = None) -> None: ...
 
 
 def rebalance_protocol(assignors: Sequence[Assignor]) -> str:
@@ -191,7 +206,7 @@ class GroupMember:
     ``poll`` and :meth:`drive` from its blocking calls; it owns the assigned partitions, which this sets through
     ``consumer._assign_from_group``."""
 
-    def __init__(self, consumer: Consumer, group_id: str, *, assignors: Sequence[str],
+    def __init__(self, consumer: GroupOwner, group_id: str, *, assignors: Sequence[str],
                  session_timeout_ms: int, heartbeat_interval_ms: int, max_poll_interval_ms: int,
                  group_instance_id: str | None, metadata_max_age_ms: int, retry_backoff_ms: int,
                  request_timeout_ms: int) -> None:

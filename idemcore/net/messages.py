@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from idemcore.checks import int_arg
 from idemcore.errors import IdemcoreError
 from idemcore.net.admin import AdminRequest, AdminResponse
 from idemcore.net.configs import ConfigsRequest, ConfigsResponse, DescribedConfig
@@ -39,6 +40,9 @@ from idemcore.protocol.constants import (
 )
 from idemcore.record.batch import RecordBatch
 
+#: A Produce request's acks: none, the leader's, every in-sync replica's (-1, "all").
+PRODUCE_ACKS = (0, 1, -1)
+
 
 @dataclass(slots=True, frozen=True)
 class ProduceRequest:
@@ -53,6 +57,15 @@ class ProduceRequest:
     internal: bool = False
     #: The producer's transactional id (the request's, for transactional batches): what their WRITE is checked on.
     transactional_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checked once where the request is made (a client, the wire decoder, a coordinator's own append), so the
+        # broker's produce path and its delayed answer take the fields as they are.
+        if type(self.acks) is not int or self.acks not in PRODUCE_ACKS:
+            raise ValueError(f"acks must be one of {PRODUCE_ACKS}, got {self.acks!r}")
+        if not isinstance(self.batches, tuple | list) or not all(type(b) is RecordBatch for b in self.batches):
+            raise TypeError(f"ProduceRequest.batches must be a tuple of RecordBatch, got {self.batches!r:.80}")
+        int_arg("ProduceRequest.timeout_ms", self.timeout_ms)
 
 
 @dataclass(slots=True, frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from idemcore.checks import int_setting
 from idemcore.protocol.constants import DEFAULT_TRANSACTION_STATE_PARTITIONS
 
 _INT32_MIN = -(1 << 31)
@@ -31,8 +32,7 @@ def java_abs(n: int) -> int:
 
 def coordinator_partition(key: str, partitions: int) -> int:
     """The partition of a coordinator log with ``partitions`` partitions that owns ``key``."""
-    if type(partitions) is not int or partitions <= 0:
-        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+    int_setting("partitions", partitions, 1)
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}")
     return _partition(key, partitions)

@@ -66,6 +66,7 @@ from idemcore.broker.coordinator.results import (
     TransactionDescription,
     TransactionListing,
 )
+from idemcore.checks import bool_arg, index_arg, int_arg, int_setting, str_arg
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.protocol.codes import ErrorCode
@@ -121,12 +122,6 @@ def coordinator_error(append_error: int) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
-def _positive(name: str, value: int) -> int:
-    if type(value) is not int or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class TransactionCoordinator:
     """Transaction state per transactional id, kept in ``__transaction_state``; see the module docstring.
 
@@ -152,12 +147,12 @@ class TransactionCoordinator:
         self.replication: LogReplication | None = None
         self._producer_ids = producer_ids
         self._clock = clock
-        self.transaction_max_timeout_ms = _positive("transaction_max_timeout_ms", transaction_max_timeout_ms)
-        self.transactional_id_expiration_ms = _positive("transactional_id_expiration_ms",
-                                                        transactional_id_expiration_ms)
-        self.transaction_state_partitions = _positive("transaction_state_partitions", transaction_state_partitions)
-        self.offsets_partitions = _positive("offsets_partitions", offsets_partitions)
-        self.marker_attempts = _positive("marker_attempts", marker_attempts)
+        self.transaction_max_timeout_ms = int_setting("transaction_max_timeout_ms", transaction_max_timeout_ms, 1)
+        self.transactional_id_expiration_ms = int_setting("transactional_id_expiration_ms",
+                                                        transactional_id_expiration_ms, 1)
+        self.transaction_state_partitions = int_setting("transaction_state_partitions", transaction_state_partitions, 1)
+        self.offsets_partitions = int_setting("offsets_partitions", offsets_partitions, 1)
+        self.marker_attempts = int_setting("marker_attempts", marker_attempts, 1)
         self._metadata: dict[str, TransactionMetadata] = {}
         self._completions: dict[str, PendingCompletion] = {}
         #: Completions of answered EndTxn requests still to write (only with a scheduler, see complete_later).
@@ -231,8 +226,7 @@ class TransactionCoordinator:
             _check_args(transactional_id, producer_id, producer_epoch)
         if self._queued:
             self.complete_queued()
-        if type(transaction_timeout_ms) is not int:
-            raise TypeError(f"transaction_timeout_ms must be an int, got {transaction_timeout_ms!r}")
+        int_arg("transaction_timeout_ms", transaction_timeout_ms)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return InitProducerIdResult(E.INVALID_REQUEST)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
@@ -372,8 +366,7 @@ class TransactionCoordinator:
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> ErrorCode:
         """Commit (``committed``) or abort the ongoing transaction; NONE once the decision is durable."""
         _check_args(transactional_id, producer_id, producer_epoch)
-        if type(committed) is not bool:
-            raise TypeError(f"committed must be a bool, got {committed!r}")
+        bool_arg("committed", committed)
         if self._queued:
             self.complete_queued()
         return self._end_transaction(transactional_id, producer_id, producer_epoch, committed, from_client=True)
@@ -619,9 +612,7 @@ class TransactionCoordinator:
         return dropped
 
     def _check_partition(self, partition: int) -> None:
-        if type(partition) is not int or not 0 <= partition < self.transaction_state_partitions:
-            raise ValueError(f"partition must be an int in 0..{self.transaction_state_partitions - 1}, "
-                             f"got {partition!r}")
+        index_arg("partition", partition, self.transaction_state_partitions)
 
     def _read_record(self, partition: int, key: bytes, value: bytes | None,
                      latest: dict[str, TransactionLogValue | None]) -> None:
@@ -705,15 +696,13 @@ class TransactionCoordinator:
 
 
 def _check_epoch(coordinator_epoch: object) -> None:
-    if type(coordinator_epoch) is not int or coordinator_epoch < 0:
-        raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
+    int_setting("coordinator_epoch", coordinator_epoch, 0)
 
 
 def _check_args(transactional_id: object, producer_id: object, producer_epoch: object) -> None:
     """A caller's types, checked before anything is looked up or stored: one wrong call must not leave an entry
     keyed by a non-str id behind (every later listing would fail)."""
-    if transactional_id is not None and type(transactional_id) is not str:  # None: a null id, INVALID_REQUEST
-        raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
-    for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
-        if type(value) is not int:
-            raise TypeError(f"{name} must be an int, got {value!r}")
+    if transactional_id is not None:  # None: a null id, INVALID_REQUEST
+        str_arg("transactional_id", transactional_id)
+    int_arg("producer_id", producer_id)
+    int_arg("producer_epoch", producer_epoch)

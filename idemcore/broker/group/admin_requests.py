@@ -17,6 +17,7 @@ from typing import Any
 
 from idemcore.broker.group.coordinator import GroupCoordinator
 from idemcore.broker.input_checks import checked, strings, topic_partitions
+from idemcore.checks import bool_arg
 from idemcore.net.group_admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -50,9 +51,7 @@ def describe_groups(coordinator: GroupCoordinator | None,
                     request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     def ask() -> tuple[DescribedGroup, ...]:
         group_ids = strings(request.group_ids, "group_ids")
-        if type(request.include_authorized_operations) is not bool:
-            raise TypeError(f"include_authorized_operations must be a bool, not "
-                            f"{type(request.include_authorized_operations).__name__}")
+        bool_arg("include_authorized_operations", request.include_authorized_operations)
         if coordinator is None:
             return tuple(DescribedGroup(group_id, _unknown(group_id)) for group_id in group_ids)
         return coordinator.describe_groups(group_ids)

@@ -51,6 +51,7 @@ from idemcore.broker.group.server_assignors import (
     ServerAssignor,
     make_server_assignor,
 )
+from idemcore.checks import int_arg, int_setting, str_arg, str_or_none_arg
 from idemcore.net.consumer_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -157,12 +158,10 @@ class ConsumerGroups:
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
                  assignors: Sequence[str] = SERVER_ASSIGNOR_NAMES,
                  topic_names: Callable[[], Iterable[str]] | None = None, max_size: int | None = None) -> None:
-        for name, value in (("session_timeout_ms", session_timeout_ms),
-                            ("heartbeat_interval_ms", heartbeat_interval_ms)):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if max_size is not None and (type(max_size) is not int or max_size < 1):
-            raise ValueError(f"max_size must be a positive int or None, got {max_size!r}")
+        int_setting("session_timeout_ms", session_timeout_ms, 1)
+        int_setting("heartbeat_interval_ms", heartbeat_interval_ms, 1)
+        if max_size is not None:
+            int_setting("max_size", max_size, 1)
         if isinstance(assignors, str) or not assignors:
             raise ValueError(f"assignors must be a non-empty sequence of names, got {assignors!r}")
         self._assignors: dict[str, ServerAssignor] = {name: make_server_assignor(name) for name in assignors}
@@ -326,8 +325,7 @@ class ConsumerGroups:
     def expire(self, now_ms: int) -> None:
         """Remove the members whose session lapsed at ``now_ms``, and those still holding partitions they were
         asked to revoke past their rebalance timeout (Kafka fences both)."""
-        if type(now_ms) is not int:
-            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        int_arg("now_ms", now_ms)
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
                 if now_ms >= member.session_deadline_ms:
@@ -588,15 +586,11 @@ def check_heartbeat(request: object) -> None:
     if type(request) is not ConsumerGroupHeartbeatRequest:
         raise TypeError(f"expected a ConsumerGroupHeartbeatRequest, got {type(request).__name__}")
     for name in ("group_id", "member_id", "client_id", "client_host"):
-        if type(getattr(request, name)) is not str:
-            raise TypeError(f"{name} must be a str, got {getattr(request, name)!r:.80}")
+        str_arg(name, getattr(request, name))
     for name in ("instance_id", "rack_id", "subscribed_topic_regex", "server_assignor"):
-        value = getattr(request, name)
-        if value is not None and type(value) is not str:
-            raise TypeError(f"{name} must be a str or None, got {value!r:.80}")
+        str_or_none_arg(name, getattr(request, name))
     for name in ("member_epoch", "rebalance_timeout_ms"):
-        if type(getattr(request, name)) is not int:
-            raise TypeError(f"{name} must be an int, got {getattr(request, name)!r:.80}")
+        int_arg(name, getattr(request, name))
     names = request.subscribed_topic_names
     if names is not None and (not isinstance(names, tuple | list) or not all(type(t) is str for t in names)):
         raise TypeError(f"subscribed_topic_names must be a sequence of str or None, got {names!r:.80}")

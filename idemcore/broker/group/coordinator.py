@@ -79,6 +79,7 @@ from idemcore.broker.group.offsets_log import (
 )
 from idemcore.broker.group.shard import CommittedOffset, OffsetShard, TopicPartition
 from idemcore.broker.input_checks import strings, topic_partitions
+from idemcore.checks import bool_arg, index_arg, int_arg, int_setting, str_arg, str_or_none_arg
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE
@@ -142,10 +143,8 @@ class GroupCoordinator:
                  initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS,
                  offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
                  offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS) -> None:
-        if type(offsets_partitions) is not int or offsets_partitions < 1:
-            raise ValueError(f"offsets_partitions must be a positive int, got {offsets_partitions!r}")
-        if type(offset_metadata_max_bytes) is not int or offset_metadata_max_bytes < 0:
-            raise ValueError(f"offset_metadata_max_bytes must be an int >= 0, got {offset_metadata_max_bytes!r}")
+        int_setting("offsets_partitions", offsets_partitions, 1)
+        int_setting("offset_metadata_max_bytes", offset_metadata_max_bytes, 0)
         self._log_writer = log_writer
         self._clock = clock
         #: Whether the cluster has a topic partition (None: every partition is taken to exist).
@@ -155,16 +154,12 @@ class GroupCoordinator:
         self._shards: dict[int, OffsetShard] = {}
         #: Each loaded partition's coordinator epoch (its leader epoch when it was loaded; 0 for a broker alone).
         self._epochs: dict[int, int] = {}
-        if type(min_session_timeout_ms) is not int or type(max_session_timeout_ms) is not int \
-                or not 0 <= min_session_timeout_ms <= max_session_timeout_ms:
-            raise ValueError(f"session timeouts must be ints with 0 <= min <= max, got {min_session_timeout_ms!r} "
-                             f"and {max_session_timeout_ms!r}")
+        int_setting("min_session_timeout_ms", min_session_timeout_ms, 0)
+        int_setting("max_session_timeout_ms", max_session_timeout_ms, min_session_timeout_ms)
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        for name, value in (("offsets_retention_ms", offsets_retention_ms),
-                            ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms)):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        int_setting("offsets_retention_ms", offsets_retention_ms, 1)
+        int_setting("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms, 1)
         self.offsets_retention_ms = offsets_retention_ms
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
         #: When :meth:`expire` next runs :meth:`cleanup_group_metadata` (None: one interval after its first call).
@@ -218,11 +213,9 @@ class GroupCoordinator:
         ``transactional_id`` is not checked here (at transaction version 0 Kafka does not verify the transaction
         with its coordinator); the producer's epoch is checked by the append. A member id, generation or instance
         id is checked against the group (KIP-447: a zombie's offsets are fenced)."""
-        if type(transactional_id) is not str:
-            raise TypeError(f"transactional_id must be a str, got {transactional_id!r:.80}")
-        for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
-            if type(value) is not int:
-                raise TypeError(f"{name} must be an int, got {value!r:.80}")
+        str_arg("transactional_id", transactional_id)
+        int_arg("producer_id", producer_id)
+        int_arg("producer_epoch", producer_epoch)
         _check_member(generation_id, member_id)
         _check_instance(group_instance_id)
         return self._commit(group_id, _checked_offsets(offsets), generation_id, member_id, producer_id,
@@ -318,8 +311,7 @@ class GroupCoordinator:
         UNSTABLE_OFFSET_COMMIT (and NO_OFFSET) where an open transaction wrote one."""
         _check_group_id(group_id)
         wanted = None if partitions is None else _checked_partitions(partitions)
-        if type(require_stable) is not bool:
-            raise TypeError(f"require_stable must be a bool, got {require_stable!r:.80}")
+        bool_arg("require_stable", require_stable)
         if group_id is None:
             return E.INVALID_GROUP_ID, {}
         shard = self._shards.get(self.partition_for(group_id))
@@ -420,8 +412,7 @@ class GroupCoordinator:
         that did not sync are removed, and so are KIP-848 members past their session or rebalance timeout. Every
         ``offsets_retention_check_interval_ms`` it runs :meth:`cleanup_group_metadata` (Kafka's periodic
         cleanup)."""
-        if type(now_ms) is not int:
-            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        int_arg("now_ms", now_ms)
         self.classic_groups.expire(now_ms)
         if self.consumer_groups is not None:
             self.consumer_groups.expire(now_ms)
@@ -440,8 +431,7 @@ class GroupCoordinator:
         ``ConsumerGroup.offsetExpirationCondition``). Classic groups in a rebalance, and offsets an open
         transaction wrote, are left. Tombstones go out per partition in one
         batch before memory changes (a failed append changes nothing). Returns how many offsets expired."""
-        if type(now_ms) is not int:
-            raise TypeError(f"now_ms must be an int, got {now_ms!r:.80}")
+        int_arg("now_ms", now_ms)
         expired = 0
         modern = {} if self.consumer_groups is None else self.consumer_groups.groups
         # Every group's partition computed once (a Java string hash each), not once per loaded partition.
@@ -713,11 +703,9 @@ class GroupCoordinator:
         """A transaction marker of ``producer_id`` was written to ``__consumer_offsets-<offsets_partition>``:
         its pending offsets there become committed (``committed``) or are dropped. A partition not loaded is
         left alone: its load replays the marker from the log."""
-        for name, value in (("offsets_partition", offsets_partition), ("producer_id", producer_id)):
-            if type(value) is not int:
-                raise TypeError(f"{name} must be an int, got {value!r:.80}")
-        if type(committed) is not bool:
-            raise TypeError(f"committed must be a bool, got {committed!r:.80}")
+        int_arg("offsets_partition", offsets_partition)
+        int_arg("producer_id", producer_id)
+        bool_arg("committed", committed)
         shard = self._shards.get(offsets_partition)
         if shard is not None:
             shard.end_transaction(producer_id, committed)
@@ -732,8 +720,7 @@ class GroupCoordinator:
         broker's own loads): such a record is skipped instead, with one error line naming the partition and the
         offset, and its group keeps what its earlier records said (Kafka fails the partition's load, which for a
         broker with no other replica would leave every group of the partition without a coordinator)."""
-        if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
-            raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
+        index_arg("partition", partition, self.offsets_partitions)
         shard = OffsetShard()
         groups: dict[str, GroupMetadataValue | None] = {}
         skipped = 0
@@ -780,8 +767,7 @@ class GroupCoordinator:
                        skip_damaged: bool = False) -> None:
         """Serve ``__consumer_offsets-<partition>`` from now on: this broker became its leader at leader epoch
         ``coordinator_epoch`` (Kafka's ``GroupCoordinator.onElection``); its state rebuilt as :meth:`load` does."""
-        if type(coordinator_epoch) is not int or coordinator_epoch < 0:
-            raise ValueError(f"coordinator_epoch must be an int >= 0, got {coordinator_epoch!r}")
+        int_setting("coordinator_epoch", coordinator_epoch, 0)
         self.load(partition, stored_batches, skip_damaged=skip_damaged)
         self._epochs[partition] = coordinator_epoch
         log.info("%s-%d loaded at coordinator epoch %d: %d groups", CONSUMER_OFFSETS_TOPIC, partition,
@@ -800,8 +786,7 @@ class GroupCoordinator:
         ``onResignation``): its offsets and its groups' membership go (requests parked in a join or sync are
         answered NOT_COORDINATOR) and every request for its groups is answered NOT_COORDINATOR. True if it was
         loaded."""
-        if type(partition) is not int or not 0 <= partition < self.offsets_partitions:
-            raise ValueError(f"partition must be an int in 0..{self.offsets_partitions - 1}, got {partition!r}")
+        index_arg("partition", partition, self.offsets_partitions)
         self._unload_groups(partition)
         self._epochs.pop(partition, None)
         if self._shards.pop(partition, None) is None:
@@ -827,8 +812,8 @@ def _error_code(code: int) -> ErrorCode:
 
 def _check_group_request(request: object, ints: tuple[str, ...], strings: tuple[str, ...]) -> None:
     group_id = getattr(request, "group_id", None)
-    if not (group_id is None or type(group_id) is str):
-        raise TypeError(f"group_id must be a str, got {group_id!r:.80}")
+    if group_id is not None:
+        str_arg("group_id", group_id)
     if group_id:
         _check_string(group_id, "group_id")
     for name in ints:
@@ -836,11 +821,8 @@ def _check_group_request(request: object, ints: tuple[str, ...], strings: tuple[
         if type(value) is not int or not _INT32[0] <= value <= _INT32[1]:
             raise TypeError(f"{name} must be an int32, got {value!r:.80}")
     for name in strings:
-        if type(getattr(request, name)) is not str:
-            raise TypeError(f"{name} must be a str, got {getattr(request, name)!r:.80}")
-    instance = getattr(request, "group_instance_id", None)
-    if not (instance is None or type(instance) is str):
-        raise TypeError(f"group_instance_id must be a str or None, got {instance!r:.80}")
+        str_arg(name, getattr(request, name))
+    _check_instance(getattr(request, "group_instance_id", None))
 
 
 def _check_join(request: JoinGroupRequest) -> None:
@@ -850,18 +832,14 @@ def _check_join(request: JoinGroupRequest) -> None:
             isinstance(p, tuple) and len(p) == 2 and type(p[0]) is str and isinstance(p[1], bytes)
             for p in request.protocols):
         raise TypeError(f"protocols must be a tuple of (name str, metadata bytes), got {request.protocols!r:.80}")
-    if type(request.member_id_required) is not bool:
-        raise TypeError(f"member_id_required must be a bool, got {request.member_id_required!r:.80}")
+    bool_arg("member_id_required", request.member_id_required)
 
 
 
 def _check_group_id(group_id: object) -> None:
     """None is a null id (answered INVALID_GROUP_ID); a str must fit a record's string."""
-    if group_id is None:
-        return
-    if type(group_id) is not str:
-        raise TypeError(f"group_id must be a str, got {group_id!r:.80}")
-    _check_string(group_id, "group_id")
+    if group_id is not None:
+        _check_string(str_arg("group_id", group_id), "group_id")
 
 
 def _check_string(text: str, what: str, bounded: bool = True) -> None:
@@ -875,15 +853,12 @@ def _check_string(text: str, what: str, bounded: bool = True) -> None:
 
 
 def _check_member(generation_id: object, member_id: object) -> None:
-    if type(generation_id) is not int:
-        raise TypeError(f"generation_id must be an int, got {generation_id!r:.80}")
-    if type(member_id) is not str:
-        raise TypeError(f"member_id must be a str, got {member_id!r:.80}")
+    int_arg("generation_id", generation_id)
+    str_arg("member_id", member_id)
 
 
 def _check_instance(group_instance_id: object) -> None:
-    if not (group_instance_id is None or type(group_instance_id) is str):
-        raise TypeError(f"group_instance_id must be a str or None, got {group_instance_id!r:.80}")
+    str_or_none_arg("group_instance_id", group_instance_id)
 
 
 def _checked_offsets(offsets: object) -> list[OffsetEntry]:

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from idemcore.broker.group.group_metadata_log import GroupMetadataValue, MemberMetadata
+from idemcore.checks import int_setting
 from idemcore.net.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
 from idemcore.net.membership import (
     INCONSISTENT_GROUP_PROTOCOL,
@@ -347,10 +348,8 @@ class ClassicGroups:
                  initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS,
                  new_member_join_timeout_ms: int = DEFAULT_NEW_MEMBER_JOIN_TIMEOUT_MS,
                  store: GroupStore | None = None) -> None:
-        for name, value in (("initial_rebalance_delay_ms", initial_rebalance_delay_ms),
-                            ("new_member_join_timeout_ms", new_member_join_timeout_ms)):
-            if type(value) is not int or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        int_setting("initial_rebalance_delay_ms", initial_rebalance_delay_ms, 0)
+        int_setting("new_member_join_timeout_ms", new_member_join_timeout_ms, 0)
         self._clock = clock
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.new_member_join_timeout_ms = new_member_join_timeout_ms

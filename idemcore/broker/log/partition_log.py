@@ -49,6 +49,7 @@ from idemcore.broker.log.loader import (
 )
 from idemcore.broker.log.segment import HEADER_BYTES, OFFSET_ENTRY, TIME_ENTRY, LogSegment
 from idemcore.broker.log.store import MemoryStore
+from idemcore.checks import int_setting
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.kernels.columns import BatchColumns, concatenate
@@ -168,12 +169,10 @@ class PartitionLog:
                  segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES,
                  clock: Callable[[], int] | None = None, log_start_offset: int = 0, cleaned_offset: int = 0,
                  cut_torn_tail: bool = True, clean_shutdown: bool = False, written_end: int = 0) -> None:
-        for name, value, low, high in (("segment_bytes", segment_bytes, 1, INT32_MAX),
-                                       ("segment_ms", segment_ms, 1, 2**63 - 1),
-                                       ("segment_index_bytes", segment_index_bytes, 4, INT32_MAX),
-                                       ("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)):
-            if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"{name} must be an integer of at least {low} and at most {high}, got {value!r}")
+        int_setting("segment_bytes", segment_bytes, 1, INT32_MAX)
+        int_setting("segment_ms", segment_ms, 1, 2**63 - 1)
+        int_setting("segment_index_bytes", segment_index_bytes, 4, INT32_MAX)
+        int_setting("index_interval_bytes", index_interval_bytes, 0, INT32_MAX)
         self.topic = topic
         self.partition = partition
         self._name = f"{topic}-{partition}"  # asked at every append (the written ends are kept by name)
@@ -1012,16 +1011,22 @@ class PartitionLog:
         assert self._directory is not None
         return os.stat(self._directory / offset_file_name(base, LOG_SUFFIX)).st_mtime_ns // 1_000_000
 
+    def moves_log_start_to(self, offset: object) -> bool:
+        """Whether raising the log start offset to ``offset`` moves it (False: at or below the start); ValueError
+        for an offset that is not an int or lies past the log end. Nothing changes: a caller moving several logs
+        asks each first (:meth:`LogManager.increment_log_start_offsets`)."""
+        if type(offset) is not int or offset > self.log_end_offset:
+            raise ValueError(f"{self.name}: the log start offset cannot move to {offset!r}, past the log end "
+                             f"{self.log_end_offset}")
+        return offset > self.log_start_offset
+
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset to ``offset`` (Kafka's ``UnifiedLog.maybeIncrementLogStartOffset``): never
         lower (an offset at or below the start changes nothing: False), never past the log end (ValueError: the
         high watermark on one broker). The start may fall inside a segment, even inside a batch: reads below it are
         refused, the records below it are gone to every reader. Only memory changes: the broker records the start
         in log-start-offset-checkpoint, then :meth:`delete_start_breached_segments` deletes files."""
-        if type(offset) is not int or offset > self.log_end_offset:
-            raise ValueError(f"{self.name}: the log start offset cannot move to {offset!r}, past the log end "
-                             f"{self.log_end_offset}")
-        if offset <= self.log_start_offset:
+        if not self.moves_log_start_to(offset):
             return False
         log.info("%s: the log start offset moves from %d to %d", self.name, self.log_start_offset, offset)
         self.log_start_offset = offset
