@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from idemcore.checks import bool_setting, int_setting
 from idemcore.clock import wall_clock_ms
 from idemcore.errors import IdemcoreError
 from idemcore.net.client_security import ClientSecurity
@@ -63,8 +64,8 @@ class TcpTransport:
                             ("metadata_timeout_ms", metadata_timeout_ms),
                             ("reconnect_backoff_ms", reconnect_backoff_ms), ("retry_backoff_ms", retry_backoff_ms),
                             ("metadata_max_age_ms", metadata_max_age_ms)):
-            if type(value) is not int or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+            int_setting(name, value, 0)
+        bool_setting("auto_create_topics", auto_create_topics)
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.connect_timeout_ms = connect_timeout_ms
