@@ -262,7 +262,7 @@ class LogReplayer(StreamReplayer):
         return keys._id_of((keys._topic_code(topic) << _PARTITION_BITS) | int(partition))
 
     def feed_packed(self, packed: BatchColumns) -> Verdicts:
-        """:meth:`feed` of batches already packed and checked (a segment's scan: its ``partition`` column holds
+        """:meth:`feed` of batches already packed and checked (a segment's scan: its ``stream`` column holds
         the streams), without making a table of them and converting it back."""
         verdicts = self.state.validate(packed)
         self.batches += len(verdicts)

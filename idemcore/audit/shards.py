@@ -42,7 +42,7 @@ def stream_runs(ids: np.ndarray, most: int) -> np.ndarray | None:
 
 
 class ShardedState:
-    """Validate packed batches whose ``partition`` column holds streams, state kept per stream."""
+    """Validate packed batches whose ``stream`` column holds streams, state kept per stream."""
 
     def __init__(self, origin: Origin, backend: Backend, threads: int = 1):
         self.origin = origin

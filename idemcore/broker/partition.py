@@ -61,7 +61,7 @@ AlterIsr = Callable[["Partition", tuple[int, ...]], "int | None"]
 class Partition:
     topic: str
     partition: int
-    #: The partition's number in the producer-state table (rows of the kernel's ``partition`` column).
+    #: The partition's number in the producer-state table (rows of the kernel's ``stream`` column).
     number: int
     log: PartitionLog
     #: Whether this partition is replicated (a broker in a cluster): False for a broker running alone.

@@ -75,7 +75,7 @@ class SegmentScan:
 
     def metadata(self) -> BatchColumns:
         """The batch metadata columns (:data:`idemcore.kernels.columns.COLUMNS`; the flags as zero-copy bool
-        views, the partition column as the scan was given it)."""
+        views, the ``stream`` column as the scan was given it)."""
         return BatchColumns({name: self.columns[name].view(np.bool_) if dtype == np.bool_ else self.columns[name]
                               for name, dtype in COLUMNS.items()})
 
@@ -132,7 +132,8 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
                  verify_crc: bool = True, chunk_rows: int = CHUNK_ROWS, buffer: ScanBuffer | None = None
                  ) -> SegmentScan:
     """Scan every batch header of the segment at ``path`` (see the module docstring); ``partition`` fills the
-    partition column. Nothing in the file makes it raise; a file that cannot be opened raises OSError.
+    ``stream`` column (the caller's stream for this partition). Nothing in the file makes it raise; a file that
+    cannot be opened raises OSError.
     ``buffer``: write into it (the scan's columns are its views, until its next use) instead of new arrays."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
