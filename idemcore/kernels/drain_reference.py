@@ -11,7 +11,7 @@ batch overtaking a lost one would be written ahead of it). Written in the subset
 compiles; ``numba_rules`` compiles this source, ``cython_drain`` is an
 independent implementation. Kernels never raise or allocate.
 
-Per partition ``p`` (arrays indexed by the producer's partition number):
+Per partition ``p`` (arrays indexed by its stream, the producer's dense id of the partition, as ``out_stream``):
 
 - head of the queue: ``head_queued`` (0/1), ``head_sequence`` (-1: none yet),
   ``head_record_count``, ``head_attempts``, ``head_last_attempt_ms``, ``head_size``;
