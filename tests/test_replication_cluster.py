@@ -315,7 +315,15 @@ def test_a_live_group_keeps_its_generation_and_assignment_when_its_coordinator_i
             producer.produce("live-grp", value=b"before-%d" % i, partition=i % 4)
         assert producer.flush(30) == 0
         wait_for("the records before the kill read", lambda: len(read) == 200)
-        time.sleep(1.0)  # let the auto commits of what was read land before the coordinator dies
+
+        def committed() -> dict[int, int]:
+            from confluent_kafka import ConsumerGroupTopicPartitions
+
+            asked = ConsumerGroupTopicPartitions(group, [TopicPartition("live-grp", p) for p in range(4)])
+            answer = client.list_consumer_group_offsets([asked])[group].result(30)
+            return {tp.partition: tp.offset for tp in answer.topic_partitions}
+        # The auto commits of all that was read land before the coordinator dies (50 records a partition).
+        wait_for("the offsets of what was read committed", lambda: committed() == dict.fromkeys(range(4), 50))
         settled = list(callbacks)
         killed_at[0] = 1
         cluster.kill(coordinator, signal.SIGKILL)
