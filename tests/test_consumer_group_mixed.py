@@ -184,9 +184,9 @@ def wait_for(members: list[Member], done: Callable[[], bool], what: str) -> None
         time.sleep(0.05)
 
 
-def produce(server: Server) -> None:
+def produce(server: Server, count: int, first: int = 0) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap})
-    for i in range(RECORDS):
+    for i in range(first, first + count):
         producer.produce(TOPIC, value=str(i).encode(), partition=i % PARTITIONS)
     assert producer.flush(TIMEOUT_S) == 0
 
@@ -208,11 +208,15 @@ def test_a_mixed_group_assigns_each_partition_once_and_reads_each_record_once(se
                  and first.held | second.held == every, "the two sharing the partitions")
         our = next(m for m in members if m.name == "ours")
         assert our.client._group.leader == (leader == "ours")
-        produce(server)
+        produce(server, RECORDS)
         wait_for(members, lambda: sum(len(m.records) for m in members) >= RECORDS, "every record read")
-        time.sleep(0.5)  # a duplicate would show up by now
+        # One last record a partition, read after every record before it in its partition: once each is read, a
+        # duplicate of an earlier one would have been read too.
+        produce(server, PARTITIONS, first=RECORDS)
+        last = {(p, RECORDS // PARTITIONS) for p in range(PARTITIONS)}
+        wait_for(members, lambda: last <= {r for m in members for r in list(m.records)}, "the last records read")
         read = sorted(r for m in members for r in m.records)
-        assert len(read) == len(set(read)) == RECORDS, read
+        assert len(read) == len(set(read)) == RECORDS + PARTITIONS, read
         for member in members:
             assert {p for p, _ in member.records} <= member.held, member.name
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
+from idemcore.cluster import answers_api_versions
 from tests.peers import ServeProcess, wait_listening
 from tests.real_client_helpers import QUIET, create_topics, read_confluent, wait_until
 from tests.test_server_faults import (
@@ -33,6 +34,8 @@ from tests.test_server_faults import (
 )
 
 HALTED = "the log directory failed"
+#: The warning of a child whose accept() failed for want of descriptors (EMFILE): the flood has reached its limit.
+OUT_OF_DESCRIPTORS = "cannot accept a connection"
 
 
 class LimitedServe(ServeProcess):
@@ -47,6 +50,21 @@ class LimitedServe(ServeProcess):
     def _limit_file_size(self) -> None:
         super()._limit_file_size()
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.descriptors, self.descriptors))
+
+
+def flood_until_out_of_descriptors(serve: ServeProcess, flood: list[socket.socket], seconds: float = 60) -> None:
+    """Open connections to the child (kept in ``flood``) until its accept() fails for want of descriptors (its
+    warning) or it exits. A connect that times out (the listen backlog full while a loaded child accepts slowly)
+    is tried again rather than taken for the limit."""
+    process = serve.process
+    assert process is not None
+    deadline = time.monotonic() + seconds
+    while OUT_OF_DESCRIPTORS not in serve.output() and process.poll() is None:
+        assert time.monotonic() < deadline, f"the child accepted {len(flood)} connections in {seconds} s, no limit"
+        try:
+            flood.append(socket.create_connection(("127.0.0.1", serve.port), timeout=1))
+        except OSError:
+            pass
 
 
 def wait_halted(serve: ServeProcess, seconds: float = 20) -> str:
@@ -132,21 +150,17 @@ def test_a_full_disk_under_transactions_halts_and_the_restart_commits_or_aborts_
 
 
 def test_a_connection_flood_past_the_descriptor_limit_does_not_halt(tmp_path):
-    serve = LimitedServe(tmp_path / "data", "--topics", f"{TOPIC}:{PARTITIONS}", "--quiet", descriptors=512)
+    # Not --quiet: the warning that accept() failed says the child met its limit.
+    serve = LimitedServe(tmp_path / "data", "--topics", f"{TOPIC}:{PARTITIONS}", descriptors=512)
     serve.start()
     flood: list[socket.socket] = []
     try:
-        for _ in range(800):  # far past the child's 512 descriptors
-            try:
-                flood.append(socket.create_connection(("127.0.0.1", serve.port), timeout=1))
-            except OSError:
-                break
-        time.sleep(1)
+        flood_until_out_of_descriptors(serve, flood)  # past the child's 512 descriptors
         assert serve.process is not None and serve.process.poll() is None, serve.output()[-2000:]
         for connection in flood:
             connection.close()
         flood.clear()
-        time.sleep(0.5)
+        wait_until(lambda: answers_api_versions(serve.port), 15, "the broker answering once the flood is gone")
         sent = Sent()
         from confluent_kafka import Producer
         producer = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True, "acks": "all",
@@ -171,7 +185,7 @@ def test_descriptors_exhausted_at_a_roll_halt_cleanly_and_the_restart_is_whole(t
     directory offline (as Kafka's roll does on an IOException), serve halts in one line, the restart keeps every
     acknowledged record."""
     data = tmp_path / "data"
-    serve = LimitedServe(data, "--topics", f"{TOPIC}:{PARTITIONS}", "--quiet",
+    serve = LimitedServe(data, "--topics", f"{TOPIC}:{PARTITIONS}",  # not --quiet: OUT_OF_DESCRIPTORS is a warning
                          "--override", "log.segment.bytes=2000", descriptors=80)
     serve.start()
     sent = Sent()
@@ -186,12 +200,7 @@ def test_descriptors_exhausted_at_a_roll_halt_cleanly_and_the_restart_is_whole(t
         for i in range(30):
             produce_numbered(producer, sent, i, deadline)
         assert flush_bounded(producer, deadline) == 0 and len(sent.acked) == 30
-        for _ in range(200):  # until accept() fails in the child: its descriptors are spent
-            try:
-                flood.append(socket.create_connection(("127.0.0.1", serve.port), timeout=1))
-            except OSError:
-                break
-        time.sleep(0.5)
+        flood_until_out_of_descriptors(serve, flood)  # its descriptors are spent
         for i in range(30, 3000):  # rolls every ~2000 bytes need new files
             produce_numbered(producer, sent, i, deadline)
             if i % 20 == 0:
@@ -217,6 +226,16 @@ def test_descriptors_exhausted_at_a_roll_halt_cleanly_and_the_restart_is_whole(t
 
 
 # ---------------------------------------------------------------- 3. files deleted under the broker
+
+
+def _retention_caught_up(directory: Path, retention_bytes: int) -> bool:
+    """Whether retention.bytes leaves nothing to delete in a partition's directory: without its oldest segment the
+    log would be smaller than ``retention_bytes`` (Kafka's ``deleteRetentionSizeBreachedSegments``)."""
+    try:
+        sizes = [path.stat().st_size for path in sorted(directory.glob("*.log"))]
+    except OSError:  # a segment deleted between the listing and the stat: not settled yet
+        return False
+    return len(sizes) <= 1 or sum(sizes) - retention_bytes < sizes[0]
 
 
 @pytest.mark.parametrize("what", ["segment", "directory"])
@@ -253,8 +272,13 @@ def test_deleting_files_under_a_running_broker_halts_or_serves_never_a_traceback
             produce_numbered(producer, sent, i, deadline)
             producer.poll(0)
         flush_bounded(producer, deadline)
-        time.sleep(1)  # retention checks run
-        assert serve.process is not None
+        process = serve.process
+        assert process is not None
+        # Retention (run by the broker's housekeeping each second) has met what was written, partition 0's damage
+        # with it, when the other partitions have nothing left to delete; or the broker halted.
+        wait_until(lambda: process.poll() is not None or all(
+            _retention_caught_up(data / f"{TOPIC}-{p}", 5000) for p in range(1, PARTITIONS)), 30,
+            "a retention check after the last records, or the halt")
         if serve.process.poll() is None:
             status = serve.stop()
             assert status in (0, 1), serve.output()[-3000:]

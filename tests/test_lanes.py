@@ -184,32 +184,56 @@ def test_sharded_state_names_each_transactions_marker(dataset, monkeypatch):
     np.testing.assert_array_equal(verdicts.base_offset[marker], done.last_offset)
 
 
-def test_an_interrupted_lane_leaves_no_thread_writing_behind(monkeypatch):
-    # One lane is interrupted at once, the other is slow: validate must not return (raise) before the slow one
-    # has ended, and the table must hold no entry reserved for a batch that was never committed.
-    import dataclasses
+def held_lane(monkeypatch, kernel):
+    """A ``validate_listed`` that ends only once validate waits for every running lane (the lanes' own
+    ``concurrent.futures.wait``, patched to open it): a validate raising without that wait leaves it unended,
+    however the threads are scheduled. Returns the stub, its ``ended`` Event and the ``release`` Event (set it
+    after the call, so that a lane a wrong validate left behind ends)."""
     import threading
-    import time
+    from concurrent.futures import ALL_COMPLETED
 
-    from idemcore.kernels import get_backend
+    ended, release = threading.Event(), threading.Event()
+    real_wait = lanes.wait
 
-    kernel = get_backend("cython")
-    ended = threading.Event()
+    def waiting(futures, timeout=None, return_when=ALL_COMPLETED):
+        if timeout is None and return_when == ALL_COMPLETED and any(not future.done() for future in futures):
+            release.set()
+        return real_wait(futures, timeout, return_when)
 
     def listed(*args):
-        if len(args[13]) and args[0][args[13][0]] == 0:  # the lane holding partition 0
-            raise KeyboardInterrupt
-        time.sleep(0.3)
+        assert release.wait(30), "validate never waited for its running lanes"
         result = kernel.validate_listed(*args)
         ended.set()
         return result
 
+    monkeypatch.setattr(lanes, "wait", waiting)
+    return listed, ended, release
+
+
+def test_an_interrupted_lane_leaves_no_thread_writing_behind(monkeypatch):
+    # One lane is interrupted at once, the other is slow: validate must not return (raise) before the slow one
+    # has ended, and the table must hold no entry reserved for a batch that was never committed.
+    import dataclasses
+
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend("cython")
+    held, ended, release = held_lane(monkeypatch, kernel)
+
+    def listed(*args):
+        if len(args[13]) and args[0][args[13][0]] == 0:  # the lane holding partition 0
+            raise KeyboardInterrupt
+        return held(*args)
+
     interrupted = dataclasses.replace(kernel, validate_listed=listed)
     rows = [data(pid, 0, 0, partition=pid % 2) for pid in range(40)]
     state = ProducerStateTable()
-    with pytest.raises(KeyboardInterrupt):
-        validate(batches(rows), state, backend=interrupted, threads=2)
-    assert ended.is_set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            validate(batches(rows), state, backend=interrupted, threads=2)
+        assert ended.is_set()
+    finally:
+        release.set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(1, 40, 2))
     assert state.n_streams == 1 and state.next_offset(1) == 20
 
@@ -218,33 +242,28 @@ def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
     # Chunk by chunk, the next chunk's pre-pass runs while the lanes check this one: interrupted there, validate
     # must not raise before those lanes have ended, and keeps what they committed.
     import dataclasses
-    import threading
-    import time
 
     from idemcore.kernels import get_backend
 
     kernel = get_backend("cython")
-    ended = threading.Event()
+    listed, ended, release = held_lane(monkeypatch, kernel)
 
     def reserve_rows(*args):
         if args[2] > 0:  # the second chunk's pre-pass
             raise KeyboardInterrupt
         return kernel.reserve_rows(*args)
 
-    def listed(*args):
-        time.sleep(0.3)
-        result = kernel.validate_listed(*args)
-        ended.set()
-        return result
-
     interrupted = dataclasses.replace(kernel, reserve_rows=reserve_rows, validate_listed=listed)
     monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
     monkeypatch.setattr(lanes, "PIPELINE_CHUNK", 20)
     rows = [data(pid, 0, 0, partition=pid % 2) for pid in range(40)]
     state = ProducerStateTable()
-    with pytest.raises(KeyboardInterrupt):
-        validate(batches(rows), state, backend=interrupted, threads=2)
-    assert ended.is_set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            validate(batches(rows), state, backend=interrupted, threads=2)
+        assert ended.is_set()
+    finally:
+        release.set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(20))
     assert state.next_offset(0) == 10 and state.next_offset(1) == 10
 
@@ -352,20 +371,10 @@ def test_out_sharing_memory_is_refused(backend):
 
 def test_an_interrupt_between_two_submits_waits_for_the_first(monkeypatch):
     # The lanes are submitted one by one; an interrupt between two must still wait for those already running.
-    import threading
-    import time
-
     from idemcore.kernels import get_backend
 
     kernel = get_backend("cython")
-    ended = threading.Event()
-
-    def listed(*args):
-        time.sleep(0.3)
-        result = kernel.validate_listed(*args)
-        ended.set()
-        return result
-
+    listed, ended, release = held_lane(monkeypatch, kernel)
     real = lanes._pool(2)
 
     class InterruptedPool:
@@ -380,10 +389,13 @@ def test_an_interrupt_between_two_submits_waits_for_the_first(monkeypatch):
     monkeypatch.setattr(lanes, "_pool", lambda threads: InterruptedPool())
     monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
     state = ProducerStateTable()
-    with pytest.raises(KeyboardInterrupt):
-        validate(batches([data(pid, 0, 0, partition=pid % 2) for pid in range(40)]), state,
-                 backend=dataclasses.replace(kernel, validate_listed=listed), threads=2)
-    assert ended.is_set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            validate(batches([data(pid, 0, 0, partition=pid % 2) for pid in range(40)]), state,
+                     backend=dataclasses.replace(kernel, validate_listed=listed), threads=2)
+        assert ended.is_set()
+    finally:
+        release.set()
     assert state.n_producers == 20 and state.next_offset(0) + state.next_offset(1) == 20
 
 
