@@ -23,6 +23,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Generator
 from typing import Any
 
 from idemcore.net.client_security import ClientSecurity
@@ -139,6 +140,29 @@ class _Negotiation:
             raise ConnectionError(f"{self.where}: SASL authentication as {exchange.client.mechanism} failed: "
                                   f"{error}") from None
 
+    def handshake(self, security: ClientSecurity | None) -> Generator[tuple[bytes, str], bytes,
+                                                                     dict[int, tuple[int, int]]]:
+        """A new connection's opening, sans IO: yields ``(frame, what)`` to send and takes the answer frame back;
+        returns the broker's API ranges once ApiVersions (retried lower per KIP-511) and SASL are through."""
+        version = API_VERSIONS_RANGE[1]
+        for _ in range(API_VERSIONS_RANGE[1] + 1):  # each retry asks at a lower version
+            correlation_id, frame = self.versions_frame(version)
+            outcome = self.read_versions(version, correlation_id, (yield frame, f"ApiVersions v{version}"))
+            if isinstance(outcome, dict):
+                break
+            version = outcome
+        else:
+            raise ConnectionError(f"{self.where}: no ApiVersions version both sides speak")
+        exchange = self.sasl_exchange(security, outcome)
+        step = exchange.first() if exchange is not None else None
+        for _ in range(_MAX_SASL_STEPS):
+            if step is None or exchange is None:
+                return outcome
+            api_key, sasl_version, correlation_id, frame = self.sasl_frame(step)
+            answer = yield frame, f"SASL api {api_key} v{sasl_version}"
+            step = self.sasl_answer(exchange, api_key, sasl_version, correlation_id, answer)
+        raise ConnectionError(f"{self.where}: SASL took more than {_MAX_SASL_STEPS} steps")
+
     @staticmethod
     def security_hint(security: ClientSecurity | None) -> str:
         """What to say of a connection closed instead of answered: a broker closes a client that skips the SASL
@@ -165,8 +189,8 @@ def _no_answer(request: Request) -> Response | None:
     return None
 
 
-class BrokerChannel:
-    """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
+class _Channel:
+    """What both channels are set up with: the broker's address, timeouts and security, and the sans-IO part."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
                  request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
@@ -175,10 +199,26 @@ class BrokerChannel:
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+        self._versions: dict[int, tuple[int, int]] = {}
+
+    def _connect_failed(self, error: OSError) -> Exception:
+        """The error to raise for a connection that could not be opened."""
+        if isinstance(error, TimeoutError):
+            return TimeoutError(f"{self._wire.where}: no connection within "
+                                f"connect_timeout_ms={self.connect_timeout_ms}")
+        return ConnectionError(f"{self._wire.where}: cannot connect: {error}")  # ssl.SSLError is an OSError too
+
+
+class BrokerChannel(_Channel):
+    """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
+
+    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
+                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
+        super().__init__(host, port, client_id, connect_timeout_ms=connect_timeout_ms,
+                         request_timeout_ms=request_timeout_ms, security=security)
         self._lock = asyncio.Lock()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._versions: dict[int, tuple[int, int]] = {}
 
     @property
     def connected(self) -> bool:
@@ -217,39 +257,21 @@ class BrokerChannel:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
                 self.connect_timeout_ms / 1000)
-        except TimeoutError:
-            raise TimeoutError(f"{self._wire.where}: no connection within "
-                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:  # ssl.SSLError is one too
-            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        except OSError as error:
+            raise self._connect_failed(error) from None
         try:
-            version = API_VERSIONS_RANGE[1]
-            for _ in range(API_VERSIONS_RANGE[1] + 1):  # each retry asks at a lower version
-                correlation_id, frame = self._wire.versions_frame(version)
+            opening = self._wire.handshake(self.security)
+            frame, what = next(opening)
+            while True:
                 await self._send(frame)
-                outcome = self._wire.read_versions(version, correlation_id,
-                                                   await self._receive(f"ApiVersions v{version}"))
-                if isinstance(outcome, dict):
-                    self._versions = outcome
-                    await self._authenticate()
+                try:
+                    frame, what = opening.send(await self._receive(what))
+                except StopIteration as done:
+                    self._versions = done.value
                     return
-                version = outcome
-            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
         except BaseException:
             self._drop()
             raise
-
-    async def _authenticate(self) -> None:
-        exchange = self._wire.sasl_exchange(self.security, self._versions)
-        step = exchange.first() if exchange is not None else None
-        for _ in range(_MAX_SASL_STEPS):
-            if step is None or exchange is None:
-                return
-            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
-            await self._send(frame)
-            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
-                                          await self._receive(f"SASL api {api_key} v{version}"))
-        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     async def _send(self, frame: bytes) -> None:
         assert self._writer is not None
@@ -285,20 +307,16 @@ class BrokerChannel:
             writer.close()
 
 
-class BlockingBrokerChannel:
+class BlockingBrokerChannel(_Channel):
     """A blocking connection to the broker at ``host``:``port``, for a thread (module docstring). Safe to share
     between threads: calls take turns."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
                  request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
-        self.host, self.port = host, port
-        self.security = security
-        self.connect_timeout_ms = connect_timeout_ms
-        self.request_timeout_ms = request_timeout_ms
-        self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+        super().__init__(host, port, client_id, connect_timeout_ms=connect_timeout_ms,
+                         request_timeout_ms=request_timeout_ms, security=security)
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._versions: dict[int, tuple[int, int]] = {}
 
     @property
     def connected(self) -> bool:
@@ -336,42 +354,23 @@ class BlockingBrokerChannel:
                     sock.close()
                     raise
             self._sock = sock
-        except TimeoutError:
-            raise TimeoutError(f"{self._wire.where}: no connection within "
-                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:  # ssl.SSLError is one too
-            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        except OSError as error:
+            raise self._connect_failed(error) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            version = API_VERSIONS_RANGE[1]
-            for _ in range(API_VERSIONS_RANGE[1] + 1):
+            opening = self._wire.handshake(self.security)
+            frame, what = next(opening)
+            while True:
                 deadline = time.monotonic() + self.request_timeout_ms / 1000
-                correlation_id, frame = self._wire.versions_frame(version)
-                self._send(frame, deadline, f"ApiVersions v{version}")
-                outcome = self._wire.read_versions(version, correlation_id,
-                                                   self._receive(deadline, f"ApiVersions v{version}"))
-                if isinstance(outcome, dict):
-                    self._versions = outcome
-                    self._authenticate()
+                self._send(frame, deadline, what)
+                try:
+                    frame, what = opening.send(self._receive(deadline, what))
+                except StopIteration as done:
+                    self._versions = done.value
                     return
-                version = outcome
-            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
         except BaseException:
             self._drop()
             raise
-
-    def _authenticate(self) -> None:
-        exchange = self._wire.sasl_exchange(self.security, self._versions)
-        step = exchange.first() if exchange is not None else None
-        for _ in range(_MAX_SASL_STEPS):
-            if step is None or exchange is None:
-                return
-            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
-            deadline = time.monotonic() + self.request_timeout_ms / 1000
-            self._send(frame, deadline, f"SASL api {api_key} v{version}")
-            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
-                                          self._receive(deadline, f"SASL api {api_key} v{version}"))
-        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     def _left(self, deadline: float, what: str) -> float:
         left = deadline - time.monotonic()
