@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Self
 
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import ProduceRequest, ProduceResponse, Request, Response
@@ -420,3 +420,36 @@ class BlockingBrokerChannel(_Channel):
 
 
 __all__ = ["MAX_RESPONSE_BYTES", "BlockingBrokerChannel", "BrokerChannel"]
+
+
+class BrokerChannels:
+    """Blocking channels to a cluster's brokers, one per address, opened when first asked for: the base of a client
+    that talks to several brokers. A context manager: leaving it (or :meth:`close`) closes every channel."""
+
+    def __init__(self, client_id: str, *, security: ClientSecurity | None = None, request_timeout_ms: int = 30_000,
+                 connect_timeout_ms: int = 10_000) -> None:
+        self.client_id = client_id
+        self.security = security
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def channel(self, address: tuple[str, int]) -> BlockingBrokerChannel:
+        """The channel to the broker at ``address`` (opened now if it is not yet)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = BlockingBrokerChannel(
+                address[0], address[1], self.client_id, connect_timeout_ms=self.connect_timeout_ms,
+                request_timeout_ms=self.request_timeout_ms, security=self.security)
+        return channel
