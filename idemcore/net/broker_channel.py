@@ -200,6 +200,11 @@ class _Channel:
         self.request_timeout_ms = request_timeout_ms
         self._wire = _Negotiation(f"broker {host}:{port}", client_id)
         self._versions: dict[int, tuple[int, int]] = {}
+        self._unconnected()
+
+    def _unconnected(self) -> None:
+        """Each channel's own starting state: its lock (one call at a time) and no connection yet."""
+        raise NotImplementedError
 
     def _connect_failed(self, error: OSError) -> Exception:
         """The error to raise for a connection that could not be opened."""
@@ -212,10 +217,7 @@ class _Channel:
 class BrokerChannel(_Channel):
     """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
 
-    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
-                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
-        super().__init__(host, port, client_id, connect_timeout_ms=connect_timeout_ms,
-                         request_timeout_ms=request_timeout_ms, security=security)
+    def _unconnected(self) -> None:
         self._lock = asyncio.Lock()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -311,10 +313,7 @@ class BlockingBrokerChannel(_Channel):
     """A blocking connection to the broker at ``host``:``port``, for a thread (module docstring). Safe to share
     between threads: calls take turns."""
 
-    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
-                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
-        super().__init__(host, port, client_id, connect_timeout_ms=connect_timeout_ms,
-                         request_timeout_ms=request_timeout_ms, security=security)
+    def _unconnected(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
