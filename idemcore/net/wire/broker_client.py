@@ -45,6 +45,7 @@ from idemcore.net.wire.client import (
     PRODUCE,
     ClientApi,
     WireProtocolError,
+    _api,
     _encode_metadata,
     _ms,
     _request_class,
@@ -223,10 +224,6 @@ def _decode_full_metadata(request: MetadataRequest, version: int, body: Any) -> 
     brokers = tuple(BrokerEndpoint(int(b.node_id), str(b.host), int(b.port),
                                    None if getattr(b, "rack", None) is None else str(b.rack)) for b in body.brokers)
     return MetadataResponse(tuple(topics), request.request_id, brokers, int(getattr(body, "controller_id", -1)))
-
-
-def _api(key: int, name: str, low: int, high: int, encode: Any, decode: Any) -> ClientApi:
-    return ClientApi(key, name, low, high, encode, decode)
 
 
 LEADER_AND_ISR = _api(4, "LeaderAndIsr", 5, 5, _encode_leader_and_isr, _decode_leader_and_isr)
