@@ -206,6 +206,16 @@ class _Channel:
         """Each channel's own starting state: its lock (one call at a time) and no connection yet."""
         raise NotImplementedError
 
+    def _step(self, opening: Generator[tuple[bytes, str], bytes, dict[int, tuple[int, int]]],
+              answer: bytes | None = None) -> tuple[bytes, str] | None:
+        """The opening's next ``(frame, what)`` to send after ``answer`` (None: its first); None once it is through,
+        its API ranges kept."""
+        try:
+            return next(opening) if answer is None else opening.send(answer)
+        except StopIteration as done:
+            self._versions = done.value
+            return None
+
     def _connect_failed(self, error: OSError) -> Exception:
         """The error to raise for a connection that could not be opened."""
         if isinstance(error, TimeoutError):
@@ -263,14 +273,11 @@ class BrokerChannel(_Channel):
             raise self._connect_failed(error) from None
         try:
             opening = self._wire.handshake(self.security)
-            frame, what = next(opening)
-            while True:
+            step = self._step(opening)
+            while step is not None:
+                frame, what = step
                 await self._send(frame)
-                try:
-                    frame, what = opening.send(await self._receive(what))
-                except StopIteration as done:
-                    self._versions = done.value
-                    return
+                step = self._step(opening, await self._receive(what))
         except BaseException:
             self._drop()
             raise
@@ -358,15 +365,12 @@ class BlockingBrokerChannel(_Channel):
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             opening = self._wire.handshake(self.security)
-            frame, what = next(opening)
-            while True:
+            step = self._step(opening)
+            while step is not None:
+                frame, what = step
                 deadline = time.monotonic() + self.request_timeout_ms / 1000
                 self._send(frame, deadline, what)
-                try:
-                    frame, what = opening.send(self._receive(deadline, what))
-                except StopIteration as done:
-                    self._versions = done.value
-                    return
+                step = self._step(opening, self._receive(deadline, what))
         except BaseException:
             self._drop()
             raise
