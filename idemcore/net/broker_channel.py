@@ -72,6 +72,8 @@ class _Negotiation:
         try:
             try:
                 answered, body = read_response(API_VERSIONS_KEY, version, frame)
+                if body.api_keys is None:  # a v0 answer read at a flexible version: its array reads as null
+                    raise MalformedFrameError("ApiVersions answer without api_keys")
             except MalformedFrameError:
                 if version == 0:
                     raise
