@@ -11,6 +11,10 @@ Each returns the value, so a constructor checks and keeps in one line."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
 
 def _bound(number: int) -> str:
     return f"{number:,}"
@@ -58,25 +62,26 @@ def str_or_none_setting(name: str, value: object) -> str | None:
     return value
 
 
+def _exactly(name: str, value: object, kind: type[_T], called: str) -> _T:
+    """``value`` if of type ``kind`` itself (not a subclass: no ``True`` for an int), else TypeError naming it."""
+    if type(value) is not kind:
+        raise TypeError(f"{name} must be {called}, got {value!r:.80}")
+    return value
+
+
 def int_arg(name: str, value: object) -> int:
     """An in-process caller's int argument, else TypeError naming it."""
-    if type(value) is not int:
-        raise TypeError(f"{name} must be an int, got {value!r:.80}")
-    return value
+    return _exactly(name, value, int, "an int")
 
 
 def bool_arg(name: str, value: object) -> bool:
     """An in-process caller's bool argument, else TypeError naming it."""
-    if type(value) is not bool:
-        raise TypeError(f"{name} must be a bool, got {value!r:.80}")
-    return value
+    return _exactly(name, value, bool, "a bool")
 
 
 def str_arg(name: str, value: object) -> str:
     """An in-process caller's str argument, else TypeError naming it."""
-    if type(value) is not str:
-        raise TypeError(f"{name} must be a str, got {value!r:.80}")
-    return value
+    return _exactly(name, value, str, "a str")
 
 
 def str_or_none_arg(name: str, value: object) -> str | None:

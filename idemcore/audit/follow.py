@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,7 @@ import pyarrow as pa
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
 from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogState, _located, _offset_spans, with_places
-from idemcore.audit.replayer import StreamReplayer, feed_in_order
+from idemcore.audit.replayer import StreamReplayer, TaskResult, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.errors import one_line
 from idemcore.kernels import Backend, get_backend
@@ -133,7 +133,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
+def _write_atomically(path: Path, write: Callable[[Path], object], fsync: bool = True) -> None:
     """``write`` a hidden file beside ``path``, fsync it, rename it to ``path``, fsync the directory (``fsync``
     False: the rename alone, atomic for the process; a crash of the machine may lose the last round)."""
     partial = path.with_name(f".{path.name}.partial")
@@ -206,6 +206,37 @@ def drop_later_rounds(out: Path | None, round_: int, resumed: bool, checkpoint_f
             stale.unlink()
     if checkpoint_file is not None:
         checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
+
+
+class _Rounds(Protocol):
+    """What :func:`end_round` needs of a follower (a log directory's or Parquet's, or a cluster's)."""
+
+    round: int
+    out: Path | None
+    fsync: bool
+    hanging_after_ms: int
+    _failed: bool
+
+    def _save(self) -> None: ...
+
+
+def end_round(follower: _Rounds, result: TaskResult, findings: pa.Table, *, started: float, order_by: str,
+              source: str, batches_before: int, batches: int, read: list[str], waiting: list[str],
+              problems: list[Any]) -> RoundResult:
+    """The end every follower's round shares: the round counted, its findings written (atomically, none: no file),
+    the checkpoint saved, the round's report."""
+    follower.round += 1
+    findings_file = None
+    if follower.out is not None and findings.num_rows:
+        findings_file = follower.out / f"{FINDINGS_PREFIX}{follower.round:08d}.parquet"
+        _write_atomically(findings_file, lambda partial: write_parquet(findings, partial), follower.fsync)
+    follower._save()
+    follower._failed = False
+    seconds = time.perf_counter() - started
+    report = AuditReport.from_results([result], order_by=order_by, seconds=seconds,
+                                      hanging_after_ms=follower.hanging_after_ms, source=source)
+    return RoundResult(follower.round, batches - batches_before, batches, findings, report, read, waiting, problems,
+                       findings_file, seconds)
 
 
 class Follower:
@@ -310,11 +341,7 @@ class Follower:
             arrays.update({f"replayer.{name}": value for name, value in replay_arrays.items()})
         data = ckpt.encode(values, arrays, CHECKPOINT_VERSION)
 
-        def write(partial: Path) -> None:
-            with open(partial, "wb") as handle:
-                handle.write(data)
-
-        _write_atomically(path, write, self.fsync)
+        _write_atomically(path, lambda partial: partial.write_bytes(data), self.fsync)
 
     def _restore(self, saved: dict[str, Any], arrays: dict[str, Any]) -> None:
         """The state of a decoded checkpoint (all of it, or an exception and nothing changed)."""
@@ -362,18 +389,9 @@ class Follower:
         findings = result.findings
         if self.kind == LOG_DIR:  # (feed order, as the findings)
             findings = with_places(findings, pa.concat_tables(extra) if extra else LOCATED_SCHEMA.empty_table())
-        self.round += 1
-        findings_file = None
-        if self.out is not None and findings.num_rows:
-            findings_file = self.out / f"{FINDINGS_PREFIX}{self.round:08d}.parquet"
-            _write_atomically(findings_file, lambda partial: write_parquet(findings, partial), self.fsync)
-        self._save()
-        self._failed = False
-        seconds = time.perf_counter() - started
-        report = AuditReport.from_results([result], order_by=replayer.order_by, seconds=seconds,
-                                          hanging_after_ms=self.hanging_after_ms, source=str(self.source))
-        return RoundResult(self.round, replayer.batches - before, replayer.batches, findings, report, read, waiting,
-                           problems, findings_file, seconds)
+        return end_round(self, result, findings, started=started, order_by=replayer.order_by,
+                         source=str(self.source), batches_before=before, batches=replayer.batches, read=read,
+                         waiting=waiting, problems=list(problems))
 
     def _replayer(self) -> StreamReplayer:
         if self.replayer is None:

@@ -69,7 +69,7 @@ from idemcore.audit.columns import TOPIC
 from idemcore.audit.find_hanging import read_transaction_log, transaction_state_partitions
 from idemcore.audit.keys import _PARTITION_BITS
 from idemcore.audit.replayer import StreamReplayer, TaskResult, _from_ipc, _ipc
-from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
+from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport, ProblemsListed
 from idemcore.audit.shards import ShardedState
 from idemcore.engine.table import ProducerStateTable
 from idemcore.engine.validate import commit_into
@@ -275,7 +275,7 @@ class LogReplayer(StreamReplayer):
 # --- The report ---------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LogDirReport(AuditReport):
+class LogDirReport(ProblemsListed, AuditReport):
     """An :class:`AuditReport` of Kafka log directories, with what its tables have no column for.
 
     ``findings`` also has :data:`PLACE_FINDING_COLUMNS` (``file``, ``segment``, ``position``): :meth:`write` puts
@@ -291,16 +291,6 @@ class LogDirReport(AuditReport):
     located_open_txns: Any = None
     problems: tuple[FileProblem, ...] = ()
     listing: LogDirListing | None = None
-
-    def problem_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for problem in self.problems:
-            counts[problem.kind] = counts.get(problem.kind, 0) + 1
-        return counts
-
-    def problem_lines(self) -> list[str]:
-        """One line per problem: ``FILE: position N: what``."""
-        return [str(problem) for problem in self.problems]
 
     def summary(self) -> dict[str, Any]:
         """The Parquet report's summary, plus the file problems (counts by kind and the first

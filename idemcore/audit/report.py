@@ -48,6 +48,23 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
+class ProblemsListed:
+    """For a report that lists what was wrong in what it read (its ``problems``, each with a ``kind``)."""
+
+    problems: tuple[Any, ...]
+
+    def problem_counts(self) -> dict[str, int]:
+        """How many problems of each kind."""
+        counts: dict[str, int] = {}
+        for problem in self.problems:
+            counts[problem.kind] = counts.get(problem.kind, 0) + 1
+        return counts
+
+    def problem_lines(self) -> list[str]:
+        """One line per problem (its ``str``: where, then what)."""
+        return [str(problem) for problem in self.problems]
+
+
 @dataclass(frozen=True)
 class AuditReport:
     """What an audit found (docs/rules.md §5), over every (topic, partition) stream of the source.

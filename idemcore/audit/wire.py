@@ -40,7 +40,7 @@ from idemcore.audit.columns import TOPIC
 from idemcore.audit.find_hanging import LOG_IGNORED
 from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogTaskResult, _offset_spans
 from idemcore.audit.replayer import StreamReplayer
-from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport
+from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, SUMMARY_ROWS, AuditReport, ProblemsListed
 from idemcore.audit.wire_fetch import (
     FETCH_BYTES,
     ClusterReader,
@@ -91,7 +91,7 @@ class WireProblem:
 
 
 @dataclass(frozen=True)
-class WireReport(AuditReport):
+class WireReport(ProblemsListed, AuditReport):
     """An :class:`AuditReport` of a cluster read over the wire, with what its tables have no column for.
 
     ``located_findings``: one row per batch with a finding (:data:`WIRE_LOCATED_SCHEMA`: topic, partition, offsets,
@@ -107,16 +107,6 @@ class WireReport(AuditReport):
     ranges: Any = None
     bootstrap: str = ""
     fetched_bytes: int = 0
-
-    def problem_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for problem in self.problems:
-            counts[problem.kind] = counts.get(problem.kind, 0) + 1
-        return counts
-
-    def problem_lines(self) -> list[str]:
-        """One line per problem: ``TOPIC-PARTITION: offset N: kind: what``."""
-        return [str(problem) for problem in self.problems]
 
     @property
     def megabytes_per_s(self) -> float:

@@ -26,7 +26,7 @@ import numpy as np
 
 from idemcore.errors import IdemcoreError
 from idemcore.kernels import Backend
-from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.broker_channel import BrokerChannels
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import (
     EARLIEST_TIMESTAMP,
@@ -174,7 +174,7 @@ class PartitionRange:
 # --- The cluster ------------------------------------------------------------------------------------------------
 
 
-class ClusterReader:
+class ClusterReader(BrokerChannels):
     """Metadata, ListOffsets and Fetch of a cluster reached at ``bootstrap`` (module docstring). One request at a
     time per broker; :meth:`close` closes every connection."""
 
@@ -182,12 +182,9 @@ class ClusterReader:
                  client_id: str = "idemcore-audit", request_timeout_ms: int = 30_000,
                  connect_timeout_ms: int = 10_000, api_timeout_ms: int | None = None):
         self.bootstrap = list(bootstrap)
-        self.security = security
-        self.client_id = client_id
-        self.request_timeout_ms = request_timeout_ms
-        self.connect_timeout_ms = connect_timeout_ms
+        super().__init__(client_id, security=security, request_timeout_ms=request_timeout_ms,
+                         connect_timeout_ms=connect_timeout_ms)
         self.api_timeout_ms = API_TIMEOUT_MS if api_timeout_ms is None else api_timeout_ms
-        self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.leader_epochs: dict[tuple[str, int], int] = {}
@@ -195,25 +192,6 @@ class ClusterReader:
         self.topics: dict[str, int] = {}
         self.fetches = 0
         self.fetched_bytes = 0
-
-    def __enter__(self) -> ClusterReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
-
-    def channel(self, address: tuple[str, int]) -> BlockingBrokerChannel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = BlockingBrokerChannel(
-                address[0], address[1], self.client_id, connect_timeout_ms=self.connect_timeout_ms,
-                request_timeout_ms=self.request_timeout_ms, security=self.security)
-        return channel
 
     def broker_address(self, broker_id: int) -> tuple[str, int]:
         return self.brokers.get(broker_id, self.bootstrap[0])

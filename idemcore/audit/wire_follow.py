@@ -31,15 +31,15 @@ from idemcore.audit.follow import (
     _lock,
     _write_atomically,
     drop_later_rounds,
+    end_round,
     run_rounds,
 )
 from idemcore.audit.logdir import LogReplayer, LogState
-from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
-from idemcore.audit.wire import PartitionProgress, WireAuditor, WireProblem, plan_ranges
+from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS
+from idemcore.audit.wire import PartitionProgress, WireAuditor, plan_ranges
 from idemcore.audit.wire_fetch import FETCH_BYTES, ClusterReader, PartitionRange, Position, parse_bootstrap
 from idemcore.kernels import Backend, get_backend
 from idemcore.net.client_security import ClientSecurity
-from idemcore.record.parquet_files import write_parquet
 
 #: ``kind`` of a cluster's checkpoint (a log directory's is ``logdir``).
 CLUSTER = "cluster"
@@ -132,10 +132,7 @@ class ClusterFollower:
         data = ckpt.encode(values, {f"replayer.{name}": value for name, value in arrays.items()},
                            CLUSTER_CHECKPOINT_VERSION)
 
-        def write(partial: Path) -> None:
-            partial.write_bytes(data)
-
-        _write_atomically(path, write, self.fsync)
+        _write_atomically(path, lambda partial: partial.write_bytes(data), self.fsync)
 
     def _restore(self, saved: dict[str, Any], arrays: dict[str, Any]) -> None:
         prefix = "replayer."
@@ -208,19 +205,9 @@ class ClusterFollower:
             findings = findings.append_column("leader", located.column("leader"))
         else:
             findings = findings.append_column("leader", pa.array([], pa.int32()))
-        self.round += 1
-        findings_file = None
-        if self.out is not None and findings.num_rows:
-            findings_file = self.out / f"{FINDINGS_PREFIX}{self.round:08d}.parquet"
-            _write_atomically(findings_file, lambda partial: write_parquet(findings, partial), self.fsync)
-        self._save()
-        self._failed = False
-        seconds = time.perf_counter() - started
-        report = AuditReport.from_results([result], order_by="base_offset", seconds=seconds,
-                                          hanging_after_ms=self.hanging_after_ms, source=self.source)
-        problems: list[WireProblem] = list(self.auditor.problems)
-        return RoundResult(self.round, replayer.batches - before, replayer.batches, findings, report, read, [],
-                           problems, findings_file, seconds)
+        return end_round(self, result, findings, started=started, order_by="base_offset", source=self.source,
+                         batches_before=before, batches=replayer.batches, read=read, waiting=[],
+                         problems=list(self.auditor.problems))
 
 
 def follow_cluster(url: str, out: str | Path | None = None, checkpoint: str | Path | None = None, *,

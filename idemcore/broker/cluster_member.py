@@ -12,7 +12,6 @@ broker, this one included, over the wire as Kafka's controller does.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from idemcore.broker.partition import Partition
 from idemcore.broker.replica_fetcher import ReplicaFetcherManager
 from idemcore.broker.security.inter_broker import inter_broker_security
 from idemcore.broker.topic_config import InvalidTopicConfig
-from idemcore.broker.topic_requests import refused_new_topic, wire_configs
+from idemcore.broker.topic_requests import new_topics, refused_new_topic, wire_configs
 from idemcore.errors import IdemcoreError
 from idemcore.net.broker_channel import BlockingBrokerChannel, BrokerChannel
 from idemcore.net.messages import (
@@ -356,20 +355,11 @@ class ClusterMember:
         """CreateTopics in a cluster (Kafka's ``AdminZkClient.createTopic`` then ``DelayedCreatePartitions``): the
         replicas assigned over the live brokers and written to ZooKeeper; the answer waits (up to the request's
         timeout) until the controller has elected every new partition's leader."""
-        wanted = request.topics if isinstance(request.topics, tuple | list) else ()
-        names = [topic.name for topic in wanted if type(topic) is NewTopic]
-        repeated = {name for name, count in collections.Counter(names).items() if count > 1}
         results: list[CreatedTopic] = []
-        answered: set[object] = set()
         made: list[str] = []
-        for topic in wanted:
-            if type(topic) is not NewTopic:
-                results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
-            elif topic.name in repeated:
-                if topic.name not in answered:
-                    answered.add(topic.name)
-                    results.append(CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST,
-                                                "Found multiple entries for this topic."))
+        for topic in new_topics(request):
+            if isinstance(topic, CreatedTopic):
+                results.append(topic)
             else:
                 result = self._create(topic, request.validate_only is True)
                 results.append(result)

@@ -6,7 +6,7 @@ or config is answered with Kafka's error code and a message naming the value, ne
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from idemcore.broker.topic_config import InvalidTopicConfig, TopicConfig
@@ -51,23 +51,28 @@ def create_topics(topics: Topics, request: CreateTopicsRequest,
                   describe: Callable[[TopicConfig], tuple[DescribedConfig, ...]]) -> CreateTopicsResponse:
     """Create (or with ``validate_only`` check) each topic; ``describe`` gives a created topic's configs as
     DescribeConfigs does (CreateTopics v5+ answers them)."""
+    return CreateTopicsResponse(tuple(topic if isinstance(topic, CreatedTopic)
+                                      else _create(topics, topic, request.validate_only is True, describe)
+                                      for topic in new_topics(request)), request.request_id)
+
+
+def new_topics(request: CreateTopicsRequest) -> Iterator[NewTopic | CreatedTopic]:
+    """A CreateTopics request's entries in order: each NewTopic to create, or the refusal answering an entry that
+    is not a NewTopic or (once) a name given twice."""
     wanted = request.topics if isinstance(request.topics, tuple | list) else ()
     names = [topic.name for topic in wanted if type(topic) is NewTopic]
     # Kafka's ControllerApis: a name given twice is created neither time, and answered once.
     repeated = {name for name, count in collections.Counter(names).items() if count > 1}
     answered: set[object] = set()
-    results = []
     for topic in wanted:
         if type(topic) is not NewTopic:
-            results.append(CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic"))
+            yield CreatedTopic(str(topic)[:80], ErrorCode.INVALID_REQUEST, "not a NewTopic")
         elif topic.name in repeated:
             if topic.name not in answered:
                 answered.add(topic.name)
-                results.append(CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST,
-                                            "Found multiple entries for this topic."))
+                yield CreatedTopic(str(topic.name), ErrorCode.INVALID_REQUEST, "Found multiple entries for this topic.")
         else:
-            results.append(_create(topics, topic, request.validate_only is True, describe))
-    return CreateTopicsResponse(tuple(results), request.request_id)
+            yield topic
 
 
 def _create(catalog: Topics, topic: NewTopic, validate_only: bool,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from idemcore.errors import IdemcoreError
-from idemcore.net.broker_channel import BlockingBrokerChannel
+from idemcore.net.broker_channel import BrokerChannels
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.group_admin import (
     DeleteGroupsRequest,
@@ -58,28 +58,14 @@ class GroupAdminError(IdemcoreError, RuntimeError):
 error_name = functools.partial(_error_name, unknown="error ")
 
 
-class GroupAdmin:
+class GroupAdmin(BrokerChannels):
     """Group administration over the cluster that ``bootstrap`` (``HOST:PORT``) belongs to."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "idemcore-groups", request_timeout_ms: int = 30_000,
                  attempts: int = ATTEMPTS, security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)[0]  # the first broker is asked
-        self.security = security
-        self.client_id = client_id
-        self.request_timeout_ms = request_timeout_ms
+        super().__init__(client_id, security=security, request_timeout_ms=request_timeout_ms)
         self.attempts = attempts
-        self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
-
-    def __enter__(self) -> GroupAdmin:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
 
     # ------------------------------------------------------------ the calls
 
@@ -154,12 +140,8 @@ class GroupAdmin:
         return answer
 
     def _call(self, address: tuple[str, int], request: Any, kind: type[T]) -> T:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = BlockingBrokerChannel(
-                *address, self.client_id, request_timeout_ms=self.request_timeout_ms, security=self.security)
         try:
-            answer = channel.call(request)
+            answer = self.channel(address).call(request)
         except (ConnectionError, TimeoutError) as exc:
             said = str(exc).removeprefix(f"broker {_where(address)}: ")  # the channel names the broker too
             raise GroupAdminError(f"broker at {_where(address)}: {said}") from None

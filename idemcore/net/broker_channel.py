@@ -23,7 +23,8 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from collections.abc import Generator
+from typing import Any, Self
 
 from idemcore.net.client_security import ClientSecurity
 from idemcore.net.messages import ProduceRequest, ProduceResponse, Request, Response
@@ -71,6 +72,8 @@ class _Negotiation:
         try:
             try:
                 answered, body = read_response(API_VERSIONS_KEY, version, frame)
+                if body.api_keys is None:  # a v0 answer read at a flexible version: its array reads as null
+                    raise MalformedFrameError("ApiVersions answer without api_keys")
             except MalformedFrameError:
                 if version == 0:
                     raise
@@ -139,6 +142,29 @@ class _Negotiation:
             raise ConnectionError(f"{self.where}: SASL authentication as {exchange.client.mechanism} failed: "
                                   f"{error}") from None
 
+    def handshake(self, security: ClientSecurity | None) -> Generator[tuple[bytes, str], bytes,
+                                                                     dict[int, tuple[int, int]]]:
+        """A new connection's opening, sans IO: yields ``(frame, what)`` to send and takes the answer frame back;
+        returns the broker's API ranges once ApiVersions (retried lower per KIP-511) and SASL are through."""
+        version = API_VERSIONS_RANGE[1]
+        for _ in range(API_VERSIONS_RANGE[1] + 1):  # each retry asks at a lower version
+            correlation_id, frame = self.versions_frame(version)
+            outcome = self.read_versions(version, correlation_id, (yield frame, f"ApiVersions v{version}"))
+            if isinstance(outcome, dict):
+                break
+            version = outcome
+        else:
+            raise ConnectionError(f"{self.where}: no ApiVersions version both sides speak")
+        exchange = self.sasl_exchange(security, outcome)
+        step = exchange.first() if exchange is not None else None
+        for _ in range(_MAX_SASL_STEPS):
+            if step is None or exchange is None:
+                return outcome
+            api_key, sasl_version, correlation_id, frame = self.sasl_frame(step)
+            answer = yield frame, f"SASL api {api_key} v{sasl_version}"
+            step = self.sasl_answer(exchange, api_key, sasl_version, correlation_id, answer)
+        raise ConnectionError(f"{self.where}: SASL took more than {_MAX_SASL_STEPS} steps")
+
     @staticmethod
     def security_hint(security: ClientSecurity | None) -> str:
         """What to say of a connection closed instead of answered: a broker closes a client that skips the SASL
@@ -165,8 +191,8 @@ def _no_answer(request: Request) -> Response | None:
     return None
 
 
-class BrokerChannel:
-    """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
+class _Channel:
+    """What both channels are set up with: the broker's address, timeouts and security, and the sans-IO part."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
                  request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
@@ -175,10 +201,38 @@ class BrokerChannel:
         self.connect_timeout_ms = connect_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+        self._versions: dict[int, tuple[int, int]] = {}
+        self._unconnected()
+
+    def _unconnected(self) -> None:
+        """Each channel's own starting state: its lock (one call at a time) and no connection yet."""
+        raise NotImplementedError
+
+    def _step(self, opening: Generator[tuple[bytes, str], bytes, dict[int, tuple[int, int]]],
+              answer: bytes | None = None) -> tuple[bytes, str] | None:
+        """The opening's next ``(frame, what)`` to send after ``answer`` (None: its first); None once it is through,
+        its API ranges kept."""
+        try:
+            return next(opening) if answer is None else opening.send(answer)
+        except StopIteration as done:
+            self._versions = done.value
+            return None
+
+    def _connect_failed(self, error: OSError) -> Exception:
+        """The error to raise for a connection that could not be opened."""
+        if isinstance(error, TimeoutError):
+            return TimeoutError(f"{self._wire.where}: no connection within "
+                                f"connect_timeout_ms={self.connect_timeout_ms}")
+        return ConnectionError(f"{self._wire.where}: cannot connect: {error}")  # ssl.SSLError is an OSError too
+
+
+class BrokerChannel(_Channel):
+    """An asyncio connection to the broker at ``host``:``port`` (module docstring)."""
+
+    def _unconnected(self) -> None:
         self._lock = asyncio.Lock()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._versions: dict[int, tuple[int, int]] = {}
 
     @property
     def connected(self) -> bool:
@@ -217,39 +271,18 @@ class BrokerChannel:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
                 self.connect_timeout_ms / 1000)
-        except TimeoutError:
-            raise TimeoutError(f"{self._wire.where}: no connection within "
-                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:  # ssl.SSLError is one too
-            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        except OSError as error:
+            raise self._connect_failed(error) from None
         try:
-            version = API_VERSIONS_RANGE[1]
-            for _ in range(API_VERSIONS_RANGE[1] + 1):  # each retry asks at a lower version
-                correlation_id, frame = self._wire.versions_frame(version)
+            opening = self._wire.handshake(self.security)
+            step = self._step(opening)
+            while step is not None:
+                frame, what = step
                 await self._send(frame)
-                outcome = self._wire.read_versions(version, correlation_id,
-                                                   await self._receive(f"ApiVersions v{version}"))
-                if isinstance(outcome, dict):
-                    self._versions = outcome
-                    await self._authenticate()
-                    return
-                version = outcome
-            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
+                step = self._step(opening, await self._receive(what))
         except BaseException:
             self._drop()
             raise
-
-    async def _authenticate(self) -> None:
-        exchange = self._wire.sasl_exchange(self.security, self._versions)
-        step = exchange.first() if exchange is not None else None
-        for _ in range(_MAX_SASL_STEPS):
-            if step is None or exchange is None:
-                return
-            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
-            await self._send(frame)
-            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
-                                          await self._receive(f"SASL api {api_key} v{version}"))
-        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     async def _send(self, frame: bytes) -> None:
         assert self._writer is not None
@@ -285,20 +318,13 @@ class BrokerChannel:
             writer.close()
 
 
-class BlockingBrokerChannel:
+class BlockingBrokerChannel(_Channel):
     """A blocking connection to the broker at ``host``:``port``, for a thread (module docstring). Safe to share
     between threads: calls take turns."""
 
-    def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
-                 request_timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
-        self.host, self.port = host, port
-        self.security = security
-        self.connect_timeout_ms = connect_timeout_ms
-        self.request_timeout_ms = request_timeout_ms
-        self._wire = _Negotiation(f"broker {host}:{port}", client_id)
+    def _unconnected(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._versions: dict[int, tuple[int, int]] = {}
 
     @property
     def connected(self) -> bool:
@@ -336,42 +362,20 @@ class BlockingBrokerChannel:
                     sock.close()
                     raise
             self._sock = sock
-        except TimeoutError:
-            raise TimeoutError(f"{self._wire.where}: no connection within "
-                               f"connect_timeout_ms={self.connect_timeout_ms}") from None
-        except OSError as error:  # ssl.SSLError is one too
-            raise ConnectionError(f"{self._wire.where}: cannot connect: {error}") from None
+        except OSError as error:
+            raise self._connect_failed(error) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            version = API_VERSIONS_RANGE[1]
-            for _ in range(API_VERSIONS_RANGE[1] + 1):
+            opening = self._wire.handshake(self.security)
+            step = self._step(opening)
+            while step is not None:
+                frame, what = step
                 deadline = time.monotonic() + self.request_timeout_ms / 1000
-                correlation_id, frame = self._wire.versions_frame(version)
-                self._send(frame, deadline, f"ApiVersions v{version}")
-                outcome = self._wire.read_versions(version, correlation_id,
-                                                   self._receive(deadline, f"ApiVersions v{version}"))
-                if isinstance(outcome, dict):
-                    self._versions = outcome
-                    self._authenticate()
-                    return
-                version = outcome
-            raise ConnectionError(f"{self._wire.where}: no ApiVersions version both sides speak")
+                self._send(frame, deadline, what)
+                step = self._step(opening, self._receive(deadline, what))
         except BaseException:
             self._drop()
             raise
-
-    def _authenticate(self) -> None:
-        exchange = self._wire.sasl_exchange(self.security, self._versions)
-        step = exchange.first() if exchange is not None else None
-        for _ in range(_MAX_SASL_STEPS):
-            if step is None or exchange is None:
-                return
-            api_key, version, correlation_id, frame = self._wire.sasl_frame(step)
-            deadline = time.monotonic() + self.request_timeout_ms / 1000
-            self._send(frame, deadline, f"SASL api {api_key} v{version}")
-            step = self._wire.sasl_answer(exchange, api_key, version, correlation_id,
-                                          self._receive(deadline, f"SASL api {api_key} v{version}"))
-        raise ConnectionError(f"{self._wire.where}: SASL took more than {_MAX_SASL_STEPS} steps")
 
     def _left(self, deadline: float, what: str) -> float:
         left = deadline - time.monotonic()
@@ -421,3 +425,36 @@ class BlockingBrokerChannel:
 
 
 __all__ = ["MAX_RESPONSE_BYTES", "BlockingBrokerChannel", "BrokerChannel"]
+
+
+class BrokerChannels:
+    """Blocking channels to a cluster's brokers, one per address, opened when first asked for: the base of a client
+    that talks to several brokers. A context manager: leaving it (or :meth:`close`) closes every channel."""
+
+    def __init__(self, client_id: str, *, security: ClientSecurity | None = None, request_timeout_ms: int = 30_000,
+                 connect_timeout_ms: int = 10_000) -> None:
+        self.client_id = client_id
+        self.security = security
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self._channels: dict[tuple[str, int], BlockingBrokerChannel] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def channel(self, address: tuple[str, int]) -> BlockingBrokerChannel:
+        """The channel to the broker at ``address`` (opened now if it is not yet)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = BlockingBrokerChannel(
+                address[0], address[1], self.client_id, connect_timeout_ms=self.connect_timeout_ms,
+                request_timeout_ms=self.request_timeout_ms, security=self.security)
+        return channel

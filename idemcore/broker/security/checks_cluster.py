@@ -61,20 +61,19 @@ def _write_txn_markers(c: RequestContext, handle: Handle, r: Any) -> Any:
         for m in r.markers))
 
 
-@check("LeaderAndIsrRequest")
-def _leader_and_isr(c: RequestContext, handle: Handle, r: Any) -> Any:
-    if c.cluster(Op.CLUSTER_ACTION):
-        return handle(r)
-    return LeaderAndIsrResponse(CLUSTER_DENIED, tuple((p.topic, p.partition, CLUSTER_DENIED) for p in r.partitions),
-                                r.request_id)
+def _controller_request(response: Callable[..., Any]) -> Callable[[RequestContext, Handle, Any], Any]:
+    """The check of a controller's request answered per partition (LeaderAndIsr, StopReplica): CLUSTER_ACTION, else
+    every partition denied."""
+    def checked(c: RequestContext, handle: Handle, r: Any) -> Any:
+        if c.cluster(Op.CLUSTER_ACTION):
+            return handle(r)
+        return response(CLUSTER_DENIED, tuple((p.topic, p.partition, CLUSTER_DENIED) for p in r.partitions),
+                        r.request_id)
+    return checked
 
 
-@check("StopReplicaRequest")
-def _stop_replica(c: RequestContext, handle: Handle, r: Any) -> Any:
-    if c.cluster(Op.CLUSTER_ACTION):
-        return handle(r)
-    return StopReplicaResponse(CLUSTER_DENIED, tuple((p.topic, p.partition, CLUSTER_DENIED) for p in r.partitions),
-                               r.request_id)
+check("LeaderAndIsrRequest")(_controller_request(LeaderAndIsrResponse))
+check("StopReplicaRequest")(_controller_request(StopReplicaResponse))
 
 
 @check("UpdateMetadataRequest")

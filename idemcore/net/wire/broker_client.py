@@ -45,22 +45,16 @@ from idemcore.net.wire.client import (
     PRODUCE,
     ClientApi,
     WireProtocolError,
+    _api,
     _encode_metadata,
     _ms,
     _request_class,
 )
-from idemcore.net.wire.frames import make, nested
+from idemcore.net.wire.frames import group_by_topic, make, nested
 from idemcore.protocol.codes import ErrorCode
 
 #: The listener name idemcore's brokers advertise (one plaintext listener).
 LISTENER = "PLAINTEXT"
-
-
-def _grouped(pairs: Any) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for topic, item in pairs:
-        out.setdefault(topic, []).append(item)
-    return out
 
 
 # ---------------------------------------------------------------- LeaderAndIsr (key 4)
@@ -70,15 +64,15 @@ def _encode_leader_and_isr(request: LeaderAndIsrRequest, version: int) -> Any:
     cls = _request_class(4, version)
     topic_cls, state_cls = nested(cls, "LeaderAndIsrTopicState"), nested(cls, "LeaderAndIsrPartitionState")
     leader_cls = nested(cls, "LeaderAndIsrLiveLeader")
-    by_topic = _grouped((p.topic, make(state_cls, partition_index=p.partition, controller_epoch=p.controller_epoch,
-                                       leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr,
-                                       zk_version=p.zk_version, replicas=p.replicas, adding_replicas=(),
+    grouped = group_by_topic((p.topic, make(state_cls, partition_index=p.partition, controller_epoch=p.controller_epoch,
+                                            leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr,
+                                            zk_version=p.zk_version, replicas=p.replicas, adding_replicas=(),
                                        removing_replicas=(), is_new=p.is_new))
                         for p in request.partitions)
     return make(cls, controller_id=request.controller_id, controller_epoch=request.controller_epoch,
                 broker_epoch=request.broker_epoch, type=0,
                 topic_states=tuple(make(topic_cls, topic_name=name, topic_id=topic_id_of(name),
-                                        partition_states=tuple(states)) for name, states in by_topic.items()),
+                                        partition_states=tuple(states)) for name, states in grouped.items()),
                 live_leaders=tuple(make(leader_cls, broker_id=b.broker_id, host_name=b.host, port=b.port)
                                    for b in request.live_leaders))
 
@@ -100,13 +94,13 @@ def _decode_leader_and_isr(request: LeaderAndIsrRequest, version: int, body: Any
 def _encode_stop_replica(request: StopReplicaRequest, version: int) -> Any:
     cls = _request_class(5, version)
     topic_cls, state_cls = nested(cls, "StopReplicaTopicState"), nested(cls, "StopReplicaPartitionState")
-    by_topic = _grouped((p.topic, make(state_cls, partition_index=p.partition, leader_epoch=p.leader_epoch,
-                                       delete_partition=p.delete))
-                        for p in request.partitions)
+    grouped = group_by_topic((p.topic, make(state_cls, partition_index=p.partition, leader_epoch=p.leader_epoch,
+                                            delete_partition=p.delete))
+                             for p in request.partitions)
     return make(cls, controller_id=request.controller_id, controller_epoch=request.controller_epoch,
                 broker_epoch=request.broker_epoch,
                 topic_states=tuple(make(topic_cls, topic_name=name, partition_states=tuple(states))
-                                   for name, states in by_topic.items()))
+                                   for name, states in grouped.items()))
 
 
 def _decode_stop_replica(request: StopReplicaRequest, version: int, body: Any) -> StopReplicaResponse:
@@ -122,15 +116,15 @@ def _encode_update_metadata(request: UpdateMetadataRequest, version: int) -> Any
     cls = _request_class(6, version)
     topic_cls, state_cls = nested(cls, "UpdateMetadataTopicState"), nested(cls, "UpdateMetadataPartitionState")
     broker_cls, endpoint_cls = nested(cls, "UpdateMetadataBroker"), nested(cls, "UpdateMetadataEndpoint")
-    by_topic = _grouped((p.topic, make(state_cls, partition_index=p.partition, controller_epoch=p.controller_epoch,
-                                       leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr,
-                                       zk_version=p.zk_version, replicas=p.replicas,
+    grouped = group_by_topic((p.topic, make(state_cls, partition_index=p.partition, controller_epoch=p.controller_epoch,
+                                            leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr,
+                                            zk_version=p.zk_version, replicas=p.replicas,
                                        offline_replicas=p.offline_replicas))
                         for p in request.partitions)
     return make(cls, controller_id=request.controller_id, controller_epoch=request.controller_epoch,
                 broker_epoch=request.broker_epoch,
                 topic_states=tuple(make(topic_cls, topic_name=name, topic_id=topic_id_of(name),
-                                        partition_states=tuple(states)) for name, states in by_topic.items()),
+                                        partition_states=tuple(states)) for name, states in grouped.items()),
                 live_brokers=tuple(make(broker_cls, id=b.broker_id, rack=b.rack, endpoints=tuple(
                     make(endpoint_cls, port=one.port, host=one.host, listener=one.name,
                          security_protocol=SECURITY_PROTOCOL_IDS[one.protocol])
@@ -155,11 +149,11 @@ def _decode_update_metadata(request: UpdateMetadataRequest, version: int, body: 
 def _encode_epochs(request: OffsetForLeaderEpochRequest, version: int) -> Any:
     cls = _request_class(23, version)
     topic_cls, partition_cls = nested(cls, "OffsetForLeaderTopic"), nested(cls, "OffsetForLeaderPartition")
-    by_topic = _grouped((q.topic, make(partition_cls, partition=q.partition,
-                                       current_leader_epoch=q.current_leader_epoch, leader_epoch=q.leader_epoch))
-                        for q in request.partitions)
+    grouped = group_by_topic((q.topic, make(partition_cls, partition=q.partition,
+                                            current_leader_epoch=q.current_leader_epoch, leader_epoch=q.leader_epoch))
+                             for q in request.partitions)
     return make(cls, replica_id=request.replica_id, topics=tuple(
-        make(topic_cls, topic=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
+        make(topic_cls, topic=name, partitions=tuple(partitions)) for name, partitions in grouped.items()))
 
 
 def _decode_epochs(request: OffsetForLeaderEpochRequest, version: int, body: Any) -> OffsetForLeaderEpochResponse:
@@ -178,7 +172,7 @@ def _encode_markers(request: WriteTxnMarkersRequest, version: int) -> Any:
         marker_cls, producer_id=m.producer_id, producer_epoch=m.producer_epoch, transaction_result=m.committed,
         coordinator_epoch=m.coordinator_epoch, transaction_version=0,
         topics=tuple(make(topic_cls, name=name, partition_indexes=tuple(partitions))
-                     for name, partitions in _grouped(m.partitions).items()))
+                     for name, partitions in group_by_topic(m.partitions).items()))
         for m in request.markers))
 
 
@@ -201,7 +195,7 @@ def _encode_elect(request: ElectLeadersRequest, version: int) -> Any:
     topic_cls = nested(cls, "TopicPartitions")
     topics = None if request.partitions is None else tuple(
         make(topic_cls, topic=name, partitions=tuple(partitions))
-        for name, partitions in _grouped(request.partitions).items())
+        for name, partitions in group_by_topic(request.partitions).items())
     return make(cls, election_type=request.election_type, topic_partitions=topics, timeout=_ms(request.timeout_ms))
 
 
@@ -230,10 +224,6 @@ def _decode_full_metadata(request: MetadataRequest, version: int, body: Any) -> 
     brokers = tuple(BrokerEndpoint(int(b.node_id), str(b.host), int(b.port),
                                    None if getattr(b, "rack", None) is None else str(b.rack)) for b in body.brokers)
     return MetadataResponse(tuple(topics), request.request_id, brokers, int(getattr(body, "controller_id", -1)))
-
-
-def _api(key: int, name: str, low: int, high: int, encode: Any, decode: Any) -> ClientApi:
-    return ClientApi(key, name, low, high, encode, decode)
 
 
 LEADER_AND_ISR = _api(4, "LeaderAndIsr", 5, 5, _encode_leader_and_isr, _decode_leader_and_isr)

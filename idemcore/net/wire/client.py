@@ -80,7 +80,7 @@ from idemcore.net.messages import (
 )
 from idemcore.net.wire.acls_client import ACL_CLIENT_APIS
 from idemcore.net.wire.admin_client import ADMIN_CLIENT_APIS
-from idemcore.net.wire.frames import make, nested, optional_str
+from idemcore.net.wire.frames import group_by_topic, make, nested, optional_str
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
 from idemcore.net.wire.scram_credentials import SCRAM_CREDENTIAL_CLIENT_APIS
@@ -403,20 +403,13 @@ def _decode_find_coordinator(request: FindCoordinatorRequest, version: int, body
 # ---------------------------------------------------------------- AddPartitionsToTxn (key 24)
 
 
-def _by_topic(pairs: Sequence[tuple[str, int]]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, partition in pairs:
-        out.setdefault(topic, []).append(partition)
-    return out
-
-
 def _encode_add_partitions(request: AddPartitionsToTxnRequest, version: int) -> Any:
     cls = _request_class(24, version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopic")
     return make(cls, v3_and_below_transactional_id=request.transactional_id,
                 v3_and_below_producer_id=request.producer_id, v3_and_below_producer_epoch=request.producer_epoch,
                 v3_and_below_topics=tuple(make(topic_cls, name=name, partitions=tuple(partitions))
-                                          for name, partitions in _by_topic(request.partitions).items()))
+                                          for name, partitions in group_by_topic(request.partitions).items()))
 
 
 def _decode_add_partitions(request: AddPartitionsToTxnRequest, version: int,
@@ -496,7 +489,7 @@ def _encode_offset_fetch(request: OffsetFetchRequest, version: int) -> Any:
         raise WireProtocolError("OffsetFetch v1 cannot ask for every partition of a group")
     topics = None if request.partitions is None else tuple(
         make(topic_cls, name=name, partition_indexes=tuple(partitions))
-        for name, partitions in _by_topic(request.partitions).items())
+        for name, partitions in group_by_topic(request.partitions).items())
     return make(cls, group_id=request.group_id, topics=topics, require_stable=request.require_stable)
 
 

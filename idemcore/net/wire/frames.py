@@ -15,9 +15,9 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
@@ -226,3 +226,14 @@ def millis(value: datetime.timedelta | int | None) -> int:
 
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+_Item = TypeVar("_Item")
+
+
+def group_by_topic(pairs: Iterable[tuple[str, _Item]]) -> dict[str, list[_Item]]:
+    """``(topic, item)`` pairs grouped by topic, in first-seen order (Kafka's messages nest partitions in topics)."""
+    out: dict[str, list[_Item]] = {}
+    for topic, item in pairs:
+        out.setdefault(topic, []).append(item)
+    return out

@@ -40,17 +40,9 @@ from idemcore.net.replication import (
     UpdateMetadataResponse,
 )
 from idemcore.net.wire.api import WireApi, WireContext, topic_id_of
-from idemcore.net.wire.frames import make, millis, nested, response_class
+from idemcore.net.wire.frames import group_by_topic, make, millis, nested, response_class
 from idemcore.net.wire.transactions import NO_THROTTLE, answer_of
 from idemcore.protocol.codes import ErrorCode
-
-
-def _grouped(pairs: Any) -> dict[str, list[Any]]:
-    """``(topic, item)`` pairs grouped by topic, in first-seen order."""
-    out: dict[str, list[Any]] = {}
-    for topic, item in pairs:
-        out.setdefault(topic, []).append(item)
-    return out
 
 
 def _topic_name(ctx: WireContext, name: Any, topic_id: Any) -> str:
@@ -83,11 +75,11 @@ def _leader_and_isr_to_wire(ctx: WireContext, version: int, body: Any, answer: R
     response = answer_of(answer, LeaderAndIsrResponse)
     cls = response_class(body)
     topic_cls, partition_cls = nested(cls, "LeaderAndIsrTopicError"), nested(cls, "LeaderAndIsrPartitionError")
-    by_topic = _grouped((topic, make(partition_cls, partition_index=partition, error_code=WireError(code)))
-                        for topic, partition, code in response.partitions)
+    grouped = group_by_topic((topic, make(partition_cls, partition_index=partition, error_code=WireError(code)))
+                             for topic, partition, code in response.partitions)
     return make(cls, error_code=WireError(response.error_code), topics=tuple(
         make(topic_cls, topic_id=topic_id_of(name), partition_errors=tuple(errors))
-        for name, errors in by_topic.items()))
+        for name, errors in grouped.items()))
 
 
 LEADER_AND_ISR = WireApi(4, "LeaderAndIsr", 5, 5, _leader_and_isr_to_message, _leader_and_isr_to_wire)
@@ -169,11 +161,11 @@ def _epoch_to_wire(ctx: WireContext, version: int, body: Any, answer: Response, 
     response = answer_of(answer, OffsetForLeaderEpochResponse)
     cls = response_class(body)
     topic_cls, partition_cls = nested(cls, "OffsetForLeaderTopicResult"), nested(cls, "EpochEndOffset")
-    by_topic = _grouped((e.topic, make(partition_cls, error_code=WireError(e.error_code), partition=e.partition,
-                                       leader_epoch=e.leader_epoch, end_offset=e.end_offset))
-                        for e in response.partitions)
+    grouped = group_by_topic((e.topic, make(partition_cls, error_code=WireError(e.error_code), partition=e.partition,
+                                            leader_epoch=e.leader_epoch, end_offset=e.end_offset))
+                             for e in response.partitions)
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(
-        make(topic_cls, topic=name, partitions=tuple(partitions)) for name, partitions in by_topic.items()))
+        make(topic_cls, topic=name, partitions=tuple(partitions)) for name, partitions in grouped.items()))
 
 
 #: v2–4 (v2 adds the current leader epoch, v3 the replica id, v4 is flexible): what kio has.
@@ -199,7 +191,7 @@ def _markers_to_wire(ctx: WireContext, version: int, body: Any, answer: Response
     partition_cls = nested(cls, "WritableTxnMarkerPartitionResult")
     return make(cls, markers=tuple(make(marker_cls, producer_id=marker.producer_id, topics=tuple(
         make(topic_cls, name=name, partitions=tuple(partitions))
-        for name, partitions in _grouped((r.topic, make(partition_cls, partition_index=r.partition,
+        for name, partitions in group_by_topic((r.topic, make(partition_cls, partition_index=r.partition,
                                                         error_code=WireError(r.error_code)))
                                          for r in marker.responses).items()))
         for marker in response.markers))
@@ -231,12 +223,12 @@ def _elect_to_wire(ctx: WireContext, version: int, body: Any, answer: Response, 
     if version == 0 and response.error_code != ErrorCode.NONE and not results:
         # v0 has no top-level error code: Kafka answers it in each partition asked for.
         results = tuple((topic, partition, response.error_code, None) for topic, partition in asked or ())
-    by_topic = _grouped((topic, make(partition_cls, partition_id=partition, error_code=WireError(code),
-                                     error_message=message))
-                        for topic, partition, code, message in results)
+    grouped = group_by_topic((topic, make(partition_cls, partition_id=partition, error_code=WireError(code),
+                                          error_message=message))
+                             for topic, partition, code, message in results)
     return make(cls, throttle_time=NO_THROTTLE, error_code=WireError(response.error_code),
                 replica_election_results=tuple(make(result_cls, topic=name, partition_result=tuple(partitions))
-                                               for name, partitions in by_topic.items()))
+                                               for name, partitions in grouped.items()))
 
 
 ELECT_LEADERS = WireApi(43, "ElectLeaders", 0, 2, _elect_to_message, _elect_to_wire)
