@@ -39,6 +39,7 @@ from idemcore.net.wire.client import (
     api_versions_ranges,
     api_versions_request,
     pick_version,
+    read_api_versions,
 )
 from idemcore.net.wire.frames import MalformedFrameError, read_response, request_frame
 from idemcore.protocol.codes import ErrorCode
@@ -70,14 +71,7 @@ class _Negotiation:
                       frame: bytes) -> dict[int, tuple[int, int]] | int:
         """The broker's API ranges, or the ApiVersions version to ask at again (KIP-511)."""
         try:
-            try:
-                answered, body = read_response(API_VERSIONS_KEY, version, frame)
-                if body.api_keys is None:  # a v0 answer read at a flexible version: its array reads as null
-                    raise MalformedFrameError("ApiVersions answer without api_keys")
-            except MalformedFrameError:
-                if version == 0:
-                    raise
-                answered, body = read_response(API_VERSIONS_KEY, 0, frame)  # UNSUPPORTED_VERSION comes at v0
+            answered, body = read_api_versions(version, frame)
             self._check(answered, correlation_id)
             code, ranges = api_versions_ranges(body)
         except MalformedFrameError as error:  # not a Kafka broker there: say where, not only what did not parse

@@ -31,6 +31,7 @@ from idemcore.net.wire.client import (
     api_versions_ranges,
     api_versions_request,
     pick_version,
+    read_api_versions,
 )
 from idemcore.net.wire.frames import MalformedFrameError, read_response, request_frame
 from idemcore.protocol.codes import ErrorCode
@@ -477,16 +478,13 @@ class Connection:
             return
         sent = self.inflight[0]
         try:
-            _, body = read_response(sent.api_key, sent.version, frame)
+            if sent.api_key == API_VERSIONS_KEY:
+                _, body = read_api_versions(sent.version, frame)
+            else:
+                _, body = read_response(sent.api_key, sent.version, frame)
         except MalformedFrameError as error:
-            if sent.api_key != API_VERSIONS_KEY or sent.version == 0:
-                self.fail(f"unreadable answer: {error}")  # loses it with the rest
-                return
-            try:  # KIP-511: an UNSUPPORTED_VERSION answer comes at v0
-                _, body = read_response(API_VERSIONS_KEY, 0, frame)
-            except MalformedFrameError:
-                self.fail(f"unreadable ApiVersions answer: {error}")
-                return
+            self.fail(f"unreadable answer: {error}")  # loses it with the rest
+            return
         self.inflight.popleft()
         sent.on_answer(sent.version, body)
 

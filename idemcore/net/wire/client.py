@@ -80,7 +80,7 @@ from idemcore.net.messages import (
 )
 from idemcore.net.wire.acls_client import ACL_CLIENT_APIS
 from idemcore.net.wire.admin_client import ADMIN_CLIENT_APIS
-from idemcore.net.wire.frames import group_by_topic, make, nested, optional_str
+from idemcore.net.wire.frames import MalformedFrameError, group_by_topic, make, nested, optional_str, read_response
 from idemcore.net.wire.group_admin_client import GROUP_ADMIN_CLIENT_APIS
 from idemcore.net.wire.schema import load_request_schema
 from idemcore.net.wire.scram_credentials import SCRAM_CREDENTIAL_CLIENT_APIS
@@ -356,6 +356,23 @@ def _decode_create_topics(request: CreateTopicsRequest, version: int, body: Any)
 def api_versions_request(version: int) -> Any:
     return make(_request_class(API_VERSIONS_KEY, version), client_software_name=CLIENT_SOFTWARE_NAME,
                 client_software_version=CLIENT_SOFTWARE_VERSION)
+
+
+def read_api_versions(version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """``(correlation_id, body)`` of an ApiVersions answer to a request at ``version``. A broker that does not
+    speak ``version`` answers UNSUPPORTED_VERSION at v0 (KIP-511): read at the asked version such an answer either
+    does not parse or, at a flexible version, parses with a null ``api_keys``; either way it is read again at v0.
+    MalformedFrameError when it reads at neither."""
+    try:
+        answered, body = read_response(API_VERSIONS_KEY, version, frame)
+        if body.api_keys is not None:
+            return answered, body
+        if version == 0:
+            raise MalformedFrameError("ApiVersions answer without api_keys")
+    except MalformedFrameError:
+        if version == 0:
+            raise
+    return read_response(API_VERSIONS_KEY, 0, frame)
 
 
 def api_versions_ranges(body: Any) -> tuple[int, dict[int, tuple[int, int]]]:
