@@ -96,3 +96,32 @@ def test_an_election_written_though_its_answer_was_lost_is_announced_once(cluste
         wait_until(lambda b=broker: told(cluster, b, "t", 0, 2, 1), what=f"LeaderAndIsr t-0 leader 2 to {broker}")
     assert fault.failed == 1
     assert cluster.state("t", 0) == LeaderIsr(2, 1, (2, 3), 1)  # elected once: no second election on top
+
+
+def expire_session(client) -> None:
+    """End ``client``'s ZooKeeper session from the server's side, as a session timeout does: another connection
+    takes the session over and closes it."""
+    from kazoo.client import KazooClient
+
+    thief = KazooClient(hosts=client.hosts, client_id=client._kazoo.client_id)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+def test_a_controller_whose_session_was_lost_handles_no_queued_event_as_controller(cluster):
+    controller = start(cluster, {0: [1, 2, 3]})
+    old_session = controller.zk.session_id
+    gate = threading.Event()
+    controller._enqueue("Blocker", lambda: gate.wait(20))
+    cluster.kill_broker(1)
+    wait_until(lambda: controller._events.qsize() >= 1, what="the broker change queued")
+    expire_session(controller.zk)
+    wait_until(lambda: controller.zk.session_id not in (0, old_session), what="a new session")
+    gate.set()
+    # The broker change queued before the loss is not handled under the lost session's election: the
+    # controller resigns first, is elected again (epoch 2), and elects from there.
+    state = cluster.wait_state("t", 0, lambda s: s.leader != 1, "t-0 re-elected")
+    assert state == LeaderIsr(2, 1, (2, 3), 2)
+    wait_until(lambda: controller.is_active and controller.epoch == 2, what="elected again, once")
+    wait_until(lambda: told(cluster, 3, "t", 0, 2, 1), what="LeaderAndIsr t-0 leader 2 to broker 3")

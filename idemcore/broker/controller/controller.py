@@ -310,6 +310,8 @@ class Controller:
         self._elect()
 
     def _process_expire(self) -> None:
+        if not self._session_lost.is_set():
+            return  # handled already, ahead of the events queued before it
         self._session_lost.clear()
         self.active_controller_id = None
         if self._active:
