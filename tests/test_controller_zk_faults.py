@@ -2,7 +2,9 @@
 commit, whose outcome is then unknown): the election is done again a moment later, and the brokers are told of
 every state that reached ZooKeeper, the ones written before the failure and a write whose answer was lost.
 Kafka's controller loses neither (``ZooKeeperClient`` retries through a connection loss, and
-``PartitionStateMachine.electLeaderForPartitions`` retries the partitions whose write failed)."""
+``PartitionStateMachine.electLeaderForPartitions`` retries the partitions whose write failed). Also: a controller
+whose session was lost handles no queued event as controller (Kafka clears its queue for ``Expire``), and one
+whose failover failed gives ``/controller`` back and is elected again (Kafka's ``triggerControllerMove``)."""
 
 from __future__ import annotations
 
@@ -125,3 +127,27 @@ def test_a_controller_whose_session_was_lost_handles_no_queued_event_as_controll
     assert state == LeaderIsr(2, 1, (2, 3), 2)
     wait_until(lambda: controller.is_active and controller.epoch == 2, what="elected again, once")
     wait_until(lambda: told(cluster, 3, "t", 0, 2, 1), what="LeaderAndIsr t-0 leader 2 to broker 3")
+
+
+def test_a_failover_that_zookeeper_failed_gives_the_office_back_and_is_done_again(cluster):
+    for broker in (1, 2, 3):
+        cluster.start_broker(broker)
+    cluster.admin.create_topic("t", {0: [1, 2, 3]}, {})  # no controller yet: no state
+    controller = Controller(cluster.session(), 9, cluster.recorder.factory, auto_leader_rebalance=False)
+    cluster.controllers.append(controller)
+    read = controller.zk.partition_state
+    failed: list[tuple[str, int]] = []
+
+    def partition_state(topic: str, partition: int):
+        if not failed:  # the first read, while the failover loads the context
+            failed.append((topic, partition))
+            raise ZkError("ZooKeeper: ConnectionLoss (injected)")
+        return read(topic, partition)
+
+    controller.zk.partition_state = partition_state  # type: ignore[method-assign]
+    controller.start()
+    assert cluster.wait_state("t", 0, lambda s: True, "t-0 online") == LeaderIsr(1, 0, (1, 2, 3), 2)
+    assert failed == [("t", 0)]
+    wait_until(lambda: controller.is_active and controller.epoch == 2, what="elected again, at epoch 2")
+    sent = wait_until(lambda: told(cluster, 2, "t", 0, 1, 0), what="LeaderAndIsr t-0 to broker 2")
+    assert sent[-1].controller_epoch == 2

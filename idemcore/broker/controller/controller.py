@@ -201,7 +201,7 @@ class Controller:
         self._enqueue("Expire", self._process_expire)
 
     def _timed_event(self) -> tuple[str, Callable[[], None]] | None:
-        """The recovery or the periodic rebalance when one is due; else None, with the wait until the next."""
+        """The recovery or the periodic rebalance when one is due, else None."""
         now = time.monotonic()
         if self._recovery_at <= now:
             return "Recovery", self._process_recovery
