@@ -74,14 +74,21 @@ def partition_state(client: AdminClient, topic: str, partition: int = 0) -> Part
 
 def wait_leader(client: AdminClient, topic: str, partition: int = 0, *, not_on: Iterable[int] = (),
                 timeout_s: float = WAIT_S) -> PartitionState:
-    """Wait until the partition has a leader that is not one of ``not_on``."""
+    """Wait until the partition has a leader that is not one of ``not_on``; on timeout the message names the
+    last leader and ISR seen."""
     excluded = set(not_on)
+    seen = ["no Metadata answer"]
 
     def probe() -> PartitionState | None:
         state = partition_state(client, topic, partition)
+        seen[0] = "no such partition" if state is None else f"leader {state.leader} isr {list(state.isr)}"
         return state if state is not None and state.leader >= 0 and state.leader not in excluded else None
 
-    return wait_for(f"{topic}-{partition} led by a broker not in {sorted(excluded)}", probe, timeout_s)
+    try:
+        return wait_for(f"{topic}-{partition} led by a broker not in {sorted(excluded)}", probe, timeout_s)
+    except AssertionError:
+        raise AssertionError(f"{topic}-{partition} led by a broker not in {sorted(excluded)}: not within "
+                             f"{timeout_s:g} s (last seen: {seen[0]})") from None
 
 
 def out_of_sync(client: AdminClient, topics: Iterable[str] | None = None) -> list[str]:

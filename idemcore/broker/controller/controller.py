@@ -18,6 +18,15 @@ What triggers what:
 - a broker registers (or registers again with a new epoch): UpdateMetadata, LeaderAndIsr for its replicas, and
   offline partitions are elected again.
 - a leader changed an ISR (``/isr_change_notification``): the states are read again and sent as UpdateMetadata.
+
+When ZooKeeper fails an event (a connection loss during a state write, whose outcome is then unknown), what was
+written before the failure is still sent, and a recovery runs a moment later (backing off, a bounded number of
+times): the watch events that failed are handled again, the states of partitions whose write may or may not have
+landed are read back and announced, partitions without a live leader are elected and dead replicas leave the
+ISRs. Kafka's controller loses no election either: its ``ZooKeeperClient`` retries through a connection loss and
+``PartitionStateMachine.electLeaderForPartitions`` retries the partitions whose write failed. A lost session
+ends the controller's work at once: the ``Expire`` handling runs before any event still queued (Kafka's
+``beforeInitializingSession`` clears the queue for it), and no state write starts after the loss is known.
 """
 
 from __future__ import annotations
@@ -55,6 +64,12 @@ UNCLEAN = 1
 #: One ElectLeaders answer per partition: (topic, partition, error code, message).
 ElectionResult = tuple[str, int, int, str | None]
 _MAX_STATE_WRITE_ATTEMPTS = 10
+#: Recoveries after a failed event: at most this many in a row, the delay doubling up to the cap.
+_MAX_RECOVERY_ATTEMPTS = 10
+_MAX_RECOVERY_DELAY_S = 5.0
+#: Events that re-read ZooKeeper and reconcile the context with it: safe to handle again after a failure.
+_RECONCILING = frozenset({"Startup", "ControllerChange", "Reelect", "BrokerChange", "TopicChange",
+                          "IsrChangeNotification"})
 
 
 class _Batch:
@@ -106,12 +121,20 @@ class Controller:
         self._assignments: dict[TopicPartition, tuple[int, ...]] = {}
         self._states: dict[TopicPartition, tuple[LeaderIsr, int]] = {}
         self._next_rebalance = float("inf")
+        # After a ZooKeeper failure: when the recovery runs, how many ran in a row, the events to handle again,
+        # and the partitions whose state write failed without knowing whether it landed.
+        self._recovery_at = float("inf")
+        self._recovery_attempts = 0
+        self._redo: dict[str, Callable[[], None]] = {}
+        self._unsure: set[TopicPartition] = set()
+        # Set on kazoo's thread when the session is lost; the event thread resigns before anything else.
+        self._session_lost = threading.Event()
         # Watches are made once, so kazoo (which keeps a set per path) never holds two of the same.
         self._controller_watch = self._watch("ControllerChange", self._process_controller_change)
         self._brokers_watch = self._watch("BrokerChange", self._process_broker_change)
         self._topics_watch = self._watch("TopicChange", self._process_topic_change)
         self._isr_watch = self._watch("IsrChangeNotification", self._process_isr_change)
-        zk.on_session_lost(lambda: self._enqueue("Expire", self._process_expire))
+        zk.on_session_lost(self._on_session_lost)
         zk.on_new_session(lambda: self._enqueue("Reelect", self._process_reelect))
 
     # -- public ----------------------------------------------------------------------------------------------
@@ -172,16 +195,35 @@ class Controller:
     def _enqueue(self, name: str, handler: Callable[[], None]) -> None:
         self._events.put((name, handler))
 
+    def _on_session_lost(self) -> None:
+        """On kazoo's thread: flag the loss (the event thread acts on it before its next event) and queue it."""
+        self._session_lost.set()
+        self._enqueue("Expire", self._process_expire)
+
+    def _timed_event(self) -> tuple[str, Callable[[], None]] | None:
+        """The recovery or the periodic rebalance when one is due, else None."""
+        now = time.monotonic()
+        if self._recovery_at <= now:
+            return "Recovery", self._process_recovery
+        if self._active and self._next_rebalance <= now:
+            return "AutoPreferredReplicaLeaderElection", self._process_auto_rebalance
+        return None
+
     def _run(self) -> None:
         while True:
-            wait = max(0.0, self._next_rebalance - time.monotonic()) if self._active else None
+            due = min(self._recovery_at, self._next_rebalance if self._active else float("inf"))
+            wait = None if due == float("inf") else max(0.0, due - time.monotonic())
             try:
                 item = self._events.get(timeout=min(wait, 3600.0) if wait is not None else None)
             except queue.Empty:
-                item = ("AutoPreferredReplicaLeaderElection", self._process_auto_rebalance)
+                item = self._timed_event()
+                if item is None:
+                    continue
             if item is None:
                 return
             name, handler = item
+            if self._session_lost.is_set():  # before any event queued ahead of Expire
+                self._process_expire()
             try:
                 handler()
             except ControllerMovedError as exc:
@@ -190,8 +232,66 @@ class Controller:
                 self._enqueue("Reelect", self._process_reelect)
             except ZkError as exc:
                 log.error("controller %d: %s failed: %s", self.broker_id, name, one_line(exc))
+                self._schedule_recovery(name, handler)
             except Exception:
                 log.exception("controller %d: %s failed", self.broker_id, name)
+
+    def _schedule_recovery(self, name: str, handler: Callable[[], None]) -> None:
+        """After ZooKeeper failed ``name``: run :meth:`_process_recovery` after a backoff, at most
+        ``_MAX_RECOVERY_ATTEMPTS`` times in a row."""
+        if name in _RECONCILING:
+            self._redo[name] = handler
+        if not self._active and not self._redo:
+            return
+        self._recovery_attempts += 1
+        if self._recovery_attempts > _MAX_RECOVERY_ATTEMPTS:
+            log.error("controller %d: ZooKeeper failed %d recoveries in a row: giving up until the next broker "
+                      "change or controller failover (pending: %s; partitions of unknown state: %s)",
+                      self.broker_id, _MAX_RECOVERY_ATTEMPTS, sorted(self._redo), sorted(self._unsure))
+            self._recovery_attempts = 0
+            self._redo.clear()
+            self._recovery_at = float("inf")
+            return
+        delay = min(self.config.retry_backoff_ms / 1000 * 2 ** (self._recovery_attempts - 1), _MAX_RECOVERY_DELAY_S)
+        self._recovery_at = min(self._recovery_at, time.monotonic() + delay)
+
+    def _process_recovery(self) -> None:
+        """Handle again the events ZooKeeper failed, then (when active) bring the partitions back in line:
+        states that may have been written are read back and announced when they changed, partitions without a
+        live leader elect one, dead replicas leave the ISRs. Every step is idempotent."""
+        self._recovery_at = float("inf")
+        for name, handler in list(self._redo.items()):
+            handler()
+            del self._redo[name]
+        if self._active:
+            with self._batching():
+                self._read_back_unsure()
+                self._bring_online(self._assignments)
+                live = self._live()
+                for partition, replicas in sorted(self._assignments.items()):
+                    for replica in replicas:
+                        if partition in self._states and replica not in live:
+                            self._remove_replica(partition, replica)
+        self._recovery_attempts = 0
+        log.info("controller %d: recovered from the ZooKeeper failure", self.broker_id)
+
+    def _read_back_unsure(self) -> None:
+        """Partitions whose write failed without an answer: read their state; announce it when it moved."""
+        for partition in sorted(self._unsure):
+            if partition not in self._assignments:
+                self._unsure.discard(partition)
+                continue
+            fresh = self.zk.partition_state(*partition)
+            self._unsure.discard(partition)
+            known = self._states.get(partition)
+            if fresh is None or fresh == known:
+                continue
+            self._states[partition] = fresh
+            if known is None or fresh[0].leader_epoch != known[0].leader_epoch:
+                self._announce(partition, is_new=known is None)
+            else:  # only the ISR moved (a leader's change): the metadata is what changed
+                assert self._batch is not None
+                self._batch.add_update_metadata(self._brokers, [partition])
 
     _batch: _Batch | None = None
 
@@ -210,6 +310,9 @@ class Controller:
         self._elect()
 
     def _process_expire(self) -> None:
+        if not self._session_lost.is_set():
+            return  # handled already, ahead of the events queued before it
+        self._session_lost.clear()
         self.active_controller_id = None
         if self._active:
             log.warning("controller %d: ZooKeeper session lost: resigning", self.broker_id)
@@ -230,6 +333,11 @@ class Controller:
 
     def _elect(self) -> None:
         self.active_controller_id = self.zk.controller_id(watch=self._controller_watch)
+        if self.active_controller_id == self.broker_id and not self._active:
+            # Held by this session without acting (a failover that failed): give it back; the watch brings an
+            # election.
+            self.zk.resign_controller(self.broker_id)
+            return
         if self.active_controller_id is not None:
             return
         won = self.zk.register_controller(self.broker_id)
@@ -239,7 +347,15 @@ class Controller:
             return
         self.epoch, self._epoch_zk_version = won
         log.info("controller %d: elected, controller epoch %d", self.broker_id, self.epoch)
-        self._on_failover()
+        try:
+            self._on_failover()
+        except ControllerMovedError:
+            raise
+        except ZkError as exc:  # a half-loaded context must not act: give the office back (Kafka's
+            # triggerControllerMove); /controller's deletion fires the watch and an election follows
+            log.error("controller %d: failover failed: %s: resigning", self.broker_id, one_line(exc))
+            self._resign()
+            self.zk.resign_controller(self.broker_id)
 
     def _on_failover(self) -> None:
         """Kafka's ``onControllerFailover``: load the context, tell every broker, bring partitions online."""
@@ -269,6 +385,7 @@ class Controller:
         self._active = False
         self._channels.shutdown()
         self._brokers, self._assignments, self._states = {}, {}, {}
+        self._unsure.clear()
         self._next_rebalance = float("inf")
 
     # -- context ---------------------------------------------------------------------------------------------
@@ -310,8 +427,11 @@ class Controller:
             return batch
 
         def __exit__(self, *exc: object) -> None:
+            # What was written before a failure is sent all the same (the batch only holds confirmed states),
+            # unless the controller was deposed meanwhile.
             batch, self.controller._batch = self.controller._batch, None
-            if batch is not None and exc[0] is None:
+            moved = isinstance(exc[1], ControllerMovedError)
+            if batch is not None and not moved and self.controller._active:
                 self.controller._send(batch)
 
     def _batching(self) -> Controller._Batching:
@@ -370,7 +490,7 @@ class Controller:
             new = compute(current)
             if new is None:
                 return None
-            written = self.zk.set_partition_state(partition[0], partition[1], new, version, self._epoch_zk_version)
+            written = self._write(partition, self.zk.set_partition_state, new, version)
             if written is not None:
                 self._states[partition] = (new, written)
                 return new
@@ -380,6 +500,20 @@ class Controller:
             self._states[partition] = fresh
         raise ZkError(f"partition {partition[0]}-{partition[1]}: its state kept changing under "
                       f"{_MAX_STATE_WRITE_ATTEMPTS} attempts to write it")
+
+    def _write(self, partition: TopicPartition, write: Callable[..., int | None], *args: Any) -> int | None:
+        """``write(topic, partition, *args, epoch_zk_version)``, one state write fenced by the controller epoch; a
+        failure without an answer leaves the partition to be read back by the recovery."""
+        if self._session_lost.is_set():
+            raise ZkError(f"ZooKeeper session of controller {self.broker_id} lost: partition "
+                          f"{partition[0]}-{partition[1]} not written")
+        try:
+            return write(partition[0], partition[1], *args, self._epoch_zk_version)
+        except ControllerMovedError:
+            raise
+        except ZkError:
+            self._unsure.add(partition)
+            raise
 
     def _announce(self, partition: TopicPartition, is_new: bool = False) -> None:
         assert self._batch is not None
@@ -404,7 +538,7 @@ class Controller:
                         *partition, list(replicas))
             return
         state = LeaderIsr(choice[0], 0, choice[1], self.epoch)
-        version = self.zk.create_partition_state(partition[0], partition[1], state, self._epoch_zk_version)
+        version = self._write(partition, self.zk.create_partition_state, state)
         if version is None:  # made by an earlier controller that died before telling anyone
             existing = self.zk.partition_state(*partition)
             if existing is None:
@@ -519,11 +653,16 @@ class Controller:
         changed = self.zk.read_isr_changes(self.zk.isr_change_notifications(watch=self._isr_watch))
         known = sorted(p for p in changed if p in self._assignments)
         with self._batching() as batch:
-            for partition in known:
-                fresh = self.zk.partition_state(*partition)
+            for n, partition in enumerate(known):
+                try:
+                    fresh = self.zk.partition_state(*partition)
+                except ZkError:  # the notifications are gone: the recovery reads the rest back
+                    self._unsure.update(known[n:])
+                    raise
                 if fresh is not None:
                     self._states[partition] = fresh
-            batch.add_update_metadata(self._brokers, [p for p in known if p in self._states])
+                if partition in self._states:
+                    batch.add_update_metadata(self._brokers, [partition])
 
     def _process_elect_leaders(self, partitions: list[TopicPartition] | None,
                                election_type: int) -> list[ElectionResult]:
