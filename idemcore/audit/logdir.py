@@ -89,6 +89,7 @@ from idemcore.record.kafka_files import (
     SegmentScan,
     list_log_dir,
     read_offset_index,
+    read_sound_indexes,
     read_time_index,
     read_txn_index,
     scan_segment,
@@ -105,6 +106,9 @@ LOGGED_PROBLEMS = 20
 #: A new stream's table is sized from the producers of its first rows, this many.
 SAMPLE_ROWS = 1024
 INT64_MAX = np.iinfo(np.int64).max
+#: Index files read and checked together (:class:`_IndexReadAhead`): at most this many segments' or bytes.
+INDEX_GROUP_FILES = 256
+INDEX_GROUP_BYTES = 16 << 20
 
 
 # --- Replaying a written log ------------------------------------------------------------------------------------
@@ -440,11 +444,12 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     located: list[pa.Table] = []
     problems: list[tuple[PartitionFiles, int, FileProblem]] = []
     buffer = ScanBuffer()
+    indexes = _IndexReadAhead([segment for files in partitions for segment in files.segments])
     for files in partitions:  # every stream numbered first: the per-stream arrays are sized once, not per feed
         replayer.stream_of(files.topic, files.partition)
     for files in partitions:
         found: list[FileProblem] = []
-        part = _replay_partition(files, replayer, verify_crc, found, located, buffer)
+        part = _replay_partition(files, replayer, verify_crc, found, located, buffer, indexes)
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
@@ -518,7 +523,7 @@ def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
 
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
-                      located: list[pa.Table], buffer: ScanBuffer) -> _Partition:
+                      located: list[pa.Table], buffer: ScanBuffer, indexes: _IndexReadAhead) -> _Partition:
     stream = replayer.stream_of(files.topic, files.partition)
     part = _Partition(files, {}, [])
     previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
@@ -528,7 +533,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
                             buffer=buffer)
         problems += scan.problems()
-        problems += _check_indexes(segment, scan)
+        problems += _indexes_problems(segment, scan, indexes)
         if not len(scan):
             continue
         if previous is not None and int(scan["base_offset"][0]) <= previous[1]:
@@ -591,6 +596,93 @@ def _located(files: PartitionFiles, segment: SegmentFiles, columns: dict[str, np
         "expected": verdicts.expected[rows], "file": [str(segment.log)] * n,
     })
     return pa.table({name: values[name] for name in LOCATED_SCHEMA.names}, schema=LOCATED_SCHEMA)
+
+
+class _IndexReadAhead:
+    """The ``.index`` and ``.timeindex`` files of the segments to audit, read ahead in groups (up to
+    :data:`INDEX_GROUP_FILES` segments or :data:`INDEX_GROUP_BYTES` bytes) and checked a group at a time, in one
+    pass over all of a group's entries (:func:`read_sound_indexes`), instead of a dozen NumPy calls per file."""
+
+    def __init__(self, segments: Sequence[SegmentFiles]):
+        self.segments = segments
+        self.taken = 0  # segments taken so far (they are taken in order)
+        self.next = 0  # the first segment not read yet
+        self.found: dict[int, tuple[tuple[np.ndarray, np.ndarray] | None, tuple[np.ndarray, np.ndarray] | None]] = {}
+
+    def take(self, segment: SegmentFiles) -> tuple[tuple[np.ndarray, np.ndarray] | None,
+                                                   tuple[np.ndarray, np.ndarray] | None]:
+        """The next segment's (``segment``) sound index columns (offset, position) and time index columns
+        (timestamp, offset): None for a file absent, unreadable here, or not sound (:func:`_check_indexes` reads
+        those)."""
+        k = self.taken
+        if k >= len(self.segments) or self.segments[k] is not segment:
+            raise RuntimeError(f"segment {segment.log} taken out of order (expected number {k})")
+        self.taken += 1
+        if k >= self.next:
+            self._read_group(k)
+        return self.found.pop(k)
+
+    def _read_group(self, first: int) -> None:
+        offsets: list[tuple[int, bytes, int]] = []
+        times: list[tuple[int, bytes, int]] = []
+        size = 0
+        k = first
+        while k < len(self.segments) and k - first < INDEX_GROUP_FILES and size < INDEX_GROUP_BYTES:
+            segment = self.segments[k]
+            for path, into in ((segment.index, offsets), (segment.time_index, times)):
+                if path is None:
+                    continue
+                try:
+                    with open(path, "rb", buffering=0) as file:
+                        data = file.read()
+                except OSError:
+                    continue  # read again by _check_indexes, which raises as before
+                size += len(data)
+                into.append((k, data, segment.base_offset))
+            k += 1
+        self.found.update((j, (None, None)) for j in range(first, k))
+        for group, time_index in ((offsets, False), (times, True)):
+            read = read_sound_indexes([(data, base) for _, data, base in group], time_index)
+            for (j, _, _), columns in zip(group, read, strict=True):
+                pair = self.found[j]
+                self.found[j] = (pair[0], columns) if time_index else (columns, pair[1])
+        self.next = k
+
+
+def _indexes_problems(segment: SegmentFiles, scan: SegmentScan, indexes: _IndexReadAhead) -> list[FileProblem]:
+    """:func:`_check_indexes`' answer, found without it when the segment's indexes are sound and agree with the
+    scan (the usual case): a few NumPy calls per segment; anything else is left to it, for the exact problems."""
+    offset_index, time_index = indexes.take(segment)
+    if (segment.index is not None and (offset_index is None or not _offset_index_agrees(*offset_index, scan))) or \
+            (segment.time_index is not None and (time_index is None or not _time_index_agrees(*time_index, scan))):
+        return _check_indexes(segment, scan)
+    return read_txn_index(segment.txn_index, segment.base_offset).problems if segment.txn_index is not None else []
+
+
+def _offset_index_agrees(offset: np.ndarray, position: np.ndarray, scan: SegmentScan) -> bool:
+    """Every entry (offsets and positions rising strictly: a sound index) at a batch's start, its offset from that
+    batch's base offset to the segment's last offset."""
+    if not len(offset):
+        return True
+    positions = scan["position"]
+    if not len(positions):
+        return False
+    rows = np.searchsorted(positions, position)
+    if int(rows[-1]) >= len(positions):  # (rows rise with the positions: the last is the largest)
+        return False
+    return bool(np.array_equal(positions[rows], position) and (scan["base_offset"][rows] <= offset).all()
+                and int(offset[-1]) <= int(scan["last_offset"][-1]))
+
+
+def _time_index_agrees(timestamp: np.ndarray, offset: np.ndarray, scan: SegmentScan) -> bool:
+    """Every entry (offsets never falling: a sound index) inside a batch whose max timestamp is the entry's."""
+    if not len(offset):
+        return True
+    last = scan["last_offset"]
+    at = np.searchsorted(last, offset)
+    if not len(last) or int(at[-1]) >= len(last):
+        return False
+    return bool((scan["base_offset"][at] <= offset).all() and np.array_equal(scan["max_timestamp"][at], timestamp))
 
 
 def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem]:

@@ -30,6 +30,7 @@ from idemcore.record.kafka_files.indexes import (
     read_offset_checkpoint,
     read_offset_index,
     read_snapshot,
+    read_sound_indexes,
     read_time_index,
     read_txn_index,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "read_offset_checkpoint",
     "read_offset_index",
     "read_snapshot",
+    "read_sound_indexes",
     "read_time_index",
     "read_txn_index",
     "scan_segment",
