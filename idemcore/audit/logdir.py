@@ -163,6 +163,24 @@ class LogState(ShardedState):
                     completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
 
+    def validate_run(self, packed: BatchColumns, stream: int, out: VerdictColumns) -> Verdicts:
+        """:meth:`validate` of batches of one ``stream`` (a segment's: every row's stream is ``stream``), verdicts
+        written into ``out`` (as long as ``packed``): no pass to find the streams' runs."""
+        n = len(packed)
+        if n:
+            self._assign_log_tables(packed, np.array([0, n]))
+            if len(self._log_end) < len(self._table_of):
+                self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
+            base = packed["base_offset"]
+            ends = base + packed["record_count"]  # wraps only for impossible batches, dropped here
+            ok = ends[(base >= 0) & (ends > base)]
+            if len(ok):
+                self._log_end[stream] = max(int(self._log_end[stream]), int(ok.max()))
+            completed = CompletedTxns.concat(self._replay(packed, int(self._table_of[stream]), out))
+        else:
+            completed = CompletedTxns.empty(0)
+        return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
+
     def _note_log_end(self, packed: BatchColumns, ids: np.ndarray, bounds: np.ndarray) -> None:
         if len(self._log_end) < len(self._table_of):
             self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
@@ -259,6 +277,7 @@ class LogReplayer(StreamReplayer):
     def __init__(self, backend: str | Backend | None = None):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
         self.state = LogState(self.backend)
+        self._verdicts = Verdicts.allocate(0)  # reused by feed_segment
 
     def stream_of(self, topic: str, partition: int) -> int:
         """The stream of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
@@ -274,6 +293,71 @@ class LogReplayer(StreamReplayer):
             self._count(packed, verdicts, timestamps=True)
             self._keep_findings(packed, verdicts, None)  # (base_offset is a packed column)
         return verdicts
+
+    def feed_segment(self, packed: BatchColumns, stream: int) -> Verdicts:
+        """:meth:`feed_packed` of one segment's batches, every row of ``stream``: validated by
+        :meth:`LogState.validate_run` into verdict columns reused from feed to feed (the verdicts returned are
+        valid until the next call), counted by :meth:`_count_run`."""
+        n = len(packed)
+        if len(self._verdicts.out_status) < n:
+            self._verdicts = Verdicts.allocate(max(n, 2 * len(self._verdicts.out_status)))
+        out = VerdictColumns(*(column[:n] for column in self._verdicts))
+        state = self.state
+        assert isinstance(state, LogState)  # (set in __init__; typed as the base's)
+        verdicts = state.validate_run(packed, stream, out)
+        self.batches += n
+        if self.collect and n:
+            self._count_run(packed, verdicts, stream)
+            self._keep_findings(packed, verdicts, None)
+        return verdicts
+
+    def _count_run(self, packed: BatchColumns, verdicts: Verdicts, stream: int) -> None:
+        """:meth:`StreamReplayer._count` of a feed whose rows are all of ``stream`` (with timestamps): the same
+        counters, with scalars for the per-stream sums."""
+        size = len(self.keys)
+        counters = self._counters
+        for name, array in counters.items():
+            if len(array) < size:
+                counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
+        n = len(packed)
+        status = verdicts.status
+        not_appended = np.flatnonzero(status != Status.APPENDED)
+        count = packed["record_count"]
+        records = int(count.sum(dtype=np.int64))
+        duplicates = rejected = 0
+        if len(not_appended):
+            refused = status[not_appended]
+            duplicates = int(np.count_nonzero(refused == Status.DUPLICATE))
+            rejected = int(np.count_nonzero(refused == Status.REJECTED))
+            records -= int(count[not_appended].sum(dtype=np.int64))
+        counters["batches"][stream] += n
+        counters["duplicates"][stream] += duplicates
+        counters["rejected"][stream] += rejected
+        counters["appended"][stream] += n - duplicates - rejected
+        counters["records"][stream] += records
+        txns = verdicts.completed_txns
+        if len(txns):
+            counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
+            counters["committed_txns"] += np.bincount(txns.stream[~txns.aborted], minlength=size)
+        ids = packed["stream"]
+        is_txn, is_control = packed["is_transactional"], packed["is_control"]
+        txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
+        if txn is not None:  # as StreamReplayer._count
+            appended = status[txn] == Status.APPENDED
+            marker = appended & is_control[txn]
+            data = appended & is_txn[txn] & ~marker
+            abort = packed["control_type"][txn] == ControlType.ABORT
+            txn_ids, producer = ids[txn], packed["producer_id"][txn]
+            self._aborted.add(txn_ids, producer, count[txn], data, marker, abort, size)
+        else:
+            self._aborted.grow(size)
+        stamps = packed["max_timestamp"]
+        smallest, largest = int(stamps.min()), int(stamps.max())
+        self._timeline.add(ids, stamps, size, np.array([0, n]), (smallest, largest))
+        if txn is not None:
+            self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
+        self.min_timestamp = min(self.min_timestamp, smallest)
+        self.max_timestamp = max(self.max_timestamp, largest)
 
 
 # --- The report ---------------------------------------------------------------------------------------------------
@@ -548,9 +632,9 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if not len(columns["position"]):
             continue
         columns.update(_offset_spans(columns))
-        verdicts = replayer.feed_packed(BatchColumns({
+        verdicts = replayer.feed_segment(BatchColumns({
             name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
-            for name, dtype in COLUMNS.items()}))
+            for name, dtype in COLUMNS.items()}), stream)
         if part.first_offset is None:
             part.first_offset = int(columns["base_offset"][0])
         part.last_offset = int(scan["last_offset"][-1])

@@ -1,14 +1,17 @@
-"""``read_sound_indexes`` (many index files checked in one pass) against the one-file readers, and the audit's
-fast index cross-check against ``_check_indexes`` on indexes that agree and that do not."""
+"""The log-directory audit's fast paths against the general ones: ``read_sound_indexes`` (many index files checked
+in one pass) against the one-file readers, the fast index cross-check against ``_check_indexes``, and whole audits
+through ``feed_segment`` and the read-ahead against the same audits through ``feed_packed`` and ``_check_indexes``."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import struct
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from idemcore.audit import logdir
@@ -16,6 +19,9 @@ from idemcore.record.kafka_files import read_offset_index, read_sound_indexes, r
 from idemcore.record.kafka_files.indexes import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from idemcore.record.kafka_files.names import SegmentFiles, offset_file_name
 from idemcore.record.v2.codec import Record, encode_batch
+from idemcore.synth.dataset import generate
+
+from .test_logdir import build_log_dir
 
 T0 = 1_700_000_000_000
 
@@ -190,3 +196,48 @@ def test_read_ahead_takes_segments_in_order_and_groups_them(tmp_path, monkeypatc
         logdir._IndexReadAhead(segments).take(segments[1])
     for a, b in itertools.pairwise(segments):
         assert a.base_offset < b.base_offset
+
+
+# --- The whole audit: the fast paths give the report of the general ones --------------------------------------------
+
+def general_paths(monkeypatch) -> None:
+    """Every segment fed through ``feed_packed`` (runs found, counted by ``StreamReplayer._count``, fresh verdict
+    arrays) and its indexes checked by ``_check_indexes``: the audit as it was before the fast paths."""
+    monkeypatch.setattr(logdir.LogReplayer, "feed_segment",
+                        lambda self, packed, stream: logdir.LogReplayer.feed_packed(self, packed))
+    monkeypatch.setattr(logdir, "_indexes_problems",
+                        lambda segment, scan, indexes: (indexes.take(segment), logdir._check_indexes(segment, scan))[1])
+
+
+def same_report(got, want) -> None:
+    for field in dataclasses.fields(got):
+        if field.name == "seconds":
+            continue
+        mine, theirs = getattr(got, field.name), getattr(want, field.name)
+        if isinstance(theirs, pa.Table):
+            assert mine.equals(theirs), f"{field.name}:\n{mine.to_pylist()}\n!=\n{theirs.to_pylist()}"
+        else:
+            assert mine == theirs, field.name
+
+
+def test_the_planted_log_directory_audits_the_same_through_the_fast_paths(tmp_path, monkeypatch):
+    built = build_log_dir(tmp_path / "logs")
+    damaged = next(iter(built.partitions.values()))
+    index = damaged.file(damaged.segments[0].base_offset, ".index")
+    index.write_bytes(index.read_bytes()[:8] + offset_entries((1, 3)))  # an entry at no batch's start
+    fast = logdir.audit_log_dir(built.root)
+    assert fast.findings.num_rows and fast.open_txns.num_rows and fast.problems
+    with monkeypatch.context() as patch:
+        general_paths(patch)
+        same_report(fast, logdir.audit_log_dir(built.root))
+
+
+def test_a_generated_log_directory_audits_the_same_through_the_fast_paths(tmp_path, monkeypatch):
+    truth = generate(tmp_path / "ds", topics=2, partitions=3, producers=40, batches=6000, seed=5, format="kafka",
+                     progress=False)
+    root = tmp_path / "ds" / "logs"
+    fast = logdir.audit_log_dir(root)
+    assert fast.finding_counts() == truth["findings"] and fast.batches == truth["batches"]
+    with monkeypatch.context() as patch:
+        general_paths(patch)
+        same_report(fast, logdir.audit_log_dir(root))
