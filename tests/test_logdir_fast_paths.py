@@ -204,7 +204,7 @@ def general_paths(monkeypatch) -> None:
     """Every segment fed through ``feed_packed`` (runs found, counted by ``StreamReplayer._count``, fresh verdict
     arrays) and its indexes checked by ``_check_indexes``: the audit as it was before the fast paths."""
     monkeypatch.setattr(logdir.LogReplayer, "feed_segment",
-                        lambda self, packed, stream: logdir.LogReplayer.feed_packed(self, packed))
+                        lambda self, packed, stream, facts=None: logdir.LogReplayer.feed_packed(self, packed))
     monkeypatch.setattr(logdir, "_indexes_problems",
                         lambda segment, scan, indexes: (indexes.take(segment), logdir._check_indexes(segment, scan))[1])
 

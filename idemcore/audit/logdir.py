@@ -85,6 +85,7 @@ from idemcore.record.kafka_files import (
     LogDirListing,
     PartitionFiles,
     ScanBuffer,
+    ScanFacts,
     SegmentFiles,
     SegmentScan,
     list_log_dir,
@@ -163,19 +164,23 @@ class LogState(ShardedState):
                     completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
 
-    def validate_run(self, packed: BatchColumns, stream: int, out: VerdictColumns) -> Verdicts:
+    def validate_run(self, packed: BatchColumns, stream: int, out: VerdictColumns, log_end: int | None = None
+                     ) -> Verdicts:
         """:meth:`validate` of batches of one ``stream`` (a segment's: every row's stream is ``stream``), verdicts
-        written into ``out`` (as long as ``packed``): no pass to find the streams' runs."""
+        written into ``out`` (as long as ``packed``): no pass to find the streams' runs. ``log_end``: the largest
+        end (base offset + record count) of these batches from offset 0 up ending above their base, 0 for none,
+        if known (the scan's ``log_end`` fact)."""
         n = len(packed)
         if n:
             self._assign_log_tables(packed, np.array([0, n]))
             if len(self._log_end) < len(self._table_of):
                 self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
-            base = packed["base_offset"]
-            ends = base + packed["record_count"]  # wraps only for impossible batches, dropped here
-            ok = ends[(base >= 0) & (ends > base)]
-            if len(ok):
-                self._log_end[stream] = max(int(self._log_end[stream]), int(ok.max()))
+            if log_end is None:
+                base = packed["base_offset"]
+                ends = base + packed["record_count"]  # wraps only for impossible batches, dropped here
+                ok = ends[(base >= 0) & (ends > base)]
+                log_end = int(ok.max()) if len(ok) else 0
+            self._log_end[stream] = max(int(self._log_end[stream]), log_end)  # (ends are never below 0)
             completed = CompletedTxns.concat(self._replay(packed, int(self._table_of[stream]), out))
         else:
             completed = CompletedTxns.empty(0)
@@ -294,26 +299,27 @@ class LogReplayer(StreamReplayer):
             self._keep_findings(packed, verdicts, None)  # (base_offset is a packed column)
         return verdicts
 
-    def feed_segment(self, packed: BatchColumns, stream: int) -> Verdicts:
+    def feed_segment(self, packed: BatchColumns, stream: int, facts: ScanFacts | None = None) -> Verdicts:
         """:meth:`feed_packed` of one segment's batches, every row of ``stream``: validated by
         :meth:`LogState.validate_run` into verdict columns reused from feed to feed (the verdicts returned are
-        valid until the next call), counted by :meth:`_count_run`."""
+        valid until the next call), counted by :meth:`_count_run`. ``facts``: the scan's, if its rows are exactly
+        these batches as fed (no row left out, no record count changed)."""
         n = len(packed)
         if len(self._verdicts.out_status) < n:
             self._verdicts = Verdicts.allocate(max(n, 2 * len(self._verdicts.out_status)))
         out = VerdictColumns(*(column[:n] for column in self._verdicts))
         state = self.state
         assert isinstance(state, LogState)  # (set in __init__; typed as the base's)
-        verdicts = state.validate_run(packed, stream, out)
+        verdicts = state.validate_run(packed, stream, out, None if facts is None else facts.log_end)
         self.batches += n
         if self.collect and n:
-            self._count_run(packed, verdicts, stream)
+            self._count_run(packed, verdicts, stream, facts)
             self._keep_findings(packed, verdicts, None)
         return verdicts
 
-    def _count_run(self, packed: BatchColumns, verdicts: Verdicts, stream: int) -> None:
+    def _count_run(self, packed: BatchColumns, verdicts: Verdicts, stream: int, facts: ScanFacts | None) -> None:
         """:meth:`StreamReplayer._count` of a feed whose rows are all of ``stream`` (with timestamps): the same
-        counters, with scalars for the per-stream sums."""
+        counters, with scalars for the per-stream sums, and sums the scan already made (``facts``) taken from it."""
         size = len(self.keys)
         counters = self._counters
         for name, array in counters.items():
@@ -323,7 +329,7 @@ class LogReplayer(StreamReplayer):
         status = verdicts.status
         not_appended = np.flatnonzero(status != Status.APPENDED)
         count = packed["record_count"]
-        records = int(count.sum(dtype=np.int64))
+        records = int(count.sum(dtype=np.int64)) if facts is None else facts.records
         duplicates = rejected = 0
         if len(not_appended):
             refused = status[not_appended]
@@ -341,7 +347,8 @@ class LogReplayer(StreamReplayer):
             counters["committed_txns"] += np.bincount(txns.stream[~txns.aborted], minlength=size)
         ids = packed["stream"]
         is_txn, is_control = packed["is_transactional"], packed["is_control"]
-        txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
+        some = is_txn.any() or is_control.any() if facts is None else facts.transactional or facts.control
+        txn = np.flatnonzero(is_txn | is_control) if some else None
         if txn is not None:  # as StreamReplayer._count
             appended = status[txn] == Status.APPENDED
             marker = appended & is_control[txn]
@@ -352,7 +359,8 @@ class LogReplayer(StreamReplayer):
         else:
             self._aborted.grow(size)
         stamps = packed["max_timestamp"]
-        smallest, largest = int(stamps.min()), int(stamps.max())
+        smallest, largest = (int(stamps.min()), int(stamps.max())) if facts is None else \
+            (facts.min_timestamp, facts.max_timestamp)
         self._timeline.add(ids, stamps, size, np.array([0, n]), (smallest, largest))
         if txn is not None:
             self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
@@ -625,23 +633,29 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
                                         f"first batch at offset {int(scan['base_offset'][0])}, not after the last "
                                         f"offset {previous[1]} of the previous segment {previous[0].log.name}"))
         previous = (segment, int(scan["last_offset"][-1]))
-        good = scan["crc_ok"] != 0  # CRC_BAD: corrupt, not replayed (CRC_UNCHECKED: taken as read)
-        rows = np.flatnonzero(good) if not good.all() else None
+        facts = scan.facts  # (what the scan counted on the way: no pass over the columns for it here)
+        rows = None
+        if facts is None or facts.crc_bad:
+            good = scan["crc_ok"] != 0  # CRC_BAD: corrupt, not replayed (CRC_UNCHECKED: taken as read)
+            rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
         if not len(columns["position"]):
             continue
-        columns.update(_offset_spans(columns))
+        spans = _offset_spans(columns) if facts is None or facts.span_differs else {}
+        columns.update(spans)
         verdicts = replayer.feed_segment(BatchColumns({
             name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
-            for name, dtype in COLUMNS.items()}), stream)
+            for name, dtype in COLUMNS.items()}), stream, facts if rows is None and not spans else None)
         if part.first_offset is None:
             part.first_offset = int(columns["base_offset"][0])
         part.last_offset = int(scan["last_offset"][-1])
-        aborts = np.flatnonzero(columns["is_control"].view(np.bool_) & (columns["control_type"] == ControlType.ABORT))
-        for row in aborts.tolist():
-            part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
-                                                                    int(columns["position"][row]))
+        if facts is None or facts.abort_markers:
+            aborts = np.flatnonzero(columns["is_control"].view(np.bool_)
+                                    & (columns["control_type"] == ControlType.ABORT))
+            for row in aborts.tolist():
+                part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
+                                                                        int(columns["position"][row]))
         txns = verdicts.completed_txns
         if len(txns) and txns.aborted.any():
             part.aborted.append(CompletedTxns(*(getattr(txns, name)[txns.aborted]

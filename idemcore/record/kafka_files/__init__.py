@@ -59,6 +59,7 @@ from idemcore.record.kafka_files.segment import (
     STOP_TORN_TAIL,
     STOP_ZERO_PADDING,
     ScanBuffer,
+    ScanFacts,
     SegmentScan,
     scan_segment,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "PartitionFiles",
     "ProducerSnapshotEntry",
     "ScanBuffer",
+    "ScanFacts",
     "SegmentFiles",
     "SegmentScan",
     "TimeIndexEntry",
