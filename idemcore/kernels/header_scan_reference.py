@@ -10,7 +10,9 @@ the packed batch metadata columns, with the batch's file position and whether it
     capacity) receive the batches; ``count`` is returned. Nothing in ``data`` makes it raise: a truncated tail,
     a bad magic or an impossible length stops the scan where it is, a bad CRC is a column. It raises only for
     arguments a caller got wrong (a cursor outside ``data``) and when ``verify_crc`` is asked for without a
-    CRC-32C package.
+    CRC-32C package. A cursor of :data:`SCAN_CURSOR_SLOTS` slots (:func:`new_cursor`) also receives, in its
+    ``FACT_*`` slots, facts of the batches scanned (CRC failures, the first offset that does not rise, record
+    counts, transactional and control batches, the timestamp span...), added up over the calls that share it.
 
 Kafka's v2 header (big-endian; DefaultRecordBatch): base offset i64 @0, batch length i32 @8 (the bytes after
 it), partition leader epoch i32 @12, magic i8 @16, CRC-32C u32 @17 (of attributes..end), attributes i16 @21,
