@@ -660,7 +660,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if len(txns) and txns.aborted.any():
             part.aborted.append(CompletedTxns(*(getattr(txns, name)[txns.aborted]
                                                 for name in CompletedTxns.__dataclass_fields__)))
-        found = np.flatnonzero(verdicts.finding)
+        found = np.flatnonzero(verdicts.finding != 0)  # (a bool mask: nonzero on int8 is far slower)
         if len(found):
             located.append(_located(files, segment, columns, verdicts, found))
     return part
