@@ -130,30 +130,62 @@ class Scan:
     rows: list[dict[str, int]]
     position: int  # cursor[0] afterwards
     reason: int  # cursor[1] afterwards
+    facts: list[int] = field(default_factory=list)  # cursor[2:] afterwards (FACT_*)
 
 
 def scan(backend: str, data: bytes | np.ndarray, *, verify_crc: bool = True, partition: int = 0,
-         file_position: int = 0, capacity: int = 64, start: int = 0) -> Scan:
-    """One call of the backend's scan_headers."""
+         file_position: int = 0, capacity: int = 64, start: int = 0, cursor: np.ndarray | None = None) -> Scan:
+    """One call of the backend's scan_headers (with a cursor of facts: ``cursor``, or a new one from ``start``)."""
     array = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data
     out = HeaderScanColumns.empty(capacity)
-    cursor = np.array([start, -1], np.int64)
+    cursor = ref.new_cursor(start) if cursor is None else cursor
+    cursor[1] = -1
     count = load_backend(backend).scan_headers(array, file_position, partition, verify_crc, cursor, *out)
     rows = [{name: int(column[i]) for name, column in zip(NAMES, out, strict=True)} for i in range(count)]
-    return Scan(rows, int(cursor[0]), int(cursor[1]))
+    return Scan(rows, int(cursor[0]), int(cursor[1]), cursor[2:].tolist())
 
 
 def scan_in_chunks(backend: str, data: bytes, capacity: int, **options) -> Scan:
-    """Scans of at most ``capacity`` batches, each resuming where the last stopped."""
+    """Scans of at most ``capacity`` batches, each resuming where the last stopped (one cursor: facts add up)."""
     rows: list[dict[str, int]] = []
-    start = 0
+    cursor = ref.new_cursor()
     while True:
-        part = scan(backend, data, capacity=capacity, start=start, **options)
+        part = scan(backend, data, capacity=capacity, cursor=cursor, **options)
         rows += part.rows
-        start = part.position
         if part.reason != ref.SCAN_FULL:
-            return Scan(rows, part.position, part.reason)
+            return Scan(rows, part.position, part.reason, part.facts)
         assert len(part.rows) == capacity
+
+
+def facts_of(rows: list[dict[str, int]]) -> list[int]:
+    """What the cursor's facts slots should hold after a scan of ``rows``, from the columns with NumPy."""
+    def column(name: str) -> np.ndarray:
+        return np.array([row[name] for row in rows], np.int64)
+
+    base, last, count, stamp = column("base_offset"), column("last_offset"), column("record_count"), \
+        column("max_timestamp")
+    with np.errstate(over="ignore"):
+        span = last - base + 1  # int64, wrapping
+        ends = base + count
+    not_rising = np.flatnonzero(base[1:] <= last[:-1])
+    fine = ends[(base >= 0) & (ends > base)]
+    control = column("is_control") != 0
+    facts = {
+        ref.FACT_ROWS: len(rows), ref.FACT_CRC_BAD: int(np.count_nonzero(column("crc_ok") == ref.CRC_BAD)),
+        ref.FACT_FIRST_NOT_RISING: int(not_rising[0]) + 1 if len(not_rising) else -1,
+        ref.FACT_LAST_OFFSET: int(last[-1]) if rows else 0,
+        ref.FACT_SPAN_DIFFERS: int(np.count_nonzero(span != count)), ref.FACT_RECORDS: int(count.sum()),
+        ref.FACT_LOG_END: int(fine.max()) if len(fine) else 0,
+        ref.FACT_TRANSACTIONAL: int(np.count_nonzero(column("is_transactional"))),
+        ref.FACT_CONTROL: int(np.count_nonzero(control)),
+        ref.FACT_ABORT_MARKERS: int(np.count_nonzero(control & (column("control_type") == ref.CONTROL_ABORT))),
+        ref.FACT_MIN_TIMESTAMP: int(stamp.min()) if rows else ref.INT64_MAX,
+        ref.FACT_MAX_TIMESTAMP: int(stamp.max()) if rows else ref.INT64_MIN,
+        ref.FACT_TIMESTAMP_FALLS: int(np.count_nonzero(stamp[1:] < stamp[:-1])),
+        ref.FACT_LAST_TIMESTAMP: int(stamp[-1]) if rows else 0,
+    }
+    assert sorted(facts) == list(range(2, ref.SCAN_CURSOR_SLOTS))
+    return [facts[slot] for slot in range(2, ref.SCAN_CURSOR_SLOTS)]
 
 
 # --- The seams -------------------------------------------------------------------------------------------------------
@@ -523,6 +555,7 @@ def segments(draw) -> tuple[bytes, list[Batch], str]:
 def test_every_backend_agrees_on_random_segments(segment_case, capacity, verify_crc):
     data, chosen, damage = segment_case
     reference = scan("python", data, verify_crc=verify_crc)
+    assert reference.facts == facts_of(reference.rows)
     for name in EXPECTED:
         assert scan(name, data, verify_crc=verify_crc) == reference, name
         assert scan_in_chunks(name, data, capacity, verify_crc=verify_crc) == reference, name

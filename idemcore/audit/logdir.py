@@ -85,10 +85,12 @@ from idemcore.record.kafka_files import (
     LogDirListing,
     PartitionFiles,
     ScanBuffer,
+    ScanFacts,
     SegmentFiles,
     SegmentScan,
     list_log_dir,
     read_offset_index,
+    read_sound_indexes,
     read_time_index,
     read_txn_index,
     scan_segment,
@@ -105,6 +107,9 @@ LOGGED_PROBLEMS = 20
 #: A new stream's table is sized from the producers of its first rows, this many.
 SAMPLE_ROWS = 1024
 INT64_MAX = np.iinfo(np.int64).max
+#: Index files read and checked together (:class:`_IndexReadAhead`): at most this many segments' or bytes.
+INDEX_GROUP_FILES = 256
+INDEX_GROUP_BYTES = 16 << 20
 
 
 # --- Replaying a written log ------------------------------------------------------------------------------------
@@ -158,6 +163,28 @@ class LogState(ShardedState):
                     part.marker[:] += start  # (the index in this call's batches)
                     completed.append(part)
         return Verdicts(*out, completed_txns=CompletedTxns.concat(completed), backend=self.backend.name)
+
+    def validate_run(self, packed: BatchColumns, stream: int, out: VerdictColumns, log_end: int | None = None
+                     ) -> Verdicts:
+        """:meth:`validate` of batches of one ``stream`` (a segment's: every row's stream is ``stream``), verdicts
+        written into ``out`` (as long as ``packed``): no pass to find the streams' runs. ``log_end``: the largest
+        end (base offset + record count) of these batches from offset 0 up ending above their base, 0 for none,
+        if known (the scan's ``log_end`` fact)."""
+        n = len(packed)
+        if n:
+            self._assign_log_tables(packed, np.array([0, n]))
+            if len(self._log_end) < len(self._table_of):
+                self._log_end = np.pad(self._log_end, (0, len(self._table_of) - len(self._log_end)))
+            if log_end is None:
+                base = packed["base_offset"]
+                ends = base + packed["record_count"]  # wraps only for impossible batches, dropped here
+                ok = ends[(base >= 0) & (ends > base)]
+                log_end = int(ok.max()) if len(ok) else 0
+            self._log_end[stream] = max(int(self._log_end[stream]), log_end)  # (ends are never below 0)
+            completed = CompletedTxns.concat(self._replay(packed, int(self._table_of[stream]), out))
+        else:
+            completed = CompletedTxns.empty(0)
+        return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
 
     def _note_log_end(self, packed: BatchColumns, ids: np.ndarray, bounds: np.ndarray) -> None:
         if len(self._log_end) < len(self._table_of):
@@ -255,6 +282,7 @@ class LogReplayer(StreamReplayer):
     def __init__(self, backend: str | Backend | None = None):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
         self.state = LogState(self.backend)
+        self._verdicts = Verdicts.allocate(0)  # reused by feed_segment
 
     def stream_of(self, topic: str, partition: int) -> int:
         """The stream of one (topic, partition), numbered as :meth:`StreamKeys.encode` numbers it."""
@@ -270,6 +298,74 @@ class LogReplayer(StreamReplayer):
             self._count(packed, verdicts, timestamps=True)
             self._keep_findings(packed, verdicts, None)  # (base_offset is a packed column)
         return verdicts
+
+    def feed_segment(self, packed: BatchColumns, stream: int, facts: ScanFacts | None = None) -> Verdicts:
+        """:meth:`feed_packed` of one segment's batches, every row of ``stream``: validated by
+        :meth:`LogState.validate_run` into verdict columns reused from feed to feed (the verdicts returned are
+        valid until the next call), counted by :meth:`_count_run`. ``facts``: the scan's, if its rows are exactly
+        these batches as fed (no row left out, no record count changed)."""
+        n = len(packed)
+        if len(self._verdicts.out_status) < n:
+            self._verdicts = Verdicts.allocate(max(n, 2 * len(self._verdicts.out_status)))
+        out = VerdictColumns(*(column[:n] for column in self._verdicts))
+        state = self.state
+        assert isinstance(state, LogState)  # (set in __init__; typed as the base's)
+        verdicts = state.validate_run(packed, stream, out, None if facts is None else facts.log_end)
+        self.batches += n
+        if self.collect and n:
+            self._count_run(packed, verdicts, stream, facts)
+            self._keep_findings(packed, verdicts, None)
+        return verdicts
+
+    def _count_run(self, packed: BatchColumns, verdicts: Verdicts, stream: int, facts: ScanFacts | None) -> None:
+        """:meth:`StreamReplayer._count` of a feed whose rows are all of ``stream`` (with timestamps): the same
+        counters, with scalars for the per-stream sums, and sums the scan already made (``facts``) taken from it."""
+        size = len(self.keys)
+        counters = self._counters
+        for name, array in counters.items():
+            if len(array) < size:
+                counters[name] = np.concatenate([array, np.zeros(size - len(array), np.int64)])
+        n = len(packed)
+        status = verdicts.status
+        not_appended = np.flatnonzero(status != Status.APPENDED)
+        count = packed["record_count"]
+        records = int(count.sum(dtype=np.int64)) if facts is None else facts.records
+        duplicates = rejected = 0
+        if len(not_appended):
+            refused = status[not_appended]
+            duplicates = int(np.count_nonzero(refused == Status.DUPLICATE))
+            rejected = int(np.count_nonzero(refused == Status.REJECTED))
+            records -= int(count[not_appended].sum(dtype=np.int64))
+        counters["batches"][stream] += n
+        counters["duplicates"][stream] += duplicates
+        counters["rejected"][stream] += rejected
+        counters["appended"][stream] += n - duplicates - rejected
+        counters["records"][stream] += records
+        txns = verdicts.completed_txns
+        if len(txns):
+            counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
+            counters["committed_txns"] += np.bincount(txns.stream[~txns.aborted], minlength=size)
+        ids = packed["stream"]
+        is_txn, is_control = packed["is_transactional"], packed["is_control"]
+        some = is_txn.any() or is_control.any() if facts is None else facts.transactional or facts.control
+        txn = np.flatnonzero(is_txn | is_control) if some else None
+        if txn is not None:  # as StreamReplayer._count
+            appended = status[txn] == Status.APPENDED
+            marker = appended & is_control[txn]
+            data = appended & is_txn[txn] & ~marker
+            abort = packed["control_type"][txn] == ControlType.ABORT
+            txn_ids, producer = ids[txn], packed["producer_id"][txn]
+            self._aborted.add(txn_ids, producer, count[txn], data, marker, abort, size)
+        else:
+            self._aborted.grow(size)
+        stamps = packed["max_timestamp"]
+        smallest, largest = (int(stamps.min()), int(stamps.max())) if facts is None else \
+            (facts.min_timestamp, facts.max_timestamp)
+        self._timeline.add(ids, stamps, size, np.array([0, n]), (smallest, largest))
+        if txn is not None:
+            self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
+        self.min_timestamp = min(self.min_timestamp, smallest)
+        self.max_timestamp = max(self.max_timestamp, largest)
 
 
 # --- The report ---------------------------------------------------------------------------------------------------
@@ -430,11 +526,12 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     located: list[pa.Table] = []
     problems: list[tuple[PartitionFiles, int, FileProblem]] = []
     buffer = ScanBuffer()
+    indexes = _IndexReadAhead([segment for files in partitions for segment in files.segments])
     for files in partitions:  # every stream numbered first: the per-stream arrays are sized once, not per feed
         replayer.stream_of(files.topic, files.partition)
     for files in partitions:
         found: list[FileProblem] = []
-        part = _replay_partition(files, replayer, verify_crc, found, located, buffer)
+        part = _replay_partition(files, replayer, verify_crc, found, located, buffer, indexes)
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
@@ -508,7 +605,7 @@ def _place_open_txns(open_txns: pa.Table, places: pa.Table) -> pa.Table:
 
 
 def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: bool, problems: list[FileProblem],
-                      located: list[pa.Table], buffer: ScanBuffer) -> _Partition:
+                      located: list[pa.Table], buffer: ScanBuffer, indexes: _IndexReadAhead) -> _Partition:
     stream = replayer.stream_of(files.topic, files.partition)
     part = _Partition(files, {}, [])
     previous: tuple[SegmentFiles, int] | None = None  # the last segment with batches, and its last offset
@@ -518,7 +615,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
                             buffer=buffer)
         problems += scan.problems()
-        problems += _check_indexes(segment, scan)
+        problems += _indexes_problems(segment, scan, indexes)
         if not len(scan):
             continue
         if previous is not None and int(scan["base_offset"][0]) <= previous[1]:
@@ -526,28 +623,34 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
                                         f"first batch at offset {int(scan['base_offset'][0])}, not after the last "
                                         f"offset {previous[1]} of the previous segment {previous[0].log.name}"))
         previous = (segment, int(scan["last_offset"][-1]))
-        good = scan["crc_ok"] != 0  # CRC_BAD: corrupt, not replayed (CRC_UNCHECKED: taken as read)
-        rows = np.flatnonzero(good) if not good.all() else None
+        facts = scan.facts  # (what the scan counted on the way: no pass over the columns for it here)
+        rows = None
+        if facts is None or facts.crc_bad:
+            good = scan["crc_ok"] != 0  # CRC_BAD: corrupt, not replayed (CRC_UNCHECKED: taken as read)
+            rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
         if not len(columns["position"]):
             continue
-        columns.update(_offset_spans(columns))
-        verdicts = replayer.feed_packed(BatchColumns({
+        spans = _offset_spans(columns) if facts is None or facts.span_differs else {}
+        columns.update(spans)
+        verdicts = replayer.feed_segment(BatchColumns({
             name: columns[name].view(np.bool_) if dtype == np.bool_ else columns[name]
-            for name, dtype in COLUMNS.items()}))
+            for name, dtype in COLUMNS.items()}), stream, facts if rows is None and not spans else None)
         if part.first_offset is None:
             part.first_offset = int(columns["base_offset"][0])
         part.last_offset = int(scan["last_offset"][-1])
-        aborts = np.flatnonzero(columns["is_control"].view(np.bool_) & (columns["control_type"] == ControlType.ABORT))
-        for row in aborts.tolist():
-            part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
-                                                                    int(columns["position"][row]))
+        if facts is None or facts.abort_markers:
+            aborts = np.flatnonzero(columns["is_control"].view(np.bool_)
+                                    & (columns["control_type"] == ControlType.ABORT))
+            for row in aborts.tolist():
+                part.abort_markers[int(columns["base_offset"][row])] = (int(columns["producer_id"][row]), index,
+                                                                        int(columns["position"][row]))
         txns = verdicts.completed_txns
         if len(txns) and txns.aborted.any():
             part.aborted.append(CompletedTxns(*(getattr(txns, name)[txns.aborted]
                                                 for name in CompletedTxns.__dataclass_fields__)))
-        found = np.flatnonzero(verdicts.finding)
+        found = np.flatnonzero(verdicts.finding != 0)  # (a bool mask: nonzero on int8 is far slower)
         if len(found):
             located.append(_located(files, segment, columns, verdicts, found))
     return part
@@ -581,6 +684,93 @@ def _located(files: PartitionFiles, segment: SegmentFiles, columns: dict[str, np
         "expected": verdicts.expected[rows], "file": [str(segment.log)] * n,
     })
     return pa.table({name: values[name] for name in LOCATED_SCHEMA.names}, schema=LOCATED_SCHEMA)
+
+
+class _IndexReadAhead:
+    """The ``.index`` and ``.timeindex`` files of the segments to audit, read ahead in groups (up to
+    :data:`INDEX_GROUP_FILES` segments or :data:`INDEX_GROUP_BYTES` bytes) and checked a group at a time, in one
+    pass over all of a group's entries (:func:`read_sound_indexes`), instead of a dozen NumPy calls per file."""
+
+    def __init__(self, segments: Sequence[SegmentFiles]):
+        self.segments = segments
+        self.taken = 0  # segments taken so far (they are taken in order)
+        self.next = 0  # the first segment not read yet
+        self.found: dict[int, tuple[tuple[np.ndarray, np.ndarray] | None, tuple[np.ndarray, np.ndarray] | None]] = {}
+
+    def take(self, segment: SegmentFiles) -> tuple[tuple[np.ndarray, np.ndarray] | None,
+                                                   tuple[np.ndarray, np.ndarray] | None]:
+        """The next segment's (``segment``) sound index columns (offset, position) and time index columns
+        (timestamp, offset): None for a file absent, unreadable here, or not sound (:func:`_check_indexes` reads
+        those)."""
+        k = self.taken
+        if k >= len(self.segments) or self.segments[k] is not segment:
+            raise RuntimeError(f"segment {segment.log} taken out of order (expected number {k})")
+        self.taken += 1
+        if k >= self.next:
+            self._read_group(k)
+        return self.found.pop(k)
+
+    def _read_group(self, first: int) -> None:
+        offsets: list[tuple[int, bytes, int]] = []
+        times: list[tuple[int, bytes, int]] = []
+        size = 0
+        k = first
+        while k < len(self.segments) and k - first < INDEX_GROUP_FILES and size < INDEX_GROUP_BYTES:
+            segment = self.segments[k]
+            for path, into in ((segment.index, offsets), (segment.time_index, times)):
+                if path is None:
+                    continue
+                try:
+                    with open(path, "rb", buffering=0) as file:
+                        data = file.read()
+                except OSError:
+                    continue  # read again by _check_indexes, which raises as before
+                size += len(data)
+                into.append((k, data, segment.base_offset))
+            k += 1
+        self.found.update((j, (None, None)) for j in range(first, k))
+        for group, time_index in ((offsets, False), (times, True)):
+            read = read_sound_indexes([(data, base) for _, data, base in group], time_index)
+            for (j, _, _), columns in zip(group, read, strict=True):
+                pair = self.found[j]
+                self.found[j] = (pair[0], columns) if time_index else (columns, pair[1])
+        self.next = k
+
+
+def _indexes_problems(segment: SegmentFiles, scan: SegmentScan, indexes: _IndexReadAhead) -> list[FileProblem]:
+    """:func:`_check_indexes`' answer, found without it when the segment's indexes are sound and agree with the
+    scan (the usual case): a few NumPy calls per segment; anything else is left to it, for the exact problems."""
+    offset_index, time_index = indexes.take(segment)
+    if (segment.index is not None and (offset_index is None or not _offset_index_agrees(*offset_index, scan))) or \
+            (segment.time_index is not None and (time_index is None or not _time_index_agrees(*time_index, scan))):
+        return _check_indexes(segment, scan)
+    return read_txn_index(segment.txn_index, segment.base_offset).problems if segment.txn_index is not None else []
+
+
+def _offset_index_agrees(offset: np.ndarray, position: np.ndarray, scan: SegmentScan) -> bool:
+    """Every entry (offsets and positions rising strictly: a sound index) at a batch's start, its offset from that
+    batch's base offset to the segment's last offset."""
+    if not len(offset):
+        return True
+    positions = scan["position"]
+    if not len(positions):
+        return False
+    rows = np.searchsorted(positions, position)
+    if int(rows[-1]) >= len(positions):  # (rows rise with the positions: the last is the largest)
+        return False
+    return bool(np.array_equal(positions[rows], position) and (scan["base_offset"][rows] <= offset).all()
+                and int(offset[-1]) <= int(scan["last_offset"][-1]))
+
+
+def _time_index_agrees(timestamp: np.ndarray, offset: np.ndarray, scan: SegmentScan) -> bool:
+    """Every entry (offsets never falling: a sound index) inside a batch whose max timestamp is the entry's."""
+    if not len(offset):
+        return True
+    last = scan["last_offset"]
+    at = np.searchsorted(last, offset)
+    if not len(last) or int(at[-1]) >= len(last):
+        return False
+    return bool((scan["base_offset"][at] <= offset).all() and np.array_equal(scan["max_timestamp"][at], timestamp))
 
 
 def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem]:

@@ -24,8 +24,8 @@ parameters are named in :mod:`idemcore.kernels.abi`:
 ``scan_headers(...) -> int``
     walk a log segment's RecordBatch v2 headers into the batch metadata
     columns, with file positions and CRC checks; returns the batches decoded
-    and leaves where and why it stopped in ``cursor`` (see
-    :mod:`idemcore.kernels.header_scan_reference`).
+    and leaves where and why it stopped in ``cursor`` (and, in a longer cursor,
+    facts of the batches scanned; see :mod:`idemcore.kernels.header_scan_reference`).
 
 ``bind_batches(backend, columns, state, verdicts, txns, commit)`` gives ``check_batches`` and ``commit_batches``
 over arrays that stay the same from call to call (a broker's request columns): the compiled backend takes their

@@ -48,6 +48,22 @@ cdef enum:
     CRC_UNCHECKED = 2
     CONTROL_UNKNOWN = -1
     NO_COORDINATOR_EPOCH = -1
+    # The facts slots of a cursor (header_scan_reference.FACT_*: the tests compare them).
+    FACT_ROWS = 2
+    FACT_CRC_BAD = 3
+    FACT_FIRST_NOT_RISING = 4
+    FACT_LAST_OFFSET = 5
+    FACT_SPAN_DIFFERS = 6
+    FACT_RECORDS = 7
+    FACT_LOG_END = 8
+    FACT_TRANSACTIONAL = 9
+    FACT_CONTROL = 10
+    FACT_ABORT_MARKERS = 11
+    FACT_MIN_TIMESTAMP = 12
+    FACT_MAX_TIMESTAMP = 13
+    FACT_TIMESTAMP_FALLS = 14
+    FACT_LAST_TIMESTAMP = 15
+    SCAN_CURSOR_SLOTS = 16
 
 #: The values above, by name, for the tests.
 SCAN_CODES = {
@@ -61,7 +77,13 @@ SCAN_CODES = {
     "SCAN_END": SCAN_END, "SCAN_FULL": SCAN_FULL, "SCAN_TRUNCATED": SCAN_TRUNCATED,
     "SCAN_BAD_MAGIC": SCAN_BAD_MAGIC, "SCAN_BAD_LENGTH": SCAN_BAD_LENGTH, "CRC_BAD": CRC_BAD, "CRC_OK": CRC_OK,
     "CRC_UNCHECKED": CRC_UNCHECKED, "CONTROL_UNKNOWN": CONTROL_UNKNOWN,
-    "NO_COORDINATOR_EPOCH": NO_COORDINATOR_EPOCH,
+    "NO_COORDINATOR_EPOCH": NO_COORDINATOR_EPOCH, "FACT_ROWS": FACT_ROWS, "FACT_CRC_BAD": FACT_CRC_BAD,
+    "FACT_FIRST_NOT_RISING": FACT_FIRST_NOT_RISING, "FACT_LAST_OFFSET": FACT_LAST_OFFSET,
+    "FACT_SPAN_DIFFERS": FACT_SPAN_DIFFERS, "FACT_RECORDS": FACT_RECORDS, "FACT_LOG_END": FACT_LOG_END,
+    "FACT_TRANSACTIONAL": FACT_TRANSACTIONAL, "FACT_CONTROL": FACT_CONTROL, "FACT_ABORT_MARKERS": FACT_ABORT_MARKERS,
+    "FACT_MIN_TIMESTAMP": FACT_MIN_TIMESTAMP, "FACT_MAX_TIMESTAMP": FACT_MAX_TIMESTAMP,
+    "FACT_TIMESTAMP_FALLS": FACT_TIMESTAMP_FALLS, "FACT_LAST_TIMESTAMP": FACT_LAST_TIMESTAMP,
+    "SCAN_CURSOR_SLOTS": SCAN_CURSOR_SLOTS,
 }
 
 cdef crc32c_extend_t crc32c_extend = NULL
@@ -194,6 +216,11 @@ def scan_headers(
     cdef int64_t base_offset
     cdef int compression, control_type
     cdef uint8_t crc_ok
+    # Facts (a cursor of SCAN_CURSOR_SLOTS slots): kept in locals during the loop, written back after it.
+    cdef bint facts = cursor.shape[0] >= SCAN_CURSOR_SLOTS
+    cdef int64_t rows = 0, crc_bad = 0, first_not_rising = 0, previous_last = 0, span_differs = 0, records = 0
+    cdef int64_t log_end = 0, transactional = 0, control = 0, aborts = 0, min_stamp = 0, max_stamp = 0
+    cdef int64_t falls = 0, previous_stamp = 0, last_offset, max_timestamp, batch_end
     if cursor.shape[0] < 2:
         raise ValueError(f"cursor must have 2 slots (position, stop reason), not {cursor.shape[0]}")
     if not 0 <= cursor[0] <= size:
@@ -209,6 +236,12 @@ def scan_headers(
     if size > 0:
         base = &data[0]
     p = cursor[0]
+    if facts:
+        rows, crc_bad, first_not_rising = cursor[FACT_ROWS], cursor[FACT_CRC_BAD], cursor[FACT_FIRST_NOT_RISING]
+        previous_last, span_differs, records = cursor[FACT_LAST_OFFSET], cursor[FACT_SPAN_DIFFERS], cursor[FACT_RECORDS]
+        log_end, transactional, control = cursor[FACT_LOG_END], cursor[FACT_TRANSACTIONAL], cursor[FACT_CONTROL]
+        aborts, min_stamp, max_stamp = cursor[FACT_ABORT_MARKERS], cursor[FACT_MIN_TIMESTAMP], cursor[FACT_MAX_TIMESTAMP]
+        falls, previous_stamp = cursor[FACT_TIMESTAMP_FALLS], cursor[FACT_LAST_TIMESTAMP]
     with nogil:
         while True:
             remaining = size - p
@@ -268,8 +301,43 @@ def scan_headers(
             out_leader_epoch[count] = be_i32(b + LEADER_EPOCH_AT)
             out_compression[count] = <int8_t>compression
             out_crc_ok[count] = crc_ok
+            if facts:
+                last_offset = out_last_offset[count]
+                max_timestamp = out_max_timestamp[count]
+                if crc_ok == CRC_BAD:
+                    crc_bad += 1
+                if rows > 0 and first_not_rising < 0 and base_offset <= previous_last:
+                    first_not_rising = rows
+                previous_last = last_offset
+                # last - base + 1 != count in int64 arithmetic that wraps: last != base + (count - 1), unsigned
+                if <uint64_t>last_offset != <uint64_t>base_offset + <uint64_t>(<int64_t>record_count - 1):
+                    span_differs += 1
+                records += record_count
+                batch_end = <int64_t>(<uint64_t>base_offset + <uint64_t><int64_t>record_count)
+                if base_offset >= 0 and batch_end > base_offset and batch_end > log_end:
+                    log_end = batch_end
+                if attributes & TRANSACTIONAL_FLAG:
+                    transactional += 1
+                if attributes & CONTROL_FLAG:
+                    control += 1
+                    if control_type == CONTROL_ABORT:
+                        aborts += 1
+                if max_timestamp < min_stamp:
+                    min_stamp = max_timestamp
+                if max_timestamp > max_stamp:
+                    max_stamp = max_timestamp
+                if rows > 0 and max_timestamp < previous_stamp:
+                    falls += 1
+                previous_stamp = max_timestamp
+                rows += 1
             count += 1
             p = end
     cursor[0] = p
     cursor[1] = reason
+    if facts:
+        cursor[FACT_ROWS], cursor[FACT_CRC_BAD], cursor[FACT_FIRST_NOT_RISING] = rows, crc_bad, first_not_rising
+        cursor[FACT_LAST_OFFSET], cursor[FACT_SPAN_DIFFERS], cursor[FACT_RECORDS] = previous_last, span_differs, records
+        cursor[FACT_LOG_END], cursor[FACT_TRANSACTIONAL], cursor[FACT_CONTROL] = log_end, transactional, control
+        cursor[FACT_ABORT_MARKERS], cursor[FACT_MIN_TIMESTAMP], cursor[FACT_MAX_TIMESTAMP] = aborts, min_stamp, max_stamp
+        cursor[FACT_TIMESTAMP_FALLS], cursor[FACT_LAST_TIMESTAMP] = falls, previous_stamp
     return count

@@ -10,7 +10,9 @@ the packed batch metadata columns, with the batch's file position and whether it
     capacity) receive the batches; ``count`` is returned. Nothing in ``data`` makes it raise: a truncated tail,
     a bad magic or an impossible length stops the scan where it is, a bad CRC is a column. It raises only for
     arguments a caller got wrong (a cursor outside ``data``) and when ``verify_crc`` is asked for without a
-    CRC-32C package.
+    CRC-32C package. A cursor of :data:`SCAN_CURSOR_SLOTS` slots (:func:`new_cursor`) also receives, in its
+    ``FACT_*`` slots, facts of the batches scanned (CRC failures, the first offset that does not rise, record
+    counts, transactional and control batches, the timestamp span...), added up over the calls that share it.
 
 Kafka's v2 header (big-endian; DefaultRecordBatch): base offset i64 @0, batch length i32 @8 (the bytes after
 it), partition leader epoch i32 @12, magic i8 @16, CRC-32C u32 @17 (of attributes..end), attributes i16 @21,
@@ -80,6 +82,23 @@ CONTROL_UNKNOWN = -1
 NO_COORDINATOR_EPOCH = -1
 INT64_MIN = -9223372036854775808
 INT64_MAX = 9223372036854775807
+# A cursor of SCAN_CURSOR_SLOTS slots (new_cursor) also receives facts of the batches scanned, added up over the
+# calls that share it, so a caller need not pass over the columns again to learn them (a 2-slot cursor gets none).
+FACT_ROWS = 2  # batches scanned with this cursor
+FACT_CRC_BAD = 3  # batches whose CRC does not match
+FACT_FIRST_NOT_RISING = 4  # the first batch (row) whose base offset is not above the previous one's last; -1: none
+FACT_LAST_OFFSET = 5  # the last batch's last offset
+FACT_SPAN_DIFFERS = 6  # batches whose offset span (last offset - base offset + 1) is not their record count
+FACT_RECORDS = 7  # record counts added up
+FACT_LOG_END = 8  # the largest base offset + record count of a batch with base offset >= 0 ending above it; 0: none
+FACT_TRANSACTIONAL = 9  # transactional batches
+FACT_CONTROL = 10  # control batches
+FACT_ABORT_MARKERS = 11  # control batches whose marker is an ABORT
+FACT_MIN_TIMESTAMP = 12  # the smallest max timestamp (INT64_MAX: no batch)
+FACT_MAX_TIMESTAMP = 13  # the largest max timestamp (INT64_MIN: no batch)
+FACT_TIMESTAMP_FALLS = 14  # batches whose max timestamp is below the previous batch's
+FACT_LAST_TIMESTAMP = 15  # the last batch's max timestamp
+SCAN_CURSOR_SLOTS = 16
 
 
 def read_u8(data, p):
@@ -200,6 +219,16 @@ def scan_batches(data, file_position, stream, verify_crc, cursor, capacity,
     p = int(cursor[0])
     count = 0
     reason = SCAN_END
+    facts = len(cursor) >= SCAN_CURSOR_SLOTS
+    rows = crc_bad = first_not_rising = previous_last = span_differs = records = log_end = 0
+    transactional = control = aborts = min_stamp = max_stamp = falls = previous_stamp = 0
+    if facts:
+        rows, crc_bad, first_not_rising = cursor[FACT_ROWS], cursor[FACT_CRC_BAD], cursor[FACT_FIRST_NOT_RISING]
+        previous_last, span_differs, records = cursor[FACT_LAST_OFFSET], cursor[FACT_SPAN_DIFFERS], cursor[FACT_RECORDS]
+        log_end, transactional, control = cursor[FACT_LOG_END], cursor[FACT_TRANSACTIONAL], cursor[FACT_CONTROL]
+        aborts, min_stamp = cursor[FACT_ABORT_MARKERS], cursor[FACT_MIN_TIMESTAMP]
+        max_stamp = cursor[FACT_MAX_TIMESTAMP]
+        falls, previous_stamp = cursor[FACT_TIMESTAMP_FALLS], cursor[FACT_LAST_TIMESTAMP]
     while True:
         remaining = size - p
         if remaining <= 0:
@@ -252,10 +281,38 @@ def scan_batches(data, file_position, stream, verify_crc, cursor, capacity,
         out_leader_epoch[count] = read_i32(data, p + LEADER_EPOCH_AT)
         out_compression[count] = compression
         out_crc_ok[count] = crc_ok
+        if facts:
+            last_offset = out_last_offset[count]
+            max_timestamp = out_max_timestamp[count]
+            crc_bad += 1 if crc_ok == CRC_BAD else 0
+            if rows > 0 and first_not_rising < 0 and base_offset <= previous_last:
+                first_not_rising = rows
+            previous_last = last_offset
+            # last - base + 1 != count, as int64 arithmetic wraps: last != base + (count - 1)
+            span_differs += 1 if last_offset != add_i64(base_offset, record_count - 1) else 0
+            records += record_count
+            batch_end = add_i64(base_offset, record_count)
+            if base_offset >= 0 and batch_end > base_offset and batch_end > log_end:
+                log_end = batch_end
+            transactional += 1 if attributes & TRANSACTIONAL_FLAG else 0
+            control += 1 if attributes & CONTROL_FLAG else 0
+            aborts += 1 if (attributes & CONTROL_FLAG) != 0 and control_type == CONTROL_ABORT else 0
+            min_stamp = min(min_stamp, max_timestamp)
+            max_stamp = max(max_stamp, max_timestamp)
+            falls += 1 if rows > 0 and max_timestamp < previous_stamp else 0
+            previous_stamp = max_timestamp
+            rows += 1
         count += 1
         p = end
     cursor[0] = p
     cursor[1] = reason
+    if facts:
+        cursor[FACT_ROWS], cursor[FACT_CRC_BAD], cursor[FACT_FIRST_NOT_RISING] = rows, crc_bad, first_not_rising
+        cursor[FACT_LAST_OFFSET], cursor[FACT_SPAN_DIFFERS], cursor[FACT_RECORDS] = previous_last, span_differs, records
+        cursor[FACT_LOG_END], cursor[FACT_TRANSACTIONAL], cursor[FACT_CONTROL] = log_end, transactional, control
+        cursor[FACT_ABORT_MARKERS], cursor[FACT_MIN_TIMESTAMP] = aborts, min_stamp
+        cursor[FACT_MAX_TIMESTAMP] = max_stamp
+        cursor[FACT_TIMESTAMP_FALLS], cursor[FACT_LAST_TIMESTAMP] = falls, previous_stamp
     return count
 
 
@@ -279,6 +336,19 @@ def scan_headers(data, file_position, stream, verify_crc, cursor,
 
 
 # Plain Python from here on: argument checks and the CRC-32C functions, never compiled.
+
+def new_cursor(position: int = 0) -> Any:
+    """A cursor of :data:`SCAN_CURSOR_SLOTS` slots at ``position``, its facts empty: scans that share it add up
+    their batches' facts in it (``FACT_*``)."""
+    import numpy as np
+
+    cursor = np.zeros(SCAN_CURSOR_SLOTS, np.int64)
+    cursor[0] = position
+    cursor[FACT_FIRST_NOT_RISING] = -1
+    cursor[FACT_MIN_TIMESTAMP] = INT64_MAX
+    cursor[FACT_MAX_TIMESTAMP] = INT64_MIN
+    return cursor
+
 
 def scan_capacity(data, cursor, outputs) -> int:
     """The rows the scan may write (the shortest output); ValueError for a cursor that is not in ``data``."""

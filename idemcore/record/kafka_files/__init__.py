@@ -30,6 +30,7 @@ from idemcore.record.kafka_files.indexes import (
     read_offset_checkpoint,
     read_offset_index,
     read_snapshot,
+    read_sound_indexes,
     read_time_index,
     read_txn_index,
 )
@@ -58,6 +59,7 @@ from idemcore.record.kafka_files.segment import (
     STOP_TORN_TAIL,
     STOP_ZERO_PADDING,
     ScanBuffer,
+    ScanFacts,
     SegmentScan,
     scan_segment,
 )
@@ -98,6 +100,7 @@ __all__ = [
     "PartitionFiles",
     "ProducerSnapshotEntry",
     "ScanBuffer",
+    "ScanFacts",
     "SegmentFiles",
     "SegmentScan",
     "TimeIndexEntry",
@@ -115,6 +118,7 @@ __all__ = [
     "read_offset_checkpoint",
     "read_offset_index",
     "read_snapshot",
+    "read_sound_indexes",
     "read_time_index",
     "read_txn_index",
     "scan_segment",

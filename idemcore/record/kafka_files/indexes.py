@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
@@ -206,6 +207,48 @@ def read_offset_index(path: str | os.PathLike[str], base_offset: int | None = No
     rows = [OffsetIndexEntry(base + r, p) for r, p in zip(relative.tolist(), position.tolist(), strict=True)] \
         if entries else []  # entries=False: the columns only (an audit checks them all at once)
     return FileRead(path, rows, problems, notes, {"offset": base + relative, "position": position})
+
+
+def read_sound_indexes(contents: Sequence[tuple[bytes, int]], time_index: bool
+                       ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """The bytes of many ``.index`` files (``time_index``: ``.timeindex``), each with its segment's base offset,
+    checked in one pass over all their entries: per file, its columns as :func:`read_offset_index` (``offset``,
+    ``position``) or :func:`read_time_index` (``timestamp``, ``offset``) gives them, when the file is sound: whole
+    entries, none all-zero after the first (no preallocated tail), and nothing that reader would call a problem.
+    None for any other file: reading it with that reader tells what is wrong (or notes its preallocated tail)."""
+    entry_size = TIME_INDEX_ENTRY if time_index else OFFSET_INDEX_ENTRY
+    datas = [data for data, _ in contents]
+    whole = [len(data) % entry_size == 0 for data in datas]
+    counts = np.array([len(data) // entry_size if ok else 0 for data, ok in zip(datas, whole, strict=True)],
+                      np.int64)
+    joined = b"".join(data for data, ok in zip(datas, whole, strict=True) if ok)
+    fields = np.frombuffer(joined, [("timestamp", ">i8"), ("relative", ">i4")] if time_index else
+                           [("relative", ">i4"), ("position", ">i4")])
+    relative = fields["relative"].astype(np.int64)
+    second = fields["timestamp"] if time_index else fields["position"]
+    second = second.astype(np.int64)
+    starts = np.cumsum(counts) - counts
+    later = np.ones(len(relative), bool)  # entries after their file's first
+    later[starts[counts > 0]] = False
+    bad = later & (relative == 0) & (second == 0)  # an all-zero entry after the first: a preallocated tail
+    step_relative, step_second = np.diff(relative, prepend=0), np.diff(second, prepend=0)
+    if time_index:  # timestamps rise strictly, offsets never fall
+        bad |= later & ((step_second <= 0) | (step_relative < 0))
+    else:  # both rise strictly, neither is negative
+        bad |= (later & ((step_relative <= 0) | (step_second <= 0))) | (relative < 0) | (second < 0)
+    sound = np.array(whole, bool)
+    sound[np.repeat(np.arange(len(contents)), counts)[bad]] = False
+    offsets = relative
+    offsets += np.repeat(np.array([base for _, base in contents], np.int64), counts)
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for k, (start, count) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)):
+        if not sound[k]:
+            out.append(None)
+        elif time_index:
+            out.append((second[start:start + count], offsets[start:start + count]))
+        else:
+            out.append((offsets[start:start + count], second[start:start + count]))
+    return out
 
 
 def read_time_index(path: str | os.PathLike[str], base_offset: int | None = None,

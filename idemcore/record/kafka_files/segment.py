@@ -21,6 +21,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,6 +45,31 @@ CHUNK_ROWS = 1 << 16
 _MIN_BATCH = scan_codes.RECORDS_AT  # 61 bytes: the smallest v2 batch
 
 
+class ScanFacts(NamedTuple):
+    """What the header scan learnt of a segment's batches on the way (its cursor's ``FACT_*`` slots, see
+    :mod:`idemcore.kernels.header_scan_reference`), so nobody passes over the columns again for them."""
+
+    crc_bad: int  # batches whose CRC does not match
+    first_not_rising: int  # the first row whose base offset is not above the previous row's last offset; -1: none
+    span_differs: int  # batches whose offset span is not their record count
+    records: int  # record counts added up
+    log_end: int  # the largest base offset + record count of a batch from offset >= 0 ending above it; 0: none
+    transactional: int
+    control: int
+    abort_markers: int
+    min_timestamp: int  # of the max timestamps (INT64_MAX without batches)
+    max_timestamp: int  # (INT64_MIN without batches)
+    timestamp_falls: int  # batches whose max timestamp is below the previous one's
+
+    @classmethod
+    def of_cursor(cls, cursor: np.ndarray) -> ScanFacts:
+        c = cursor.tolist()
+        return cls(c[scan_codes.FACT_CRC_BAD], c[scan_codes.FACT_FIRST_NOT_RISING], c[scan_codes.FACT_SPAN_DIFFERS],
+                   c[scan_codes.FACT_RECORDS], c[scan_codes.FACT_LOG_END], c[scan_codes.FACT_TRANSACTIONAL],
+                   c[scan_codes.FACT_CONTROL], c[scan_codes.FACT_ABORT_MARKERS], c[scan_codes.FACT_MIN_TIMESTAMP],
+                   c[scan_codes.FACT_MAX_TIMESTAMP], c[scan_codes.FACT_TIMESTAMP_FALLS])
+
+
 @dataclass(frozen=True)
 class SegmentScan:
     """The batches of one segment file, as columns (:data:`SCAN_COLUMNS`, one row per batch, in file order).
@@ -61,6 +87,7 @@ class SegmentScan:
     stop_detail: str
     backend: str
     verified_crc: bool
+    facts: ScanFacts | None = None  # (None: scanned without them)
 
     def __len__(self) -> int:
         return len(self.columns["position"])
@@ -87,9 +114,10 @@ class SegmentScan:
         """What is wrong, one line each: where the scan stopped early, each CRC mismatch, a first batch below
         the segment's base offset (from the file name), offsets that do not rise from batch to batch."""
         out = []
+        facts = self.facts
         if self.stop in (STOP_TORN_TAIL, STOP_BAD_MAGIC, STOP_BAD_LENGTH):
             out.append(FileProblem(self.path, self.stop_position, self.stop.replace(" ", "_"), self.stop_detail))
-        for row in self.crc_failures().tolist():
+        for row in self.crc_failures().tolist() if facts is None or facts.crc_bad else ():
             out.append(FileProblem(self.path, int(self.columns["position"][row]), "crc_mismatch",
                                    f"CRC mismatch in the batch at offsets {int(self.columns['base_offset'][row])}.."
                                    f"{int(self.columns['last_offset'][row])} (the batch is corrupt; an audit "
@@ -99,7 +127,7 @@ class SegmentScan:
             out.append(FileProblem(self.path, 0, "offsets",
                                    f"first batch at offset {int(base[0])}, below the segment's base offset "
                                    f"{self.base_offset} (from the file name)"))
-        if len(base) > 1:
+        if len(base) > 1 and (facts is None or facts.first_not_rising >= 0):
             last = self.columns["last_offset"]
             bad = np.flatnonzero(base[1:] <= last[:-1])
             if len(bad):
@@ -148,12 +176,13 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             data = np.frombuffer(mapped, np.uint8)
             try:
-                columns, position, reason = _scan(kernel, data, partition, verify_crc,
-                                                  min(chunk_rows, size // _MIN_BATCH + 1), buffer)
+                columns, position, reason, facts = _scan(kernel, data, partition, verify_crc,
+                                                         min(chunk_rows, size // _MIN_BATCH + 1), buffer)
                 stop, detail = _stop(data, position, reason)
             finally:
                 del data  # the mmap closes only once no array holds it
-    return SegmentScan(path, base_offset_of(path), size, columns, stop, position, detail, kernel.name, verify_crc)
+    return SegmentScan(path, base_offset_of(path), size, columns, stop, position, detail, kernel.name, verify_crc,
+                       facts)
 
 
 def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, backend: str | Backend | None = None,
@@ -165,17 +194,17 @@ def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, bac
     if not len(array):
         empty = {name: np.empty(0, dtype) for name, dtype in SCAN_COLUMNS.items()}
         return SegmentScan(Path(), None, 0, empty, STOP_END, 0, "no bytes", kernel.name, verify_crc)
-    columns, position, reason = _scan(kernel, array, partition, verify_crc, len(array) // _MIN_BATCH + 1)
+    columns, position, reason, facts = _scan(kernel, array, partition, verify_crc, len(array) // _MIN_BATCH + 1)
     stop, detail = _stop(array, position, reason)
-    return SegmentScan(Path(), None, len(array), columns, stop, position, detail, kernel.name, verify_crc)
+    return SegmentScan(Path(), None, len(array), columns, stop, position, detail, kernel.name, verify_crc, facts)
 
 
 def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int,
-          buffer: ScanBuffer | None = None) -> tuple[dict[str, np.ndarray], int, int]:
+          buffer: ScanBuffer | None = None) -> tuple[dict[str, np.ndarray], int, int, ScanFacts]:
     """The first ``capacity`` rows (or as many as ``buffer`` holds), then the rest straight into arrays sized from
     the batches seen so far (5% more; doubled if that was short), so a segment's columns are written once and not
-    concatenated."""
-    cursor = np.zeros(2, np.int64)
+    concatenated; and the facts the scan added up on the way."""
+    cursor = scan_codes.new_cursor()
     buffer = buffer or ScanBuffer()
     out = buffer.room(capacity)
     count = 0
@@ -183,7 +212,7 @@ def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, c
         count += kernel.scan_headers(data, 0, partition, verify_crc, cursor, *(column[count:] for column in out))
         if int(cursor[1]) != scan_codes.SCAN_FULL:
             return {name: column[:count] for name, column in zip(SCAN_COLUMNS, out, strict=True)}, \
-                int(cursor[0]), int(cursor[1])
+                int(cursor[0]), int(cursor[1]), ScanFacts.of_cursor(cursor)
         done = int(cursor[0])
         estimate = int((len(data) - done) / done * count * 1.05) + 16
         out = buffer.room(max(count + estimate, 2 * count), keep=count)
