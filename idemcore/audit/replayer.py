@@ -22,7 +22,8 @@ from idemcore.audit.shards import ShardedState, stream_runs
 from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
-from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
+from idemcore.kernels.abi import VerdictColumns
+from idemcore.kernels.columns import COLUMNS, DEFAULTS, INPUT_COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
@@ -45,6 +46,8 @@ FEED_ROWS = 1 << 20
 TINY_CHUNK_ROWS = 1024
 #: A feed whose streams come in runs of this many rows on average is counted per run, not per row.
 COUNT_BY_RUNS = 16
+#: Kernel columns an input may lack that take a constant (the others a lacking input gets are derived).
+_FILLED = tuple(name for name in DEFAULTS if name != "stream")
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -360,26 +363,56 @@ class StreamReplayer:
         self._aborted = AbortedRecords()
         self._timeline = BatchTimeline()
         self._durations = TxnDurations()
+        self._defaults: dict[str, np.ndarray] = {}
+        self._verdicts: VerdictColumns | None = None
 
-    def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
-        """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
+    def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None,
+             out: VerdictColumns | None = None, reuse: bool = False) -> Verdicts:
+        """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded. The
+        verdicts go to ``out`` (per-batch columns of ``table.num_rows``) if given; with ``reuse``, to this
+        replayer's own columns, good until the next feed (no new pages per feed); else to new arrays."""
         names = table.schema.names
         if self.order_by in names and table.column(self.order_by).null_count:
             raise ValueError(f"column {self.order_by!r} contains {table.column(self.order_by).null_count} "
                              "null value(s)")
         if ids is None:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "stream"}
+        n = len(ids)
+        columns: dict[str, Any] = {name: _flags(table.column(name)) if COLUMNS[name] == np.bool_ else
+                                   table.column(name) for name in COLUMNS if name in names and name != "stream"}
         columns["stream"] = ids
+        for name in _FILLED:  # columns the input lacks: one filled buffer per replayer, not one per feed
+            if name not in columns:
+                columns[name] = self._filled(name, n)
         packed = BatchColumns.coerce(columns)  # checked and converted once; the counts below reuse it
-        verdicts = self.state.validate(packed)
+        if out is None and reuse:
+            out = self._scratch(n)
+        bounds = stream_runs(ids, n // COUNT_BY_RUNS) if self.collect else None  # found once: replay and counts
+        verdicts = self.state.validate(packed, out, bounds)
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
-            self._count(packed, verdicts, timestamps="max_timestamp" in names)
+            self._count(packed, verdicts, "max_timestamp" in names, bounds, "base_offset" not in names)
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
-    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool) -> None:
+    def _filled(self, name: str, n: int) -> np.ndarray:
+        """``n`` rows of the default of column ``name`` (a view of a buffer kept for the next feeds)."""
+        buffer = self._defaults.get(name)
+        if buffer is None or len(buffer) < n:
+            buffer = self._defaults[name] = np.full(max(n, 2 * len(buffer) if buffer is not None else 0),
+                                                    DEFAULTS[name], COLUMNS[name])
+        return buffer[:n]
+
+    def _scratch(self, n: int) -> VerdictColumns:
+        """Verdict columns for ``n`` rows, reused from feed to feed (fresh arrays fault in every page)."""
+        if self._verdicts is None or len(self._verdicts.out_status) < n:
+            self._verdicts = Verdicts.allocate(n)
+        return VerdictColumns(*(column[:n] for column in self._verdicts))
+
+    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool, bounds: np.ndarray | None,
+               assigned: bool) -> None:
+        """Add a feed's rows to the per-stream counters; ``bounds``: :func:`stream_runs` of its streams, or None
+        when they come in short runs; ``assigned``: the kernel gave every offset from the log end (none given)."""
         ids = packed["stream"]
         size = len(self.keys)
         for name, array in self._counters.items():
@@ -390,28 +423,35 @@ class StreamReplayer:
         status = verdicts.status
         not_appended = np.flatnonzero(status != Status.APPENDED)  # a bool mask: nonzero on int8 is far slower
         count = packed["record_count"]
-        bounds = stream_runs(ids, len(ids) // COUNT_BY_RUNS)
+        records: np.ndarray | None = None
         if bounds is not None:  # streams in long runs: sums per run, then per stream
             starts = bounds[:-1]
             run_ids = ids[starts]
             batches = np.zeros(size, np.int64)
             np.add.at(batches, run_ids, np.diff(bounds))
-            records = np.zeros(size, np.int64)
-            np.add.at(records, run_ids, np.add.reduceat(count, starts, dtype=np.int64))
+            run_records = _appended_records(status, verdicts.base_offset, verdicts.last_offset, bounds) \
+                if assigned else None
+            if run_records is not None:  # no pass over the rows
+                records = np.zeros(size, np.int64)
+                np.add.at(records, run_ids, run_records)
+            else:
+                every = np.zeros(size, np.int64)
+                np.add.at(every, run_ids, np.add.reduceat(count, starts, dtype=np.int64))
         else:
             wide = ids.astype(np.intp)  # bincount converts int32 ids on every call otherwise
             batches = np.bincount(wide, minlength=size)
-            records = np.bincount(wide, weights=count, minlength=size).astype(np.int64)  # exact below 2**53
+            every = np.bincount(wide, weights=count, minlength=size).astype(np.int64)  # exact below 2**53
         by_status = np.bincount(ids[not_appended].astype(np.int64) * 3 + status[not_appended],
                                 minlength=3 * size).reshape(size, 3)
         counters["batches"] += batches
         counters["duplicates"] += by_status[:, Status.DUPLICATE]
         counters["rejected"] += by_status[:, Status.REJECTED]
         counters["appended"] += batches - by_status[:, Status.DUPLICATE] - by_status[:, Status.REJECTED]
-        # Records appended: all records, less those of the batches not appended.
-        if len(not_appended):
-            records -= np.bincount(ids[not_appended], weights=count[not_appended],
-                                   minlength=size).astype(np.int64)
+        if records is None:  # records appended: all records, less those of the batches not appended
+            records = every
+            if len(not_appended):
+                records -= np.bincount(ids[not_appended], weights=count[not_appended],
+                                       minlength=size).astype(np.int64)
         counters["records"] += records
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
@@ -550,6 +590,43 @@ def _numpy(values: Any, name: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
+#: At most this many runs of a feed are searched for their first and last appended batch (the rest: a pass).
+_SEARCHED_RUNS = 64
+
+
+def _appended_records(status: np.ndarray, base_offset: np.ndarray, last_offset: np.ndarray,
+                      bounds: np.ndarray) -> np.ndarray | None:
+    """Records appended by each run of one stream (``bounds``: starts, then the end) whose offsets the kernel
+    gave from the log end: a stream's appended batches take consecutive offsets, so a run's records are its last
+    appended batch's last offset less its first one's base offset, plus one. None if too many runs begin or end
+    with a batch not appended (each is searched)."""
+    first, last = bounds[:-1].copy(), bounds[1:] - 1
+    odd = np.flatnonzero((status[first] != Status.APPENDED) | (status[last] != Status.APPENDED))
+    if len(odd) > _SEARCHED_RUNS:
+        return None
+    empty = []
+    for k in odd.tolist():
+        rows = np.flatnonzero(status[bounds[k]:bounds[k + 1]] == Status.APPENDED)
+        if len(rows):
+            first[k], last[k] = bounds[k] + rows[0], bounds[k] + rows[-1]
+        else:
+            empty.append(k)
+    records = last_offset[last] - base_offset[first] + 1
+    records[empty] = 0
+    return records
+
+
+def _flags(values: Any) -> Any:
+    """A boolean Arrow column as a NumPy bool array by unpacking its bitmap (about 10x Arrow's to_numpy); other
+    values (nulls, other types) as given, for :meth:`BatchColumns.coerce` to check."""
+    if isinstance(values, pa.ChunkedArray) and values.num_chunks == 1:
+        values = values.chunk(0)
+    if not isinstance(values, pa.BooleanArray) or values.null_count or not len(values):
+        return values
+    bits = np.frombuffer(values.buffers()[1], np.uint8)
+    return np.unpackbits(bits, count=values.offset + len(values), bitorder="little")[values.offset:].view(np.bool_)
+
+
 def _chunks(values: Any, name: str) -> list[np.ndarray]:
     """An Arrow column's chunks as NumPy arrays, not combined (no copy of a number column)."""
     if values.null_count:
@@ -622,9 +699,8 @@ def feed_in_order(table: pa.Table, replayer: StreamReplayer, out: Any = None) ->
     start = 0
     for batch in table.to_batches(max_chunksize=FEED_ROWS):  # the table's own chunks: columns convert without copies
         stop = start + batch.num_rows
-        verdicts = replayer.feed(batch, ids[start:stop])
-        if out is not None:
-            for column, values in zip(out, verdicts.to_dict().values(), strict=True):
-                column[start:stop] = values
+        # Straight into the caller's columns, or into the replayer's own (the verdicts are not kept).
+        views = None if out is None else VerdictColumns(*(column[start:stop] for column in out))
+        replayer.feed(batch, ids[start:stop], views, reuse=True)
         start = stop
     return permutation
