@@ -385,13 +385,20 @@ class StreamReplayer:
             if name not in columns:
                 columns[name] = self._filled(name, n)
         packed = BatchColumns.coerce(columns)  # checked and converted once; the counts below reuse it
-        if out is None and reuse:
-            out = self._scratch(n)
         bounds = stream_runs(ids, n // COUNT_BY_RUNS) if self.collect else None  # found once: replay and counts
-        verdicts = self.state.validate(packed, out, bounds)
+        # A state of other rules (the log-dir audit's LogState commits some refused batches) takes the batches
+        # alone, and its offsets tell nothing of the records appended.
+        plain = type(self.state) is ShardedState
+        if plain:
+            verdicts = self.state.validate(packed, self._scratch(n) if out is None and reuse else out, bounds)
+        else:
+            verdicts = self.state.validate(packed)
+            if out is not None:
+                for column, values in zip(out, verdicts.to_dict().values(), strict=True):
+                    column[:] = values
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
-            self._count(packed, verdicts, "max_timestamp" in names, bounds, "base_offset" not in names)
+            self._count(packed, verdicts, "max_timestamp" in names, bounds, plain and "base_offset" not in names)
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
@@ -481,7 +488,7 @@ class StreamReplayer:
         rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
         if not len(rows):
             return
-        found = packed.take(rows).to_dict()
+        found = {name: np.take(column, rows) for name, column in packed.to_dict().items()}  # (4x [rows] on int16)
         topics, partitions = self.keys.decode(found.pop("stream"))  # streams back to (topic, partition)
         found = {"partition": partitions, **found}
         if order is not None:
