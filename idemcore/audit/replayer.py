@@ -364,7 +364,7 @@ class StreamReplayer:
         self._timeline = BatchTimeline()
         self._durations = TxnDurations()
         self._defaults: dict[str, np.ndarray] = {}
-        self._verdicts: VerdictColumns | None = None
+        self._reused: VerdictColumns | None = None
 
     def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None,
              out: VerdictColumns | None = None, reuse: bool = False) -> Verdicts:
@@ -390,7 +390,7 @@ class StreamReplayer:
         # alone, and its offsets tell nothing of the records appended.
         plain = type(self.state) is ShardedState
         if plain:
-            verdicts = self.state.validate(packed, self._scratch(n) if out is None and reuse else out, bounds)
+            verdicts = self.state.validate_into(packed, self._scratch(n) if out is None and reuse else out, bounds)
         else:
             verdicts = self.state.validate(packed)
             if out is not None:
@@ -398,7 +398,8 @@ class StreamReplayer:
                     column[:] = values
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
-            self._count(packed, verdicts, "max_timestamp" in names, bounds, plain and "base_offset" not in names)
+            self._count(packed, verdicts, "max_timestamp" in names, bounds, plain and "base_offset" not in names,
+                        found=True)
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
@@ -412,15 +413,18 @@ class StreamReplayer:
 
     def _scratch(self, n: int) -> VerdictColumns:
         """Verdict columns for ``n`` rows, reused from feed to feed (fresh arrays fault in every page)."""
-        if self._verdicts is None or len(self._verdicts.out_status) < n:
-            self._verdicts = Verdicts.allocate(n)
-        return VerdictColumns(*(column[:n] for column in self._verdicts))
+        if self._reused is None or len(self._reused.out_status) < n:
+            self._reused = Verdicts.allocate(n)
+        return VerdictColumns(*(column[:n] for column in self._reused))
 
-    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool, bounds: np.ndarray | None,
-               assigned: bool) -> None:
-        """Add a feed's rows to the per-stream counters; ``bounds``: :func:`stream_runs` of its streams, or None
-        when they come in short runs; ``assigned``: the kernel gave every offset from the log end (none given)."""
+    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool, bounds: np.ndarray | None = None,
+               assigned: bool = False, found: bool = False) -> None:
+        """Add a feed's rows to the per-stream counters. ``found``: ``bounds`` are :func:`stream_runs` of its
+        streams (None: in short runs), else they are found here; ``assigned``: the kernel gave every offset from
+        the log end (none given)."""
         ids = packed["stream"]
+        if not found:
+            bounds = stream_runs(ids, len(ids) // COUNT_BY_RUNS)
         size = len(self.keys)
         for name, array in self._counters.items():
             if len(array) < size:

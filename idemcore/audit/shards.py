@@ -66,11 +66,14 @@ class ShardedState:
             else:
                 self._table_of[stream] = 0
 
-    def validate(self, packed: BatchColumns, out: VerdictColumns | None = None,
-                 runs: np.ndarray | None = None) -> Verdicts:
-        """Verdicts for ``packed`` in its order; each stream's rows must come in stream order. ``out``: per-batch
-        columns of ``len(packed)`` to write them to (else new ones); ``runs``: :func:`stream_runs` of the stream
-        column if the caller has them (no pass over the rows to find them again)."""
+    def validate(self, packed: BatchColumns) -> Verdicts:
+        """Verdicts for ``packed`` in its order; each stream's rows must come in stream order."""
+        return self.validate_into(packed)
+
+    def validate_into(self, packed: BatchColumns, out: VerdictColumns | None = None,
+                      runs: np.ndarray | None = None) -> Verdicts:
+        """:meth:`validate`; ``out``: per-batch columns of ``len(packed)`` to write the verdicts to (else new
+        ones); ``runs``: :func:`stream_runs` of the stream column if the caller has them (not found again)."""
         n = len(packed)
         if n == 0:
             return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
