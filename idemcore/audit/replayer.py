@@ -110,9 +110,10 @@ class BatchTimeline:
         self.counts = np.zeros((0, 0), np.int64)
 
     def add(self, ids: np.ndarray, timestamps: np.ndarray, streams: int, bounds: np.ndarray | None = None,
-            span: tuple[int, int] | None = None) -> None:
+            span: tuple[int, int] | None = None, ordered: list[bool] | None = None) -> None:
         """``bounds``: the runs of equal ``ids`` (starts, then the end) when there are few; ``span``: the
-        smallest and largest of ``timestamps`` if already known."""
+        smallest and largest of ``timestamps`` if already known; ``ordered``: per run, whether its timestamps
+        ascend, if already known (:func:`ordered_runs`)."""
         if len(self.counts) < streams:
             self.counts = np.pad(self.counts, ((0, streams - len(self.counts)), (0, 0)))
         if not len(timestamps):
@@ -140,10 +141,11 @@ class BatchTimeline:
         width = self.counts.shape[1]
         if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: counted run by run
             edges = (self.origin + np.arange(width + 1, dtype=np.int64)) * self.width
-            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
-                                           strict=True):
+            ascending = ordered if ordered is not None else ordered_runs(timestamps, bounds)
+            for start, stop, stream, up in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
+                                               ascending, strict=True):
                 run = timestamps[start:stop]
-                if (run[1:] >= run[:-1]).all():  # the usual (a stream's batches in time order): no division per row
+                if up:  # the usual (a stream's batches in time order): no division per row
                     self.counts[stream] += np.diff(np.searchsorted(run, edges))
                 else:
                     self.counts[stream] += np.bincount((run - edges[0]) // self.width, minlength=width)
@@ -176,6 +178,12 @@ class BatchTimeline:
         return pa.table({TOPIC: topics, "partition": pa.array(partitions, pa.int32()),
                          "bucket": pa.array(columns + self.origin, pa.int64()),
                          "batches": pa.array(self.counts[streams, columns], pa.int64())}, schema=_TIMELINE_SCHEMA)
+
+
+def ordered_runs(timestamps: np.ndarray, bounds: np.ndarray) -> list[bool]:
+    """Per run (``bounds``: starts, then the end): whether its timestamps never descend."""
+    return [bool((timestamps[start + 1:stop] >= timestamps[start:stop - 1]).all())
+            for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
 def merge_timelines(parts: list[tuple[pa.Table, int]]) -> tuple[pa.Table, int]:
@@ -481,8 +489,13 @@ class StreamReplayer:
             self._aborted.grow(size)
         if timestamps:
             stamps = packed["max_timestamp"]
-            smallest, largest = int(stamps.min()), int(stamps.max())
-            self._timeline.add(ids, stamps, size, bounds, (smallest, largest))
+            ordered = ordered_runs(stamps, bounds) if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS \
+                else None
+            if bounds is not None and ordered is not None and all(ordered):  # the span from the runs' ends: no min, max
+                smallest, largest = int(stamps[bounds[:-1]].min()), int(stamps[bounds[1:] - 1].max())
+            else:
+                smallest, largest = int(stamps.min()), int(stamps.max())
+            self._timeline.add(ids, stamps, size, bounds, (smallest, largest), ordered)
             if txn is not None:
                 self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
             self.min_timestamp = min(self.min_timestamp, smallest)
@@ -498,9 +511,10 @@ class StreamReplayer:
         if order is not None:
             found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())
         found.update({
-            TOPIC: topics, "finding": finding_names(verdicts.finding[rows]), "error_code": verdicts.error_code[rows],
-            "expected": verdicts.expected[rows], "assigned_base_offset": verdicts.base_offset[rows],
-            "assigned_last_offset": verdicts.last_offset[rows],
+            TOPIC: topics, "finding": finding_names(np.take(verdicts.finding, rows)),
+            "error_code": np.take(verdicts.error_code, rows), "expected": np.take(verdicts.expected, rows),
+            "assigned_base_offset": np.take(verdicts.base_offset, rows),
+            "assigned_last_offset": np.take(verdicts.last_offset, rows),
         })
         schema = findings_schema(self.order_by)
         self._findings.append(pa.table({field.name: found[field.name] for field in schema}, schema=schema))
