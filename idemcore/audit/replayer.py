@@ -48,6 +48,8 @@ TINY_CHUNK_ROWS = 1024
 COUNT_BY_RUNS = 16
 #: Kernel columns an input may lack that take a constant (the others a lacking input gets are derived).
 _FILLED = tuple(name for name in DEFAULTS if name != "stream")
+#: Each of :data:`_FILLED` at its default, as long as the longest feed so far (see :meth:`StreamReplayer._filled`).
+_FILLED_BUFFERS: dict[str, np.ndarray] = {}
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -371,7 +373,6 @@ class StreamReplayer:
         self._aborted = AbortedRecords()
         self._timeline = BatchTimeline()
         self._durations = TxnDurations()
-        self._defaults: dict[str, np.ndarray] = {}
         self._reused: VerdictColumns | None = None
 
     def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None,
@@ -412,11 +413,12 @@ class StreamReplayer:
         return verdicts
 
     def _filled(self, name: str, n: int) -> np.ndarray:
-        """``n`` rows of the default of column ``name`` (a view of a buffer kept for the next feeds)."""
-        buffer = self._defaults.get(name)
+        """``n`` rows of the default of column ``name``: a view of a buffer shared by every replayer of this
+        process (the kernels only read their batch columns), so a task's first feed writes no new pages either."""
+        buffer = _FILLED_BUFFERS.get(name)
         if buffer is None or len(buffer) < n:
-            buffer = self._defaults[name] = np.full(max(n, 2 * len(buffer) if buffer is not None else 0),
-                                                    DEFAULTS[name], COLUMNS[name])
+            buffer = _FILLED_BUFFERS[name] = np.full(max(n, 2 * len(buffer) if buffer is not None else 0),
+                                                     DEFAULTS[name], COLUMNS[name])
         return buffer[:n]
 
     def _scratch(self, n: int) -> VerdictColumns:
