@@ -22,7 +22,8 @@ from idemcore.audit.shards import ShardedState, stream_runs
 from idemcore.engine.verdicts import Verdicts
 from idemcore.findings import Finding
 from idemcore.kernels import Backend, get_backend
-from idemcore.kernels.columns import COLUMNS, INPUT_COLUMNS, BatchColumns
+from idemcore.kernels.abi import VerdictColumns
+from idemcore.kernels.columns import COLUMNS, DEFAULTS, INPUT_COLUMNS, BatchColumns
 from idemcore.protocol.codes import ControlType, Origin, Status
 
 _FINDING_NAMES = pa.array([f.label or None for f in Finding], pa.string())
@@ -45,6 +46,10 @@ FEED_ROWS = 1 << 20
 TINY_CHUNK_ROWS = 1024
 #: A feed whose streams come in runs of this many rows on average is counted per run, not per row.
 COUNT_BY_RUNS = 16
+#: Kernel columns an input may lack that take a constant (the others a lacking input gets are derived).
+_FILLED = tuple(name for name in DEFAULTS if name != "stream")
+#: Each of :data:`_FILLED` at its default, as long as the longest feed so far (see :meth:`StreamReplayer._filled`).
+_FILLED_BUFFERS: dict[str, np.ndarray] = {}
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -107,9 +112,10 @@ class BatchTimeline:
         self.counts = np.zeros((0, 0), np.int64)
 
     def add(self, ids: np.ndarray, timestamps: np.ndarray, streams: int, bounds: np.ndarray | None = None,
-            span: tuple[int, int] | None = None) -> None:
+            span: tuple[int, int] | None = None, ordered: list[bool] | None = None) -> None:
         """``bounds``: the runs of equal ``ids`` (starts, then the end) when there are few; ``span``: the
-        smallest and largest of ``timestamps`` if already known."""
+        smallest and largest of ``timestamps`` if already known; ``ordered``: per run, whether its timestamps
+        ascend, if already known (:func:`ordered_runs`)."""
         if len(self.counts) < streams:
             self.counts = np.pad(self.counts, ((0, streams - len(self.counts)), (0, 0)))
         if not len(timestamps):
@@ -137,10 +143,11 @@ class BatchTimeline:
         width = self.counts.shape[1]
         if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS:  # streams in few runs: counted run by run
             edges = (self.origin + np.arange(width + 1, dtype=np.int64)) * self.width
-            for start, stop, stream in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
-                                           strict=True):
+            ascending = ordered if ordered is not None else ordered_runs(timestamps, bounds)
+            for start, stop, stream, up in zip(bounds[:-1].tolist(), bounds[1:].tolist(), ids[bounds[:-1]].tolist(),
+                                               ascending, strict=True):
                 run = timestamps[start:stop]
-                if (run[1:] >= run[:-1]).all():  # the usual (a stream's batches in time order): no division per row
+                if up:  # the usual (a stream's batches in time order): no division per row
                     self.counts[stream] += np.diff(np.searchsorted(run, edges))
                 else:
                     self.counts[stream] += np.bincount((run - edges[0]) // self.width, minlength=width)
@@ -173,6 +180,12 @@ class BatchTimeline:
         return pa.table({TOPIC: topics, "partition": pa.array(partitions, pa.int32()),
                          "bucket": pa.array(columns + self.origin, pa.int64()),
                          "batches": pa.array(self.counts[streams, columns], pa.int64())}, schema=_TIMELINE_SCHEMA)
+
+
+def ordered_runs(timestamps: np.ndarray, bounds: np.ndarray) -> list[bool]:
+    """Per run (``bounds``: starts, then the end): whether its timestamps never descend."""
+    return [bool((timestamps[start + 1:stop] >= timestamps[start:stop - 1]).all())
+            for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
 def merge_timelines(parts: list[tuple[pa.Table, int]]) -> tuple[pa.Table, int]:
@@ -360,27 +373,68 @@ class StreamReplayer:
         self._aborted = AbortedRecords()
         self._timeline = BatchTimeline()
         self._durations = TxnDurations()
+        self._reused: VerdictColumns | None = None
 
-    def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None) -> Verdicts:
-        """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded."""
+    def feed(self, table: pa.Table | pa.RecordBatch, ids: np.ndarray | None = None,
+             out: VerdictColumns | None = None, reuse: bool = False) -> Verdicts:
+        """Validate the next rows of this task (each stream's rows in order); ``ids`` if already encoded. The
+        verdicts go to ``out`` (per-batch columns of ``table.num_rows``) if given; with ``reuse``, to this
+        replayer's own columns, good until the next feed (no new pages per feed); else to new arrays."""
         names = table.schema.names
         if self.order_by in names and table.column(self.order_by).null_count:
             raise ValueError(f"column {self.order_by!r} contains {table.column(self.order_by).null_count} "
                              "null value(s)")
         if ids is None:
             ids = self.keys.encode(table.column(TOPIC), _numpy(table.column("partition"), "partition"))
-        columns = {name: table.column(name) for name in COLUMNS if name in names and name != "stream"}
+        n = len(ids)
+        columns: dict[str, Any] = {name: _flags(table.column(name)) if COLUMNS[name] == np.bool_ else
+                                   table.column(name) for name in COLUMNS if name in names and name != "stream"}
         columns["stream"] = ids
+        for name in _FILLED:  # columns the input lacks: one filled buffer per replayer, not one per feed
+            if name not in columns:
+                columns[name] = self._filled(name, n)
         packed = BatchColumns.coerce(columns)  # checked and converted once; the counts below reuse it
-        verdicts = self.state.validate(packed)
+        bounds = stream_runs(ids, n // COUNT_BY_RUNS) if self.collect else None  # found once: replay and counts
+        # A state of other rules (the log-dir audit's LogState commits some refused batches) takes the batches
+        # alone, and its offsets tell nothing of the records appended.
+        plain = type(self.state) is ShardedState
+        if plain:
+            verdicts = self.state.validate_into(packed, self._scratch(n) if out is None and reuse else out, bounds)
+        else:
+            verdicts = self.state.validate(packed)
+            if out is not None:
+                for column, values in zip(out, verdicts.to_dict().values(), strict=True):
+                    column[:] = values
         self.batches += len(verdicts)
         if self.collect and len(verdicts):
-            self._count(packed, verdicts, timestamps="max_timestamp" in names)
+            self._count(packed, verdicts, "max_timestamp" in names, bounds, plain and "base_offset" not in names,
+                        found=True)
             self._keep_findings(packed, verdicts, None if self.order_by in COLUMNS else table.column(self.order_by))
         return verdicts
 
-    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool) -> None:
+    def _filled(self, name: str, n: int) -> np.ndarray:
+        """``n`` rows of the default of column ``name``: a view of a buffer shared by every replayer of this
+        process (the kernels only read their batch columns), so a task's first feed writes no new pages either."""
+        buffer = _FILLED_BUFFERS.get(name)
+        if buffer is None or len(buffer) < n:
+            buffer = _FILLED_BUFFERS[name] = np.full(max(n, 2 * len(buffer) if buffer is not None else 0),
+                                                     DEFAULTS[name], COLUMNS[name])
+        return buffer[:n]
+
+    def _scratch(self, n: int) -> VerdictColumns:
+        """Verdict columns for ``n`` rows, reused from feed to feed (fresh arrays fault in every page)."""
+        if self._reused is None or len(self._reused.out_status) < n:
+            self._reused = Verdicts.allocate(n)
+        return VerdictColumns(*(column[:n] for column in self._reused))
+
+    def _count(self, packed: BatchColumns, verdicts: Verdicts, timestamps: bool, bounds: np.ndarray | None = None,
+               assigned: bool = False, found: bool = False) -> None:
+        """Add a feed's rows to the per-stream counters. ``found``: ``bounds`` are :func:`stream_runs` of its
+        streams (None: in short runs), else they are found here; ``assigned``: the kernel gave every offset from
+        the log end (none given)."""
         ids = packed["stream"]
+        if not found:
+            bounds = stream_runs(ids, len(ids) // COUNT_BY_RUNS)
         size = len(self.keys)
         for name, array in self._counters.items():
             if len(array) < size:
@@ -390,28 +444,35 @@ class StreamReplayer:
         status = verdicts.status
         not_appended = np.flatnonzero(status != Status.APPENDED)  # a bool mask: nonzero on int8 is far slower
         count = packed["record_count"]
-        bounds = stream_runs(ids, len(ids) // COUNT_BY_RUNS)
+        records: np.ndarray | None = None
         if bounds is not None:  # streams in long runs: sums per run, then per stream
             starts = bounds[:-1]
             run_ids = ids[starts]
             batches = np.zeros(size, np.int64)
             np.add.at(batches, run_ids, np.diff(bounds))
-            records = np.zeros(size, np.int64)
-            np.add.at(records, run_ids, np.add.reduceat(count, starts, dtype=np.int64))
+            run_records = _appended_records(status, verdicts.base_offset, verdicts.last_offset, bounds) \
+                if assigned else None
+            if run_records is not None:  # no pass over the rows
+                records = np.zeros(size, np.int64)
+                np.add.at(records, run_ids, run_records)
+            else:
+                every = np.zeros(size, np.int64)
+                np.add.at(every, run_ids, np.add.reduceat(count, starts, dtype=np.int64))
         else:
             wide = ids.astype(np.intp)  # bincount converts int32 ids on every call otherwise
             batches = np.bincount(wide, minlength=size)
-            records = np.bincount(wide, weights=count, minlength=size).astype(np.int64)  # exact below 2**53
+            every = np.bincount(wide, weights=count, minlength=size).astype(np.int64)  # exact below 2**53
         by_status = np.bincount(ids[not_appended].astype(np.int64) * 3 + status[not_appended],
                                 minlength=3 * size).reshape(size, 3)
         counters["batches"] += batches
         counters["duplicates"] += by_status[:, Status.DUPLICATE]
         counters["rejected"] += by_status[:, Status.REJECTED]
         counters["appended"] += batches - by_status[:, Status.DUPLICATE] - by_status[:, Status.REJECTED]
-        # Records appended: all records, less those of the batches not appended.
-        if len(not_appended):
-            records -= np.bincount(ids[not_appended], weights=count[not_appended],
-                                   minlength=size).astype(np.int64)
+        if records is None:  # records appended: all records, less those of the batches not appended
+            records = every
+            if len(not_appended):
+                records -= np.bincount(ids[not_appended], weights=count[not_appended],
+                                       minlength=size).astype(np.int64)
         counters["records"] += records
         txns = verdicts.completed_txns
         counters["aborted_txns"] += np.bincount(txns.stream[txns.aborted], minlength=size)
@@ -430,8 +491,13 @@ class StreamReplayer:
             self._aborted.grow(size)
         if timestamps:
             stamps = packed["max_timestamp"]
-            smallest, largest = int(stamps.min()), int(stamps.max())
-            self._timeline.add(ids, stamps, size, bounds, (smallest, largest))
+            ordered = ordered_runs(stamps, bounds) if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS \
+                else None
+            if bounds is not None and ordered is not None and all(ordered):  # the span from the runs' ends: no min, max
+                smallest, largest = int(stamps[bounds[:-1]].min()), int(stamps[bounds[1:] - 1].max())
+            else:
+                smallest, largest = int(stamps.min()), int(stamps.max())
+            self._timeline.add(ids, stamps, size, bounds, (smallest, largest), ordered)
             if txn is not None:
                 self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
             self.min_timestamp = min(self.min_timestamp, smallest)
@@ -441,15 +507,16 @@ class StreamReplayer:
         rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
         if not len(rows):
             return
-        found = packed.take(rows).to_dict()
+        found = {name: np.take(column, rows) for name, column in packed.to_dict().items()}  # (4x [rows] on int16)
         topics, partitions = self.keys.decode(found.pop("stream"))  # streams back to (topic, partition)
         found = {"partition": partitions, **found}
         if order is not None:
             found[self.order_by] = order.take(pa.array(rows)).cast(pa.int64())
         found.update({
-            TOPIC: topics, "finding": finding_names(verdicts.finding[rows]), "error_code": verdicts.error_code[rows],
-            "expected": verdicts.expected[rows], "assigned_base_offset": verdicts.base_offset[rows],
-            "assigned_last_offset": verdicts.last_offset[rows],
+            TOPIC: topics, "finding": finding_names(np.take(verdicts.finding, rows)),
+            "error_code": np.take(verdicts.error_code, rows), "expected": np.take(verdicts.expected, rows),
+            "assigned_base_offset": np.take(verdicts.base_offset, rows),
+            "assigned_last_offset": np.take(verdicts.last_offset, rows),
         })
         schema = findings_schema(self.order_by)
         self._findings.append(pa.table({field.name: found[field.name] for field in schema}, schema=schema))
@@ -550,6 +617,43 @@ def _numpy(values: Any, name: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
+#: At most this many runs of a feed are searched for their first and last appended batch (the rest: a pass).
+_SEARCHED_RUNS = 64
+
+
+def _appended_records(status: np.ndarray, base_offset: np.ndarray, last_offset: np.ndarray,
+                      bounds: np.ndarray) -> np.ndarray | None:
+    """Records appended by each run of one stream (``bounds``: starts, then the end) whose offsets the kernel
+    gave from the log end: a stream's appended batches take consecutive offsets, so a run's records are its last
+    appended batch's last offset less its first one's base offset, plus one. None if too many runs begin or end
+    with a batch not appended (each is searched)."""
+    first, last = bounds[:-1].copy(), bounds[1:] - 1
+    odd = np.flatnonzero((status[first] != Status.APPENDED) | (status[last] != Status.APPENDED))
+    if len(odd) > _SEARCHED_RUNS:
+        return None
+    empty = []
+    for k in odd.tolist():
+        rows = np.flatnonzero(status[bounds[k]:bounds[k + 1]] == Status.APPENDED)
+        if len(rows):
+            first[k], last[k] = bounds[k] + rows[0], bounds[k] + rows[-1]
+        else:
+            empty.append(k)
+    records = last_offset[last] - base_offset[first] + 1
+    records[empty] = 0
+    return records
+
+
+def _flags(values: Any) -> Any:
+    """A boolean Arrow column as a NumPy bool array by unpacking its bitmap (about 10x Arrow's to_numpy); other
+    values (nulls, other types) as given, for :meth:`BatchColumns.coerce` to check."""
+    if isinstance(values, pa.ChunkedArray) and values.num_chunks == 1:
+        values = values.chunk(0)
+    if not isinstance(values, pa.BooleanArray) or values.null_count or not len(values):
+        return values
+    bits = np.frombuffer(values.buffers()[1], np.uint8)
+    return np.unpackbits(bits, count=values.offset + len(values), bitorder="little")[values.offset:].view(np.bool_)
+
+
 def _chunks(values: Any, name: str) -> list[np.ndarray]:
     """An Arrow column's chunks as NumPy arrays, not combined (no copy of a number column)."""
     if values.null_count:
@@ -622,9 +726,8 @@ def feed_in_order(table: pa.Table, replayer: StreamReplayer, out: Any = None) ->
     start = 0
     for batch in table.to_batches(max_chunksize=FEED_ROWS):  # the table's own chunks: columns convert without copies
         stop = start + batch.num_rows
-        verdicts = replayer.feed(batch, ids[start:stop])
-        if out is not None:
-            for column, values in zip(out, verdicts.to_dict().values(), strict=True):
-                column[start:stop] = values
+        # Straight into the caller's columns, or into the replayer's own (the verdicts are not kept).
+        views = None if out is None else VerdictColumns(*(column[start:stop] for column in out))
+        replayer.feed(batch, ids[start:stop], views, reuse=True)
         start = stop
     return permutation

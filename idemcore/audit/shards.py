@@ -62,18 +62,25 @@ class ShardedState:
         for stream in np.flatnonzero((rows > 0) & (self._table_of[:top + 1] < 0)).tolist():
             if rows[stream] >= OWN_TABLE_RUN:
                 self._table_of[stream] = len(self.tables)
-                self.tables.append(ProducerStateTable(row_capacity=1024, stream_capacity=1))
+                self.tables.append(ProducerStateTable(row_capacity=1024, stream_capacity=2))  # (1 + the spare)
             else:
                 self._table_of[stream] = 0
 
     def validate(self, packed: BatchColumns) -> Verdicts:
         """Verdicts for ``packed`` in its order; each stream's rows must come in stream order."""
+        return self.validate_into(packed)
+
+    def validate_into(self, packed: BatchColumns, out: VerdictColumns | None = None,
+                      runs: np.ndarray | None = None) -> Verdicts:
+        """:meth:`validate`; ``out``: per-batch columns of ``len(packed)`` to write the verdicts to (else new
+        ones); ``runs``: :func:`stream_runs` of the stream column if the caller has them (not found again)."""
         n = len(packed)
         if n == 0:
             return validate(packed, self.tables[0], origin=self.origin, backend=self.backend)
         ids = packed["stream"]
         order = None
-        runs = stream_runs(ids, max(64, n // 256))
+        most = max(64, n // 256)
+        runs = stream_runs(ids, most) if runs is None else runs if len(runs) - 1 <= most else None
         if runs is not None:  # streams in few runs, so tables too: no pass over the rows
             run_ids = ids[runs[:-1]]
             rows = np.zeros(int(run_ids.max()) + 1, np.int64)
@@ -92,7 +99,7 @@ class ShardedState:
                 packed, table = packed.take(order), table[order]
                 bounds = _runs(table)
             span_table = table[bounds[:-1]]
-        out = Verdicts.allocate(n)
+        target = out if out is not None and order is None else Verdicts.allocate(n)  # grouped rows: scattered below
 
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
         tables = span_table.tolist()
@@ -102,7 +109,7 @@ class ShardedState:
             # One table's spans, one after another in input order (a table is never in two threads at once).
             for k in indices:
                 start, stop = spans[k]
-                views = VerdictColumns(*(column[start:stop] for column in out))  # the kernel writes in place
+                views = VerdictColumns(*(column[start:stop] for column in target))  # the kernel writes in place
                 part = validate_into(packed.slice(start, stop), self.tables[tables[k]], self.origin,
                                      self.backend, views).completed_txns
                 part.marker[:] += start
@@ -114,12 +121,12 @@ class ShardedState:
         lanes.thread_map(run, list(by_table.values()), self.threads, self.backend)
         completed = CompletedTxns.concat(parts)
         if order is not None:
-            restored = VerdictColumns(*(np.empty_like(grouped) for grouped in out))
-            for grouped, back in zip(out, restored, strict=True):
+            restored = out if out is not None else VerdictColumns(*(np.empty_like(grouped) for grouped in target))
+            for grouped, back in zip(target, restored, strict=True):
                 back[order] = grouped
-            out = restored
+            target = restored
             completed.marker[:] = order[completed.marker]
-        return Verdicts(*out, completed_txns=completed, backend=self.backend.name)
+        return Verdicts(*target, completed_txns=completed, backend=self.backend.name)
 
     def log_end_offsets(self, streams: int) -> np.ndarray:
         """Next offset per stream (0 for a stream with nothing appended)."""

@@ -74,7 +74,7 @@ def _audit_rows(origin: Origin, order_by: str, backend: str | None):
         replayer = StreamReplayer(origin, order_by, backend)
         try:
             for batch in batches:
-                replayer.feed(batch)
+                replayer.feed(batch, reuse=True)  # (the verdicts are not kept)
         except ValueError as exc:
             yield _error_batch(exc, order_by)
         else:
