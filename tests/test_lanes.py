@@ -248,8 +248,11 @@ def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
     kernel = get_backend("cython")
     listed, ended, release = held_lane(monkeypatch, kernel)
 
+    calls = []
+
     def reserve_rows(*args):
-        if args[2] > 0:  # the second chunk's pre-pass
+        calls.append(args[3] - args[2])
+        if len(calls) > 1:  # the second chunk's pre-pass (the table never grows here: one call a chunk)
             raise KeyboardInterrupt
         return kernel.reserve_rows(*args)
 
@@ -266,6 +269,7 @@ def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
         release.set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(20))
     assert state.next_offset(0) == 10 and state.next_offset(1) == 10
+    assert calls == [20, 20]
 
 
 def test_a_full_table_gets_its_spare_before_the_lanes():
@@ -447,10 +451,14 @@ def test_expected_streams_from_the_first_chunk():
     assert lanes.expected_streams(90_000, 100_000, 10**9) <= 5 * 90_000  # (the model's D: about 400,000)
 
 
-def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(monkeypatch):
-    # Random streams: after the first chunk the table is reserved for all of them, so it never grows again, and
-    # the verdicts and state are one pass's.
+@pytest.mark.parametrize(("threads", "pipeline_chunk"), [(1, 0), (2, 5_000), (2, lanes.PIPELINE_CHUNK)])
+def test_a_long_call_sizes_the_table_once_from_its_first_chunk(monkeypatch, threads, pipeline_chunk):
+    # Random streams: after the first chunk (on 2 threads: the first ONE_LANE_CHUNK batches of the first pipeline
+    # chunk) the table is reserved for all of them, so it never grows again, and the verdicts and state are one
+    # pass's.
     monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    if pipeline_chunk:
+        monkeypatch.setattr(lanes, "PIPELINE_CHUNK", pipeline_chunk)
     monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 2_000)
     monkeypatch.setattr(lanes, "ONE_LANE_CACHED_ROWS", 1)
     columns = synthetic_stream(40_000, n_producers=3_000, n_partitions=2, seed=4)
@@ -463,7 +471,7 @@ def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(mon
         return real_grow(table, *args, **kwargs)
 
     monkeypatch.setattr(ProducerStateTable, "grow", counting_grow)
-    result = validate(columns, state)
+    result = validate(columns, state, threads=threads)
     assert grown and max(grown) < 2_000  # (only while the first chunk ran)
     assert state.n_producers <= len(state.row_producer_id) < 2 * state.n_producers
     one_pass = ProducerStateTable()
