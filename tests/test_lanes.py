@@ -122,6 +122,10 @@ def test_refused_first_writes_leave_no_entry(threads, monkeypatch):
 def test_deal_puts_the_biggest_first_on_the_least_loaded_lane():
     assert lanes.deal(np.array([0, 10, 3, 3, 4]), 2).tolist() == [0, 0, 1, 1, 1]
     assert lanes.deal(np.array([0, 5]), 3).tolist() == [0, 0]
+    # With shares: lane 0 takes about 80% of the batches, the calling thread's lane 1 the rest.
+    counts = np.array([0] + [10] * 64)
+    lane = lanes.deal(counts, 2, [0.8, 0.2])
+    assert abs(counts[lane == 0].sum() / counts.sum() - 0.8) < 0.02 and lane[0] == 0
 
 
 @pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
@@ -99,16 +100,19 @@ def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
         counts = np.concatenate([counts, np.zeros(len(state.stream_id) + 1 - len(counts), np.int64)])
 
 
-def deal(counts: npt.NDArray[np.int64], lanes: int) -> npt.NDArray[np.int8]:
-    """The lane of each bucket: the biggest bucket first to the least loaded lane (ties: the lower lane)."""
+def deal(counts: npt.NDArray[np.int64], lanes: int, shares: Sequence[float] | None = None) -> npt.NDArray[np.int8]:
+    """The lane of each bucket: the biggest bucket first to the least loaded lane (ties: the lower lane); with
+    ``shares`` (one per lane, positive), the lane least loaded for its share."""
     lane_of = np.zeros(len(counts), np.int8)
-    loads = [(0, lane) for lane in range(lanes)]
+    share = [1.0] * lanes if shares is None else [float(x) for x in shares]
+    loads = [(0.0, lane, 0) for lane in range(lanes)]  # (load / share, lane, load)
     for bucket in np.argsort(-counts, kind="stable"):
         if counts[bucket] == 0:
             break
-        load, lane = heapq.heappop(loads)
+        _, lane, load = heapq.heappop(loads)
         lane_of[bucket] = lane
-        heapq.heappush(loads, (load + int(counts[bucket]), lane))
+        load += int(counts[bucket])
+        heapq.heappush(loads, (load / share[lane], lane, load))
     return lane_of
 
 
@@ -168,9 +172,11 @@ def validate_in_lanes(packed: BatchColumns, state: ProducerStateTable, origin: O
             verdicts = VerdictColumns(*(column[start:stop] for column in out))
             bucket, row = (array[:stop - start] for array in scratch[number % len(scratch)])
             before = state.n_producers
+            began = time.perf_counter()
             counts = _reserve_sizing(kernel, part, state, bucket, row, old_rows, n if start == 0 else 0, lanes.wait)
             state.row_reserved_by[before:state.n_producers] += start  # (the chunk's batch numbers: the call's)
             _prefill(verdicts)  # (on this thread, beside the lanes of the chunk before)
+            lanes.prepass_cost = (time.perf_counter() - began) / (stop - start)
             lanes.wait()  # a stream's batches of this chunk follow those of the chunk before
             lanes.start(state, part, verdicts, bucket, row, counts, start, beside_prepass=stop < n)
         lanes.wait()
@@ -297,29 +303,56 @@ def _rows_of(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
 class _Lanes:
     """The lanes of one call: each chunk's streams dealt out and checked on the pool (on the calling thread
     with one thread, or the ``python`` kernel), each lane writing completed transactions to its own stretch of
-    the transaction columns."""
+    the transaction columns.
+
+    Beside the next chunk's pre-pass, which is faster than the check (stream (b) of bench/bench_validate.py,
+    Cython, CPU time: 80 against 50 M batches/s), the calling thread also takes a lane once its pre-pass is done
+    (:meth:`wait` runs it): a share of the chunk sized so that it ends with the pool's lanes, from the pre-pass's
+    and the lanes' time per batch on the chunk before."""
+
+    #: The calling thread's lane is left out below this share of a chunk (not worth its listing).
+    MIN_CALLER_SHARE = 0.05
 
     def __init__(self, kernel: Backend, origin: int, txn_columns: Sequence[np.ndarray], threads: int):
         self.kernel, self.origin, self.txn_columns, self.threads = kernel, origin, txn_columns, threads
         self.txn_cursor = 0
         self.regions: list[tuple[int, np.ndarray]] = []  # per lane run: its first transaction slot, its counters
         self.running: list[Future[None]] = []
+        self.deferred: list[Callable[[], None]] = []  # the calling thread's lane, run by wait()
+        self.prepass_cost = 0.6 / 50e6  # seconds per batch (measured each chunk; first: the ratio above)
+        self.check_cost = 1 / 50e6  # seconds per batch of the pool's lanes, on the chunk before
+        self._lane_costs: list[float] = []
+
+    def caller_share(self) -> float:
+        """The share of a chunk the calling thread checks after its pre-pass of the next one, so that it ends
+        with the pool's ``threads - 1`` lanes: (1 - (threads - 1) r / c) / threads for a pre-pass of r and a
+        check of c seconds per batch; 0 when too small (``MIN_CALLER_SHARE``)."""
+        ratio = self.prepass_cost / max(self.check_cost, 1e-12)
+        share = (1 - (self.threads - 1) * ratio) / self.threads
+        return share if share >= self.MIN_CALLER_SHARE else 0.0
 
     def start(self, state: ProducerStateTable, part: BatchColumns, out: VerdictColumns,
               bucket: npt.NDArray[np.int32], row: npt.NDArray[np.int32], counts: npt.NDArray[np.int64],
               start: int, beside_prepass: bool = False) -> None:
         """Start checking the chunk ``part`` (the call's batches from ``start`` on; ``out``, ``bucket`` and
         ``row``: its verdicts, and the buckets and rows reserve_rows gave it); ``beside_prepass``: the next
-        chunk's pre-pass runs meanwhile and takes one of the threads (on stream (b) of bench/bench_validate.py,
-        2 threads: 15.7-16.7 M batches/s with two lanes beside it, 18.2-20.8 with one)."""
-        threads = max(1, self.threads - 1) if beside_prepass else self.threads
+        chunk's pre-pass runs meanwhile on this thread, which then takes the last lane (:meth:`caller_share`; on
+        stream (b) of bench/bench_validate.py, 2 threads, before this lane: 15.7-16.7 M batches/s with two pool
+        lanes beside the pre-pass, 18.2-20.8 with one)."""
+        pooled = self.threads > 1 and self.kernel.name != "python"
+        caller = self.caller_share() if beside_prepass and pooled else 0.0
+        threads = max(1, self.threads - 1) + (caller > 0) if beside_prepass else self.threads
         lanes = max(1, min(threads, MAX_THREADS, int(np.count_nonzero(counts))))
         control = part.is_control.view(bool)
         if lanes == 1:
             runs = [(np.empty(0, np.int64), 0, len(part))]  # (every batch, in order)
             controls = [int(np.count_nonzero(control))]
+            caller = 0.0
         else:
-            batch_lane = deal(counts, lanes)[bucket]
+            shares = None
+            if caller > 0:
+                shares = [(1 - caller) / (lanes - 1)] * (lanes - 1) + [caller]
+            batch_lane = deal(counts, lanes, shares)[bucket]
             listed = [np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
             runs = [(mine, 0, len(mine)) for mine in listed]
             controls = np.bincount(batch_lane[control], minlength=lanes).tolist()
@@ -333,9 +366,12 @@ class _Lanes:
             self.txn_cursor += count
             jobs.append(functools.partial(self._check, part, out, row, listed_t, lo, hi,
                                           arrays._replace(counters=counters), region, start))
-        if self.threads > 1 and self.kernel.name != "python":
+        if pooled:
+            if caller > 0:
+                self.deferred = [jobs.pop()]
             pool = _pool(min(self.threads, MAX_THREADS))  # (no more lanes than that: one pool for any more)
             self.running = []
+            self._lane_costs = []
             for job in jobs:
                 self.running.append(pool.submit(job))  # (one at a time: an interrupt here still waits for them)
         else:
@@ -344,14 +380,27 @@ class _Lanes:
 
     def _check(self, part: BatchColumns, out: VerdictColumns, row: npt.NDArray[np.int32], listed: np.ndarray,
                lo: int, hi: int, arrays: StateArrays, region: list[np.ndarray], start: int) -> None:
+        began = time.perf_counter()
         stopped = self.kernel.validate_listed(*part, self.origin, listed, row, lo, hi, *arrays, *out, *region)
         if stopped < hi:
             raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
         region[-1][:int(arrays.counters[rules.N_COMPLETED])] += start  # (markers: the chunk's batch numbers)
+        if hi > lo:
+            self._lane_costs.append((time.perf_counter() - began) / (hi - lo))
 
     def wait(self, quietly: bool = False) -> None:
-        """Return once every running lane has ended; raise the first one's error unless ``quietly``."""
-        wait(self.running)
+        """Run the calling thread's lane, if any, then return once every running lane has ended; raise the first
+        error unless ``quietly`` (the calling thread's lane is run even so: the chunk's lanes all end)."""
+        try:
+            while self.deferred:
+                self.deferred.pop()()
+        except BaseException:
+            if not quietly:
+                raise
+        finally:
+            wait(self.running)
+        if self.running and self._lane_costs:
+            self.check_cost = sum(self._lane_costs) / len(self._lane_costs)
         if not quietly:
             for future in self.running:
                 future.result()
