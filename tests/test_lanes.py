@@ -495,3 +495,26 @@ def test_reserve_makes_room_in_one_reallocation_and_keeps_every_entry():
     for name, column in before.items():
         np.testing.assert_array_equal(state.canonical()[name], column, err_msg=name)
     assert [state.row_of(pid % 3, pid) for pid in range(1, 4)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("backend_name", ["python", "numba"])
+def test_validate_listed_stops_at_a_negative_position_or_index(backend_name):
+    # The reference (and its Numba twin) process no negative start nor listed index: they return that position
+    # (the Cython twin raises ValueError), and write nothing for it.
+    from idemcore.engine.verdicts import CompletedTxns, Verdicts
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend(backend_name)
+    packed = idemcore.BatchColumns.coerce(batches([data(pid, 0, 0) for pid in range(4)]))
+    state = ProducerStateTable()
+    row = np.full(4, -1, np.int32)
+    out = Verdicts.allocate(4)
+    lanes._prefill(out)
+    txns = CompletedTxns.empty(0).kernel_columns()
+    listed = np.array([0, 1, -1, 3], np.int64)
+    args = (*packed, 0)
+    after = (*state.kernel_arrays(), *out, *txns)
+    assert kernel.validate_listed(*args, listed, row, -1, 2, *after) == -1
+    assert state.n_producers == 0
+    assert kernel.validate_listed(*args, listed, row, 0, 4, *after) == 2
+    assert state.n_producers == 2 and out.out_last_offset[:2].tolist() == [0, 1]  # (the first two, committed)
