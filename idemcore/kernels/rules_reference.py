@@ -561,8 +561,8 @@ def append_to_row(i, row, batch, rows, parts, out):
     head = int(row_i8[row, ROW_HEAD])
     length = int(row_i8[row, ROW_LEN])
     txn_first = int(row_i64[row, ROW_TXN_FIRST_OFFSET])
-    if epoch != int(row_i16[row, ROW_EPOCH]) or length == 0 or (txn_first >= 0 and not is_transactional[i]):
-        return False
+    if epoch != int(row_i16[row, ROW_EPOCH]) or length <= 0 or head < 0 or (txn_first >= 0 and not is_transactional[i]):
+        return False  # (a ring's head and length are never negative: saying so spares Numba a wraparound fix-up)
     if not in_sequence(int(row_i32[row, ROW_RING_LAST_SEQ + ring_pos(head, length - 1)]), first_seq):
         return False
     if find_duplicate(row_i32, row_i8, row, first_seq, last_seq) >= 0:
