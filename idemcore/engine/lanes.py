@@ -20,6 +20,9 @@ On more than one thread a long call goes chunk by chunk (``PIPELINE_CHUNK``): st
 the calling thread while the lanes check this one. That is safe because a chunk's lanes only touch rows and
 streams reserved before they started, and find existing keys only along probe chains no insertion changes
 (an insertion fills an empty slot; no slot is emptied during a call); the table grows only once they have ended.
+The pre-pass being faster than the check, the calling thread then takes a lane of the chunk too (``_Lanes``). As on
+one thread, the first ``ONE_LANE_CHUNK`` batches size the table for the call (:func:`expected_streams`), and each
+chunk's rows go to scratch of a chunk's length.
 
 The verdicts, the completed transactions (in order) and the state (``ProducerStateTable.canonical``) are the
 ones :func:`idemcore.validate` computes on one thread; only row numbers may differ.
