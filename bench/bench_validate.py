@@ -51,15 +51,16 @@ def _presized_table(packed) -> ProducerStateTable:
 
 
 @pytest.mark.parametrize("stream", STREAMS)
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", ["cython", "numba"])
-def bench_public_beside_presized(benchmark, streams, record_seconds, backend, stream):
-    """The public call as a user makes it, ``validate(columns)`` on a mapping of typed columns (fresh state, fresh
-    verdict arrays), and the presized kernel (a table sized and touched beforehand, the verdicts of an earlier
-    call reused), one thread, alternating round by round so both see the same machine: the summary gives the
+def bench_public_beside_presized(benchmark, streams, record_seconds, backend, threads, stream):
+    """The public call as a user makes it, ``validate(columns, threads=...)`` on a mapping of typed columns (fresh
+    state, fresh verdict arrays), and the presized kernel (a table sized and touched beforehand, the verdicts of
+    an earlier call reused), alternating round by round so both see the same machine: the summary gives the
     ratio of their best rounds (issue 30's aim: within 1.25x)."""
     packed = streams[stream]
     columns = packed.to_dict()
-    validate(packed.slice(0, 10_000), backend=backend)
+    validate(packed.slice(0, 10_000), backend=backend, threads=threads)
     out = validate(packed, backend=backend)  # (every page of the verdicts touched)
     public: list[float] = []
     presized: list[float] = []
@@ -69,18 +70,18 @@ def bench_public_beside_presized(benchmark, streams, record_seconds, backend, st
         for _ in range(ALTERNATING_ROUNDS):
             del verdicts  # (a user's earlier result is gone too)
             start = time.perf_counter()
-            verdicts = validate(columns, backend=backend)
+            verdicts = validate(columns, backend=backend, threads=threads)
             public.append(time.perf_counter() - start)
             state = _presized_table(packed)
             start = time.perf_counter()
-            validate(packed, state=state, backend=backend, out=out)
+            validate(packed, state=state, backend=backend, threads=threads, out=out)
             presized.append(time.perf_counter() - start)
         return verdicts
 
     verdicts = benchmark.pedantic(alternate, rounds=1, iterations=1)
     assert verdicts.counts()["duplicate"] > 0
-    record_seconds(f"public-call {backend} {stream}", min(public), len(packed))
-    record_seconds(f"public-call-presized {backend} {stream}", min(presized), len(packed))
+    record_seconds(f"public-call {backend} t{threads} {stream}", min(public), len(packed))
+    record_seconds(f"public-call-presized {backend} t{threads} {stream}", min(presized), len(packed))
 
 
 @pytest.mark.parametrize("stream", STREAMS)

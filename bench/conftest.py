@@ -68,7 +68,7 @@ def _public_call_summary(write, rates: dict[str, float]) -> None:
     pairs = [(label.removeprefix("public-call "), rate, rates.get(label.replace("public-call", "public-call-presized")))
              for label, rate in sorted(rates.items()) if label.startswith("public-call ")]
     if pairs:
-        write("validate(columns) from fresh state beside the presized kernel (one thread, alternating rounds):")
+        write("validate(columns) from fresh state beside the presized kernel (t: threads, alternating rounds):")
     for shape, public, presized in pairs:
         if presized:
             write(f"  {shape:<30} {public:7.2f} vs {presized:7.2f} M/s: the kernel is {presized / public:.2f}x "

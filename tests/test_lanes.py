@@ -122,6 +122,10 @@ def test_refused_first_writes_leave_no_entry(threads, monkeypatch):
 def test_deal_puts_the_biggest_first_on_the_least_loaded_lane():
     assert lanes.deal(np.array([0, 10, 3, 3, 4]), 2).tolist() == [0, 0, 1, 1, 1]
     assert lanes.deal(np.array([0, 5]), 3).tolist() == [0, 0]
+    # With shares: lane 0 takes about 80% of the batches, the calling thread's lane 1 the rest.
+    counts = np.array([0] + [10] * 64)
+    lane = lanes.deal(counts, 2, [0.8, 0.2])
+    assert abs(counts[lane == 0].sum() / counts.sum() - 0.8) < 0.02 and lane[0] == 0
 
 
 @pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
@@ -248,8 +252,11 @@ def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
     kernel = get_backend("cython")
     listed, ended, release = held_lane(monkeypatch, kernel)
 
+    calls = []
+
     def reserve_rows(*args):
-        if args[2] > 0:  # the second chunk's pre-pass
+        calls.append(args[3] - args[2])
+        if len(calls) > 1:  # the second chunk's pre-pass (the table never grows here: one call a chunk)
             raise KeyboardInterrupt
         return kernel.reserve_rows(*args)
 
@@ -266,6 +273,7 @@ def test_an_interrupted_pre_pass_waits_for_the_chunk_being_checked(monkeypatch):
         release.set()
     assert sorted(state.row_producer_id[:state.n_producers].tolist()) == list(range(20))
     assert state.next_offset(0) == 10 and state.next_offset(1) == 10
+    assert calls == [20, 20]
 
 
 def test_a_full_table_gets_its_spare_before_the_lanes():
@@ -447,10 +455,14 @@ def test_expected_streams_from_the_first_chunk():
     assert lanes.expected_streams(90_000, 100_000, 10**9) <= 5 * 90_000  # (the model's D: about 400,000)
 
 
-def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(monkeypatch):
-    # Random streams: after the first chunk the table is reserved for all of them, so it never grows again, and
-    # the verdicts and state are one pass's.
+@pytest.mark.parametrize(("threads", "pipeline_chunk"), [(1, 0), (2, 5_000), (2, lanes.PIPELINE_CHUNK)])
+def test_a_long_call_sizes_the_table_once_from_its_first_chunk(monkeypatch, threads, pipeline_chunk):
+    # Random streams: after the first chunk (on 2 threads: the first ONE_LANE_CHUNK batches of the first pipeline
+    # chunk) the table is reserved for all of them, so it never grows again, and the verdicts and state are one
+    # pass's.
     monkeypatch.setattr(lanes, "MIN_BATCHES", 1)
+    if pipeline_chunk:
+        monkeypatch.setattr(lanes, "PIPELINE_CHUNK", pipeline_chunk)
     monkeypatch.setattr(lanes, "ONE_LANE_CHUNK", 2_000)
     monkeypatch.setattr(lanes, "ONE_LANE_CACHED_ROWS", 1)
     columns = synthetic_stream(40_000, n_producers=3_000, n_partitions=2, seed=4)
@@ -463,7 +475,7 @@ def test_a_long_call_on_one_thread_sizes_the_table_once_from_its_first_chunk(mon
         return real_grow(table, *args, **kwargs)
 
     monkeypatch.setattr(ProducerStateTable, "grow", counting_grow)
-    result = validate(columns, state)
+    result = validate(columns, state, threads=threads)
     assert grown and max(grown) < 2_000  # (only while the first chunk ran)
     assert state.n_producers <= len(state.row_producer_id) < 2 * state.n_producers
     one_pass = ProducerStateTable()
@@ -483,3 +495,26 @@ def test_reserve_makes_room_in_one_reallocation_and_keeps_every_entry():
     for name, column in before.items():
         np.testing.assert_array_equal(state.canonical()[name], column, err_msg=name)
     assert [state.row_of(pid % 3, pid) for pid in range(1, 4)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("backend_name", ["python", "numba"])
+def test_validate_listed_stops_at_a_negative_position_or_index(backend_name):
+    # The reference (and its Numba twin) process no negative start nor listed index: they return that position
+    # (the Cython twin raises ValueError), and write nothing for it.
+    from idemcore.engine.verdicts import CompletedTxns, Verdicts
+    from idemcore.kernels import get_backend
+
+    kernel = get_backend(backend_name)
+    packed = idemcore.BatchColumns.coerce(batches([data(pid, 0, 0) for pid in range(4)]))
+    state = ProducerStateTable()
+    row = np.full(4, -1, np.int32)
+    out = Verdicts.allocate(4)
+    lanes._prefill(out)
+    txns = CompletedTxns.empty(0).kernel_columns()
+    listed = np.array([0, 1, -1, 3], np.int64)
+    args = (*packed, 0)
+    after = (*state.kernel_arrays(), *out, *txns)
+    assert kernel.validate_listed(*args, listed, row, -1, 2, *after) == -1
+    assert state.n_producers == 0
+    assert kernel.validate_listed(*args, listed, row, 0, 4, *after) == 2
+    assert state.n_producers == 2 and out.out_last_offset[:2].tolist() == [0, 1]  # (the first two, committed)

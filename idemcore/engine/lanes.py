@@ -20,6 +20,9 @@ On more than one thread a long call goes chunk by chunk (``PIPELINE_CHUNK``): st
 the calling thread while the lanes check this one. That is safe because a chunk's lanes only touch rows and
 streams reserved before they started, and find existing keys only along probe chains no insertion changes
 (an insertion fills an empty slot; no slot is emptied during a call); the table grows only once they have ended.
+The pre-pass being faster than the check, the calling thread then takes a lane of the chunk too (``_Lanes``). As on
+one thread, the first ``ONE_LANE_CHUNK`` batches size the table for the call (:func:`expected_streams`), and each
+chunk's rows go to scratch of a chunk's length.
 
 The verdicts, the completed transactions (in order) and the state (``ProducerStateTable.canonical``) are the
 ones :func:`idemcore.validate` computes on one thread; only row numbers may differ.
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
@@ -99,16 +103,19 @@ def _reserve(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
         counts = np.concatenate([counts, np.zeros(len(state.stream_id) + 1 - len(counts), np.int64)])
 
 
-def deal(counts: npt.NDArray[np.int64], lanes: int) -> npt.NDArray[np.int8]:
-    """The lane of each bucket: the biggest bucket first to the least loaded lane (ties: the lower lane)."""
+def deal(counts: npt.NDArray[np.int64], lanes: int, shares: Sequence[float] | None = None) -> npt.NDArray[np.int8]:
+    """The lane of each bucket: the biggest bucket first to the least loaded lane (ties: the lower lane); with
+    ``shares`` (one per lane, positive), the lane least loaded for its share."""
     lane_of = np.zeros(len(counts), np.int8)
-    loads = [(0, lane) for lane in range(lanes)]
+    share = [1.0] * lanes if shares is None else [float(x) for x in shares]
+    loads = [(0.0, lane, 0) for lane in range(lanes)]  # (load / share, lane, load)
     for bucket in np.argsort(-counts, kind="stable"):
         if counts[bucket] == 0:
             break
-        load, lane = heapq.heappop(loads)
+        _, lane, load = heapq.heappop(loads)
         lane_of[bucket] = lane
-        heapq.heappush(loads, (load + int(counts[bucket]), lane))
+        load += int(counts[bucket])
+        heapq.heappush(loads, (load / share[lane], lane, load))
     return lane_of
 
 
@@ -148,23 +155,33 @@ PIPELINE_CHUNK = 1 << 20
 
 def validate_in_lanes(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
                       out: VerdictColumns, threads: int) -> Verdicts:
-    """:func:`idemcore.validate` over up to ``threads`` lanes of streams, on as many threads."""
+    """:func:`idemcore.validate` over up to ``threads`` lanes of streams, on as many threads. The table is sized
+    once, as on one thread (:func:`_reserve_sizing`), and each chunk's rows and buckets go to scratch of a
+    chunk's length (two, taken in turn: the next chunk's pre-pass writes one while the lanes read the other)."""
     if threads <= 1:
         return _validate_one_lane(packed, state, origin, kernel, out)
     columns = packed
     n = len(packed)
     old_rows, old_streams = state.n_producers, state.n_streams
-    bucket, row = np.empty(n if threads > 1 else 0, np.int32), np.empty(n, np.int32)  # (one lane: no buckets)
-    _prefill(out)
+    chunk = PIPELINE_CHUNK if n >= 2 * PIPELINE_CHUNK else max(n, 1)
+    scratch = [(np.empty(min(chunk, n), np.int32), np.empty(min(chunk, n), np.int32))
+               for _ in range(2 if n > chunk else 1)]
     txns = CompletedTxns.empty(int(np.count_nonzero(columns.is_control)))
-    lanes = _Lanes(kernel, columns, int(origin), row, out, txns.kernel_columns(), threads)
-    chunk = PIPELINE_CHUNK if threads > 1 and n >= 2 * PIPELINE_CHUNK else max(n, 1)
+    lanes = _Lanes(kernel, int(origin), txns.kernel_columns(), threads)
     try:
-        for start in range(0, n, chunk):
+        for number, start in enumerate(range(0, n, chunk)):
             stop = min(n, start + chunk)
-            counts = _reserve(kernel, columns, state, bucket, row, start, stop, lanes.wait)
+            part = columns.slice(start, stop)
+            verdicts = VerdictColumns(*(column[start:stop] for column in out))
+            bucket, row = (array[:stop - start] for array in scratch[number % len(scratch)])
+            before = state.n_producers
+            began = time.perf_counter()
+            counts = _reserve_sizing(kernel, part, state, bucket, row, old_rows, n if start == 0 else 0, lanes.wait)
+            state.row_reserved_by[before:state.n_producers] += start  # (the chunk's batch numbers: the call's)
+            _prefill(verdicts)  # (on this thread, beside the lanes of the chunk before)
+            lanes.prepass_cost = (time.perf_counter() - began) / (stop - start)
             lanes.wait()  # a stream's batches of this chunk follow those of the chunk before
-            lanes.start(state, bucket, counts, start, stop, beside_prepass=stop < n)
+            lanes.start(state, part, verdicts, bucket, row, counts, start, beside_prepass=stop < n)
         lanes.wait()
     except BaseException:  # an interrupt, or a kernel bug: every lane has ended; their verdicts are not all written
         with deferred_interrupts():  # (a second Ctrl-C must not cut the cleanup short either)
@@ -172,13 +189,39 @@ def validate_in_lanes(packed: BatchColumns, state: ProducerStateTable, origin: O
             _drop_untouched(state, old_rows, old_streams, kernel)
             state.generation += 1
         raise
-    _drop_unwritten(state, old_rows, old_streams, lambda: row, out.out_status, kernel)
+    _drop_unwritten(state, old_rows, old_streams, functools.partial(_rows_of, kernel, columns, state, n),
+                    out.out_status, kernel)
     state.generation += 1
     kept = lanes.completed()
     kept = kept[np.argsort(txns.marker[kept], kind="stable")]  # in the order one pass closes them
     completed = CompletedTxns(*(getattr(txns, name)[kept] for name in CompletedTxns.__dataclass_fields__))
     state.counters[rules.N_COMPLETED] = len(completed)
     return Verdicts(*out, completed, kernel.name)
+
+
+def _reserve_sizing(kernel: Backend, part: BatchColumns, state: ProducerStateTable, bucket: npt.NDArray[np.int32],
+                    row: npt.NDArray[np.int32], old_rows: int, total: int,
+                    before_growing: Callable[[], object] = lambda: None) -> npt.NDArray[np.int64]:
+    """:func:`_reserve` over all of ``part``; when ``total`` (the call's first chunk, of a call of ``total``
+    batches), its first ``ONE_LANE_CHUNK`` batches are the cheap first pass that sizes the table for the call
+    (:func:`_size_for_call`) before the rest are reserved, so the table grows once instead of doubling."""
+    probe = min(len(part), ONE_LANE_CHUNK) if total else len(part)
+    counts = _reserve(kernel, part, state, bucket, row, 0, probe, before_growing)
+    if total and probe < total:
+        _size_for_call(kernel, state, old_rows, probe, total)
+    if probe < len(part):
+        more = _reserve(kernel, part, state, bucket, row, probe, len(part), before_growing)
+        more[:len(counts)] += counts
+        counts = more
+    return counts
+
+
+def _size_for_call(kernel: Backend, state: ProducerStateTable, old_rows: int, seen_batches: int, total: int) -> None:
+    """Room for the rows a call of ``total`` batches is expected to add, from those its first ``seen_batches``
+    added (:func:`expected_streams`); a table sized for them already is left as it is."""
+    expected = old_rows + expected_streams(state.n_producers - old_rows, seen_batches, total) + 1
+    if expected > len(state.row_producer_id):
+        state.reserve(expected + expected // 10, kernel)  # (+10%: the estimate's spread)
 
 
 def _validate_one_lane(packed: BatchColumns, state: ProducerStateTable, origin: Origin, kernel: Backend,
@@ -217,9 +260,7 @@ def _validate_one_lane(packed: BatchColumns, state: ProducerStateTable, origin: 
             txn_columns.txn_marker[completed:completed + closed] += start
             completed += closed
             if start == 0 and stop < n:  # the first chunk was the cheap first pass: room for the call's streams
-                expected = old_rows + expected_streams(state.n_producers - old_rows, stop, n) + 1
-                if expected > len(state.row_producer_id):  # (a table sized for them already is left as it is)
-                    state.reserve(expected + expected // 10, kernel)  # (+10%: the estimate's spread)
+                _size_for_call(kernel, state, old_rows, stop, n)
             start = stop
     except BaseException:  # an interrupt, or a kernel bug: the verdicts are not all written
         with deferred_interrupts():
@@ -265,30 +306,57 @@ def _rows_of(kernel: Backend, columns: BatchColumns, state: ProducerStateTable, 
 class _Lanes:
     """The lanes of one call: each chunk's streams dealt out and checked on the pool (on the calling thread
     with one thread, or the ``python`` kernel), each lane writing completed transactions to its own stretch of
-    the transaction columns."""
+    the transaction columns.
 
-    def __init__(self, kernel: Backend, columns: BatchColumns, origin: int, row: npt.NDArray[np.int32],
-                 out: VerdictColumns, txn_columns: Sequence[np.ndarray], threads: int):
-        self.kernel, self.columns, self.origin, self.row, self.out = kernel, columns, origin, row, out
-        self.txn_columns, self.threads = txn_columns, threads
+    Beside the next chunk's pre-pass, which is faster than the check (stream (b) of bench/bench_validate.py,
+    Cython, CPU time: 80 against 50 M batches/s), the calling thread also takes a lane once its pre-pass is done
+    (:meth:`wait` runs it): a share of the chunk sized so that it ends with the pool's lanes, from the pre-pass's
+    and the lanes' time per batch on the chunk before."""
+
+    #: The calling thread's lane is left out below this share of a chunk (not worth its listing).
+    MIN_CALLER_SHARE = 0.05
+
+    def __init__(self, kernel: Backend, origin: int, txn_columns: Sequence[np.ndarray], threads: int):
+        self.kernel, self.origin, self.txn_columns, self.threads = kernel, origin, txn_columns, threads
         self.txn_cursor = 0
         self.regions: list[tuple[int, np.ndarray]] = []  # per lane run: its first transaction slot, its counters
         self.running: list[Future[None]] = []
+        self.deferred: list[Callable[[], None]] = []  # the calling thread's lane, run by wait()
+        self.prepass_cost = 0.6 / 50e6  # seconds per batch (measured each chunk; first: the ratio above)
+        self.check_cost = 1 / 50e6  # seconds per batch of the pool's lanes, on the chunk before
+        self._lane_costs: list[float] = []
 
-    def start(self, state: ProducerStateTable, bucket: npt.NDArray[np.int32], counts: npt.NDArray[np.int64],
-              start: int, stop: int, beside_prepass: bool = False) -> None:
-        """Start checking batches ``start..stop-1``, whose rows reserve_rows gave; ``beside_prepass``: the next
-        chunk's pre-pass runs meanwhile and takes one of the threads (on stream (b) of bench/bench_validate.py,
-        2 threads: 15.7-16.7 M batches/s with two lanes beside it, 18.2-20.8 with one)."""
-        threads = max(1, self.threads - 1) if beside_prepass else self.threads
+    def caller_share(self) -> float:
+        """The share of a chunk the calling thread checks after its pre-pass of the next one, so that it ends
+        with the pool's ``threads - 1`` lanes: (1 - (threads - 1) r / c) / threads for a pre-pass of r and a
+        check of c seconds per batch; 0 when too small (``MIN_CALLER_SHARE``)."""
+        ratio = self.prepass_cost / max(self.check_cost, 1e-12)
+        share = (1 - (self.threads - 1) * ratio) / self.threads
+        return share if share >= self.MIN_CALLER_SHARE else 0.0
+
+    def start(self, state: ProducerStateTable, part: BatchColumns, out: VerdictColumns,
+              bucket: npt.NDArray[np.int32], row: npt.NDArray[np.int32], counts: npt.NDArray[np.int64],
+              start: int, beside_prepass: bool = False) -> None:
+        """Start checking the chunk ``part`` (the call's batches from ``start`` on; ``out``, ``bucket`` and
+        ``row``: its verdicts, and the buckets and rows reserve_rows gave it); ``beside_prepass``: the next
+        chunk's pre-pass runs meanwhile on this thread, which then takes the last lane (:meth:`caller_share`; on
+        stream (b) of bench/bench_validate.py, 2 threads, before this lane: 15.7-16.7 M batches/s with two pool
+        lanes beside the pre-pass, 18.2-20.8 with one)."""
+        pooled = self.threads > 1 and self.kernel.name != "python"
+        caller = self.caller_share() if beside_prepass and pooled else 0.0
+        threads = max(1, self.threads - 1) + (caller > 0) if beside_prepass else self.threads
         lanes = max(1, min(threads, MAX_THREADS, int(np.count_nonzero(counts))))
-        control = self.columns.is_control[start:stop].view(bool)
+        control = part.is_control.view(bool)
         if lanes == 1:
-            runs = [(np.empty(0, np.int64), start, stop)]  # (every batch, in order)
+            runs = [(np.empty(0, np.int64), 0, len(part))]  # (every batch, in order)
             controls = [int(np.count_nonzero(control))]
+            caller = 0.0
         else:
-            batch_lane = deal(counts, lanes)[bucket[start:stop]]
-            listed = [start + np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
+            shares = None
+            if caller > 0:
+                shares = [(1 - caller) / (lanes - 1)] * (lanes - 1) + [caller]
+            batch_lane = deal(counts, lanes, shares)[bucket]
+            listed = [np.flatnonzero(batch_lane == lane) for lane in range(lanes)]
             runs = [(mine, 0, len(mine)) for mine in listed]
             controls = np.bincount(batch_lane[control], minlength=lanes).tolist()
         arrays = state.kernel_arrays()
@@ -299,25 +367,43 @@ class _Lanes:
             region = [column[self.txn_cursor:self.txn_cursor + count] for column in self.txn_columns]
             self.regions.append((self.txn_cursor, counters))
             self.txn_cursor += count
-            jobs.append(functools.partial(self._check, listed_t, lo, hi, arrays._replace(counters=counters), region))
-        if self.threads > 1 and self.kernel.name != "python":
+            jobs.append(functools.partial(self._check, part, out, row, listed_t, lo, hi,
+                                          arrays._replace(counters=counters), region, start))
+        if pooled:
+            if caller > 0:
+                self.deferred = [jobs.pop()]
             pool = _pool(min(self.threads, MAX_THREADS))  # (no more lanes than that: one pool for any more)
             self.running = []
+            self._lane_costs = []
             for job in jobs:
                 self.running.append(pool.submit(job))  # (one at a time: an interrupt here still waits for them)
         else:
             for job in jobs:
                 job()
 
-    def _check(self, listed: np.ndarray, lo: int, hi: int, arrays: StateArrays, region: list[np.ndarray]) -> None:
-        stopped = self.kernel.validate_listed(*self.columns, self.origin, listed, self.row, lo, hi, *arrays,
-                                              *self.out, *region)
+    def _check(self, part: BatchColumns, out: VerdictColumns, row: npt.NDArray[np.int32], listed: np.ndarray,
+               lo: int, hi: int, arrays: StateArrays, region: list[np.ndarray], start: int) -> None:
+        began = time.perf_counter()
+        stopped = self.kernel.validate_listed(*part, self.origin, listed, row, lo, hi, *arrays, *out, *region)
         if stopped < hi:
             raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
+        region[-1][:int(arrays.counters[rules.N_COMPLETED])] += start  # (markers: the chunk's batch numbers)
+        if hi > lo:
+            self._lane_costs.append((time.perf_counter() - began) / (hi - lo))
 
     def wait(self, quietly: bool = False) -> None:
-        """Return once every running lane has ended; raise the first one's error unless ``quietly``."""
-        wait(self.running)
+        """Run the calling thread's lane, if any, then return once every running lane has ended; raise the first
+        error unless ``quietly`` (the calling thread's lane is run even so: the chunk's lanes all end)."""
+        try:
+            while self.deferred:
+                self.deferred.pop()()
+        except BaseException:
+            if not quietly:
+                raise
+        finally:
+            wait(self.running)
+        if self.running and self._lane_costs:
+            self.check_cost = sum(self._lane_costs) / len(self._lane_costs)
         if not quietly:
             for future in self.running:
                 future.result()

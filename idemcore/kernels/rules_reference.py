@@ -561,8 +561,8 @@ def append_to_row(i, row, batch, rows, parts, out):
     head = int(row_i8[row, ROW_HEAD])
     length = int(row_i8[row, ROW_LEN])
     txn_first = int(row_i64[row, ROW_TXN_FIRST_OFFSET])
-    if epoch != int(row_i16[row, ROW_EPOCH]) or length == 0 or (txn_first >= 0 and not is_transactional[i]):
-        return False
+    if epoch != int(row_i16[row, ROW_EPOCH]) or length <= 0 or head < 0 or (txn_first >= 0 and not is_transactional[i]):
+        return False  # (a ring's head and length are never negative: saying so spares Numba a wraparound fix-up)
     if not in_sequence(int(row_i32[row, ROW_RING_LAST_SEQ + ring_pos(head, length - 1)]), first_seq):
         return False
     if find_duplicate(row_i32, row_i8, row, first_seq, last_seq) >= 0:
@@ -799,7 +799,8 @@ def validate_listed(
     ``batch_row`` their rows as :func:`reserve_rows` gave them (a row that is not a table row is looked up
     instead). The caller prefills their verdict columns as an appended batch has them (APPENDED, NONE, F_NONE,
     -1: the compiled twin writes only an in-sequence batch's offsets). Returns the first position in ``listed``
-    not processed (``stop`` unless the table ran out of room)."""
+    not processed (``stop`` unless the table ran out of room; a negative ``start`` or listed index is not
+    processed either)."""
     batch = (stream, producer_id, producer_epoch, base_sequence, last_sequence, base_offset, record_count,
              max_timestamp, is_transactional, is_control, control_type, coordinator_epoch)
     slots = (slot_i64, slot_i32)
@@ -812,8 +813,12 @@ def validate_listed(
     every = listed.shape[0] == 0
     ahead = row_capacity >= PREFETCH_MIN_ROWS
     known = min(int(counters[N_ROWS]), row_capacity)  # the rows batch_row may name (read again after every rule)
+    if start < 0:
+        return start  # (no batch has a negative position; the Cython twin refuses one)
     for k in range(start, stop):
         i = k if every else int(listed[k])
+        if i < 0:
+            return k  # (nor a negative index. Knowing i >= 0, Numba reads each column with no wraparound fix-up)
         if ahead and k + PREFETCH_AHEAD < stop:
             later = int(batch_row[k + PREFETCH_AHEAD if every else int(listed[k + PREFETCH_AHEAD])])
             if 0 <= later < row_capacity:
