@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from idemcore.broker import Broker
-from idemcore.broker.config import BrokerConfig, Endpoint, parse_override, read_properties, shortcut_listener
+from idemcore.broker.config import BrokerConfig, Endpoint, parse_override, shortcut_listener
 from idemcore.broker.config_keys import KEYS, Kind, Use
 from idemcore.broker.server import Server
 from idemcore.cli import build_parser
 from idemcore.cli.serve import _settings
 from idemcore.errors import ConfigError
+from idemcore.net.properties import read_properties
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "docs" / "broker.md"  # the README's Broker settings section

@@ -22,7 +22,7 @@ def drain_states(draw):
     n = draw(st.integers(0, 12))
     arrays = PartitionArrays(capacity=max(n, 1))
     for i in range(n):
-        arrays.number("t", i)
+        arrays.stream_of("t", i)
     ints = lambda lo, hi: st.lists(st.integers(lo, hi), min_size=n, max_size=n)  # noqa: E731
     arrays.head_queued[:n] = draw(ints(0, 1))
     arrays.head_sequence[:n] = draw(ints(-1, 20))
@@ -65,7 +65,7 @@ def test_backends_agree_with_the_reference(case):
 def test_gating_only_the_oldest_in_flight_batch_is_resent():
     arrays = PartitionArrays(2)
     for i in range(2):
-        arrays.number("t", i)
+        arrays.stream_of("t", i)
     arrays.head_queued[:2] = 1
     arrays.head_sequence[:2] = [5, -1]  # partition 0 retries seq 5 while seq 3 is still in flight
     arrays.inflight_count[:2] = [2, 0]

@@ -367,7 +367,7 @@ def test_a_segment_scan_reads_what_kafka_python_reads(logdir, backend):
     for writer in logdir.partitions.values():
         for segment in writer.segments:
             path = writer.file(segment.base_offset, ".log")
-            scan = scan_segment(path, partition=writer.partition, backend=backend)
+            scan = scan_segment(path, stream=writer.partition, backend=backend)
             data = path.read_bytes()
             assert (scan.stop, scan.stop_position, scan.problems()) == ("end", len(data), [])
             expected = [w for w in writer.written if w.file == path]

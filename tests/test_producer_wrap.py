@@ -150,7 +150,7 @@ def producer_near_wrap(transport: JudgedTransport, next_sequence: int, backend: 
     previous = (next_sequence - 1) % SEQ_SPACE
     transport.seed(previous)
     p = producer.partitions
-    number = p.number("t", 0)
+    number = p.stream_of("t", 0)
     p.next_sequence[number] = next_sequence
     p.last_acked_sequence[number] = previous
     p.partition_producer_id[number] = PRODUCER_ID
@@ -253,7 +253,7 @@ def test_retries_keep_sequence_order_across_the_wrap(backend):
 
 def manager_with_batches(bases: list[int], last_acked: int, epoch: int = 0):
     arrays = PartitionArrays()
-    number = arrays.number("t", 0)
+    number = arrays.stream_of("t", 0)
     arrays.last_acked_sequence[number] = last_acked
     arrays.partition_producer_id[number] = PRODUCER_ID
     arrays.partition_epoch[number] = epoch

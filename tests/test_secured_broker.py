@@ -121,7 +121,7 @@ def test_the_readmes_security_settings_serve_as_it_says(tmp_path):
     section = readme[readme.index("## Security"):]
     block = section[section.index("    listeners="):section.index("\n\n- **Listeners**")]
     text = "\n".join(line[4:] for line in block.splitlines())
-    from idemcore.broker.config import read_properties
+    from idemcore.net.properties import read_properties
 
     (tmp_path / "server.properties").write_text(text)
     settings = read_properties(tmp_path / "server.properties")

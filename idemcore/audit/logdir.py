@@ -612,7 +612,7 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
     for index, segment in enumerate(files.segments):
         # Straight into the replay's columns: the scan writes the stream into its stream column, into one buffer
         # reused segment after segment (nothing of a segment's columns is kept past its replay).
-        scan = scan_segment(segment.log, partition=stream, backend=replayer.backend, verify_crc=verify_crc,
+        scan = scan_segment(segment.log, stream=stream, backend=replayer.backend, verify_crc=verify_crc,
                             buffer=buffer)
         problems += scan.problems()
         problems += _indexes_problems(segment, scan, indexes)

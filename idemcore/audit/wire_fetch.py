@@ -467,7 +467,7 @@ def fetch_batches(reader: ClusterReader, part: PartitionRange, *, backend: str |
                                         "not read"))
             return  # nothing at or after offset: the end of the log
         empty = 0
-        scan = scan_buffer(records, partition=part.partition, backend=backend, verify_crc=True)
+        scan = scan_buffer(records, stream=part.partition, backend=backend, verify_crc=True)
         count = len(scan)
         if not count:
             if scan.stop == STOP_TORN_TAIL and limit < MAX_FETCH_BYTES:  # one batch larger than asked for

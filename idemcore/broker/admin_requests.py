@@ -117,7 +117,7 @@ def _partition_producers(broker: AdminSources, topic: str, partition: int) -> Pa
     return PartitionProducers(topic, partition, ErrorCode.NONE, tuple(
         ProducerState(entry.producer_id, entry.producer_epoch, entry.last_sequence, entry.timestamp,
                       entry.coordinator_epoch, entry.current_txn_first_offset)
-        for entry in snapshot_entries(broker.replicas.state, found.number)))
+        for entry in snapshot_entries(broker.replicas.state, found.stream)))
 
 
 # ---------------------------------------------------------------- DescribeTransactions / ListTransactions

@@ -20,8 +20,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import javaproperties
-
 from idemcore.broker.config_keys import DOUBLE_TEXT, INTEGER_TEXT, KEYS, LIST_SEPARATOR, Key, Kind, Use
 from idemcore.broker.security.listeners import (
     Endpoint,
@@ -33,13 +31,12 @@ from idemcore.broker.security.listeners import (
     split_listener_overrides,
 )
 from idemcore.errors import ConfigError
+from idemcore.net.properties import read_properties
 
 log = logging.getLogger(__name__)
 
 #: Where ``idemcore serve`` listens when ``listeners`` is not set: loopback, not Kafka's every interface.
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
-#: The largest properties file read (Kafka's own is a few kilobytes).
-MAX_PROPERTIES_BYTES = 1 << 20
 _HOST_PORT = re.compile(r"[^\s:/,]+:[0-9]{1,5}")
 
 
@@ -245,24 +242,6 @@ def _advertise(endpoint: Endpoint) -> Endpoint:
 
 
 # ------------------------------------------------------------ reading
-
-
-def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java properties file (what ``kafka-server-start.sh`` takes): ``key=value``, ``key: value`` or
-    ``key value``, ``#``/``!`` comments, backslash escapes and continuation lines, read as ISO-8859-1 as
-    ``java.util.Properties.load`` reads a stream; a key given twice keeps its last value."""
-    try:
-        with open(path, "rb") as stream:
-            text = stream.read(MAX_PROPERTIES_BYTES + 1)  # bounded: --config /dev/zero must not eat the memory
-    except OSError as exc:
-        raise ConfigError(f"cannot read the properties file {path}: {exc.strerror or exc}") from None
-    if len(text) > MAX_PROPERTIES_BYTES:
-        raise ConfigError(f"the properties file {path} is larger than {MAX_PROPERTIES_BYTES:,} bytes: not a "
-                          "server.properties")
-    try:
-        return dict(javaproperties.loads(text.decode("iso-8859-1")))
-    except javaproperties.InvalidUEscapeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 def read_settings(path: str | Path | None, overrides: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str]]:

@@ -1,4 +1,4 @@
-"""One partition of this broker (Kafka's ``Partition``): its log, under the broker-wide number its producers have in
+"""One partition of this broker (Kafka's ``Partition``): its log, under the broker-wide stream its producers have in
 the state table, and its part in replication.
 
 A broker running alone leads every partition it has and its high watermark is the log end (``replicated`` is
@@ -61,8 +61,8 @@ AlterIsr = Callable[["Partition", tuple[int, ...]], "int | None"]
 class Partition:
     topic: str
     partition: int
-    #: The partition's number in the producer-state table (rows of the kernel's ``stream`` column).
-    number: int
+    #: The partition's stream: its id in the producer-state table (the kernel's ``stream`` column).
+    stream: int
     log: PartitionLog
     #: Whether this partition is replicated (a broker in a cluster): False for a broker running alone.
     replicated: bool = False

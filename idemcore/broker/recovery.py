@@ -33,13 +33,13 @@ def recover_producer_state(partitions: Sequence[Partition], state: ProducerState
     for partition in partitions:
         start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
         if start < partition.log.log_end_offset:
-            found = partition.log.scan_from(start, partition.number)
+            found = partition.log.scan_from(start, partition.stream)
             if found is not None:
                 scanned.append(found)
     replayed = _replay(scanned, partitions, state, backend) if scanned else 0
     for partition in partitions:
         if partition.log.log_end_offset:
-            state.set_next_offset(partition.number, partition.log.log_end_offset, backend)
+            state.set_next_offset(partition.stream, partition.log.log_end_offset, backend)
     rows = state.n_producers
     # A transaction whose first batches retention deleted is known only to the producer state (its snapshot):
     # the log must hold its LSO at the log start too (Kafka loads ongoing transactions from the snapshot).
@@ -62,24 +62,24 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
     usable snapshot and the batches after it (Kafka's ``ProducerStateManager.truncateAndReload`` then
     ``rebuildProducerState``), note the transactions open in it on the log, and return how many batches were
     replayed. Unusable snapshots are deleted once it succeeded."""
-    number = partition.number
+    stream = partition.stream
     rows = state.n_producers
-    drop = state.row_stream[:rows] == number
+    drop = state.row_stream[:rows] == stream
     if drop.any():
         state.remove_rows(drop, backend)
-    present = state.stream_id[:state.n_streams] == number
+    present = state.stream_id[:state.n_streams] == stream
     if present.any():
         state.remove_streams(present, backend)
     unusable: list[tuple[PartitionLog, int, str]] = []
     start = _load_snapshot(partition, state, backend, unusable, now_ms, expiration_ms)
     replayed = 0
     if start < partition.log.log_end_offset:
-        found = partition.log.scan_from(start, number)
+        found = partition.log.scan_from(start, stream)
         if found is not None:
             replayed = _replay([found], _Numbered(partition), state, backend)
-    state.set_next_offset(number, partition.log.log_end_offset, backend)
+    state.set_next_offset(stream, partition.log.log_end_offset, backend)
     rows = state.n_producers
-    for row in np.flatnonzero((state.row_stream[:rows] == number)
+    for row in np.flatnonzero((state.row_stream[:rows] == stream)
                               & (state.row_txn_first_offset[:rows] >= 0)).tolist():
         partition.log.note_open_transaction(int(state.row_producer_id[row]), int(state.row_txn_first_offset[row]))
     for partition_log, offset, why in unusable:
@@ -88,7 +88,7 @@ def reload_partition_state(partition: Partition, state: ProducerStateTable, back
 
 
 class _Numbered(Sequence[Partition]):
-    """One partition, found by its number (what :func:`_replay` names a bad batch's partition by)."""
+    """One partition, found by its stream (what :func:`_replay` names a bad batch's partition by)."""
 
     def __init__(self, partition: Partition) -> None:
         self._partition = partition
@@ -120,7 +120,7 @@ def _load_snapshot(partition: Partition, state: ProducerStateTable, backend: Bac
             unusable.append((partition_log, offset, "below the log start offset"))
             continue
         path = partition_log.snapshot_path(offset)
-        read = load_snapshot_file(state, partition.number, path, backend, now_ms=now_ms, expiration_ms=expiration_ms)
+        read = load_snapshot_file(state, partition.stream, path, backend, now_ms=now_ms, expiration_ms=expiration_ms)
         if not read.problems:
             return offset
         log.warning("%s: the snapshot %s is corrupt (%s); using an older one or the log", partition_log.name,

@@ -70,10 +70,10 @@ class RequestColumns:
         #: check_into and commit_into bound to these arrays once, not at every append.
         self.kernels = BoundChecks(self.batch, self.verdicts, self.txns, self.commit)
 
-    def put(self, k: int, number: int, batch: RecordBatch, count: int | None = None,
+    def put(self, k: int, stream: int, batch: RecordBatch, count: int | None = None,
             control: tuple[int, int] | None = None) -> None:
-        """Row ``k``: the metadata of ``batch`` on the broker's partition ``number``; ``count``: the records it
-        spans when compaction removed some (its sequences and offsets still cover them); ``control``: a
+        """Row ``k``: the metadata of ``batch`` on the broker's partition of stream ``stream``; ``count``: the
+        records it spans when compaction removed some (its sequences and offsets still cover them); ``control``: a
         marker's (control type, coordinator epoch)."""
         b = self.batch
         if count is None:
@@ -83,7 +83,7 @@ class RequestColumns:
         else:
             b.is_control[k], (b.control_type[k], b.coordinator_epoch[k]) = 1, control
             count = 1
-        b.stream[k] = number
+        b.stream[k] = stream
         b.producer_id[k] = batch.producer_id
         b.producer_epoch[k] = batch.producer_epoch
         b.base_sequence[k] = batch.base_sequence
@@ -140,7 +140,7 @@ class ReplicaManager:
 
     def open_partition(self, topic: str, partition: int, config: TopicConfig, *, new: bool = False,
                        made: PartitionLog | None = None) -> Partition:
-        """Open one partition's log under the next broker-wide number (``made``: a new partition's log, made
+        """Open one partition's log under the next broker-wide stream (``made``: a new partition's log, made
         already off the loop)."""
         partition_log = self.log_manager.open_log(topic, partition, config, new=new) if made is None \
             else self.log_manager.adopt(made)
@@ -201,8 +201,8 @@ class ReplicaManager:
 
     def write_snapshot(self, partition_log: PartitionLog, offset: int) -> None:
         """The producer state of ``partition_log``'s partition, as its snapshot at ``offset``."""
-        number = self._index[(partition_log.topic, partition_log.partition)].number
-        data = encode_snapshot(snapshot_entries(self.state, number))
+        stream = self._index[(partition_log.topic, partition_log.partition)].stream
+        data = encode_snapshot(snapshot_entries(self.state, stream))
         if self.delayed is None or not self.delayed.running:
             partition_log.write_snapshot(offset, data)
             return
@@ -310,14 +310,14 @@ class ReplicaManager:
                                                              f"{target.name} (broker {target.leader_id} is)")
             elif batch.topic in INTERNAL_TOPICS and not request.internal:
                 problem = ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {batch.topic}"
-            elif target.number in seen:
+            elif target.stream in seen:
                 problem = ErrorCode.INVALID_REQUEST, f"a second batch for {batch.topic}-{batch.partition}"
             else:
                 problem = (offline or self._below_min_isr(target, request.acks) or malformed_batch(batch)
                            or self._refused(batch))
                 if problem is None:
-                    columns.put(len(entries), target.number, batch)
-                    seen.add(target.number)
+                    columns.put(len(entries), target.stream, batch)
+                    seen.add(target.stream)
                     entries.append(_Entry(target, batch))
                     positions.append(position)
                     continue
@@ -393,7 +393,7 @@ class ReplicaManager:
             if target is not None and not target.is_leader:
                 answers[position] = PartitionResponse(topic, partition_number, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 continue
-            if target is None or target.number in seen or not fields_fit:
+            if target is None or target.stream in seen or not fields_fit:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if target is None and fields_fit \
                     else ErrorCode.INVALID_REQUEST
                 answers[position] = PartitionResponse(topic, partition_number, code, error_message=(
@@ -402,8 +402,8 @@ class ReplicaManager:
             # The marker's producer metadata, as the control batch carries it.
             batch = RecordBatch(topic, partition_number, (), None, marker.producer_id, marker.producer_epoch, -1, now,
                                 True)
-            columns.put(len(entries), target.number, batch, control=(control_type, marker.coordinator_epoch))
-            seen.add(target.number)
+            columns.put(len(entries), target.stream, batch, control=(control_type, marker.coordinator_epoch))
+            seen.add(target.stream)
             entries.append(_Entry(target, batch, marker))
             positions.append(position)
         if entries:
@@ -474,7 +474,7 @@ class ReplicaManager:
         Returns the batches appended: the log stops before a batch that rolls a segment unless it is the first, so
         the roll's snapshot holds the state of every batch below it (the rest is fetched again)."""
         partition_log = partition.log
-        packed = partition_log.append_replicated(records, partition.number)
+        packed = partition_log.append_replicated(records, partition.stream)
         count = len(packed)
         if count:
             verdicts = validate_into(packed, self.state, Origin.REPLICATION, self.backend, Verdicts.allocate(count))
@@ -484,7 +484,7 @@ class ReplicaManager:
                 log.warning("%s: replicated batch at offset %d of producer %d: %s", partition.name,
                             int(packed["base_offset"][row]), int(packed["producer_id"][row]),
                             ErrorCode(int(verdicts.error_code[row])).name)
-            self.state.set_next_offset(partition.number, partition_log.log_end_offset, self.backend)
+            self.state.set_next_offset(partition.stream, partition_log.log_end_offset, self.backend)
             self.log_manager.wrote(partition_log)
         return count
 

@@ -96,7 +96,7 @@ def command_config_security(path: str | None) -> Any:
     command's ``--command-config``); None when no file is given."""
     if path is None:
         return None
-    from idemcore.broker.config import read_properties
     from idemcore.net.client_security import ClientSecurity
+    from idemcore.net.properties import read_properties
 
     return ClientSecurity.from_properties(read_properties(path))

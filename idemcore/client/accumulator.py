@@ -38,7 +38,7 @@ class RecordAccumulator:
         self.batch_created: Callable[[int], None] | None = None
 
     def queue(self, topic: str, partition: int) -> tuple[int, deque[ProducerBatch]]:
-        stream = self.partitions.number(topic, partition)  # the producer's dense id of the pair
+        stream = self.partitions.stream_of(topic, partition)
         while len(self.queues) <= stream:
             self.queues.append(deque())
         return stream, self.queues[stream]

@@ -27,7 +27,8 @@ BOOKKEEPING_FIELDS = tuple(name for name in _FIELDS if not name.startswith("head
 
 
 class PartitionArrays:
-    """One array per field over the producer's partitions, numbered 0..n-1 in order of first use."""
+    """One array per field over the producer's partitions, indexed by the producer's own stream of each
+    (topic, partition): 0..n-1 in order of first use."""
 
     # Set by name (setattr) in _grow, dtypes as in _FIELDS; declared here for the type checker only.
     head_queued: npt.NDArray[np.uint8]
@@ -45,7 +46,7 @@ class PartitionArrays:
     unresolved: npt.NDArray[np.uint8]
 
     def __init__(self, capacity: int = 16) -> None:
-        self.numbers: dict[tuple[str, int], int] = {}
+        self.streams: dict[tuple[str, int], int] = {}
         self.names: list[tuple[str, int]] = []
         self._capacity = 0
         self._grow(capacity)
@@ -61,17 +62,17 @@ class PartitionArrays:
     def __len__(self) -> int:
         return len(self.names)
 
-    def number(self, topic: str, partition: int) -> int:
-        """The number of (topic, partition), assigning the next one on first use."""
+    def stream_of(self, topic: str, partition: int) -> int:
+        """The stream of (topic, partition), assigning the next one on first use."""
         key = (topic, partition)
-        number = self.numbers.get(key)
-        if number is None:
-            number = len(self.names)
-            if number == self._capacity:
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = len(self.names)
+            if stream == self._capacity:
                 self._grow(2 * self._capacity)
-            self.numbers[key] = number
+            self.streams[key] = stream
             self.names.append(key)
-        return number
+        return stream
 
     def kernel_view(self, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
         """The named arrays cut to the partitions in use (views: the kernel's writes land here)."""

@@ -313,9 +313,9 @@ class _InitProducerIdHandler(_Handler):
 
 class _AddPartitionsHandler(_Handler):
     name = "AddPartitionsToTxn"
-    def __init__(self, manager: TransactionManager, numbers: frozenset[int]) -> None:
+    def __init__(self, manager: TransactionManager, streams: frozenset[int]) -> None:
         super().__init__(manager, TransactionalResult("AddPartitionsToTxn"))
-        self.numbers = numbers
+        self.streams = streams
         self.backoff_ms = manager.retry_backoff_ms
 
     def retry_backoff_ms(self) -> int:
@@ -323,7 +323,7 @@ class _AddPartitionsHandler(_Handler):
 
     def build(self, request_id: int) -> Request:
         names = self.m.partitions.names
-        partitions = tuple(sorted(names[number] for number in self.numbers))
+        partitions = tuple(sorted(names[stream] for stream in self.streams))
         producer_id, epoch = self.m.producer_id_and_epoch
         return AddPartitionsToTxnRequest(self.m.transactional_id, producer_id, epoch, partitions, request_id)
 
@@ -365,14 +365,14 @@ class _AddPartitionsHandler(_Handler):
             first_code = code if first_code is None else first_code
         names = m.partitions.names
         answered = {(a.topic, a.partition) for a in response.results}
-        failed += [f"{names[n][0]}-{names[n][1]}: no answer" for n in sorted(self.numbers) if names[n] not in answered]
+        failed += [f"{names[n][0]}-{names[n][1]}: no answer" for n in sorted(self.streams) if names[n] not in answered]
         # Out of the pending set whatever the outcome (Kafka): after an error the batches are aborted anyway.
-        m.pending_partitions.difference_update(self.numbers)
+        m.pending_partitions.difference_update(self.streams)
         if failed:
             self.abortable(TransactionAbortableError("could not add partitions to the transaction: "
                                                      + ", ".join(failed), first_code))
             return
-        m.partitions_added(self.numbers)
+        m.partitions_added(self.streams)
         self.result.succeed()
 
 
@@ -530,13 +530,14 @@ class TransactionManager:
         self.sequences = TransactionalSequences(partitions, self)
         self.state = S.UNINITIALIZED
         self.last_error: TransactionError | None = None
-        # Partition numbers (PartitionArrays): new ones wait for the next AddPartitionsToTxn, pending ones are in
-        # one, added ones may be drained. ``partitions_in_transaction`` is shared with the accumulator (its drain
-        # mask), so it is changed in place and ``on_partitions_changed`` tells the accumulator which changed.
+        # Partitions by their stream (PartitionArrays): new ones wait for the next AddPartitionsToTxn, pending
+        # ones are in one, added ones may be drained. ``partitions_in_transaction`` is shared with the accumulator
+        # (its drain mask), so it is changed in place and ``on_partitions_changed`` tells the accumulator which
+        # changed.
         self.new_partitions: set[int] = set()
         self.pending_partitions: set[int] = set()
         self.partitions_in_transaction: set[int] = set()
-        self.on_partitions_changed: Callable[[Iterable[int]], None] = lambda numbers: None
+        self.on_partitions_changed: Callable[[Iterable[int]], None] = lambda streams: None
         self.pending_offsets: dict[tuple[str, int], OffsetEntry] = {}
         self.coordinators: dict[tuple[int, str], int] = {}
         self.transaction_started = False  # a partition or offsets were added: EndTxn must be sent
@@ -829,8 +830,8 @@ class TransactionManager:
             # transaction must add its partitions again (the coordinator knows none of them).
             self._forget_transaction()
 
-    def partitions_added(self, numbers: Iterable[int]) -> None:
-        added = set(numbers)
+    def partitions_added(self, streams: Iterable[int]) -> None:
+        added = set(streams)
         self.partitions_in_transaction |= added
         self.transaction_started = True
         log.debug("%s: added %s to the transaction", self.transactional_id,

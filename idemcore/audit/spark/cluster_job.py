@@ -199,8 +199,8 @@ def audit_cluster_spark(url: str, *, topics: Sequence[str] | None = None, start:
     partition one fetch task reads; ``spark``/``master``: the session, or the master of a new one. A worker's error
     comes back to the driver as one line."""
     from idemcore.audit.wire_coordinator import ask_coordinators
-    from idemcore.broker.config import read_properties
     from idemcore.net.client_security import ClientSecurity
+    from idemcore.net.properties import read_properties
 
     if spark is None and master is not None:
         check_master(master)

@@ -375,18 +375,18 @@ class PartitionLog:
                 if offset >= self.log_start_offset:
                     yield offset, key, value, batch
 
-    def scan_from(self, offset: int, number: int) -> BatchColumns | None:
-        """The batch metadata columns (``partition`` = ``number``) of the batches ending at or after ``offset``
-        (the one holding it too: a log start inside a batch, as Kafka's replay reads from ``translateOffset``),
-        read by the native header scan (recovery replays them into the producer state); None when there are
-        none."""
+    def scan_from(self, offset: int, stream: int) -> BatchColumns | None:
+        """The batch metadata columns (``stream`` in their stream column) of the batches ending at or after
+        ``offset`` (the one holding it too: a log start inside a batch, as Kafka's replay reads from
+        ``translateOffset``), read by the native header scan (recovery replays them into the producer state); None
+        when there are none."""
         parts: list[BatchColumns] = []
         for segment in self.segments[self._segment_index(offset):]:
             if not segment.size:
                 continue
             if self._directory is None:
                 raise IdemcoreError(f"{self.name}: a log kept in memory is never recovered")
-            scan = scan_segment(Path(segment.log.name), partition=number)
+            scan = scan_segment(Path(segment.log.name), stream=stream)
             keep = np.flatnonzero(scan["last_offset"] >= offset)
             if len(keep):
                 parts.append(replay_metadata(scan, keep))
@@ -577,10 +577,10 @@ class PartitionLog:
 
     # --- a follower's appends and truncations ------------------------------------------------------------------
 
-    def append_replicated(self, data: bytes | bytearray | memoryview, number: int) -> BatchColumns:
+    def append_replicated(self, data: bytes | bytearray | memoryview, stream: int) -> BatchColumns:
         """Append batches fetched from the leader exactly as it stored them (offsets and leader epochs kept; Kafka's
-        ``UnifiedLog.appendAsFollower``), and return their metadata columns (``partition`` = ``number``) for the
-        producer state (REPLICATION origin), one row per batch appended.
+        ``UnifiedLog.appendAsFollower``), and return their metadata columns (``stream`` in their stream column)
+        for the producer state (REPLICATION origin), one row per batch appended.
 
         Nothing is appended unless every whole batch in ``data`` is valid: its CRC (CorruptRecordError naming the
         offset), offsets that follow on from the log end (an error naming both), leader epochs that never fall,
@@ -592,7 +592,7 @@ class PartitionLog:
         leader's appends, so a follower's segments are the leader's, byte for byte."""
         if self._closed:
             raise IdemcoreError(f"{self.name}: the log is closed")
-        scan = scan_buffer(data, partition=number)
+        scan = scan_buffer(data, stream=stream)
         where = f"{self.name}: replicated data"
         if scan.stop in (STOP_BAD_MAGIC, STOP_BAD_LENGTH):
             raise CorruptRecordError(f"{where} is corrupt at byte {scan.stop_position}: {scan.stop_detail}",

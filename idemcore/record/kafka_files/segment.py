@@ -156,10 +156,10 @@ class ScanBuffer:
         return self.columns
 
 
-def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: str | Backend | None = None,
+def scan_segment(path: str | os.PathLike[str], *, stream: int = 0, backend: str | Backend | None = None,
                  verify_crc: bool = True, chunk_rows: int = CHUNK_ROWS, buffer: ScanBuffer | None = None
                  ) -> SegmentScan:
-    """Scan every batch header of the segment at ``path`` (see the module docstring); ``partition`` fills the
+    """Scan every batch header of the segment at ``path`` (see the module docstring); ``stream`` fills the
     ``stream`` column (the caller's stream for this partition). Nothing in the file makes it raise; a file that
     cannot be opened raises OSError.
     ``buffer``: write into it (the scan's columns are its views, until its next use) instead of new arrays."""
@@ -176,7 +176,7 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             data = np.frombuffer(mapped, np.uint8)
             try:
-                columns, position, reason, facts = _scan(kernel, data, partition, verify_crc,
+                columns, position, reason, facts = _scan(kernel, data, stream, verify_crc,
                                                          min(chunk_rows, size // _MIN_BATCH + 1), buffer)
                 stop, detail = _stop(data, position, reason)
             finally:
@@ -185,7 +185,7 @@ def scan_segment(path: str | os.PathLike[str], *, partition: int = 0, backend: s
                        facts)
 
 
-def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, backend: str | Backend | None = None,
+def scan_buffer(data: bytes | bytearray | memoryview, *, stream: int = 0, backend: str | Backend | None = None,
                 verify_crc: bool = True) -> SegmentScan:
     """:func:`scan_segment` of bytes in memory (batches fetched from a leader, say): positions count from
     ``data[0]``; ``path`` is empty and ``base_offset`` None."""
@@ -194,12 +194,12 @@ def scan_buffer(data: bytes | bytearray | memoryview, *, partition: int = 0, bac
     if not len(array):
         empty = {name: np.empty(0, dtype) for name, dtype in SCAN_COLUMNS.items()}
         return SegmentScan(Path(), None, 0, empty, STOP_END, 0, "no bytes", kernel.name, verify_crc)
-    columns, position, reason, facts = _scan(kernel, array, partition, verify_crc, len(array) // _MIN_BATCH + 1)
+    columns, position, reason, facts = _scan(kernel, array, stream, verify_crc, len(array) // _MIN_BATCH + 1)
     stop, detail = _stop(array, position, reason)
     return SegmentScan(Path(), None, len(array), columns, stop, position, detail, kernel.name, verify_crc, facts)
 
 
-def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, capacity: int,
+def _scan(kernel: Backend, data: np.ndarray, stream: int, verify_crc: bool, capacity: int,
           buffer: ScanBuffer | None = None) -> tuple[dict[str, np.ndarray], int, int, ScanFacts]:
     """The first ``capacity`` rows (or as many as ``buffer`` holds), then the rest straight into arrays sized from
     the batches seen so far (5% more; doubled if that was short), so a segment's columns are written once and not
@@ -209,7 +209,7 @@ def _scan(kernel: Backend, data: np.ndarray, partition: int, verify_crc: bool, c
     out = buffer.room(capacity)
     count = 0
     while True:
-        count += kernel.scan_headers(data, 0, partition, verify_crc, cursor, *(column[count:] for column in out))
+        count += kernel.scan_headers(data, 0, stream, verify_crc, cursor, *(column[count:] for column in out))
         if int(cursor[1]) != scan_codes.SCAN_FULL:
             return {name: column[:count] for name, column in zip(SCAN_COLUMNS, out, strict=True)}, \
                 int(cursor[0]), int(cursor[1]), ScanFacts.of_cursor(cursor)
