@@ -825,10 +825,12 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
 
     aud = commands.add_parser(
         "audit", parents=[common],
-        help="audit a Parquet dataset of batch metadata with Spark (findings: docs/rules.md §5)",
-        description="Replay every (topic, partition) stream of a Parquet dataset through Kafka's producer-state "
-                    "rules with Spark (Python workers read the files; only findings come back) and report "
-                    "duplicates, gaps, zombie writes and hanging transactions.")
+        help="audit batch metadata in Parquet (with Spark), a Kafka log directory, or a live cluster "
+             "(kafka://HOST:PORT); findings: docs/rules.md §5",
+        description="Replay every (topic, partition) stream through Kafka's producer-state rules and report "
+                    "duplicates, gaps, zombie writes and hanging transactions: a Parquet dataset with Spark "
+                    "(Python workers read the files; only findings come back), a Kafka log directory in "
+                    "process (--spark to distribute it), or a live cluster over the wire (kafka://...).")
     aud.add_argument("path", help="a Parquet file or directory, local or a URI (file://, hdfs://, s3://...), "
                                   "a dataset written by `idemcore generate`, Kafka's log directory (or "
                                   "partition directories, segment files: audited in-process), or a live cluster, "
