@@ -17,6 +17,7 @@ leader, the controller to each broker, a transaction coordinator to partition le
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import itertools
 import socket
@@ -185,7 +186,7 @@ def _no_answer(request: Request) -> Response | None:
     return None
 
 
-class _Channel:
+class _Channel(abc.ABC):
     """What both channels are set up with: the broker's address, timeouts and security, and the sans-IO part."""
 
     def __init__(self, host: str, port: int, client_id: str, *, connect_timeout_ms: int = 10_000,
@@ -198,9 +199,9 @@ class _Channel:
         self._versions: dict[int, tuple[int, int]] = {}
         self._unconnected()
 
+    @abc.abstractmethod
     def _unconnected(self) -> None:
         """Each channel's own starting state: its lock (one call at a time) and no connection yet."""
-        raise NotImplementedError
 
     def _step(self, opening: Generator[tuple[bytes, str], bytes, dict[int, tuple[int, int]]],
               answer: bytes | None = None) -> tuple[bytes, str] | None:
