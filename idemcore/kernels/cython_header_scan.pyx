@@ -14,6 +14,27 @@ from kernel_defs cimport CONTROL_ABORT, CONTROL_COMMIT, SEQ_MAX, seq_add
 
 ctypedef uint32_t (*crc32c_extend_t)(uint32_t crc, const uint8_t *data, size_t size) noexcept nogil
 
+cdef extern from *:
+    """
+    /* A hint to fetch p's cache line (an asm on x86: GCC 12 dropped __builtin_prefetch from such loops). */
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+      #define IDEMCORE_SCAN_PREFETCH(p) __asm__ volatile("prefetcht0 %0" :: "m"(*(const char *)(p)))
+    #elif defined(__GNUC__)
+      #define IDEMCORE_SCAN_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+    #else
+      #define IDEMCORE_SCAN_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void IDEMCORE_SCAN_PREFETCH(const void *p) noexcept nogil
+
+cdef enum:
+    # Without CRCs the scan reads one or two lines of each batch: each header a miss the processor does not see
+    # coming (the next position is known only from this batch's length), so the lines up to this many bytes
+    # ahead are asked for, as a stream. On bench_logdir.py's segments (~420-byte batches): 460 -> 86 ms per
+    # 1.25 GB; with CRCs it made the scan slower (150 -> 165 ms), so it is not done there.
+    READ_AHEAD = 4096
+    CACHE_LINE = 64
+
 cdef enum:
     # Offsets in a v2 batch (mirrors header_scan_reference; tests/test_header_scan.py compares them).
     BASE_OFFSET_AT = 0
@@ -67,6 +88,7 @@ cdef enum:
 
 #: The values above, by name, for the tests.
 SCAN_CODES = {
+    "READ_AHEAD": READ_AHEAD, "CACHE_LINE": CACHE_LINE,
     "BASE_OFFSET_AT": BASE_OFFSET_AT, "LENGTH_AT": LENGTH_AT, "LEADER_EPOCH_AT": LEADER_EPOCH_AT,
     "MAGIC_AT": MAGIC_AT, "CRC_AT": CRC_AT, "ATTRIBUTES_AT": ATTRIBUTES_AT,
     "LAST_OFFSET_DELTA_AT": LAST_OFFSET_DELTA_AT, "MAX_TIMESTAMP_AT": MAX_TIMESTAMP_AT,
@@ -216,6 +238,7 @@ def scan_headers(
     cdef int64_t base_offset
     cdef int compression, control_type
     cdef uint8_t crc_ok
+    cdef int64_t ahead  # (without CRCs) the first byte not yet asked for
     # Facts (a cursor of SCAN_CURSOR_SLOTS slots): kept in locals during the loop, written back after it.
     cdef bint facts = cursor.shape[0] >= SCAN_CURSOR_SLOTS
     cdef int64_t rows = 0, crc_bad = 0, first_not_rising = 0, previous_last = 0, span_differs = 0, records = 0
@@ -236,6 +259,7 @@ def scan_headers(
     if size > 0:
         base = &data[0]
     p = cursor[0]
+    ahead = p
     if facts:
         rows, crc_bad, first_not_rising = cursor[FACT_ROWS], cursor[FACT_CRC_BAD], cursor[FACT_FIRST_NOT_RISING]
         previous_last, span_differs, records = cursor[FACT_LAST_OFFSET], cursor[FACT_SPAN_DIFFERS], cursor[FACT_RECORDS]
@@ -255,6 +279,10 @@ def scan_headers(
                 reason = SCAN_TRUNCATED
                 break
             b = base + p
+            if not verify_crc:  # (a CRC reads every byte in order, which the processor sees coming)
+                while ahead < p + READ_AHEAD and ahead < size:
+                    IDEMCORE_SCAN_PREFETCH(base + ahead)
+                    ahead += CACHE_LINE
             if b[MAGIC_AT] != MAGIC_V2:
                 reason = SCAN_BAD_MAGIC
                 break

@@ -145,6 +145,34 @@ if getattr(numba.config, "DISABLE_JIT", False):  # interpreted (coverage runs): 
     _batch_crc = header_scan_reference.batch_crc
 
 
+@intrinsic
+def _prefetch_byte(typingctx, data, index):
+    """An LLVM prefetch (read, locality 3, data cache) of the cache line of ``data[index]`` (a 1-D array)."""
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        address = builder.gep(array.data, [context.cast(builder, args[1], signature.args[1], numba.types.intp)])
+        byte_pointer = ir.IntType(8).as_pointer()
+        word = ir.IntType(32)
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, word, word, word]), "llvm.prefetch.p0")
+        builder.call(prefetch, [builder.bitcast(address, byte_pointer), ir.Constant(word, 0), ir.Constant(word, 3),
+                                ir.Constant(word, 1)])
+        return context.get_dummy_value()
+    return numba.types.none(data, index), codegen
+
+
+@numba.jit(**HELPER_OPTIONS)
+def _read_ahead(data, ahead, until):
+    while ahead < until:
+        _prefetch_byte(data, ahead)
+        ahead += header_scan_reference.CACHE_LINE
+    return ahead
+
+
+if getattr(numba.config, "DISABLE_JIT", False):  # interpreted: the reference's no-op
+    _read_ahead = header_scan_reference.read_ahead
+
+
 @numba.jit(**HELPER_OPTIONS)
 def _read_u8(data, p):
     return np.int64(data[p])  # Numba's int() of a uint8 stays uint8 (and its shifts unsigned); Python's is exact
@@ -169,7 +197,8 @@ def _prepare_crc32c(verify_crc) -> None:
 _HEADER_SCAN_FUNCTIONS = ("read_u32", "read_i32", "read_i16", "read_i64", "add_i64", "batch_last_sequence",
                           "read_varint", "skip_varint", "decode_control", "scan_batches")
 _compiled_scan = _compile_module_functions(header_scan_reference, _HEADER_SCAN_FUNCTIONS,
-                                           {**_compiled_sequences, "read_u8": _read_u8, "batch_crc": _batch_crc})
+                                           {**_compiled_sequences, "read_u8": _read_u8, "batch_crc": _batch_crc,
+                                            "read_ahead": _read_ahead})
 # The entry point stays Python (argument checks, binding the CRC); it calls the compiled loop.
 _scan_namespace = {**vars(header_scan_reference), **_compiled_scan, "prepare_crc32c": _prepare_crc32c}
 scan_headers = types.FunctionType(header_scan_reference.scan_headers.__code__, _scan_namespace, "scan_headers")
