@@ -169,9 +169,11 @@ def list_partition_dir(path: str | os.PathLike[str], only: Iterable[int] | None 
     snapshots: list[tuple[int, Path]] = []
     checkpoint = None
     ignored: list[IgnoredFile] = []
-    for child in sorted(path.iterdir()):
-        name = child.name
-        if child.is_dir():
+    with os.scandir(path) as listing:  # (its entries know which are directories: no stat per file)
+        entries = sorted((entry.name, entry.is_dir()) for entry in listing)
+    for name, is_dir in entries:
+        child = path / name
+        if is_dir:
             ignored.append(IgnoredFile(child, "a directory inside a partition directory"))
             continue
         marked = next((suffix for suffix in MARKED_FILE_SUFFIXES if name.endswith(suffix)), None)
@@ -264,19 +266,22 @@ def list_log_dir(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
         elif _is_partition_dir(given):
             _add_whole(partitions, given)
         else:
-            for child in sorted(given.iterdir()):
-                parsed_dir = parse_partition_dir(child.name) if child.is_dir() else None
+            with os.scandir(given) as listing:  # (its entries know which are directories: no stat per child)
+                children = sorted((entry.name, entry.is_dir()) for entry in listing)
+            for name, is_dir in children:
+                child = given / name
+                parsed_dir = parse_partition_dir(name) if is_dir else None
                 if parsed_dir is not None and parsed_dir[0] == METADATA_TOPIC:
                     ignored.append(IgnoredFile(child, "KRaft's metadata log (Raft records, not producer data; name "
                                                       "it to read it anyway)"))
                 elif parsed_dir is not None:
                     _add_whole(partitions, child)
-                elif child.is_dir():
-                    marked = _MARKED_DIR.fullmatch(child.name)
+                elif is_dir:
+                    marked = _MARKED_DIR.fullmatch(name)
                     ignored.append(IgnoredFile(child, _MARKED_DIR_REASONS[marked.group(4)] if marked
                                                else "not a partition directory (<topic>-<partition>)"))
                 else:
-                    ignored.append(IgnoredFile(child, ROOT_FILES.get(child.name, "not a partition directory")))
+                    ignored.append(IgnoredFile(child, ROOT_FILES.get(name, "not a partition directory")))
     listed = [list_partition_dir(path, only) for path, only in partitions.items()]
     seen: dict[tuple[str, int], Path] = {}
     for p in listed:
