@@ -5,6 +5,8 @@ Run: scripts/dev bench
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import time
 
 import numpy as np
@@ -62,26 +64,42 @@ def bench_public_beside_presized(benchmark, streams, record_seconds, backend, th
     columns = packed.to_dict()
     validate(packed.slice(0, 10_000), backend=backend, threads=threads)
     out = validate(packed, backend=backend)  # (every page of the verdicts touched)
-    public: list[float] = []
-    presized: list[float] = []
+    public: list[tuple[float, float, float]] = []  # (wall, user CPU, system CPU) seconds per round
+    presized: list[tuple[float, float, float]] = []
 
     def alternate():
         verdicts = None
         for _ in range(ALTERNATING_ROUNDS):
             del verdicts  # (a user's earlier result is gone too)
-            start = time.perf_counter()
-            verdicts = validate(columns, backend=backend, threads=threads)
-            public.append(time.perf_counter() - start)
+            with _timed(public):
+                verdicts = validate(columns, backend=backend, threads=threads)
             state = _presized_table(packed)
-            start = time.perf_counter()
-            validate(packed, state=state, backend=backend, threads=threads, out=out)
-            presized.append(time.perf_counter() - start)
+            with _timed(presized):
+                validate(packed, state=state, backend=backend, threads=threads, out=out)
         return verdicts
 
     verdicts = benchmark.pedantic(alternate, rounds=1, iterations=1)
     assert verdicts.counts()["duplicate"] > 0
-    record_seconds(f"public-call {backend} t{threads} {stream}", min(public), len(packed))
-    record_seconds(f"public-call-presized {backend} t{threads} {stream}", min(presized), len(packed))
+    for label, rounds in (("public-call", public), ("public-call-presized", presized)):
+        record_seconds(f"{label} {backend} t{threads} {stream}", min(wall for wall, _, _ in rounds), len(packed))
+        # User CPU time apart: the system time of first-touch page faults varies from round to round on a virtual
+        # machine that hands freed memory back to its host (free page reporting), and only the public call has
+        # fresh memory to touch.
+        record_seconds(f"{label}-user {backend} t{threads} {stream}", min(user for _, user, _ in rounds),
+                       len(packed))
+        record_seconds(f"{label}-system {backend} t{threads} {stream}", min(system for _, _, system in rounds),
+                       len(packed))
+
+
+@contextlib.contextmanager
+def _timed(into: list[tuple[float, float, float]]):
+    """Append the (wall, user CPU, system CPU) seconds of the block (CPU of the whole process: its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    yield
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    into.append((wall, after.ru_utime - usage.ru_utime, after.ru_stime - usage.ru_stime))
 
 
 @pytest.mark.parametrize("stream", STREAMS)

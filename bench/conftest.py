@@ -46,8 +46,8 @@ def pytest_terminal_summary(terminalreporter):
     rates = {label: batches / seconds / 1e6 for label, (seconds, batches) in _results.items()}
     baselines = {label.split(" ")[-1]: rate for label, rate in rates.items() if label.startswith("baseline")}
     for label, rate in sorted(rates.items()):
-        if label.startswith("produce requests"):
-            continue
+        if label.startswith("produce requests") or "-user " in label or "-system " in label:
+            continue  # (printed beside their pairs below)
         stream = label.split(" ")[-1]
         ratio = ""
         if not label.startswith("baseline") and stream in baselines:
@@ -68,11 +68,19 @@ def _public_call_summary(write, rates: dict[str, float]) -> None:
     pairs = [(label.removeprefix("public-call "), rate, rates.get(label.replace("public-call", "public-call-presized")))
              for label, rate in sorted(rates.items()) if label.startswith("public-call ")]
     if pairs:
-        write("validate(columns) from fresh state beside the presized kernel (t: threads, alternating rounds):")
+        write("validate(columns) from fresh state beside the presized kernel (t: threads, alternating rounds; best "
+              "round of each by wall time, and by user CPU time; system CPU time of the best round per batch):")
     for shape, public, presized in pairs:
         if presized:
             write(f"  {shape:<30} {public:7.2f} vs {presized:7.2f} M/s: the kernel is {presized / public:.2f}x "
                   "the public call (aim <= 1.25)")
+            user, user_presized = (rates.get(f"{label}-user {shape}") for label in ("public-call",
+                                                                                 "public-call-presized"))
+            system, system_presized = (rates.get(f"{label}-system {shape}") for label in ("public-call",
+                                                                                       "public-call-presized"))
+            if user and user_presized and system and system_presized:
+                write(f"  {'':<30} user CPU {1e3 / user:.1f} vs {1e3 / user_presized:.1f} ns per batch "
+                      f"({user_presized / user:.2f}x); system CPU {1e3 / system:.1f} vs {1e3 / system_presized:.1f}")
 
 
 def _spark_summary(write, rates: dict[str, float]) -> None:
