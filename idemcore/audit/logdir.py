@@ -349,21 +349,11 @@ class LogReplayer(StreamReplayer):
         is_txn, is_control = packed["is_transactional"], packed["is_control"]
         some = is_txn.any() or is_control.any() if facts is None else facts.transactional or facts.control
         txn = np.flatnonzero(is_txn | is_control) if some else None
-        if txn is not None:  # as StreamReplayer._count
-            appended = status[txn] == Status.APPENDED
-            marker = appended & is_control[txn]
-            data = appended & is_txn[txn] & ~marker
-            abort = packed["control_type"][txn] == ControlType.ABORT
-            txn_ids, producer = ids[txn], packed["producer_id"][txn]
-            self._aborted.add(txn_ids, producer, count[txn], data, marker, abort, size)
-        else:
-            self._aborted.grow(size)
+        self._count_transactional(packed, verdicts, txn, size, timestamps=True)
         stamps = packed["max_timestamp"]
         smallest, largest = (int(stamps.min()), int(stamps.max())) if facts is None else \
             (facts.min_timestamp, facts.max_timestamp)
         self._timeline.add(ids, stamps, size, np.array([0, n]), (smallest, largest))
-        if txn is not None:
-            self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
         self.min_timestamp = min(self.min_timestamp, smallest)
         self.max_timestamp = max(self.max_timestamp, largest)
 

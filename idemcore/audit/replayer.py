@@ -480,15 +480,7 @@ class StreamReplayer:
         # Transactions see only the transactional batches and markers (in order): usually few, often none.
         is_txn, is_control = packed["is_transactional"], packed["is_control"]
         txn = np.flatnonzero(is_txn | is_control) if is_txn.any() or is_control.any() else None
-        if txn is not None:
-            appended = status[txn] == Status.APPENDED
-            marker = appended & is_control[txn]
-            data = appended & is_txn[txn] & ~marker
-            abort = packed["control_type"][txn] == ControlType.ABORT
-            txn_ids, producer = ids[txn], packed["producer_id"][txn]
-            self._aborted.add(txn_ids, producer, count[txn], data, marker, abort, size)
-        else:
-            self._aborted.grow(size)
+        self._count_transactional(packed, verdicts, txn, size, timestamps)
         if timestamps:
             stamps = packed["max_timestamp"]
             ordered = ordered_runs(stamps, bounds) if bounds is not None and len(bounds) - 1 <= TIMELINE_RUNS \
@@ -498,10 +490,25 @@ class StreamReplayer:
             else:
                 smallest, largest = int(stamps.min()), int(stamps.max())
             self._timeline.add(ids, stamps, size, bounds, (smallest, largest), ordered)
-            if txn is not None:
-                self._durations.add(txn_ids, producer, verdicts.base_offset[txn], stamps[txn], data, marker, abort)
             self.min_timestamp = min(self.min_timestamp, smallest)
             self.max_timestamp = max(self.max_timestamp, largest)
+
+    def _count_transactional(self, packed: BatchColumns, verdicts: Verdicts, txn: np.ndarray | None, size: int,
+                             timestamps: bool) -> None:
+        """A feed's transactional batches and markers (``txn``: their rows, in order; None when it has none) into
+        the aborted records and, with ``timestamps``, the transactions' durations."""
+        if txn is None:
+            self._aborted.grow(size)
+            return
+        appended = verdicts.status[txn] == Status.APPENDED
+        marker = appended & packed["is_control"][txn]
+        data = appended & packed["is_transactional"][txn] & ~marker
+        abort = packed["control_type"][txn] == ControlType.ABORT
+        ids, producer = packed["stream"][txn], packed["producer_id"][txn]
+        self._aborted.add(ids, producer, packed["record_count"][txn], data, marker, abort, size)
+        if timestamps:
+            self._durations.add(ids, producer, verdicts.base_offset[txn], packed["max_timestamp"][txn], data, marker,
+                                abort)
 
     def _keep_findings(self, packed: BatchColumns, verdicts: Verdicts, order: pa.Array | None) -> None:
         rows = np.flatnonzero(verdicts.finding != 0)  # a bool mask: nonzero on int8 is far slower
