@@ -43,7 +43,9 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     write("")
     write("idemcore throughput (best round; M items/s: batches for validate, records for producers; ratios below)")
-    rates = {label: batches / seconds / 1e6 for label, (seconds, batches) in _results.items()}
+    # (a CPU time may be 0: a presized call has no page to fault, so no system time)
+    rates = {label: batches / seconds / 1e6 if seconds > 0 else float("inf")
+             for label, (seconds, batches) in _results.items()}
     baselines = {label.split(" ")[-1]: rate for label, rate in rates.items() if label.startswith("baseline")}
     for label, rate in sorted(rates.items()):
         if label.startswith("produce requests") or "-user " in label or "-system " in label:
