@@ -786,7 +786,7 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
         rows = np.minimum(np.searchsorted(positions, entry_position), max(len(positions) - 1, 0))
         starts = (rows < len(positions)) & (positions[rows] == entry_position) if len(positions) else \
             np.zeros(len(rows), bool)
-        inside = starts & (base[rows] <= entry_offset) & (entry_offset <= (last[-1] if len(last) else -1))
+        inside = starts & (base[rows] <= entry_offset) & (entry_offset <= last[-1]) if len(positions) else starts
         bad = np.flatnonzero(~inside)
         if len(bad):
             k = int(bad[0])

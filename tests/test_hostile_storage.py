@@ -1,0 +1,52 @@
+"""A hostile user's damage to a stopped broker's log directory, then ``idemcore audit LOGDIR`` and a restart: the
+audit names each damaged file and the byte where it is damaged (a warning, never a traceback), and the broker
+starts on what is whole or refuses in one line naming the file.
+
+What tests/test_fault_matrix.py (one flip in the middle of each file) and tests/test_hostile_serve.py (real
+clients) cover is not repeated: these are the byte positions they do not reach (a batch's length field, ...).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from idemcore.audit.logdir import audit_log_dir
+from idemcore.broker import Broker
+from idemcore.client import Producer
+
+REPO = Path(__file__).resolve().parent.parent
+#: Index entries at every batch (so the .index and .timeindex of a segment have entries to check).
+SETTINGS = {"segment_bytes": 1 << 20, "index_interval_bytes": 0}
+
+
+def _written(data_dir: Path) -> list[int]:
+    """Topic t (one partition): three batches of an idempotent producer, closed cleanly; their offsets."""
+    with Broker({"t": 1}, data_dir=data_dir, **SETTINGS) as broker:
+        producer = Producer(broker)
+        return [producer.send("t", b"v%d" % i, partition=0).result().offset for i in range(3)]
+
+
+def _flip(path: Path, position: int, mask: int = 0x40) -> None:
+    damaged = bytearray(path.read_bytes())
+    damaged[position] ^= mask
+    path.write_bytes(bytes(damaged))
+
+
+def test_a_first_batch_length_past_the_file_is_named_by_the_audit_not_a_traceback(tmp_path):
+    """The high byte of the first batch's length flipped: the segment holds no whole batch any more, while its
+    .index and .timeindex still have entries. The audit checked those entries against the batches scanned by
+    indexing an empty column (IndexError); it must name the torn batch at byte 0 and each index's first entry."""
+    data = tmp_path / "data"
+    _written(data)
+    segment = data / "t-0" / "00000000000000000000.log"
+    _flip(segment, 8)  # batchLength, the byte after the 8-byte base offset: 0x40 << 24 more bytes than the file
+    report = audit_log_dir(data)
+    named = {(problem.path.name, problem.position) for problem in report.problems}
+    assert (segment.name, 0) in named
+    assert ("00000000000000000000.index", 0) in named and ("00000000000000000000.timeindex", 0) in named
+    done = subprocess.run([sys.executable, "-m", "idemcore.cli", "audit", str(data)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"{segment}: position 0: torn tail" in done.stdout
