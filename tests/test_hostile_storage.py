@@ -50,3 +50,17 @@ def test_a_first_batch_length_past_the_file_is_named_by_the_audit_not_a_tracebac
                           text=True, timeout=120)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert f"{segment}: position 0: torn tail" in done.stdout
+
+
+def test_a_flipped_byte_in_a_producer_snapshot_is_named_by_the_audit_and_the_broker_rebuilds_the_state(tmp_path):
+    """The broker deletes a snapshot whose CRC fails and rebuilds from the log, as Kafka's loader does; the
+    audit, which replays the log and never loads snapshots, said nothing of the damage."""
+    data = tmp_path / "data"
+    offsets = _written(data)
+    (snapshot,) = (data / "t-0").glob("*.snapshot")
+    _flip(snapshot, snapshot.stat().st_size - 3)  # in the last producer entry, which only the CRC covers
+    problems = [problem for problem in audit_log_dir(data).problems if problem.path == snapshot]
+    assert [(problem.position, problem.kind) for problem in problems] == [(2, "crc_mismatch")]
+    with Broker({"t": 1}, data_dir=data, **SETTINGS) as broker:
+        producer = Producer(broker)
+        assert producer.send("t", b"after", partition=0).result().offset == offsets[-1] + 1

@@ -8,7 +8,7 @@ log). It returns the same :class:`~idemcore.audit.report.AuditReport`, as a :cla
 carries what the Parquet report has no room for: every finding with its segment file and byte position, the
 open transactions with the file and position of their first batch, and the problems of the files themselves
 (torn tails, CRC mismatches, indexes that disagree with their segment, aborted-transaction indexes that
-disagree with the ABORT markers).
+disagree with the ABORT markers, producer snapshots Kafka would delete as corrupt).
 
 The work is cut in two: :func:`audit_partitions` is one task's (scan, replay, cross-check and locate whole
 partitions, into a :class:`LogTaskResult`), :func:`merge_log_tasks` makes the report from the tasks' results. The
@@ -90,6 +90,7 @@ from idemcore.record.kafka_files import (
     SegmentScan,
     list_log_dir,
     read_offset_index,
+    read_snapshot,
     read_sound_indexes,
     read_time_index,
     read_txn_index,
@@ -532,6 +533,8 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     for files in partitions:
         found: list[FileProblem] = []
         part = _replay_partition(files, replayer, verify_crc, found, located, buffer, indexes)
+        # A snapshot Kafka's loader finds corrupt is deleted and rebuilt from the log: nothing lost, but damage.
+        found += [problem for _, snapshot in files.snapshots for problem in read_snapshot(snapshot).problems]
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
