@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from idemcore.audit.logdir import audit_log_dir
 from idemcore.broker import Broker
 from idemcore.client import Producer
+from idemcore.record.v2 import CorruptRecordError
 
 REPO = Path(__file__).resolve().parent.parent
 #: Index entries at every batch (so the .index and .timeindex of a segment have entries to check).
@@ -64,3 +67,31 @@ def test_a_flipped_byte_in_a_producer_snapshot_is_named_by_the_audit_and_the_bro
     with Broker({"t": 1}, data_dir=data, **SETTINGS) as broker:
         producer = Producer(broker)
         assert producer.send("t", b"after", partition=0).result().offset == offsets[-1] + 1
+
+
+@pytest.mark.parametrize("topic", ["__transaction_state", "__consumer_offsets"])
+def test_a_flipped_batch_length_in_an_internal_topic_is_refused_naming_the_segment(tmp_path, topic):
+    """After a clean stop the loader checks a segment only past its last index entry; a coordinator then reads
+    the whole partition. A batch length flipped before that tail made the read stop there as if at a torn tail
+    of a fetch answer: the broker started with the transactional id (or the group's offset) silently forgotten,
+    so a new producer got a new producer id and the old one's zombie was no longer fenced."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, **SETTINGS) as broker:
+        producer = Producer(broker, transactional_id="x")
+        producer.init_transactions()
+        for i in range(3):
+            producer.begin_transaction()
+            producer.send("t", b"v%d" % i, partition=0)
+            producer.send_offsets_to_transaction({("t", 0): i + 1}, "g")
+            producer.commit_transaction()
+        producer_id = producer.idempotence.producer_id
+    (segment,) = [path for path in data.glob(f"{topic}-*/*.log") if path.stat().st_size]
+    _flip(segment, 8)
+    with pytest.raises(CorruptRecordError) as raised:
+        Broker({"t": 1}, data_dir=data, **SETTINGS).close()
+    assert str(segment) in str(raised.value) and "position 0" in str(raised.value)
+    _flip(segment, 8)  # restored: the same id comes back
+    with Broker({"t": 1}, data_dir=data, **SETTINGS) as broker:
+        again = Producer(broker, transactional_id="x")
+        again.init_transactions()
+        assert again.idempotence.producer_id == producer_id
