@@ -8,6 +8,7 @@ clients) cover is not repeated: these are the byte positions they do not reach (
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from idemcore.audit.logdir import audit_log_dir
 from idemcore.broker import Broker
 from idemcore.client import Producer
+from idemcore.errors import IdemcoreError
 from idemcore.record.v2 import CorruptRecordError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,3 +97,20 @@ def test_a_flipped_batch_length_in_an_internal_topic_is_refused_naming_the_segme
         again = Producer(broker, transactional_id="x")
         again.init_transactions()
         assert again.idempotence.producer_id == producer_id
+
+
+@pytest.mark.parametrize("inside", ["t-0", "t-0/sub", "__consumer_offsets-0"])
+def test_a_data_dir_inside_a_running_brokers_is_refused_and_makes_nothing(tmp_path, inside):
+    """A second broker given a directory inside the first's (a partition directory, or the name of an internal
+    topic's partition the first has not made yet) took its own lock there and wrote its files into the first's
+    partition, or made ``__consumer_offsets-0`` so that the first could never make its offsets topic."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, **SETTINGS) as first:
+        Producer(first).send("t", b"before", partition=0).result()
+        files = sorted(path.relative_to(data) for path in data.rglob("*"))
+        nested = data / inside
+        refusal = re.escape(f"{nested}: inside {data}, the data directory in use by another broker")
+        with pytest.raises(IdemcoreError, match=refusal):
+            Broker({"u": 1}, data_dir=nested, **SETTINGS)
+        assert sorted(path.relative_to(data) for path in data.rglob("*")) == files
+        assert Producer(first).send("t", b"after", partition=0).result().offset == 1

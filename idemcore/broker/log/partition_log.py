@@ -356,7 +356,7 @@ class PartitionLog:
             data = self._used(segment).log.read(0, segment.size)
             try:
                 decoded = decode_stored_batches(self.topic, self.partition, data)
-                whole = sum(len(stored.raw) for stored in decoded)
+                whole = sum(len(stored.raw) for stored in decoded if stored.raw is not None)  # (always set here)
                 if whole < len(data):  # no torn tail here (recovery cut it): a damaged length runs past the end
                     for _ in iter_batches(data, whole):  # raises IncompleteBatchError naming the position
                         pass
