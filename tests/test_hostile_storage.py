@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from idemcore.audit.logdir import audit_log_dir
+from idemcore.audit.logdir import audit_log_dir, audit_partitions
 from idemcore.broker import Broker
 from idemcore.client import Producer
 from idemcore.errors import IdemcoreError
+from idemcore.record.kafka_files import list_log_dir
 from idemcore.record.v2 import CorruptRecordError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,3 +115,15 @@ def test_a_data_dir_inside_a_running_brokers_is_refused_and_makes_nothing(tmp_pa
             Broker({"u": 1}, data_dir=nested, **SETTINGS)
         assert sorted(path.relative_to(data) for path in data.rglob("*")) == files
         assert Producer(first).send("t", b"after", partition=0).result().offset == 1
+
+
+def test_a_snapshot_the_broker_deletes_between_listing_and_reading_is_skipped(tmp_path):
+    """A running broker keeps only its newest snapshots: one listed by the audit of a live directory can be gone
+    when it is read, which failed the whole audit with ENOENT (seen under a real producer's load)."""
+    data = tmp_path / "data"
+    _written(data)
+    listing = list_log_dir(data)
+    (snapshot,) = (data / "t-0").glob("*.snapshot")
+    snapshot.unlink()  # as the broker's cleanup does, after the listing
+    result = audit_partitions(listing.partitions)
+    assert result.problems.num_rows == 0

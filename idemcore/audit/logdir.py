@@ -533,8 +533,7 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     for files in partitions:
         found: list[FileProblem] = []
         part = _replay_partition(files, replayer, verify_crc, found, located, buffer, indexes)
-        # A snapshot Kafka's loader finds corrupt is deleted and rebuilt from the log: nothing lost, but damage.
-        found += [problem for _, snapshot in files.snapshots for problem in read_snapshot(snapshot).problems]
+        found += _snapshot_problems(files)
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
@@ -817,6 +816,19 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
             problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch", what))
     if segment.txn_index is not None:
         problems += read_txn_index(segment.txn_index, segment.base_offset).problems
+    return problems
+
+
+def _snapshot_problems(files: PartitionFiles) -> list[FileProblem]:
+    """The problems of the partition's producer snapshots: one Kafka's loader finds corrupt is deleted and the
+    state rebuilt from the log (nothing lost, but damage). A snapshot gone since the listing was deleted by the
+    broker writing the directory (it keeps the newest few): nothing to check."""
+    problems: list[FileProblem] = []
+    for _, snapshot in files.snapshots:
+        try:
+            problems += read_snapshot(snapshot).problems
+        except FileNotFoundError:
+            continue
     return problems
 
 
