@@ -127,3 +127,26 @@ def test_a_snapshot_the_broker_deletes_between_listing_and_reading_is_skipped(tm
     snapshot.unlink()  # as the broker's cleanup does, after the listing
     result = audit_partitions(listing.partitions)
     assert result.problems.num_rows == 0
+
+
+@pytest.mark.parametrize("deleted", [1, 2], ids=["starts-with-a-marker", "starts-with-data"])
+def test_retention_deleting_a_transactional_producers_first_segments_is_no_finding(tmp_path, deleted):
+    """Retention deletes the oldest segments: the audit meets a producer in the middle of its sequences and
+    accepts its first batch whatever its sequence (Kafka's rule for a producer whose records retention removed).
+    When the oldest segment left began with the producer's COMMIT marker, the marker made the producer known
+    with no sequence, and its next batch was reported as a gap from sequence 0."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker, transactional_id="x")
+        producer.init_transactions()
+        for i in range(12):  # a data batch and a COMMIT marker each: segments of 5 batches, alternately first
+            producer.begin_transaction()
+            producer.send("t", b"v%d" % i, partition=0)
+            producer.commit_transaction()
+    segments = sorted((data / "t-0").glob("*.log"))
+    for segment in segments[:deleted]:
+        for path in segment.parent.glob(segment.stem + ".*"):
+            path.unlink()
+    report = audit_log_dir(data)
+    assert report.finding_counts() == {}
+    assert not report.problems

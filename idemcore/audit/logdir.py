@@ -207,6 +207,11 @@ class LogState(ShardedState):
         ends[:known] = np.maximum(ends[:known], self._log_end[:known])
         return ends
 
+    def knows(self, stream: int, producer_id: int) -> bool:
+        """Whether the state holds ``producer_id`` on ``stream`` (a batch of it was replayed there)."""
+        table = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        return table >= 0 and self.tables[table].row_of(stream, producer_id) is not None
+
     def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
         columns = packed
         control = packed["is_control"]
@@ -282,7 +287,7 @@ class LogReplayer(StreamReplayer):
 
     def __init__(self, backend: str | Backend | None = None):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
-        self.state = LogState(self.backend)
+        self.state: LogState = LogState(self.backend)
         self._verdicts = Verdicts.allocate(0)  # reused by feed_segment
 
     def stream_of(self, topic: str, partition: int) -> int:
@@ -632,6 +637,11 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
             rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
+        if files.segments[0].base_offset > 0:  # the log's start was deleted (retention): producers met midway
+            kept = _without_markers_of_unknown_producers(replayer.state, stream, columns, part, index)
+            if kept is not None:
+                columns = {name: column[kept] for name, column in columns.items()}
+                rows = kept  # (not the scan's facts any more)
         if not len(columns["position"]):
             continue
         spans = _offset_spans(columns) if facts is None or facts.span_differs else {}
@@ -656,6 +666,34 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if len(found):
             located.append(_located(files, segment, columns, verdicts, found))
     return part
+
+
+def _without_markers_of_unknown_producers(state: LogState, stream: int, columns: dict[str, np.ndarray],
+                                         part: _Partition, segment_index: int) -> np.ndarray | None:
+    """The rows to replay without the COMMIT/ABORT markers of producers that no batch replayed so far (this
+    segment's before them included) made known: in a log whose start retention deleted, such a marker ends a
+    transaction whose records are gone. Replayed, it would make its producer known with no sequence, and the
+    producer's next batch (any sequence is accepted of a producer the log meets midway, Kafka's rule for records
+    removed by retention) would be judged a gap from sequence 0. Their ABORT markers are noted for the
+    ``.txnindex`` check. None when every row is kept."""
+    control = columns["is_control"].view(np.bool_)
+    marker_rows = np.flatnonzero(control)
+    if not len(marker_rows):
+        return None
+    producer_id = columns["producer_id"]
+    skip = np.zeros(len(control), np.bool_)
+    for pid in np.unique(producer_id[marker_rows]).tolist():
+        if state.knows(stream, pid):
+            continue
+        data = np.flatnonzero((producer_id == pid) & ~control)
+        before = marker_rows[producer_id[marker_rows] == pid]
+        skip[before[before < data[0]] if len(data) else before] = True
+    if not skip.any():
+        return None
+    for row in np.flatnonzero(skip & (columns["control_type"] == ControlType.ABORT)).tolist():
+        part.abort_markers[int(columns["base_offset"][row])] = (int(producer_id[row]), segment_index,
+                                                                int(columns["position"][row]))
+    return np.flatnonzero(~skip)
 
 
 def _offset_spans(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
