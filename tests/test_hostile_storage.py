@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from idemcore.audit import follow as follow_module
+from idemcore.audit.follow import Follower
 from idemcore.audit.logdir import audit_log_dir, audit_partitions
 from idemcore.broker import Broker
 from idemcore.client import Producer
 from idemcore.errors import IdemcoreError
-from idemcore.record.kafka_files import list_log_dir
+from idemcore.record.kafka_files import list_log_dir, scan_segment
 from idemcore.record.v2 import CorruptRecordError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,3 +152,31 @@ def test_retention_deleting_a_transactional_producers_first_segments_is_no_findi
     report = audit_log_dir(data)
     assert report.finding_counts() == {}
     assert not report.problems
+
+
+def test_a_follow_whose_listed_segment_retention_deletes_goes_on_with_the_next(tmp_path, monkeypatch):
+    """``audit --follow`` of a live log directory lists it each round, then reads the segments listed: retention
+    deleting one in between ended the follow with ENOENT (seen under a real producer's load with a small
+    retention.bytes). The segment is gone: the round reads on from the next one."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker)
+        for i in range(12):
+            producer.send("t", b"v%d" % i, partition=0).result()
+    first, *rest = sorted((data / "t-0").glob("*.log"))
+    assert rest
+    real_listing = follow_module.list_log_dir
+
+    def listed_then_deleted(path):  # the race, made certain: the listing names a segment retention then deletes
+        listing = real_listing(path)
+        for stale in first.parent.glob(first.stem + ".*"):
+            stale.unlink()
+        return listing
+
+    monkeypatch.setattr(follow_module, "list_log_dir", listed_then_deleted)
+    follower = Follower(data, checkpoint=tmp_path / "checkpoint")
+    try:
+        result = follower.poll()
+    finally:
+        follower.close()
+    assert result.batches == sum(len(scan_segment(path)) for path in rest)

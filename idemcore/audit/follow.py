@@ -18,7 +18,8 @@ What is new
   batch. Each round reads the bytes after that position (and the segments rolled since), whole batches only. A
   torn tail of the newest segment is a write in progress: waited for, not reported. A torn tail of a segment
   followed by a newer one (it rolled) is reported as the one-shot audit reports it, once. CRC failures are
-  reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. Not done here: the index
+  reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. A segment retention deletes
+  between a round's listing and its read is passed over. Not done here: the index
   cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
 
 Exactly once, across restarts
@@ -451,7 +452,10 @@ class Follower:
             for index, segment in enumerate(segments):
                 newest = index == len(segments) - 1
                 start = position if segment.base_offset == segment_base else 0
-                scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
+                try:
+                    scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
+                except FileNotFoundError:  # deleted since the listing (retention): nothing of it to read
+                    continue
                 waits = newest and scan.stop in (STOP_TORN_TAIL, STOP_ZERO_PADDING)
                 for problem in scan.problems():
                     if waits and problem.kind == STOP_TORN_TAIL.replace(" ", "_"):
