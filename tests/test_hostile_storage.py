@@ -180,3 +180,30 @@ def test_a_follow_whose_listed_segment_retention_deletes_goes_on_with_the_next(t
     finally:
         follower.close()
     assert result.batches == sum(len(scan_segment(path)) for path in rest)
+
+
+def test_a_follow_that_retention_outran_meets_the_producers_again_midway(tmp_path):
+    """Segments written and deleted by retention between two rounds of ``audit --follow`` were never read: the
+    producers' next batches were reported as sequence gaps, though nothing but retention removed anything (seen
+    with a real producer and a small retention.bytes). Their producers are met again midway, as in a log whose
+    start retention deleted, and the offsets never read are named."""
+    data = tmp_path / "data"
+
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker)
+        for i in range(4):
+            producer.send("t", b"a%d" % i, partition=0).result()
+        follower = Follower(data, checkpoint=tmp_path / "checkpoint")
+        try:
+            assert follower.poll().batches == 4
+            for i in range(20):
+                producer.send("t", b"b%d" % i, partition=0).result()
+            segments = sorted((data / "t-0").glob("*.log"))
+            for segment in segments[:-2]:  # retention: all but the last two segments, the first round's included
+                for path in segment.parent.glob(segment.stem + ".*"):
+                    path.unlink()
+            result = follower.poll()
+        finally:
+            follower.close()
+    assert result.findings.num_rows == 0
+    assert [problem.kind for problem in result.problems] == ["unread_offsets"]

@@ -19,7 +19,10 @@ What is new
   torn tail of the newest segment is a write in progress: waited for, not reported. A torn tail of a segment
   followed by a newer one (it rolled) is reported as the one-shot audit reports it, once. CRC failures are
   reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. A segment retention deletes
-  between a round's listing and its read is passed over. Not done here: the index
+  between a round's listing and its read is passed over; when retention removed offsets before a round read them
+  (a segment read from its start begins past what was replayed), they are named and the partition's producers
+  without an open transaction are met again midway (a producer in a transaction keeps its state: its next batch
+  can still read as a gap). Not done here: the index
   cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
 
 Exactly once, across restarts
@@ -468,6 +471,8 @@ class Follower:
                     waiting.append(f"{segment.log}: {scan.stop_detail}")
                 if len(scan):
                     advanced = True
+                    if start == 0:
+                        problems += _met_midway(part, segment, scan, replayer)
                     self._feed_segment(part, segment, scan, replayer, located)
                 self.positions[key] = (segment.base_offset, scan.stop_position)
             if advanced:
@@ -490,6 +495,25 @@ class Follower:
         found = np.flatnonzero(verdicts.finding)
         if len(found):
             located.append(_located(part, segment, columns, verdicts, found))
+
+
+def _met_midway(part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
+                replayer: StreamReplayer) -> list[FileProblem]:
+    """A segment read from its start whose first offset is past every offset replayed on its partition: the
+    segments between were deleted (retention) before a round read them. Its producers without an open
+    transaction are met again midway, as in a log whose start retention deleted (else each one's next batch
+    would be a gap); the offsets never read are named (no problem when there is no gap, or nothing read yet)."""
+    state = replayer.state
+    if not isinstance(state, LogState):
+        return []
+    stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
+    end, first = state.log_end(stream), int(scan["base_offset"][0])
+    if end <= 0 or first <= end:
+        return []
+    forgotten = state.forget_idle_producers(stream)
+    return [FileProblem(segment.log, 0, "unread_offsets",
+                        f"offsets {end}..{first - 1} of {part.name} were removed (retention) before the follow read "
+                        f"them: {forgotten} producer(s) met again midway")]
 
 
 def _scan_from(segment: SegmentFiles, start: int, partition: int, backend: Backend,

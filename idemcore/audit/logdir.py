@@ -212,6 +212,22 @@ class LogState(ShardedState):
         table = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
         return table >= 0 and self.tables[table].row_of(stream, producer_id) is not None
 
+    def log_end(self, stream: int) -> int:
+        """Past the last offset replayed on ``stream`` (0 before any)."""
+        return int(self._log_end[stream]) if 0 <= stream < len(self._log_end) else 0
+
+    def forget_idle_producers(self, stream: int) -> int:
+        """Drop the producers of ``stream`` with no open transaction (their next batch is then accepted whatever
+        its sequence, as of a producer whose records retention removed); return how many. Those in a transaction
+        stay: their marker is still to come, and the transaction's counts with it."""
+        table_index = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        if table_index < 0:
+            return 0
+        table = self.tables[table_index]
+        n = table.n_producers
+        idle = (table.row_stream[:n] == stream) & (table.row_txn_first_offset[:n] < 0)
+        return table.remove_rows(idle, self.backend) if idle.any() else 0
+
     def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
         columns = packed
         control = packed["is_control"]
