@@ -207,3 +207,25 @@ def test_a_follow_that_retention_outran_meets_the_producers_again_midway(tmp_pat
             follower.close()
     assert result.findings.num_rows == 0
     assert [problem.kind for problem in result.problems] == ["unread_offsets"]
+
+
+def test_a_follow_of_a_log_whose_start_retention_deleted_reports_no_gap(tmp_path):
+    """The first round of ``audit --follow`` over a log whose oldest segment (retention) is gone and whose
+    oldest left begins with a COMMIT marker: as in the one-shot audit, the marker is not replayed."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker, transactional_id="x")
+        producer.init_transactions()
+        for i in range(12):
+            producer.begin_transaction()
+            producer.send("t", b"v%d" % i, partition=0)
+            producer.commit_transaction()
+    oldest = sorted((data / "t-0").glob("*.log"))[0]
+    for path in oldest.parent.glob(oldest.stem + ".*"):
+        path.unlink()
+    follower = Follower(data, checkpoint=tmp_path / "checkpoint")
+    try:
+        result = follower.poll()
+    finally:
+        follower.close()
+    assert result.findings.num_rows == 0

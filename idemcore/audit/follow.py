@@ -22,7 +22,8 @@ What is new
   between a round's listing and its read is passed over; when retention removed offsets before a round read them
   (a segment read from its start begins past what was replayed), they are named and the partition's producers
   without an open transaction are met again midway (a producer in a transaction keeps its state: its next batch
-  can still read as a gap). Not done here: the index
+  can still read as a gap); in a log whose start retention deleted, a marker met before any batch of its
+  producer is not replayed, as in the one-shot audit. Not done here: the index
   cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
 
 Exactly once, across restarts
@@ -60,7 +61,15 @@ import pyarrow as pa
 
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
-from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogState, _located, _offset_spans, with_places
+from idemcore.audit.logdir import (
+    LOCATED_SCHEMA,
+    LogReplayer,
+    LogState,
+    _located,
+    _offset_spans,
+    _without_markers_of_unknown_producers,
+    with_places,
+)
 from idemcore.audit.replayer import StreamReplayer, TaskResult, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.errors import one_line
@@ -485,12 +494,16 @@ class Follower:
         rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
+        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
+        if part.segments[0].base_offset > 0 and isinstance(replayer.state, LogState):  # as audit_log_dir does
+            kept = _without_markers_of_unknown_producers(replayer.state, stream, columns, None, 0)
+            if kept is not None:
+                columns = {name: column[kept] for name, column in columns.items()}
         if not len(columns["position"]):
             return
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
                           for name in COLUMNS if name != "stream"})
-        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
         verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)
         if len(found):

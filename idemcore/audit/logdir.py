@@ -685,13 +685,13 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
 
 
 def _without_markers_of_unknown_producers(state: LogState, stream: int, columns: dict[str, np.ndarray],
-                                         part: _Partition, segment_index: int) -> np.ndarray | None:
+                                         part: _Partition | None, segment_index: int) -> np.ndarray | None:
     """The rows to replay without the COMMIT/ABORT markers of producers that no batch replayed so far (this
     segment's before them included) made known: in a log whose start retention deleted, such a marker ends a
     transaction whose records are gone. Replayed, it would make its producer known with no sequence, and the
     producer's next batch (any sequence is accepted of a producer the log meets midway, Kafka's rule for records
     removed by retention) would be judged a gap from sequence 0. Their ABORT markers are noted for the
-    ``.txnindex`` check. None when every row is kept."""
+    ``.txnindex`` check (``part``: None for none). None when every row is kept."""
     control = columns["is_control"].view(np.bool_)
     marker_rows = np.flatnonzero(control)
     if not len(marker_rows):
@@ -706,9 +706,10 @@ def _without_markers_of_unknown_producers(state: LogState, stream: int, columns:
         skip[before[before < data[0]] if len(data) else before] = True
     if not skip.any():
         return None
-    for row in np.flatnonzero(skip & (columns["control_type"] == ControlType.ABORT)).tolist():
-        part.abort_markers[int(columns["base_offset"][row])] = (int(producer_id[row]), segment_index,
-                                                                int(columns["position"][row]))
+    if part is not None:
+        for row in np.flatnonzero(skip & (columns["control_type"] == ControlType.ABORT)).tolist():
+            part.abort_markers[int(columns["base_offset"][row])] = (int(producer_id[row]), segment_index,
+                                                                    int(columns["position"][row]))
     return np.flatnonzero(~skip)
 
 
