@@ -18,7 +18,12 @@ What is new
   batch. Each round reads the bytes after that position (and the segments rolled since), whole batches only. A
   torn tail of the newest segment is a write in progress: waited for, not reported. A torn tail of a segment
   followed by a newer one (it rolled) is reported as the one-shot audit reports it, once. CRC failures are
-  reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. Not done here: the index
+  reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. A segment retention deletes
+  between a round's listing and its read is passed over; when retention removed offsets before a round read them
+  (a segment read from its start begins past what was replayed), they are named and the partition's producers
+  without an open transaction are met again midway (a producer in a transaction keeps its state: its next batch
+  can still read as a gap); in a log whose start retention deleted, a marker met before any batch of its
+  producer is not replayed, as in the one-shot audit. Not done here: the index
   cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
 
 Exactly once, across restarts
@@ -56,7 +61,15 @@ import pyarrow as pa
 
 from idemcore.audit import checkpoint as ckpt
 from idemcore.audit.columns import TOPIC, required_columns
-from idemcore.audit.logdir import LOCATED_SCHEMA, LogReplayer, LogState, _located, _offset_spans, with_places
+from idemcore.audit.logdir import (
+    LOCATED_SCHEMA,
+    LogReplayer,
+    LogState,
+    _located,
+    _offset_spans,
+    _without_markers_of_unknown_producers,
+    with_places,
+)
 from idemcore.audit.replayer import StreamReplayer, TaskResult, feed_in_order
 from idemcore.audit.report import DEFAULT_HANGING_AFTER_MS, AuditReport
 from idemcore.errors import one_line
@@ -451,7 +464,10 @@ class Follower:
             for index, segment in enumerate(segments):
                 newest = index == len(segments) - 1
                 start = position if segment.base_offset == segment_base else 0
-                scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
+                try:
+                    scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
+                except FileNotFoundError:  # deleted since the listing (retention): nothing of it to read
+                    continue
                 waits = newest and scan.stop in (STOP_TORN_TAIL, STOP_ZERO_PADDING)
                 for problem in scan.problems():
                     if waits and problem.kind == STOP_TORN_TAIL.replace(" ", "_"):
@@ -464,6 +480,8 @@ class Follower:
                     waiting.append(f"{segment.log}: {scan.stop_detail}")
                 if len(scan):
                     advanced = True
+                    if start == 0:
+                        problems += _met_midway(part, segment, scan, replayer)
                     self._feed_segment(part, segment, scan, replayer, located)
                 self.positions[key] = (segment.base_offset, scan.stop_position)
             if advanced:
@@ -476,16 +494,39 @@ class Follower:
         rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
+        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
+        if part.segments[0].base_offset > 0 and isinstance(replayer.state, LogState):  # as audit_log_dir does
+            kept = _without_markers_of_unknown_producers(replayer.state, stream, columns, None, 0)
+            if kept is not None:
+                columns = {name: column[kept] for name, column in columns.items()}
         if not len(columns["position"]):
             return
         columns.update(_offset_spans(columns))
         table = pa.table({name: columns[name].view(np.bool_) if COLUMNS[name] == np.bool_ else columns[name]
                           for name in COLUMNS if name != "stream"})
-        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
         verdicts = replayer.feed(table, np.full(table.num_rows, stream, np.int32))
         found = np.flatnonzero(verdicts.finding)
         if len(found):
             located.append(_located(part, segment, columns, verdicts, found))
+
+
+def _met_midway(part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
+                replayer: StreamReplayer) -> list[FileProblem]:
+    """A segment read from its start whose first offset is past every offset replayed on its partition: the
+    segments between were deleted (retention) before a round read them. Its producers without an open
+    transaction are met again midway, as in a log whose start retention deleted (else each one's next batch
+    would be a gap); the offsets never read are named (no problem when there is no gap, or nothing read yet)."""
+    state = replayer.state
+    if not isinstance(state, LogState):
+        return []
+    stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
+    end, first = state.log_end(stream), int(scan["base_offset"][0])
+    if end <= 0 or first <= end:
+        return []
+    forgotten = state.forget_idle_producers(stream)
+    return [FileProblem(segment.log, 0, "unread_offsets",
+                        f"offsets {end}..{first - 1} of {part.name} were removed (retention) before the follow read "
+                        f"them: {forgotten} producer(s) met again midway")]
 
 
 def _scan_from(segment: SegmentFiles, start: int, partition: int, backend: Backend,

@@ -8,7 +8,7 @@ log). It returns the same :class:`~idemcore.audit.report.AuditReport`, as a :cla
 carries what the Parquet report has no room for: every finding with its segment file and byte position, the
 open transactions with the file and position of their first batch, and the problems of the files themselves
 (torn tails, CRC mismatches, indexes that disagree with their segment, aborted-transaction indexes that
-disagree with the ABORT markers).
+disagree with the ABORT markers, producer snapshots Kafka would delete as corrupt).
 
 The work is cut in two: :func:`audit_partitions` is one task's (scan, replay, cross-check and locate whole
 partitions, into a :class:`LogTaskResult`), :func:`merge_log_tasks` makes the report from the tasks' results. The
@@ -90,6 +90,7 @@ from idemcore.record.kafka_files import (
     SegmentScan,
     list_log_dir,
     read_offset_index,
+    read_snapshot,
     read_sound_indexes,
     read_time_index,
     read_txn_index,
@@ -206,6 +207,27 @@ class LogState(ShardedState):
         ends[:known] = np.maximum(ends[:known], self._log_end[:known])
         return ends
 
+    def knows(self, stream: int, producer_id: int) -> bool:
+        """Whether the state holds ``producer_id`` on ``stream`` (a batch of it was replayed there)."""
+        table = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        return table >= 0 and self.tables[table].row_of(stream, producer_id) is not None
+
+    def log_end(self, stream: int) -> int:
+        """Past the last offset replayed on ``stream`` (0 before any)."""
+        return int(self._log_end[stream]) if 0 <= stream < len(self._log_end) else 0
+
+    def forget_idle_producers(self, stream: int) -> int:
+        """Drop the producers of ``stream`` with no open transaction (their next batch is then accepted whatever
+        its sequence, as of a producer whose records retention removed); return how many. Those in a transaction
+        stay: their marker is still to come, and the transaction's counts with it."""
+        table_index = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        if table_index < 0:
+            return 0
+        table = self.tables[table_index]
+        n = table.n_producers
+        idle = (table.row_stream[:n] == stream) & (table.row_txn_first_offset[:n] < 0)
+        return table.remove_rows(idle, self.backend) if idle.any() else 0
+
     def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
         columns = packed
         control = packed["is_control"]
@@ -281,7 +303,7 @@ class LogReplayer(StreamReplayer):
 
     def __init__(self, backend: str | Backend | None = None):
         super().__init__(Origin.CLIENT, order_by="base_offset", backend=backend)
-        self.state = LogState(self.backend)
+        self.state: LogState = LogState(self.backend)
         self._verdicts = Verdicts.allocate(0)  # reused by feed_segment
 
     def stream_of(self, topic: str, partition: int) -> int:
@@ -522,6 +544,7 @@ def audit_partitions(partitions: Sequence[PartitionFiles], *, backend: str | Bac
     for files in partitions:
         found: list[FileProblem] = []
         part = _replay_partition(files, replayer, verify_crc, found, located, buffer, indexes)
+        found += _snapshot_problems(files)
         problems += [(files, FILES_CHECK, problem) for problem in found]
         problems += [(files, TXN_INDEX_CHECK, problem) for problem in _check_txn_index(part)]
     result = replayer.finish()
@@ -620,6 +643,11 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
             rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
+        if files.segments[0].base_offset > 0:  # the log's start was deleted (retention): producers met midway
+            kept = _without_markers_of_unknown_producers(replayer.state, stream, columns, part, index)
+            if kept is not None:
+                columns = {name: column[kept] for name, column in columns.items()}
+                rows = kept  # (not the scan's facts any more)
         if not len(columns["position"]):
             continue
         spans = _offset_spans(columns) if facts is None or facts.span_differs else {}
@@ -644,6 +672,35 @@ def _replay_partition(files: PartitionFiles, replayer: LogReplayer, verify_crc: 
         if len(found):
             located.append(_located(files, segment, columns, verdicts, found))
     return part
+
+
+def _without_markers_of_unknown_producers(state: LogState, stream: int, columns: dict[str, np.ndarray],
+                                         part: _Partition | None, segment_index: int) -> np.ndarray | None:
+    """The rows to replay without the COMMIT/ABORT markers of producers that no batch replayed so far (this
+    segment's before them included) made known: in a log whose start retention deleted, such a marker ends a
+    transaction whose records are gone. Replayed, it would make its producer known with no sequence, and the
+    producer's next batch (any sequence is accepted of a producer the log meets midway, Kafka's rule for records
+    removed by retention) would be judged a gap from sequence 0. Their ABORT markers are noted for the
+    ``.txnindex`` check (``part``: None for none). None when every row is kept."""
+    control = columns["is_control"].view(np.bool_)
+    marker_rows = np.flatnonzero(control)
+    if not len(marker_rows):
+        return None
+    producer_id = columns["producer_id"]
+    skip = np.zeros(len(control), np.bool_)
+    for pid in np.unique(producer_id[marker_rows]).tolist():
+        if state.knows(stream, pid):
+            continue
+        data = np.flatnonzero((producer_id == pid) & ~control)
+        before = marker_rows[producer_id[marker_rows] == pid]
+        skip[before[before < data[0]] if len(data) else before] = True
+    if not skip.any():
+        return None
+    if part is not None:
+        for row in np.flatnonzero(skip & (columns["control_type"] == ControlType.ABORT)).tolist():
+            part.abort_markers[int(columns["base_offset"][row])] = (int(producer_id[row]), segment_index,
+                                                                    int(columns["position"][row]))
+    return np.flatnonzero(~skip)
 
 
 def _offset_spans(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -776,7 +833,7 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
         rows = np.minimum(np.searchsorted(positions, entry_position), max(len(positions) - 1, 0))
         starts = (rows < len(positions)) & (positions[rows] == entry_position) if len(positions) else \
             np.zeros(len(rows), bool)
-        inside = starts & (base[rows] <= entry_offset) & (entry_offset <= (last[-1] if len(last) else -1))
+        inside = starts & (base[rows] <= entry_offset) & (entry_offset <= last[-1]) if len(positions) else starts
         bad = np.flatnonzero(~inside)
         if len(bad):
             k = int(bad[0])
@@ -804,6 +861,19 @@ def _check_indexes(segment: SegmentFiles, scan: SegmentScan) -> list[FileProblem
             problems.append(FileProblem(segment.time_index, 12 * k, "timeindex_mismatch", what))
     if segment.txn_index is not None:
         problems += read_txn_index(segment.txn_index, segment.base_offset).problems
+    return problems
+
+
+def _snapshot_problems(files: PartitionFiles) -> list[FileProblem]:
+    """The problems of the partition's producer snapshots: one Kafka's loader finds corrupt is deleted and the
+    state rebuilt from the log (nothing lost, but damage). A snapshot gone since the listing was deleted by the
+    broker writing the directory (it keeps the newest few): nothing to check."""
+    problems: list[FileProblem] = []
+    for _, snapshot in files.snapshots:
+        try:
+            problems += read_snapshot(snapshot).problems
+        except FileNotFoundError:
+            continue
     return problems
 
 

@@ -467,7 +467,10 @@ class LogManager:
 def _lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive lock on ``data_dir`` itself for this broker's lifetime (released when it closes or its
     process dies): two brokers on one directory would hand out the same offsets. Locking the directory, not a
-    file in it, means no file can be deleted to get round it. ``.lock`` names the holder, for messages."""
+    file in it, means no file can be deleted to get round it. ``.lock`` names the holder, for messages. A
+    directory inside a running broker's is refused before anything is made: its files would land in that
+    broker's partitions, or take the name of one it has yet to make."""
+    _refuse_inside_a_locked_dir(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # the directory or one above it is a file
@@ -492,6 +495,25 @@ def _lock_data_dir(data_dir: Path) -> int:
         with contextlib.suppress(OSError):
             os.unlink(data_dir / ".lock")
     return descriptor
+
+
+def _refuse_inside_a_locked_dir(data_dir: Path) -> None:
+    """Raise IdemcoreError when a directory above ``data_dir`` (symlinks resolved) is a data directory whose lock
+    a broker holds (a shared lock is refused while another holds the exclusive one; dropped at once)."""
+    for above in Path(os.path.realpath(data_dir)).parents:
+        if not os.path.lexists(above / ".lock"):  # a broker's data directory keeps one
+            continue
+        try:
+            descriptor = os.open(above, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue  # unreadable: no broker of ours can hold it either
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IdemcoreError(f"{data_dir}: inside {above}, the data directory in use by another broker (process "
+                                f"{_lock_holder(above)}); name a directory of its own") from None
+        finally:
+            os.close(descriptor)  # (releases the shared lock, if taken)
 
 
 def _lock_holder(data_dir: Path) -> str:
