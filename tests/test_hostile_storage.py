@@ -209,6 +209,54 @@ def test_a_follow_that_retention_outran_meets_the_producers_again_midway(tmp_pat
     assert [problem.kind for problem in result.problems] == ["unread_offsets"]
 
 
+def _follow_across_retention(tmp_path: Path, cut: int):
+    """A transactional producer: a transaction of 4 batches read by a first round, 12 more batches in it and its
+    COMMIT, then a second transaction of 6 batches and its COMMIT; before the second round, retention deletes the
+    partition's oldest ``cut`` segments. The second round's result (None when fewer segments than ``cut`` + 1)."""
+    data = tmp_path / f"data{cut}"
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker, transactional_id="x")
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(4):
+            producer.send("t", b"a%d" % i, partition=0).result()
+        follower = Follower(data, checkpoint=tmp_path / f"checkpoint{cut}")
+        try:
+            assert "t-0" in follower.poll().read
+            for i in range(12):
+                producer.send("t", b"b%d" % i, partition=0).result()
+            producer.commit_transaction()
+            producer.begin_transaction()
+            for i in range(6):
+                producer.send("t", b"c%d" % i, partition=0).result()
+            producer.commit_transaction()
+            segments = sorted((data / "t-0").glob("*.log"))
+            if len(segments) <= cut:
+                return None
+            for segment in segments[:cut]:
+                for path in segment.parent.glob(segment.stem + ".*"):
+                    path.unlink()
+            return follower.poll()
+        finally:
+            follower.close()
+
+
+@pytest.mark.parametrize("cut", range(1, 5))  # (the log has 5 segments)
+def test_a_follow_that_retention_outran_in_an_open_transaction_reports_no_gap_and_leaves_none_open(tmp_path, cut):
+    """As above, with the producer in a transaction across the offsets never read, wherever retention cut: it
+    kept its state, so its next batch was reported as a sequence gap (or, when the COMMIT was its first batch
+    read again, the batch after it), and a transaction whose COMMIT retention removed stayed open. The producer is
+    met again midway: its transaction is counted from its next batch on, and nothing is left open."""
+    result = _follow_across_retention(tmp_path, cut)
+    if result is None:
+        pytest.fail(f"the log has no more than {cut} segments: write more")
+    assert result.findings.num_rows == 0
+    assert [problem.kind for problem in result.problems] in ([], ["unread_offsets"])
+    assert result.report.open_txns.num_rows == 0
+    committed = [row["committed_txns"] for row in result.report.partitions.to_pylist() if row["topic"] == "t"]
+    assert committed in ([1], [2])
+
+
 def test_a_follow_of_a_log_whose_start_retention_deleted_reports_no_gap(tmp_path):
     """The first round of ``audit --follow`` over a log whose oldest segment (retention) is gone and whose
     oldest left begins with a COMMIT marker: as in the one-shot audit, the marker is not replayed."""

@@ -26,6 +26,11 @@ class AbortedRecords:
         if len(self.per_stream) < streams:
             self.per_stream = np.pad(self.per_stream, (0, streams - len(self.per_stream)))
 
+    def forget(self, stream: int, producer_ids: np.ndarray) -> None:
+        """Drop the records counted so far of the open transactions of ``producer_ids`` on ``stream``."""
+        for producer in producer_ids.tolist():
+            self._pending.pop((stream, int(producer)), None)
+
     def add(self, ids: np.ndarray, producer_id: np.ndarray, records: np.ndarray, data: np.ndarray,
             marker: np.ndarray, aborted: np.ndarray, streams: int) -> None:
         """One fed batch, its rows in stream order (stream id, producer, records): which rows are appended

@@ -21,9 +21,10 @@ What is new
   reported and not replayed, as in :func:`~idemcore.audit.logdir.audit_log_dir`. A segment retention deletes
   between a round's listing and its read is passed over; when retention removed offsets before a round read them
   (a segment read from its start begins past what was replayed), they are named and the partition's producers
-  without an open transaction are met again midway (a producer in a transaction keeps its state: its next batch
-  can still read as a gap); in a log whose start retention deleted, a marker met before any batch of its
-  producer is not replayed, as in the one-shot audit. Not done here: the index
+  are met again midway: their next batch is accepted whatever its sequence, and a transaction open across the
+  offsets removed is counted from its producer's next batch on (a marker met before any such batch is not
+  replayed); in a log whose start retention deleted, a marker met before any batch of its producer is not
+  replayed, as in the one-shot audit. Not done here: the index
   cross-checks and the ``__transaction_state`` confirmation of hanging transactions (judged by idle time only).
 
 Exactly once, across restarts
@@ -515,7 +516,9 @@ def _met_midway(part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
     """A segment read from its start whose first offset is past every offset replayed on its partition: the
     segments between were deleted (retention) before a round read them. Its producers without an open
     transaction are met again midway, as in a log whose start retention deleted (else each one's next batch
-    would be a gap); the offsets never read are named (no problem when there is no gap, or nothing read yet)."""
+    would be a gap), those in a transaction too, whose transaction is counted from their next batch on (its
+    first records were among the offsets removed); the offsets never read are named (no problem when there is no
+    gap, or nothing read yet)."""
     state = replayer.state
     if not isinstance(state, LogState):
         return []
@@ -523,10 +526,12 @@ def _met_midway(part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
     end, first = state.log_end(stream), int(scan["base_offset"][0])
     if end <= 0 or first <= end:
         return []
-    forgotten = state.forget_idle_producers(stream)
+    dropped, in_txn = state.meet_producers_again(stream)
+    replayer.forget_open_transactions(stream, in_txn)
     return [FileProblem(segment.log, 0, "unread_offsets",
                         f"offsets {end}..{first - 1} of {part.name} were removed (retention) before the follow read "
-                        f"them: {forgotten} producer(s) met again midway")]
+                        f"them: {dropped} producer(s) met again midway, {len(in_txn)} of them in a transaction "
+                        "(counted from their next batch on)")]
 
 
 def _scan_from(segment: SegmentFiles, start: int, partition: int, backend: Backend,

@@ -216,17 +216,20 @@ class LogState(ShardedState):
         """Past the last offset replayed on ``stream`` (0 before any)."""
         return int(self._log_end[stream]) if 0 <= stream < len(self._log_end) else 0
 
-    def forget_idle_producers(self, stream: int) -> int:
-        """Drop the producers of ``stream`` with no open transaction (their next batch is then accepted whatever
-        its sequence, as of a producer whose records retention removed); return how many. Those in a transaction
-        stay: their marker is still to come, and the transaction's counts with it."""
+    def meet_producers_again(self, stream: int) -> tuple[int, np.ndarray]:
+        """Drop every producer of ``stream``, after offsets retention removed unread: each one's next batch is
+        then accepted whatever its epoch and sequence, as of a producer whose records retention removed. Returns
+        how many were dropped and the producer ids of those that were in a transaction (its first records are
+        among the offsets removed: the caller forgets what it counted of it; a marker of such a producer met
+        before any new batch of it is not replayed, as in a log whose start retention deleted)."""
         table_index = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
         if table_index < 0:
-            return 0
+            return 0, np.zeros(0, np.int64)
         table = self.tables[table_index]
         n = table.n_producers
-        idle = (table.row_stream[:n] == stream) & (table.row_txn_first_offset[:n] < 0)
-        return table.remove_rows(idle, self.backend) if idle.any() else 0
+        mine = table.row_stream[:n] == stream
+        in_txn = table.row_producer_id[:n][mine & (table.row_txn_first_offset[:n] >= 0)].copy()
+        return (table.remove_rows(mine, self.backend) if mine.any() else 0), in_txn
 
     def _replay(self, packed: BatchColumns, table: int, out: VerdictColumns) -> list[CompletedTxns]:
         columns = packed

@@ -294,6 +294,14 @@ class TxnDurations:
         self.open_timestamp = np.r_[self.open_timestamp[keep], stamp[at]]
         return done
 
+    def forget(self, stream: int, producer_ids: np.ndarray) -> None:
+        """Drop the open transactions of ``producer_ids`` on ``stream``."""
+        drop = (self.open_stream == stream) & np.isin(self.open_producer, producer_ids)
+        if drop.any():
+            keep = ~drop
+            self.open_stream, self.open_producer, self.open_offset, self.open_timestamp = (
+                self.open_stream[keep], self.open_producer[keep], self.open_offset[keep], self.open_timestamp[keep])
+
     def table(self) -> pa.Table:
         outcome, column = np.nonzero(self.histogram)
         return pa.table({"aborted": pa.array(outcome.astype(bool)), "bucket": pa.array(column - 2, pa.int64()),
@@ -492,6 +500,12 @@ class StreamReplayer:
             self._timeline.add(ids, stamps, size, bounds, (smallest, largest), ordered)
             self.min_timestamp = min(self.min_timestamp, smallest)
             self.max_timestamp = max(self.max_timestamp, largest)
+
+    def forget_open_transactions(self, stream: int, producer_ids: np.ndarray) -> None:
+        """Forget what was counted of the open transactions of ``producer_ids`` on ``stream`` (their records so far
+        and their first batch's time): offsets retention removed unread may have held their markers."""
+        self._aborted.forget(stream, producer_ids)
+        self._durations.forget(stream, producer_ids)
 
     def _count_transactional(self, packed: BatchColumns, verdicts: Verdicts, txn: np.ndarray | None, size: int,
                              timestamps: bool) -> None:
