@@ -257,6 +257,27 @@ def test_a_follow_that_retention_outran_in_an_open_transaction_reports_no_gap_an
     assert committed in ([1], [2])
 
 
+def test_a_follow_past_a_corrupt_batch_reports_it_and_still_finds_gaps(tmp_path):
+    """A batch failing its CRC at the end of a segment is reported and not replayed: the next segment then began
+    past every offset replayed, and the follow took it for offsets retention removed, met the producers again
+    midway and would have missed a real gap after it. Nothing was deleted: only the CRC is reported."""
+    data = tmp_path / "data"
+    with Broker({"t": 1}, data_dir=data, segment_bytes=400, index_interval_bytes=0) as broker:
+        producer = Producer(broker)
+        for i in range(8):
+            producer.send("t", b"v%d" % i, partition=0).result()
+    first, *rest = sorted((data / "t-0").glob("*.log"))
+    assert rest
+    scan = scan_segment(first)
+    _flip(first, int(scan["position"][-1]) + 17)  # the CRC of the segment's last batch
+    follower = Follower(data, checkpoint=tmp_path / "checkpoint")
+    try:
+        result = follower.poll()
+    finally:
+        follower.close()
+    assert [problem.kind for problem in result.problems] == ["crc_mismatch"]
+
+
 def test_a_follow_of_a_log_whose_start_retention_deleted_reports_no_gap(tmp_path):
     """The first round of ``audit --follow`` over a log whose oldest segment (retention) is gone and whose
     oldest left begins with a COMMIT marker: as in the one-shot audit, the marker is not replayed."""

@@ -458,9 +458,13 @@ class Follower:
         located: list[pa.Table] = []
         for part in list_log_dir(self.source).partitions:
             key = part.name
-            replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))  # listed: in the report
+            # (listed: in the report even before a batch of it is read)
+            stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
             segment_base, position = self.positions.get(key, (-1, 0))
             segments = [s for s in part.segments if s.base_offset >= segment_base]
+            # Offsets may have gone unread only where retention deleted a segment this follow was to read: the one
+            # it was in (retention deletes the oldest first), or one deleted between the listing and its read.
+            skipped = segment_base >= 0 and all(s.base_offset != segment_base for s in part.segments)
             advanced = False
             for index, segment in enumerate(segments):
                 newest = index == len(segments) - 1
@@ -468,6 +472,7 @@ class Follower:
                 try:
                     scan = _scan_from(segment, start, part.partition, self.backend, self.verify_crc)
                 except FileNotFoundError:  # deleted since the listing (retention): nothing of it to read
+                    skipped = True
                     continue
                 waits = newest and scan.stop in (STOP_TORN_TAIL, STOP_ZERO_PADDING)
                 for problem in scan.problems():
@@ -481,21 +486,21 @@ class Follower:
                     waiting.append(f"{segment.log}: {scan.stop_detail}")
                 if len(scan):
                     advanced = True
-                    if start == 0:
-                        problems += _met_midway(part, segment, scan, replayer)
-                    self._feed_segment(part, segment, scan, replayer, located)
+                    if skipped:
+                        problems += _met_midway(part, segment, scan, replayer, stream)
+                        skipped = False
+                    self._feed_segment(part, segment, scan, replayer, located, stream)
                 self.positions[key] = (segment.base_offset, scan.stop_position)
             if advanced:
                 read.append(key)
         return located
 
     def _feed_segment(self, part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
-                      replayer: StreamReplayer, located: list[pa.Table]) -> None:
+                      replayer: StreamReplayer, located: list[pa.Table], stream: int) -> None:
         good = scan["crc_ok"] != scan_codes.CRC_BAD
         rows = np.flatnonzero(good) if not good.all() else None
         columns = {name: scan[name] if rows is None else scan[name][rows]
                    for name in (*COLUMNS, "position", "last_offset")}
-        stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
         if part.segments[0].base_offset > 0 and isinstance(replayer.state, LogState):  # as audit_log_dir does
             kept = _without_markers_of_unknown_producers(replayer.state, stream, columns, None, 0)
             if kept is not None:
@@ -512,17 +517,14 @@ class Follower:
 
 
 def _met_midway(part: PartitionFiles, segment: SegmentFiles, scan: SegmentScan,
-                replayer: StreamReplayer) -> list[FileProblem]:
-    """A segment read from its start whose first offset is past every offset replayed on its partition: the
-    segments between were deleted (retention) before a round read them. Its producers without an open
-    transaction are met again midway, as in a log whose start retention deleted (else each one's next batch
-    would be a gap), those in a transaction too, whose transaction is counted from their next batch on (its
-    first records were among the offsets removed); the offsets never read are named (no problem when there is no
-    gap, or nothing read yet)."""
+                replayer: StreamReplayer, stream: int) -> list[FileProblem]:
+    """A segment read from its start after retention deleted one this follow was to read: when its first offset is
+    past every offset replayed on its partition, the offsets between went unread. The partition's producers are
+    met again midway, as in a log whose start retention deleted (else each one's next batch would be a gap), a
+    transaction open across the gap counted from its producer's next batch on; the offsets are named."""
     state = replayer.state
     if not isinstance(state, LogState):
         return []
-    stream = int(replayer.keys.encode(pa.array([part.topic]), np.array([part.partition]))[0])
     end, first = state.log_end(stream), int(scan["base_offset"][0])
     if end <= 0 or first <= end:
         return []
