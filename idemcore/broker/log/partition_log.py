@@ -79,7 +79,6 @@ from idemcore.record.v2 import (
     decode_stored_batches,
     encode_end_txn_marker,
     encode_record_batch,
-    iter_batches,
     set_base_offset,
     set_partition_leader_epoch,
 )
@@ -355,11 +354,8 @@ class PartitionLog:
         for segment in self.segments:  # decoded a segment at a time
             data = self._used(segment).log.read(0, segment.size)
             try:
-                decoded = decode_stored_batches(self.topic, self.partition, data)
-                whole = sum(len(stored.raw) for stored in decoded if stored.raw is not None)  # (always set here)
-                if whole < len(data):  # no torn tail here (recovery cut it): a damaged length runs past the end
-                    for _ in iter_batches(data, whole):  # raises IncompleteBatchError naming the position
-                        pass
+                # No torn tail here (recovery cut it): a length running past the end is damage, named at its position.
+                decoded = decode_stored_batches(self.topic, self.partition, data, allow_partial_tail=False)
             except CorruptRecordError as exc:  # say which file: a start loading an internal topic stops on it
                 where = getattr(segment.log, "path", None) or f"the segment at offset {segment.base_offset}"
                 raise CorruptRecordError(

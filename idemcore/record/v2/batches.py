@@ -287,15 +287,17 @@ def stored_batch_bytes(stored: StoredBatch, partition_leader_epoch: int = 0) -> 
     return encode_record_batch(batch, stored.base_offset, partition_leader_epoch)
 
 
-def decode_stored_batches(topic: str, partition: int, records: bytes | memoryview | None) -> tuple[StoredBatch, ...]:
+def decode_stored_batches(topic: str, partition: int, records: bytes | memoryview | None, *,
+                          allow_partial_tail: bool = True) -> tuple[StoredBatch, ...]:
     """The batches of one partition's ``records`` (a fetch answer's, or a segment's bytes), as a log holds them
-    (data and markers, each with its bytes as ``raw``). A last batch cut short is dropped; a corrupt batch raises
-    CorruptRecordError."""
+    (data and markers, each with its bytes as ``raw``). A last batch cut short is dropped, or raises
+    IncompleteBatchError naming its position without ``allow_partial_tail`` (a segment recovery has already cut:
+    a length running past its end is damage); a corrupt batch raises CorruptRecordError."""
     if not records:
         return ()
     data = bytes(records)
     out: list[StoredBatch] = []
-    for position, header in iter_batches(data, 0, allow_partial_tail=True):
+    for position, header in iter_batches(data, 0, allow_partial_tail=allow_partial_tail):
         raw = data[position:position + header.size_in_bytes]
         header, decoded = decode_batch(data, position, check_crc=True)  # errors name the position in ``records``
         if header.is_control:
