@@ -207,9 +207,13 @@ class LogState(ShardedState):
         ends[:known] = np.maximum(ends[:known], self._log_end[:known])
         return ends
 
+    def _table_index(self, stream: int) -> int:
+        """The index in ``tables`` of ``stream``'s table, -1 for a stream with none yet."""
+        return int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+
     def knows(self, stream: int, producer_id: int) -> bool:
         """Whether the state holds ``producer_id`` on ``stream`` (a batch of it was replayed there)."""
-        table = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        table = self._table_index(stream)
         return table >= 0 and self.tables[table].row_of(stream, producer_id) is not None
 
     def log_end(self, stream: int) -> int:
@@ -222,7 +226,7 @@ class LogState(ShardedState):
         how many were dropped and the producer ids of those that were in a transaction (its first records are
         among the offsets removed: the caller forgets what it counted of it; a marker of such a producer met
         before any new batch of it is not replayed, as in a log whose start retention deleted)."""
-        table_index = int(self._table_of[stream]) if 0 <= stream < len(self._table_of) else -1
+        table_index = self._table_index(stream)
         if table_index < 0:
             return 0, np.zeros(0, np.int64)
         table = self.tables[table_index]

@@ -54,7 +54,7 @@ from idemcore.engine.verdicts import CompletedTxns, Verdicts
 from idemcore.interrupts import deferred_interrupts
 from idemcore.kernels import Backend
 from idemcore.kernels import rules_reference as rules
-from idemcore.kernels.abi import StateArrays, VerdictColumns
+from idemcore.kernels.abi import StateArrays, TxnColumns, VerdictColumns
 from idemcore.kernels.columns import BatchColumns
 from idemcore.protocol.codes import Origin, Status
 
@@ -387,7 +387,7 @@ class _Lanes:
         stopped = self.kernel.validate_listed(*part, self.origin, listed, row, lo, hi, *arrays, *out, *region)
         if stopped < hi:
             raise RuntimeError("a lane ran out of table room after reserve_rows made room for it")  # a kernel bug
-        region[-1][:int(arrays.counters[rules.N_COMPLETED])] += start  # (markers: the chunk's batch numbers)
+        TxnColumns(*region).txn_marker[:int(arrays.counters[rules.N_COMPLETED])] += start  # (the chunk's batch numbers)
         if hi > lo:
             self._lane_costs.append((time.perf_counter() - began) / (hi - lo))
 
