@@ -695,12 +695,18 @@ def _without_markers_of_unknown_producers(state: LogState, stream: int, columns:
         return None
     producer_id = columns["producer_id"]
     skip = np.zeros(len(control), np.bool_)
+    first_data: tuple[np.ndarray, np.ndarray] | None = None  # (producers with data, their first data row), sorted
     for pid in np.unique(producer_id[marker_rows]).tolist():
         if state.knows(stream, pid):
             continue
-        data = np.flatnonzero((producer_id == pid) & ~control)
+        if first_data is None:  # once per segment, not a pass over the rows per unknown producer
+            data_rows = np.flatnonzero(~control)
+            pids, first = np.unique(producer_id[data_rows], return_index=True)
+            first_data = pids, data_rows[first]
+        k = int(np.searchsorted(first_data[0], pid))
+        found = k < len(first_data[0]) and int(first_data[0][k]) == pid
         before = marker_rows[producer_id[marker_rows] == pid]
-        skip[before[before < data[0]] if len(data) else before] = True
+        skip[before[before < first_data[1][k]] if found else before] = True
     if not skip.any():
         return None
     if part is not None:
